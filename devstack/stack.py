@@ -1,0 +1,117 @@
+"""`pressroom dev up` / `dev down`: the local stack for whatever is not configured.
+
+A piece runs only when its variable is not set, so the same commands work beside a real PostgreSQL,
+a real Temporal cluster or the real Mailgun. What runs is recorded in the stack file, which
+`pressroom.settings` reads as the fallback for unset variables.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import signal
+from dataclasses import dataclass, field
+
+from devstack.servers import (Postgres, start_simulator, start_temporal_dev_server, stop_process)
+from pressroom.settings import dev_stack_file, project_home, read_dev_stack
+
+
+def _port(variable: str, default: int) -> int:
+    """The stack's ports are fixed so that the printed addresses stay the same between runs."""
+    value = os.environ.get(variable, str(default))
+    if not value.isdigit() or not 0 < int(value) < 65536:
+        from pressroom.settings import ConfigurationError
+
+        raise ConfigurationError(f"{variable} is invalid: must be a port number, got {value!r}")
+    return int(value)
+
+SIMULATOR_DOMAIN = "mg.pressroom.test"
+
+# Registered on the dev server at start; `pressroom temporal setup` does the same on a cluster.
+SEARCH_ATTRIBUTES = {"EmailId": "Keyword", "PostId": "Keyword", "PublishAt": "Datetime",
+                     "OutboxEventType": "Keyword"}
+
+
+@dataclass
+class StackStatus:
+    started: list[str] = field(default_factory=list)  # pieces started by this call
+    running: list[str] = field(default_factory=list)  # pieces that were already running
+    external: list[str] = field(default_factory=list)  # pieces configured by a variable
+    values: dict[str, str] = field(default_factory=dict)
+
+
+def _alive(pid: int | None) -> bool:
+    if not pid:
+        return False
+    try:
+        os.kill(pid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+
+
+def up() -> StackStatus:
+    """Start every piece whose variable is unset and that is not already running."""
+    postgres_port = _port("PRESSROOM_DEV_POSTGRES_PORT", 54329)
+    temporal_port = _port("PRESSROOM_DEV_TEMPORAL_PORT", 7233)
+    ui_port = _port("PRESSROOM_DEV_UI_PORT", 8233)
+    simulator_port = _port("PRESSROOM_DEV_SIMULATOR_PORT", 8089)
+    home = project_home()
+    home.mkdir(parents=True, exist_ok=True)
+    state = read_dev_stack()
+    status = StackStatus()
+
+    if "DATABASE_URL" in os.environ:
+        status.external.append("PostgreSQL")
+    elif _alive(state.get("postgres_pid")):
+        status.running.append("PostgreSQL")
+    else:
+        postgres = Postgres(home / "postgres" / "data", postgres_port)
+        postgres.start(detach=True)
+        state.update(postgres_pid=postgres.process.pid, database_url=postgres.url)
+        status.started.append("PostgreSQL")
+
+    if "TEMPORAL_ADDRESS" in os.environ:
+        status.external.append("Temporal")
+    elif _alive(state.get("temporal_pid")):
+        status.running.append("Temporal")
+    else:
+        process = start_temporal_dev_server(port=temporal_port, ui_port=ui_port,
+                                            db_file=home / "temporal.db", log=home / "temporal.log",
+                                            search_attributes=SEARCH_ATTRIBUTES, detach=True)
+        state.update(temporal_pid=process.pid, temporal_address=f"127.0.0.1:{temporal_port}",
+                     temporal_ui=f"http://localhost:{ui_port}")
+        status.started.append("Temporal")
+
+    if "MAILGUN_API_KEY" in os.environ:
+        status.external.append("Mailgun")
+    elif _alive(state.get("simulator_pid")):
+        status.running.append("Mailgun simulator")
+    else:
+        api_key = state.get("mailgun_api_key") or f"sim-{secrets.token_hex(16)}"
+        process = start_simulator(port=simulator_port, api_key=api_key, domain=SIMULATOR_DOMAIN,
+                                  log=home / "simulator.log", detach=True)
+        state.update(simulator_pid=process.pid, mailgun_base_url=f"http://127.0.0.1:{simulator_port}",
+                     mailgun_api_key=api_key, mailgun_domain=SIMULATOR_DOMAIN)
+        status.started.append("Mailgun simulator")
+
+    dev_stack_file().write_text(json.dumps(state, indent=2))
+    os.chmod(dev_stack_file(), 0o600)  # it holds the simulator's key
+    status.values = {k: str(v) for k, v in state.items() if not k.endswith("_pid")}
+    return status
+
+
+def down() -> list[str]:
+    """Stop what `up` started; data stays for the next `up`."""
+    state = read_dev_stack()
+    stopped = []
+    for key, name in (("simulator_pid", "Mailgun simulator"), ("temporal_pid", "Temporal"),
+                      ("postgres_pid", "PostgreSQL")):
+        if _alive(state.get(key)):
+            # SIGINT is PostgreSQL's fast shutdown; the others stop on SIGTERM.
+            stop_process(state[key], signal.SIGINT if key == "postgres_pid" else signal.SIGTERM)
+            stopped.append(name)
+    dev_stack_file().unlink(missing_ok=True)
+    return stopped
+

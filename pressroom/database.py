@@ -1,0 +1,81 @@
+"""PostgreSQL access: the connection pool every activity shares, and schema migrations."""
+
+from __future__ import annotations
+
+import logging
+from importlib import resources
+
+import asyncpg
+
+log = logging.getLogger(__name__)
+
+# Any constant shared by every Pressroom process: it serialises migrations across processes.
+MIGRATION_LOCK_ID = 7_201_947_113
+
+
+class DatabaseUnavailable(Exception):
+    """PostgreSQL cannot be reached; the message names the host, never the password."""
+
+
+def describe_url(url: str) -> str:
+    """The URL without its password, for messages."""
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    host = parts.hostname or "localhost"
+    port = f":{parts.port}" if parts.port else ""
+    return f"{parts.scheme}://{parts.username + '@' if parts.username else ''}{host}{port}{parts.path}"
+
+
+async def _connecting(url: str, opening):
+    """Await a connection attempt; a failure is one line naming the server, never the password."""
+    try:
+        return await opening
+    except (OSError, asyncpg.PostgresError, TimeoutError) as error:
+        raise DatabaseUnavailable(
+            f"cannot connect to PostgreSQL at {describe_url(url)}: {error.__class__.__name__}: {error}"
+        ) from None
+    except ValueError as error:  # asyncpg rejects a malformed URL with ValueError
+        raise DatabaseUnavailable(f"DATABASE_URL is malformed: {error}") from None
+
+
+async def connect(url: str, *, min_size: int = 1, max_size: int = 10) -> asyncpg.Pool:
+    """A pool on DATABASE_URL."""
+    return await _connecting(url, asyncpg.create_pool(url, min_size=min_size, max_size=max_size, timeout=10,
+                                                      command_timeout=300))
+
+
+def migrations() -> list[tuple[str, str]]:
+    """(version, sql) for every file in schema/, in order of name."""
+    files = sorted(f for f in resources.files("schema").iterdir() if f.name.endswith(".sql"))
+    return [(f.name.removesuffix(".sql"), f.read_text()) for f in files]
+
+
+async def migrate(url: str) -> list[str]:
+    """Apply the migrations not yet applied, each once, and return their versions.
+
+    An advisory lock makes concurrent runs safe: the second waits, then finds nothing to do.
+    Each migration commits with its version row, so a failure leaves no half-applied file.
+    """
+    conn = await _connecting(url, asyncpg.connect(url, timeout=10))
+    try:
+        await conn.execute("SELECT pg_advisory_lock($1)", MIGRATION_LOCK_ID)
+        try:
+            await conn.execute(
+                "CREATE TABLE IF NOT EXISTS schema_migrations ("
+                " version text PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())")
+            applied = {r["version"] for r in await conn.fetch("SELECT version FROM schema_migrations")}
+            done = []
+            for version, sql in migrations():
+                if version in applied:
+                    continue
+                async with conn.transaction():
+                    await conn.execute(sql)
+                    await conn.execute("INSERT INTO schema_migrations (version) VALUES ($1)", version)
+                log.info("applied migration %s", version)
+                done.append(version)
+            return done
+        finally:
+            await conn.execute("SELECT pg_advisory_unlock($1)", MIGRATION_LOCK_ID)
+    finally:
+        await conn.close()

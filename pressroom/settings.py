@@ -1,0 +1,190 @@
+"""Pressroom's configuration: environment variables read once into one settings object.
+
+The variable names are a contract (DESIGN.md "Configuration"). A variable that is not set falls
+back to the development stack started by `pressroom dev up` when it runs, and otherwise to the
+specification's default; a value that is missing or malformed is one line naming the variable.
+"""
+
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+from pathlib import Path
+from typing import Annotated
+
+from pydantic import Field, SecretStr, ValidationError, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+MAILGUN_MAX_RECIPIENTS = 1000  # Mailgun refuses a message with more recipients than this.
+MAILGUN_US = "https://api.mailgun.net"
+MAILGUN_EU = "https://api.eu.mailgun.net"
+
+
+class ConfigurationError(Exception):
+    """A setting is missing or malformed; the message is one line naming the variable."""
+
+
+def project_home() -> Path:
+    """Where the development stack keeps its data: PRESSROOM_HOME, or ./.pressroom."""
+    import os
+
+    return Path(os.environ.get("PRESSROOM_HOME", ".pressroom")).resolve()
+
+
+def dev_stack_file() -> Path:
+    return project_home() / "stack.json"
+
+
+def read_dev_stack() -> dict[str, str]:
+    """The addresses the running development stack wrote, or {} when it is not up."""
+    try:
+        return json.loads(dev_stack_file().read_text())
+    except (FileNotFoundError, ValueError):
+        return {}
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(extra="ignore", frozen=True)
+
+    # --- the contract of DESIGN.md ---
+    database_url: str = Field(default="", validation_alias="DATABASE_URL")
+    temporal_address: str = Field(default="127.0.0.1:7233", validation_alias="TEMPORAL_ADDRESS")
+    temporal_namespace: str = Field(default="default", validation_alias="TEMPORAL_NAMESPACE")
+    task_queue: str = Field(default="pressroom", validation_alias="PRESSROOM_TASK_QUEUE")
+    mailgun_api_key: SecretStr = Field(default=SecretStr(""), validation_alias="MAILGUN_API_KEY")
+    mailgun_domain: str = Field(default="", validation_alias="MAILGUN_DOMAIN")
+    mailgun_base_url: str = Field(default=MAILGUN_US, validation_alias="MAILGUN_BASE_URL")
+
+    # --- Temporal connection for clusters and Temporal Cloud ---
+    temporal_api_key: SecretStr = Field(default=SecretStr(""), validation_alias="TEMPORAL_API_KEY")
+    temporal_tls: bool = Field(default=False, validation_alias="TEMPORAL_TLS")
+    temporal_tls_cert: str = Field(default="", validation_alias="TEMPORAL_TLS_CERT")
+    temporal_tls_key: str = Field(default="", validation_alias="TEMPORAL_TLS_KEY")
+
+    # --- newsletter sending (seed 001) ---
+    batch_size: int = Field(default=MAILGUN_MAX_RECIPIENTS, ge=1, le=MAILGUN_MAX_RECIPIENTS,
+                            validation_alias="PRESSROOM_BATCH_SIZE")
+    send_concurrency: int = Field(default=2, ge=1, le=100, validation_alias="PRESSROOM_SEND_CONCURRENCY")
+    mailgun_retries: int = Field(default=6, ge=0, validation_alias="PRESSROOM_MAILGUN_RETRIES")
+    mailgun_retry_seconds: float = Field(default=10.0, gt=0, validation_alias="PRESSROOM_MAILGUN_RETRY_SECONDS")
+    mailgun_timeout_seconds: float = Field(default=30.0, gt=0, validation_alias="PRESSROOM_MAILGUN_TIMEOUT_SECONDS")
+    delivery_window_seconds: int = Field(default=0, ge=0, validation_alias="PRESSROOM_DELIVERY_WINDOW_SECONDS")
+    email_tag: str = Field(default="", validation_alias="PRESSROOM_EMAIL_TAG")
+    site_url: str = Field(default="http://localhost:2368", validation_alias="PRESSROOM_SITE_URL")
+    from_address: str = Field(default="Pressroom <noreply@example.com>", validation_alias="PRESSROOM_FROM_ADDRESS")
+
+    # --- outbox (seeds 000 and 002) ---
+    welcome_emails: bool = Field(default=True, validation_alias="PRESSROOM_WELCOME_EMAILS")
+    outbox_batch: int = Field(default=32, ge=1, le=10_000, validation_alias="OUTBOX_BATCH")
+    outbox_max_attempts: int = Field(default=6, ge=1, validation_alias="OUTBOX_MAX_ATTEMPTS")
+    outbox_backoff_sec: Annotated[list[int], NoDecode] = Field(
+        default=[5, 10, 20, 40, 80, 160], validation_alias="OUTBOX_BACKOFF_SEC")
+    outbox_poll_interval_sec: float = Field(default=0.5, gt=0, validation_alias="OUTBOX_POLL_INTERVAL_SEC")
+    outbox_max_open_deliveries: int = Field(default=500, ge=1, validation_alias="OUTBOX_MAX_OPEN_DELIVERIES")
+    outbox_delete_on_success: bool = Field(default=False, validation_alias="OUTBOX_DELETE_ON_SUCCESS")
+
+    # --- email analytics (seed 003) ---
+    analytics_interval_seconds: int = Field(default=300, ge=10, validation_alias="PRESSROOM_ANALYTICS_INTERVAL_SECONDS")
+    analytics_max_opened_events: int = Field(default=10_000, ge=1, validation_alias="PRESSROOM_ANALYTICS_MAX_OPENED_EVENTS")
+    analytics_trust_threshold_seconds: int = Field(default=30 * 60, ge=0,
+                                                   validation_alias="PRESSROOM_ANALYTICS_TRUST_THRESHOLD_SECONDS")
+    analytics_end_margin_seconds: int = Field(default=60, ge=0, validation_alias="PRESSROOM_ANALYTICS_END_MARGIN_SECONDS")
+
+    # --- scheduled posts (seed 004) ---
+    publish_lead_seconds: float = Field(default=10.0, ge=0, validation_alias="PRESSROOM_PUBLISH_LEAD_SECONDS")
+    publish_retries: int = Field(default=30, ge=0, validation_alias="PRESSROOM_PUBLISH_RETRIES")
+    publish_retry_seconds: float = Field(default=5.0, gt=0, validation_alias="PRESSROOM_PUBLISH_RETRY_SECONDS")
+
+    # --- worker ---
+    metrics_port: int = Field(default=0, ge=0, le=65535, validation_alias="PRESSROOM_METRICS_PORT")
+    encryption_key: SecretStr = Field(default=SecretStr(""), validation_alias="PRESSROOM_ENCRYPTION_KEY")
+
+    @field_validator("outbox_backoff_sec", mode="before")
+    @classmethod
+    def _parse_backoff(cls, value: object) -> object:
+        # Accept the specification's own spelling, "[5,10,20]", and a plain "5,10,20".
+        if isinstance(value, str):
+            text = value.strip().strip("[]")
+            return [int(part) for part in text.split(",") if part.strip()]
+        return value
+
+    @field_validator("outbox_backoff_sec")
+    @classmethod
+    def _backoff_not_empty(cls, value: list[int]) -> list[int]:
+        if not value or any(v <= 0 for v in value):
+            raise ValueError("must be a list of positive seconds, such as 5,10,20")
+        return value
+
+    @field_validator("database_url")
+    @classmethod
+    def _postgres_url(cls, value: str) -> str:
+        if value and not value.startswith(("postgres://", "postgresql://")):
+            raise ValueError("must start with postgresql:// (for example postgresql://user@host:5432/db)")
+        return value
+
+    @field_validator("mailgun_base_url")
+    @classmethod
+    def _http_url(cls, value: str) -> str:
+        if not value.startswith(("http://", "https://")):
+            raise ValueError("must be an http:// or https:// URL")
+        return value.rstrip("/")
+
+    @field_validator("temporal_address")
+    @classmethod
+    def _host_port(cls, value: str) -> str:
+        host, _, port = value.rpartition(":")
+        if not host or not port.isdigit():
+            raise ValueError("must be host:port, such as 127.0.0.1:7233")
+        return value
+
+    def require_database(self) -> str:
+        if not self.database_url:
+            raise ConfigurationError(
+                "DATABASE_URL is not set and the development stack is not running "
+                "(start it with `pressroom dev up`, or set DATABASE_URL)")
+        return self.database_url
+
+    def require_mailgun(self) -> None:
+        if not self.mailgun_api_key.get_secret_value():
+            raise ConfigurationError("MAILGUN_API_KEY is not set (required outside the development stack)")
+        if not self.mailgun_domain:
+            raise ConfigurationError("MAILGUN_DOMAIN is not set (required outside the development stack)")
+
+
+_ALIASES = {name: field.validation_alias for name, field in Settings.model_fields.items()}
+
+
+def load_settings(**overrides: object) -> Settings:
+    """Read the environment once; fall back to the development stack for what is not set.
+
+    Overrides (field names) win over both; tests use them instead of mutating os.environ.
+    """
+    import os
+
+    stack = read_dev_stack()
+    fallback = {}
+    for field, variable in (("database_url", "DATABASE_URL"), ("temporal_address", "TEMPORAL_ADDRESS"),
+                            ("mailgun_base_url", "MAILGUN_BASE_URL"), ("mailgun_api_key", "MAILGUN_API_KEY"),
+                            ("mailgun_domain", "MAILGUN_DOMAIN")):
+        if variable not in os.environ and stack.get(field):
+            fallback[_ALIASES[field]] = stack[field]
+    values = {**fallback, **{_ALIASES[k]: v for k, v in overrides.items()}}
+    try:
+        return Settings(**values)
+    except ValidationError as error:
+        raise ConfigurationError(describe_validation_error(error)) from None
+
+
+def describe_validation_error(error: ValidationError) -> str:
+    """One line naming the first wrong variable and what is wrong with it."""
+    first = error.errors()[0]
+    field = str(first["loc"][0]) if first["loc"] else "?"
+    variable = _ALIASES.get(field, field)
+    message = first["msg"].removeprefix("Value error, ")
+    return f"{variable} is invalid: {message}"
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> Settings:
+    """The process-wide settings, read once."""
+    return load_settings()

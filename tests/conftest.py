@@ -1,0 +1,130 @@
+"""The test harness: real PostgreSQL, real Temporal servers and the Mailgun simulator over real HTTP.
+
+Everything comes from the PyPI wheels the project installs; nothing is downloaded. The servers
+start once per session on free ports; each test gets a clean database and its own task queue.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import uuid
+from pathlib import Path
+from typing import TYPE_CHECKING, AsyncIterator
+
+import asyncpg
+import pytest
+from temporalio.testing import WorkflowEnvironment
+
+# Tests never read a developer's running stack or environment: each value comes from a fixture.
+os.environ["PRESSROOM_HOME"] = tempfile.mkdtemp(prefix="pressroom-test-home-")
+for variable in ("DATABASE_URL", "TEMPORAL_ADDRESS", "MAILGUN_API_KEY", "MAILGUN_DOMAIN", "MAILGUN_BASE_URL",
+                 "PRESSROOM_ENCRYPTION_KEY"):
+    os.environ.pop(variable, None)
+
+from devstack.servers import Postgres, find_binary, free_port  # noqa: E402
+from pressroom import database  # noqa: E402
+from pressroom.settings import Settings, load_settings  # noqa: E402
+from pressroom.temporal import SEARCH_ATTRIBUTES, data_converter  # noqa: E402
+
+if TYPE_CHECKING:
+    from devstack.mailgun_simulator import MailgunSimulator
+
+SIMULATOR_KEY = "key-simulator-" + "0" * 8  # a fake key, only ever valid for the local simulator
+SIMULATOR_DOMAIN = "mg.test.example"
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Postgres:
+    """One PostgreSQL for the session (or TEST_POSTGRES_URL's server, when set)."""
+    folder = Path(tempfile.mkdtemp(prefix="pressroom-pg-"))
+    os.chmod(folder, 0o755)
+    server = Postgres(folder / "data", free_port())
+    server.start(durable=False)
+    yield server
+    server.stop()
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+async def postgres_url(postgres_server: Postgres) -> str:
+    """A fresh, migrated database for this test session."""
+    admin = await asyncpg.connect(postgres_server.url)
+    await admin.execute("CREATE DATABASE pressroom_test")
+    await admin.close()
+    url = postgres_server.url.rsplit("/", 1)[0] + "/pressroom_test"
+    await database.migrate(url)
+    return url
+
+
+@pytest.fixture(scope="session")
+async def db_pool(postgres_url: str) -> AsyncIterator[asyncpg.Pool]:
+    pool = await database.connect(postgres_url, max_size=10)
+    yield pool
+    await pool.close()
+
+
+async def empty_all_tables(pool: asyncpg.Pool) -> None:
+    tables = await pool.fetch("SELECT tablename FROM pg_tables WHERE schemaname = 'public' "
+                              "AND tablename <> 'schema_migrations'")
+    names = ", ".join(f'"{row["tablename"]}"' for row in tables)
+    await pool.execute(f"TRUNCATE {names} CASCADE")
+
+
+@pytest.fixture
+async def db(db_pool: asyncpg.Pool) -> asyncpg.Pool:
+    """The session's database, emptied before the test."""
+    await empty_all_tables(db_pool)
+    return db_pool
+
+
+@pytest.fixture(scope="session")
+async def simulator() -> AsyncIterator["MailgunSimulator"]:
+    from devstack.mailgun_simulator import MailgunSimulator
+
+    sim = MailgunSimulator(api_key=SIMULATOR_KEY, domain=SIMULATOR_DOMAIN)
+    await sim.start()
+    yield sim
+    await sim.stop()
+
+
+@pytest.fixture
+async def mailgun(simulator: "MailgunSimulator") -> "MailgunSimulator":
+    """The session's simulator with no messages, no events and no faults."""
+    simulator.reset()
+    return simulator
+
+
+@pytest.fixture(scope="session")
+async def time_skipping_env() -> AsyncIterator[WorkflowEnvironment]:
+    """Temporal's time-skipping test server: workflow logic and long timers in no time."""
+    env = await WorkflowEnvironment.start_time_skipping(
+        test_server_existing_path=find_binary("temporal-test-server"), data_converter=data_converter())
+    yield env
+    await env.shutdown()
+
+
+@pytest.fixture(scope="session")
+async def dev_env() -> AsyncIterator[WorkflowEnvironment]:
+    """Temporal's dev server: real persistence and real timing, with our search attributes."""
+    env = await WorkflowEnvironment.start_local(
+        dev_server_existing_path=find_binary("temporal"), data_converter=data_converter(),
+        search_attributes=SEARCH_ATTRIBUTES,
+        dev_server_extra_args=["--log-level", "error",
+                               # Suggest continue-as-new early so that path runs in every test.
+                               "--dynamic-config-value", "limit.historyCount.suggestContinueAsNew=200"])
+    yield env
+    await env.shutdown()
+
+
+def make_settings(postgres_url: str, simulator: "MailgunSimulator", **overrides) -> Settings:
+    """Settings for one test: its own task queue, the test database and the simulator."""
+    return load_settings(database_url=postgres_url, mailgun_base_url=simulator.base_url,
+                         mailgun_api_key=simulator.api_key, mailgun_domain=simulator.domain,
+                         task_queue=f"test-{uuid.uuid4().hex[:12]}", **overrides)
+
+
+@pytest.fixture
+def settings(postgres_url: str, mailgun: "MailgunSimulator", db: asyncpg.Pool) -> Settings:
+    return make_settings(postgres_url, mailgun)

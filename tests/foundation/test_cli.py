@@ -1,0 +1,98 @@
+"""The command line as a person runs it: a real process, one clear line for bad input."""
+
+import os
+import subprocess
+import sys
+
+import httpx
+import pytest
+
+from devstack.servers import free_port
+
+
+def pressroom(*args: str, env: dict[str, str] | None = None, timeout: float = 60) -> subprocess.CompletedProcess:
+    full_env = {**os.environ, **(env or {})}
+    return subprocess.run([sys.executable, "-m", "starter", *args], capture_output=True, text=True,
+                          env=full_env, timeout=timeout, cwd=os.path.dirname(os.path.dirname(__file__)))
+
+
+def assert_one_line_error(result: subprocess.CompletedProcess, *words: str) -> None:
+    assert result.returncode == 1, result.stderr
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, result.stderr
+    assert "Traceback" not in result.stderr
+    for word in words:
+        assert word in lines[0]
+
+
+def test_every_command_has_help():
+    for command in (["--help"], ["dev", "--help"], ["dev", "up", "--help"], ["migrate", "--help"],
+                    ["worker", "--help"]):
+        result = pressroom(*command)
+        assert result.returncode == 0, (command, result.stderr)
+        assert "Usage" in result.stdout
+
+
+def test_malformed_database_url_names_the_variable():
+    result = pressroom("migrate", env={"DATABASE_URL": "mysql://localhost/x"})
+    assert_one_line_error(result, "DATABASE_URL is invalid", "postgresql://")
+
+
+def test_unreachable_database_names_the_server():
+    result = pressroom("migrate", env={"DATABASE_URL": f"postgresql://u:pw@127.0.0.1:{free_port()}/x"})
+    assert_one_line_error(result, "cannot connect to PostgreSQL at postgresql://u@127.0.0.1")
+    assert "pw" not in result.stderr.replace("PostgreSQL", "")
+
+
+def test_unreachable_temporal_names_the_address(postgres_url):
+    address = f"127.0.0.1:{free_port()}"
+    result = pressroom("worker", env={"TEMPORAL_ADDRESS": address, "DATABASE_URL": postgres_url})
+    assert_one_line_error(result, f"cannot connect to Temporal at {address}")
+
+
+def test_migrate_applies_then_reports_up_to_date(postgres_server):
+    url = postgres_server.url  # the server's own "postgres" database, not the test one
+    first = pressroom("migrate", env={"DATABASE_URL": url})
+    second = pressroom("migrate", env={"DATABASE_URL": url})
+    assert first.returncode == 0 and second.returncode == 0, first.stderr + second.stderr
+    assert "up to date" in second.stdout
+
+
+@pytest.fixture
+def stack_env(tmp_path):
+    ports = {name: str(free_port()) for name in ("POSTGRES", "TEMPORAL", "UI", "SIMULATOR")}
+    env = {f"PRESSROOM_DEV_{name}_PORT": port for name, port in ports.items()}
+    env["PRESSROOM_HOME"] = str(tmp_path / "home")
+    yield env, ports
+    pressroom("dev", "down", env=env)
+
+
+def test_dev_up_brings_up_the_stack_and_down_stops_it(stack_env):
+    env, ports = stack_env
+    up = pressroom("dev", "up", env=env, timeout=120)
+    assert up.returncode == 0, up.stderr
+    assert "started  PostgreSQL" in up.stdout and "started  Temporal" in up.stdout
+    assert f"http://localhost:{ports['UI']}" in up.stdout
+    assert httpx.get(f"http://127.0.0.1:{ports['UI']}/", timeout=10).status_code == 200
+    assert httpx.get(f"http://127.0.0.1:{ports['SIMULATOR']}/_sim/stats", timeout=10).status_code == 200
+
+    again = pressroom("dev", "up", env=env, timeout=60)
+    assert again.returncode == 0 and "running  PostgreSQL (already)" in again.stdout
+
+    # Commands find the stack without any variable set, and the schema is already there.
+    assert "up to date" in pressroom("migrate", env=env).stdout
+
+    down = pressroom("dev", "down", env=env)
+    assert "stopped" in down.stdout and "PostgreSQL" in down.stdout
+    assert "nothing was running" in pressroom("dev", "down", env=env).stdout
+
+
+def test_dev_up_names_a_port_already_in_use(stack_env):
+    import socket
+
+    env, ports = stack_env
+    with socket.socket() as blocker:
+        blocker.bind(("127.0.0.1", int(ports["POSTGRES"])))
+        blocker.listen()
+        result = pressroom("dev", "up", env=env)
+    assert_one_line_error(result, f"port {ports['POSTGRES']}", "PostgreSQL", "already in use")

@@ -1,0 +1,120 @@
+"""The Pressroom worker: registers every workflow in `workflows/` and every activity in `activities/`.
+
+Run it with `pressroom worker` (or `python worker.py`). Any number of workers may share the task
+queue; nothing in a worker's memory is needed after it stops.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import inspect
+import logging
+import pkgutil
+import signal
+from contextlib import asynccontextmanager
+from datetime import timedelta
+from typing import AsyncIterator, Callable
+
+from temporalio.client import Client
+from temporalio.worker import Worker
+
+import activities
+import workflows
+from pressroom import database
+from pressroom.dependencies import Dependencies
+from pressroom.settings import Settings, get_settings
+
+log = logging.getLogger("pressroom.worker")
+
+
+def _modules(package) -> list:
+    return [importlib.import_module(f"{package.__name__}.{info.name}")
+            for info in pkgutil.iter_modules(package.__path__)]
+
+
+def discover_workflows() -> list[type]:
+    """Every class in workflows/ decorated with @workflow.defn."""
+    found = []
+    for module in _modules(workflows):
+        for _, cls in inspect.getmembers(module, inspect.isclass):
+            if cls.__module__ == module.__name__ and hasattr(cls, "__temporal_workflow_definition"):
+                found.append(cls)
+    return found
+
+
+def discover_activities(deps: Dependencies) -> list[Callable]:
+    """The bound @activity.defn methods of every `*Activities` class in activities/.
+
+    Each class is built once with the process's dependencies, as the samples build theirs.
+    """
+    found = []
+    for module in _modules(activities):
+        for name, cls in inspect.getmembers(module, inspect.isclass):
+            if cls.__module__ != module.__name__ or not name.endswith("Activities"):
+                continue
+            instance = cls(deps)
+            for _, method in inspect.getmembers(instance, inspect.ismethod):
+                if hasattr(method, "__temporal_activity_definition"):
+                    found.append(method)
+    return found
+
+
+@asynccontextmanager
+async def open_dependencies(settings: Settings, client: Client) -> AsyncIterator[Dependencies]:
+    from activities.mailgun import MailgunClient
+
+    pool = await database.connect(settings.require_database(), max_size=20)
+    mailgun = MailgunClient.from_settings(settings)
+    try:
+        yield Dependencies(settings=settings, pool=pool, mailgun=mailgun, temporal=client)
+    finally:
+        await mailgun.aclose()
+        await pool.close()
+
+
+def build_worker(client: Client, deps: Dependencies, *, task_queue: str | None = None,
+                 **options) -> Worker:
+    return Worker(
+        client,
+        task_queue=task_queue or deps.settings.task_queue,
+        workflows=discover_workflows(),
+        activities=discover_activities(deps),
+        # On SIGTERM in-flight activities get this long to finish before they are handed back.
+        graceful_shutdown_timeout=timedelta(seconds=20),
+        **options,
+    )
+
+
+@asynccontextmanager
+async def running_worker(client: Client, settings: Settings, **options) -> AsyncIterator[Worker]:
+    """A worker running in the background of the caller (tests, the demo)."""
+    async with open_dependencies(settings, client) as deps:
+        async with build_worker(client, deps, **options) as worker:
+            yield worker
+
+
+async def run(settings: Settings | None = None) -> None:
+    """Run until SIGINT or SIGTERM, then shut down gracefully."""
+    from pressroom.temporal import connect
+
+    settings = settings or get_settings()
+    client = await connect(settings)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    async with running_worker(client, settings):
+        log.info("worker started on task queue %s", settings.task_queue)
+        await stop.wait()
+        log.info("worker stopping: in-flight activities finish or are handed back")
+    log.info("worker stopped")
+
+
+def main() -> None:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    asyncio.run(run())
+
+
+if __name__ == "__main__":
+    main()
