@@ -17,6 +17,7 @@ from datetime import timedelta
 from typing import AsyncIterator, Callable
 
 from temporalio.client import Client
+from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
 from temporalio.worker import Worker
 
 import activities
@@ -94,12 +95,27 @@ async def running_worker(client: Client, settings: Settings, **options) -> Async
             yield worker
 
 
+def metrics_runtime(settings: Settings) -> Runtime | None:
+    """With PRESSROOM_METRICS_PORT set, a runtime serving Prometheus metrics on /metrics there.
+
+    The SDK's own metrics (task latencies, slots, failures) and Pressroom's (made with
+    `activity.metric_meter()` / `workflow.metric_meter()`) share the endpoint, prefixed
+    `temporal_` and `pressroom_` respectively.
+    """
+    if not settings.metrics_port:
+        return None
+    return Runtime(telemetry=TelemetryConfig(metrics=PrometheusConfig(
+        bind_address=f"{settings.metrics_host}:{settings.metrics_port}", durations_as_seconds=True)))
+
+
 async def run(settings: Settings | None = None) -> None:
     """Run until SIGINT or SIGTERM, then shut down gracefully."""
     from pressroom.temporal import connect
 
     settings = settings or get_settings()
-    client = await connect(settings)
+    client = await connect(settings, runtime=metrics_runtime(settings))
+    if settings.metrics_port:
+        log.info("metrics on http://%s:%d/metrics", settings.metrics_host, settings.metrics_port)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -112,8 +128,15 @@ async def run(settings: Settings | None = None) -> None:
 
 
 def main() -> None:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    configure_logging(get_settings())
     asyncio.run(run())
+
+
+def configure_logging(settings: Settings) -> None:
+    """Structured lines that never carry the Mailgun key or a member's address."""
+    from pressroom import logs
+
+    logs.configure(secrets=[settings.mailgun_api_key.get_secret_value()])
 
 
 if __name__ == "__main__":

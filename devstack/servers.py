@@ -180,9 +180,11 @@ class Postgres:
 
 
 def temporal_dev_server_args(*, port: int, ui_port: int, db_file: Path | None,
-                             search_attributes: dict[str, str]) -> list[str]:
+                             search_attributes: dict[str, str], codec_endpoint: str = "") -> list[str]:
     args = [find_binary("temporal"), "server", "start-dev", "--ip", "127.0.0.1", "--port", str(port),
             "--ui-port", str(ui_port), "--log-level", "warn", "--namespace", "default"]
+    if codec_endpoint:
+        args += ["--ui-codec-endpoint", codec_endpoint]
     if db_file:
         args += ["--db-filename", str(db_file)]
     for name, kind in search_attributes.items():
@@ -191,11 +193,13 @@ def temporal_dev_server_args(*, port: int, ui_port: int, db_file: Path | None,
 
 
 def start_temporal_dev_server(*, port: int, ui_port: int, db_file: Path, log: Path,
-                              search_attributes: dict[str, str], detach: bool = False) -> subprocess.Popen:
+                              search_attributes: dict[str, str], codec_endpoint: str = "",
+                              detach: bool = False) -> subprocess.Popen:
     require_free_port(port, "the Temporal frontend")
     require_free_port(ui_port, "the Temporal Web UI")
     process = _spawn(temporal_dev_server_args(port=port, ui_port=ui_port, db_file=db_file,
-                                              search_attributes=search_attributes), log, detach=detach)
+                                              search_attributes=search_attributes, codec_endpoint=codec_endpoint),
+                     log, detach=detach)
     wait_for_port(port, "the Temporal dev server", process, log)
     wait_for_port(ui_port, "the Temporal Web UI", process, log)
     return process

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 from devstack.servers import (Postgres, start_simulator, start_temporal_dev_server, stop_process)
 from pressroom.settings import dev_stack_file, project_home, read_dev_stack
+from pressroom.temporal import search_attribute_kinds
 
 
 def _port(variable: str, default: int) -> int:
@@ -28,9 +29,6 @@ def _port(variable: str, default: int) -> int:
 
 SIMULATOR_DOMAIN = "mg.pressroom.test"
 
-# Registered on the dev server at start; `pressroom temporal setup` does the same on a cluster.
-SEARCH_ATTRIBUTES = {"EmailId": "Keyword", "PostId": "Keyword", "PublishAt": "Datetime",
-                     "OutboxEventType": "Keyword"}
 
 
 @dataclass
@@ -79,7 +77,11 @@ def up() -> StackStatus:
     else:
         process = start_temporal_dev_server(port=temporal_port, ui_port=ui_port,
                                             db_file=home / "temporal.db", log=home / "temporal.log",
-                                            search_attributes=SEARCH_ATTRIBUTES, detach=True)
+                                            search_attributes=search_attribute_kinds(), detach=True,
+                                            # With encrypted histories, the UI decodes through
+                                            # `pressroom codec-server` on its default port.
+                                            codec_endpoint="http://localhost:8081"
+                                            if os.environ.get("PRESSROOM_ENCRYPTION_KEY") else "")
         state.update(temporal_pid=process.pid, temporal_address=f"127.0.0.1:{temporal_port}",
                      temporal_ui=f"http://localhost:{ui_port}")
         status.started.append("Temporal")

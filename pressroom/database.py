@@ -45,6 +45,11 @@ async def connect(url: str, *, min_size: int = 1, max_size: int = 10) -> asyncpg
                                                       command_timeout=300))
 
 
+async def connect_once(url: str) -> asyncpg.Connection:
+    """One connection on DATABASE_URL, for commands that make a few queries and leave."""
+    return await _connecting(url, asyncpg.connect(url, timeout=10))
+
+
 def migrations() -> list[tuple[str, str]]:
     """(version, sql) for every file in schema/, in order of name."""
     files = sorted(f for f in resources.files("schema").iterdir() if f.name.endswith(".sql"))
@@ -57,7 +62,7 @@ async def migrate(url: str) -> list[str]:
     An advisory lock makes concurrent runs safe: the second waits, then finds nothing to do.
     Each migration commits with its version row, so a failure leaves no half-applied file.
     """
-    conn = await _connecting(url, asyncpg.connect(url, timeout=10))
+    conn = await connect_once(url)
     try:
         await conn.execute("SELECT pg_advisory_lock($1)", MIGRATION_LOCK_ID)
         try:

@@ -97,7 +97,9 @@ class Settings(BaseSettings):
 
     # --- worker ---
     metrics_port: int = Field(default=0, ge=0, le=65535, validation_alias="PRESSROOM_METRICS_PORT")
+    metrics_host: str = Field(default="127.0.0.1", validation_alias="PRESSROOM_METRICS_HOST")
     encryption_key: SecretStr = Field(default=SecretStr(""), validation_alias="PRESSROOM_ENCRYPTION_KEY")
+    codec_token: SecretStr = Field(default=SecretStr(""), validation_alias="PRESSROOM_CODEC_TOKEN")
 
     @field_validator("outbox_backoff_sec", mode="before")
     @classmethod
@@ -113,6 +115,18 @@ class Settings(BaseSettings):
     def _backoff_not_empty(cls, value: list[int]) -> list[int]:
         if not value or any(v <= 0 for v in value):
             raise ValueError("must be a list of positive seconds, such as 5,10,20")
+        return value
+
+    @field_validator("encryption_key")
+    @classmethod
+    def _encryption_keys(cls, value: SecretStr) -> SecretStr:
+        if value.get_secret_value():
+            from pressroom.codec import EncryptionKeyError, parse_keys
+
+            try:
+                parse_keys(value.get_secret_value())
+            except EncryptionKeyError as error:  # the message never contains key material
+                raise ValueError(str(error)) from None
         return value
 
     @field_validator("database_url")

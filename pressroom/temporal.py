@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from temporalio.client import Client
 from temporalio.common import SearchAttributeKey
 from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.converter import DataConverter, DefaultFailureConverterWithEncodedAttributes
+from temporalio.runtime import Runtime
 from temporalio.service import TLSConfig
 
 from pressroom.settings import Settings
@@ -21,12 +25,18 @@ class TemporalUnavailable(Exception):
     """The Temporal frontend cannot be reached; the message names the address."""
 
 
-def data_converter():
-    """The pydantic converter, wrapped by the payload codec when an encryption key is set."""
-    return pydantic_data_converter
+def data_converter(settings: Settings | None = None) -> DataConverter:
+    """The pydantic converter; with an encryption key, payloads and failure messages are sealed."""
+    key = settings.encryption_key.get_secret_value() if settings else ""
+    if not key:
+        return pydantic_data_converter
+    from pressroom.codec import EncryptionCodec
+
+    return dataclasses.replace(pydantic_data_converter, payload_codec=EncryptionCodec.from_text(key),
+                               failure_converter_class=DefaultFailureConverterWithEncodedAttributes)
 
 
-async def connect(settings: Settings) -> Client:
+async def connect(settings: Settings, runtime: Runtime | None = None) -> Client:
     tls: TLSConfig | bool = False
     if settings.temporal_tls_cert:
         with open(settings.temporal_tls_cert, "rb") as cert, open(settings.temporal_tls_key, "rb") as key:
@@ -37,7 +47,8 @@ async def connect(settings: Settings) -> Client:
         return await Client.connect(
             settings.temporal_address,
             namespace=settings.temporal_namespace,
-            data_converter=data_converter(),
+            data_converter=data_converter(settings),
+            runtime=runtime,
             tls=tls,
             api_key=settings.temporal_api_key.get_secret_value() or None,
         )
@@ -46,3 +57,26 @@ async def connect(settings: Settings) -> Client:
             f"cannot connect to Temporal at {settings.temporal_address} "
             f"(namespace {settings.temporal_namespace}): {str(error).splitlines()[0]}"
         ) from None
+
+
+def search_attribute_kinds() -> dict[str, str]:
+    """{name: "Keyword" | "Datetime"}, as the dev server's --search-attribute flag spells them."""
+    return {key.name: key.indexed_value_type.name.capitalize() for key in SEARCH_ATTRIBUTES}
+
+
+async def register_search_attributes(client: Client) -> list[str]:
+    """Add the search attributes the namespace lacks (self-hosted clusters); returns those added.
+
+    Temporal Cloud refuses this call: there, add them in the Cloud UI or with tcld.
+    """
+    from temporalio.api.operatorservice.v1 import AddSearchAttributesRequest, ListSearchAttributesRequest
+
+    namespace = client.namespace
+    existing = await client.operator_service.list_search_attributes(
+        ListSearchAttributesRequest(namespace=namespace))
+    missing = {key.name: key.indexed_value_type for key in SEARCH_ATTRIBUTES
+               if key.name not in existing.custom_attributes}
+    if missing:
+        await client.operator_service.add_search_attributes(
+            AddSearchAttributesRequest(namespace=namespace, search_attributes=missing))
+    return sorted(missing)

@@ -27,7 +27,8 @@ def assert_one_line_error(result: subprocess.CompletedProcess, *words: str) -> N
 
 def test_every_command_has_help():
     for command in (["--help"], ["dev", "--help"], ["dev", "up", "--help"], ["migrate", "--help"],
-                    ["worker", "--help"]):
+                    ["worker", "--help"], ["check", "--help"], ["temporal", "setup", "--help"],
+                    ["codec-server", "--help"]):
         result = pressroom(*command)
         assert result.returncode == 0, (command, result.stderr)
         assert "Usage" in result.stdout

@@ -1,0 +1,85 @@
+"""`pressroom check`: is each of the three services configured, reachable and ready?
+
+Each check answers in one line that names its service, so an operator reading a failure knows
+where to look without a traceback.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+
+from pressroom.settings import ConfigurationError, Settings
+
+CHECK_TIMEOUT_SECONDS = 15
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    service: str
+    ok: bool
+    detail: str
+
+
+async def check_postgres(settings: Settings) -> CheckResult:
+    from pressroom import database
+
+    url = settings.require_database()
+    conn = await database.connect_once(url)
+    try:
+        latest = max(version for version, _ in database.migrations())
+        applied = await conn.fetchval("SELECT max(version) FROM schema_migrations") \
+            if await conn.fetchval("SELECT to_regclass('schema_migrations') IS NOT NULL") else None
+    finally:
+        await conn.close()
+    where = database.describe_url(url)
+    if applied != latest:
+        return CheckResult("PostgreSQL", False, f"{where}: the schema is not up to date "
+                                                f"(at {applied or 'nothing'}, latest {latest}); run `pressroom migrate`")
+    return CheckResult("PostgreSQL", True, f"{where}, schema {latest}")
+
+
+async def check_temporal(settings: Settings) -> CheckResult:
+    from temporalio.api.operatorservice.v1 import ListSearchAttributesRequest
+
+    from pressroom.temporal import SEARCH_ATTRIBUTES, connect
+
+    client = await connect(settings)
+    where = f"{settings.temporal_address} namespace {settings.temporal_namespace}"
+    try:
+        listed = await client.operator_service.list_search_attributes(
+            ListSearchAttributesRequest(namespace=settings.temporal_namespace))
+    except Exception as error:  # Temporal Cloud does not offer this call to API keys
+        return CheckResult("Temporal", True, f"{where} (search attributes not checked: {type(error).__name__})")
+    missing = [key.name for key in SEARCH_ATTRIBUTES if key.name not in listed.custom_attributes]
+    if missing:
+        return CheckResult("Temporal", False, f"{where}: search attributes {', '.join(missing)} are not registered; "
+                                              "run `pressroom temporal setup`")
+    return CheckResult("Temporal", True, where)
+
+
+async def check_mailgun(settings: Settings) -> CheckResult:
+    from activities.mailgun import MailgunClient
+
+    async with MailgunClient.from_settings(settings) as mailgun:
+        await mailgun.events_page(None, begin=datetime.now(timezone.utc) - timedelta(minutes=5), limit=1)
+    return CheckResult("Mailgun", True, f"{settings.mailgun_base_url} domain {settings.mailgun_domain}")
+
+
+async def run_checks(settings: Settings) -> list[CheckResult]:
+    """Every check, side by side; a failure becomes a result that names its service."""
+    from activities.mailgun import MailgunError
+    from pressroom.database import DatabaseUnavailable
+    from pressroom.temporal import TemporalUnavailable
+
+    async def guarded(service: str, check) -> CheckResult:
+        try:
+            return await asyncio.wait_for(check(settings), CHECK_TIMEOUT_SECONDS)
+        except (ConfigurationError, DatabaseUnavailable, TemporalUnavailable, MailgunError) as error:
+            return CheckResult(service, False, str(error))
+        except TimeoutError:
+            return CheckResult(service, False, f"no answer within {CHECK_TIMEOUT_SECONDS} s")
+
+    return list(await asyncio.gather(guarded("PostgreSQL", check_postgres), guarded("Temporal", check_temporal),
+                                     guarded("Mailgun", check_mailgun)))

@@ -1,0 +1,61 @@
+"""The worker's Prometheus endpoint and its log lines: run details in fields, no address, no key."""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from datetime import timedelta
+
+import httpx
+from temporalio import activity, workflow
+from temporalio.client import Client
+from temporalio.worker import Worker
+
+from devstack.servers import free_port
+from pressroom.logs import RedactingFilter, RunFormatter
+from pressroom.settings import load_settings
+from pressroom.temporal import data_converter
+from worker import metrics_runtime
+
+
+@activity.defn
+async def count_a_send() -> None:
+    activity.metric_meter().create_counter("pressroom_test_sends", "sends counted by the test").add(1)
+    activity.logger.info("sent to bob@example.com with key key-sekret")
+
+
+@workflow.defn(sandboxed=False)  # a test-only workflow; this module imports httpx
+class CountingWorkflow:
+    @workflow.run
+    async def run(self) -> None:
+        await workflow.execute_activity(count_a_send, start_to_close_timeout=timedelta(seconds=10))
+
+
+async def test_metrics_endpoint_serves_sdk_and_pressroom_metrics(dev_env):
+    port = free_port()
+    runtime = metrics_runtime(load_settings(metrics_port=port))
+    client = await Client.connect(dev_env.client.service_client.config.target_host, runtime=runtime,
+                                  data_converter=data_converter())
+    queue = f"metrics-{uuid.uuid4().hex[:8]}"
+    async with Worker(client, task_queue=queue, workflows=[CountingWorkflow], activities=[count_a_send]):
+        await client.execute_workflow(CountingWorkflow.run, id=f"metrics-{queue}", task_queue=queue)
+        async with httpx.AsyncClient() as http:
+            text = (await http.get(f"http://127.0.0.1:{port}/metrics")).text
+    assert "temporal_workflow_completed" in text
+    assert "pressroom_test_sends" in text
+
+
+def test_metrics_are_off_without_a_port():
+    assert metrics_runtime(load_settings()) is None
+
+
+def test_log_lines_carry_run_fields_and_hide_addresses_and_secrets():
+    record = logging.LogRecord("pressroom.activities", logging.INFO, __file__, 1,
+                               "sent to %s with key %s", ("bob@example.com", "key-sekret"), None)
+    record.temporal_activity = {"workflow_id": "newsletter-e1", "run_id": "r1", "activity_type": "send_batch",
+                                "attempt": 2}
+    RedactingFilter(["key-sekret"]).filter(record)
+    line = RunFormatter().format(record)
+    assert "bob@example.com" not in line and "key-sekret" not in line
+    assert "sent to <address> with key ***" in line
+    assert line.endswith("workflow_id=newsletter-e1 run_id=r1 activity=send_batch attempt=2")
