@@ -16,7 +16,7 @@ from rich.console import Console
 from devstack.servers import DevStackError
 from pressroom.database import DatabaseUnavailable
 from pressroom.errors import PressroomError
-from pressroom.settings import ConfigurationError, Settings, get_settings
+from pressroom.settings import ConfigurationError, Settings, dev_stack_file, get_settings
 from pressroom.temporal import TemporalUnavailable
 
 app = typer.Typer(help="Pressroom: durable background jobs for newsletter publishing, on Temporal.",
@@ -65,15 +65,30 @@ def dev_up() -> None:
         console.print(f"external {name} (configured by its variable)")
     if "temporal_ui" in status.values:
         console.print(f"\nTemporal Web UI: [bold]{status.values['temporal_ui']}[/bold]")
-    console.print("\nThe stack is recorded in .pressroom/stack.json; pressroom commands use it for unset variables.")
-    console.print("To use it from other programs, export:")
-    for variable, key in (("DATABASE_URL", "database_url"), ("TEMPORAL_ADDRESS", "temporal_address"),
-                          ("MAILGUN_BASE_URL", "mailgun_base_url"), ("MAILGUN_DOMAIN", "mailgun_domain")):
-        if key in status.values:
-            console.print(f"  export {variable}={status.values[key]}", highlight=False)
-    if "mailgun_api_key" in status.values:
-        console.print("  export MAILGUN_API_KEY=$(python -c \"import json;print(json.load(open('.pressroom/stack.json'))"
-                      "['mailgun_api_key'])\")", highlight=False)
+    console.print(f"\nThe stack is recorded in {dev_stack_file()}; pressroom commands use it for unset variables.",
+                  highlight=False)
+    console.print('To use it from other programs: eval "$(pressroom dev env)"')
+
+
+# The variables a program needs to use the running stack, as `pressroom dev env` prints them.
+STACK_VARIABLES = (("DATABASE_URL", "database_url"), ("TEMPORAL_ADDRESS", "temporal_address"),
+                   ("MAILGUN_BASE_URL", "mailgun_base_url"), ("MAILGUN_DOMAIN", "mailgun_domain"),
+                   ("MAILGUN_API_KEY", "mailgun_api_key"))
+
+
+@dev_app.command("env")
+def dev_env() -> None:
+    """Print `export` lines for the running stack (the simulator's local key included)."""
+    import shlex
+
+    from pressroom.settings import read_dev_stack
+
+    state = read_dev_stack()
+    if not state:
+        raise PressroomError("the development stack is not running (start it with `pressroom dev up`)")
+    for variable, key in STACK_VARIABLES:
+        if key in state:
+            print(f"export {variable}={shlex.quote(str(state[key]))}")
 
 
 @dev_app.command("down")

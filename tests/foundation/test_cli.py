@@ -82,10 +82,14 @@ def test_dev_up_brings_up_the_stack_and_down_stops_it(stack_env):
 
     # Commands find the stack without any variable set, and the schema is already there.
     assert "up to date" in pressroom("migrate", env=env).stdout
+    exports = pressroom("dev", "env", env=env).stdout
+    assert f"export TEMPORAL_ADDRESS=127.0.0.1:{ports['TEMPORAL']}" in exports
+    assert "export MAILGUN_API_KEY=sim-" in exports
 
     down = pressroom("dev", "down", env=env)
     assert "stopped" in down.stdout and "PostgreSQL" in down.stdout
     assert "nothing was running" in pressroom("dev", "down", env=env).stdout
+    assert_one_line_error(pressroom("dev", "env", env=env), "not running")
 
 
 def test_dev_up_names_a_port_already_in_use(stack_env):
