@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import sys
+from dataclasses import dataclass
 from typing import Awaitable, TypeVar
 
 import typer
@@ -15,7 +16,7 @@ from rich.console import Console
 
 from devstack.servers import DevStackError
 from pressroom.database import DatabaseUnavailable
-from pressroom.errors import PressroomError
+from pressroom.errors import NotFound, PressroomError
 from pressroom.settings import ConfigurationError, Settings, dev_stack_file, get_settings
 from pressroom.temporal import TemporalUnavailable
 
@@ -127,6 +128,118 @@ def worker() -> None:
 
 
 # --- newsletter --------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class NewsletterStart:
+    workflow_id: str
+    run_id: str
+    started: bool  # False: an existing run was found, and `message` says which
+    message: str
+
+
+async def start_newsletter(email_id: str, *, client=None, settings: Settings | None = None) -> NewsletterStart:
+    """Start the send of an email, or find the run that already sends or sent it."""
+    from temporalio.client import WorkflowExecutionStatus
+    from temporalio.common import WorkflowIDConflictPolicy
+    from temporalio.exceptions import WorkflowAlreadyStartedError
+    from temporalio.service import RPCError
+
+    from pressroom import database
+    from workflows.newsletter import SendNewsletterInput, SendNewsletterWorkflow, newsletter_workflow_id
+
+    settings = settings or get_settings()
+    conn = await database.connect_once(settings.require_database())
+    try:
+        status = await conn.fetchval("SELECT status FROM emails WHERE id = $1", email_id)
+    finally:
+        await conn.close()
+    if status is None:
+        raise NotFound(f"email {email_id} does not exist")
+    client = client or await temporal_client(settings)
+    workflow_id = newsletter_workflow_id(email_id)
+    if status == "submitted":
+        try:
+            last = await client.get_workflow_handle(workflow_id).describe()
+            by = f" by run {last.run_id} ({last.status.name.lower() if last.status else 'unknown'})"
+        except RPCError:
+            by = ""
+        return NewsletterStart(workflow_id, "", False, f"email {email_id} was already sent{by}; nothing to send")
+    try:
+        handle = await client.start_workflow(
+            SendNewsletterWorkflow.run, SendNewsletterInput(email_id=email_id), id=workflow_id,
+            task_queue=settings.task_queue, id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
+            static_summary=f"Send email {email_id} to its newsletter's members")
+    except WorkflowAlreadyStartedError as error:
+        running = await client.get_workflow_handle(workflow_id).describe()
+        if running.status == WorkflowExecutionStatus.RUNNING:
+            return NewsletterStart(workflow_id, error.run_id or running.run_id, False,
+                                   f"{workflow_id} is already running (run {running.run_id}); not starting another")
+        raise
+    return NewsletterStart(workflow_id, handle.first_execution_run_id or handle.result_run_id or "", True,
+                           f"started {workflow_id}")
+
+
+async def follow_newsletter(workflow_id: str, *, client=None, on_progress=None, poll_seconds: float = 0.5):
+    """Query the run's progress until it ends; returns its outcome (following continue-as-new)."""
+    from temporalio.client import WorkflowFailureError
+    from temporalio.service import RPCError
+
+    from workflows.newsletter import SendNewsletterWorkflow
+
+    client = client or await temporal_client()
+    handle = client.get_workflow_handle_for(SendNewsletterWorkflow.run, workflow_id)
+    result = asyncio.ensure_future(handle.result())
+    try:
+        while not result.done():
+            try:
+                progress = await handle.query(SendNewsletterWorkflow.progress)
+                if on_progress:
+                    on_progress(progress)
+            except RPCError:
+                pass  # between two runs of a continue-as-new, or before the first task: ask again
+            await asyncio.wait([result], timeout=poll_seconds)
+        return result.result()
+    except WorkflowFailureError as error:
+        cause = error.cause
+        raise PressroomError(f"{workflow_id} failed: {getattr(cause, 'message', None) or cause or error}") from None
+    finally:
+        result.cancel()
+
+
+newsletter_app = typer.Typer(help="Send newsletters: one durable run per email.", no_args_is_help=True)
+app.add_typer(newsletter_app, name="newsletter")
+
+
+@newsletter_app.command("send")
+def newsletter_send(email_id: str = typer.Argument(..., help="The email to send (emails.id)."),
+                    wait: bool = typer.Option(False, "--wait", help="Follow the send with a progress bar.")) -> None:
+    """Send an email to every recipient, once; a second start finds the first run."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    async def work():
+        client = await temporal_client()
+        start = await start_newsletter(email_id, client=client)
+        console.print(start.message, highlight=False)
+        if not wait or (not start.started and not start.run_id):
+            return None
+        with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                      TextColumn("batches · {task.fields[recipients]} recipients"), TimeElapsedColumn(),
+                      console=console) as bar:
+            task = bar.add_task(f"email {email_id}", total=None, recipients="0")
+
+            def show(progress) -> None:
+                bar.update(task, total=progress.batches_total or None, completed=progress.batches_sent
+                           + progress.batches_failed,
+                           recipients=f"{progress.recipients_sent:,}/{progress.recipients_total:,}")
+
+            return await follow_newsletter(start.workflow_id, client=client, on_progress=show)
+
+    outcome = run_async(work())
+    if outcome is not None:
+        console.print(f"email {email_id}: {outcome.status}" + (f" — {outcome.message}" if outcome.message else ""),
+                      highlight=False)
+        if outcome.status == "failed":
+            raise PressroomError(f"email {email_id} failed: {outcome.message}")
 
 # --- outbox and members ------------------------------------------------------------------------
 

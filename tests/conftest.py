@@ -26,7 +26,7 @@ for variable in ("DATABASE_URL", "TEMPORAL_ADDRESS", "MAILGUN_API_KEY", "MAILGUN
 from devstack.servers import Postgres, find_binary, free_port  # noqa: E402
 from pressroom import database  # noqa: E402
 from pressroom.settings import Settings, load_settings  # noqa: E402
-from pressroom.temporal import SEARCH_ATTRIBUTES, data_converter  # noqa: E402
+from pressroom.temporal import SEARCH_ATTRIBUTES, data_converter, register_search_attributes  # noqa: E402
 
 if TYPE_CHECKING:
     from devstack.mailgun_simulator import MailgunSimulator
@@ -101,6 +101,7 @@ async def time_skipping_env() -> AsyncIterator[WorkflowEnvironment]:
     """Temporal's time-skipping test server: workflow logic and long timers in no time."""
     env = await WorkflowEnvironment.start_time_skipping(
         test_server_existing_path=find_binary("temporal-test-server"), data_converter=data_converter())
+    await register_search_attributes(env.client)
     yield env
     await env.shutdown()
 

@@ -1,0 +1,400 @@
+"""Newsletter sending (seed 001): the status lock, batches of recipients, one Mailgun call per batch.
+
+Each activity is one unit of I/O that is safe to run again: the lock recognises its own holder,
+batches are created in one transaction or not at all, a batch already submitted is never sent
+again, and a batch whose earlier attempt may have reached Mailgun is looked up by its own
+Message-Id before anything is resent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from contextlib import asynccontextmanager
+from datetime import datetime, timedelta, timezone
+
+from pydantic import BaseModel
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from activities.mailgun import MailgunError, MailgunRateLimited, MailgunRejected
+from pressroom.dependencies import Dependencies
+
+MEMBER_STATUSES = ("free", "paid", "comped")
+PARTIALLY_SENT = "The email was only partially sent: {failed} of {total} batches failed. Send it again to retry them."
+NOT_SENT = "The email failed to send: no batch was accepted by Mailgun. Send it again to retry."
+
+
+# --- inputs and results ---------------------------------------------------------------------------
+
+class LockEmailInput(BaseModel):
+    email_id: str
+    holder: str  # the first run id of the workflow chain that takes the lock
+
+
+class SendPlan(BaseModel):
+    """The settings a send runs with, read once by an activity so the workflow stays pure."""
+
+    batch_size: int
+    concurrency: int
+    mailgun_retries: int
+    mailgun_retry_seconds: float
+    delivery_window_seconds: int
+
+
+class EmailLock(BaseModel):
+    acquired: bool
+    reason: str = ""
+    post_id: str | None = None
+    plan: SendPlan | None = None
+
+
+class CreateBatchesInput(BaseModel):
+    email_id: str
+    retry_failed: bool  # a new send of a failed email sends its failed batches again
+
+
+class BatchCounts(BaseModel):
+    batches_total: int
+    batches_submitted: int
+    batches_failed: int
+    recipients_total: int
+    recipients_submitted: int
+
+
+class ListUnsentBatchesInput(BaseModel):
+    email_id: str
+    limit: int
+
+
+class SendBatchInput(BaseModel):
+    batch_id: str
+    delivery_time: datetime | None = None
+
+
+class BatchSent(BaseModel):
+    batch_id: str
+    recipients: int
+    provider_id: str
+    reconciled: bool  # an earlier attempt had reached Mailgun; nothing was sent again
+
+
+class FailBatchInput(BaseModel):
+    batch_id: str
+    status_code: int | None
+    message: str
+
+
+class FinishEmailInput(BaseModel):
+    email_id: str
+
+
+class EmailOutcome(BaseModel):
+    email_id: str
+    status: str  # submitted | failed | skipped
+    message: str = ""
+    counts: BatchCounts | None = None
+
+
+# --- recipient filters ----------------------------------------------------------------------------
+
+def recipient_statuses(expression: str) -> list[str]:
+    """Member statuses an email's recipient filter selects: `all`, or `status:X` / `status:-X` terms
+    joined by commas (OR), X one of free, paid, comped. Anything else is refused, never guessed."""
+    text = (expression or "").strip()
+    if text == "all":
+        return list(MEMBER_STATUSES)
+    chosen: set[str] = set()
+    for term in text.split(","):
+        match = re.fullmatch(r"\s*status:(-?)(free|paid|comped)\s*", term)
+        if not match:
+            raise ValueError(f"recipient filter {expression!r} cannot be parsed: use all, or status:free, "
+                             "status:-free, status:paid, status:comped joined by commas")
+        negate, status = match.groups()
+        chosen |= {s for s in MEMBER_STATUSES if s != status} if negate else {status}
+    return sorted(chosen)
+
+
+# The email's audience: subscribers of its newsletter in the chosen statuses, who may receive email,
+# are not suppressed, and existed when the email was made. $1 newsletter, $2 statuses, $3 email time.
+RECIPIENTS = """
+    FROM members m
+    JOIN members_newsletters mn ON mn.member_id = m.id AND mn.newsletter_id = $1
+    WHERE m.status = ANY($2::text[]) AND NOT m.email_disabled AND m.created_at <= $3
+      AND NOT EXISTS (SELECT 1 FROM suppressions s WHERE s.email = m.email)
+"""
+
+# Ghost marks members-only parts of a post with data-gh-segment; one body is rendered per segment.
+_SEGMENT_BLOCK = re.compile(r'<(\w+)[^>]*\sdata-gh-segment="([^"]+)"[^>]*>.*?</\1>', re.S)
+
+
+def render_segment(html: str, segment: str | None) -> str:
+    """The html for one segment: blocks meant for another segment removed."""
+    if segment is None:
+        return html
+    return _SEGMENT_BLOCK.sub(lambda m: m.group(0) if m.group(2) == segment else "", html)
+
+
+def _non_retryable(message: str, kind: str) -> ApplicationError:
+    return ApplicationError(message, type=kind, non_retryable=True)
+
+
+@asynccontextmanager
+async def heartbeating(every: float = 5.0):
+    """Heartbeat while a long statement runs, so a dead worker is noticed by the heartbeat timeout."""
+    async def beat() -> None:
+        while True:
+            activity.heartbeat()
+            await asyncio.sleep(every)
+
+    task = asyncio.create_task(beat())
+    try:
+        yield
+    finally:
+        task.cancel()
+
+
+class NewsletterActivities:
+    def __init__(self, deps: Dependencies) -> None:
+        self.pool = deps.pool
+        self.mailgun = deps.mailgun
+        self.settings = deps.settings
+        # Bodies rendered once per (email, segment) and reused for every batch in this worker.
+        self._bodies: dict[tuple[str, str | None], tuple[str, str, str, dict[str, str]]] = {}
+
+    def _plan(self) -> SendPlan:
+        s = self.settings
+        return SendPlan(batch_size=s.batch_size, concurrency=s.send_concurrency, mailgun_retries=s.mailgun_retries,
+                        mailgun_retry_seconds=s.mailgun_retry_seconds,
+                        delivery_window_seconds=s.delivery_window_seconds)
+
+    @activity.defn
+    async def lock_email(self, input: LockEmailInput) -> EmailLock:
+        """Move the email from pending or failed to submitting for this run; its own lock is kept.
+
+        Safe to repeat: the holder finds its own lock. Bad input (unknown email, a filter that cannot
+        be parsed, nobody to send to) fails before anything is written.
+        """
+        async with self.pool.acquire() as conn, conn.transaction():
+            email = await conn.fetchrow(
+                "SELECT status, locked_by, post_id, newsletter_id, recipient_filter, created_at "
+                "FROM emails WHERE id = $1 FOR UPDATE", input.email_id)
+            if email is None:
+                raise _non_retryable(f"email {input.email_id} does not exist", "EmailNotFound")
+            if email["status"] == "submitted":
+                return EmailLock(acquired=False, reason=f"email {input.email_id} is already submitted")
+            if email["status"] == "submitting" and email["locked_by"] == input.holder:
+                return EmailLock(acquired=True, post_id=email["post_id"], plan=self._plan())
+            # A "submitting" lock of another run is stale: the workflow id newsletter-{email_id} lets
+            # only one run live at a time, and this activity belongs to the live one.
+            try:
+                statuses = recipient_statuses(email["recipient_filter"])
+            except ValueError as error:
+                raise _non_retryable(f"email {input.email_id}: {error}", "BadRecipientFilter") from None
+            if email["newsletter_id"] is None:
+                raise _non_retryable(f"email {input.email_id} has no newsletter to send to", "NoNewsletter")
+            has_batches = await conn.fetchval("SELECT EXISTS (SELECT 1 FROM email_batches WHERE email_id = $1)",
+                                              input.email_id)
+            if not has_batches and not await conn.fetchval(
+                    f"SELECT EXISTS (SELECT 1 {RECIPIENTS})", email["newsletter_id"], statuses, email["created_at"]):
+                raise _non_retryable(f"email {input.email_id}: newsletter {email['newsletter_id']} has no subscribers "
+                                     f"matching {email['recipient_filter']!r}", "NoRecipients")
+            await conn.execute(
+                "UPDATE emails SET status = 'submitting', locked_by = $2, error = NULL, updated_at = now() "
+                "WHERE id = $1", input.email_id, input.holder)
+        activity.logger.info("locked email %s for sending", input.email_id)
+        return EmailLock(acquired=True, post_id=email["post_id"], plan=self._plan())
+
+    @activity.defn
+    async def create_batches(self, input: CreateBatchesInput) -> BatchCounts:
+        """Every recipient in exactly one batch, written in one transaction; existing batches are reused."""
+        async with heartbeating(), self.pool.acquire() as conn, conn.transaction():
+            email = await conn.fetchrow(
+                "SELECT newsletter_id, recipient_filter, created_at, coalesce(html, '') AS html "
+                "FROM emails WHERE id = $1 FOR UPDATE", input.email_id)
+            if email is None:
+                raise _non_retryable(f"email {input.email_id} does not exist", "EmailNotFound")
+            if await conn.fetchval("SELECT EXISTS (SELECT 1 FROM email_batches WHERE email_id = $1)", input.email_id):
+                if input.retry_failed:
+                    await conn.execute("UPDATE email_batches SET status = 'pending', updated_at = now() "
+                                       "WHERE email_id = $1 AND status = 'failed'", input.email_id)
+            else:
+                activity.logger.info("creating batches for email %s", input.email_id)
+                segmented = "data-gh-segment=" in email["html"]
+                await conn.execute(f"""
+                    WITH chosen AS (
+                        SELECT m.id, m.uuid, m.email, m.name,
+                               CASE WHEN $5 THEN CASE WHEN m.status = 'free' THEN 'status:free'
+                                                      ELSE 'status:-free' END END AS segment
+                        {RECIPIENTS}),
+                    numbered AS (
+                        SELECT chosen.*,
+                               $4 || '-' || CASE segment WHEN 'status:free' THEN 'free'
+                                                         WHEN 'status:-free' THEN 'paid' ELSE 'all' END
+                                  || '-' || lpad(((row_number() OVER (PARTITION BY segment ORDER BY id) - 1)
+                                                  / $6)::text, 5, '0') AS batch_id
+                        FROM chosen),
+                    batches AS (
+                        INSERT INTO email_batches (id, email_id, member_segment)
+                        SELECT DISTINCT batch_id, $4, segment FROM numbered)
+                    INSERT INTO email_recipients (email_id, member_id, batch_id, member_uuid, member_email, member_name)
+                    SELECT $4, id, batch_id, uuid, email, name FROM numbered""",
+                    email["newsletter_id"], recipient_statuses(email["recipient_filter"]), email["created_at"],
+                    input.email_id, segmented, self.settings.batch_size)
+            counts = await self._counts(conn, input.email_id)
+            # The specification's email_count check: the count is whatever was really written.
+            await conn.execute("UPDATE emails SET email_count = $2, updated_at = now() WHERE id = $1",
+                               input.email_id, counts.recipients_total)
+        return counts
+
+    @staticmethod
+    async def _counts(conn, email_id: str) -> BatchCounts:
+        row = await conn.fetchrow(
+            """SELECT count(*) AS total,
+                      count(*) FILTER (WHERE b.status = 'submitted') AS submitted,
+                      count(*) FILTER (WHERE b.status = 'failed') AS failed,
+                      coalesce(sum(r.n), 0) AS recipients,
+                      coalesce(sum(r.n) FILTER (WHERE b.status = 'submitted'), 0) AS recipients_submitted
+               FROM email_batches b
+               JOIN LATERAL (SELECT count(*) AS n FROM email_recipients WHERE batch_id = b.id) r ON true
+               WHERE b.email_id = $1""", email_id)
+        return BatchCounts(batches_total=row["total"], batches_submitted=row["submitted"],
+                           batches_failed=row["failed"], recipients_total=row["recipients"],
+                           recipients_submitted=row["recipients_submitted"])
+
+    @activity.defn
+    async def list_unsent_batches(self, input: ListUnsentBatchesInput) -> list[str]:
+        """The next batch ids still to send (pending, or interrupted mid-send), in order."""
+        rows = await self.pool.fetch(
+            "SELECT id FROM email_batches WHERE email_id = $1 AND status IN ('pending', 'submitting') "
+            "ORDER BY id LIMIT $2", input.email_id, input.limit)
+        return [row["id"] for row in rows]
+
+    @activity.defn
+    async def send_batch(self, input: SendBatchInput) -> BatchSent:
+        """One Mailgun message for the batch's recipients.
+
+        Safe to repeat: a submitted batch is not sent again, and a batch an earlier attempt may have
+        delivered to Mailgun is first looked up by its Message-Id in Mailgun's events.
+        """
+        async with self.pool.acquire() as conn:
+            batch = await conn.fetchrow(
+                """UPDATE email_batches b SET status = 'submitting', updated_at = now()
+                   FROM (SELECT id, status AS before FROM email_batches WHERE id = $1 FOR UPDATE) old
+                   WHERE b.id = old.id AND old.before <> 'submitted'
+                   RETURNING b.email_id, b.member_segment, old.before""", input.batch_id)
+            if batch is None:
+                done = await conn.fetchrow("SELECT provider_id, (SELECT count(*) FROM email_recipients "
+                                           "WHERE batch_id = $1) AS n FROM email_batches WHERE id = $1",
+                                           input.batch_id)
+                if done is None:
+                    raise _non_retryable(f"batch {input.batch_id} does not exist", "BatchNotFound")
+                return BatchSent(batch_id=input.batch_id, recipients=done["n"], provider_id=done["provider_id"],
+                                 reconciled=True)
+            recipients = await conn.fetch(
+                "SELECT member_email, member_name, member_uuid FROM email_recipients WHERE batch_id = $1 ORDER BY id",
+                input.batch_id)
+        message_id = f"{input.batch_id}@{self.mailgun.domain}"
+        if batch["before"] != "pending" and await self._accepted_before(message_id):
+            activity.logger.info("batch %s was accepted by an earlier attempt; not sending it again", input.batch_id)
+            await self._record_submitted(input.batch_id, message_id)
+            return BatchSent(batch_id=input.batch_id, recipients=len(recipients), provider_id=message_id,
+                             reconciled=True)
+
+        subject, html, text, headers = await self._body(batch["email_id"], batch["member_segment"])
+        site = self.settings.site_url.rstrip("/")
+        variables = {
+            r["member_email"]: {"name": r["member_name"] or "", "uuid": str(r["member_uuid"]),
+                                "unsubscribe_url": f"{site}/unsubscribe/?uuid={r['member_uuid']}"
+                                                   f"&key={batch['email_id']}"}
+            for r in recipients}
+        tags = ["bulk-email", *([self.settings.email_tag] if self.settings.email_tag else [])]
+        from_address, track_opens = headers.pop("From"), headers.pop("X-Track-Opens") == "yes"
+        activity.logger.info("sending batch %s (%d recipients)", input.batch_id, len(recipients))
+        try:
+            provider_id = await self.mailgun.send_batch(
+                from_address=from_address, to=list(variables), subject=subject, html=html, text=text,
+                recipient_variables=variables, tags=tags, variables={"email-id": batch["email_id"]},
+                headers={**headers, "Message-Id": f"<{message_id}>"}, delivery_time=input.delivery_time,
+                tracking_opens=track_opens)
+        except MailgunRejected as error:
+            raise ApplicationError(str(error), error.status_code, type="MailgunRejected", non_retryable=True) from None
+        except MailgunRateLimited as error:
+            delay = timedelta(seconds=error.retry_after) if error.retry_after is not None else None
+            raise ApplicationError(str(error), error.status_code, type="MailgunRateLimited",
+                                   next_retry_delay=delay) from None
+        except MailgunError as error:
+            raise ApplicationError(str(error), error.status_code, type=type(error).__name__) from None
+        await self._record_submitted(input.batch_id, provider_id)
+        return BatchSent(batch_id=input.batch_id, recipients=len(recipients), provider_id=provider_id,
+                         reconciled=False)
+
+    async def _accepted_before(self, message_id: str) -> bool:
+        """Did Mailgun accept a message with this id in the last days? (its events say so)"""
+        begin = datetime.now(timezone.utc) - timedelta(days=3)
+        try:
+            items, _ = await self.mailgun.events_page(None, begin=begin, message_id=message_id, event="accepted",
+                                                      limit=1)
+        except MailgunError as error:
+            raise ApplicationError(f"cannot check whether the batch was accepted: {error}",
+                                   type="MailgunUnavailable") from None
+        return bool(items)
+
+    async def _record_submitted(self, batch_id: str, provider_id: str) -> None:
+        async with self.pool.acquire() as conn, conn.transaction():
+            await conn.execute(
+                "UPDATE email_batches SET status = 'submitted', provider_id = $2, error_status_code = NULL, "
+                "error_message = NULL, error_data = NULL, updated_at = now() WHERE id = $1", batch_id, provider_id)
+            await conn.execute("UPDATE email_recipients SET processed_at = now() WHERE batch_id = $1", batch_id)
+
+    async def _body(self, email_id: str, segment: str | None) -> tuple[str, str, str, dict[str, str]]:
+        """(subject, html, text, headers) for a segment, rendered once per worker and reused."""
+        key = (email_id, segment)
+        if key not in self._bodies:
+            row = await self.pool.fetchrow(
+                """SELECT e.subject, coalesce(e.html, p.html) AS html, coalesce(e.plaintext, p.plaintext) AS text,
+                          e.track_opens, n.name, n.sender_name, n.sender_email, n.sender_reply_to
+                   FROM emails e JOIN posts p ON p.id = e.post_id LEFT JOIN newsletters n ON n.id = e.newsletter_id
+                   WHERE e.id = $1""", email_id)
+            sender = row["sender_email"] or self.settings.from_address
+            from_address = f"{row['sender_name'] or row['name']} <{sender}>" if row["sender_email"] else sender
+            reply_to = sender if row["sender_reply_to"] in (None, "newsletter", "support") else row["sender_reply_to"]
+            footer_html = '<p><a href="%recipient.unsubscribe_url%">Unsubscribe</a></p>'
+            html = render_segment(row["html"], segment) + footer_html
+            text = f"{row['text']}\n\nUnsubscribe: %recipient.unsubscribe_url%"
+            headers = {"From": from_address, "Reply-To": reply_to,
+                       "List-Unsubscribe": "<%recipient.unsubscribe_url%>",
+                       "List-Unsubscribe-Post": "List-Unsubscribe=One-Click",
+                       "X-Track-Opens": "yes" if row["track_opens"] else "no"}
+            self._bodies[key] = (row["subject"], html, text, headers)
+        subject, html, text, headers = self._bodies[key]
+        return subject, html, text, dict(headers)
+
+    @activity.defn
+    async def fail_batch(self, input: FailBatchInput) -> None:
+        """Record why a batch failed; its recipients were processed (tried) all the same."""
+        async with self.pool.acquire() as conn, conn.transaction():
+            await conn.execute(
+                "UPDATE email_batches SET status = 'failed', error_status_code = $2, error_message = $3, "
+                "error_data = jsonb_build_object('message', $3::text), updated_at = now() "
+                "WHERE id = $1 AND status <> 'submitted'", input.batch_id, input.status_code, input.message[:2000])
+            await conn.execute("UPDATE email_recipients SET processed_at = now() WHERE batch_id = $1", input.batch_id)
+
+    @activity.defn
+    async def finish_email(self, input: FinishEmailInput) -> EmailOutcome:
+        """submitted when every batch is; failed with the specification's message otherwise."""
+        async with self.pool.acquire() as conn, conn.transaction():
+            counts = await self._counts(conn, input.email_id)
+            if counts.batches_submitted == counts.batches_total:
+                status, message = "submitted", ""
+            elif counts.batches_submitted:
+                status = "failed"
+                message = PARTIALLY_SENT.format(failed=counts.batches_total - counts.batches_submitted,
+                                                total=counts.batches_total)
+            else:
+                status, message = "failed", NOT_SENT
+            await conn.execute(
+                "UPDATE emails SET status = $2, error = nullif($3, ''), locked_by = NULL, updated_at = now(), "
+                "submitted_at = CASE WHEN $2 = 'submitted' THEN now() ELSE submitted_at END WHERE id = $1",
+                input.email_id, status, message)
+        return EmailOutcome(email_id=input.email_id, status=status, message=message, counts=counts)

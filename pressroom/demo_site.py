@@ -1,0 +1,67 @@
+"""The demo's site: a newsletter, its members, the welcome emails and one post with its email.
+
+Seeding is set-based (one INSERT … SELECT from generate_series for the members) and safe to run
+again on the same database: the newsletter, the members and the welcome emails are reused, and
+each run adds one new post, so every demo has a fresh newsletter to send.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import asyncpg
+
+DEMO_NEWSLETTER_SLUG = "pressroom-weekly"
+DEMO_MEMBER_ADDRESS = "reader{n}@demo.pressroom.test"
+
+
+@dataclass(frozen=True)
+class DemoSite:
+    newsletter_id: str
+    post_id: str
+    email_id: str
+    members: int
+
+
+async def seed_site(pool: asyncpg.Pool, *, members: int, run_tag: str) -> DemoSite:
+    """Newsletter, `members` subscribed members (a tenth of them paid), welcome emails, a new post."""
+    async with pool.acquire() as conn, conn.transaction():
+        newsletter_id = await conn.fetchval(
+            """INSERT INTO newsletters (name, slug, sender_name, sender_email, sender_reply_to)
+               VALUES ('Pressroom Weekly', $1, 'Pressroom Weekly', 'weekly@demo.pressroom.test', 'newsletter')
+               ON CONFLICT (slug) DO UPDATE SET updated_at = now()
+               RETURNING id""", DEMO_NEWSLETTER_SLUG)
+        # Members created a minute in the past, so they are older than the email made below.
+        await conn.execute(
+            """INSERT INTO members (email, name, status, created_at)
+               SELECT replace($1, '{n}', n::text), 'Reader ' || n,
+                      CASE WHEN n % 10 = 0 THEN 'paid' ELSE 'free' END, now() - interval '1 minute'
+               FROM generate_series(1, $2) AS n
+               ON CONFLICT (email) DO NOTHING""", DEMO_MEMBER_ADDRESS, members)
+        await conn.execute(
+            """INSERT INTO members_newsletters (member_id, newsletter_id)
+               SELECT m.id, $1 FROM members m
+               WHERE m.email LIKE 'reader%@demo.pressroom.test'
+               ON CONFLICT (member_id, newsletter_id) DO NOTHING""", newsletter_id)
+        await conn.execute(
+            """INSERT INTO automated_emails (name, slug, subject, html, plaintext)
+               VALUES ('Welcome (free)', 'member-welcome-email-free', 'Welcome to Pressroom Weekly',
+                       '<p>Welcome, %recipient.name%!</p>', 'Welcome, %recipient.name%!'),
+                      ('Welcome (paid)', 'member-welcome-email-paid', 'Thank you for subscribing',
+                       '<p>Thank you, %recipient.name%!</p>', 'Thank you, %recipient.name%!')
+               ON CONFLICT (slug) DO NOTHING""")
+        title = f"The demo issue {run_tag}"
+        html = (f"<h1>{title}</h1><p>Everything Pressroom does, in one minute: a post published on time, "
+                "a newsletter sent to every member exactly once, and the statistics fetched back.</p>")
+        post_id = await conn.fetchval(
+            """INSERT INTO posts (title, slug, html, plaintext, newsletter_id)
+               VALUES ($1, $2, $3, $4, $5) RETURNING id""",
+            title, f"demo-issue-{run_tag}", html, f"{title}\n\nEverything Pressroom does, in one minute.",
+            newsletter_id)
+        email_id = await conn.fetchval(
+            """INSERT INTO emails (post_id, newsletter_id, subject, html, plaintext, recipient_filter)
+               VALUES ($1, $2, $3, $4, $5, 'all') RETURNING id""",
+            post_id, newsletter_id, title, html, f"{title}\n\nEverything Pressroom does, in one minute.")
+        subscribed = await conn.fetchval(
+            "SELECT count(*) FROM members_newsletters WHERE newsletter_id = $1", newsletter_id)
+    return DemoSite(newsletter_id=newsletter_id, post_id=post_id, email_id=email_id, members=subscribed)

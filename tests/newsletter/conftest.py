@@ -1,0 +1,65 @@
+"""Seeding a site for newsletter tests, and running a send against a real worker."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+
+import asyncpg
+import pytest
+
+from tests.conftest import make_settings
+from worker import running_worker
+
+
+@dataclass(frozen=True)
+class SeededEmail:
+    email_id: str
+    post_id: str
+    newsletter_id: str
+
+
+async def seed_email(pool: asyncpg.Pool, *, members: int, paid_every: int = 0, recipient_filter: str = "all",
+                     html: str = "<p>Hello %recipient.name%</p>", broken_addresses: int = 0) -> SeededEmail:
+    """A newsletter with `members` subscribers (every `paid_every`-th paid), a post and its pending email.
+
+    `broken_addresses` members get an address Mailgun refuses (no dot in the domain).
+    """
+    tag = uuid.uuid4().hex[:8]
+    async with pool.acquire() as conn, conn.transaction():
+        newsletter_id = await conn.fetchval(
+            "INSERT INTO newsletters (name, slug, sender_email) VALUES ('Weekly', $1, 'weekly@example.com') "
+            "RETURNING id", f"weekly-{tag}")
+        await conn.execute(
+            """INSERT INTO members (email, name, status, created_at)
+               SELECT CASE WHEN n <= $4 THEN 'broken' || n || '@invalid' ELSE 'm' || n || '-' || $1 || '@example.com' END,
+                      'Member ' || n, CASE WHEN $3 > 0 AND n % $3 = 0 THEN 'paid' ELSE 'free' END,
+                      now() - interval '1 hour'
+               FROM generate_series(1, $2) n""", tag, members, paid_every, broken_addresses)
+        await conn.execute(
+            "INSERT INTO members_newsletters (member_id, newsletter_id) "
+            "SELECT id, $1 FROM members WHERE email LIKE '%' || $2 || '%' OR email LIKE 'broken%'",
+            newsletter_id, tag)
+        post_id = await conn.fetchval(
+            "INSERT INTO posts (title, slug, html, newsletter_id) VALUES ('Issue', $1, $2, $3) RETURNING id",
+            f"issue-{tag}", html, newsletter_id)
+        email_id = await conn.fetchval(
+            "INSERT INTO emails (post_id, newsletter_id, subject, html, plaintext, recipient_filter) "
+            "VALUES ($1, $2, 'Issue 1', $3, 'Hello', $4) RETURNING id", post_id, newsletter_id, html, recipient_filter)
+    return SeededEmail(email_id, post_id, newsletter_id)
+
+
+@pytest.fixture
+def newsletter_settings(postgres_url, mailgun, db):
+    """Settings with small batches, so a few thousand members make several batches."""
+    def build(**overrides):
+        return make_settings(postgres_url, mailgun, **{"batch_size": 1000, **overrides})
+    return build
+
+
+@pytest.fixture
+async def ts_worker(time_skipping_env, newsletter_settings):
+    """A worker on the time-skipping server; retries and timers take no time."""
+    settings = newsletter_settings()
+    async with running_worker(time_skipping_env.client, settings):
+        yield time_skipping_env.client, settings

@@ -1,0 +1,116 @@
+"""Sending a newsletter end to end: real PostgreSQL, a real Temporal server, the simulator over HTTP."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+from temporalio.client import WorkflowFailureError
+
+from starter import start_newsletter
+from workflows.newsletter import SendNewsletterInput, SendNewsletterWorkflow, newsletter_workflow_id
+
+from .conftest import seed_email
+
+
+async def run_send(client, settings, email_id: str):
+    return await client.execute_workflow(SendNewsletterWorkflow.run, SendNewsletterInput(email_id=email_id),
+                                         id=newsletter_workflow_id(email_id), task_queue=settings.task_queue)
+
+
+def delivered(mailgun, email_id: str) -> Counter:
+    """How many times each address was accepted by the simulator for this email."""
+    return Counter(address for message in mailgun.messages_for(email_id) for address in message.recipients)
+
+
+async def test_every_member_gets_exactly_one_message_with_their_own_variables(db, mailgun, ts_worker):
+    client, settings = ts_worker
+    seeded = await seed_email(db, members=2500)
+    outcome = await run_send(client, settings, seeded.email_id)
+
+    assert outcome.status == "submitted" and outcome.counts.batches_total == 3
+    counts = delivered(mailgun, seeded.email_id)
+    members = await db.fetch("SELECT m.email, m.uuid, m.name FROM members m JOIN members_newsletters mn "
+                             "ON mn.member_id = m.id WHERE mn.newsletter_id = $1", seeded.newsletter_id)
+    assert set(counts) == {m["email"] for m in members} and set(counts.values()) == {1}
+    variables = {a: v for message in mailgun.messages_for(seeded.email_id)
+                 for a, v in message.recipient_variables().items()}
+    for member in members:
+        assert variables[member["email"]]["uuid"] == str(member["uuid"])
+        assert variables[member["email"]]["name"] == member["name"]
+    message = mailgun.messages_for(seeded.email_id)[0]
+    assert "bulk-email" in message.tags and message.variables["email-id"] == seeded.email_id
+    assert message.headers["List-Unsubscribe"] == "<%recipient.unsubscribe_url%>"
+    assert message.headers["List-Unsubscribe-Post"] == "List-Unsubscribe=One-Click"
+    email = await db.fetchrow("SELECT status, email_count, submitted_at, locked_by FROM emails WHERE id = $1",
+                              seeded.email_id)
+    assert email["status"] == "submitted" and email["email_count"] == 2500 and email["submitted_at"]
+    assert await db.fetchval("SELECT count(*) FROM email_recipients WHERE email_id = $1 AND processed_at IS NULL",
+                             seeded.email_id) == 0
+
+
+async def test_a_second_start_does_not_send_again(db, mailgun, ts_worker):
+    client, settings = ts_worker
+    seeded = await seed_email(db, members=30)
+    await run_send(client, settings, seeded.email_id)
+    sent = mailgun.stats()["recipients"]
+
+    again = await run_send(client, settings, seeded.email_id)
+    assert again.status == "skipped" and "already submitted" in again.message
+    from_cli = await start_newsletter(seeded.email_id, client=client, settings=settings)
+    assert not from_cli.started and "already sent by run" in from_cli.message
+    assert mailgun.stats()["recipients"] == sent
+
+
+@pytest.mark.parametrize("recipient_filter, expected", [("status:free", 20), ("status:-free", 10),
+                                                        ("status:paid,status:comped", 10)])
+async def test_recipient_filter_selects_members(db, mailgun, ts_worker, recipient_filter, expected):
+    client, settings = ts_worker
+    seeded = await seed_email(db, members=30, paid_every=3, recipient_filter=recipient_filter)
+    outcome = await run_send(client, settings, seeded.email_id)
+    assert outcome.counts.recipients_total == expected == sum(delivered(mailgun, seeded.email_id).values())
+
+
+async def test_suppressed_disabled_and_newer_members_are_left_out(db, mailgun, ts_worker):
+    client, settings = ts_worker
+    seeded = await seed_email(db, members=10)
+    emails = [r["email"] for r in await db.fetch("SELECT email FROM members ORDER BY email LIMIT 3")]
+    await db.execute("INSERT INTO suppressions (email, reason) VALUES ($1, 'bounce')", emails[0])
+    await db.execute("UPDATE members SET email_disabled = true WHERE email = $1", emails[1])
+    await db.execute("UPDATE members SET created_at = now() + interval '1 minute' WHERE email = $1", emails[2])
+    await run_send(client, settings, seeded.email_id)
+    counts = delivered(mailgun, seeded.email_id)
+    assert len(counts) == 7 and not set(emails) & set(counts)
+
+
+async def test_segments_get_their_own_body(db, mailgun, ts_worker):
+    client, settings = ts_worker
+    html = ('<p>All</p><div data-gh-segment="status:free">Upgrade today</div>'
+            '<div data-gh-segment="status:-free">Thanks for paying</div>')
+    seeded = await seed_email(db, members=6, paid_every=2, html=html)
+    await run_send(client, settings, seeded.email_id)
+    bodies = {m.subject for m in mailgun.messages_for(seeded.email_id)}
+    assert bodies == {"Issue 1"} and len(mailgun.messages_for(seeded.email_id)) == 2
+    segments = await db.fetch("SELECT DISTINCT member_segment FROM email_batches WHERE email_id = $1",
+                              seeded.email_id)
+    assert {r["member_segment"] for r in segments} == {"status:free", "status:-free"}
+
+
+@pytest.mark.parametrize("setup, words", [
+    ("unknown", "does not exist"),
+    ("bad_filter", "cannot be parsed"),
+    ("no_subscribers", "has no subscribers"),
+])
+async def test_bad_input_ends_with_a_reason_and_no_write(db, mailgun, ts_worker, setup, words):
+    client, settings = ts_worker
+    email_id = "no-such-email"
+    if setup != "unknown":
+        seeded = await seed_email(db, members=0 if setup == "no_subscribers" else 5,
+                                  recipient_filter="label:vip" if setup == "bad_filter" else "all")
+        email_id = seeded.email_id
+    with pytest.raises(WorkflowFailureError) as failed:
+        await run_send(client, settings, email_id)
+    assert words in str(failed.value.cause)
+    assert await db.fetchval("SELECT count(*) FROM email_batches") == 0
+    assert await db.fetchval("SELECT count(*) FROM emails WHERE status <> 'pending'") == 0
+    assert mailgun.stats()["messages"] == 0

@@ -1,0 +1,187 @@
+"""SendNewsletterWorkflow: one run per email sends it to every recipient exactly once.
+
+It reads like seed 001's flowchart: take the status lock, create (or reuse) the batches, send them
+with bounded concurrency, and mark the email submitted or failed. Temporal replaces the seed's
+retry loops; the workflow id `newsletter-{email_id}` makes a second start find the first run.
+Histories stay small for any list: batch ids come a page at a time and the run continues as new
+when Temporal suggests it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import datetime, timedelta, timezone
+
+from pydantic import BaseModel
+from temporalio import workflow
+from temporalio.common import RetryPolicy
+from temporalio.exceptions import ActivityError, ApplicationError
+
+with workflow.unsafe.imports_passed_through():
+    from activities.newsletter import (BatchCounts, CreateBatchesInput, EmailOutcome, FailBatchInput,
+                                       FinishEmailInput, ListUnsentBatchesInput, LockEmailInput, NewsletterActivities,
+                                       SendBatchInput, SendPlan)
+    from pressroom.temporal import EMAIL_ID, POST_ID
+
+# The specification's database retries: from 2 s, doubling, 20 times, within 30 minutes.
+DATABASE_RETRY = RetryPolicy(initial_interval=timedelta(seconds=2), backoff_coefficient=2.0,
+                             maximum_interval=timedelta(minutes=2), maximum_attempts=20)
+DATABASE_TIMEOUT = timedelta(minutes=30)
+BATCH_PAGE = 100  # batch ids fetched per page: a history holds a few pages at most
+
+
+def newsletter_workflow_id(email_id: str) -> str:
+    return f"newsletter-{email_id}"
+
+
+class SendNewsletterInput(BaseModel):
+    email_id: str
+    resume: Resume | None = None  # set only when the run continues as new
+
+
+class NewsletterProgress(BaseModel):
+    """What the `progress` query answers: the CLI's progress bar and the Web UI read it."""
+
+    email_id: str
+    status: str = "starting"  # starting | sending | submitted | failed | skipped
+    batches_total: int = 0
+    batches_sent: int = 0
+    batches_failed: int = 0
+    recipients_total: int = 0
+    recipients_sent: int = 0
+    message: str = ""
+
+
+class Resume(BaseModel):
+    """What a continued run carries over: the plan and the progress so far."""
+
+    plan: SendPlan
+    progress: NewsletterProgress
+    started_at: float  # epoch seconds of the first run's start, for delivery-time spreading
+    dispatched: int  # batches handed to Mailgun so far, for delivery-time spreading
+
+
+SendNewsletterInput.model_rebuild()
+
+
+@workflow.defn
+class SendNewsletterWorkflow:
+    def __init__(self) -> None:
+        self._progress = NewsletterProgress(email_id="")
+
+    @workflow.query
+    def progress(self) -> NewsletterProgress:
+        return self._progress
+
+    @workflow.run
+    async def run(self, input: SendNewsletterInput) -> EmailOutcome:
+        info = workflow.info()
+        if info.workflow_id != newsletter_workflow_id(input.email_id):
+            raise ApplicationError(f"a newsletter send must run as {newsletter_workflow_id(input.email_id)}, "
+                                   f"not {info.workflow_id}: the id keeps it to one send", non_retryable=True)
+        self._progress = NewsletterProgress(email_id=input.email_id)
+        workflow.upsert_search_attributes([EMAIL_ID.value_set(input.email_id)])
+
+        if input.resume is None:
+            try:
+                lock = await workflow.execute_activity_method(
+                    NewsletterActivities.lock_email, LockEmailInput(email_id=input.email_id,
+                                                                    holder=info.first_execution_run_id),
+                    start_to_close_timeout=timedelta(seconds=60), retry_policy=DATABASE_RETRY)
+            except ActivityError as error:
+                # Bad input (unknown email, unparseable filter, nobody to send to): the run fails
+                # with the reason itself, so the Web UI and the CLI show it in one line.
+                reason = error.cause.message if isinstance(error.cause, ApplicationError) else str(error)
+                self._show(status="failed", message=reason)
+                raise ApplicationError(reason, type="NewsletterRefused", non_retryable=True) from None
+            if not lock.acquired:
+                self._show(status="skipped", message=lock.reason)
+                return EmailOutcome(email_id=input.email_id, status="skipped", message=lock.reason)
+            if lock.post_id:
+                workflow.upsert_search_attributes([POST_ID.value_set(lock.post_id)])
+            counts = await workflow.execute_activity_method(
+                NewsletterActivities.create_batches, CreateBatchesInput(email_id=input.email_id, retry_failed=True),
+                start_to_close_timeout=DATABASE_TIMEOUT, heartbeat_timeout=timedelta(seconds=30),
+                retry_policy=DATABASE_RETRY, summary="create batches")
+            resume = Resume(plan=lock.plan, progress=self._from_counts(input.email_id, counts),
+                            started_at=workflow.now().timestamp(), dispatched=0)
+        else:
+            resume = input.resume
+        self._progress = resume.progress
+        self._show(status="sending")
+
+        while True:
+            batch_ids = await workflow.execute_activity_method(
+                NewsletterActivities.list_unsent_batches,
+                ListUnsentBatchesInput(email_id=input.email_id, limit=BATCH_PAGE),
+                start_to_close_timeout=timedelta(seconds=60), retry_policy=DATABASE_RETRY)
+            if not batch_ids:
+                break
+            await self._send_page(batch_ids, resume)
+            if workflow.info().is_continue_as_new_suggested():
+                resume.progress = self._progress
+                workflow.continue_as_new(SendNewsletterInput(email_id=input.email_id, resume=resume))
+
+        outcome = await workflow.execute_activity_method(
+            NewsletterActivities.finish_email, FinishEmailInput(email_id=input.email_id),
+            start_to_close_timeout=timedelta(seconds=60), retry_policy=DATABASE_RETRY)
+        if outcome.counts:
+            self._progress = self._from_counts(input.email_id, outcome.counts)
+        self._show(status=outcome.status, message=outcome.message)
+        return outcome
+
+    async def _send_page(self, batch_ids: list[str], resume: Resume) -> None:
+        """Send a page of batches, at most `concurrency` at a time."""
+        plan = resume.plan
+        slots = asyncio.Semaphore(plan.concurrency)
+        mailgun_retry = RetryPolicy(initial_interval=timedelta(seconds=plan.mailgun_retry_seconds),
+                                    backoff_coefficient=1.0, maximum_attempts=plan.mailgun_retries + 1,
+                                    non_retryable_error_types=["MailgunRejected", "BatchNotFound"])
+
+        async def send(batch_id: str, number: int) -> None:
+            async with slots:
+                delivery_time = None
+                if plan.delivery_window_seconds and self._progress.batches_total:
+                    share = number / self._progress.batches_total
+                    delivery_time = datetime.fromtimestamp(
+                        resume.started_at + plan.delivery_window_seconds * share, timezone.utc)
+                try:
+                    sent = await workflow.execute_activity_method(
+                        NewsletterActivities.send_batch, SendBatchInput(batch_id=batch_id, delivery_time=delivery_time),
+                        start_to_close_timeout=timedelta(minutes=2), retry_policy=mailgun_retry,
+                        summary=f"batch {number + 1} of {self._progress.batches_total}")
+                except ActivityError as error:
+                    cause = error.cause
+                    message = str(cause) if cause else str(error)
+                    status_code = (cause.details[0] if isinstance(cause, ApplicationError) and cause.details
+                                   and isinstance(cause.details[0], int) else None)
+                    await workflow.execute_activity_method(
+                        NewsletterActivities.fail_batch,
+                        FailBatchInput(batch_id=batch_id, status_code=status_code, message=message),
+                        start_to_close_timeout=timedelta(seconds=60), retry_policy=DATABASE_RETRY)
+                    self._progress.batches_failed += 1
+                else:
+                    self._progress.batches_sent += 1
+                    self._progress.recipients_sent += sent.recipients
+                self._show()
+
+        first = resume.dispatched
+        resume.dispatched += len(batch_ids)
+        await asyncio.gather(*(send(batch_id, first + n) for n, batch_id in enumerate(batch_ids)))
+
+    @staticmethod
+    def _from_counts(email_id: str, counts: BatchCounts) -> NewsletterProgress:
+        return NewsletterProgress(email_id=email_id, batches_total=counts.batches_total,
+                                  batches_sent=counts.batches_submitted, recipients_total=counts.recipients_total,
+                                  recipients_sent=counts.recipients_submitted)
+
+    def _show(self, *, status: str | None = None, message: str | None = None) -> None:
+        """Update the progress and the Web UI's "current details" line."""
+        p = self._progress
+        if status is not None:
+            p.status = status
+        if message is not None:
+            p.message = message
+        details = (f"**{p.status}**: {p.batches_sent}/{p.batches_total} batches sent, {p.batches_failed} failed; "
+                   f"{p.recipients_sent}/{p.recipients_total} recipients")
+        workflow.set_current_details(f"{details}\n\n{p.message}" if p.message else details)
