@@ -277,6 +277,10 @@ class NewsletterActivities:
         Safe to repeat: a submitted batch is not sent again, and a batch an earlier attempt may have
         delivered to Mailgun is first looked up by its Message-Id in Mailgun's events.
         """
+        async with heartbeating():
+            return await self._send_batch(input)
+
+    async def _send_batch(self, input: SendBatchInput) -> BatchSent:
         async with self.pool.acquire() as conn:
             batch = await conn.fetchrow(
                 """UPDATE email_batches b SET status = 'submitting', updated_at = now()

@@ -7,7 +7,8 @@ What it models
 --------------
 * `POST /v3/{domain}/messages` like Mailgun: Basic auth as ("api", KEY) (401 "Forbidden"
   otherwise), 404 for another domain, 400 `{"message": ...}` for a missing from/to/subject/body,
-  more than 1,000 recipients, more than 3 `o:tag`, or bad `recipient-variables` / `o:deliverytime`.
+  an address without a dotted domain, more than 1,000 recipients, more than 3 `o:tag`, or bad
+  `recipient-variables` / `o:deliverytime`.
   An `h:Message-Id` header becomes the message id, so a sender can reconcile an uncertain send.
 * Events for every recipient of an accepted message: `accepted`; then `failed` (permanent or
   temporary) or `delivered`; after delivery maybe `opened`, `unsubscribed`, `complained`. The
@@ -92,6 +93,7 @@ _FAILURES = {
                   "message": "4.2.2 The email account that you tried to reach is over quota"},
 }
 _TEMPLATE = re.compile(r"%recipient\.([A-Za-z0-9_.-]+)%")
+_VALID_ADDRESS = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")  # Mailgun refuses a domain without a dot
 
 
 @dataclass
@@ -480,6 +482,8 @@ class MailgunSimulator:
             raise _Invalid("subject parameter is missing")
         if not text("text") and not text("html"):
             raise _Invalid("Need at least one of 'text' or 'html' parameters specified")
+        if any(not _VALID_ADDRESS.match(address) for address in recipients):
+            raise _Invalid("'to' parameter is not a valid address. please check documentation")
         if len(recipients) > MAX_RECIPIENTS:
             raise _Invalid(f"Too many recipients: {len(recipients)}, the maximum is {MAX_RECIPIENTS} per message")
         tags = tuple(v for v in form.getall("o:tag", []) if isinstance(v, str))

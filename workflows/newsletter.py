@@ -27,6 +27,8 @@ with workflow.unsafe.imports_passed_through():
 DATABASE_RETRY = RetryPolicy(initial_interval=timedelta(seconds=2), backoff_coefficient=2.0,
                              maximum_interval=timedelta(minutes=2), maximum_attempts=20)
 DATABASE_TIMEOUT = timedelta(minutes=30)
+# Long activities heartbeat; a worker that dies is noticed this fast and its work retried elsewhere.
+HEARTBEAT_TIMEOUT = timedelta(seconds=15)
 BATCH_PAGE = 100  # batch ids fetched per page: a history holds a few pages at most
 
 
@@ -101,7 +103,7 @@ class SendNewsletterWorkflow:
                 workflow.upsert_search_attributes([POST_ID.value_set(lock.post_id)])
             counts = await workflow.execute_activity_method(
                 NewsletterActivities.create_batches, CreateBatchesInput(email_id=input.email_id, retry_failed=True),
-                start_to_close_timeout=DATABASE_TIMEOUT, heartbeat_timeout=timedelta(seconds=30),
+                start_to_close_timeout=DATABASE_TIMEOUT, heartbeat_timeout=HEARTBEAT_TIMEOUT,
                 retry_policy=DATABASE_RETRY, summary="create batches")
             resume = Resume(plan=lock.plan, progress=self._from_counts(input.email_id, counts),
                             started_at=workflow.now().timestamp(), dispatched=0)
@@ -148,7 +150,8 @@ class SendNewsletterWorkflow:
                 try:
                     sent = await workflow.execute_activity_method(
                         NewsletterActivities.send_batch, SendBatchInput(batch_id=batch_id, delivery_time=delivery_time),
-                        start_to_close_timeout=timedelta(minutes=2), retry_policy=mailgun_retry,
+                        start_to_close_timeout=timedelta(minutes=2), heartbeat_timeout=HEARTBEAT_TIMEOUT,
+                        retry_policy=mailgun_retry,
                         summary=f"batch {number + 1} of {self._progress.batches_total}")
                 except ActivityError as error:
                     cause = error.cause

@@ -1,0 +1,159 @@
+"""Faults on the way: Mailgun errors, lost answers, refused batches, and a worker that dies."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+from temporalio.client import Client
+from temporalio.worker import Replayer
+
+from pressroom.temporal import data_converter
+from starter import follow_newsletter, start_newsletter
+from workflows.newsletter import SendNewsletterWorkflow
+from worker import running_worker
+
+from .conftest import seed_email
+from .test_send import delivered, run_send
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+async def test_injected_5xx_and_429_end_with_every_batch_submitted(db, mailgun, time_skipping_env,
+                                                                   newsletter_settings):
+    settings = newsletter_settings(batch_size=50)
+    seeded = await seed_email(db, members=1000)
+    mailgun.set_faults(error_rate=0.1, rate_limit_rate=0.1, retry_after_seconds=1, seed=3)
+    async with running_worker(time_skipping_env.client, settings):
+        outcome = await run_send(time_skipping_env.client, settings, seeded.email_id)
+    assert outcome.status == "submitted" and outcome.counts.batches_submitted == 20
+    counts = delivered(mailgun, seeded.email_id)
+    assert len(counts) == 1000 and set(counts.values()) == {1}
+    assert mailgun.stats()["requests"]["messages"] > 20  # the faults really happened
+
+
+async def test_lost_responses_are_reconciled_not_resent(db, mailgun, time_skipping_env, newsletter_settings):
+    settings = newsletter_settings(batch_size=50)
+    seeded = await seed_email(db, members=1000)
+    mailgun.set_faults(lost_response_rate=0.1, seed=5)
+    async with running_worker(time_skipping_env.client, settings):
+        outcome = await run_send(time_skipping_env.client, settings, seeded.email_id)
+    assert outcome.status == "submitted"
+    assert mailgun.stats()["duplicate_recipients"] == 0
+    counts = delivered(mailgun, seeded.email_id)
+    assert len(counts) == 1000 and set(counts.values()) == {1}
+    provider_ids = {r["provider_id"] for r in await db.fetch(
+        "SELECT provider_id FROM email_batches WHERE email_id = $1", seeded.email_id)}
+    assert provider_ids == {m.id for m in mailgun.messages_for(seeded.email_id)}
+
+
+async def test_a_refused_batch_fails_alone_and_a_rerun_sends_only_it(db, mailgun, ts_worker):
+    client, settings = ts_worker
+    settings_small = settings.model_copy(update={"batch_size": 10})
+    seeded = await seed_email(db, members=30, broken_addresses=1)
+    async with running_worker(client, settings_small, task_queue=settings.task_queue + "-small"):
+        outcome = await client.execute_workflow(
+            SendNewsletterWorkflow.run, {"email_id": seeded.email_id}, id=f"newsletter-{seeded.email_id}",
+            task_queue=settings.task_queue + "-small")
+    assert outcome.status == "failed" and "partially sent" in outcome.message
+    assert outcome.counts.batches_failed == 1 and outcome.counts.batches_submitted == 2
+    failed = await db.fetchrow("SELECT id, error_status_code, error_message FROM email_batches "
+                               "WHERE email_id = $1 AND status = 'failed'", seeded.email_id)
+    assert failed["error_status_code"] == 400 and "not a valid address" in failed["error_message"]
+    email = await db.fetchrow("SELECT status, error FROM emails WHERE id = $1", seeded.email_id)
+    assert email["status"] == "failed" and "partially sent" in email["error"]
+    assert len(delivered(mailgun, seeded.email_id)) == 20
+
+    # The operator fixes the address; running the send again sends the failed batch only.
+    await db.execute("UPDATE email_recipients SET member_email = 'fixed1@example.com' "
+                     "WHERE member_email = 'broken1@invalid'")
+    before = len(mailgun.messages_for(seeded.email_id))
+    async with running_worker(client, settings_small, task_queue=settings.task_queue + "-small"):
+        rerun = await client.execute_workflow(
+            SendNewsletterWorkflow.run, {"email_id": seeded.email_id}, id=f"newsletter-{seeded.email_id}",
+            task_queue=settings.task_queue + "-small")
+    assert rerun.status == "submitted"
+    assert len(mailgun.messages_for(seeded.email_id)) == before + 1
+    counts = delivered(mailgun, seeded.email_id)
+    assert len(counts) == 30 and set(counts.values()) == {1}
+
+
+async def test_history_stays_bounded_with_continue_as_new_and_replays(db, mailgun, dev_env, newsletter_settings):
+    """The dev server suggests continuing as new after 200 events; 60 batches go past that."""
+    settings = newsletter_settings(batch_size=10, send_concurrency=4)
+    seeded = await seed_email(db, members=600)
+    async with running_worker(dev_env.client, settings):
+        start = await start_newsletter(seeded.email_id, client=dev_env.client, settings=settings)
+        outcome = await follow_newsletter(start.workflow_id, client=dev_env.client)
+    assert outcome.status == "submitted" and outcome.counts.batches_submitted == 60
+    counts = delivered(mailgun, seeded.email_id)
+    assert len(counts) == 600 and set(counts.values()) == {1}
+    last = await dev_env.client.get_workflow_handle(start.workflow_id).describe()
+    assert last.run_id != start.run_id  # it continued as new at least once
+    first_history = await dev_env.client.get_workflow_handle(start.workflow_id, run_id=start.run_id).fetch_history()
+    assert len(first_history.events) < 400
+    replayer = Replayer(workflows=[SendNewsletterWorkflow], data_converter=data_converter())
+    await replayer.replay_workflow(first_history)
+    await replayer.replay_workflow(await dev_env.client.get_workflow_handle(start.workflow_id).fetch_history())
+
+
+def spawn_worker(settings, dev_env) -> subprocess.Popen:
+    env = {**os.environ, "DATABASE_URL": settings.database_url,
+           "TEMPORAL_ADDRESS": dev_env.client.service_client.config.target_host,
+           "PRESSROOM_TASK_QUEUE": settings.task_queue, "MAILGUN_BASE_URL": settings.mailgun_base_url,
+           "MAILGUN_API_KEY": settings.mailgun_api_key.get_secret_value(), "MAILGUN_DOMAIN": settings.mailgun_domain,
+           "PRESSROOM_BATCH_SIZE": str(settings.batch_size), "PRESSROOM_SEND_CONCURRENCY": "2",
+           "PRESSROOM_MAILGUN_RETRY_SECONDS": "0.5"}
+    return subprocess.Popen([sys.executable, "-m", "worker"], cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+
+
+async def wait_until(check, timeout: float = 60) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not await check():
+        assert loop.time() < deadline, "timed out waiting"
+        await asyncio.sleep(0.05)
+
+
+async def test_a_worker_killed_while_creating_batches_and_while_sending(db, mailgun, dev_env, newsletter_settings):
+    """SIGKILL a worker process twice; the next worker finishes with nobody missing and nobody twice."""
+    settings = newsletter_settings(batch_size=500)
+    seeded = await seed_email(db, members=20_000)
+    mailgun.set_faults(latency_ms=300)
+    client: Client = dev_env.client
+
+    worker = spawn_worker(settings, dev_env)
+    start = await start_newsletter(seeded.email_id, client=client, settings=settings)
+
+    async def creating() -> bool:
+        return bool(await db.fetchval("SELECT count(*) FROM pg_stat_activity WHERE query LIKE '%WITH chosen%' "
+                                      "AND state = 'active' AND pid <> pg_backend_pid()"))
+    await wait_until(creating)
+    worker.send_signal(signal.SIGKILL)
+    worker.wait()
+    assert await db.fetchval("SELECT count(*) FROM email_recipients WHERE email_id = $1", seeded.email_id) == 0
+
+    worker = spawn_worker(settings, dev_env)
+
+    async def sending() -> bool:
+        return bool(await db.fetchval("SELECT count(*) FROM email_batches WHERE email_id = $1 "
+                                      "AND status = 'submitted'", seeded.email_id))
+    await wait_until(sending)
+    worker.send_signal(signal.SIGKILL)
+    worker.wait()
+    worker = spawn_worker(settings, dev_env)
+    try:
+        outcome = await follow_newsletter(start.workflow_id, client=client)
+    finally:
+        worker.terminate()
+        worker.wait()
+    assert outcome.status == "submitted" and outcome.counts.batches_submitted == 40
+    counts = delivered(mailgun, seeded.email_id)
+    assert len(counts) == 20_000 and set(counts.values()) == {1}
+    assert await db.fetchval("SELECT count(*) FROM (SELECT member_id FROM email_recipients WHERE email_id = $1 "
+                             "GROUP BY member_id HAVING count(*) > 1) twice", seeded.email_id) == 0
