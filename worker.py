@@ -21,10 +21,10 @@ from temporalio.worker import Worker
 
 import activities
 import workflows
+from activities.analytics import ensure_schedule as ensure_analytics_schedule
 from pressroom import database
 from pressroom.dependencies import Dependencies
 from pressroom.settings import Settings, get_settings
-from activities.analytics import ensure_schedule as ensure_analytics_schedule
 
 log = logging.getLogger("pressroom.worker")
 

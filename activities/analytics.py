@@ -23,7 +23,6 @@ from temporalio.exceptions import ApplicationError
 from activities.mailgun import MAILGUN_MAX_EVENTS_PAGE, MailgunError
 
 if TYPE_CHECKING:
-    import asyncpg
     from temporalio.client import Client
 
     from pressroom.dependencies import Dependencies

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import AsyncIterator
 from datetime import datetime, timedelta, timezone
+from decimal import ROUND_HALF_UP, Decimal
 
 import asyncpg
 import pytest
@@ -98,10 +99,9 @@ async def expected_counts(db: asyncpg.Pool, truth) -> tuple[dict, dict]:
     member_result = {}
     for member_id, (received, opened) in members.items():
         n = tracked[member_id]
-        rate = min(100, int(round(100 * opened / n + 1e-9))) if n >= 5 else None
-        if n >= 5:  # PostgreSQL rounds half away from zero
-            from decimal import ROUND_HALF_UP, Decimal
-            rate = min(100, int((Decimal(100 * opened) / Decimal(n)).quantize(Decimal(1), ROUND_HALF_UP)))
+        # A whole percentage rounded half up, as PostgreSQL's round() does.
+        rate = min(100, int((Decimal(100 * opened) / Decimal(n)).quantize(Decimal(1), ROUND_HALF_UP))) \
+            if n >= 5 else None
         member_result[member_id] = (received, opened, rate)
     return {k: tuple(v) for k, v in emails.items()}, member_result
 
