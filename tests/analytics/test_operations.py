@@ -146,3 +146,40 @@ def test_the_commands_have_help_and_bad_times_are_one_line():
     result = pressroom("analytics", "backfill", "--from", "2026-13-01T00:00:00Z", "--to", "2026-01-01T00:00:00Z")
     lines = [line for line in result.stderr.splitlines() if line.strip()]
     assert result.returncode == 1 and len(lines) == 1 and "--from" in lines[0] and "ISO 8601" in lines[0]
+
+
+class BreaksOnce(BreaksAfter):
+    """Fails one request after `pages` pages, then works again: the retried attempt must resume."""
+
+    async def events_page(self, *args, **kwargs):
+        self.pages -= 1
+        if self.pages == -1:
+            raise MailgunUnavailable("Mailgun could not be reached (test)", may_have_been_accepted=False)
+        return await MailgunClient.events_page(self, *args, **kwargs)
+
+
+async def test_a_failed_attempt_in_a_workflow_resumes_from_temporal_heartbeat_details(
+        dev_env, db, mailgun, analytics_settings):
+    from activities.analytics import FetchEmailAnalyticsInput
+    from pressroom.dependencies import Dependencies
+    from worker import build_worker
+    from workflows.analytics import FetchEmailAnalyticsWorkflow
+
+    await seed_newsletter(db, members=4500, emails=1)
+    mailgun.add_synthetic_events(email_id="e0", recipients=[address(n) for n in range(4500)], events=["delivered"])
+    options = dict(base_url=mailgun.base_url, api_key=mailgun.api_key, domain=mailgun.domain)
+    # latest-opened reads one (empty) page; then latest breaks after its 12th page.
+    async with BreaksOnce(13, **options) as breaking:
+        deps = Dependencies(settings=analytics_settings, pool=db, mailgun=breaking, temporal=dev_env.client)
+        async with build_worker(dev_env.client, deps):
+            result = await dev_env.client.execute_workflow(
+                FetchEmailAnalyticsWorkflow.run, FetchEmailAnalyticsInput(now=sim_now(mailgun)),
+                id=f"analytics-resume-{time.time_ns()}", task_queue=analytics_settings.task_queue,
+                execution_timeout=timedelta(minutes=1))
+    latest = result.phases[1]
+    assert latest.phase == "latest" and latest.events == 4500 and latest.applied == 4500
+    # opened: 1 page; latest: 12 pages, the failure (never sent), then pages 11..15 and the empty
+    # one, not from page 1 again (that would be 16); missing: 1 empty page; no backfills.
+    assert mailgun.request_counts["events"] == 1 + 12 + 6 + 1
+    emails, _ = await actual_counts(db)
+    assert emails["e0"] == (4500, 0, 0)
