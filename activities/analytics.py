@@ -356,6 +356,11 @@ class AnalyticsActivities:
             return await mailgun.events_page(at, begin=begin, end=end, ascending=True, limit=limit, event=event)
 
         batch, last_moment = _Batch(), None
+        if url is None and begin >= end:
+            # An empty window (the first missing window, or a clock that has not moved): nothing to ask.
+            await self._apply(batch, result, job, {"resume_url": None, "window_end": _epoch(end),
+                                                   "cursor": _epoch(end)})
+            return await self._finish(result, job, phase, now, started)
         pending: asyncio.Task | None = asyncio.create_task(page(url))
         exhausted = False
         try:
@@ -388,10 +393,19 @@ class AnalyticsActivities:
         finally:
             if pending is not None:
                 pending.cancel()
+        return await self._finish(result, job, phase, now, started)
+
+    async def _finish(self, result: PhaseResult, job: str, phase: str, now: datetime, started: float) -> PhaseResult:
+        """The phase's figures: time, cursor and lag; logged and counted in the metrics."""
         result.seconds = round(result.seconds + time.monotonic() - started, 3)
         saved = await self._job_metadata(job)
         result.cursor = _moment(saved.get("cursor"))
         result.lag_seconds = round((now - result.cursor).total_seconds(), 3) if result.cursor else None
+        if phase.startswith("latest") and result.lag_seconds is not None \
+                and result.lag_seconds > 2 * self._settings.analytics_interval_seconds \
+                + self._settings.analytics_end_margin_seconds:
+            # The seed's openedJobLagWarningMinutes: the cursor falls behind more than two runs.
+            activity.logger.warning("analytics %s cursor lags %.0f s behind now", phase, result.lag_seconds)
         activity.logger.info(
             "analytics %s: %d events (%s), %d applied, %d unknown, %d malformed, %.0f events/s, lag %s s%s",
             phase, result.events, dict(result.by_type), result.applied, result.unknown, result.malformed,
@@ -399,6 +413,9 @@ class AnalyticsActivities:
         meter = activity.metric_meter()
         meter.create_counter("pressroom_analytics_events", "events read from Mailgun").add(
             result.events, {"phase": phase})
+        if result.lag_seconds is not None:
+            meter.create_gauge_float("pressroom_analytics_cursor_lag_seconds", "cursor lag behind now", "s").set(
+                result.lag_seconds, {"phase": phase})
         return result
 
     async def _apply(self, batch: _Batch, result: PhaseResult, job: str, cursor: dict[str, Any]) -> None:
