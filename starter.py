@@ -205,7 +205,7 @@ async def analytics_status(settings: Settings | None = None, client=None) -> dic
     import json
     from datetime import datetime, timezone
 
-    from activities.analytics import RUNS_JOB
+    from activities.analytics import PHASE_JOBS, RUNS_JOB
     from pressroom import database
 
     settings = settings or get_settings()
@@ -225,7 +225,7 @@ async def analytics_status(settings: Settings | None = None, client=None) -> dic
             metadata = json.loads(row["metadata"])
             if row["name"] == RUNS_JOB:
                 status["runs"] = metadata.get("runs", [])
-            elif "cursor" in metadata or row["status"] != "queued" and "begin" not in metadata:
+            elif row["name"] in PHASE_JOBS.values():
                 cursor = metadata.get("cursor")
                 status["cursors"][row["name"]] = {
                     "cursor": datetime.fromtimestamp(cursor, timezone.utc).isoformat() if cursor else None,
@@ -278,7 +278,11 @@ def analytics_backfill_command(
 @analytics_app.command("status")
 def analytics_status_command() -> None:
     """The schedule's state, the last runs, the cursors and their lag."""
-    status = run_async(analytics_status())
+    print_analytics_status(run_async(analytics_status()))
+
+
+def print_analytics_status(status: dict, console: Console = console) -> None:
+    """`analytics status` as lines: schedule, next run, cursors with lag, backfills, the last runs."""
     console.print(f"schedule email-analytics: {'paused' if status['paused'] else 'active'}"
                   f"{' (' + status['note'] + ')' if status['note'] else ''}", highlight=False)
     if status["next"]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import io
 import dataclasses
 import os
 import subprocess
@@ -11,6 +12,7 @@ import time
 from datetime import timedelta
 
 import pytest
+from rich.console import Console
 from temporalio.client import ScheduleOverlapPolicy
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
@@ -18,7 +20,8 @@ from temporalio.testing import ActivityEnvironment
 from activities.analytics import SCHEDULE_ID, AggregateInput, FetchPhaseInput, _Batch
 from activities.mailgun import MailgunClient, MailgunUnavailable
 from pressroom.errors import BadInput
-from starter import analytics_backfill, analytics_pause, analytics_schedule, analytics_status, analytics_trigger
+from starter import (analytics_backfill, analytics_pause, analytics_schedule, analytics_status, analytics_trigger,
+                     print_analytics_status)
 from worker import running_worker
 
 from .conftest import activities_for, actual_counts, address, seed_newsletter, sim_now
@@ -95,6 +98,11 @@ async def test_the_schedule_is_created_once_and_keeps_its_paused_state(dev_env, 
         assert all(c["lag_seconds"] is not None for c in status["cursors"].values())
         emails, _ = await actual_counts(db)
         assert emails["e0"] == (1, 1, 0)
+        out = Console(file=io.StringIO(), width=200)
+        print_analytics_status(status, out)
+        text = out.file.getvalue()
+        assert "schedule email-analytics: active" in text and "cursor email-analytics-latest:" in text
+        assert "lag" in text and "2 events {'opened': 1, 'delivered': 1}" in text
     finally:
         await client.get_schedule_handle(SCHEDULE_ID).delete()
 
