@@ -245,6 +245,192 @@ def newsletter_send(email_id: str = typer.Argument(..., help="The email to send 
 
 # --- analytics ---------------------------------------------------------------------------------
 
+analytics_app = typer.Typer(help="Email analytics: the schedule that fetches Mailgun events into statistics.",
+                            no_args_is_help=True)
+app.add_typer(analytics_app, name="analytics")
+
+
+def parse_moment(text: str, option: str):
+    """An ISO 8601 time with its offset (2026-11-01T00:00:00+00:00 or ...Z), else one-line BadInput."""
+    from datetime import datetime
+
+    from pressroom.errors import BadInput
+
+    try:
+        moment = datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise BadInput(f"{option} {text!r} is not an ISO 8601 time (such as 2026-11-01T00:00:00+00:00)") from None
+    if moment.tzinfo is None:
+        raise BadInput(f"{option} {text!r} needs a UTC offset (such as +00:00 or Z)")
+    return moment
+
+
+async def analytics_schedule(settings: Settings | None = None, client=None) -> str:
+    """Create or update the `email-analytics` schedule; answers "created" or "updated"."""
+    from activities.analytics import ensure_schedule
+
+    settings = settings or get_settings()
+    return await ensure_schedule(client or await temporal_client(settings), settings)
+
+
+async def _analytics_handle(settings: Settings | None, client):
+    from temporalio.service import RPCError, RPCStatusCode
+
+    from activities.analytics import SCHEDULE_ID
+    from pressroom.errors import NotFound
+
+    client = client or await temporal_client(settings or get_settings())
+    handle = client.get_schedule_handle(SCHEDULE_ID)
+    try:
+        return handle, await handle.describe()
+    except RPCError as error:
+        if error.status == RPCStatusCode.NOT_FOUND:
+            raise NotFound(f"schedule {SCHEDULE_ID} does not exist (create it with `pressroom analytics schedule`)") \
+                from None
+        raise
+
+
+async def analytics_trigger(settings: Settings | None = None, client=None) -> None:
+    """Start one run now (skipped by the overlap policy if one is running)."""
+    handle, _ = await _analytics_handle(settings, client)
+    await handle.trigger()
+
+
+async def analytics_pause(paused: bool, settings: Settings | None = None, client=None) -> None:
+    handle, _ = await _analytics_handle(settings, client)
+    if paused:
+        await handle.pause(note="paused with pressroom analytics pause")
+    else:
+        await handle.unpause(note="unpaused with pressroom analytics unpause")
+
+
+async def analytics_backfill(begin: str, end: str, settings: Settings | None = None) -> str:
+    """Record a backfill request that the next run reads; answers its job name."""
+    import json
+    import uuid
+
+    from activities.analytics import BACKFILL_PREFIX
+    from pressroom import database
+    from pressroom.errors import BadInput
+
+    start, stop = parse_moment(begin, "--from"), parse_moment(end, "--to")
+    if start >= stop:
+        raise BadInput(f"--from {begin!r} must come before --to {end!r}")
+    settings = settings or get_settings()
+    name = f"{BACKFILL_PREFIX}{uuid.uuid4().hex[:12]}"
+    pool = await database.connect(settings.require_database(), max_size=1)
+    try:
+        await pool.execute("INSERT INTO jobs (name, status, metadata) VALUES ($1, 'queued', $2::jsonb)", name,
+                           json.dumps({"begin": start.timestamp(), "end": stop.timestamp()}))
+    finally:
+        await pool.close()
+    return name
+
+
+async def analytics_status(settings: Settings | None = None, client=None) -> dict:
+    """The schedule's state, its recent actions, each cursor with its lag, and the last runs."""
+    import json
+    from datetime import datetime, timezone
+
+    from activities.analytics import PHASE_JOBS, RUNS_JOB
+    from pressroom import database
+
+    settings = settings or get_settings()
+    _, description = await _analytics_handle(settings, client)
+    state = description.schedule.state
+    now = datetime.now(timezone.utc)
+    status = {"paused": state.paused, "note": state.note or "",
+              "next": [t.isoformat() for t in description.info.next_action_times[:3]],
+              "recent": [{"at": a.started_at.isoformat(), "workflow_id": a.action.workflow_id}
+                         for a in description.info.recent_actions[-5:]],
+              "running": [a.workflow_id for a in description.info.running_actions],
+              "cursors": {}, "runs": [], "backfills": []}
+    pool = await database.connect(settings.require_database(), max_size=1)
+    try:
+        for row in await pool.fetch("SELECT name, status, metadata FROM jobs WHERE name LIKE 'email-analytics%'"
+                                    " ORDER BY name"):
+            metadata = json.loads(row["metadata"])
+            if row["name"] == RUNS_JOB:
+                status["runs"] = metadata.get("runs", [])
+            elif row["name"] in PHASE_JOBS.values():
+                cursor = metadata.get("cursor")
+                status["cursors"][row["name"]] = {
+                    "cursor": datetime.fromtimestamp(cursor, timezone.utc).isoformat() if cursor else None,
+                    "lag_seconds": round(now.timestamp() - cursor, 1) if cursor else None,
+                    "status": row["status"]}
+            if "begin" in metadata:
+                status["backfills"].append({"name": row["name"], "status": row["status"]})
+    finally:
+        await pool.close()
+    return status
+
+
+@analytics_app.command("schedule")
+def analytics_schedule_command() -> None:
+    """Create or update the schedule `email-analytics` (safe to run again)."""
+    outcome = run_async(analytics_schedule())
+    console.print(f"schedule email-analytics {outcome}")
+
+
+@analytics_app.command("run")
+def analytics_run_command() -> None:
+    """Start one analytics run now."""
+    run_async(analytics_trigger())
+    console.print("triggered one email-analytics run")
+
+
+@analytics_app.command("pause")
+def analytics_pause_command() -> None:
+    """Pause the schedule (runs in progress finish)."""
+    run_async(analytics_pause(True))
+    console.print("schedule email-analytics paused")
+
+
+@analytics_app.command("unpause")
+def analytics_unpause_command() -> None:
+    """Resume the schedule."""
+    run_async(analytics_pause(False))
+    console.print("schedule email-analytics unpaused")
+
+
+@analytics_app.command("backfill")
+def analytics_backfill_command(
+        begin: str = typer.Option(..., "--from", help="ISO 8601 with offset, e.g. 2026-11-01T00:00:00+00:00"),
+        end: str = typer.Option(..., "--to", help="ISO 8601 with offset")) -> None:
+    """Ask the next runs to re-read Mailgun's events between two times."""
+    name = run_async(analytics_backfill(begin, end))
+    console.print(f"backfill recorded as {name}; the next run reads it")
+
+
+@analytics_app.command("status")
+def analytics_status_command() -> None:
+    """The schedule's state, the last runs, the cursors and their lag."""
+    print_analytics_status(run_async(analytics_status()))
+
+
+def print_analytics_status(status: dict, console: Console = console) -> None:
+    """`analytics status` as lines: schedule, next run, cursors with lag, backfills, the last runs."""
+    console.print(f"schedule email-analytics: {'paused' if status['paused'] else 'active'}"
+                  f"{' (' + status['note'] + ')' if status['note'] else ''}", highlight=False)
+    if status["next"]:
+        console.print(f"next run: {status['next'][0]}", highlight=False)
+    for name in status["running"]:
+        console.print(f"running: {name}", highlight=False)
+    for name, cursor in status["cursors"].items():
+        console.print(f"cursor {name}: {cursor['cursor']} (lag {cursor['lag_seconds']} s)", highlight=False)
+    for backfill in status["backfills"]:
+        console.print(f"backfill {backfill['name']}: {backfill['status']}", highlight=False)
+    for run in status["runs"][:5]:
+        counts = {}
+        for phase in run["phases"]:
+            for kind, n in phase["by_type"].items():
+                counts[kind] = counts.get(kind, 0) + n
+        console.print(f"run {run['started_at']}: {sum(p['events'] for p in run['phases'])} events {counts}, "
+                      f"{run.get('events_per_second', 0)} events/s"
+                      f"{', capped' if run['capped'] else ''}{', ERROR ' + run['error'] if run['error'] else ''}",
+                      highlight=False)
+
+
 # --- scheduled posts ---------------------------------------------------------------------------
 
 # --- demo and operations -----------------------------------------------------------------------

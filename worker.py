@@ -22,6 +22,7 @@ from temporalio.worker import Worker
 
 import activities
 import workflows
+from activities.analytics import ensure_schedule as ensure_analytics_schedule
 from pressroom import database
 from pressroom.dependencies import Dependencies
 from pressroom.settings import Settings, get_settings
@@ -121,6 +122,7 @@ async def run(settings: Settings | None = None) -> None:
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     async with running_worker(client, settings):
+        await ensure_analytics_schedule(client, settings)  # analytics: the schedule exists, at current settings
         log.info("worker started on task queue %s", settings.task_queue)
         await stop.wait()
         log.info("worker stopping: in-flight activities finish or are handed back")

@@ -1,0 +1,518 @@
+"""Email analytics (seed 003): page Mailgun's events into email_recipients, then aggregate.
+
+Each phase (latest opened, latest others, missing, backfills) keeps its own cursor in the jobs
+table. A phase reads its window page by page, applies a batch of pages with a few set-based
+statements in one transaction that also moves its cursor, and heartbeats the next page's URL, so a
+retry continues from the last batch applied. Applying is idempotent: a time is set only when still
+empty, failures are unique by event id, complaints by (email, member), suppressions by address.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections import Counter
+from datetime import datetime, timedelta, timezone
+from typing import TYPE_CHECKING, Any, Literal
+
+from pydantic import BaseModel, Field
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from activities.mailgun import MAILGUN_MAX_EVENTS_PAGE, MailgunError
+
+if TYPE_CHECKING:
+    from temporalio.client import Client
+
+    from pressroom.dependencies import Dependencies
+    from pressroom.settings import Settings
+
+SCHEDULE_ID = "email-analytics"
+RUNS_JOB = "email-analytics"
+BACKFILL_PREFIX = "email-analytics-backfill-"
+PHASE_JOBS = {"latest-opened": "email-analytics-latest-opened", "latest": "email-analytics-latest",
+              "missing": "email-analytics-missing"}
+PHASE_EVENTS = {"latest-opened": "opened", "latest": "delivered OR failed OR unsubscribed OR complained",
+                "missing": None, "backfill": None}
+APPLIED_KINDS = ("delivered", "opened", "failed", "unsubscribed", "complained")
+# The seed names no codes; these are the SMTP hard-bounce codes (no such mailbox, domain, policy)
+# and Mailgun's own 605/607 ("previously bounced" / "marked as spam") after which Ghost suppresses.
+BOUNCE_SUPPRESSION_CODES = [550, 551, 553, 554, 605, 607]
+FIRST_LOOKBACK = timedelta(hours=24)  # where a phase with no cursor yet starts
+APPLY_EVENTS = 3000  # events applied per transaction (10 pages)
+RUNS_KEPT = 20
+
+
+# --- models ------------------------------------------------------------------------------------
+
+class FetchEmailAnalyticsInput(BaseModel):
+    """`now` pins the run's clock (tests pin it to the simulator's); by default workflow.now()."""
+
+    now: datetime | None = None
+    restarts: int = Field(default=0, ge=0)  # how many times the opened cap restarted this chain
+
+
+class FetchPhaseInput(BaseModel):
+    phase: Literal["latest-opened", "latest", "missing", "backfill"]
+    now: datetime
+
+
+class PhaseResult(BaseModel):
+    phase: str
+    events: int = 0  # read from Mailgun
+    applied: int = 0  # matched to a recipient and applied
+    unknown: int = 0  # for an email or recipient we do not know
+    malformed: int = 0  # missing id, type, time or recipient
+    by_type: dict[str, int] = {}
+    pages: int = 0
+    seconds: float = 0.0
+    capped: bool = False
+    cursor: datetime | None = None
+    lag_seconds: float | None = None
+
+    @property
+    def events_per_second(self) -> float:
+        return self.events / self.seconds if self.seconds > 0 else 0.0
+
+
+class AggregateInput(BaseModel):
+    reason: str = "run"
+
+
+class AggregateResult(BaseModel):
+    emails: int = 0
+    members: int = 0
+    seconds: float = 0.0
+
+
+class FetchEmailAnalyticsResult(BaseModel):
+    started_at: datetime
+    now: datetime
+    phases: list[PhaseResult] = []
+    aggregate: AggregateResult | None = None
+    capped: bool = False
+    error: str | None = None
+
+    @property
+    def events(self) -> int:
+        return sum(p.events for p in self.phases)
+
+    def by_type(self) -> dict[str, int]:
+        total: Counter[str] = Counter()
+        for phase in self.phases:
+            total.update(phase.by_type)
+        return dict(total)
+
+
+class RecordRunInput(BaseModel):
+    result: FetchEmailAnalyticsResult
+
+
+# --- parsing a page ------------------------------------------------------------------------------
+
+class _Batch:
+    """Columns of the events to apply, as arrays for one unnest."""
+
+    __slots__ = ("ids", "kinds", "severities", "times", "email_ids", "provider_ids", "addresses", "codes",
+                 "enhanced", "messages", "by_type", "malformed")
+
+    def __init__(self) -> None:
+        self.ids: list[str] = []
+        self.kinds: list[str] = []
+        self.severities: list[str | None] = []
+        self.times: list[float] = []
+        self.email_ids: list[str | None] = []
+        self.provider_ids: list[str | None] = []
+        self.addresses: list[str] = []
+        self.codes: list[int | None] = []
+        self.enhanced: list[str | None] = []
+        self.messages: list[str | None] = []
+        self.by_type: Counter[str] = Counter()
+        self.malformed = 0
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def add(self, items: list[dict]) -> None:
+        for item in items:
+            try:
+                event_id, kind, recipient = item["id"], item["event"], item["recipient"]
+                moment = float(item["timestamp"])
+                if not (isinstance(event_id, str) and isinstance(kind, str) and isinstance(recipient, str)):
+                    raise TypeError
+                variables = item.get("user-variables") or {}
+                email_id = variables.get("email-id") if isinstance(variables, dict) else None
+                headers = (item.get("message") or {}).get("headers") or {}
+                provider_id = headers.get("message-id")
+                if not isinstance(email_id, str) and not isinstance(provider_id, str):
+                    raise TypeError
+            except (KeyError, TypeError, ValueError, AttributeError):
+                self.malformed += 1
+                continue
+            self.by_type[kind] += 1
+            if kind not in APPLIED_KINDS:
+                continue  # accepted, clicked, stored: nothing of ours to update
+            status = item.get("delivery-status") if kind == "failed" else None
+            status = status if isinstance(status, dict) else {}
+            code = status.get("code")
+            self.ids.append(event_id)
+            self.kinds.append(kind)
+            self.severities.append(item.get("severity") if isinstance(item.get("severity"), str) else None)
+            self.times.append(moment)
+            self.email_ids.append(email_id if isinstance(email_id, str) else None)
+            self.provider_ids.append(provider_id.strip("<> ") if isinstance(provider_id, str) else None)
+            self.addresses.append(recipient)
+            self.codes.append(code if isinstance(code, int) and not isinstance(code, bool) else None)
+            enhanced = status.get("enhanced-code")
+            self.enhanced.append(enhanced if isinstance(enhanced, str) else None)
+            message = status.get("message") or status.get("description")
+            self.messages.append(message[:2000] if isinstance(message, str) else None)
+
+    def columns(self) -> tuple:
+        return (self.ids, self.kinds, self.severities, self.times, self.email_ids, self.provider_ids,
+                self.addresses, self.codes, self.enhanced, self.messages)
+
+
+# --- SQL: one statement per kind of change, for a whole batch ------------------------------------
+
+_MATCHED_TABLE = """
+CREATE TEMP TABLE IF NOT EXISTS analytics_matched (
+    event_id text, kind text, severity text, at timestamptz, email_id text, recipient_id text,
+    member_id text, address text, code integer, enhanced_code text, message text
+) ON COMMIT DELETE ROWS"""
+
+_MATCH = """
+WITH ev AS (
+    SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::float8[], $5::text[], $6::text[],
+                         $7::text[], $8::int[], $9::text[], $10::text[])
+           AS t(event_id, kind, severity, ts, email_id, provider_id, address, code, enhanced_code, message)
+), resolved AS (
+    SELECT ev.*, COALESCE(ev.email_id, b.email_id) AS resolved_email_id
+    FROM ev LEFT JOIN email_batches b ON ev.email_id IS NULL AND b.provider_id = ev.provider_id
+)
+INSERT INTO analytics_matched
+SELECT r.event_id, r.kind, r.severity, to_timestamp(r.ts), er.email_id, er.id, er.member_id, r.address,
+       r.code, r.enhanced_code, r.message
+FROM resolved r JOIN email_recipients er ON er.email_id = r.resolved_email_id AND er.member_email = r.address"""
+
+_SET_TIMES = """
+UPDATE email_recipients er SET
+    delivered_at = COALESCE(er.delivered_at, m.delivered),
+    opened_at = COALESCE(er.opened_at, m.opened),
+    failed_at = COALESCE(er.failed_at, m.failed)
+FROM (SELECT recipient_id,
+             min(at) FILTER (WHERE kind = 'delivered') AS delivered,
+             min(at) FILTER (WHERE kind = 'opened') AS opened,
+             min(at) FILTER (WHERE kind = 'failed' AND severity = 'permanent') AS failed
+      FROM analytics_matched WHERE kind IN ('delivered', 'opened', 'failed') GROUP BY recipient_id) m
+WHERE er.id = m.recipient_id
+  AND ((er.delivered_at IS NULL AND m.delivered IS NOT NULL) OR (er.opened_at IS NULL AND m.opened IS NOT NULL)
+       OR (er.failed_at IS NULL AND m.failed IS NOT NULL))"""
+
+_FAILURES = """
+INSERT INTO email_recipient_failures (email_id, member_id, email_recipient_id, code, enhanced_code, message,
+                                      severity, failed_at, event_id)
+SELECT email_id, member_id, recipient_id, COALESCE(code, 0), enhanced_code, COALESCE(message, ''),
+       CASE WHEN severity = 'permanent' THEN 'permanent' ELSE 'temporary' END, at, event_id
+FROM analytics_matched WHERE kind = 'failed'
+ON CONFLICT (event_id) DO NOTHING"""
+
+_UNSUBSCRIBE = """
+DELETE FROM members_newsletters mn
+USING analytics_matched m JOIN emails e ON e.id = m.email_id
+WHERE m.kind = 'unsubscribed' AND mn.member_id = m.member_id AND mn.newsletter_id = e.newsletter_id"""
+
+_COMPLAINTS = """
+INSERT INTO email_spam_complaint_events (member_id, email_id, email_address)
+SELECT member_id, email_id, address FROM analytics_matched WHERE kind = 'complained'
+ON CONFLICT (email_id, member_id) DO NOTHING"""
+
+_SUPPRESS = """
+INSERT INTO suppressions (email, email_id, reason)
+SELECT address, email_id, CASE WHEN kind = 'complained' THEN 'spam' ELSE 'bounce' END
+FROM analytics_matched
+WHERE kind = 'complained' OR (kind = 'failed' AND severity = 'permanent' AND code = ANY($1::int[]))
+ON CONFLICT (email) DO NOTHING"""
+
+_DIRTY = """
+WITH e AS (INSERT INTO email_analytics_dirty_emails SELECT DISTINCT email_id FROM analytics_matched
+           ON CONFLICT DO NOTHING)
+INSERT INTO email_analytics_dirty_members SELECT DISTINCT member_id FROM analytics_matched
+ON CONFLICT DO NOTHING"""
+
+_SAVE_JOB = """
+INSERT INTO jobs (name, status, started_at, metadata) VALUES ($1, 'started', now(), $2::jsonb)
+ON CONFLICT (name) DO UPDATE SET metadata = jobs.metadata || EXCLUDED.metadata, updated_at = now()"""
+
+_AGGREGATE_EMAILS = """
+WITH dirty AS (DELETE FROM email_analytics_dirty_emails RETURNING email_id),
+counts AS (
+    SELECT er.email_id, count(er.delivered_at) AS delivered, count(er.opened_at) AS opened,
+           count(er.failed_at) AS failed
+    FROM email_recipients er WHERE er.email_id IN (SELECT email_id FROM dirty) GROUP BY er.email_id)
+UPDATE emails e SET delivered_count = c.delivered, opened_count = c.opened, failed_count = c.failed,
+                    updated_at = now()
+FROM counts c WHERE e.id = c.email_id"""
+
+# Open rate as Ghost computes it: opened / emails with open tracking, only from 5 tracked emails.
+_AGGREGATE_MEMBERS = """
+WITH dirty AS (DELETE FROM email_analytics_dirty_members RETURNING member_id),
+counts AS (
+    SELECT er.member_id, count(*) AS received, count(er.opened_at) AS opened,
+           count(*) FILTER (WHERE e.track_opens) AS tracked
+    FROM email_recipients er JOIN emails e ON e.id = er.email_id
+    WHERE er.member_id IN (SELECT member_id FROM dirty) GROUP BY er.member_id)
+UPDATE members m SET email_count = c.received, email_opened_count = c.opened,
+    email_open_rate = CASE WHEN c.tracked >= 5 THEN LEAST(100, round(100.0 * c.opened / c.tracked))::int END,
+    updated_at = now()
+FROM counts c WHERE m.id = c.member_id"""
+
+
+def _epoch(moment: datetime) -> float:
+    return moment.timestamp()
+
+
+def _moment(epoch: float | None) -> datetime | None:
+    return None if epoch is None else datetime.fromtimestamp(epoch, tz=timezone.utc)
+
+
+def _rows(status: str) -> int:
+    return int(status.rsplit(" ", 1)[-1]) if status and status[-1].isdigit() else 0
+
+
+class AnalyticsActivities:
+    def __init__(self, deps: Dependencies) -> None:
+        self.deps = deps
+
+    @property
+    def _settings(self) -> Settings:
+        return self.deps.settings
+
+    # --- fetching ---
+
+    @activity.defn
+    async def fetch_phase(self, input: FetchPhaseInput) -> PhaseResult:
+        """Read one phase's window and apply it; safe to rerun: applying an event twice changes nothing."""
+        if input.phase == "backfill":
+            return await self._fetch_backfills(input)
+        settings = self._settings
+        job = PHASE_JOBS[input.phase]
+        state = await self._job_metadata(job)
+        if input.phase == "missing":
+            end = input.now - timedelta(seconds=settings.analytics_trust_threshold_seconds)
+            # The first missing window is empty: the latest phases have just read everything visible.
+            begin = _moment(state.get("cursor")) or end
+        else:
+            end = input.now - timedelta(seconds=settings.analytics_end_margin_seconds)
+            begin = _moment(state.get("cursor")) or (end - FIRST_LOOKBACK)
+        cap = settings.analytics_max_opened_events if input.phase == "latest-opened" else None
+        result = await self._fetch_window(job, input.phase, begin, end, cap, state, input.now)
+        return result
+
+    async def _fetch_backfills(self, input: FetchPhaseInput) -> PhaseResult:
+        """Every queued backfill request, oldest first, each to the end of its range."""
+        total = PhaseResult(phase="backfill")
+        rows = await self.deps.pool.fetch(
+            "SELECT name, metadata FROM jobs WHERE name LIKE $1 AND status IN ('queued', 'started') "
+            "ORDER BY created_at, name", BACKFILL_PREFIX + "%")
+        for row in rows:
+            state = json.loads(row["metadata"])
+            begin = _moment(state.get("cursor")) or _moment(state["begin"])
+            end = _moment(state["end"])
+            part = await self._fetch_window(row["name"], "backfill", begin, end, None, state, input.now)
+            await self.deps.pool.execute(
+                "UPDATE jobs SET status = 'finished', finished_at = now(), updated_at = now() WHERE name = $1",
+                row["name"])
+            total.events += part.events
+            total.applied += part.applied
+            total.unknown += part.unknown
+            total.malformed += part.malformed
+            total.pages += part.pages
+            total.seconds += part.seconds
+            total.by_type = dict(Counter(total.by_type) + Counter(part.by_type))
+        return total
+
+    async def _fetch_window(self, job: str, phase: str, begin: datetime, end: datetime, cap: int | None,
+                            state: dict[str, Any], now: datetime) -> PhaseResult:
+        started = time.monotonic()
+        result = PhaseResult(phase=phase)
+        url: str | None = None
+        # A retry resumes from the last heartbeat; a run after a capped run, from its saved page.
+        details = activity.info().heartbeat_details
+        resumed = details[0] if details and isinstance(details[0], dict) and details[0].get("job") == job else None
+        if resumed:
+            url, end = resumed["url"], _moment(resumed["end"])
+            result = PhaseResult.model_validate(resumed["result"])
+        elif state.get("resume_url") and state.get("window_end"):
+            url, end = state["resume_url"], _moment(state["window_end"])
+        if begin > end:
+            begin = end
+        limit = MAILGUN_MAX_EVENTS_PAGE if cap is None else min(MAILGUN_MAX_EVENTS_PAGE, cap)
+        event = PHASE_EVENTS[phase]
+        mailgun = self.deps.mailgun
+
+        async def page(at: str | None) -> tuple[list[dict], str | None]:
+            return await mailgun.events_page(at, begin=begin, end=end, ascending=True, limit=limit, event=event)
+
+        batch, last_moment = _Batch(), None
+        if url is None and begin >= end:
+            # An empty window (the first missing window, or a clock that has not moved): nothing to ask.
+            await self._apply(batch, result, job, {"resume_url": None, "window_end": _epoch(end),
+                                                   "cursor": _epoch(end)})
+            return await self._finish(result, job, phase, now, started)
+        pending: asyncio.Task | None = asyncio.create_task(page(url))
+        exhausted = False
+        try:
+            while pending is not None:
+                items, next_url = await pending
+                pending = None
+                result.pages += 1
+                result.events += len(items)
+                if items:
+                    stamp = items[-1].get("timestamp")
+                    last_moment = stamp if isinstance(stamp, (int, float)) else last_moment
+                    batch.add(items)
+                full = len(items) >= limit and next_url is not None
+                room = cap is None or result.events + limit <= cap
+                if full and room:
+                    pending = asyncio.create_task(page(next_url))  # fetch while we apply
+                else:
+                    exhausted = not full
+                    result.capped = full and not room
+                if len(batch) + batch.malformed >= APPLY_EVENTS or pending is None:
+                    cursor = {"resume_url": None if exhausted else next_url, "window_end": _epoch(end),
+                              "cursor": _epoch(end) if exhausted else (last_moment or state.get("cursor"))}
+                    await self._apply(batch, result, job, cursor)
+                    batch = _Batch()
+                    activity.heartbeat({"job": job, "url": next_url, "end": _epoch(end),
+                                        "result": result.model_dump(mode="json")})
+        except MailgunError as error:
+            raise ApplicationError(f"email analytics {phase}: {error}", type=type(error).__name__,
+                                   non_retryable=not error.retryable) from None
+        finally:
+            if pending is not None:
+                pending.cancel()
+        return await self._finish(result, job, phase, now, started)
+
+    async def _finish(self, result: PhaseResult, job: str, phase: str, now: datetime, started: float) -> PhaseResult:
+        """The phase's figures: time, cursor and lag; logged and counted in the metrics."""
+        result.seconds = round(result.seconds + time.monotonic() - started, 3)
+        saved = await self._job_metadata(job)
+        result.cursor = _moment(saved.get("cursor"))
+        result.lag_seconds = round((now - result.cursor).total_seconds(), 3) if result.cursor else None
+        if phase.startswith("latest") and result.lag_seconds is not None \
+                and result.lag_seconds > 2 * self._settings.analytics_interval_seconds \
+                + self._settings.analytics_end_margin_seconds:
+            # The seed's openedJobLagWarningMinutes: the cursor falls behind more than two runs.
+            activity.logger.warning("analytics %s cursor lags %.0f s behind now", phase, result.lag_seconds)
+        activity.logger.info(
+            "analytics %s: %d events (%s), %d applied, %d unknown, %d malformed, %.0f events/s, lag %s s%s",
+            phase, result.events, dict(result.by_type), result.applied, result.unknown, result.malformed,
+            result.events_per_second, result.lag_seconds, ", capped" if result.capped else "")
+        meter = activity.metric_meter()
+        meter.create_counter("pressroom_analytics_events", "events read from Mailgun").add(
+            result.events, {"phase": phase})
+        if result.lag_seconds is not None:
+            meter.create_gauge_float("pressroom_analytics_cursor_lag_seconds", "cursor lag behind now", "s").set(
+                result.lag_seconds, {"phase": phase})
+        return result
+
+    async def _apply(self, batch: _Batch, result: PhaseResult, job: str, cursor: dict[str, Any]) -> None:
+        """One transaction: match, set times, failures, unsubscribes, complaints, suppressions, cursor."""
+        async with self.deps.pool.acquire() as conn, conn.transaction():
+            matched = 0
+            if len(batch):
+                await conn.execute(_MATCHED_TABLE)
+                matched = _rows(await conn.execute(_MATCH, *batch.columns()))
+                if matched:
+                    await conn.execute(_SET_TIMES)
+                    await conn.execute(_FAILURES)
+                    await conn.execute(_UNSUBSCRIBE)
+                    await conn.execute(_COMPLAINTS)
+                    await conn.execute(_SUPPRESS, BOUNCE_SUPPRESSION_CODES)
+                    await conn.execute(_DIRTY)
+            await conn.execute(_SAVE_JOB, job, json.dumps(cursor))
+        result.applied += matched
+        result.unknown += len(batch) - matched
+        result.malformed += batch.malformed
+        result.by_type = dict(Counter(result.by_type) + batch.by_type)
+
+    async def _job_metadata(self, name: str) -> dict[str, Any]:
+        value = await self.deps.pool.fetchval("SELECT metadata FROM jobs WHERE name = $1", name)
+        return json.loads(value) if value else {}
+
+    # --- aggregates ---
+
+    @activity.defn
+    async def aggregate_stats(self, input: AggregateInput) -> AggregateResult:
+        """Recount the emails and members whose events changed; a recount is always safe to repeat."""
+        started = time.monotonic()
+        async with self.deps.pool.acquire() as conn, conn.transaction():
+            emails = _rows(await conn.execute(_AGGREGATE_EMAILS))
+            members = _rows(await conn.execute(_AGGREGATE_MEMBERS))
+        result = AggregateResult(emails=emails, members=members, seconds=round(time.monotonic() - started, 3))
+        activity.logger.info("analytics aggregates: %d emails, %d members in %.3f s", emails, members,
+                             result.seconds)
+        return result
+
+    # --- run summaries ---
+
+    @activity.defn
+    async def record_run(self, input: RecordRunInput) -> None:
+        """Keep the last runs' summaries in the jobs row `email-analytics`; rewriting one is harmless."""
+        summary = input.result.model_dump(mode="json")
+        summary["events_per_second"] = round(
+            input.result.events / max(1e-9, sum(p.seconds for p in input.result.phases)), 1) \
+            if input.result.phases else 0.0
+        await self.deps.pool.execute(
+            """INSERT INTO jobs (name, status, started_at, finished_at, metadata)
+               VALUES ($1, $2, $3, now(), jsonb_build_object('runs', jsonb_build_array($4::jsonb)))
+               ON CONFLICT (name) DO UPDATE SET status = EXCLUDED.status, started_at = EXCLUDED.started_at,
+                   finished_at = now(), updated_at = now(),
+                   metadata = jsonb_set(jobs.metadata, '{runs}', (
+                       SELECT COALESCE(jsonb_agg(r), '[]'::jsonb) FROM (
+                           SELECT r FROM jsonb_array_elements(
+                               jsonb_build_array($4::jsonb) || COALESCE(jobs.metadata->'runs', '[]'::jsonb))
+                               WITH ORDINALITY AS x(r, n)
+                           WHERE n <= $5 ORDER BY n) kept))""",
+            RUNS_JOB, "failed" if input.result.error else "finished", input.result.started_at,
+            json.dumps(summary), RUNS_KEPT)
+
+
+# --- the schedule and backfill requests (called by starter.py and worker.py) ----------------------
+
+def build_schedule(settings: Settings):
+    from temporalio.client import (Schedule, ScheduleActionStartWorkflow, ScheduleIntervalSpec,
+                                   ScheduleOverlapPolicy, SchedulePolicy, ScheduleSpec)
+
+    interval = timedelta(seconds=settings.analytics_interval_seconds)
+    return Schedule(
+        action=ScheduleActionStartWorkflow("FetchEmailAnalyticsWorkflow", FetchEmailAnalyticsInput(),
+                                           id=SCHEDULE_ID, task_queue=settings.task_queue),
+        # Jitter replaces the seed's random second and minute offsets: no spike on the minute.
+        spec=ScheduleSpec(intervals=[ScheduleIntervalSpec(every=interval)], jitter=min(interval / 5,
+                                                                                         timedelta(minutes=1))),
+        # Overlap SKIP is the seed's "already running" flag; a short catch-up window avoids a
+        # burst of runs after an outage (each run reads from its cursors anyway).
+        policy=SchedulePolicy(overlap=ScheduleOverlapPolicy.SKIP, catchup_window=max(interval, timedelta(minutes=1))),
+    )
+
+
+async def ensure_schedule(client: Client, settings: Settings) -> str:
+    """Create the schedule, or update it to the current settings keeping its paused state."""
+    from temporalio.client import ScheduleAlreadyRunningError, ScheduleUpdate
+
+    schedule = build_schedule(settings)
+    try:
+        await client.create_schedule(SCHEDULE_ID, schedule)
+        return "created"
+    except ScheduleAlreadyRunningError:
+        pass
+
+    def update(previous):
+        schedule.state = previous.description.schedule.state
+        return ScheduleUpdate(schedule=schedule)
+
+    await client.get_schedule_handle(SCHEDULE_ID).update(update)
+    return "updated"

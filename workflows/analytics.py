@@ -1,0 +1,63 @@
+"""FetchEmailAnalyticsWorkflow: one run of the email analytics fetch (seed 003), started by the schedule.
+
+Reads like the seed's flowchart: latest opened events first (capped; a capped run restarts at
+once through continue-as-new), then the other latest events, the missing window, the scheduled
+backfills, and the aggregates. The seed's "already running" flag is the schedule's overlap policy.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy
+from temporalio.exceptions import ActivityError, ApplicationError
+
+with workflow.unsafe.imports_passed_through():
+    from activities.analytics import (AggregateInput, AnalyticsActivities, FetchEmailAnalyticsInput,
+                                      FetchEmailAnalyticsResult, FetchPhaseInput, RecordRunInput)
+
+# The seed retries at the next scheduled run; a few quick attempts ride out a blip first.
+FETCH_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), backoff_coefficient=2.0,
+                          maximum_attempts=3, non_retryable_error_types=["MailgunRejected"])
+PHASES = ("latest-opened", "latest", "missing", "backfill")
+
+
+@workflow.defn(name="FetchEmailAnalyticsWorkflow")
+class FetchEmailAnalyticsWorkflow:
+    @workflow.run
+    async def run(self, input: FetchEmailAnalyticsInput) -> FetchEmailAnalyticsResult:
+        now = input.now or workflow.now()
+        result = FetchEmailAnalyticsResult(started_at=workflow.now(), now=now)
+        phase = PHASES[0]
+        try:
+            for phase in PHASES:
+                fetched = await workflow.execute_activity_method(
+                    AnalyticsActivities.fetch_phase, FetchPhaseInput(phase=phase, now=now),
+                    start_to_close_timeout=timedelta(hours=1), heartbeat_timeout=timedelta(minutes=1),
+                    retry_policy=FETCH_RETRY)
+                result.phases.append(fetched)
+                if fetched.capped:
+                    result.capped = True
+                    break  # the seed: at the cap, restart at once with opened events first
+            phase = "aggregates"
+            result.aggregate = await workflow.execute_activity_method(
+                AnalyticsActivities.aggregate_stats, AggregateInput(), start_to_close_timeout=timedelta(minutes=10),
+                retry_policy=FETCH_RETRY)
+        except ActivityError as error:
+            cause = error.cause.message if isinstance(error.cause, ApplicationError) else str(error.cause or error)
+            result.error = f"email analytics failed in phase {phase}: {cause}"
+            await self._record(result)
+            raise ApplicationError(result.error, type="EmailAnalyticsFailed", non_retryable=True) from None
+        await self._record(result)
+        workflow.logger.info("email analytics: %d events %s, capped=%s", result.events, result.by_type(),
+                             result.capped)
+        if result.capped:
+            # A pinned clock (tests) moves on with the real one: the cap's restart is immediate.
+            workflow.continue_as_new(FetchEmailAnalyticsInput(now=input.now, restarts=input.restarts + 1))
+        return result
+
+    async def _record(self, result: FetchEmailAnalyticsResult) -> None:
+        await workflow.execute_activity_method(
+            AnalyticsActivities.record_run, RecordRunInput(result=result),
+            start_to_close_timeout=timedelta(seconds=30), retry_policy=RetryPolicy(maximum_attempts=5))
