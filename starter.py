@@ -16,7 +16,7 @@ from rich.console import Console
 
 from devstack.servers import DevStackError
 from pressroom.database import DatabaseUnavailable
-from pressroom.errors import NotFound, PressroomError
+from pressroom.errors import BadInput, NotFound, PressroomError
 from pressroom.settings import ConfigurationError, Settings, dev_stack_file, get_settings
 from pressroom.temporal import TemporalUnavailable
 
@@ -432,6 +432,89 @@ def print_analytics_status(status: dict, console: Console = console) -> None:
 
 
 # --- scheduled posts ---------------------------------------------------------------------------
+
+posts_app = typer.Typer(help="Scheduled posts: one durable timer per post.", no_args_is_help=True)
+app.add_typer(posts_app, name="posts")
+
+
+async def schedule_post(post_id: str, at: str, *, client=None, settings: Settings | None = None):
+    """Mark the post scheduled for `at` and start or move its workflow; a past time publishes at once."""
+    from activities.posts import start_or_move_publication
+    from pressroom import database
+
+    publish_at = parse_moment(at, "--at")
+    settings = settings or get_settings()
+    conn = await database.connect_once(settings.require_database())
+    try:
+        status = await conn.fetchval("SELECT status FROM posts WHERE id = $1", post_id)
+        if status is None:
+            raise NotFound(f"post {post_id} does not exist")
+        if status not in ("draft", "scheduled"):
+            raise BadInput(f"post {post_id} is already {status}; only a draft or scheduled post can be scheduled")
+        await conn.execute("UPDATE posts SET status = 'scheduled', published_at = $2, updated_at = now() "
+                           "WHERE id = $1 AND status IN ('draft', 'scheduled')", post_id, publish_at)
+    finally:
+        await conn.close()
+    # Should this call fail, the post is scheduled in the database and `posts reconcile` (run by
+    # every worker at start and every 10 minutes) starts its workflow.
+    await start_or_move_publication(client or await temporal_client(settings), settings, post_id, publish_at)
+    return publish_at
+
+
+async def unschedule_post(post_id: str, *, client=None, settings: Settings | None = None) -> None:
+    """Back to draft, and the post's workflow ends without publishing."""
+    from activities.posts import stop_publication
+    from pressroom import database
+
+    settings = settings or get_settings()
+    conn = await database.connect_once(settings.require_database())
+    try:
+        status = await conn.fetchval("SELECT status FROM posts WHERE id = $1", post_id)
+        if status is None:
+            raise NotFound(f"post {post_id} does not exist")
+        if status != "scheduled":
+            raise BadInput(f"post {post_id} is {status}, not scheduled")
+        await conn.execute("UPDATE posts SET status = 'draft', updated_at = now() WHERE id = $1 "
+                           "AND status = 'scheduled'", post_id)
+    finally:
+        await conn.close()
+    await stop_publication(client or await temporal_client(settings), post_id)
+
+
+async def reconcile_posts(*, client=None, settings: Settings | None = None):
+    from activities.posts import reconcile_scheduled_posts
+    from pressroom import database
+
+    settings = settings or get_settings()
+    pool = await database.connect(settings.require_database(), max_size=2)
+    try:
+        return await reconcile_scheduled_posts(client or await temporal_client(settings), pool, settings)
+    finally:
+        await pool.close()
+
+
+@posts_app.command("schedule")
+def posts_schedule(post_id: str = typer.Argument(..., help="The post (posts.id)."),
+                   at: str = typer.Option(..., "--at", help="ISO 8601 with offset, e.g. 2026-12-01T09:00:00+01:00.")
+                   ) -> None:
+    """Schedule a post (or move it); a time in the past publishes it at once."""
+    publish_at = run_async(schedule_post(post_id, at))
+    console.print(f"post {post_id} publishes at {publish_at.isoformat()} (workflow post-publish-{post_id})",
+                  highlight=False)
+
+
+@posts_app.command("unschedule")
+def posts_unschedule(post_id: str = typer.Argument(..., help="The post (posts.id).")) -> None:
+    """Set a scheduled post back to draft; its timer ends without publishing."""
+    run_async(unschedule_post(post_id))
+    console.print(f"post {post_id} is a draft again", highlight=False)
+
+
+@posts_app.command("reconcile")
+def posts_reconcile() -> None:
+    """Give every scheduled post its workflow at its time, and stop workflows of posts not scheduled."""
+    result = run_async(reconcile_posts())
+    console.print(f"{result.started_or_moved} scheduled posts started or moved, {result.stopped} stray timers stopped")
 
 # --- demo and operations -----------------------------------------------------------------------
 

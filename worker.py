@@ -23,6 +23,7 @@ from temporalio.worker import Worker
 import activities
 import workflows
 from activities.analytics import ensure_schedule as ensure_analytics_schedule
+from activities.posts import reconcile_at_worker_start
 from pressroom import database
 from pressroom.dependencies import Dependencies
 from pressroom.settings import Settings, get_settings
@@ -84,6 +85,7 @@ def build_worker(client: Client, deps: Dependencies, *, task_queue: str | None =
         activities=discover_activities(deps),
         # On SIGTERM in-flight activities get this long to finish before they are handed back.
         graceful_shutdown_timeout=timedelta(seconds=20),
+        max_concurrent_activities=deps.settings.worker_max_activities,
         **options,
     )
 
@@ -123,6 +125,7 @@ async def run(settings: Settings | None = None) -> None:
         loop.add_signal_handler(sig, stop.set)
     async with running_worker(client, settings):
         await ensure_analytics_schedule(client, settings)  # analytics: the schedule exists, at current settings
+        await reconcile_at_worker_start(client, settings)  # posts: every scheduled post has its timer
         log.info("worker started on task queue %s", settings.task_queue)
         await stop.wait()
         log.info("worker stopping: in-flight activities finish or are handed back")

@@ -501,18 +501,6 @@ def build_schedule(settings: Settings):
 
 async def ensure_schedule(client: Client, settings: Settings) -> str:
     """Create the schedule, or update it to the current settings keeping its paused state."""
-    from temporalio.client import ScheduleAlreadyRunningError, ScheduleUpdate
+    from pressroom.temporal import create_or_update_schedule
 
-    schedule = build_schedule(settings)
-    try:
-        await client.create_schedule(SCHEDULE_ID, schedule)
-        return "created"
-    except ScheduleAlreadyRunningError:
-        pass
-
-    def update(previous):
-        schedule.state = previous.description.schedule.state
-        return ScheduleUpdate(schedule=schedule)
-
-    await client.get_schedule_handle(SCHEDULE_ID).update(update)
-    return "updated"
+    return await create_or_update_schedule(client, SCHEDULE_ID, build_schedule(settings))

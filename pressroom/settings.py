@@ -96,6 +96,8 @@ class Settings(BaseSettings):
     publish_retry_seconds: float = Field(default=5.0, gt=0, validation_alias="PRESSROOM_PUBLISH_RETRY_SECONDS")
 
     # --- worker ---
+    # Publish activities mostly sleep out their last seconds; many may wait at once (seed 004).
+    worker_max_activities: int = Field(default=1000, ge=1, validation_alias="PRESSROOM_WORKER_MAX_ACTIVITIES")
     metrics_port: int = Field(default=0, ge=0, le=65535, validation_alias="PRESSROOM_METRICS_PORT")
     metrics_host: str = Field(default="127.0.0.1", validation_alias="PRESSROOM_METRICS_HOST")
     encryption_key: SecretStr = Field(default=SecretStr(""), validation_alias="PRESSROOM_ENCRYPTION_KEY")

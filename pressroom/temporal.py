@@ -84,3 +84,21 @@ async def register_search_attributes(client: Client) -> list[str]:
         await client.operator_service.add_search_attributes(
             AddSearchAttributesRequest(namespace=namespace, search_attributes=missing))
     return sorted(missing)
+
+
+async def create_or_update_schedule(client: Client, schedule_id: str, schedule) -> str:
+    """Create a schedule, or update it to `schedule` keeping its paused state: "created" | "updated"."""
+    from temporalio.client import ScheduleAlreadyRunningError, ScheduleUpdate
+
+    try:
+        await client.create_schedule(schedule_id, schedule)
+        return "created"
+    except ScheduleAlreadyRunningError:
+        pass
+
+    def update(previous):
+        schedule.state = previous.description.schedule.state
+        return ScheduleUpdate(schedule=schedule)
+
+    await client.get_schedule_handle(schedule_id).update(update)
+    return "updated"

@@ -101,13 +101,13 @@ async def test_history_stays_bounded_with_continue_as_new_and_replays(db, mailgu
     await replayer.replay_workflow(await dev_env.client.get_workflow_handle(start.workflow_id).fetch_history())
 
 
-def spawn_worker(settings, dev_env) -> subprocess.Popen:
+def spawn_worker(settings, dev_env, **extra_env: str) -> subprocess.Popen:
     env = {**os.environ, "DATABASE_URL": settings.database_url,
            "TEMPORAL_ADDRESS": dev_env.client.service_client.config.target_host,
            "PRESSROOM_TASK_QUEUE": settings.task_queue, "MAILGUN_BASE_URL": settings.mailgun_base_url,
            "MAILGUN_API_KEY": settings.mailgun_api_key.get_secret_value(), "MAILGUN_DOMAIN": settings.mailgun_domain,
            "PRESSROOM_BATCH_SIZE": str(settings.batch_size), "PRESSROOM_SEND_CONCURRENCY": "2",
-           "PRESSROOM_MAILGUN_RETRY_SECONDS": "0.5"}
+           "PRESSROOM_MAILGUN_RETRY_SECONDS": "0.5", **extra_env}
     return subprocess.Popen([sys.executable, "-m", "worker"], cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
 

@@ -1,0 +1,183 @@
+"""Scheduled posts (seed 004): publish a post exactly at its time, and keep workflows and rows in step.
+
+The timer fires a lead time early (see workflows/posts.py) and `publish_post` waits out the rest
+with a local sleep, so Temporal's work is done before the deadline and many posts due at the same
+instant do not queue behind each other. The update is guarded: it publishes only a post that is
+still scheduled for exactly that time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from datetime import datetime, timedelta
+
+from pydantic import BaseModel
+from temporalio import activity
+
+from pressroom.dependencies import Dependencies
+
+# The worker's clock and Temporal's agree to milliseconds in practice (NTP); this bounds the local
+# wait should they not, so a timer never turns into an unbounded sleep.
+MAX_CLOCK_SKEW_SECONDS = 1.0
+
+
+class PublishPostActivityInput(BaseModel):
+    post_id: str
+    publish_at: datetime
+    lead_seconds: float
+
+
+class PublishResult(BaseModel):
+    status: str  # published | moved | not_found | not_scheduled
+    publish_at: datetime | None = None  # the post's time now (for "moved")
+    email_id: str | None = None  # a pending newsletter email to send after publishing
+    lateness_ms: float | None = None
+
+
+class ReconcileResult(BaseModel):
+    started_or_moved: int
+    stopped: int
+
+
+class PostsActivities:
+    def __init__(self, deps: Dependencies) -> None:
+        self.pool = deps.pool
+        self.temporal = deps.temporal
+        self.settings = deps.settings
+
+    @activity.defn
+    async def publish_post(self, input: PublishPostActivityInput) -> PublishResult:
+        """scheduled → published at the time, only if the post is still scheduled for that time.
+
+        Safe to repeat: a post already published is "not_scheduled", never published twice.
+        """
+        post = await self.pool.fetchrow("SELECT status, published_at FROM posts WHERE id = $1", input.post_id)
+        if post is None:
+            return PublishResult(status="not_found")
+        if post["status"] != "scheduled":
+            return PublishResult(status="not_scheduled")
+        if post["published_at"] != input.publish_at:
+            return PublishResult(status="moved", publish_at=post["published_at"])
+
+        remaining = input.publish_at.timestamp() - time.time()
+        if remaining > input.lead_seconds + MAX_CLOCK_SKEW_SECONDS:
+            activity.logger.warning("the timer fired %.1f s before post %s is due; the worker's clock may be "
+                                    "behind Temporal's", remaining, input.post_id)
+            remaining = input.lead_seconds + MAX_CLOCK_SKEW_SECONDS
+        await self._sleep_precisely(time.time() + remaining)
+
+        async with self.pool.acquire() as conn, conn.transaction():
+            published = await conn.fetchrow(
+                """UPDATE posts SET status = 'published', publish_completed_at = clock_timestamp(),
+                                    updated_at = now()
+                   WHERE id = $1 AND status = 'scheduled' AND published_at = $2
+                   RETURNING publish_completed_at""", input.post_id, input.publish_at)
+            if published is None:  # changed while we waited: look again from the top
+                return await self._changed(input)
+            email_id = await conn.fetchval(
+                "SELECT e.id FROM emails e JOIN posts p ON p.id = e.post_id "
+                "WHERE e.post_id = $1 AND p.newsletter_id IS NOT NULL AND e.status = 'pending'", input.post_id)
+        lateness = (published["publish_completed_at"] - input.publish_at).total_seconds() * 1000
+        activity.metric_meter().create_histogram_float(
+            "pressroom_publish_lateness", "How late posts were published", "ms").record(max(lateness, 0.0))
+        activity.logger.info("published post %s %.0f ms after its time", input.post_id, lateness)
+        return PublishResult(status="published", email_id=email_id, lateness_ms=lateness)
+
+    async def _changed(self, input: PublishPostActivityInput) -> PublishResult:
+        post = await self.pool.fetchrow("SELECT status, published_at FROM posts WHERE id = $1", input.post_id)
+        if post is None:
+            return PublishResult(status="not_found")
+        if post["status"] != "scheduled":
+            return PublishResult(status="not_scheduled")
+        return PublishResult(status="moved", publish_at=post["published_at"])
+
+    @staticmethod
+    async def _sleep_precisely(deadline: float) -> None:
+        """Sleep until the wall-clock deadline, heartbeating; the last stretch in short steps."""
+        while (left := deadline - time.time()) > 0:
+            activity.heartbeat()
+            await asyncio.sleep(min(left - 0.005, 2.0) if left > 0.02 else left)
+
+    @activity.defn
+    async def reconcile_posts(self) -> ReconcileResult:
+        """Every scheduled post has its workflow at its time; no workflow waits for a post that is not.
+
+        Safe to repeat: starting or moving a workflow to the time it already has changes nothing.
+        """
+        result = await reconcile_scheduled_posts(self.temporal, self.pool, self.settings)
+        activity.logger.info("reconciled posts: %d started or moved, %d stopped", result.started_or_moved,
+                             result.stopped)
+        return result
+
+
+async def start_or_move_publication(client, settings, post_id: str, publish_at: datetime) -> None:
+    """Signal-with-start: the post's workflow starts, or the running one moves to the new time."""
+    from workflows.posts import PublishPostInput, PublishPostWorkflow, RescheduleInput, publish_workflow_id
+
+    await client.start_workflow(
+        PublishPostWorkflow.run,
+        PublishPostInput(post_id=post_id, publish_at=publish_at, lead_seconds=settings.publish_lead_seconds,
+                         retries=settings.publish_retries, retry_seconds=settings.publish_retry_seconds),
+        id=publish_workflow_id(post_id), task_queue=settings.task_queue,
+        start_signal="reschedule", start_signal_args=[RescheduleInput(publish_at=publish_at)],
+        static_summary=f"Publish post {post_id} at its scheduled time")
+
+
+async def stop_publication(client, post_id: str) -> bool:
+    """Tell the post's workflow it is unscheduled; False when no workflow runs for it."""
+    from temporalio.service import RPCError, RPCStatusCode
+
+    from workflows.posts import PublishPostWorkflow, publish_workflow_id
+
+    try:
+        await client.get_workflow_handle(publish_workflow_id(post_id)).signal(PublishPostWorkflow.unschedule)
+        return True
+    except RPCError as error:
+        if error.status == RPCStatusCode.NOT_FOUND:
+            return False
+        raise
+
+
+async def reconcile_scheduled_posts(client, pool, settings, *, concurrency: int = 20) -> ReconcileResult:
+    """Start or move a workflow for every scheduled post; stop those whose post is not scheduled."""
+    scheduled = {row["id"]: row["published_at"] for row in await pool.fetch(
+        "SELECT id, published_at FROM posts WHERE status = 'scheduled'")}
+    slots = asyncio.Semaphore(concurrency)
+
+    async def start(post_id: str, publish_at: datetime) -> None:
+        async with slots:
+            await start_or_move_publication(client, settings, post_id, publish_at)
+
+    await asyncio.gather(*(start(post_id, at) for post_id, at in scheduled.items()))
+    stray = [execution.id.removeprefix("post-publish-") async for execution in client.list_workflows(
+        "WorkflowType = 'PublishPostWorkflow' AND ExecutionStatus = 'Running'")]
+    stray = [post_id for post_id in stray if post_id not in scheduled]
+    for post_id in stray:
+        await stop_publication(client, post_id)
+    return ReconcileResult(started_or_moved=len(scheduled), stopped=len(stray))
+
+
+RECONCILE_SCHEDULE_ID = "posts-reconcile"
+RECONCILE_EVERY = timedelta(minutes=10)
+
+
+async def ensure_reconcile_schedule(client, settings) -> str:
+    """The periodic reconcile (catches posts scheduled by other writers of the database)."""
+    from temporalio.client import (Schedule, ScheduleActionStartWorkflow, ScheduleIntervalSpec,
+                                   ScheduleOverlapPolicy, SchedulePolicy, ScheduleSpec)
+
+    from pressroom.temporal import create_or_update_schedule
+
+    schedule = Schedule(
+        action=ScheduleActionStartWorkflow("ReconcilePostsWorkflow", id=RECONCILE_SCHEDULE_ID,
+                                           task_queue=settings.task_queue),
+        spec=ScheduleSpec(intervals=[ScheduleIntervalSpec(every=RECONCILE_EVERY)]),
+        policy=SchedulePolicy(overlap=ScheduleOverlapPolicy.SKIP))
+    return await create_or_update_schedule(client, RECONCILE_SCHEDULE_ID, schedule)
+
+
+async def reconcile_at_worker_start(client, settings) -> None:
+    """Ensure the schedule and run it once now: this replaces the seed's rescheduling at boot."""
+    await ensure_reconcile_schedule(client, settings)
+    await client.get_schedule_handle(RECONCILE_SCHEDULE_ID).trigger()

@@ -1,0 +1,211 @@
+"""Scheduled posts: the timer, moves, unscheduling, deletion, a database outage, and the handoff."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import uuid
+from datetime import datetime, timedelta, timezone
+
+import pytest
+from temporalio.client import Client
+from temporalio.worker import Replayer
+
+from pressroom.temporal import data_converter
+from starter import reconcile_posts, schedule_post, unschedule_post
+from tests.conftest import make_settings
+from tests.foundation.test_cli import assert_one_line_error, pressroom
+from tests.newsletter.conftest import seed_email
+from tests.newsletter.test_failures import spawn_worker, wait_until
+from tests.newsletter.test_send import delivered
+from workflows.newsletter import SendNewsletterWorkflow
+from workflows.posts import PublishPostWorkflow, publish_workflow_id
+from worker import running_worker
+
+
+async def seed_post(db) -> str:
+    tag = uuid.uuid4().hex[:8]
+    return await db.fetchval("INSERT INTO posts (title, slug) VALUES ('A post', $1) RETURNING id", f"post-{tag}")
+
+
+def soon(seconds: float) -> str:
+    return (datetime.now(timezone.utc) + timedelta(seconds=seconds)).isoformat()
+
+
+async def later(env, seconds: float) -> str:
+    """A time relative to the server's clock: the time-skipping server's runs ahead of ours."""
+    return (await env.get_current_time() + timedelta(seconds=seconds)).isoformat()
+
+
+@pytest.fixture
+async def posts_env(time_skipping_env, postgres_url, mailgun, db):
+    settings = make_settings(postgres_url, mailgun, publish_lead_seconds=0.2)
+    async with running_worker(time_skipping_env.client, settings):
+        yield time_skipping_env, settings
+
+
+async def outcome(env, post_id: str):
+    """The run's result; on the time-skipping server, timers are skipped while we wait for it."""
+    handle = env.client.get_workflow_handle_for(PublishPostWorkflow.run, publish_workflow_id(post_id))
+    unlocked = getattr(env, "time_skipping_unlocked", None)
+    if unlocked is None:
+        return await handle.result()
+    async with unlocked():
+        return await handle.result()
+
+
+async def test_a_post_publishes_at_its_time(db, posts_env):
+    env, settings = posts_env
+    client = env.client
+    post_id = await seed_post(db)
+    at = await schedule_post(post_id, await later(env, 3600), client=client, settings=settings)
+    result = await outcome(env, post_id)
+    assert result.status == "published" and result.publish_at == at
+    row = await db.fetchrow("SELECT status, published_at, publish_completed_at FROM posts WHERE id = $1", post_id)
+    assert row["status"] == "published" and row["published_at"] == at and row["publish_completed_at"]
+
+
+@pytest.mark.parametrize("first, second", [(3600, 7200), (7200, 3600)])
+async def test_a_reschedule_moves_the_timer_later_or_earlier(db, posts_env, first, second):
+    env, settings = posts_env
+    client = env.client
+    post_id = await seed_post(db)
+    await schedule_post(post_id, await later(env, first), client=client, settings=settings)
+    moved = await schedule_post(post_id, await later(env, second), client=client, settings=settings)
+    result = await outcome(env, post_id)
+    assert result.status == "published" and result.publish_at == moved
+
+
+async def test_unschedule_ends_the_timer_without_publishing(db, posts_env):
+    env, settings = posts_env
+    client = env.client
+    post_id = await seed_post(db)
+    await schedule_post(post_id, await later(env, 3600), client=client, settings=settings)
+    await unschedule_post(post_id, client=client, settings=settings)
+    assert (await outcome(env, post_id)).status == "unscheduled"
+    assert await db.fetchval("SELECT status FROM posts WHERE id = $1", post_id) == "draft"
+
+
+async def test_a_year_ahead_and_a_past_time_both_publish(db, posts_env):
+    env, settings = posts_env
+    client = env.client
+    ahead, past = await seed_post(db), await seed_post(db)
+    await schedule_post(ahead, await later(env, 366 * 86400), client=client, settings=settings)
+    await schedule_post(past, await later(env, -3600), client=client, settings=settings)
+    assert (await outcome(env, past)).status == "published"
+    assert (await outcome(env, ahead)).status == "published"
+
+
+async def test_two_racing_reschedules_publish_once_at_the_time_that_won(db, posts_env):
+    env, settings = posts_env
+    client = env.client
+    post_id = await seed_post(db)
+    await schedule_post(post_id, await later(env, 3600), client=client, settings=settings)
+    await asyncio.gather(schedule_post(post_id, await later(env, 5000), client=client, settings=settings),
+                         schedule_post(post_id, await later(env, 6000), client=client, settings=settings))
+    result = await outcome(env, post_id)
+    row = await db.fetchrow("SELECT status, published_at FROM posts WHERE id = $1", post_id)
+    assert result.status == "published" and row["status"] == "published"
+    assert result.publish_at == row["published_at"]
+
+
+async def test_a_post_deleted_before_its_time_ends_as_not_found(db, posts_env):
+    env, settings = posts_env
+    client = env.client
+    post_id = await seed_post(db)
+    await schedule_post(post_id, await later(env, 3600), client=client, settings=settings)
+    await db.execute("DELETE FROM posts WHERE id = $1", post_id)
+    assert (await outcome(env, post_id)).status == "not_found"
+
+
+async def test_a_time_changed_in_the_database_is_followed(db, posts_env):
+    env, settings = posts_env
+    client = env.client
+    post_id = await seed_post(db)
+    await schedule_post(post_id, await later(env, 3600), client=client, settings=settings)
+    moved = (await env.get_current_time()).replace(microsecond=0) + timedelta(hours=3)
+    await db.execute("UPDATE posts SET published_at = $2 WHERE id = $1", post_id, moved)
+    result = await outcome(env, post_id)
+    assert result.status == "published" and result.publish_at == moved
+
+
+async def test_the_database_down_at_the_time_is_retried_until_it_is_back(db, dev_env, postgres_url, mailgun):
+    settings = make_settings(postgres_url, mailgun, publish_lead_seconds=0.2, publish_retry_seconds=0.3)
+    post_id = await seed_post(db)
+    async with running_worker(dev_env.client, settings):
+        await schedule_post(post_id, soon(1), client=dev_env.client, settings=settings)
+        await db.execute("ALTER TABLE posts RENAME TO posts_offline")  # every query on posts now fails
+        try:
+            handle = dev_env.client.get_workflow_handle(publish_workflow_id(post_id))
+
+            async def retrying() -> bool:
+                pending = (await handle.describe()).raw_description.pending_activities
+                return bool(pending) and pending[0].attempt >= 3
+            await wait_until(retrying, timeout=30)
+        finally:
+            await db.execute("ALTER TABLE posts_offline RENAME TO posts")
+        assert (await outcome(dev_env, post_id)).status == "published"
+
+
+async def test_a_published_post_with_a_newsletter_sends_it_once(db, mailgun, dev_env, postgres_url):
+    settings = make_settings(postgres_url, mailgun, publish_lead_seconds=0.2)
+    seeded = await seed_email(db, members=25)
+    async with running_worker(dev_env.client, settings):
+        await schedule_post(seeded.post_id, soon(1), client=dev_env.client, settings=settings)
+        result = await outcome(dev_env, seeded.post_id)
+        assert result.newsletter_workflow_id == f"newsletter-{seeded.email_id}"
+        sent = await dev_env.client.get_workflow_handle_for(SendNewsletterWorkflow.run,
+                                                            result.newsletter_workflow_id).result()
+    assert sent.status == "submitted"
+    counts = delivered(mailgun, seeded.email_id)
+    assert len(counts) == 25 and set(counts.values()) == {1}
+    history = await dev_env.client.get_workflow_handle(publish_workflow_id(seeded.post_id)).fetch_history()
+    await Replayer(workflows=[PublishPostWorkflow], data_converter=data_converter()).replay_workflow(history)
+
+
+async def test_reconcile_starts_posts_scheduled_directly_in_sql(db, dev_env, postgres_url, mailgun):
+    settings = make_settings(postgres_url, mailgun, publish_lead_seconds=0.2)
+    post_ids = [await seed_post(db) for _ in range(3)]
+    at = datetime.now(timezone.utc) + timedelta(seconds=2)
+    await db.execute("UPDATE posts SET status = 'scheduled', published_at = $1 WHERE id = ANY($2)", at, post_ids)
+    result = await reconcile_posts(client=dev_env.client, settings=settings)
+    assert result.started_or_moved == 3
+    async with running_worker(dev_env.client, settings):
+        for post_id in post_ids:
+            assert (await outcome(dev_env, post_id)).status == "published"
+    rows = await db.fetch("SELECT published_at, publish_completed_at FROM posts WHERE id = ANY($1)", post_ids)
+    assert all(row["publish_completed_at"] >= row["published_at"] for row in rows)  # never early
+
+
+async def test_a_worker_killed_while_posts_wait_publishes_each_once_after_restart(db, dev_env, postgres_url,
+                                                                                  mailgun):
+    settings = make_settings(postgres_url, mailgun)
+    post_ids = [await seed_post(db) for _ in range(5)]
+    worker = spawn_worker(settings, dev_env, PRESSROOM_PUBLISH_LEAD_SECONDS="1")
+    for post_id in post_ids:
+        await schedule_post(post_id, soon(6), client=dev_env.client, settings=settings)
+    await asyncio.sleep(2)
+    worker.send_signal(signal.SIGKILL)
+    worker.wait()
+    worker = spawn_worker(settings, dev_env, PRESSROOM_PUBLISH_LEAD_SECONDS="1")
+    try:
+        results = [await outcome(dev_env, post_id) for post_id in post_ids]
+    finally:
+        worker.terminate()
+        worker.wait()
+    assert {r.status for r in results} == {"published"}
+    rows = await db.fetch("SELECT published_at, publish_completed_at FROM posts WHERE id = ANY($1)", post_ids)
+    assert len(rows) == 5 and all(row["publish_completed_at"] >= row["published_at"] for row in rows)
+
+
+@pytest.mark.parametrize("at, words", [("2026-12-01T09:00:00", "needs a UTC offset"),
+                                       ("next tuesday", "not an ISO 8601 time")])
+def test_bad_times_are_refused_in_one_line(at, words):
+    assert_one_line_error(pressroom("posts", "schedule", "p1", "--at", at), words)
+
+
+async def test_an_unknown_post_is_refused_and_nothing_starts(postgres_url, dev_env, db):
+    result = await asyncio.to_thread(pressroom, "posts", "schedule", "no-such-post", "--at", soon(60),
+                                     env={"DATABASE_URL": postgres_url,
+                                          "TEMPORAL_ADDRESS": dev_env.client.service_client.config.target_host})
+    assert_one_line_error(result, "post no-such-post does not exist")

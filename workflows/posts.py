@@ -1,0 +1,126 @@
+"""PublishPostWorkflow: one durable timer per scheduled post (seed 004).
+
+No wake-up loop and no look-ahead window: the run sleeps until its post is due, however far ahead,
+and a reschedule moves the timer in place. The timer fires `lead_seconds` early so the publish
+activity is already running when the time comes; the activity waits out the rest and publishes
+only a post still scheduled for that time, so a post is never published early and never twice.
+After publishing, the post's pending newsletter email is handed to SendNewsletterWorkflow.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import datetime, timedelta
+
+from pydantic import BaseModel
+from temporalio import workflow
+from temporalio.common import RetryPolicy
+from temporalio.exceptions import WorkflowAlreadyStartedError
+
+with workflow.unsafe.imports_passed_through():
+    from activities.posts import PostsActivities, PublishPostActivityInput, PublishResult, ReconcileResult
+    from pressroom.temporal import POST_ID, PUBLISH_AT
+    from workflows.newsletter import SendNewsletterInput, SendNewsletterWorkflow, newsletter_workflow_id
+
+
+def publish_workflow_id(post_id: str) -> str:
+    return f"post-publish-{post_id}"
+
+
+class PublishPostInput(BaseModel):
+    post_id: str
+    publish_at: datetime
+    lead_seconds: float = 10.0
+    retries: int = 30  # the seed's 503 rule: every 5 s, 30 times, then the run fails visibly
+    retry_seconds: float = 5.0
+
+
+class RescheduleInput(BaseModel):
+    publish_at: datetime
+
+
+class PublishOutcome(BaseModel):
+    post_id: str
+    status: str  # published | unscheduled | not_found | not_scheduled
+    publish_at: datetime
+    newsletter_workflow_id: str | None = None
+
+
+@workflow.defn
+class PublishPostWorkflow:
+    def __init__(self) -> None:
+        self._publish_at: datetime | None = None
+        self._unscheduled = False
+
+    @workflow.signal
+    def reschedule(self, input: RescheduleInput) -> None:
+        self._publish_at = input.publish_at
+
+    @workflow.signal
+    def unschedule(self) -> None:
+        self._unscheduled = True
+
+    @workflow.query
+    def publish_at(self) -> datetime | None:
+        return self._publish_at
+
+    @workflow.run
+    async def run(self, input: PublishPostInput) -> PublishOutcome:
+        if self._publish_at is None:  # a signal that came with the start has already set it
+            self._publish_at = input.publish_at
+        workflow.upsert_search_attributes([POST_ID.value_set(input.post_id)])
+        retry = RetryPolicy(initial_interval=timedelta(seconds=input.retry_seconds), backoff_coefficient=1.0,
+                            maximum_attempts=input.retries + 1)
+        while True:
+            target = self._publish_at
+            workflow.upsert_search_attributes([PUBLISH_AT.value_set(target)])
+            workflow.set_current_details(f"publishes at {target.isoformat()}")
+            wait = (target - workflow.now()).total_seconds() - input.lead_seconds
+            if wait > 0:
+                try:
+                    await workflow.wait_condition(lambda: self._publish_at != target or self._unscheduled,
+                                                  timeout=timedelta(seconds=wait))
+                    if not self._unscheduled:
+                        continue  # moved: wait for the new time
+                except asyncio.TimeoutError:
+                    pass
+            if self._unscheduled:
+                return self._end(input, "unscheduled")
+            result: PublishResult = await workflow.execute_activity_method(
+                PostsActivities.publish_post,
+                PublishPostActivityInput(post_id=input.post_id, publish_at=target, lead_seconds=input.lead_seconds),
+                start_to_close_timeout=timedelta(seconds=input.lead_seconds + 60),
+                heartbeat_timeout=timedelta(seconds=10), retry_policy=retry, summary="publish")
+            if result.status == "moved":
+                self._publish_at = result.publish_at  # changed in the database: follow it
+                continue
+            newsletter = await self._start_newsletter(result.email_id) if result.email_id else None
+            return self._end(input, result.status, newsletter)
+
+    async def _start_newsletter(self, email_id: str) -> str:
+        """Hand over to the newsletter send; its workflow id keeps it to one send."""
+        workflow_id = newsletter_workflow_id(email_id)
+        try:
+            await workflow.start_child_workflow(
+                SendNewsletterWorkflow.run, SendNewsletterInput(email_id=email_id), id=workflow_id,
+                parent_close_policy=workflow.ParentClosePolicy.ABANDON,
+                static_summary=f"Send email {email_id} after its post was published")
+        except WorkflowAlreadyStartedError:
+            pass  # already sending or sent: nothing more to do
+        return workflow_id
+
+    def _end(self, input: PublishPostInput, status: str, newsletter: str | None = None) -> PublishOutcome:
+        workflow.set_current_details(f"{status} (scheduled for {self._publish_at.isoformat()})")
+        return PublishOutcome(post_id=input.post_id, status=status, publish_at=self._publish_at,
+                              newsletter_workflow_id=newsletter)
+
+
+@workflow.defn
+class ReconcilePostsWorkflow:
+    """Run by the `posts-reconcile` schedule and at worker start: rows and workflows in step."""
+
+    @workflow.run
+    async def run(self) -> ReconcileResult:
+        return await workflow.execute_activity_method(
+            PostsActivities.reconcile_posts, start_to_close_timeout=timedelta(minutes=10),
+            retry_policy=RetryPolicy(maximum_attempts=5))
