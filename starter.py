@@ -243,6 +243,140 @@ def newsletter_send(email_id: str = typer.Argument(..., help="The email to send 
 
 # --- outbox and members ------------------------------------------------------------------------
 
+members_app = typer.Typer(help="Members of the site.", no_args_is_help=True)
+app.add_typer(members_app, name="members")
+outbox_app = typer.Typer(help="The outbox: events delivered with retries and an idempotency ledger.",
+                         no_args_is_help=True)
+app.add_typer(outbox_app, name="outbox")
+
+
+@dataclass(frozen=True)
+class MemberAdded:
+    member_id: str
+    welcome_key: str | None  # the outbox entry of the welcome email, when one was enqueued
+
+
+async def add_member(email: str, name: str | None = None, *, status: str = "free",
+                     settings: Settings | None = None) -> MemberAdded:
+    """The member and its MemberCreatedEvent in one transaction: both commit, or neither."""
+    import asyncpg
+
+    from activities.outbox import enqueue
+    from pressroom import database
+
+    email = email.strip()
+    if email.count("@") != 1 or email.startswith("@") or "." not in email.rpartition("@")[2]:
+        raise BadInput(f"{email!r} is not an e-mail address")
+    settings = settings or get_settings()
+    conn = await database.connect_once(settings.require_database())
+    try:
+        async with conn.transaction():
+            try:
+                member_id = await conn.fetchval(
+                    "INSERT INTO members (email, name, status) VALUES ($1, $2, $3) RETURNING id", email, name, status)
+            except asyncpg.UniqueViolationError:
+                raise BadInput("a member with that address already exists") from None
+            await conn.execute("INSERT INTO members_newsletters (member_id, newsletter_id) "
+                               "SELECT $1, id FROM newsletters WHERE subscribe_on_signup AND status = 'active'",
+                               member_id)
+            key = None
+            # Seed 000: the welcome email goes to free signups, and only when the setting is on.
+            if settings.welcome_emails and status == "free":
+                key = await enqueue(conn, "MemberCreatedEvent", {"member_id": member_id},
+                                    idempotency_key=f"member-created-{member_id}")
+    finally:
+        await conn.close()
+    return MemberAdded(member_id, key)
+
+
+@members_app.command("add")
+def members_add(email: str = typer.Argument(..., help="The member's e-mail address."),
+                name: str = typer.Option(None, "--name", help="The member's name.")) -> None:
+    """Add a free member; their welcome email goes out through the outbox."""
+    added = run_async(add_member(email, name))
+    console.print(f"member {added.member_id} added" + (f"; welcome email queued (outbox-{added.welcome_key})"
+                                                        if added.welcome_key else ""), highlight=False)
+
+
+async def outbox_status(settings: Settings | None = None) -> dict:
+    from pressroom import database
+
+    settings = settings or get_settings()
+    conn = await database.connect_once(settings.require_database())
+    try:
+        counts = {r["status"]: r["n"] for r in await conn.fetch(
+            "SELECT status, count(*) AS n FROM outbox GROUP BY status ORDER BY status")}
+        oldest = await conn.fetchval("SELECT extract(epoch FROM now() - min(created_at)) FROM outbox "
+                                     "WHERE status IN ('pending', 'failed')")
+    finally:
+        await conn.close()
+    return {"counts": counts, "oldest_pending_seconds": float(oldest) if oldest is not None else None}
+
+
+async def outbox_entry(outbox_id: str, settings: Settings | None = None) -> dict:
+    from pressroom import database
+
+    settings = settings or get_settings()
+    conn = await database.connect_once(settings.require_database())
+    try:
+        row = await conn.fetchrow(
+            "SELECT o.id, o.event_type, o.idempotency_key, o.status, o.attempts, o.next_run_at, o.last_error_code, "
+            "o.last_error_msg, o.created_at, o.dispatched_at, o.processed_at, l.status AS ledger "
+            "FROM outbox o LEFT JOIN idempotency_ledger l USING (idempotency_key) WHERE o.id = $1", outbox_id)
+    finally:
+        await conn.close()
+    if row is None:
+        raise NotFound(f"outbox entry {outbox_id} does not exist")
+    return dict(row)
+
+
+async def requeue_outbox_entry(outbox_id: str, settings: Settings | None = None) -> None:
+    """aborted → pending with attempts reset, and its failed ledger line cleared, so it is tried afresh."""
+    from pressroom import database
+
+    settings = settings or get_settings()
+    conn = await database.connect_once(settings.require_database())
+    try:
+        async with conn.transaction():
+            status = await conn.fetchval("SELECT status FROM outbox WHERE id = $1 FOR UPDATE", outbox_id)
+            if status is None:
+                raise NotFound(f"outbox entry {outbox_id} does not exist")
+            if status != "aborted":
+                raise BadInput(f"outbox entry {outbox_id} is {status}; only an aborted entry can be requeued")
+            await conn.execute(
+                "DELETE FROM idempotency_ledger WHERE status = 'failed' AND idempotency_key = "
+                "(SELECT idempotency_key FROM outbox WHERE id = $1)", outbox_id)
+            await conn.execute(
+                "UPDATE outbox SET status = 'pending', attempts = 0, next_run_at = now(), last_error_code = NULL, "
+                "last_error_msg = NULL, processed_at = NULL, updated_at = now() WHERE id = $1", outbox_id)
+            await conn.execute("SELECT pg_notify('pressroom_outbox', '')")
+    finally:
+        await conn.close()
+
+
+@outbox_app.command("status")
+def outbox_status_command() -> None:
+    """Counts by state and the age of the oldest entry waiting."""
+    status = run_async(outbox_status())
+    for state, count in status["counts"].items():
+        console.print(f"{state:<11} {count:>8,}", highlight=False)
+    oldest = status["oldest_pending_seconds"]
+    console.print("nothing waiting" if oldest is None else f"oldest waiting entry: {oldest:,.1f} s old")
+
+
+@outbox_app.command("show")
+def outbox_show(outbox_id: str = typer.Argument(..., help="The outbox entry (outbox.id).")) -> None:
+    """One entry: its state, attempts and last error."""
+    for field, value in run_async(outbox_entry(outbox_id)).items():
+        console.print(f"{field:<16} {'' if value is None else value}", highlight=False, soft_wrap=True)
+
+
+@outbox_app.command("requeue")
+def outbox_requeue(outbox_id: str = typer.Argument(..., help="The aborted outbox entry (outbox.id).")) -> None:
+    """Try an aborted entry again from the start (its attempts are reset)."""
+    run_async(requeue_outbox_entry(outbox_id))
+    console.print(f"outbox entry {outbox_id} is pending again", highlight=False)
+
 # --- analytics ---------------------------------------------------------------------------------
 
 analytics_app = typer.Typer(help="Email analytics: the schedule that fetches Mailgun events into statistics.",

@@ -23,6 +23,7 @@ from temporalio.worker import Worker
 import activities
 import workflows
 from activities.analytics import ensure_schedule as ensure_analytics_schedule
+from activities.outbox import ensure_relay as ensure_outbox_relay
 from activities.posts import reconcile_at_worker_start
 from pressroom import database
 from pressroom.dependencies import Dependencies
@@ -126,6 +127,7 @@ async def run(settings: Settings | None = None) -> None:
     async with running_worker(client, settings):
         await ensure_analytics_schedule(client, settings)  # analytics: the schedule exists, at current settings
         await reconcile_at_worker_start(client, settings)  # posts: every scheduled post has its timer
+        await ensure_outbox_relay(client, settings)  # outbox: the relay runs
         log.info("worker started on task queue %s", settings.task_queue)
         await stop.wait()
         log.info("worker stopping: in-flight activities finish or are handed back")

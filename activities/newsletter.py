@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import re
-from contextlib import asynccontextmanager
 from datetime import datetime, timedelta, timezone
 
 from pydantic import BaseModel
@@ -18,6 +17,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.mailgun import MailgunError, MailgunRateLimited, MailgunRejected
+from activities.heartbeat import heartbeating
 from pressroom.dependencies import Dependencies
 
 MEMBER_STATUSES = ("free", "paid", "comped")
@@ -137,21 +137,6 @@ def render_segment(html: str, segment: str | None) -> str:
 
 def _non_retryable(message: str, kind: str) -> ApplicationError:
     return ApplicationError(message, type=kind, non_retryable=True)
-
-
-@asynccontextmanager
-async def heartbeating(every: float = 5.0):
-    """Heartbeat while a long statement runs, so a dead worker is noticed by the heartbeat timeout."""
-    async def beat() -> None:
-        while True:
-            activity.heartbeat()
-            await asyncio.sleep(every)
-
-    task = asyncio.create_task(beat())
-    try:
-        yield
-    finally:
-        task.cancel()
 
 
 class NewsletterActivities:

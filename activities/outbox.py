@@ -1,0 +1,332 @@
+"""The transactional outbox (seeds 000 and 002): enqueue in the caller's transaction, relay, deliver.
+
+Service → job → per-entry processing → handler, as in Ghost: `enqueue` writes an entry beside the
+domain change; `relay_outbox` claims due entries and starts one DeliverOutboxEntryWorkflow each;
+the delivery runs `handle_entry` (one handler per event type) with the protocol's retries; the
+ledger is written before the outbox row, so a key that succeeded is never handled again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import time
+from collections.abc import Awaitable, Callable
+from datetime import timedelta
+from typing import Any
+
+import asyncpg
+from pydantic import BaseModel, ValidationError
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from activities.mailgun import MailgunRejected
+from activities.heartbeat import heartbeating
+from pressroom.dependencies import Dependencies
+
+NOTIFY_CHANNEL = "pressroom_outbox"
+ERROR_LIMIT = 2000  # the seed caps stored error text at 2,000 characters
+
+
+# --- event types and their handlers -------------------------------------------------------------
+
+class MemberCreatedEvent(BaseModel):
+    member_id: str
+
+
+class NoopEvent(BaseModel):
+    """Does nothing: for benchmarks and smoke checks of the pipeline itself."""
+
+
+EVENT_TYPES: dict[str, type[BaseModel]] = {"MemberCreatedEvent": MemberCreatedEvent, "NoopEvent": NoopEvent}
+
+
+def payload_digest(payload: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(payload, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+async def enqueue(conn: asyncpg.Connection, event_type: str, payload: dict[str, Any],
+                  idempotency_key: str | None = None) -> str:
+    """Write an outbox entry in the caller's open transaction; returns its idempotency key.
+
+    The entry commits or vanishes with the change that caused it. Without a key, the key is derived
+    from the event type and payload, so the same event enqueued twice is delivered once. The NOTIFY
+    reaches the relay only when the transaction commits.
+    """
+    if not conn.is_in_transaction():
+        raise RuntimeError("enqueue needs an open transaction: the entry must commit with its change")
+    digest = payload_digest(payload)
+    key = idempotency_key or f"{event_type}-{digest[:32]}"
+    await conn.execute(
+        "INSERT INTO outbox (event_type, payload, idempotency_key, payload_digest) VALUES ($1, $2::jsonb, $3, $4) "
+        "ON CONFLICT (idempotency_key) DO NOTHING", event_type, json.dumps(payload), key, digest)
+    await conn.execute("SELECT pg_notify($1, '')", NOTIFY_CHANNEL)
+    return key
+
+
+# --- inputs and results ---------------------------------------------------------------------------
+
+class RelayInput(BaseModel):
+    run_seconds: float = 300  # then the workflow calls again (and continues as new now and then)
+
+
+class RelayResult(BaseModel):
+    started: int
+
+
+class EntryInput(BaseModel):
+    outbox_id: str
+    max_attempts: int = 6  # the protocol's MAX_ATTEMPTS, from the relay's settings
+
+
+class EntryCheck(BaseModel):
+    proceed: bool
+    outcome: str = ""  # when not proceeding: succeeded (W-105) or aborted
+
+
+class EntryResult(BaseModel):
+    result: dict[str, Any]
+
+
+class CompleteEntryInput(BaseModel):
+    outbox_id: str
+    result: dict[str, Any]
+
+
+class AbortEntryInput(BaseModel):
+    outbox_id: str
+    code: str
+    message: str
+
+
+def _abort(code: str, message: str) -> ApplicationError:
+    return ApplicationError(message, type=code, non_retryable=True)
+
+
+class OutboxActivities:
+    def __init__(self, deps: Dependencies) -> None:
+        self.pool = deps.pool
+        self.mailgun = deps.mailgun
+        self.settings = deps.settings
+        self.temporal = deps.temporal
+        self.handlers: dict[str, Callable[[BaseModel, str], Awaitable[dict[str, Any]]]] = {
+            "MemberCreatedEvent": self._welcome_member, "NoopEvent": self._noop}
+
+    # --- the relay ---
+
+    @activity.defn
+    async def relay_outbox(self, input: RelayInput) -> RelayResult:
+        """Claim due entries and start their delivery workflows, woken by NOTIFY or the poll interval.
+
+        Safe to run several at once and to repeat: rows are claimed with SKIP LOCKED inside the
+        transaction that starts their workflows, and a workflow that exists counts as started.
+        """
+        wake = asyncio.Event()
+        listener = await asyncpg.connect(self.settings.database_url)
+        await listener.add_listener(NOTIFY_CHANNEL, lambda *_: wake.set())
+        started, deadline = 0, time.monotonic() + input.run_seconds
+        try:
+            while time.monotonic() < deadline:
+                activity.heartbeat(started)
+                claimed = await self._claim_and_start()
+                started += claimed
+                if claimed < self.settings.outbox_batch:
+                    try:
+                        await asyncio.wait_for(wake.wait(), self.settings.outbox_poll_interval_sec)
+                    except TimeoutError:
+                        pass
+                    wake.clear()
+        finally:
+            await listener.close()
+        return RelayResult(started=started)
+
+    async def _claim_and_start(self) -> int:
+        from temporalio.common import SearchAttributePair, TypedSearchAttributes, WorkflowIDConflictPolicy
+
+        from pressroom.temporal import OUTBOX_EVENT_TYPE
+        from workflows.outbox import DeliverOutboxEntryWorkflow
+
+        async with self.pool.acquire() as conn, conn.transaction():
+            open_deliveries = await conn.fetchval("SELECT count(*) FROM outbox WHERE status = 'dispatched'")
+            room = min(self.settings.outbox_batch, self.settings.outbox_max_open_deliveries - open_deliveries)
+            if room <= 0:
+                return 0
+            rows = await conn.fetch(
+                "SELECT id, idempotency_key, event_type, created_at FROM outbox "
+                "WHERE status = 'pending' AND next_run_at <= now() ORDER BY next_run_at, created_at "
+                "LIMIT $1 FOR UPDATE SKIP LOCKED", room)
+            if not rows:
+                return 0
+            await asyncio.gather(*(self.temporal.start_workflow(
+                DeliverOutboxEntryWorkflow.run,
+                EntryInput(outbox_id=row["id"], max_attempts=self.settings.outbox_max_attempts),
+                id=f"outbox-{row['idempotency_key']}", task_queue=activity.info().task_queue,
+                id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+                search_attributes=TypedSearchAttributes([SearchAttributePair(OUTBOX_EVENT_TYPE, row["event_type"])]),
+                static_summary=f"Deliver {row['event_type']} (outbox {row['id']})") for row in rows))
+            await conn.execute("UPDATE outbox SET status = 'dispatched', dispatched_at = now(), updated_at = now() "
+                               "WHERE id = ANY($1::text[])", [row["id"] for row in rows])
+        meter = activity.metric_meter()
+        meter.create_counter("pressroom_outbox_claimed", "Outbox entries claimed by a relay").add(len(rows))
+        latency = meter.create_histogram_float("pressroom_outbox_latency", "Outbox latency by phase", "ms")
+        now = time.time()
+        for row in rows:
+            latency.with_additional_attributes({"phase": "commit_to_dispatch"}).record(
+                (now - row["created_at"].timestamp()) * 1000)
+        return len(rows)
+
+    # --- one entry ---
+
+    @activity.defn
+    async def check_entry(self, input: EntryInput) -> EntryCheck:
+        """The ledger decides first: a key that succeeded is not handled again (W-105), a digest that
+        differs is IDEMPOTENCY_CONFLICT, an unknown type or an invalid payload is aborted at once."""
+        row = await self.pool.fetchrow(
+            "SELECT o.event_type, o.payload::text AS payload, o.payload_digest, o.status, l.status AS ledger_status, "
+            "l.payload_digest AS ledger_digest FROM outbox o "
+            "LEFT JOIN idempotency_ledger l ON l.idempotency_key = o.idempotency_key WHERE o.id = $1",
+            input.outbox_id)
+        if row is None:
+            raise _abort("ENTRY_NOT_FOUND", f"outbox entry {input.outbox_id} does not exist")
+        if row["ledger_digest"] is not None and row["ledger_digest"] != row["payload_digest"]:
+            raise _abort("IDEMPOTENCY_CONFLICT", "the ledger holds this idempotency key with a different payload")
+        if row["ledger_status"] == "succeeded":
+            await self._finish(input.outbox_id)
+            return EntryCheck(proceed=False, outcome="succeeded")
+        self._event(row["event_type"], row["payload"])
+        return EntryCheck(proceed=True)
+
+    @staticmethod
+    def _event(event_type: str, payload: str) -> BaseModel:
+        model = EVENT_TYPES.get(event_type)
+        if model is None:
+            raise _abort("UNKNOWN_EVENT_TYPE", f"no handler for event type {event_type!r}")
+        try:
+            return model.model_validate_json(payload)
+        except ValidationError as error:
+            first = error.errors()[0]
+            where = ".".join(str(part) for part in first["loc"]) or "payload"
+            raise _abort("INVALID_PAYLOAD", f"{event_type} payload is invalid: {where}: {first['msg']}") from None
+
+    @activity.defn
+    async def handle_entry(self, input: EntryInput) -> EntryResult:
+        """Run the event type's handler; a failure is recorded and retried on the protocol's backoff."""
+        async with heartbeating():
+            return await self._handle_entry(input)
+
+    async def _handle_entry(self, input: EntryInput) -> EntryResult:
+        row = await self.pool.fetchrow("SELECT event_type, payload::text AS payload, idempotency_key "
+                                       "FROM outbox WHERE id = $1", input.outbox_id)
+        if row is None:
+            raise _abort("ENTRY_NOT_FOUND", f"outbox entry {input.outbox_id} does not exist")
+        event = self._event(row["event_type"], row["payload"])
+        attempt = activity.info().attempt
+        try:
+            return EntryResult(result=await self.handlers[row["event_type"]](event, row["idempotency_key"]))
+        except ApplicationError:
+            raise
+        except Exception as error:  # the handler's failure, in its own words, kept for `outbox show`
+            code = type(error).__name__
+            message = str(error)[:ERROR_LIMIT] or code
+            backoff = self.settings.outbox_backoff_sec
+            delay = backoff[min(attempt - 1, len(backoff) - 1)]
+            await self.pool.execute(
+                "UPDATE outbox SET status = 'failed', attempts = $2, last_error_code = $3, last_error_msg = $4, "
+                "next_run_at = now() + make_interval(secs => $5), updated_at = now() WHERE id = $1",
+                input.outbox_id, attempt, code, message, float(delay))
+            activity.metric_meter().create_counter("pressroom_outbox_retries", "Failed handler attempts").add(1)
+            raise ApplicationError(message, type=code, non_retryable=isinstance(error, MailgunRejected),
+                                   next_retry_delay=timedelta(seconds=delay)) from None
+
+    @activity.defn
+    async def complete_entry(self, input: CompleteEntryInput) -> None:
+        """Ledger first, then the outbox row: succeeded, or deleted (completed if the delete fails)."""
+        async with self.pool.acquire() as conn, conn.transaction():
+            await conn.execute(
+                "INSERT INTO idempotency_ledger (idempotency_key, payload_digest, status, result) "
+                "SELECT idempotency_key, payload_digest, 'succeeded', $2::jsonb FROM outbox WHERE id = $1 "
+                "ON CONFLICT (idempotency_key) DO UPDATE SET status = 'succeeded', result = EXCLUDED.result, "
+                "updated_at = now()", input.outbox_id, json.dumps(input.result))
+        await self._finish(input.outbox_id)
+        self._count("succeeded")
+
+    async def _finish(self, outbox_id: str) -> None:
+        if self.settings.outbox_delete_on_success:
+            try:
+                await self.pool.execute("DELETE FROM outbox WHERE id = $1", outbox_id)
+                return
+            except asyncpg.PostgresError:
+                await self.pool.execute("UPDATE outbox SET status = 'completed', processed_at = now(), "
+                                        "updated_at = now() WHERE id = $1", outbox_id)
+                return
+        await self.pool.execute("UPDATE outbox SET status = 'succeeded', processed_at = now(), updated_at = now() "
+                                "WHERE id = $1", outbox_id)
+
+    @activity.defn
+    async def abort_entry(self, input: AbortEntryInput) -> None:
+        """Retries are exhausted or retrying cannot help: ledger failed, outbox aborted with the reason."""
+        message = input.message[:ERROR_LIMIT]
+        async with self.pool.acquire() as conn, conn.transaction():
+            await conn.execute(
+                "INSERT INTO idempotency_ledger (idempotency_key, payload_digest, status, error_code) "
+                "SELECT idempotency_key, payload_digest, 'failed', $2 FROM outbox WHERE id = $1 "
+                "ON CONFLICT (idempotency_key) DO UPDATE SET status = 'failed', error_code = EXCLUDED.error_code, "
+                "updated_at = now() WHERE idempotency_ledger.status <> 'succeeded'", input.outbox_id, input.code)
+            await conn.execute(
+                "UPDATE outbox SET status = 'aborted', last_error_code = $2, last_error_msg = $3, "
+                "processed_at = now(), updated_at = now() WHERE id = $1", input.outbox_id, input.code, message)
+        self._count("aborted")
+
+    @staticmethod
+    def _count(outcome: str) -> None:
+        activity.metric_meter().create_counter("pressroom_outbox_processed", "Outbox entries by outcome") \
+            .with_additional_attributes({"outcome": outcome}).add(1)
+
+    # --- handlers ---
+
+    async def _noop(self, event: BaseModel, key: str) -> dict[str, Any]:
+        return {}
+
+    async def _welcome_member(self, event: MemberCreatedEvent, key: str) -> dict[str, Any]:
+        """The welcome email of the automated email for the member's status; once per member."""
+        member = await self.pool.fetchrow("SELECT id, uuid, email, name, status FROM members WHERE id = $1",
+                                          event.member_id)
+        if member is None:
+            return {"skipped": f"member {event.member_id} was deleted before the welcome email"}
+        welcome = await self.pool.fetchrow(
+            "SELECT id, subject, html, plaintext, sender_name, sender_email, sender_reply_to FROM automated_emails "
+            "WHERE slug = $1 AND status = 'active'", f"member-welcome-email-{member['status']}")
+        if welcome is None:
+            return {"skipped": f"no active welcome email for {member['status']} members"}
+        sent = await self.pool.fetchval("SELECT provider_id FROM automated_email_recipients "
+                                        "WHERE automated_email_id = $1 AND member_id = $2", welcome["id"], member["id"])
+        if sent is not None:
+            return {"provider_id": sent, "already_sent": True}
+        sender = welcome["sender_email"] or self.settings.from_address
+        from_address = f"{welcome['sender_name']} <{sender}>" if welcome["sender_name"] and welcome["sender_email"] \
+            else sender
+        provider_id = await self.mailgun.send_batch(
+            from_address=from_address, to=[member["email"]], subject=welcome["subject"], html=welcome["html"],
+            text=welcome["plaintext"] or welcome["subject"],
+            recipient_variables={member["email"]: {"name": member["name"] or "", "uuid": str(member["uuid"])}},
+            tags=["welcome-email"], variables={"automated-email-id": welcome["id"]},
+            headers={"Message-Id": f"<welcome-{hashlib.sha256(key.encode()).hexdigest()[:24]}@{self.mailgun.domain}>",
+                     **({"Reply-To": welcome["sender_reply_to"]} if welcome["sender_reply_to"] else {})})
+        await self.pool.execute(
+            "INSERT INTO automated_email_recipients (automated_email_id, member_id, member_uuid, member_email, "
+            "member_name, provider_id) VALUES ($1, $2, $3, $4, $5, $6) "
+            "ON CONFLICT (automated_email_id, member_id) DO NOTHING",
+            welcome["id"], member["id"], member["uuid"], member["email"], member["name"], provider_id)
+        return {"provider_id": provider_id}
+
+
+async def ensure_relay(client, settings) -> None:
+    """The relay workflow runs (one per namespace and task queue); an existing run is kept."""
+    from temporalio.common import WorkflowIDConflictPolicy
+
+    from workflows.outbox import RELAY_WORKFLOW_ID, OutboxRelayWorkflow
+
+    await client.start_workflow(OutboxRelayWorkflow.run, RelayInput(), id=f"{RELAY_WORKFLOW_ID}-{settings.task_queue}",
+                                task_queue=settings.task_queue, id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+                                static_summary="Relay committed outbox entries to delivery workflows")

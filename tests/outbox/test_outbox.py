@@ -1,0 +1,200 @@
+"""The outbox end to end: enqueue in a transaction, relay, delivery, ledger (seed 002's W-101…W-105)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+
+import pytest
+
+from activities.outbox import enqueue, ensure_relay, payload_digest
+from starter import add_member, outbox_entry, outbox_status, requeue_outbox_entry
+from tests.conftest import make_settings
+from tests.foundation.test_cli import assert_one_line_error, pressroom
+from tests.newsletter.test_failures import spawn_worker, wait_until
+from workflows.outbox import RELAY_WORKFLOW_ID
+from worker import running_worker
+
+WELCOME = ("INSERT INTO automated_emails (name, slug, subject, html) VALUES "
+           "('Welcome', 'member-welcome-email-free', 'Welcome!', '<p>Welcome %recipient.name%</p>')")
+
+
+@pytest.fixture
+def outbox_settings(postgres_url, mailgun, db):
+    def build(**overrides):
+        return make_settings(postgres_url, mailgun, outbox_backoff_sec=[1], outbox_poll_interval_sec=0.2,
+                             **overrides)
+    return build
+
+
+@pytest.fixture
+async def relay(dev_env, outbox_settings):
+    """A worker and the relay on this test's task queue; the relay is stopped afterwards."""
+    settings = outbox_settings()
+    async with running_worker(dev_env.client, settings):
+        await ensure_relay(dev_env.client, settings)
+        yield settings
+        await dev_env.client.get_workflow_handle(f"{RELAY_WORKFLOW_ID}-{settings.task_queue}").terminate()
+
+
+async def entry_state(db, key: str) -> str | None:
+    return await db.fetchval("SELECT status FROM outbox WHERE idempotency_key = $1", key)
+
+
+async def settled(db, key: str, state: str = "succeeded", timeout: float = 30) -> None:
+    async def done() -> bool:
+        return await entry_state(db, key) == state
+    await wait_until(done, timeout)
+
+
+async def test_w101_a_new_member_gets_one_welcome_email(db, mailgun, relay):
+    await db.execute(WELCOME)
+    added = await add_member("new.reader@example.com", "New Reader", settings=relay)
+    await settled(db, added.welcome_key)
+    messages = [m for m in mailgun.messages if "new.reader@example.com" in m.recipients]
+    assert len(messages) == 1 and messages[0].subject == "Welcome!"
+    assert messages[0].recipient_variables()["new.reader@example.com"]["name"] == "New Reader"
+    ledger = await db.fetchrow("SELECT status, result FROM idempotency_ledger WHERE idempotency_key = $1",
+                               added.welcome_key)
+    assert ledger["status"] == "succeeded" and json.loads(ledger["result"])["provider_id"] == messages[0].id
+    assert await db.fetchval("SELECT count(*) FROM automated_email_recipients WHERE member_id = $1",
+                             added.member_id) == 1
+
+
+async def test_w102_a_failure_then_success(db, mailgun, relay):
+    await db.execute(WELCOME)
+    mailgun.set_faults(error_rate=1.0)
+    added = await add_member("flaky@example.com", settings=relay)
+
+    async def failed_once() -> bool:
+        return (await db.fetchval("SELECT attempts FROM outbox WHERE idempotency_key = $1", added.welcome_key)) >= 1
+    await wait_until(failed_once)
+    mailgun.set_faults(error_rate=0.0)
+    await settled(db, added.welcome_key)
+    row = await outbox_entry(await db.fetchval("SELECT id FROM outbox WHERE idempotency_key = $1", added.welcome_key),
+                             settings=relay)
+    assert row["last_error_code"] == "MailgunUnavailable" and row["ledger"] == "succeeded"
+    assert sum("flaky@example.com" in m.recipients for m in mailgun.messages) == 1
+
+
+async def test_w103_a_worker_killed_mid_delivery_another_completes(db, mailgun, dev_env, outbox_settings):
+    settings = outbox_settings()
+    await db.execute(WELCOME)
+    mailgun.set_faults(latency_ms=3000)
+    worker = spawn_worker(settings, dev_env, OUTBOX_BACKOFF_SEC="1", OUTBOX_POLL_INTERVAL_SEC="0.2")
+    try:
+        added = await add_member("slow@example.com", settings=settings)
+        await wait_until(lambda: asyncio.sleep(0, mailgun.request_counts["messages"] > 0), timeout=30)
+        worker.send_signal(signal.SIGKILL)
+        worker.wait()
+        mailgun.set_faults(latency_ms=0)
+        worker = spawn_worker(settings, dev_env, OUTBOX_BACKOFF_SEC="1", OUTBOX_POLL_INTERVAL_SEC="0.2")
+        await settled(db, added.welcome_key, timeout=90)
+    finally:
+        worker.terminate()
+        worker.wait()
+        await dev_env.client.get_workflow_handle(f"{RELAY_WORKFLOW_ID}-{settings.task_queue}").terminate()
+    assert await db.fetchval("SELECT count(*) FROM idempotency_ledger WHERE idempotency_key = $1",
+                             added.welcome_key) == 1
+    assert sum("slow@example.com" in m.recipients for m in mailgun.messages) == 1
+
+
+async def test_w104_max_attempts_then_requeue_then_success(db, mailgun, dev_env, outbox_settings):
+    settings = outbox_settings(outbox_max_attempts=3)
+    await db.execute(WELCOME)
+    mailgun.set_faults(error_rate=1.0)
+    async with running_worker(dev_env.client, settings):
+        await ensure_relay(dev_env.client, settings)
+        added = await add_member("unlucky@example.com", settings=settings)
+        await settled(db, added.welcome_key, "aborted")
+        outbox_id = await db.fetchval("SELECT id FROM outbox WHERE idempotency_key = $1", added.welcome_key)
+        aborted = await outbox_entry(outbox_id, settings=settings)
+        assert aborted["attempts"] == 3 and aborted["last_error_code"] == "MailgunUnavailable"
+        assert aborted["ledger"] == "failed" and "500" in aborted["last_error_msg"]
+        mailgun.set_faults(error_rate=0.0)
+        await requeue_outbox_entry(outbox_id, settings=settings)
+        await settled(db, added.welcome_key)
+        await dev_env.client.get_workflow_handle(f"{RELAY_WORKFLOW_ID}-{settings.task_queue}").terminate()
+    assert sum("unlucky@example.com" in m.recipients for m in mailgun.messages) == 1
+
+
+async def test_w105_a_key_already_succeeded_is_not_handled_again(db, mailgun, relay):
+    payload = {}
+    await db.execute("INSERT INTO idempotency_ledger (idempotency_key, payload_digest, status, result) "
+                     "VALUES ('done-before', $1, 'succeeded', '{}')", payload_digest(payload))
+    await db.execute("INSERT INTO idempotency_ledger (idempotency_key, payload_digest, status) "
+                     "VALUES ('other-payload', 'not-this-digest', 'succeeded')")
+    async with db.acquire() as conn, conn.transaction():
+        await enqueue(conn, "NoopEvent", payload, idempotency_key="done-before")
+        await enqueue(conn, "NoopEvent", payload, idempotency_key="other-payload")
+    await settled(db, "done-before")
+    await settled(db, "other-payload", "aborted")
+    assert await db.fetchval("SELECT last_error_code FROM outbox WHERE idempotency_key = 'other-payload'") \
+        == "IDEMPOTENCY_CONFLICT"
+    assert mailgun.stats()["messages"] == 0
+
+
+async def test_a_rolled_back_transaction_leaves_no_entry(db):
+    with pytest.raises(RuntimeError, match="the member change failed"):
+        async with db.acquire() as conn, conn.transaction():
+            await enqueue(conn, "NoopEvent", {}, idempotency_key="rolled-back")
+            raise RuntimeError("the member change failed")
+    assert await db.fetchval("SELECT count(*) FROM outbox") == 0
+
+
+async def test_the_same_key_twice_is_delivered_once(db, dev_env, relay):
+    for _ in range(2):
+        async with db.acquire() as conn, conn.transaction():
+            await enqueue(conn, "NoopEvent", {"n": 1})
+    key = await db.fetchval("SELECT idempotency_key FROM outbox")
+    await settled(db, key)
+    assert await db.fetchval("SELECT count(*) FROM outbox") == 1
+    runs = [w async for w in dev_env.client.list_workflows(f"WorkflowId = 'outbox-{key}'")]
+    assert len(runs) == 1
+
+
+async def test_two_relays_and_a_burst_start_each_entry_once(db, dev_env, outbox_settings):
+    settings = outbox_settings(outbox_batch=50)
+    async with db.acquire() as conn, conn.transaction():
+        await conn.execute(
+            "INSERT INTO outbox (event_type, payload, idempotency_key, payload_digest) "
+            "SELECT 'NoopEvent', '{}', 'burst-' || n, $1 FROM generate_series(1, 2000) n", payload_digest({}))
+    async with running_worker(dev_env.client, settings):
+        second = settings.model_copy(update={"task_queue": settings.task_queue})
+        await ensure_relay(dev_env.client, settings)
+        await dev_env.client.start_workflow("OutboxRelayWorkflow", {"run_seconds": 300},
+                                            id=f"second-relay-{settings.task_queue}", task_queue=second.task_queue)
+
+        async def drained() -> bool:
+            return await db.fetchval("SELECT count(*) FROM outbox WHERE status = 'succeeded'") == 2000
+        await wait_until(drained, timeout=240)
+        for relay_id in (f"{RELAY_WORKFLOW_ID}-{settings.task_queue}", f"second-relay-{settings.task_queue}"):
+            await dev_env.client.get_workflow_handle(relay_id).terminate()
+    starts = await db.fetchval("SELECT count(*) FROM idempotency_ledger WHERE idempotency_key LIKE 'burst-%'")
+    assert starts == 2000
+    assert (await outbox_status(settings=settings))["counts"] == {"succeeded": 2000}
+
+
+@pytest.mark.parametrize("event_type, payload, code, words", [
+    ("NoSuchEvent", {}, "UNKNOWN_EVENT_TYPE", "no handler for event type 'NoSuchEvent'"),
+    ("MemberCreatedEvent", {"member": 1}, "INVALID_PAYLOAD", "member_id: Field required"),
+])
+async def test_bad_events_are_aborted_with_a_clear_message(db, mailgun, relay, event_type, payload, code, words):
+    async with db.acquire() as conn, conn.transaction():
+        key = await enqueue(conn, event_type, payload)
+    await settled(db, key, "aborted")
+    row = await db.fetchrow("SELECT attempts, last_error_code, last_error_msg FROM outbox")
+    assert row["last_error_code"] == code and words in row["last_error_msg"] and row["attempts"] == 0
+    assert mailgun.stats()["messages"] == 0
+    assert await db.fetchval("SELECT count(*) FROM members") == 0
+
+
+async def test_cli_bad_input_is_one_line(postgres_url, db):
+    env = {"DATABASE_URL": postgres_url}
+    assert_one_line_error(await asyncio.to_thread(pressroom, "members", "add", "not-an-address", env=env),
+                          "is not an e-mail address")
+    assert_one_line_error(await asyncio.to_thread(pressroom, "outbox", "show", "nope", env=env),
+                          "outbox entry nope does not exist")
+    assert_one_line_error(await asyncio.to_thread(pressroom, "outbox", "requeue", "nope", env=env),
+                          "outbox entry nope does not exist")
