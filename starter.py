@@ -232,7 +232,12 @@ def newsletter_send(email_id: str = typer.Argument(..., help="The email to send 
                            + progress.batches_failed,
                            recipients=f"{progress.recipients_sent:,}/{progress.recipients_total:,}")
 
-            return await follow_newsletter(start.workflow_id, client=client, on_progress=show)
+            outcome = await follow_newsletter(start.workflow_id, client=client, on_progress=show)
+            if outcome.counts:
+                c = outcome.counts
+                bar.update(task, total=c.batches_total, completed=c.batches_submitted + c.batches_failed,
+                           recipients=f"{c.recipients_submitted:,}/{c.recipients_total:,}")
+            return outcome
 
     outcome = run_async(work())
     if outcome is not None:
@@ -651,6 +656,17 @@ def posts_reconcile() -> None:
     console.print(f"{result.started_or_moved} scheduled posts started or moved, {result.stopped} stray timers stopped")
 
 # --- demo and operations -----------------------------------------------------------------------
+
+@app.command()
+def demo(members: int = typer.Option(5000, "--members", min=1, max=1_000_000, help="How many members to seed."),
+         publish_in: float = typer.Option(15, "--publish-in", min=0, help="Seconds until the post publishes."),
+         keep_running: bool = typer.Option(False, "--keep-running", help="Keep the worker running afterwards.")
+         ) -> None:
+    """Everything in one minute: dev stack, a site, a welcome email, a scheduled post, its newsletter,
+    analytics, and a closing table. Run it again any time; it reuses the data in ./.pressroom."""
+    from pressroom.demo import run_demo
+
+    run_async(run_demo(console, members=members, publish_in=publish_in, keep_running=keep_running))
 
 @app.command()
 def check() -> None:

@@ -109,12 +109,14 @@ async def time_skipping_env() -> AsyncIterator[WorkflowEnvironment]:
 @pytest.fixture(scope="session")
 async def dev_env() -> AsyncIterator[WorkflowEnvironment]:
     """Temporal's dev server: real persistence and real timing, with our search attributes."""
+    ui_port = free_port()
     env = await WorkflowEnvironment.start_local(
         dev_server_existing_path=find_binary("temporal"), data_converter=data_converter(),
-        search_attributes=SEARCH_ATTRIBUTES,
+        search_attributes=SEARCH_ATTRIBUTES, ui=True, ui_port=ui_port,
         dev_server_extra_args=["--log-level", "error",
                                # Suggest continue-as-new early so that path runs in every test.
                                "--dynamic-config-value", "limit.historyCount.suggestContinueAsNew=200"])
+    env.ui_url = f"http://localhost:{ui_port}"  # the Web UI, for the headless-browser test
     yield env
     await env.shutdown()
 

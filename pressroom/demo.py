@@ -1,0 +1,148 @@
+"""`pressroom demo`: the whole product in about a minute, on the local development stack.
+
+A site is seeded, a worker runs in this process, a new member gets their welcome email through
+the outbox, a post is scheduled a few seconds ahead and published on time, its newsletter goes to
+every member with a progress bar, an analytics run fetches the simulator's events, and a closing
+table shows what happened. Every step is a real workflow you can open in the Web UI.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from datetime import datetime, timedelta, timezone
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from pressroom import database
+from pressroom.demo_site import seed_site
+from pressroom.settings import load_settings
+
+
+async def run_demo(console: Console, *, members: int, publish_in: float, keep_running: bool) -> None:
+    from activities.outbox import ensure_relay
+    from devstack import stack
+    from pressroom.temporal import connect
+    from starter import add_member, follow_newsletter, schedule_post
+    from worker import running_worker
+    from workflows.analytics import FetchEmailAnalyticsWorkflow
+    from workflows.posts import publish_workflow_id
+
+    status = await asyncio.to_thread(stack.up)
+    console.print(f"[bold]Development stack[/bold]: started {', '.join(status.started) or 'nothing new'}"
+                  + (f"; already running: {', '.join(status.running)}" if status.running else ""))
+    # The simulator stores events the moment they happen, so the demo reads them without the
+    # one-minute end margin that real Mailgun needs.
+    settings = load_settings(analytics_end_margin_seconds=0, publish_lead_seconds=2)
+    await database.migrate(settings.require_database())
+    client = await connect(settings)
+    pool = await database.connect(settings.require_database(), max_size=10)
+    tag = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
+    try:
+        site = await seed_site(pool, members=members, run_tag=tag)
+        console.print(f"[bold]Site[/bold]: newsletter with {site.members:,} members; post {site.post_id} "
+                      f"with email {site.email_id}")
+        async with running_worker(client, settings):
+            await ensure_relay(client, settings)
+            console.print("[bold]Worker[/bold]: running in this process on task queue "
+                          f"{settings.task_queue}")
+
+            added = await add_member(f"newcomer-{tag}@demo.pressroom.test", "Newcomer", settings=settings)
+            await _wait_for(pool, "SELECT status = 'succeeded' FROM outbox WHERE idempotency_key = $1",
+                            added.welcome_key, what="the welcome email")
+            console.print(f"[bold]Outbox[/bold]: member {added.member_id} joined; welcome email sent "
+                          f"(workflow outbox-{added.welcome_key})")
+
+            publish_at = datetime.now(timezone.utc).replace(microsecond=0) + timedelta(seconds=publish_in)
+            await schedule_post(site.post_id, publish_at.isoformat(), client=client, settings=settings)
+            console.print(f"[bold]Post[/bold]: scheduled for {publish_at:%H:%M:%S} UTC "
+                          f"(workflow {publish_workflow_id(site.post_id)}); waiting…")
+            await _wait_for(pool, "SELECT status = 'published' FROM posts WHERE id = $1", site.post_id,
+                            what="the post", timeout=publish_in + 60)
+            late = await pool.fetchval("SELECT extract(epoch FROM publish_completed_at - published_at) * 1000 "
+                                       "FROM posts WHERE id = $1", site.post_id)
+            console.print(f"[bold]Post[/bold]: published {float(late):.0f} ms after its time")
+
+            newsletter_id = f"newsletter-{site.email_id}"
+            await _wait_for_workflow(client, newsletter_id)
+            with Progress(TextColumn("[bold]Newsletter"), BarColumn(), MofNCompleteColumn(),
+                          TextColumn("batches · {task.fields[recipients]} recipients"), TimeElapsedColumn(),
+                          console=console) as bar:
+                task = bar.add_task("send", total=None, recipients="0")
+
+                def show(progress) -> None:
+                    bar.update(task, total=progress.batches_total or None,
+                               completed=progress.batches_sent + progress.batches_failed,
+                               recipients=f"{progress.recipients_sent:,}/{progress.recipients_total:,}")
+
+                outcome = await follow_newsletter(newsletter_id, client=client, on_progress=show)
+                if outcome.counts:
+                    c = outcome.counts
+                    bar.update(task, total=c.batches_total, completed=c.batches_submitted + c.batches_failed,
+                               recipients=f"{c.recipients_submitted:,}/{c.recipients_total:,}")
+            console.print(f"[bold]Newsletter[/bold]: {outcome.status} (workflow {newsletter_id})")
+
+            console.print("[bold]Analytics[/bold]: waiting for the recipients to open it…")
+            await asyncio.sleep(7)  # the simulator's members open 5 s after delivery
+            analytics_id = f"email-analytics-demo-{tag}"
+            from activities.analytics import FetchEmailAnalyticsInput
+
+            await client.execute_workflow(FetchEmailAnalyticsWorkflow.run, FetchEmailAnalyticsInput(),
+                                                id=analytics_id, task_queue=settings.task_queue)
+            console.print(f"[bold]Analytics[/bold]: fetched events (workflow {analytics_id})")
+            await _closing_table(console, pool, site.email_id)
+            ui = status.values.get("temporal_ui", "your Temporal Web UI")
+            console.print(f"\nOpen [bold]{ui}[/bold] and search for [bold]EmailId=\"{site.email_id}\"[/bold], or "
+                          f"open the workflows {publish_workflow_id(site.post_id)}, {newsletter_id}, "
+                          f"outbox-{added.welcome_key} and {analytics_id}.", highlight=False)
+            if keep_running:
+                console.print("The worker keeps running; press Ctrl-C to stop.")
+                await asyncio.Event().wait()
+    finally:
+        await pool.close()
+
+
+async def _wait_for(pool, query: str, *args, what: str, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while not await pool.fetchval(query, *args):
+        if time.monotonic() > deadline:
+            from pressroom.errors import PressroomError
+
+            raise PressroomError(f"the demo waited {timeout:.0f} s for {what}; check the worker's log")
+        await asyncio.sleep(0.1)
+
+
+async def _wait_for_workflow(client, workflow_id: str, timeout: float = 30) -> None:
+    from temporalio.service import RPCError
+
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            await client.get_workflow_handle(workflow_id).describe()
+            return
+        except RPCError:
+            if time.monotonic() > deadline:
+                raise
+            await asyncio.sleep(0.1)
+
+
+async def _closing_table(console: Console, pool, email_id: str) -> None:
+    email = await pool.fetchrow("SELECT status, email_count, delivered_count, opened_count, failed_count "
+                                "FROM emails WHERE id = $1", email_id)
+    members = await pool.fetchrow(
+        "SELECT count(*) FILTER (WHERE email_count > 0) AS reached, round(avg(email_open_rate)) AS open_rate, "
+        "count(*) FILTER (WHERE email_open_rate IS NOT NULL) AS rated FROM members")
+    table = Table(title=f"Email {email_id}")
+    for column in ("status", "recipients", "delivered", "opened", "failed"):
+        table.add_column(column, justify="right")
+    table.add_row(email["status"], f"{email['email_count']:,}", f"{email['delivered_count']:,}",
+                  f"{email['opened_count']:,}", f"{email['failed_count']:,}")
+    console.print(table)
+    stats = Table(title="Members")
+    for column in ("reached by email", "with an open rate (≥5 emails)", "average open rate"):
+        stats.add_column(column, justify="right")
+    stats.add_row(f"{members['reached']:,}", f"{members['rated']:,}",
+                  "-" if members["open_rate"] is None else f"{members['open_rate']}%")
+    console.print(stats)
