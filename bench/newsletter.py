@@ -1,0 +1,141 @@
+"""Benchmark: one newsletter to N members through the whole pipeline (not a test).
+
+Starts its own PostgreSQL, Temporal dev server and Mailgun simulator (a separate process, as
+Mailgun is) with a per-request latency, seeds N members, and times SendNewsletterWorkflow from
+start to "email submitted". Next to it, in the same run on the same machine, two raw figures: the
+same N recipient rows written with COPY, and the same N/1,000 batch requests posted straight to
+the simulator at the same concurrency. It prints recipients per second and the ratio of the
+pipeline to the larger raw figure, and the worker's peak memory.
+
+    .venv/bin/python bench/newsletter.py --members 100000 --latency-ms 200 --concurrency 10
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import resource
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import httpx  # noqa: E402
+from temporalio.testing import WorkflowEnvironment  # noqa: E402
+
+from devstack.servers import Postgres, find_binary, free_port, start_simulator, stop_process  # noqa: E402
+from pressroom import database  # noqa: E402
+from pressroom.settings import load_settings  # noqa: E402
+from pressroom.temporal import SEARCH_ATTRIBUTES, data_converter  # noqa: E402
+from starter import follow_newsletter, start_newsletter  # noqa: E402
+from worker import running_worker  # noqa: E402
+
+KEY, DOMAIN = "key-bench-00000000", "mg.bench.example"
+
+SEED = """
+INSERT INTO newsletters (id, name, slug, sender_email) VALUES ('nl1', 'Weekly', 'weekly-{tag}', 'news@example.com');
+INSERT INTO members (id, email, name, created_at)
+SELECT '{tag}-' || n, 'member' || n || '-{tag}@example.com', 'Member ' || n, now() - interval '1 hour'
+FROM generate_series(1, {members}) n;
+INSERT INTO members_newsletters (member_id, newsletter_id) SELECT id, 'nl1' FROM members;
+INSERT INTO posts (id, title, slug, html, newsletter_id) VALUES ('p1', 'Bench', 'bench', '<p>Hello</p>', 'nl1');
+INSERT INTO emails (id, post_id, newsletter_id, subject, html, plaintext) VALUES
+    ('e1', 'p1', 'nl1', 'Bench issue', '<p>Hello %recipient.name%</p>', 'Hello');
+ANALYZE;
+"""
+
+
+async def raw_copy(pool, members: int) -> float:
+    """The same N recipient rows, written with COPY into a table shaped like email_recipients."""
+    rows = [(f"r{n}", "e1", f"m{n}", "b0", f"00000000-0000-0000-0000-{n:012d}", f"member{n}@example.com",
+             f"Member {n}") for n in range(members)]
+    async with pool.acquire() as conn:
+        await conn.execute("CREATE TEMP TABLE raw_recipients (LIKE email_recipients)")
+        started = time.perf_counter()
+        await conn.copy_records_to_table("raw_recipients", records=rows, columns=[
+            "id", "email_id", "member_id", "batch_id", "member_uuid", "member_email", "member_name"])
+        elapsed = time.perf_counter() - started
+        await conn.execute("DROP TABLE raw_recipients")
+    return elapsed
+
+
+async def raw_posts(base_url: str, members: int, concurrency: int) -> float:
+    """N/1,000 batch requests straight to the simulator, `concurrency` at a time."""
+    batches = (members + 999) // 1000
+    slots = asyncio.Semaphore(concurrency)
+
+    async def post(client: httpx.AsyncClient, number: int) -> None:
+        to = [f"raw{number}-{n}@example.com" for n in range(min(1000, members - number * 1000))]
+        variables = json.dumps({a: {"name": "Member", "uuid": "u"} for a in to})
+        async with slots:
+            response = await client.post(f"/v3/{DOMAIN}/messages", data={
+                "from": "news@example.com", "to": to, "subject": "Raw", "html": "<p>Hello</p>", "text": "Hello",
+                "recipient-variables": variables, "v:email-id": "raw"})
+            response.raise_for_status()
+
+    async with httpx.AsyncClient(base_url=base_url, auth=("api", KEY), timeout=60,
+                                 limits=httpx.Limits(max_connections=concurrency)) as client:
+        started = time.perf_counter()
+        await asyncio.gather(*(post(client, number) for number in range(batches)))
+        return time.perf_counter() - started
+
+
+async def main(args: argparse.Namespace) -> None:
+    folder = Path(tempfile.mkdtemp(prefix="pressroom-bench-"))
+    folder.chmod(0o755)
+    postgres = Postgres(folder / "data", free_port())
+    postgres.start(durable=False)
+    sim_port = free_port()
+    simulator = start_simulator(port=sim_port, api_key=KEY, domain=DOMAIN, log=folder / "simulator.log")
+    base_url = f"http://127.0.0.1:{sim_port}"
+    env = await WorkflowEnvironment.start_local(dev_server_existing_path=find_binary("temporal"),
+                                                data_converter=data_converter(), search_attributes=SEARCH_ATTRIBUTES,
+                                                dev_server_extra_args=["--log-level", "error"])
+    try:
+        await database.migrate(postgres.url)
+        httpx.post(f"{base_url}/_sim/faults", json={"latency_ms": args.latency_ms})
+        settings = load_settings(database_url=postgres.url, mailgun_base_url=base_url, mailgun_api_key=KEY,
+                                 mailgun_domain=DOMAIN, send_concurrency=args.concurrency, task_queue="bench")
+        pool = await database.connect(postgres.url, max_size=4)
+        await pool.execute(SEED.format(members=args.members, tag="b"))
+
+        copy_seconds = await raw_copy(pool, args.members)
+        post_seconds = await raw_posts(base_url, args.members, args.concurrency)
+
+        async with running_worker(env.client, settings):
+            started = time.perf_counter()
+            start = await start_newsletter("e1", client=env.client, settings=settings)
+            outcome = await follow_newsletter(start.workflow_id, client=env.client, poll_seconds=0.2)
+            pipeline = time.perf_counter() - started
+        stats = httpx.get(f"{base_url}/_sim/stats").json()
+        await pool.close()
+    finally:
+        await env.shutdown()
+        stop_process(simulator.pid)
+        postgres.stop()
+        shutil.rmtree(folder, ignore_errors=True)
+
+    peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    n = args.members
+    raw = max(copy_seconds, post_seconds)
+    print(f"newsletter send: N={n:,} members, simulator latency {args.latency_ms} ms, concurrency {args.concurrency}")
+    print(f"  pipeline (start → submitted)  {pipeline:7.2f} s  {n / pipeline:>10,.0f} recipients/s  "
+          f"({outcome.status}, {outcome.counts.batches_submitted} batches)")
+    print(f"  raw COPY of {n:,} rows          {copy_seconds:7.2f} s  {n / copy_seconds:>10,.0f} rows/s")
+    print(f"  raw {(n + 999) // 1000} posts to the simulator  {post_seconds:7.2f} s  {n / post_seconds:>10,.0f} "
+          f"recipients/s")
+    print(f"  pipeline / larger raw figure: {pipeline / raw:.2f}x (target ≤ 1.5x)")
+    print(f"  duplicates at the simulator: {stats['duplicate_recipients']}")
+    print(f"  peak memory of this process (worker + client): {peak_mb:,.0f} MB")
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--members", type=int, default=100_000)
+    parser.add_argument("--latency-ms", type=float, default=200)
+    parser.add_argument("--concurrency", type=int, default=10)
+    asyncio.run(main(parser.parse_args()))
