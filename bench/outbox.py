@@ -1,0 +1,131 @@
+"""Benchmark: outbox entries from commit to ledger, against raw workflows on the same server (not a test).
+
+Starts its own PostgreSQL and Temporal dev server and a worker with the relay, then:
+  1. a burst: N NoopEvent entries committed at once; entries per second from the first commit to
+     the last ledger row, and p50/p99 latency commit → handled (outbox.created_at → ledger row);
+  2. the raw figure in the same run: N trivial one-activity workflows started and completed on
+     the same server and worker;
+  3. a steady stream of 10 entries a second for `--steady-seconds`: p50/p99 latency.
+
+    .venv/bin/python bench/outbox.py --entries 1000
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import shutil
+import sys
+import tempfile
+import time
+from datetime import timedelta
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from temporalio import activity, workflow  # noqa: E402
+from temporalio.testing import WorkflowEnvironment  # noqa: E402
+from temporalio.worker import Worker  # noqa: E402
+
+from activities.outbox import enqueue, ensure_relay, payload_digest  # noqa: E402
+from devstack.servers import Postgres, find_binary, free_port  # noqa: E402
+from pressroom import database  # noqa: E402
+from pressroom.settings import load_settings  # noqa: E402
+from pressroom.temporal import SEARCH_ATTRIBUTES, data_converter  # noqa: E402
+from worker import running_worker  # noqa: E402
+
+LATENCY = """SELECT extract(epoch FROM l.created_at - o.created_at) * 1000 AS ms
+             FROM outbox o JOIN idempotency_ledger l USING (idempotency_key) WHERE o.idempotency_key LIKE $1"""
+
+
+@activity.defn
+async def nothing() -> None:
+    return None
+
+
+@workflow.defn(sandboxed=False)
+class TrivialWorkflow:
+    @workflow.run
+    async def run(self) -> None:
+        await workflow.execute_activity(nothing, start_to_close_timeout=timedelta(seconds=30))
+
+
+def percentile(values: list[float], share: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(share * len(ordered)))]
+
+
+async def wait_for_ledger(pool, pattern: str, count: int, timeout: float = 900) -> None:
+    deadline = time.monotonic() + timeout
+    while await pool.fetchval("SELECT count(*) FROM idempotency_ledger WHERE idempotency_key LIKE $1",
+                              pattern) < count:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{pattern}: not drained in {timeout} s")
+        await asyncio.sleep(0.05)
+
+
+async def main(args: argparse.Namespace) -> None:
+    folder = Path(tempfile.mkdtemp(prefix="pressroom-bench-"))
+    folder.chmod(0o755)
+    postgres = Postgres(folder / "data", free_port())
+    postgres.start(durable=False)
+    env = await WorkflowEnvironment.start_local(dev_server_existing_path=find_binary("temporal"),
+                                                data_converter=data_converter(), search_attributes=SEARCH_ATTRIBUTES,
+                                                dev_server_extra_args=["--log-level", "error"])
+    try:
+        await database.migrate(postgres.url)
+        settings = load_settings(database_url=postgres.url, mailgun_api_key="unused", mailgun_domain="unused",
+                                 task_queue="bench", outbox_poll_interval_sec=0.5)
+        pool = await database.connect(postgres.url, max_size=10)
+        async with running_worker(env.client, settings):
+            await ensure_relay(env.client, settings)
+            n = args.entries
+            started = time.perf_counter()
+            await pool.execute(
+                "INSERT INTO outbox (event_type, payload, idempotency_key, payload_digest) "
+                "SELECT 'NoopEvent', '{}', 'burst-' || k, $2 FROM generate_series(1, $1) k; ",
+                n, payload_digest({}))
+            await pool.execute("SELECT pg_notify('pressroom_outbox', '')")
+            await wait_for_ledger(pool, "burst-%", n)
+            burst = time.perf_counter() - started
+            burst_latency = [float(r["ms"]) for r in await pool.fetch(LATENCY, "burst-%")]
+
+            steady: list[float] = []
+            for k in range(int(args.steady_seconds * 10)):
+                async with pool.acquire() as conn, conn.transaction():
+                    await enqueue(conn, "NoopEvent", {"k": k}, idempotency_key=f"steady-{k}")
+                await asyncio.sleep(0.1)
+            await wait_for_ledger(pool, "steady-%", int(args.steady_seconds * 10))
+            steady = [float(r["ms"]) for r in await pool.fetch(LATENCY, "steady-%")]
+
+        async with Worker(env.client, task_queue="raw", workflows=[TrivialWorkflow], activities=[nothing],
+                          max_concurrent_activities=1000):
+            started = time.perf_counter()
+            slots = asyncio.Semaphore(64)
+
+            async def one(k: int) -> None:
+                async with slots:
+                    handle = await env.client.start_workflow(TrivialWorkflow.run, id=f"raw-{k}", task_queue="raw")
+                await handle.result()
+            await asyncio.gather(*(one(k) for k in range(n)))
+            raw = time.perf_counter() - started
+        await pool.close()
+    finally:
+        await env.shutdown()
+        postgres.stop()
+        shutil.rmtree(folder, ignore_errors=True)
+
+    print(f"outbox: burst of N={n:,} NoopEvent entries, relay batch {settings.outbox_batch}")
+    print(f"  pipeline (first commit → last ledger row)  {burst:7.2f} s  {n / burst:8,.0f} entries/s  "
+          f"p50 {percentile(burst_latency, 0.5):,.0f} ms  p99 {percentile(burst_latency, 0.99):,.0f} ms")
+    print(f"  raw: {n:,} one-activity workflows              {raw:7.2f} s  {n / raw:8,.0f} workflows/s")
+    print(f"  pipeline / raw rate: {(n / burst) / (n / raw):.2f}x (target ≥ 0.8x)")
+    print(f"  steady 10 entries/s for {args.steady_seconds:.0f} s: p50 {percentile(steady, 0.5):,.0f} ms  "
+          f"p99 {percentile(steady, 0.99):,.0f} ms (target p99 < 1,000 ms)")
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--entries", type=int, default=1000)
+    parser.add_argument("--steady-seconds", type=float, default=20)
+    asyncio.run(main(parser.parse_args()))
