@@ -148,11 +148,8 @@ async def start_newsletter(email_id: str, *, client=None, settings: Settings | N
     from workflows.newsletter import SendNewsletterInput, SendNewsletterWorkflow, newsletter_workflow_id
 
     settings = settings or get_settings()
-    conn = await database.connect_once(settings.require_database())
-    try:
+    async with database.connection(settings.require_database()) as conn:
         status = await conn.fetchval("SELECT status FROM emails WHERE id = $1", email_id)
-    finally:
-        await conn.close()
     if status is None:
         raise NotFound(f"email {email_id} does not exist")
     client = client or await temporal_client(settings)
@@ -273,8 +270,7 @@ async def add_member(email: str, name: str | None = None, *, status: str = "free
     if email.count("@") != 1 or email.startswith("@") or "." not in email.rpartition("@")[2]:
         raise BadInput(f"{email!r} is not an e-mail address")
     settings = settings or get_settings()
-    conn = await database.connect_once(settings.require_database())
-    try:
+    async with database.connection(settings.require_database()) as conn:
         async with conn.transaction():
             try:
                 member_id = await conn.fetchval(
@@ -289,8 +285,6 @@ async def add_member(email: str, name: str | None = None, *, status: str = "free
             if settings.welcome_emails and status == "free":
                 key = await enqueue(conn, "MemberCreatedEvent", {"member_id": member_id},
                                     idempotency_key=f"member-created-{member_id}")
-    finally:
-        await conn.close()
     return MemberAdded(member_id, key)
 
 
@@ -307,14 +301,11 @@ async def outbox_status(settings: Settings | None = None) -> dict:
     from pressroom import database
 
     settings = settings or get_settings()
-    conn = await database.connect_once(settings.require_database())
-    try:
+    async with database.connection(settings.require_database()) as conn:
         counts = {r["status"]: r["n"] for r in await conn.fetch(
             "SELECT status, count(*) AS n FROM outbox GROUP BY status ORDER BY status")}
         oldest = await conn.fetchval("SELECT extract(epoch FROM now() - min(created_at)) FROM outbox "
                                      "WHERE status IN ('pending', 'failed')")
-    finally:
-        await conn.close()
     return {"counts": counts, "oldest_pending_seconds": float(oldest) if oldest is not None else None}
 
 
@@ -322,14 +313,11 @@ async def outbox_entry(outbox_id: str, settings: Settings | None = None) -> dict
     from pressroom import database
 
     settings = settings or get_settings()
-    conn = await database.connect_once(settings.require_database())
-    try:
+    async with database.connection(settings.require_database()) as conn:
         row = await conn.fetchrow(
             "SELECT o.id, o.event_type, o.idempotency_key, o.status, o.attempts, o.next_run_at, o.last_error_code, "
             "o.last_error_msg, o.created_at, o.dispatched_at, o.processed_at, l.status AS ledger "
             "FROM outbox o LEFT JOIN idempotency_ledger l USING (idempotency_key) WHERE o.id = $1", outbox_id)
-    finally:
-        await conn.close()
     if row is None:
         raise NotFound(f"outbox entry {outbox_id} does not exist")
     return dict(row)
@@ -340,8 +328,7 @@ async def requeue_outbox_entry(outbox_id: str, settings: Settings | None = None)
     from pressroom import database
 
     settings = settings or get_settings()
-    conn = await database.connect_once(settings.require_database())
-    try:
+    async with database.connection(settings.require_database()) as conn:
         async with conn.transaction():
             status = await conn.fetchval("SELECT status FROM outbox WHERE id = $1 FOR UPDATE", outbox_id)
             if status is None:
@@ -355,8 +342,6 @@ async def requeue_outbox_entry(outbox_id: str, settings: Settings | None = None)
                 "UPDATE outbox SET status = 'pending', attempts = 0, next_run_at = now(), last_error_code = NULL, "
                 "last_error_msg = NULL, processed_at = NULL, updated_at = now() WHERE id = $1", outbox_id)
             await conn.execute("SELECT pg_notify('pressroom_outbox', '')")
-    finally:
-        await conn.close()
 
 
 @outbox_app.command("status")
@@ -583,8 +568,7 @@ async def schedule_post(post_id: str, at: str, *, client=None, settings: Setting
 
     publish_at = parse_moment(at, "--at")
     settings = settings or get_settings()
-    conn = await database.connect_once(settings.require_database())
-    try:
+    async with database.connection(settings.require_database()) as conn:
         status = await conn.fetchval("SELECT status FROM posts WHERE id = $1", post_id)
         if status is None:
             raise NotFound(f"post {post_id} does not exist")
@@ -592,8 +576,6 @@ async def schedule_post(post_id: str, at: str, *, client=None, settings: Setting
             raise BadInput(f"post {post_id} is already {status}; only a draft or scheduled post can be scheduled")
         await conn.execute("UPDATE posts SET status = 'scheduled', published_at = $2, updated_at = now() "
                            "WHERE id = $1 AND status IN ('draft', 'scheduled')", post_id, publish_at)
-    finally:
-        await conn.close()
     # Should this call fail, the post is scheduled in the database and `posts reconcile` (run by
     # every worker at start and every 10 minutes) starts its workflow.
     await start_or_move_publication(client or await temporal_client(settings), settings, post_id, publish_at)
@@ -606,8 +588,7 @@ async def unschedule_post(post_id: str, *, client=None, settings: Settings | Non
     from pressroom import database
 
     settings = settings or get_settings()
-    conn = await database.connect_once(settings.require_database())
-    try:
+    async with database.connection(settings.require_database()) as conn:
         status = await conn.fetchval("SELECT status FROM posts WHERE id = $1", post_id)
         if status is None:
             raise NotFound(f"post {post_id} does not exist")
@@ -615,8 +596,6 @@ async def unschedule_post(post_id: str, *, client=None, settings: Settings | Non
             raise BadInput(f"post {post_id} is {status}, not scheduled")
         await conn.execute("UPDATE posts SET status = 'draft', updated_at = now() WHERE id = $1 "
                            "AND status = 'scheduled'", post_id)
-    finally:
-        await conn.close()
     await stop_publication(client or await temporal_client(settings), post_id)
 
 

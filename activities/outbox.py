@@ -80,13 +80,9 @@ class EntryInput(BaseModel):
     max_attempts: int = 6  # the protocol's MAX_ATTEMPTS, from the relay's settings
 
 
-class EntryCheck(BaseModel):
-    proceed: bool
-    outcome: str = ""  # when not proceeding: succeeded (W-105) or aborted
-
-
 class EntryResult(BaseModel):
     result: dict[str, Any]
+    already_succeeded: bool = False  # the ledger had it (W-105): nothing was handled
 
 
 class CompleteEntryInput(BaseModel):
@@ -178,24 +174,21 @@ class OutboxActivities:
 
     # --- one entry ---
 
-    @activity.defn
-    async def check_entry(self, input: EntryInput) -> EntryCheck:
-        """The ledger decides first: a key that succeeded is not handled again (W-105), a digest that
-        differs is IDEMPOTENCY_CONFLICT, an unknown type or an invalid payload is aborted at once."""
+    async def _ledger_decides(self, outbox_id: str) -> EntryResult | None:
+        """The ledger decides first: a key that succeeded is not handled again (W-105), and a digest
+        that differs is IDEMPOTENCY_CONFLICT. None: go on and handle the entry."""
         row = await self.pool.fetchrow(
-            "SELECT o.event_type, o.payload::text AS payload, o.payload_digest, o.status, l.status AS ledger_status, "
-            "l.payload_digest AS ledger_digest FROM outbox o "
-            "LEFT JOIN idempotency_ledger l ON l.idempotency_key = o.idempotency_key WHERE o.id = $1",
-            input.outbox_id)
+            "SELECT o.payload_digest, l.status, l.payload_digest AS ledger_digest, l.result::text AS result "
+            "FROM outbox o LEFT JOIN idempotency_ledger l ON l.idempotency_key = o.idempotency_key "
+            "WHERE o.id = $1", outbox_id)
         if row is None:
-            raise _abort("ENTRY_NOT_FOUND", f"outbox entry {input.outbox_id} does not exist")
+            raise _abort("ENTRY_NOT_FOUND", f"outbox entry {outbox_id} does not exist")
         if row["ledger_digest"] is not None and row["ledger_digest"] != row["payload_digest"]:
             raise _abort("IDEMPOTENCY_CONFLICT", "the ledger holds this idempotency key with a different payload")
-        if row["ledger_status"] == "succeeded":
-            await self._finish(input.outbox_id)
-            return EntryCheck(proceed=False, outcome="succeeded")
-        self._event(row["event_type"], row["payload"])
-        return EntryCheck(proceed=True)
+        if row["status"] == "succeeded":
+            await self._finish(outbox_id)
+            return EntryResult(result=json.loads(row["result"] or "{}"), already_succeeded=True)
+        return None
 
     @staticmethod
     def _event(event_type: str, payload: str) -> BaseModel:
@@ -211,9 +204,10 @@ class OutboxActivities:
 
     @activity.defn
     async def handle_entry(self, input: EntryInput) -> EntryResult:
-        """Run the event type's handler; a failure is recorded and retried on the protocol's backoff."""
+        """Ask the ledger, then run the event type's handler; a failure is recorded and retried on the
+        protocol's backoff. An unknown type or an invalid payload is aborted at once."""
         async with heartbeating():
-            return await self._handle_entry(input)
+            return await self._ledger_decides(input.outbox_id) or await self._handle_entry(input)
 
     async def _handle_entry(self, input: EntryInput) -> EntryResult:
         row = await self.pool.fetchrow("SELECT event_type, payload::text AS payload, idempotency_key "

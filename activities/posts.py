@@ -67,17 +67,20 @@ class PostsActivities:
             remaining = input.lead_seconds + MAX_CLOCK_SKEW_SECONDS
         await self._sleep_precisely(time.time() + remaining)
 
-        async with self.pool.acquire() as conn, conn.transaction():
-            published = await conn.fetchrow(
-                """UPDATE posts SET status = 'published', publish_completed_at = clock_timestamp(),
-                                    updated_at = now()
+        # One statement, one round trip: when many posts fall due at once, each takes a pool
+        # connection for as short a time as possible.
+        published = await self.pool.fetchrow(
+            """WITH published AS (
+                   UPDATE posts SET status = 'published', publish_completed_at = clock_timestamp(), updated_at = now()
                    WHERE id = $1 AND status = 'scheduled' AND published_at = $2
-                   RETURNING publish_completed_at""", input.post_id, input.publish_at)
-            if published is None:  # changed while we waited: look again from the top
-                return await self._changed(input)
-            email_id = await conn.fetchval(
-                "SELECT e.id FROM emails e JOIN posts p ON p.id = e.post_id "
-                "WHERE e.post_id = $1 AND p.newsletter_id IS NOT NULL AND e.status = 'pending'", input.post_id)
+                   RETURNING id, newsletter_id, publish_completed_at)
+               SELECT p.publish_completed_at,
+                      (SELECT e.id FROM emails e WHERE e.post_id = p.id AND p.newsletter_id IS NOT NULL
+                                                   AND e.status = 'pending') AS email_id
+               FROM published p""", input.post_id, input.publish_at)
+        if published is None:  # changed while we waited: look again from the top
+            return await self._changed(input)
+        email_id = published["email_id"]
         lateness = (published["publish_completed_at"] - input.publish_at).total_seconds() * 1000
         activity.metric_meter().create_histogram_float(
             "pressroom_publish_lateness", "How late posts were published", "ms").record(max(lateness, 0.0))

@@ -16,25 +16,21 @@ import argparse
 import asyncio
 import json
 import resource
-import shutil
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import httpx  # noqa: E402
-from temporalio.testing import WorkflowEnvironment  # noqa: E402
 
-from devstack.servers import Postgres, find_binary, free_port, start_simulator, stop_process  # noqa: E402
+from bench.servers import SIMULATOR_DOMAIN, SIMULATOR_KEY, bench_servers  # noqa: E402
 from pressroom import database  # noqa: E402
 from pressroom.settings import load_settings  # noqa: E402
-from pressroom.temporal import SEARCH_ATTRIBUTES, data_converter  # noqa: E402
 from starter import follow_newsletter, start_newsletter  # noqa: E402
 from worker import running_worker  # noqa: E402
 
-KEY, DOMAIN = "key-bench-00000000", "mg.bench.example"
+KEY, DOMAIN = SIMULATOR_KEY, SIMULATOR_DOMAIN
 
 SEED = """
 INSERT INTO newsletters (id, name, slug, sender_email) VALUES ('nl1', 'Weekly', 'weekly-{tag}', 'news@example.com');
@@ -51,8 +47,9 @@ ANALYZE;
 
 async def raw_copy(pool, members: int) -> float:
     """The same N recipient rows, written with COPY into a table shaped like email_recipients."""
-    rows = [(f"r{n}", "e1", f"m{n}", "b0", f"00000000-0000-0000-0000-{n:012d}", f"member{n}@example.com",
-             f"Member {n}") for n in range(members)]
+    # A generator: the baseline must not inflate this process's peak memory, which the worker shares.
+    rows = ((f"r{n}", "e1", f"m{n}", "b0", f"00000000-0000-0000-0000-{n:012d}", f"member{n}@example.com",
+             f"Member {n}") for n in range(members))
     async with pool.acquire() as conn:
         await conn.execute("CREATE TEMP TABLE raw_recipients (LIKE email_recipients)")
         started = time.perf_counter()
@@ -85,22 +82,12 @@ async def raw_posts(base_url: str, members: int, concurrency: int) -> float:
 
 
 async def main(args: argparse.Namespace) -> None:
-    folder = Path(tempfile.mkdtemp(prefix="pressroom-bench-"))
-    folder.chmod(0o755)
-    postgres = Postgres(folder / "data", free_port())
-    postgres.start(durable=False)
-    sim_port = free_port()
-    simulator = start_simulator(port=sim_port, api_key=KEY, domain=DOMAIN, log=folder / "simulator.log")
-    base_url = f"http://127.0.0.1:{sim_port}"
-    env = await WorkflowEnvironment.start_local(dev_server_existing_path=find_binary("temporal"),
-                                                data_converter=data_converter(), search_attributes=SEARCH_ATTRIBUTES,
-                                                dev_server_extra_args=["--log-level", "error"])
-    try:
-        await database.migrate(postgres.url)
+    async with bench_servers(simulator=True) as servers:
+        base_url, env = servers.simulator_url, servers.env
         httpx.post(f"{base_url}/_sim/faults", json={"latency_ms": args.latency_ms})
-        settings = load_settings(database_url=postgres.url, mailgun_base_url=base_url, mailgun_api_key=KEY,
+        settings = load_settings(database_url=servers.database_url, mailgun_base_url=base_url, mailgun_api_key=KEY,
                                  mailgun_domain=DOMAIN, send_concurrency=args.concurrency, task_queue="bench")
-        pool = await database.connect(postgres.url, max_size=4)
+        pool = await database.connect(servers.database_url, max_size=4)
         await pool.execute(SEED.format(members=args.members, tag="b"))
 
         copy_seconds = await raw_copy(pool, args.members)
@@ -113,11 +100,6 @@ async def main(args: argparse.Namespace) -> None:
             pipeline = time.perf_counter() - started
         stats = httpx.get(f"{base_url}/_sim/stats").json()
         await pool.close()
-    finally:
-        await env.shutdown()
-        stop_process(simulator.pid)
-        postgres.stop()
-        shutil.rmtree(folder, ignore_errors=True)
 
     peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     n = args.members

@@ -14,9 +14,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import shutil
 import sys
-import tempfile
 import time
 from datetime import timedelta
 from pathlib import Path
@@ -24,14 +22,12 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from temporalio import activity, workflow  # noqa: E402
-from temporalio.testing import WorkflowEnvironment  # noqa: E402
 from temporalio.worker import Worker  # noqa: E402
 
 from activities.outbox import enqueue, ensure_relay, payload_digest  # noqa: E402
-from devstack.servers import Postgres, find_binary, free_port  # noqa: E402
+from bench.servers import bench_servers  # noqa: E402
 from pressroom import database  # noqa: E402
 from pressroom.settings import load_settings  # noqa: E402
-from pressroom.temporal import SEARCH_ATTRIBUTES, data_converter  # noqa: E402
 from worker import running_worker  # noqa: E402
 
 LATENCY = """SELECT extract(epoch FROM l.created_at - o.created_at) * 1000 AS ms
@@ -65,18 +61,11 @@ async def wait_for_ledger(pool, pattern: str, count: int, timeout: float = 900) 
 
 
 async def main(args: argparse.Namespace) -> None:
-    folder = Path(tempfile.mkdtemp(prefix="pressroom-bench-"))
-    folder.chmod(0o755)
-    postgres = Postgres(folder / "data", free_port())
-    postgres.start(durable=False)
-    env = await WorkflowEnvironment.start_local(dev_server_existing_path=find_binary("temporal"),
-                                                data_converter=data_converter(), search_attributes=SEARCH_ATTRIBUTES,
-                                                dev_server_extra_args=["--log-level", "error"])
-    try:
-        await database.migrate(postgres.url)
-        settings = load_settings(database_url=postgres.url, mailgun_api_key="unused", mailgun_domain="unused",
+    async with bench_servers() as servers:
+        env = servers.env
+        settings = load_settings(database_url=servers.database_url, mailgun_api_key="unused", mailgun_domain="unused",
                                  task_queue="bench", outbox_poll_interval_sec=0.5)
-        pool = await database.connect(postgres.url, max_size=10)
+        pool = await database.connect(servers.database_url, max_size=10)
         async with running_worker(env.client, settings):
             await ensure_relay(env.client, settings)
             n = args.entries
@@ -110,10 +99,6 @@ async def main(args: argparse.Namespace) -> None:
             await asyncio.gather(*(one(k) for k in range(n)))
             raw = time.perf_counter() - started
         await pool.close()
-    finally:
-        await env.shutdown()
-        postgres.stop()
-        shutil.rmtree(folder, ignore_errors=True)
 
     print(f"outbox: burst of N={n:,} NoopEvent entries, relay batch {settings.outbox_batch}")
     print(f"  pipeline (first commit → last ledger row)  {burst:7.2f} s  {n / burst:8,.0f} entries/s  "

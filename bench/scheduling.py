@@ -13,22 +13,18 @@ from __future__ import annotations
 import argparse
 import asyncio
 import resource
-import shutil
 import sys
-import tempfile
 import time
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from temporalio.testing import WorkflowEnvironment  # noqa: E402
 
 from activities.posts import start_or_move_publication  # noqa: E402
-from devstack.servers import Postgres, find_binary, free_port  # noqa: E402
+from bench.servers import bench_servers  # noqa: E402
 from pressroom import database  # noqa: E402
 from pressroom.settings import load_settings  # noqa: E402
-from pressroom.temporal import SEARCH_ATTRIBUTES, data_converter  # noqa: E402
 from worker import running_worker  # noqa: E402
 
 
@@ -38,18 +34,11 @@ def percentile(values: list[float], share: float) -> float:
 
 
 async def main(args: argparse.Namespace) -> None:
-    folder = Path(tempfile.mkdtemp(prefix="pressroom-bench-"))
-    folder.chmod(0o755)
-    postgres = Postgres(folder / "data", free_port())
-    postgres.start(durable=False)
-    env = await WorkflowEnvironment.start_local(dev_server_existing_path=find_binary("temporal"),
-                                                data_converter=data_converter(), search_attributes=SEARCH_ATTRIBUTES,
-                                                dev_server_extra_args=["--log-level", "error"])
-    try:
-        await database.migrate(postgres.url)
-        settings = load_settings(database_url=postgres.url, mailgun_api_key="unused", mailgun_domain="unused",
+    async with bench_servers() as servers:
+        env = servers.env
+        settings = load_settings(database_url=servers.database_url, mailgun_api_key="unused", mailgun_domain="unused",
                                  task_queue="bench", publish_lead_seconds=args.lead)
-        pool = await database.connect(postgres.url, max_size=10)
+        pool = await database.connect(servers.database_url, max_size=10)
         at = datetime.now(timezone.utc).replace(microsecond=0) + timedelta(seconds=args.ahead)
         await pool.execute("INSERT INTO posts (id, title, slug, status, published_at) "
                            "SELECT 'p' || n, 'Post ' || n, 'post-' || n, 'scheduled', $2 "
@@ -71,10 +60,6 @@ async def main(args: argparse.Namespace) -> None:
         rows = await pool.fetch("SELECT extract(epoch FROM publish_completed_at - published_at) * 1000 AS late "
                                 "FROM posts WHERE status = 'published'")
         await pool.close()
-    finally:
-        await env.shutdown()
-        postgres.stop()
-        shutil.rmtree(folder, ignore_errors=True)
 
     late = [float(r["late"]) for r in rows]
     print(f"scheduled posts: N={args.posts:,} due at the same instant, {args.ahead:.0f} s ahead, lead {args.lead} s")

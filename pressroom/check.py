@@ -26,13 +26,10 @@ async def check_postgres(settings: Settings) -> CheckResult:
     from pressroom import database
 
     url = settings.require_database()
-    conn = await database.connect_once(url)
-    try:
+    async with database.connection(url) as conn:
         latest = max(version for version, _ in database.migrations())
         applied = await conn.fetchval("SELECT max(version) FROM schema_migrations") \
             if await conn.fetchval("SELECT to_regclass('schema_migrations') IS NOT NULL") else None
-    finally:
-        await conn.close()
     where = database.describe_url(url)
     if applied != latest:
         return CheckResult("PostgreSQL", False, f"{where}: the schema is not up to date "

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from importlib import resources
 
 import asyncpg
@@ -48,6 +50,16 @@ async def connect(url: str, *, min_size: int = 1, max_size: int = 10) -> asyncpg
 async def connect_once(url: str) -> asyncpg.Connection:
     """One connection on DATABASE_URL, for commands that make a few queries and leave."""
     return await _connecting(url, asyncpg.connect(url, timeout=10))
+
+
+@asynccontextmanager
+async def connection(url: str) -> AsyncIterator[asyncpg.Connection]:
+    """One connection for a command's few queries, closed when the block ends."""
+    conn = await connect_once(url)
+    try:
+        yield conn
+    finally:
+        await conn.close()
 
 
 def migrations() -> list[tuple[str, str]]:

@@ -2,8 +2,8 @@
 
 The seed's lease column and heartbeat become the relay activity's heartbeat timeout: a dead relay
 is replaced by Temporal's retry. Its backoff table becomes the handler activity's retry delays,
-and its state machine reads in DeliverOutboxEntryWorkflow: check the ledger, handle, then record
-succeeded, or aborted with the last error once the attempts are spent.
+and its state machine reads in DeliverOutboxEntryWorkflow: handle (the ledger is asked first), then
+record succeeded, or aborted with the last error once the attempts are spent.
 """
 
 from __future__ import annotations
@@ -41,20 +41,14 @@ class DeliverOutboxEntryWorkflow:
     @workflow.run
     async def run(self, input: EntryInput) -> str:
         try:
-            check = await workflow.execute_activity_method(
-                OutboxActivities.check_entry, input, start_to_close_timeout=timedelta(seconds=30),
-                retry_policy=DATABASE_RETRY)
-        except ActivityError as error:
-            return await self._abort(input, error)
-        if not check.proceed:
-            return check.outcome
-        try:
             handled = await workflow.execute_activity_method(
                 OutboxActivities.handle_entry, input, start_to_close_timeout=timedelta(minutes=2),
                 heartbeat_timeout=timedelta(seconds=10),
                 retry_policy=RetryPolicy(maximum_attempts=input.max_attempts), summary="handle")
         except ActivityError as error:
             return await self._abort(input, error)
+        if handled.already_succeeded:
+            return "succeeded"
         await workflow.execute_activity_method(
             OutboxActivities.complete_entry, CompleteEntryInput(outbox_id=input.outbox_id, result=handled.result),
             start_to_close_timeout=timedelta(seconds=30), retry_policy=DATABASE_RETRY)
