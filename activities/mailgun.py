@@ -16,7 +16,7 @@ import base64
 import json
 import re
 from collections.abc import AsyncIterator, Mapping, Sequence
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from email.utils import format_datetime, parsedate_to_datetime
 from typing import TYPE_CHECKING, Any
 
@@ -286,6 +286,15 @@ class MailgunClient:
         if next_url:
             self._check_same_origin(next_url)
         return items, next_url or None
+
+    async def was_accepted(self, message_id: str, *, within: timedelta = timedelta(days=3)) -> bool:
+        """Did Mailgun accept a message with this Message-Id lately? Its events say so.
+
+        How a sender reconciles a send whose answer was lost, instead of sending it again.
+        """
+        begin = datetime.now(timezone.utc) - within
+        items, _ = await self.events_page(None, begin=begin, message_id=message_id, event="accepted", limit=1)
+        return bool(items)
 
     def _check_same_origin(self, url: str) -> None:
         """A paging URL must point at our Mailgun: the API key is sent with it."""

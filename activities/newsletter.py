@@ -319,15 +319,11 @@ class NewsletterActivities:
                          reconciled=False)
 
     async def _accepted_before(self, message_id: str) -> bool:
-        """Did Mailgun accept a message with this id in the last days? (its events say so)"""
-        begin = datetime.now(timezone.utc) - timedelta(days=3)
         try:
-            items, _ = await self.mailgun.events_page(None, begin=begin, message_id=message_id, event="accepted",
-                                                      limit=1)
+            return await self.mailgun.was_accepted(message_id)
         except MailgunError as error:
             raise ApplicationError(f"cannot check whether the batch was accepted: {error}",
                                    type="MailgunUnavailable") from None
-        return bool(items)
 
     async def _record_submitted(self, batch_id: str, provider_id: str) -> None:
         async with self.pool.acquire() as conn, conn.transaction():

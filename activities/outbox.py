@@ -297,22 +297,29 @@ class OutboxActivities:
                                         "WHERE automated_email_id = $1 AND member_id = $2", welcome["id"], member["id"])
         if sent is not None:
             return {"provider_id": sent, "already_sent": True}
-        sender = welcome["sender_email"] or self.settings.from_address
-        from_address = f"{welcome['sender_name']} <{sender}>" if welcome["sender_name"] and welcome["sender_email"] \
-            else sender
-        provider_id = await self.mailgun.send_batch(
-            from_address=from_address, to=[member["email"]], subject=welcome["subject"], html=welcome["html"],
-            text=welcome["plaintext"] or welcome["subject"],
-            recipient_variables={member["email"]: {"name": member["name"] or "", "uuid": str(member["uuid"])}},
-            tags=["welcome-email"], variables={"automated-email-id": welcome["id"]},
-            headers={"Message-Id": f"<welcome-{hashlib.sha256(key.encode()).hexdigest()[:24]}@{self.mailgun.domain}>",
-                     **({"Reply-To": welcome["sender_reply_to"]} if welcome["sender_reply_to"] else {})})
+        message_id = f"welcome-{hashlib.sha256(key.encode()).hexdigest()[:24]}@{self.mailgun.domain}"
+        if activity.info().attempt > 1 and await self.mailgun.was_accepted(message_id):
+            provider_id = message_id  # an earlier attempt's send was accepted: record it, do not resend
+        else:
+            provider_id = await self._send_welcome(member, welcome, message_id)
         await self.pool.execute(
             "INSERT INTO automated_email_recipients (automated_email_id, member_id, member_uuid, member_email, "
             "member_name, provider_id) VALUES ($1, $2, $3, $4, $5, $6) "
             "ON CONFLICT (automated_email_id, member_id) DO NOTHING",
             welcome["id"], member["id"], member["uuid"], member["email"], member["name"], provider_id)
         return {"provider_id": provider_id}
+
+    async def _send_welcome(self, member, welcome, message_id: str) -> str:
+        sender = welcome["sender_email"] or self.settings.from_address
+        from_address = f"{welcome['sender_name']} <{sender}>" if welcome["sender_name"] and welcome["sender_email"] \
+            else sender
+        return await self.mailgun.send_batch(
+            from_address=from_address, to=[member["email"]], subject=welcome["subject"], html=welcome["html"],
+            text=welcome["plaintext"] or welcome["subject"],
+            recipient_variables={member["email"]: {"name": member["name"] or "", "uuid": str(member["uuid"])}},
+            tags=["welcome-email"], variables={"automated-email-id": welcome["id"]},
+            headers={"Message-Id": f"<{message_id}>",
+                     **({"Reply-To": welcome["sender_reply_to"]} if welcome["sender_reply_to"] else {})})
 
 
 async def ensure_relay(client, settings) -> None:

@@ -78,6 +78,17 @@ async def test_w102_a_failure_then_success(db, mailgun, relay):
     assert sum("flaky@example.com" in m.recipients for m in mailgun.messages) == 1
 
 
+async def test_a_welcome_email_whose_answer_was_lost_is_reconciled_not_resent(db, mailgun, relay):
+    await db.execute(WELCOME)
+    mailgun.set_faults(lost_response_rate=1.0)  # every send is stored, then the connection drops
+    added = await add_member("lost.answer@example.com", settings=relay)
+    await settled(db, added.welcome_key)
+    assert sum("lost.answer@example.com" in m.recipients for m in mailgun.messages) == 1
+    recorded = await db.fetchval("SELECT provider_id FROM automated_email_recipients WHERE member_id = $1",
+                                 added.member_id)
+    assert recorded == next(m.id for m in mailgun.messages if "lost.answer@example.com" in m.recipients)
+
+
 async def test_w103_a_worker_killed_mid_delivery_another_completes(db, mailgun, dev_env, outbox_settings):
     settings = outbox_settings()
     await db.execute(WELCOME)
