@@ -143,22 +143,41 @@ async def stop_publication(client, post_id: str) -> bool:
 
 
 async def reconcile_scheduled_posts(client, pool, settings, *, concurrency: int = 20) -> ReconcileResult:
-    """Start or move a workflow for every scheduled post; stop those whose post is not scheduled."""
+    """Start or move a workflow for every scheduled post whose timer is missing or at another time;
+    stop those whose post is not scheduled.
+
+    A post whose timer is already right gets no signal: a year-long timer reconciled every 10
+    minutes must not fill its history.
+    """
+    from pressroom.temporal import PUBLISH_AT
+
+    running: dict[str, datetime | None] = {}
+    async for execution in client.list_workflows(
+            "WorkflowType = 'PublishPostWorkflow' AND ExecutionStatus = 'Running'"):
+        running[execution.id.removeprefix("post-publish-")] = execution.typed_search_attributes.get(PUBLISH_AT)
     scheduled = {row["id"]: row["published_at"] for row in await pool.fetch(
         "SELECT id, published_at FROM posts WHERE status = 'scheduled'")}
+
+    def timer_is_right(post_id: str, at: datetime) -> bool:
+        timer = running.get(post_id)
+        return timer is not None and abs((timer - at).total_seconds()) < 0.001
+
     slots = asyncio.Semaphore(concurrency)
 
     async def start(post_id: str, publish_at: datetime) -> None:
         async with slots:
             await start_or_move_publication(client, settings, post_id, publish_at)
 
-    await asyncio.gather(*(start(post_id, at) for post_id, at in scheduled.items()))
-    stray = [execution.id.removeprefix("post-publish-") async for execution in client.list_workflows(
-        "WorkflowType = 'PublishPostWorkflow' AND ExecutionStatus = 'Running'")]
-    stray = [post_id for post_id in stray if post_id not in scheduled]
+    moved = {post_id: at for post_id, at in scheduled.items() if not timer_is_right(post_id, at)}
+    await asyncio.gather(*(start(post_id, at) for post_id, at in moved.items()))
+    # Read the rows again: a post scheduled since the first read is not a stray.
+    candidates = [post_id for post_id in running if post_id not in scheduled]
+    still = {row["id"] for row in await pool.fetch(
+        "SELECT id FROM posts WHERE id = ANY($1::text[]) AND status = 'scheduled'", candidates)}
+    stray = [post_id for post_id in candidates if post_id not in still]
     for post_id in stray:
         await stop_publication(client, post_id)
-    return ReconcileResult(started_or_moved=len(scheduled), stopped=len(stray))
+    return ReconcileResult(started_or_moved=len(moved), stopped=len(stray))
 
 
 RECONCILE_SCHEDULE_ID = "posts-reconcile"

@@ -81,6 +81,9 @@ class PublishPostWorkflow:
                     await workflow.wait_condition(lambda: self._publish_at != target or self._unscheduled,
                                                   timeout=timedelta(seconds=wait))
                     if not self._unscheduled:
+                        if workflow.info().is_continue_as_new_suggested():
+                            # Many moves of a long timer: start afresh with the current time.
+                            workflow.continue_as_new(input.model_copy(update={"publish_at": self._publish_at}))
                         continue  # moved: wait for the new time
                 except asyncio.TimeoutError:
                     pass

@@ -11,7 +11,7 @@ import pytest
 from temporalio.client import Client
 from temporalio.worker import Replayer
 
-from pressroom.temporal import data_converter
+from pressroom.temporal import PUBLISH_AT, data_converter
 from starter import reconcile_posts, schedule_post, unschedule_post
 from tests.conftest import make_settings
 from tests.foundation.test_cli import assert_one_line_error, pressroom
@@ -175,6 +175,25 @@ async def test_reconcile_starts_posts_scheduled_directly_in_sql(db, dev_env, pos
             assert (await outcome(dev_env, post_id)).status == "published"
     rows = await db.fetch("SELECT published_at, publish_completed_at FROM posts WHERE id = ANY($1)", post_ids)
     assert all(row["publish_completed_at"] >= row["published_at"] for row in rows)  # never early
+
+
+async def test_reconcile_leaves_a_timer_that_is_right_alone(db, dev_env, postgres_url, mailgun):
+    """A year-long timer reconciled every 10 minutes must not fill its history with signals."""
+    settings = make_settings(postgres_url, mailgun)
+    post_id = await seed_post(db)
+    async with running_worker(dev_env.client, settings):
+        await schedule_post(post_id, soon(365 * 86400), client=dev_env.client, settings=settings)
+        handle = dev_env.client.get_workflow_handle(publish_workflow_id(post_id))
+
+        async def visible() -> bool:  # the visibility store catches up with the run's PublishAt
+            runs = [w async for w in dev_env.client.list_workflows(f"WorkflowId = '{handle.id}'")]
+            return bool(runs) and runs[0].typed_search_attributes.get(PUBLISH_AT) is not None
+        await wait_until(visible)
+        events = len((await handle.fetch_history()).events)
+        result = await reconcile_posts(client=dev_env.client, settings=settings)
+        assert result.started_or_moved == 0 and result.stopped == 0
+        assert len((await handle.fetch_history()).events) == events
+        await handle.terminate()
 
 
 async def test_a_worker_killed_while_posts_wait_publishes_each_once_after_restart(db, dev_env, postgres_url,
