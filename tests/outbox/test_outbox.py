@@ -7,13 +7,15 @@ import json
 import signal
 
 import pytest
+from temporalio.worker import Replayer
 
 from activities.outbox import enqueue, ensure_relay, payload_digest
+from pressroom.temporal import data_converter
 from starter import add_member, outbox_entry, outbox_status, requeue_outbox_entry
 from tests.conftest import make_settings
 from tests.foundation.test_cli import assert_one_line_error, pressroom
 from tests.newsletter.test_failures import spawn_worker, wait_until
-from workflows.outbox import RELAY_WORKFLOW_ID
+from workflows.outbox import RELAY_WORKFLOW_ID, DeliverOutboxEntryWorkflow
 from worker import running_worker
 
 WELCOME = ("INSERT INTO automated_emails (name, slug, subject, html) VALUES "
@@ -48,7 +50,7 @@ async def settled(db, key: str, state: str = "succeeded", timeout: float = 30) -
     await wait_until(done, timeout)
 
 
-async def test_w101_a_new_member_gets_one_welcome_email(db, mailgun, relay):
+async def test_w101_a_new_member_gets_one_welcome_email(db, mailgun, relay, dev_env):
     await db.execute(WELCOME)
     added = await add_member("new.reader@example.com", "New Reader", settings=relay)
     await settled(db, added.welcome_key)
@@ -60,6 +62,10 @@ async def test_w101_a_new_member_gets_one_welcome_email(db, mailgun, relay):
     assert ledger["status"] == "succeeded" and json.loads(ledger["result"])["provider_id"] == messages[0].id
     assert await db.fetchval("SELECT count(*) FROM automated_email_recipients WHERE member_id = $1",
                              added.member_id) == 1
+    handle = dev_env.client.get_workflow_handle(f"outbox-{added.welcome_key}")
+    assert await handle.result() == "succeeded"
+    await Replayer(workflows=[DeliverOutboxEntryWorkflow], data_converter=data_converter()).replay_workflow(
+        await handle.fetch_history())
 
 
 async def test_w102_a_failure_then_success(db, mailgun, relay):
