@@ -8,9 +8,8 @@ Message-Id before anything is resent.
 
 from __future__ import annotations
 
-import asyncio
 import re
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta
 
 from pydantic import BaseModel
 from temporalio import activity

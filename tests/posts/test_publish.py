@@ -8,7 +8,6 @@ import uuid
 from datetime import datetime, timedelta, timezone
 
 import pytest
-from temporalio.client import Client
 from temporalio.worker import Replayer
 
 from pressroom.temporal import PUBLISH_AT, data_converter
