@@ -1,9 +1,8 @@
 """Email analytics (seed 003): page Mailgun's events into email_recipients, then aggregate.
 
 Each phase (latest opened, latest others, missing, backfills) keeps its own cursor in the jobs
-table. A phase reads its window page by page, applies a batch of pages with a few set-based
-statements in one transaction that also moves its cursor, and heartbeats the next page's URL, so a
-retry continues from the last batch applied. Applying is idempotent: a time is set only when still
+table. A phase reads its window page by page, applies a batch of pages with one set-based
+statement that also moves its cursor, and heartbeats the next page's URL, so a retry continues from the last batch applied. Applying is idempotent: a time is set only when still
 empty, failures are unique by event id, complaints by (email, member), suppressions by address.
 """
 
@@ -40,7 +39,7 @@ APPLIED_KINDS = ("delivered", "opened", "failed", "unsubscribed", "complained")
 # and Mailgun's own 605/607 ("previously bounced" / "marked as spam") after which Ghost suppresses.
 BOUNCE_SUPPRESSION_CODES = [550, 551, 553, 554, 605, 607]
 FIRST_LOOKBACK = timedelta(hours=24)  # where a phase with no cursor yet starts
-APPLY_EVENTS = 3000  # events applied per transaction (10 pages)
+APPLY_EVENTS = 9000  # events applied per statement (30 pages)
 RUNS_KEPT = 20
 
 
@@ -174,15 +173,12 @@ class _Batch:
                 self.addresses, self.codes, self.enhanced, self.messages)
 
 
-# --- SQL: one statement per kind of change, for a whole batch ------------------------------------
+# --- SQL: one statement applies a whole batch ---------------------------------------------------
 
-_MATCHED_TABLE = """
-CREATE TEMP TABLE IF NOT EXISTS analytics_matched (
-    event_id text, kind text, severity text, at timestamptz, email_id text, recipient_id text,
-    member_id text, address text, code integer, enhanced_code text, message text
-) ON COMMIT DELETE ROWS"""
-
-_MATCH = """
+# Every change a batch makes, and its cursor, in ONE statement: one round trip per batch, atomic
+# without a transaction block, the matched events kept in memory rather than in a temporary table.
+# The parts write different tables, so none depends on another's effect within the statement.
+_APPLY = """
 WITH ev AS (
     SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::float8[], $5::text[], $6::text[],
                          $7::text[], $8::int[], $9::text[], $10::text[])
@@ -190,56 +186,53 @@ WITH ev AS (
 ), resolved AS (
     SELECT ev.*, COALESCE(ev.email_id, b.email_id) AS resolved_email_id
     FROM ev LEFT JOIN email_batches b ON ev.email_id IS NULL AND b.provider_id = ev.provider_id
+), matched AS MATERIALIZED (
+    SELECT r.event_id, r.kind, r.severity, to_timestamp(r.ts) AS at, er.email_id, er.id AS recipient_id,
+           er.member_id, r.address, r.code, r.enhanced_code, r.message
+    FROM resolved r JOIN email_recipients er ON er.email_id = r.resolved_email_id AND er.member_email = r.address
+), times AS (
+    UPDATE email_recipients er SET
+        delivered_at = COALESCE(er.delivered_at, m.delivered),
+        opened_at = COALESCE(er.opened_at, m.opened),
+        failed_at = COALESCE(er.failed_at, m.failed)
+    FROM (SELECT recipient_id,
+                 min(at) FILTER (WHERE kind = 'delivered') AS delivered,
+                 min(at) FILTER (WHERE kind = 'opened') AS opened,
+                 min(at) FILTER (WHERE kind = 'failed' AND severity = 'permanent') AS failed
+          FROM matched WHERE kind IN ('delivered', 'opened', 'failed') GROUP BY recipient_id) m
+    WHERE er.id = m.recipient_id
+      AND ((er.delivered_at IS NULL AND m.delivered IS NOT NULL) OR (er.opened_at IS NULL AND m.opened IS NOT NULL)
+           OR (er.failed_at IS NULL AND m.failed IS NOT NULL))
+), failures AS (
+    INSERT INTO email_recipient_failures (email_id, member_id, email_recipient_id, code, enhanced_code, message,
+                                          severity, failed_at, event_id)
+    SELECT email_id, member_id, recipient_id, COALESCE(code, 0), enhanced_code, COALESCE(message, ''),
+           CASE WHEN severity = 'permanent' THEN 'permanent' ELSE 'temporary' END, at, event_id
+    FROM matched WHERE kind = 'failed'
+    ON CONFLICT (event_id) DO NOTHING
+), unsubscribed AS (
+    DELETE FROM members_newsletters mn
+    USING matched m JOIN emails e ON e.id = m.email_id
+    WHERE m.kind = 'unsubscribed' AND mn.member_id = m.member_id AND mn.newsletter_id = e.newsletter_id
+), complaints AS (
+    INSERT INTO email_spam_complaint_events (member_id, email_id, email_address)
+    SELECT member_id, email_id, address FROM matched WHERE kind = 'complained'
+    ON CONFLICT (email_id, member_id) DO NOTHING
+), suppressed AS (
+    INSERT INTO suppressions (email, email_id, reason)
+    SELECT address, email_id, CASE WHEN kind = 'complained' THEN 'spam' ELSE 'bounce' END
+    FROM matched
+    WHERE kind = 'complained' OR (kind = 'failed' AND severity = 'permanent' AND code = ANY($11::int[]))
+    ON CONFLICT (email) DO NOTHING
+), dirty_emails AS (
+    INSERT INTO email_analytics_dirty_emails SELECT DISTINCT email_id FROM matched ON CONFLICT DO NOTHING
+), dirty_members AS (
+    INSERT INTO email_analytics_dirty_members SELECT DISTINCT member_id FROM matched ON CONFLICT DO NOTHING
+), cursor AS (
+    INSERT INTO jobs (name, status, started_at, metadata) VALUES ($12, 'started', now(), $13::jsonb)
+    ON CONFLICT (name) DO UPDATE SET metadata = jobs.metadata || EXCLUDED.metadata, updated_at = now()
 )
-INSERT INTO analytics_matched
-SELECT r.event_id, r.kind, r.severity, to_timestamp(r.ts), er.email_id, er.id, er.member_id, r.address,
-       r.code, r.enhanced_code, r.message
-FROM resolved r JOIN email_recipients er ON er.email_id = r.resolved_email_id AND er.member_email = r.address"""
-
-_SET_TIMES = """
-UPDATE email_recipients er SET
-    delivered_at = COALESCE(er.delivered_at, m.delivered),
-    opened_at = COALESCE(er.opened_at, m.opened),
-    failed_at = COALESCE(er.failed_at, m.failed)
-FROM (SELECT recipient_id,
-             min(at) FILTER (WHERE kind = 'delivered') AS delivered,
-             min(at) FILTER (WHERE kind = 'opened') AS opened,
-             min(at) FILTER (WHERE kind = 'failed' AND severity = 'permanent') AS failed
-      FROM analytics_matched WHERE kind IN ('delivered', 'opened', 'failed') GROUP BY recipient_id) m
-WHERE er.id = m.recipient_id
-  AND ((er.delivered_at IS NULL AND m.delivered IS NOT NULL) OR (er.opened_at IS NULL AND m.opened IS NOT NULL)
-       OR (er.failed_at IS NULL AND m.failed IS NOT NULL))"""
-
-_FAILURES = """
-INSERT INTO email_recipient_failures (email_id, member_id, email_recipient_id, code, enhanced_code, message,
-                                      severity, failed_at, event_id)
-SELECT email_id, member_id, recipient_id, COALESCE(code, 0), enhanced_code, COALESCE(message, ''),
-       CASE WHEN severity = 'permanent' THEN 'permanent' ELSE 'temporary' END, at, event_id
-FROM analytics_matched WHERE kind = 'failed'
-ON CONFLICT (event_id) DO NOTHING"""
-
-_UNSUBSCRIBE = """
-DELETE FROM members_newsletters mn
-USING analytics_matched m JOIN emails e ON e.id = m.email_id
-WHERE m.kind = 'unsubscribed' AND mn.member_id = m.member_id AND mn.newsletter_id = e.newsletter_id"""
-
-_COMPLAINTS = """
-INSERT INTO email_spam_complaint_events (member_id, email_id, email_address)
-SELECT member_id, email_id, address FROM analytics_matched WHERE kind = 'complained'
-ON CONFLICT (email_id, member_id) DO NOTHING"""
-
-_SUPPRESS = """
-INSERT INTO suppressions (email, email_id, reason)
-SELECT address, email_id, CASE WHEN kind = 'complained' THEN 'spam' ELSE 'bounce' END
-FROM analytics_matched
-WHERE kind = 'complained' OR (kind = 'failed' AND severity = 'permanent' AND code = ANY($1::int[]))
-ON CONFLICT (email) DO NOTHING"""
-
-_DIRTY = """
-WITH e AS (INSERT INTO email_analytics_dirty_emails SELECT DISTINCT email_id FROM analytics_matched
-           ON CONFLICT DO NOTHING)
-INSERT INTO email_analytics_dirty_members SELECT DISTINCT member_id FROM analytics_matched
-ON CONFLICT DO NOTHING"""
+SELECT count(*) FROM matched"""
 
 _SAVE_JOB = """
 INSERT INTO jobs (name, status, started_at, metadata) VALUES ($1, 'started', now(), $2::jsonb)
@@ -419,20 +412,13 @@ class AnalyticsActivities:
         return result
 
     async def _apply(self, batch: _Batch, result: PhaseResult, job: str, cursor: dict[str, Any]) -> None:
-        """One transaction: match, set times, failures, unsubscribes, complaints, suppressions, cursor."""
-        async with self.deps.pool.acquire() as conn, conn.transaction():
+        """One statement: match, set times, failures, unsubscribes, complaints, suppressions, cursor."""
+        if len(batch):
+            matched = await self.deps.pool.fetchval(_APPLY, *batch.columns(), BOUNCE_SUPPRESSION_CODES, job,
+                                                    json.dumps(cursor))
+        else:
             matched = 0
-            if len(batch):
-                await conn.execute(_MATCHED_TABLE)
-                matched = _rows(await conn.execute(_MATCH, *batch.columns()))
-                if matched:
-                    await conn.execute(_SET_TIMES)
-                    await conn.execute(_FAILURES)
-                    await conn.execute(_UNSUBSCRIBE)
-                    await conn.execute(_COMPLAINTS)
-                    await conn.execute(_SUPPRESS, BOUNCE_SUPPRESSION_CODES)
-                    await conn.execute(_DIRTY)
-            await conn.execute(_SAVE_JOB, job, json.dumps(cursor))
+            await self.deps.pool.execute(_SAVE_JOB, job, json.dumps(cursor))
         result.applied += matched
         result.unknown += len(batch) - matched
         result.malformed += batch.malformed
