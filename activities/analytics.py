@@ -355,6 +355,7 @@ class AnalyticsActivities:
                                                    "cursor": _epoch(end)})
             return await self._finish(result, job, phase, now, started)
         pending: asyncio.Task | None = asyncio.create_task(page(url))
+        applying: asyncio.Task | None = None  # the batch being applied while the next pages are read
         exhausted = False
         try:
             while pending is not None:
@@ -376,16 +377,23 @@ class AnalyticsActivities:
                 if len(batch) + batch.malformed >= APPLY_EVENTS or pending is None:
                     cursor = {"resume_url": None if exhausted else next_url, "window_end": _epoch(end),
                               "cursor": _epoch(end) if exhausted else (last_moment or state.get("cursor"))}
-                    await self._apply(batch, result, job, cursor)
+                    if applying is not None:
+                        await applying  # one batch at a time: the cursor only moves forward
+                    resume = {"job": job, "url": next_url, "end": _epoch(end)}
+                    applying = asyncio.create_task(
+                        self._apply_and_heartbeat(batch, result, job, cursor, resume, result.pages, result.events))
                     batch = _Batch()
-                    activity.heartbeat({"job": job, "url": next_url, "end": _epoch(end),
-                                        "result": result.model_dump(mode="json")})
+            if applying is not None:
+                await applying
         except MailgunError as error:
+            if applying is not None:
+                await applying  # keep what was read before the failure: a retry starts after it
             raise ApplicationError(f"email analytics {phase}: {error}", type=type(error).__name__,
                                    non_retryable=not error.retryable) from None
         finally:
-            if pending is not None:
-                pending.cancel()
+            for task in (pending, applying):
+                if task is not None and not task.done():
+                    task.cancel()
         return await self._finish(result, job, phase, now, started)
 
     async def _finish(self, result: PhaseResult, job: str, phase: str, now: datetime, started: float) -> PhaseResult:
@@ -410,6 +418,14 @@ class AnalyticsActivities:
             meter.create_gauge_float("pressroom_analytics_cursor_lag_seconds", "cursor lag behind now", "s").set(
                 result.lag_seconds, {"phase": phase})
         return result
+
+    async def _apply_and_heartbeat(self, batch: _Batch, result: PhaseResult, job: str, cursor: dict[str, Any],
+                                   resume: dict[str, Any], pages: int, events: int) -> None:
+        """Apply a batch, then heartbeat where a retry resumes: the page after this batch."""
+        await self._apply(batch, result, job, cursor)
+        # Pages read since this batch was cut are not applied yet: a retry reads (and counts) them again.
+        progress = result.model_dump(mode="json") | {"pages": pages, "events": events}
+        activity.heartbeat({**resume, "result": progress})
 
     async def _apply(self, batch: _Batch, result: PhaseResult, job: str, cursor: dict[str, Any]) -> None:
         """One statement: match, set times, failures, unsubscribes, complaints, suppressions, cursor."""
