@@ -1,9 +1,9 @@
 """Scheduled posts (seed 004): publish a post exactly at its time, and keep workflows and rows in step.
 
 The timer fires a lead time early (see workflows/posts.py) and `publish_post` waits out the rest
-with a local sleep, so Temporal's work is done before the deadline and many posts due at the same
-instant do not queue behind each other. The update is guarded: it publishes only a post that is
-still scheduled for exactly that time.
+with a local sleep, so Temporal's work is done before the deadline; the posts due at the same
+instant are then published together by one statement, so they do not queue behind each other. The
+update is guarded: it publishes only a post that is still scheduled for exactly that time.
 """
 
 from __future__ import annotations
@@ -40,11 +40,66 @@ class ReconcileResult(BaseModel):
     stopped: int
 
 
+class DueTogether:
+    """Publishes the posts that fall due at the same instant with one statement.
+
+    Every publish activity of this worker that wakes for the same time joins one UPDATE, so a
+    thousand posts due together take one round trip instead of queueing for pool connections one
+    by one. Each post keeps its own guard (still scheduled, for exactly that time), and each
+    activity gets its own row back, or None when its post changed while it waited.
+    """
+
+    def __init__(self, pool) -> None:
+        self.pool = pool
+        self._waiting: dict[datetime, dict[str, asyncio.Future]] = {}
+        self._statements: set[asyncio.Task] = set()
+
+    async def publish(self, post_id: str, publish_at: datetime):
+        """The post's published row (publish_completed_at, email_id), or None if it is not due any more."""
+        waiting = self._waiting.get(publish_at)
+        if waiting is None:
+            waiting = self._waiting[publish_at] = {}
+            # The statement's task runs at the event loop's next turn: whoever wakes in this turn joins.
+            statement = asyncio.create_task(self._publish(publish_at))
+            self._statements.add(statement)
+            statement.add_done_callback(self._statements.discard)
+        if post_id not in waiting:  # the same post twice (a retry racing its first attempt) shares the row
+            waiting[post_id] = asyncio.get_running_loop().create_future()
+        return await asyncio.shield(waiting[post_id])
+
+    async def _publish(self, publish_at: datetime) -> None:
+        waiting = self._waiting.pop(publish_at)
+        try:
+            rows = await self.pool.fetch(
+                """WITH published AS (
+                       UPDATE posts p SET status = 'published', publish_completed_at = clock_timestamp(),
+                                          updated_at = now()
+                       FROM unnest($1::text[]) AS due(id)
+                       WHERE p.id = due.id AND p.status = 'scheduled' AND p.published_at = $2
+                       RETURNING p.id, p.newsletter_id, p.publish_completed_at)
+                   SELECT p.id, p.publish_completed_at,
+                          (SELECT e.id FROM emails e WHERE e.post_id = p.id AND p.newsletter_id IS NOT NULL
+                                                       AND e.status = 'pending') AS email_id
+                   FROM published p""", list(waiting), publish_at)
+        except BaseException as error:
+            for future in waiting.values():
+                if not future.done():
+                    future.set_exception(error)
+            if not isinstance(error, Exception):
+                raise
+            return
+        found = {row["id"]: row for row in rows}
+        for post_id, future in waiting.items():
+            if not future.done():
+                future.set_result(found.get(post_id))
+
+
 class PostsActivities:
     def __init__(self, deps: Dependencies) -> None:
         self.pool = deps.pool
         self.temporal = deps.temporal
         self.settings = deps.settings
+        self._due_together = DueTogether(deps.pool)
 
     @activity.defn
     async def publish_post(self, input: PublishPostActivityInput) -> PublishResult:
@@ -67,17 +122,7 @@ class PostsActivities:
             remaining = input.lead_seconds + MAX_CLOCK_SKEW_SECONDS
         await self._sleep_precisely(time.time() + remaining)
 
-        # One statement, one round trip: when many posts fall due at once, each takes a pool
-        # connection for as short a time as possible.
-        published = await self.pool.fetchrow(
-            """WITH published AS (
-                   UPDATE posts SET status = 'published', publish_completed_at = clock_timestamp(), updated_at = now()
-                   WHERE id = $1 AND status = 'scheduled' AND published_at = $2
-                   RETURNING id, newsletter_id, publish_completed_at)
-               SELECT p.publish_completed_at,
-                      (SELECT e.id FROM emails e WHERE e.post_id = p.id AND p.newsletter_id IS NOT NULL
-                                                   AND e.status = 'pending') AS email_id
-               FROM published p""", input.post_id, input.publish_at)
+        published = await self._due_together.publish(input.post_id, input.publish_at)
         if published is None:  # changed while we waited: look again from the top
             return await self._changed(input)
         email_id = published["email_id"]
