@@ -263,9 +263,11 @@ async def add_member(email: str, name: str | None = None, *, status: str = "free
     """The member and its MemberCreatedEvent in one transaction: both commit, or neither."""
     import asyncpg
 
-    from activities.outbox import enqueue
+    from activities.outbox import WELCOME_EMAIL_SLUGS, enqueue
     from pressroom import database
 
+    if status not in WELCOME_EMAIL_SLUGS:
+        raise BadInput(f"member status {status!r} is not one of {', '.join(WELCOME_EMAIL_SLUGS)}")
     email = email.strip()
     if email.count("@") != 1 or email.startswith("@") or "." not in email.rpartition("@")[2]:
         raise BadInput(f"{email!r} is not an e-mail address")
@@ -281,8 +283,9 @@ async def add_member(email: str, name: str | None = None, *, status: str = "free
                                "SELECT $1, id FROM newsletters WHERE subscribe_on_signup AND status = 'active'",
                                member_id)
             key = None
-            # Seed 000: the welcome email goes to free signups, and only when the setting is on.
-            if settings.welcome_emails and status == "free":
+            # Every new member is welcomed, with the automated email for their status, when the
+            # setting is on (the handler reads it again when it sends).
+            if settings.welcome_emails:
                 key = await enqueue(conn, "MemberCreatedEvent", {"member_id": member_id},
                                     idempotency_key=f"member-created-{member_id}")
     return MemberAdded(member_id, key)
@@ -290,9 +293,10 @@ async def add_member(email: str, name: str | None = None, *, status: str = "free
 
 @members_app.command("add")
 def members_add(email: str = typer.Argument(..., help="The member's e-mail address."),
-                name: str = typer.Option(None, "--name", help="The member's name.")) -> None:
-    """Add a free member; their welcome email goes out through the outbox."""
-    added = run_async(add_member(email, name))
+                name: str = typer.Option(None, "--name", help="The member's name."),
+                status: str = typer.Option("free", "--status", help="free, paid or comped.")) -> None:
+    """Add a member; their welcome email (paid for comped members) goes out through the outbox."""
+    added = run_async(add_member(email, name, status=status))
     console.print(f"member {added.member_id} added" + (f"; welcome email queued (outbox-{added.welcome_key})"
                                                         if added.welcome_key else ""), highlight=False)
 
