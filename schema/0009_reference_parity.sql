@@ -15,8 +15,8 @@ ALTER TABLE email_recipient_failures
 -- Outbox states take the worker protocol's names: an entry handed to its delivery workflow is
 -- `sending` (it was `dispatched`). Workers of 0.1.0 still write `dispatched` during a rolling
 -- deploy; the trigger stores what they write under the new name, so their rows stay valid.
-UPDATE outbox SET status = 'sending' WHERE status = 'dispatched';
 ALTER TABLE outbox DROP CONSTRAINT outbox_status_check;
+UPDATE outbox SET status = 'sending' WHERE status = 'dispatched';
 ALTER TABLE outbox ADD CONSTRAINT outbox_status_check
     CHECK (status IN ('pending', 'sending', 'succeeded', 'failed', 'aborted', 'completed'));
 
