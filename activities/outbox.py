@@ -306,7 +306,7 @@ class OutboxActivities:
         if member is None:
             return {"skipped": f"member {event.member_id} was deleted before the welcome email"}
         slug = WELCOME_EMAIL_SLUGS[member["status"]]
-        if member["status"] not in ("free", "paid"):
+        if slug != f"member-welcome-email-{member['status']}":
             activity.logger.info("no welcome email of their own for %s members: sending them %s",
                                  member["status"], slug)
         welcome = await self.pool.fetchrow(
