@@ -243,6 +243,116 @@ def newsletter_send(email_id: str = typer.Argument(..., help="The email to send 
         if outcome.status == "failed":
             raise PressroomError(f"email {email_id} failed: {outcome.message}")
 
+@dataclass(frozen=True)
+class EmailPreview:
+    subject: str
+    html: str
+    text: str
+    reader: str  # who the preview is for, in words
+
+
+STAND_IN_UUID = "00000000-0000-0000-0000-000000000000"  # a reader who is no member: fallbacks show
+
+
+async def _render_for(conn, email_id: str, *, member_id: str | None, segment: str | None, address: str | None,
+                      settings: Settings):
+    """(loaded email, rendering, reader's values, reader in words): what a member or a stand-in gets."""
+    from activities.email_content import load_email, load_member_values
+    from pressroom.email_rendering import SEGMENT_NAMES, ContentError, member_values, render, segment_for
+
+    if member_id is not None and segment is not None:
+        raise BadInput("give --member or --segment, not both")
+    if segment is not None and segment not in SEGMENT_NAMES:
+        raise BadInput(f"segment {segment!r} is not one of {', '.join(SEGMENT_NAMES)}")
+    loaded = await load_email(conn, email_id, settings)
+    if loaded is None:
+        raise NotFound(f"email {email_id} does not exist")
+    if member_id is None and address is not None and segment is None:
+        member_id = await conn.fetchval("SELECT id FROM members WHERE lower(email) = lower($1)", address)
+    try:
+        if member_id is not None:
+            found = await load_member_values(conn, member_id, email_id, settings)
+            if found is None:
+                raise NotFound(f"member {member_id} does not exist")
+            values, status = found
+            reader = f"member {member_id} ({status})"
+        else:
+            status = "free" if segment == "free" else "paid"
+            values = member_values(name=None, email=address or "reader@example.com", uuid=STAND_IN_UUID,
+                                   status=status, site_url=settings.site_url, email_id=email_id)
+            reader = f"a {status} reader with no name"
+        rendered = render(loaded.content, segment_for(loaded.content, status))
+    except ContentError as error:
+        raise BadInput(str(error)) from None
+    return loaded, rendered, values, reader
+
+
+async def preview_email(email_id: str, *, member_id: str | None = None, segment: str | None = None,
+                        settings: Settings | None = None) -> EmailPreview:
+    """What a member (or a stand-in reader of a segment, paid by default) receives; nothing is sent."""
+    from pressroom import database
+
+    settings = settings or get_settings()
+    async with database.connection(settings.require_database()) as conn:
+        _, rendered, values, reader = await _render_for(conn, email_id, member_id=member_id, segment=segment,
+                                                        address=None, settings=settings)
+    subject, html, text = rendered.personalise(values)
+    return EmailPreview(subject=subject, html=html, text=text, reader=reader)
+
+
+async def send_test_email(email_id: str, to: str, *, segment: str | None = None,
+                          settings: Settings | None = None) -> str:
+    """One copy to `to`, subject "[TEST] …", untracked; the email, its batches and statistics are untouched.
+
+    The copy is personalised as the member with that address when there is one, else as a reader with
+    no name; it carries no email id, so analytics never counts its events.
+    """
+    import uuid
+
+    from activities.mailgun import MailgunClient, MailgunError
+    from pressroom import database
+
+    to = to.strip()
+    if to.count("@") != 1 or to.startswith("@") or "." not in to.rpartition("@")[2]:
+        raise BadInput(f"{to!r} is not an e-mail address")
+    settings = settings or get_settings()
+    async with database.connection(settings.require_database()) as conn:
+        loaded, rendered, values, _ = await _render_for(conn, email_id, member_id=None, segment=segment,
+                                                        address=to, settings=settings)
+    values = {**values, "email": to}
+    async with MailgunClient.from_settings(settings) as mailgun:
+        try:
+            return await mailgun.send_batch(
+                from_address=loaded.from_address, to=[to], subject=f"[TEST] {rendered.subject}", html=rendered.html,
+                text=rendered.text, recipient_variables={to: rendered.recipient_variables(values)},
+                tags=["test-email"], headers={"Reply-To": loaded.reply_to,
+                                              "Message-Id": f"<test-{uuid.uuid4().hex}@{mailgun.domain}>"},
+                tracking_opens=False, tracking_clicks=False)
+        except MailgunError as error:
+            raise PressroomError(f"the test email was not sent: {error}") from None
+
+
+@newsletter_app.command("preview")
+def newsletter_preview(email_id: str = typer.Argument(..., help="The email (emails.id)."),
+                       member: str = typer.Option(None, "--member", help="Show what this member (members.id) gets."),
+                       segment: str = typer.Option(None, "--segment", help="free or paid: a reader with no name."),
+                       text: bool = typer.Option(False, "--text", help="The plain-text part instead of the HTML.")
+                       ) -> None:
+    """Print what a member gets (subject, then the HTML or the text); nothing is sent."""
+    preview = run_async(preview_email(email_id, member_id=member, segment=segment))
+    print(f"Subject: {preview.subject}\nX-Preview-For: {preview.reader}\n")
+    print(preview.text if text else preview.html)
+
+
+@newsletter_app.command("test")
+def newsletter_test(email_id: str = typer.Argument(..., help="The email (emails.id)."),
+                    to: str = typer.Option(..., "--to", help="The address that gets the test copy."),
+                    segment: str = typer.Option(None, "--segment", help="free or paid; by default the member's own "
+                                                                        "or paid.")) -> None:
+    """Send one untracked copy with "[TEST]" in the subject; the email's status, batches and statistics stay."""
+    message_id = run_async(send_test_email(email_id, to, segment=segment))
+    console.print(f"test copy of email {email_id} sent ({message_id})", highlight=False)
+
 # --- outbox and members ------------------------------------------------------------------------
 
 members_app = typer.Typer(help="Members of the site.", no_args_is_help=True)

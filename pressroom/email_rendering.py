@@ -159,6 +159,11 @@ def segments_needed(content: EmailContent) -> bool:
     return content.visibility == "paid" or bool(_parse(content.html).css(f"[{_SEGMENT_ATTRIBUTE}]"))
 
 
+def segment_for(content: EmailContent, status: str) -> str | None:
+    """The body a member with this status gets: their segment's, or the one body when all get the same."""
+    return segment_of(status) if segments_needed(content) else None
+
+
 def _check_visibility(content: EmailContent) -> None:
     if content.visibility not in VISIBILITIES:
         raise ContentError(f"email {content.email_id}: post visibility {content.visibility!r} is not one of "
@@ -181,6 +186,14 @@ def _cut_after_marker(body: LexborNode) -> bool:
         node = node.parent
     marker.decompose()
     return True
+
+
+def _children(node: LexborNode) -> list[LexborNode]:
+    children, child = [], node.first_child
+    while child is not None:
+        children.append(child)
+        child = child.next
+    return children
 
 
 def _call_to_action(content: EmailContent) -> str:
@@ -311,7 +324,10 @@ def render(content: EmailContent, segment: str | None) -> Rendered:
     cut = paywalled(content.visibility, segment or "")
     if cut:
         # The paywall comes first: text after the marker is paid even inside a block for free members.
-        _cut_after_marker(body)
+        # A paid post without a marker is paid from its first word: free members get the invitation only.
+        if not _cut_after_marker(body):
+            for node in _children(body):
+                node.decompose()
     if segment is not None:
         readers = SEGMENT_STATUSES[segment]
         # A block goes to a segment only when every reader in it is in the block's audience.
