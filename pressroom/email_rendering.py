@@ -267,13 +267,14 @@ class _Variables:
                            + ", ".join(REPLACEMENTS))
 
 
-_CODE = frozenset({"code", "pre", "kbd", "samp"})
+# Where `{name}` is more likely code or CSS than the editor's replacement.
+_LITERAL = frozenset({"code", "pre", "kbd", "samp", "style", "script"})
 
 
 def _in_code(node: LexborNode) -> bool:
     parent = node.parent
     while parent is not None:
-        if parent.tag in _CODE:
+        if parent.tag in _LITERAL:
             return True
         parent = parent.parent
     return False
