@@ -38,6 +38,7 @@ BASE_VARIABLES = ("name", "uuid", "unsubscribe_url")
 
 MEMBERS_ONLY_MARKER = "members-only"
 _SEGMENT_ATTRIBUTE = "data-gh-segment"
+_SPECIAL = re.compile(r"[&<>\"']")  # what HTML escaping changes
 _PLACEHOLDER = re.compile(r"%recipient\.([A-Za-z0-9_.-]+)%")
 _QUOTED = r'"([^"]*)"|“([^”]*)”|\'([^\']*)\''
 _DOUBLE = re.compile(r"%%\{(.*?)\}%%", re.S)
@@ -109,7 +110,7 @@ class Rendered:
         out = {}
         for name, (replacement, fallback, escaped) in self.variables.items():
             value = values.get(replacement) or fallback
-            out[name] = html_lib.escape(value, quote=True) if escaped else value
+            out[name] = html_lib.escape(value, quote=True) if escaped and _SPECIAL.search(value) else value
         return out
 
     def personalise(self, values: Mapping[str, str]) -> tuple[str, str, str]:
@@ -342,7 +343,8 @@ def render(content: EmailContent, segment: str | None) -> Rendered:
         node.decompose()
 
     variables = _Variables(content.email_id)
-    _personalise_tree(body, variables)
+    if any(sign in content.html for sign in "%{&"):  # most posts have nothing to personalise: skip the walk
+        _personalise_tree(body, variables)
     subject = variables.substitute(content.subject, escaped=False)
     html = (body.inner_html or "") + (_call_to_action(content) if cut else "")
     variables.placeholder("unsubscribe_url", "", escaped=True)

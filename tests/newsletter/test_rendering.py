@@ -147,6 +147,12 @@ def test_replacements_resolve_with_each_fallback_and_escape_in_html():
     assert "Hi there, EVERYONE1 reader (https://site.test/r?u=u-x&e=x@example.com)" in text
 
 
+def test_a_replacement_written_with_entities_is_still_resolved():
+    rendered = render(content("public", "<p>&#37;&#37;&#123;first_name &quot;there&quot;&#125;&#37;&#37;</p>"), None)
+    assert rendered.personalise(NAMED)[1].startswith("<p>Ann</p>")
+    assert rendered.personalise(UNNAMED)[2].startswith("there\n")
+
+
 def test_variables_are_what_mailgun_fills_in():
     rendered = render(content(*CORPUS["replacements everywhere"]), NOT_FREE)
     variables = rendered.recipient_variables(NAMED)
