@@ -18,8 +18,8 @@ from activities.email_content import LoadedEmail, load_email
 from activities.mailgun import MailgunError, MailgunRateLimited, MailgunRejected
 from activities.heartbeat import heartbeating
 from pressroom.dependencies import Dependencies
-from pressroom.email_rendering import (BodyCache, ContentError, Rendered, member_values, recipient_statuses, render,
-                                       segments_needed)
+from pressroom.email_rendering import (FREE, NOT_FREE, BodyCache, ContentError, Rendered, member_values,
+                                       recipient_statuses, render, segments_needed)
 
 PARTIALLY_SENT = "The email was only partially sent: {failed} of {total} batches failed. Send it again to retry them."
 NOT_SENT = "The email failed to send: no batch was accepted by Mailgun. Send it again to retry."
@@ -315,7 +315,7 @@ class NewsletterActivities:
         """Render every segment once before anything is written: bad content is refused up front."""
         content = (await self._load(conn, email_id)).content
         try:
-            for segment in ("status:free", "status:-free") if segments_needed(content) else (None,):
+            for segment in (FREE, NOT_FREE) if segments_needed(content) else (None,):
                 render(content, segment)
         except ContentError as error:
             raise _non_retryable(str(error), "BadContent") from None
