@@ -374,6 +374,8 @@ def _inside(node: LexborNode, ids: Mapping[int, LexborNode]) -> bool:
 _SKIP = frozenset({"style", "script", "template", "head", "title"})
 _BLOCKS = frozenset({"p", "div", "section", "article", "header", "footer", "aside", "nav", "main", "figure",
                      "figcaption", "table", "form", "fieldset", "address", "details", "summary", "dl", "center"})
+_WHITESPACE, _SPACES, _SPACED_NEWLINE = re.compile(r"\s+"), re.compile(r" {2,}"), re.compile(r" *\n *")
+_TRAILING_SPACE, _BLANK_LINE, _BLANK_LINES = re.compile(r"[ \t]+\n"), re.compile(r"\n{2,}"), re.compile(r"\n{3,}")
 _PRE_SPACE = "\x00"  # stands for a space inside <pre> until whitespace is tidied
 
 
@@ -382,8 +384,8 @@ def html_to_text(html: str) -> str:
     `> ` quotes, and links as `text (url)`."""
     body = _parse(html).body
     text = _text_of_children(body, pre=False)
-    text = re.sub(r"[ \t]+\n", "\n", text)
-    text = re.sub(r"\n{3,}", "\n\n", text).strip("\n ")
+    text = _TRAILING_SPACE.sub("\n", text)
+    text = _BLANK_LINES.sub("\n\n", text).strip("\n ")
     return text.replace(_PRE_SPACE, " ") + "\n"
 
 
@@ -397,13 +399,13 @@ def _text_of_children(node: LexborNode, *, pre: bool) -> str:
 
 
 def _tidy(inner: str) -> str:
-    return re.sub(r" *\n *", "\n", re.sub(r" {2,}", " ", inner)).strip(" \n")
+    return _SPACED_NEWLINE.sub("\n", _SPACES.sub(" ", inner)).strip(" \n")
 
 
 def _text_of(node: LexborNode, *, pre: bool) -> str:
     if node.is_text_node:
         text = node.text_content or ""
-        return text.replace(" ", _PRE_SPACE) if pre else re.sub(r"\s+", " ", text)
+        return text.replace(" ", _PRE_SPACE) if pre else _WHITESPACE.sub(" ", text)
     if not node.is_element_node:
         return ""
     tag = node.tag or ""
@@ -434,14 +436,14 @@ def _text_of(node: LexborNode, *, pre: bool) -> str:
             if child.is_element_node and child.tag == "li":
                 number += 1
                 bullet = f"{number}. " if tag == "ol" else "- "
-                lines = re.sub(r"\n{2,}", "\n", _tidy(_text_of_children(child, pre=pre))).split("\n")
+                lines = _BLANK_LINE.sub("\n", _tidy(_text_of_children(child, pre=pre))).split("\n")
                 items.append(bullet + ("\n" + " " * len(bullet)).join(lines))
             child = child.next
         return "\n\n" + "\n".join(items) + "\n\n"
     if tag == "li":  # outside a list
         return "\n- " + _tidy(inner) + "\n"
     if tag == "blockquote":
-        quoted = re.sub(r"\n{3,}", "\n\n", _tidy(inner))
+        quoted = _BLANK_LINES.sub("\n\n", _tidy(inner))
         return "\n\n" + "\n".join(("> " + line).rstrip() for line in quoted.split("\n")) + "\n\n"
     if tag in ("tr",):
         return "\n" + inner.strip() + "\n"
