@@ -15,7 +15,7 @@ from pydantic import BaseModel
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from activities.mailgun import MailgunError, MailgunRateLimited, MailgunRejected
+from pressroom.mailgun import MailgunError, MailgunRateLimited, MailgunRejected
 from activities.heartbeat import heartbeating
 from pressroom.dependencies import Dependencies
 
