@@ -15,9 +15,9 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.email_content import LoadedEmail, load_email
-from activities.mailgun import MailgunError, MailgunRateLimited, MailgunRejected
 from activities.heartbeat import heartbeating
 from pressroom.dependencies import Dependencies
+from pressroom.mailgun import MailgunError, MailgunRateLimited, MailgunRejected
 from pressroom.email_rendering import (FREE, NOT_FREE, BodyCache, ContentError, Rendered, member_values,
                                        recipient_statuses, render, segments_needed)
 
