@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from activities.outbox import ensure_relay
-from starter import add_member, requeue_outbox_entry
+from operations.members import add_member
+from operations.outbox import ensure_relay, requeue_outbox_entry
 from tests.newsletter.test_failures import wait_until
 from tests.outbox.test_outbox import WELCOME, outbox_settings, relay, settled  # noqa: F401 (fixtures)
 from workflows.outbox import RELAY_WORKFLOW_ID

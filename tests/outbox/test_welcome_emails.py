@@ -5,8 +5,8 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from activities.outbox import ensure_relay
-from starter import add_member, outbox_entry, requeue_outbox_entry
+from operations.members import add_member
+from operations.outbox import ensure_relay, outbox_entry, requeue_outbox_entry
 from tests.foundation.test_cli import assert_one_line_error, pressroom
 from tests.outbox.test_outbox import entry_state, outbox_settings, relay, settled  # noqa: F401 (fixtures)
 from workflows.outbox import RELAY_WORKFLOW_ID
