@@ -2,8 +2,10 @@
 
 Each phase (latest opened, latest others, missing, backfills) keeps its own cursor in the jobs
 table. A phase reads its window page by page, applies a batch of pages with one set-based
-statement that also moves its cursor, and heartbeats the next page's URL, so a retry continues from the last batch applied. Applying is idempotent: a time is set only when still
-empty, failures are unique by event id, complaints by (email, member), suppressions by address.
+statement that also moves its cursor, and heartbeats the next page's URL, so a retry continues
+from the last batch applied; the next pages are read while a batch is applied. Applying is
+idempotent: a time is set only when still empty, failures are one row per recipient, complaints by
+(email, member), suppressions by address.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from pydantic import BaseModel, Field
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from activities.mailgun import MAILGUN_MAX_EVENTS_PAGE, MailgunError
+from pressroom.mailgun import MAILGUN_MAX_EVENTS_PAGE, MailgunError
 
 if TYPE_CHECKING:
     from temporalio.client import Client
@@ -165,8 +167,9 @@ class _Batch:
             self.codes.append(code if isinstance(code, int) and not isinstance(code, bool) else None)
             enhanced = status.get("enhanced-code")
             self.enhanced.append(enhanced if isinstance(enhanced, str) else None)
-            message = status.get("message") or status.get("description")
-            self.messages.append(message[:2000] if isinstance(message, str) else None)
+            message = next((text.strip() for text in (status.get("message"), status.get("description"))
+                            if isinstance(text, str) and text.strip()), None)
+            self.messages.append(message[:2000] if message else None)
 
     def columns(self) -> tuple:
         return (self.ids, self.kinds, self.severities, self.times, self.email_ids, self.provider_ids,
@@ -178,6 +181,11 @@ class _Batch:
 # Every change a batch makes, and its cursor, in ONE statement: one round trip per batch, atomic
 # without a transaction block, the matched events kept in memory rather than in a temporary table.
 # The parts write different tables, so none depends on another's effect within the statement.
+# Failures keep one row per recipient, as Ghost does: a later temporary failure replaces a temporary
+# one, a permanent one replaces a temporary one, nothing replaces a permanent one. A batch is first
+# reduced to the event that would stand had its events come one by one in time order (the first
+# permanent one, else the latest temporary one). A failure Mailgun explains with nothing is stored
+# as "Error <code>".
 _APPLY = """
 WITH ev AS (
     SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::float8[], $5::text[], $6::text[],
@@ -203,13 +211,25 @@ WITH ev AS (
     WHERE er.id = m.recipient_id
       AND ((er.delivered_at IS NULL AND m.delivered IS NOT NULL) OR (er.opened_at IS NULL AND m.opened IS NOT NULL)
            OR (er.failed_at IS NULL AND m.failed IS NOT NULL))
-), failures AS (
-    INSERT INTO email_recipient_failures (email_id, member_id, email_recipient_id, code, enhanced_code, message,
-                                          severity, failed_at, event_id)
-    SELECT email_id, member_id, recipient_id, COALESCE(code, 0), enhanced_code, COALESCE(message, ''),
-           CASE WHEN severity = 'permanent' THEN 'permanent' ELSE 'temporary' END, at, event_id
+), failed AS (
+    SELECT email_id, member_id, recipient_id, code, enhanced_code, message, at, event_id,
+           CASE WHEN severity = 'permanent' THEN 'permanent' ELSE 'temporary' END AS severity
     FROM matched WHERE kind = 'failed'
-    ON CONFLICT (event_id) DO NOTHING
+), standing_failures AS (
+    SELECT DISTINCT ON (recipient_id) *
+    FROM failed
+    ORDER BY recipient_id, severity = 'permanent' DESC, CASE WHEN severity = 'permanent' THEN at END,
+             at DESC, event_id
+), failures AS (
+    INSERT INTO email_recipient_failures AS f (email_id, member_id, email_recipient_id, code, enhanced_code,
+                                               message, severity, failed_at, event_id)
+    SELECT email_id, member_id, recipient_id, COALESCE(code, 0), enhanced_code,
+           COALESCE(message, 'Error ' || COALESCE(code::text, enhanced_code, 'without a code')), severity, at, event_id
+    FROM standing_failures
+    ON CONFLICT (email_recipient_id) DO UPDATE SET
+        code = EXCLUDED.code, enhanced_code = EXCLUDED.enhanced_code, message = EXCLUDED.message,
+        severity = EXCLUDED.severity, failed_at = EXCLUDED.failed_at, event_id = EXCLUDED.event_id
+    WHERE f.severity = 'temporary' AND (EXCLUDED.severity = 'permanent' OR EXCLUDED.failed_at > f.failed_at)
 ), unsubscribed AS (
     DELETE FROM members_newsletters mn
     USING matched m JOIN emails e ON e.id = m.email_id
