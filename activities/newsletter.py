@@ -299,11 +299,19 @@ class NewsletterActivities:
 
     async def _send_batch(self, input: SendBatchInput) -> BatchSent:
         async with self.pool.acquire() as conn:
-            batch = await conn.fetchrow(
-                """UPDATE email_batches b SET status = 'submitting', updated_at = now()
-                   FROM (SELECT id, status AS before FROM email_batches WHERE id = $1 FOR UPDATE) old
-                   WHERE b.id = old.id AND old.before <> 'submitted'
-                   RETURNING b.email_id, b.member_segment, old.before""", input.batch_id)
+            # The claim and the batch's recipients in one round trip.
+            rows = await conn.fetch(
+                """WITH claimed AS (
+                       UPDATE email_batches b SET status = 'submitting', updated_at = now()
+                       FROM (SELECT id, status AS before FROM email_batches WHERE id = $1 FOR UPDATE) old
+                       WHERE b.id = old.id AND old.before <> 'submitted'
+                       RETURNING b.email_id, b.member_segment, old.before)
+                   SELECT c.email_id, c.member_segment, c.before, r.member_email, r.member_name, r.member_uuid,
+                          coalesce(m.status, '') AS status
+                   FROM claimed c LEFT JOIN email_recipients r ON r.batch_id = $1
+                   LEFT JOIN members m ON m.id = r.member_id
+                   ORDER BY r.id""", input.batch_id)
+            batch = rows[0] if rows else None
             if batch is None:
                 done = await conn.fetchrow("SELECT provider_id, (SELECT count(*) FROM email_recipients "
                                            "WHERE batch_id = $1) AS n FROM email_batches WHERE id = $1",
@@ -312,10 +320,7 @@ class NewsletterActivities:
                     raise _non_retryable(f"batch {input.batch_id} does not exist", "BatchNotFound")
                 return BatchSent(batch_id=input.batch_id, recipients=done["n"], provider_id=done["provider_id"],
                                  reconciled=True)
-            recipients = await conn.fetch(
-                "SELECT r.member_email, r.member_name, r.member_uuid, coalesce(m.status, '') AS status "
-                "FROM email_recipients r LEFT JOIN members m ON m.id = r.member_id WHERE r.batch_id = $1 "
-                "ORDER BY r.id", input.batch_id)
+            recipients = [r for r in rows if r["member_email"] is not None]
         message_id = f"{input.batch_id}@{self.mailgun.domain}"
         if batch["before"] != "pending" and await self._accepted_before(message_id):
             activity.logger.info("batch %s was accepted by an earlier attempt; not sending it again", input.batch_id)
@@ -360,11 +365,11 @@ class NewsletterActivities:
                                    type="MailgunUnavailable") from None
 
     async def _record_submitted(self, batch_id: str, provider_id: str) -> None:
-        async with self.pool.acquire() as conn, conn.transaction():
-            await conn.execute(
-                "UPDATE email_batches SET status = 'submitted', provider_id = $2, error_status_code = NULL, "
-                "error_message = NULL, error_data = NULL, updated_at = now() WHERE id = $1", batch_id, provider_id)
-            await conn.execute("UPDATE email_recipients SET processed_at = now() WHERE batch_id = $1", batch_id)
+        # One statement, so one round trip and atomic without a transaction block.
+        await self.pool.execute(
+            "WITH submitted AS (UPDATE email_batches SET status = 'submitted', provider_id = $2, "
+            "error_status_code = NULL, error_message = NULL, error_data = NULL, updated_at = now() WHERE id = $1) "
+            "UPDATE email_recipients SET processed_at = now() WHERE batch_id = $1", batch_id, provider_id)
 
     async def _load(self, conn, email_id: str) -> LoadedEmail:
         loaded = await load_email(conn, email_id, self.settings)
