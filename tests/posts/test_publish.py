@@ -228,3 +228,25 @@ async def test_an_unknown_post_is_refused_and_nothing_starts(postgres_url, dev_e
                                      env={"DATABASE_URL": postgres_url,
                                           "TEMPORAL_ADDRESS": dev_env.client.service_client.config.target_host})
     assert_one_line_error(result, "post no-such-post does not exist")
+
+
+async def test_posts_due_at_the_same_instant_are_published_by_one_statement_each_with_its_guard(db):
+    from activities.posts import DueTogether
+
+    at = datetime.now(timezone.utc).replace(microsecond=0) + timedelta(hours=1)
+    due = [await seed_post(db) for _ in range(3)]
+    moved = await seed_post(db)
+    await db.execute("UPDATE posts SET status = 'scheduled', published_at = $2 WHERE id = ANY($1::text[])", due, at)
+    await db.execute("UPDATE posts SET status = 'scheduled', published_at = $2 WHERE id = $1", moved,
+                     at + timedelta(minutes=5))
+    together = DueTogether(db)
+    rows = await asyncio.gather(*(together.publish(post_id, at) for post_id in [*due, moved, due[0]]))
+    assert [row is not None for row in rows] == [True, True, True, False, True]
+    assert rows[4]["publish_completed_at"] == rows[0]["publish_completed_at"]  # the same post asked twice
+    published = await db.fetch("SELECT id, status, xmin::text AS tx FROM posts WHERE id = ANY($1::text[])",
+                               [*due, moved])
+    by_id = {row["id"]: row for row in published}
+    assert {by_id[post_id]["status"] for post_id in due} == {"published"} and by_id[moved]["status"] == "scheduled"
+    assert len({by_id[post_id]["tx"] for post_id in due}) == 1  # one transaction wrote all three
+    # Asked again, a published post is not published twice.
+    assert await together.publish(due[1], at) is None
