@@ -61,12 +61,13 @@ class ReconcileResult(BaseModel):
 
 
 class DueTogether:
-    """Publishes the posts that fall due at the same instant with one statement.
+    """Publishes the posts that fall due at the same instant with one statement, at that instant.
 
-    Every publish activity of this worker that wakes for the same time joins one UPDATE, so a
-    thousand posts due together take one round trip instead of queueing for pool connections one
-    by one. Each post keeps its own guard (still scheduled, for exactly that time), and each
-    activity gets its own row back, or None when its post changed while it waited.
+    Every publish activity of this worker waiting for the same time joins one UPDATE, run by one
+    task that wakes at the deadline: a thousand posts due together take one round trip, and the
+    thousand activities wake only after it, not before. Each post keeps its own guard (still
+    scheduled, for exactly that time); each activity gets its own row back, or None when its post
+    changed while it waited.
     """
 
     def __init__(self, pool) -> None:
@@ -74,21 +75,36 @@ class DueTogether:
         self._waiting: dict[datetime, dict[str, asyncio.Future]] = {}
         self._statements: set[asyncio.Task] = set()
 
-    async def publish(self, post_id: str, publish_at: datetime):
-        """The post's published row (publish_completed_at, email_id), or None if it is not due any more."""
+    async def publish(self, post_id: str, publish_at: datetime, deadline: float | None = None):
+        """The post's published row (publish_completed_at, email_id), or None if it is not due any more.
+
+        `deadline` (epoch seconds on this worker's clock) is when the statement runs; by default now.
+        """
         waiting = self._waiting.get(publish_at)
         if waiting is None:
             waiting = self._waiting[publish_at] = {}
-            # The statement's task runs at the event loop's next turn: whoever wakes in this turn joins.
-            statement = asyncio.create_task(self._publish(publish_at))
+            statement = asyncio.create_task(self._publish(publish_at, time.time() if deadline is None else deadline))
             self._statements.add(statement)
             statement.add_done_callback(self._statements.discard)
-        if post_id not in waiting:  # the same post twice (a retry racing its first attempt) shares the row
-            waiting[post_id] = asyncio.get_running_loop().create_future()
-        return await asyncio.shield(waiting[post_id])
+        future = waiting.get(post_id)  # the same post twice (a retry racing its first attempt) shares the row
+        if future is None:
+            future = waiting[post_id] = asyncio.get_running_loop().create_future()
+        try:
+            while not (await asyncio.wait({future}, timeout=2.0))[0]:
+                if activity.in_activity():
+                    activity.heartbeat()
+        except asyncio.CancelledError:
+            if self._waiting.get(publish_at) is waiting and waiting.pop(post_id, None) is future:
+                future.cancel()  # not published yet: an activity that gave up publishes nothing
+            raise
+        return future.result()
 
-    async def _publish(self, publish_at: datetime) -> None:
+    async def _publish(self, publish_at: datetime, deadline: float) -> None:
+        while (left := deadline - time.time()) > 0:
+            await asyncio.sleep(min(left - 0.005, 2.0) if left > 0.02 else left)  # the last stretch in short steps
         waiting = self._waiting.pop(publish_at)
+        if not waiting:
+            return
         try:
             rows = await self.pool.fetch(
                 """WITH published AS (
@@ -140,9 +156,7 @@ class PostsActivities:
             activity.logger.warning("the timer fired %.1f s before post %s is due; the worker's clock may be "
                                     "behind Temporal's", remaining, input.post_id)
             remaining = input.lead_seconds + MAX_CLOCK_SKEW_SECONDS
-        await self._sleep_precisely(time.time() + remaining)
-
-        published = await self._due_together.publish(input.post_id, input.publish_at)
+        published = await self._due_together.publish(input.post_id, input.publish_at, time.time() + remaining)
         if published is None:  # changed while we waited: look again from the top
             return await self._changed(input)
         email_id = published["email_id"]
@@ -159,13 +173,6 @@ class PostsActivities:
         if post["status"] != "scheduled":
             return PublishResult(status="not_scheduled")
         return PublishResult(status="moved", publish_at=post["published_at"])
-
-    @staticmethod
-    async def _sleep_precisely(deadline: float) -> None:
-        """Sleep until the wall-clock deadline, heartbeating; the last stretch in short steps."""
-        while (left := deadline - time.time()) > 0:
-            activity.heartbeat()
-            await asyncio.sleep(min(left - 0.005, 2.0) if left > 0.02 else left)
 
     @activity.defn
     async def reconcile_posts(self) -> ReconcileResult:
