@@ -1,11 +1,10 @@
 """Email analytics (seed 003): page Mailgun's events into email_recipients, then aggregate.
 
 Each phase (latest opened, latest others, missing, backfills) keeps its own cursor in the jobs
-table. A phase reads its window page by page, applies a batch of pages with one set-based
-statement that also moves its cursor, and heartbeats the next page's URL, so a retry continues
-from the last batch applied; the next pages are read while a batch is applied. Applying is
-idempotent: a time is set only when still empty, failures are one row per recipient, complaints by
-(email, member), suppressions by address.
+table. A phase reads its window page by page, applies a batch of pages with a few set-based
+statements in one transaction that also moves its cursor, and heartbeats the next page's URL, so a
+retry continues from the last batch applied. Applying is idempotent: a time is set only when still
+empty, failures are unique by event id, complaints by (email, member), suppressions by address.
 """
 
 from __future__ import annotations
@@ -41,7 +40,7 @@ APPLIED_KINDS = ("delivered", "opened", "failed", "unsubscribed", "complained")
 # and Mailgun's own 605/607 ("previously bounced" / "marked as spam") after which Ghost suppresses.
 BOUNCE_SUPPRESSION_CODES = [550, 551, 553, 554, 605, 607]
 FIRST_LOOKBACK = timedelta(hours=24)  # where a phase with no cursor yet starts
-APPLY_EVENTS = 9000  # events applied per statement (30 pages)
+APPLY_EVENTS = 3000  # events applied per transaction (10 pages)
 RUNS_KEPT = 20
 
 
@@ -167,26 +166,23 @@ class _Batch:
             self.codes.append(code if isinstance(code, int) and not isinstance(code, bool) else None)
             enhanced = status.get("enhanced-code")
             self.enhanced.append(enhanced if isinstance(enhanced, str) else None)
-            message = next((text.strip() for text in (status.get("message"), status.get("description"))
-                            if isinstance(text, str) and text.strip()), None)
-            self.messages.append(message[:2000] if message else None)
+            message = status.get("message") or status.get("description")
+            self.messages.append(message[:2000] if isinstance(message, str) else None)
 
     def columns(self) -> tuple:
         return (self.ids, self.kinds, self.severities, self.times, self.email_ids, self.provider_ids,
                 self.addresses, self.codes, self.enhanced, self.messages)
 
 
-# --- SQL: one statement applies a whole batch ---------------------------------------------------
+# --- SQL: one statement per kind of change, for a whole batch ------------------------------------
 
-# Every change a batch makes, and its cursor, in ONE statement: one round trip per batch, atomic
-# without a transaction block, the matched events kept in memory rather than in a temporary table.
-# The parts write different tables, so none depends on another's effect within the statement.
-# Failures keep one row per recipient, as Ghost does: a later temporary failure replaces a temporary
-# one, a permanent one replaces a temporary one, nothing replaces a permanent one. A batch is first
-# reduced to the event that would stand had its events come one by one in time order (the first
-# permanent one, else the latest temporary one). A failure Mailgun explains with nothing is stored
-# as "Error <code>".
-_APPLY = """
+_MATCHED_TABLE = """
+CREATE TEMP TABLE IF NOT EXISTS analytics_matched (
+    event_id text, kind text, severity text, at timestamptz, email_id text, recipient_id text,
+    member_id text, address text, code integer, enhanced_code text, message text
+) ON COMMIT DELETE ROWS"""
+
+_MATCH = """
 WITH ev AS (
     SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::float8[], $5::text[], $6::text[],
                          $7::text[], $8::int[], $9::text[], $10::text[])
@@ -194,65 +190,56 @@ WITH ev AS (
 ), resolved AS (
     SELECT ev.*, COALESCE(ev.email_id, b.email_id) AS resolved_email_id
     FROM ev LEFT JOIN email_batches b ON ev.email_id IS NULL AND b.provider_id = ev.provider_id
-), matched AS MATERIALIZED (
-    SELECT r.event_id, r.kind, r.severity, to_timestamp(r.ts) AS at, er.email_id, er.id AS recipient_id,
-           er.member_id, r.address, r.code, r.enhanced_code, r.message
-    FROM resolved r JOIN email_recipients er ON er.email_id = r.resolved_email_id AND er.member_email = r.address
-), times AS (
-    UPDATE email_recipients er SET
-        delivered_at = COALESCE(er.delivered_at, m.delivered),
-        opened_at = COALESCE(er.opened_at, m.opened),
-        failed_at = COALESCE(er.failed_at, m.failed)
-    FROM (SELECT recipient_id,
-                 min(at) FILTER (WHERE kind = 'delivered') AS delivered,
-                 min(at) FILTER (WHERE kind = 'opened') AS opened,
-                 min(at) FILTER (WHERE kind = 'failed' AND severity = 'permanent') AS failed
-          FROM matched WHERE kind IN ('delivered', 'opened', 'failed') GROUP BY recipient_id) m
-    WHERE er.id = m.recipient_id
-      AND ((er.delivered_at IS NULL AND m.delivered IS NOT NULL) OR (er.opened_at IS NULL AND m.opened IS NOT NULL)
-           OR (er.failed_at IS NULL AND m.failed IS NOT NULL))
-), failed AS (
-    SELECT email_id, member_id, recipient_id, code, enhanced_code, message, at, event_id,
-           CASE WHEN severity = 'permanent' THEN 'permanent' ELSE 'temporary' END AS severity
-    FROM matched WHERE kind = 'failed'
-), standing_failures AS (
-    SELECT DISTINCT ON (recipient_id) *
-    FROM failed
-    ORDER BY recipient_id, severity = 'permanent' DESC, CASE WHEN severity = 'permanent' THEN at END,
-             at DESC, event_id
-), failures AS (
-    INSERT INTO email_recipient_failures AS f (email_id, member_id, email_recipient_id, code, enhanced_code,
-                                               message, severity, failed_at, event_id)
-    SELECT email_id, member_id, recipient_id, COALESCE(code, 0), enhanced_code,
-           COALESCE(message, 'Error ' || COALESCE(code::text, enhanced_code, 'without a code')), severity, at, event_id
-    FROM standing_failures
-    ON CONFLICT (email_recipient_id) DO UPDATE SET
-        code = EXCLUDED.code, enhanced_code = EXCLUDED.enhanced_code, message = EXCLUDED.message,
-        severity = EXCLUDED.severity, failed_at = EXCLUDED.failed_at, event_id = EXCLUDED.event_id
-    WHERE f.severity = 'temporary' AND (EXCLUDED.severity = 'permanent' OR EXCLUDED.failed_at > f.failed_at)
-), unsubscribed AS (
-    DELETE FROM members_newsletters mn
-    USING matched m JOIN emails e ON e.id = m.email_id
-    WHERE m.kind = 'unsubscribed' AND mn.member_id = m.member_id AND mn.newsletter_id = e.newsletter_id
-), complaints AS (
-    INSERT INTO email_spam_complaint_events (member_id, email_id, email_address)
-    SELECT member_id, email_id, address FROM matched WHERE kind = 'complained'
-    ON CONFLICT (email_id, member_id) DO NOTHING
-), suppressed AS (
-    INSERT INTO suppressions (email, email_id, reason)
-    SELECT address, email_id, CASE WHEN kind = 'complained' THEN 'spam' ELSE 'bounce' END
-    FROM matched
-    WHERE kind = 'complained' OR (kind = 'failed' AND severity = 'permanent' AND code = ANY($11::int[]))
-    ON CONFLICT (email) DO NOTHING
-), dirty_emails AS (
-    INSERT INTO email_analytics_dirty_emails SELECT DISTINCT email_id FROM matched ON CONFLICT DO NOTHING
-), dirty_members AS (
-    INSERT INTO email_analytics_dirty_members SELECT DISTINCT member_id FROM matched ON CONFLICT DO NOTHING
-), cursor AS (
-    INSERT INTO jobs (name, status, started_at, metadata) VALUES ($12, 'started', now(), $13::jsonb)
-    ON CONFLICT (name) DO UPDATE SET metadata = jobs.metadata || EXCLUDED.metadata, updated_at = now()
 )
-SELECT count(*) FROM matched"""
+INSERT INTO analytics_matched
+SELECT r.event_id, r.kind, r.severity, to_timestamp(r.ts), er.email_id, er.id, er.member_id, r.address,
+       r.code, r.enhanced_code, r.message
+FROM resolved r JOIN email_recipients er ON er.email_id = r.resolved_email_id AND er.member_email = r.address"""
+
+_SET_TIMES = """
+UPDATE email_recipients er SET
+    delivered_at = COALESCE(er.delivered_at, m.delivered),
+    opened_at = COALESCE(er.opened_at, m.opened),
+    failed_at = COALESCE(er.failed_at, m.failed)
+FROM (SELECT recipient_id,
+             min(at) FILTER (WHERE kind = 'delivered') AS delivered,
+             min(at) FILTER (WHERE kind = 'opened') AS opened,
+             min(at) FILTER (WHERE kind = 'failed' AND severity = 'permanent') AS failed
+      FROM analytics_matched WHERE kind IN ('delivered', 'opened', 'failed') GROUP BY recipient_id) m
+WHERE er.id = m.recipient_id
+  AND ((er.delivered_at IS NULL AND m.delivered IS NOT NULL) OR (er.opened_at IS NULL AND m.opened IS NOT NULL)
+       OR (er.failed_at IS NULL AND m.failed IS NOT NULL))"""
+
+_FAILURES = """
+INSERT INTO email_recipient_failures (email_id, member_id, email_recipient_id, code, enhanced_code, message,
+                                      severity, failed_at, event_id)
+SELECT email_id, member_id, recipient_id, COALESCE(code, 0), enhanced_code, COALESCE(message, ''),
+       CASE WHEN severity = 'permanent' THEN 'permanent' ELSE 'temporary' END, at, event_id
+FROM analytics_matched WHERE kind = 'failed'
+ON CONFLICT (event_id) DO NOTHING"""
+
+_UNSUBSCRIBE = """
+DELETE FROM members_newsletters mn
+USING analytics_matched m JOIN emails e ON e.id = m.email_id
+WHERE m.kind = 'unsubscribed' AND mn.member_id = m.member_id AND mn.newsletter_id = e.newsletter_id"""
+
+_COMPLAINTS = """
+INSERT INTO email_spam_complaint_events (member_id, email_id, email_address)
+SELECT member_id, email_id, address FROM analytics_matched WHERE kind = 'complained'
+ON CONFLICT (email_id, member_id) DO NOTHING"""
+
+_SUPPRESS = """
+INSERT INTO suppressions (email, email_id, reason)
+SELECT address, email_id, CASE WHEN kind = 'complained' THEN 'spam' ELSE 'bounce' END
+FROM analytics_matched
+WHERE kind = 'complained' OR (kind = 'failed' AND severity = 'permanent' AND code = ANY($1::int[]))
+ON CONFLICT (email) DO NOTHING"""
+
+_DIRTY = """
+WITH e AS (INSERT INTO email_analytics_dirty_emails SELECT DISTINCT email_id FROM analytics_matched
+           ON CONFLICT DO NOTHING)
+INSERT INTO email_analytics_dirty_members SELECT DISTINCT member_id FROM analytics_matched
+ON CONFLICT DO NOTHING"""
 
 _SAVE_JOB = """
 INSERT INTO jobs (name, status, started_at, metadata) VALUES ($1, 'started', now(), $2::jsonb)
@@ -375,7 +362,6 @@ class AnalyticsActivities:
                                                    "cursor": _epoch(end)})
             return await self._finish(result, job, phase, now, started)
         pending: asyncio.Task | None = asyncio.create_task(page(url))
-        applying: asyncio.Task | None = None  # the batch being applied while the next pages are read
         exhausted = False
         try:
             while pending is not None:
@@ -397,23 +383,16 @@ class AnalyticsActivities:
                 if len(batch) + batch.malformed >= APPLY_EVENTS or pending is None:
                     cursor = {"resume_url": None if exhausted else next_url, "window_end": _epoch(end),
                               "cursor": _epoch(end) if exhausted else (last_moment or state.get("cursor"))}
-                    if applying is not None:
-                        await applying  # one batch at a time: the cursor only moves forward
-                    resume = {"job": job, "url": next_url, "end": _epoch(end)}
-                    applying = asyncio.create_task(
-                        self._apply_and_heartbeat(batch, result, job, cursor, resume, result.pages, result.events))
+                    await self._apply(batch, result, job, cursor)
                     batch = _Batch()
-            if applying is not None:
-                await applying
+                    activity.heartbeat({"job": job, "url": next_url, "end": _epoch(end),
+                                        "result": result.model_dump(mode="json")})
         except MailgunError as error:
-            if applying is not None:
-                await applying  # keep what was read before the failure: a retry starts after it
             raise ApplicationError(f"email analytics {phase}: {error}", type=type(error).__name__,
                                    non_retryable=not error.retryable) from None
         finally:
-            for task in (pending, applying):
-                if task is not None and not task.done():
-                    task.cancel()
+            if pending is not None:
+                pending.cancel()
         return await self._finish(result, job, phase, now, started)
 
     async def _finish(self, result: PhaseResult, job: str, phase: str, now: datetime, started: float) -> PhaseResult:
@@ -439,22 +418,21 @@ class AnalyticsActivities:
                 result.lag_seconds, {"phase": phase})
         return result
 
-    async def _apply_and_heartbeat(self, batch: _Batch, result: PhaseResult, job: str, cursor: dict[str, Any],
-                                   resume: dict[str, Any], pages: int, events: int) -> None:
-        """Apply a batch, then heartbeat where a retry resumes: the page after this batch."""
-        await self._apply(batch, result, job, cursor)
-        # Pages read since this batch was cut are not applied yet: a retry reads (and counts) them again.
-        progress = result.model_dump(mode="json") | {"pages": pages, "events": events}
-        activity.heartbeat({**resume, "result": progress})
-
     async def _apply(self, batch: _Batch, result: PhaseResult, job: str, cursor: dict[str, Any]) -> None:
-        """One statement: match, set times, failures, unsubscribes, complaints, suppressions, cursor."""
-        if len(batch):
-            matched = await self.deps.pool.fetchval(_APPLY, *batch.columns(), BOUNCE_SUPPRESSION_CODES, job,
-                                                    json.dumps(cursor))
-        else:
+        """One transaction: match, set times, failures, unsubscribes, complaints, suppressions, cursor."""
+        async with self.deps.pool.acquire() as conn, conn.transaction():
             matched = 0
-            await self.deps.pool.execute(_SAVE_JOB, job, json.dumps(cursor))
+            if len(batch):
+                await conn.execute(_MATCHED_TABLE)
+                matched = _rows(await conn.execute(_MATCH, *batch.columns()))
+                if matched:
+                    await conn.execute(_SET_TIMES)
+                    await conn.execute(_FAILURES)
+                    await conn.execute(_UNSUBSCRIBE)
+                    await conn.execute(_COMPLAINTS)
+                    await conn.execute(_SUPPRESS, BOUNCE_SUPPRESSION_CODES)
+                    await conn.execute(_DIRTY)
+            await conn.execute(_SAVE_JOB, job, json.dumps(cursor))
         result.applied += matched
         result.unknown += len(batch) - matched
         result.malformed += batch.malformed
@@ -500,29 +478,3 @@ class AnalyticsActivities:
                            WHERE n <= $5 ORDER BY n) kept))""",
             RUNS_JOB, "failed" if input.result.error else "finished", input.result.started_at,
             json.dumps(summary), RUNS_KEPT)
-
-
-# --- the schedule and backfill requests (called by starter.py and worker.py) ----------------------
-
-def build_schedule(settings: Settings):
-    from temporalio.client import (Schedule, ScheduleActionStartWorkflow, ScheduleIntervalSpec,
-                                   ScheduleOverlapPolicy, SchedulePolicy, ScheduleSpec)
-
-    interval = timedelta(seconds=settings.analytics_interval_seconds)
-    return Schedule(
-        action=ScheduleActionStartWorkflow("FetchEmailAnalyticsWorkflow", FetchEmailAnalyticsInput(),
-                                           id=SCHEDULE_ID, task_queue=settings.task_queue),
-        # Jitter replaces the seed's random second and minute offsets: no spike on the minute.
-        spec=ScheduleSpec(intervals=[ScheduleIntervalSpec(every=interval)], jitter=min(interval / 5,
-                                                                                         timedelta(minutes=1))),
-        # Overlap SKIP is the seed's "already running" flag; a short catch-up window avoids a
-        # burst of runs after an outage (each run reads from its cursors anyway).
-        policy=SchedulePolicy(overlap=ScheduleOverlapPolicy.SKIP, catchup_window=max(interval, timedelta(minutes=1))),
-    )
-
-
-async def ensure_schedule(client: Client, settings: Settings) -> str:
-    """Create the schedule, or update it to the current settings keeping its paused state."""
-    from pressroom.temporal import create_or_update_schedule
-
-    return await create_or_update_schedule(client, SCHEDULE_ID, build_schedule(settings))

@@ -17,8 +17,8 @@ from temporalio.client import ScheduleOverlapPolicy
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
-from activities.analytics import APPLY_EVENTS, SCHEDULE_ID, AggregateInput, FetchPhaseInput, _Batch
-from pressroom.mailgun import MAILGUN_MAX_EVENTS_PAGE, MailgunClient, MailgunUnavailable
+from activities.analytics import SCHEDULE_ID, AggregateInput, FetchPhaseInput, _Batch
+from pressroom.mailgun import MailgunClient, MailgunUnavailable
 from pressroom.errors import BadInput
 from commands.analytics import print_analytics_status
 from operations.analytics import (analytics_backfill, analytics_pause, analytics_schedule, analytics_status,
@@ -44,34 +44,30 @@ class BreaksAfter(MailgunClient):
 
 async def test_a_retry_resumes_from_the_heartbeated_page_without_double_counting(
         db, mailgun, client, analytics_settings):
-    pages_per_batch = APPLY_EVENTS // MAILGUN_MAX_EVENTS_PAGE
-    members = APPLY_EVENTS + APPLY_EVENTS // 2  # one batch and a half
-    await seed_newsletter(db, members=members, emails=1)
-    mailgun.add_synthetic_events(email_id="e0", recipients=[address(n) for n in range(members)], events=["delivered"])
+    await seed_newsletter(db, members=4500, emails=1)
+    mailgun.add_synthetic_events(email_id="e0", recipients=[address(n) for n in range(4500)], events=["delivered"])
     now = sim_now(mailgun)
     env = ActivityEnvironment()
     heartbeats = []
     env.on_heartbeat = lambda *details: heartbeats.append(details[0])
     options = dict(base_url=mailgun.base_url, api_key=mailgun.api_key, domain=mailgun.domain)
-    async with BreaksAfter(pages_per_batch + 2, **options) as breaking:
+    async with BreaksAfter(12, **options) as breaking:
         with pytest.raises(ApplicationError, match="could not be reached"):
             await env.run(activities_for(analytics_settings, db, breaking).fetch_phase,
                           FetchPhaseInput(phase="latest", now=now))
-    # One batch applied; the two pages read after it were not, and the heartbeat does not count them.
-    assert len(heartbeats) == 1 and heartbeats[0]["result"]["events"] == APPLY_EVENTS
-    assert await db.fetchval("SELECT count(delivered_at) FROM email_recipients") == APPLY_EVENTS
+    assert len(heartbeats) == 1 and heartbeats[0]["result"]["events"] == 3000  # one batch of 10 pages applied
+    assert await db.fetchval("SELECT count(delivered_at) FROM email_recipients") == 3000
 
     requests = mailgun.request_counts["events"]
     env.info = dataclasses.replace(env.info, heartbeat_details=[heartbeats[-1]], attempt=2)
     result = await env.run(activities_for(analytics_settings, db, client).fetch_phase,
                            FetchPhaseInput(phase="latest", now=now))
-    # The pages after the applied batch and the empty last one; none before it again.
-    assert mailgun.request_counts["events"] - requests == members // MAILGUN_MAX_EVENTS_PAGE - pages_per_batch + 1
-    assert result.events == members and result.applied == members and result.by_type == {"delivered": members}
+    assert mailgun.request_counts["events"] - requests == 6  # pages 11 to 15 and the empty one, not 16
+    assert result.events == 4500 and result.applied == 4500 and result.by_type == {"delivered": 4500}
     await env.run(activities_for(analytics_settings, db, client).aggregate_stats,
                   AggregateInput())
     emails, _ = await actual_counts(db)
-    assert emails["e0"] == (members, 0, 0)
+    assert emails["e0"] == (4500, 0, 0)
 
 
 async def test_the_schedule_is_created_once_and_keeps_its_paused_state(dev_env, db, mailgun, analytics_settings):
@@ -178,13 +174,11 @@ async def test_a_failed_attempt_in_a_workflow_resumes_from_temporal_heartbeat_de
     from worker import build_worker
     from workflows.analytics import FetchEmailAnalyticsWorkflow
 
-    pages_per_batch = APPLY_EVENTS // MAILGUN_MAX_EVENTS_PAGE
-    members = APPLY_EVENTS + APPLY_EVENTS // 2  # one batch and a half
-    await seed_newsletter(db, members=members, emails=1)
-    mailgun.add_synthetic_events(email_id="e0", recipients=[address(n) for n in range(members)], events=["delivered"])
+    await seed_newsletter(db, members=4500, emails=1)
+    mailgun.add_synthetic_events(email_id="e0", recipients=[address(n) for n in range(4500)], events=["delivered"])
     options = dict(base_url=mailgun.base_url, api_key=mailgun.api_key, domain=mailgun.domain)
-    # latest-opened reads one (empty) page; then latest breaks two pages after its first batch.
-    async with BreaksOnce(1 + pages_per_batch + 2, **options) as breaking:
+    # latest-opened reads one (empty) page; then latest breaks after its 12th page.
+    async with BreaksOnce(13, **options) as breaking:
         deps = Dependencies(settings=analytics_settings, pool=db, mailgun=breaking, temporal=dev_env.client)
         async with build_worker(dev_env.client, deps):
             result = await dev_env.client.execute_workflow(
@@ -192,10 +186,9 @@ async def test_a_failed_attempt_in_a_workflow_resumes_from_temporal_heartbeat_de
                 id=f"analytics-resume-{time.time_ns()}", task_queue=analytics_settings.task_queue,
                 execution_timeout=timedelta(minutes=1))
     latest = result.phases[1]
-    assert latest.phase == "latest" and latest.events == members and latest.applied == members
-    # opened: 1 page; latest: a batch and two pages, the failure (never sent), then the pages after
-    # the batch and the empty one, not from page 1 again; the first missing window is empty; no backfills.
-    pages = members // MAILGUN_MAX_EVENTS_PAGE
-    assert mailgun.request_counts["events"] == 1 + pages_per_batch + 2 + (pages - pages_per_batch + 1)
+    assert latest.phase == "latest" and latest.events == 4500 and latest.applied == 4500
+    # opened: 1 page; latest: 12 pages, the failure (never sent), then pages 11..15 and the empty
+    # one, not from page 1 again (that would be 16); the first missing window is empty; no backfills.
+    assert mailgun.request_counts["events"] == 1 + 12 + 6
     emails, _ = await actual_counts(db)
-    assert emails["e0"] == (members, 0, 0)
+    assert emails["e0"] == (4500, 0, 0)
