@@ -16,6 +16,7 @@ from rich.console import Console
 
 from devstack.servers import DevStackError
 from pressroom.database import DatabaseUnavailable
+from pressroom import tracing
 from pressroom.errors import BadInput, NotFound, PressroomError
 from pressroom.settings import ConfigurationError, Settings, dev_stack_file, get_settings
 from pressroom.temporal import TemporalUnavailable
@@ -137,6 +138,7 @@ class NewsletterStart:
     message: str
 
 
+@tracing.traced("pressroom newsletter send", "email_id")
 async def start_newsletter(email_id: str, *, client=None, settings: Settings | None = None) -> NewsletterStart:
     """Start the send of an email, or find the run that already sends or sent it."""
     from temporalio.client import WorkflowExecutionStatus
@@ -258,6 +260,7 @@ class MemberAdded:
     welcome_key: str | None  # the outbox entry of the welcome email, when one was enqueued
 
 
+@tracing.traced("pressroom members add")
 async def add_member(email: str, name: str | None = None, *, status: str = "free",
                      settings: Settings | None = None) -> MemberAdded:
     """The member and its MemberCreatedEvent in one transaction: both commit, or neither."""
@@ -277,6 +280,7 @@ async def add_member(email: str, name: str | None = None, *, status: str = "free
                     "INSERT INTO members (email, name, status) VALUES ($1, $2, $3) RETURNING id", email, name, status)
             except asyncpg.UniqueViolationError:
                 raise BadInput("a member with that address already exists") from None
+            tracing.annotate(member_id=member_id)
             await conn.execute("INSERT INTO members_newsletters (member_id, newsletter_id) "
                                "SELECT $1, id FROM newsletters WHERE subscribe_on_signup AND status = 'active'",
                                member_id)
@@ -561,6 +565,7 @@ posts_app = typer.Typer(help="Scheduled posts: one durable timer per post.", no_
 app.add_typer(posts_app, name="posts")
 
 
+@tracing.traced("pressroom posts schedule", "post_id")
 async def schedule_post(post_id: str, at: str, *, client=None, settings: Settings | None = None):
     """Mark the post scheduled for `at` and start or move its workflow; a past time publishes at once."""
     from activities.posts import start_or_move_publication
@@ -720,6 +725,7 @@ def codec_server(
 
 def main() -> None:
     """Run the CLI; an operator error becomes one line on stderr and exit status 1."""
+    tracing.configure_from_environment()  # OTEL_* variables; off when unset
     try:
         app()
     except OPERATOR_ERRORS as error:

@@ -135,6 +135,9 @@ async def run(settings: Settings | None = None) -> None:
 
 
 def main() -> None:
+    from pressroom import tracing
+
+    tracing.configure_from_environment()
     configure_logging(get_settings())
     asyncio.run(run())
 

@@ -21,7 +21,9 @@ from email.utils import format_datetime, parsedate_to_datetime
 from typing import TYPE_CHECKING, Any
 
 import httpx
+from opentelemetry.trace import SpanKind
 
+from pressroom import tracing
 from pressroom.settings import MAILGUN_MAX_RECIPIENTS
 
 if TYPE_CHECKING:
@@ -306,7 +308,11 @@ class MailgunClient:
 
     async def _request(self, method: str, url: str, *, what: str, **kwargs: Any) -> httpx.Response:
         try:
-            response = await self._http.request(method, url, **kwargs)
+            with tracing.span(f"Mailgun {method}", {"http.request.method": method, "url.path": httpx.URL(url).path,
+                                                    "server.address": self._origin.host, "mailgun.request": what},
+                              kind=SpanKind.CLIENT) as span:
+                response = await self._http.request(method, url, **kwargs)
+                span.set_attribute("http.response.status_code", response.status_code)
         except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout, httpx.UnsupportedProtocol) as error:
             raise MailgunUnavailable(
                 f"Mailgun could not be reached at {self.base_url} ({type(error).__name__}); "
