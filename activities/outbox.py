@@ -124,9 +124,17 @@ class OutboxActivities:
         wake = asyncio.Event()
         listener = await asyncpg.connect(self.settings.database_url)
         await listener.add_listener(NOTIFY_CHANNEL, lambda *_: wake.set())
+
+        async def wake_at_worker_shutdown() -> None:
+            await activity.wait_for_worker_shutdown()
+            wake.set()
+
+        # A stopping worker hands the relay back at once (the workflow calls it again, on another
+        # worker) instead of holding the shutdown for the whole grace period.
+        shutdown = asyncio.create_task(wake_at_worker_shutdown())
         started, deadline = 0, time.monotonic() + input.run_seconds
         try:
-            while time.monotonic() < deadline:
+            while time.monotonic() < deadline and not activity.is_worker_shutdown():
                 activity.heartbeat(started)
                 claimed = await self._claim_and_start()
                 started += claimed
@@ -137,6 +145,7 @@ class OutboxActivities:
                         pass
                     wake.clear()
         finally:
+            shutdown.cancel()
             await listener.close()
         return RelayResult(started=started)
 

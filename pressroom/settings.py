@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from functools import lru_cache
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
@@ -102,6 +102,7 @@ class Settings(BaseSettings):
     metrics_host: str = Field(default="127.0.0.1", validation_alias="PRESSROOM_METRICS_HOST")
     encryption_key: SecretStr = Field(default=SecretStr(""), validation_alias="PRESSROOM_ENCRYPTION_KEY")
     codec_token: SecretStr = Field(default=SecretStr(""), validation_alias="PRESSROOM_CODEC_TOKEN")
+    log_format: Literal["text", "json"] = Field(default="text", validation_alias="PRESSROOM_LOG_FORMAT")
 
     @field_validator("outbox_backoff_sec", mode="before")
     @classmethod
