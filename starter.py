@@ -34,6 +34,22 @@ def run_async(work: Awaitable[T]) -> T:
     return asyncio.run(work)
 
 
+def warn(message: str) -> None:
+    """A note for the operator on stderr, so stdout stays the command's answer (and --json parses)."""
+    Console(stderr=True).print(f"[yellow]{message}[/yellow]", highlight=False, soft_wrap=True)
+
+
+def print_json(data: object) -> None:
+    """The --json answer: one JSON document on stdout; times as ISO 8601 strings."""
+    import json
+    from datetime import datetime
+
+    print(json.dumps(data, indent=2, default=lambda v: v.isoformat() if isinstance(v, datetime) else str(v)))
+
+
+JSON_OPTION = typer.Option(False, "--json", help="Print one JSON document (its shape is in the README).")
+
+
 async def temporal_client(settings: Settings | None = None):
     from pressroom.temporal import connect
 
@@ -178,25 +194,37 @@ async def start_newsletter(email_id: str, *, client=None, settings: Settings | N
                            f"started {workflow_id}")
 
 
-async def follow_newsletter(workflow_id: str, *, client=None, on_progress=None, poll_seconds: float = 0.5):
-    """Query the run's progress until it ends; returns its outcome (following continue-as-new)."""
-    from temporalio.client import WorkflowFailureError
-    from temporalio.service import RPCError
+async def follow_newsletter(workflow_id: str, *, client=None, on_progress=None, poll_seconds: float = 0.5,
+                            say=warn):
+    """Query the run's progress until it ends; returns its outcome (following continue-as-new).
 
+    Says (through `say`) when no worker polls the run's task queue, and keeps waiting.
+    """
+    from temporalio.client import WorkflowFailureError
+    from temporalio.service import RPCError, RPCStatusCode
+
+    from pressroom.waiting import watching_for_worker
     from workflows.newsletter import SendNewsletterWorkflow
 
     client = client or await temporal_client()
     handle = client.get_workflow_handle_for(SendNewsletterWorkflow.run, workflow_id)
+    try:
+        task_queue = (await handle.describe()).task_queue
+    except RPCError as error:
+        if error.status == RPCStatusCode.NOT_FOUND:
+            raise NotFound(f"{workflow_id} was never started") from None
+        raise
     result = asyncio.ensure_future(handle.result())
     try:
-        while not result.done():
-            try:
-                progress = await handle.query(SendNewsletterWorkflow.progress)
-                if on_progress:
-                    on_progress(progress)
-            except RPCError:
-                pass  # between two runs of a continue-as-new, or before the first task: ask again
-            await asyncio.wait([result], timeout=poll_seconds)
+        async with watching_for_worker(client, task_queue, say):
+            while not result.done():
+                try:
+                    progress = await handle.query(SendNewsletterWorkflow.progress)
+                    if on_progress:
+                        on_progress(progress)
+                except RPCError:
+                    pass  # between two runs of a continue-as-new, or before the first task: ask again
+                await asyncio.wait([result], timeout=poll_seconds)
         return result.result()
     except WorkflowFailureError as error:
         cause = error.cause
@@ -244,6 +272,85 @@ def newsletter_send(email_id: str = typer.Argument(..., help="The email to send 
                       highlight=False)
         if outcome.status == "failed":
             raise PressroomError(f"email {email_id} failed: {outcome.message}")
+
+async def newsletter_status(email_id: str, *, client=None, settings: Settings | None = None) -> dict:
+    """The email's row, its batches and recipients, and its run (with live progress while it runs)."""
+    from temporalio.service import RPCError, RPCStatusCode
+
+    from pressroom import database
+    from workflows.newsletter import SendNewsletterWorkflow, newsletter_workflow_id
+
+    settings = settings or get_settings()
+    async with database.connection(settings.require_database()) as conn:
+        email = await conn.fetchrow("SELECT status, error, submitted_at FROM emails WHERE id = $1", email_id)
+        if email is None:
+            raise NotFound(f"email {email_id} does not exist")
+        batches = await conn.fetchrow(
+            "SELECT count(*) AS total, count(*) FILTER (WHERE status = 'submitted') AS submitted, "
+            "count(*) FILTER (WHERE status = 'failed') AS failed FROM email_batches WHERE email_id = $1", email_id)
+        recipients = await conn.fetchval("SELECT count(*) FROM email_recipients WHERE email_id = $1", email_id)
+    client = client or await temporal_client(settings)
+    workflow_id = newsletter_workflow_id(email_id)
+    run = progress = None
+    try:
+        description = await client.get_workflow_handle(workflow_id).describe()
+        run = {"run_id": description.run_id, "status": description.status.name.lower() if description.status else None,
+               "task_queue": description.task_queue}
+        if run["status"] == "running":
+            progress = (await client.get_workflow_handle_for(SendNewsletterWorkflow.run, workflow_id)
+                        .query(SendNewsletterWorkflow.progress)).model_dump()
+    except RPCError as error:
+        if error.status != RPCStatusCode.NOT_FOUND:
+            raise
+    return {"email_id": email_id, "status": email["status"], "error": email["error"],
+            "submitted_at": email["submitted_at"], "workflow_id": workflow_id, "run": run, "progress": progress,
+            "batches": {"total": batches["total"], "submitted": batches["submitted"], "failed": batches["failed"]},
+            "recipients": recipients}
+
+
+@newsletter_app.command("status")
+def newsletter_status_command(email_id: str = typer.Argument(..., help="The email (emails.id)."),
+                              as_json: bool = JSON_OPTION) -> None:
+    """The email's state, its batches, and its run."""
+    status = run_async(newsletter_status(email_id))
+    if as_json:
+        return print_json(status)
+    run = status["run"]
+    console.print(f"email {email_id}: {status['status']}" + (f" — {status['error']}" if status["error"] else ""),
+                  highlight=False)
+    b = status["batches"]
+    console.print(f"batches: {b['submitted']}/{b['total']} submitted, {b['failed']} failed; "
+                  f"{status['recipients']:,} recipients", highlight=False)
+    console.print(f"run: {status['workflow_id']} " + (f"{run['status']} (run {run['run_id']}, task queue "
+                                                      f"{run['task_queue']})" if run else "never started"),
+                  highlight=False)
+
+
+@newsletter_app.command("follow")
+def newsletter_follow(email_id: str = typer.Argument(..., help="The email (emails.id)."),
+                      as_json: bool = JSON_OPTION) -> None:
+    """Follow the email's run until it ends; print its outcome."""
+    from workflows.newsletter import newsletter_workflow_id
+
+    async def work():
+        client = await temporal_client()
+        last = {}
+
+        def show(progress) -> None:
+            line = f"{progress.status}: {progress.batches_sent}/{progress.batches_total} batches"
+            if not as_json and last.get("line") != line:
+                console.print(line, highlight=False)
+                last["line"] = line
+        return await follow_newsletter(newsletter_workflow_id(email_id), client=client, on_progress=show)
+
+    outcome = run_async(work())
+    if as_json:
+        print_json(outcome.model_dump())
+    else:
+        console.print(f"email {email_id}: {outcome.status}" + (f" — {outcome.message}" if outcome.message else ""),
+                      highlight=False)
+    if outcome.status == "failed":
+        raise PressroomError(f"email {email_id} failed: {outcome.message}")
 
 # --- outbox and members ------------------------------------------------------------------------
 
@@ -349,9 +456,11 @@ async def requeue_outbox_entry(outbox_id: str, settings: Settings | None = None)
 
 
 @outbox_app.command("status")
-def outbox_status_command() -> None:
+def outbox_status_command(as_json: bool = JSON_OPTION) -> None:
     """Counts by state and the age of the oldest entry waiting."""
     status = run_async(outbox_status())
+    if as_json:
+        return print_json(status)
     for state, count in status["counts"].items():
         console.print(f"{state:<11} {count:>8,}", highlight=False)
     oldest = status["oldest_pending_seconds"]
@@ -359,9 +468,13 @@ def outbox_status_command() -> None:
 
 
 @outbox_app.command("show")
-def outbox_show(outbox_id: str = typer.Argument(..., help="The outbox entry (outbox.id).")) -> None:
+def outbox_show(outbox_id: str = typer.Argument(..., help="The outbox entry (outbox.id)."),
+                as_json: bool = JSON_OPTION) -> None:
     """One entry: its state, attempts and last error."""
-    for field, value in run_async(outbox_entry(outbox_id)).items():
+    entry = run_async(outbox_entry(outbox_id))
+    if as_json:
+        return print_json(entry)
+    for field, value in entry.items():
         console.print(f"{field:<16} {'' if value is None else value}", highlight=False, soft_wrap=True)
 
 
@@ -468,7 +581,8 @@ async def analytics_status(settings: Settings | None = None, client=None) -> dic
     state = description.schedule.state
     now = datetime.now(timezone.utc)
     status = {"paused": state.paused, "note": state.note or "",
-              "next": [t.isoformat() for t in description.info.next_action_times[:3]],
+              # A paused schedule takes no action, whatever times its spec would give.
+              "next": [] if state.paused else [t.isoformat() for t in description.info.next_action_times[:3]],
               "recent": [{"at": a.started_at.isoformat(), "workflow_id": a.action.workflow_id}
                          for a in description.info.recent_actions[-5:]],
               "running": [a.workflow_id for a in description.info.running_actions],
@@ -500,11 +614,59 @@ def analytics_schedule_command() -> None:
     console.print(f"schedule email-analytics {outcome}")
 
 
+async def analytics_run(*, wait: bool, settings: Settings | None = None, client=None, say=warn):
+    """Trigger one run; with `wait`, follow it (or the run already going, which the overlap policy
+    keeps alone) to its end and answer its result, saying when no worker polls its task queue."""
+    from activities.analytics import SCHEDULE_ID
+    from pressroom.waiting import watching_for_worker
+    from workflows.analytics import FetchEmailAnalyticsWorkflow
+
+    settings = settings or get_settings()
+    client = client or await temporal_client(settings)
+    handle, before = await _analytics_handle(settings, client)
+    seen = {a.action.workflow_id for a in before.info.recent_actions}
+    await handle.trigger()
+    if not wait:
+        return None
+    for _ in range(100):  # the schedule records the triggered (or the still running) run within moments
+        description = await handle.describe()
+        running = [a.workflow_id for a in description.info.running_actions]
+        fresh = [a.action.workflow_id for a in description.info.recent_actions if a.action.workflow_id not in seen]
+        if fresh or running:
+            workflow_id = (fresh or running)[-1]
+            break
+        await asyncio.sleep(0.1)
+    else:
+        raise PressroomError(f"schedule {SCHEDULE_ID} took no action on the trigger")
+    say(f"following {workflow_id}" + ("" if fresh else " (a run was already going; the trigger was skipped)"))
+    run = client.get_workflow_handle_for(FetchEmailAnalyticsWorkflow.run, workflow_id)
+    async with watching_for_worker(client, (await run.describe()).task_queue, say):
+        return await run.result()
+
+
 @analytics_app.command("run")
-def analytics_run_command() -> None:
+def analytics_run_command(wait: bool = typer.Option(False, "--wait", help="Follow the run and print what it did."),
+                          as_json: bool = JSON_OPTION) -> None:
     """Start one analytics run now."""
-    run_async(analytics_trigger())
-    console.print("triggered one email-analytics run")
+    from temporalio.client import WorkflowFailureError
+
+    try:
+        result = run_async(analytics_run(wait=wait))
+    except WorkflowFailureError as error:
+        raise PressroomError(f"the analytics run failed: {getattr(error.cause, 'message', error.cause)}") from None
+    if result is None:
+        return console.print("triggered one email-analytics run")
+    if as_json:
+        return print_json(result.model_dump())
+    for phase in result.phases:
+        console.print(f"{phase.phase:<14} fetched {phase.events:>7,} events, applied {phase.applied:>7,} "
+                      f"({phase.unknown} unknown, {phase.malformed} malformed) {dict(phase.by_type)}"
+                      f"{' capped' if phase.capped else ''}", highlight=False)
+    if result.aggregate:
+        console.print(f"aggregates     {result.aggregate.emails:,} emails, {result.aggregate.members:,} members "
+                      "recomputed", highlight=False)
+    console.print(f"run finished: {result.events:,} events" + (", capped (a new run continues at once)"
+                                                                if result.capped else ""), highlight=False)
 
 
 @analytics_app.command("pause")
@@ -531,16 +693,19 @@ def analytics_backfill_command(
 
 
 @analytics_app.command("status")
-def analytics_status_command() -> None:
+def analytics_status_command(as_json: bool = JSON_OPTION) -> None:
     """The schedule's state, the last runs, the cursors and their lag."""
-    print_analytics_status(run_async(analytics_status()))
+    status = run_async(analytics_status())
+    print_json(status) if as_json else print_analytics_status(status)
 
 
 def print_analytics_status(status: dict, console: Console = console) -> None:
     """`analytics status` as lines: schedule, next run, cursors with lag, backfills, the last runs."""
     console.print(f"schedule email-analytics: {'paused' if status['paused'] else 'active'}"
                   f"{' (' + status['note'] + ')' if status['note'] else ''}", highlight=False)
-    if status["next"]:
+    if status["paused"]:
+        console.print("next run: none while paused (`pressroom analytics unpause` resumes it)", highlight=False)
+    elif status["next"]:
         console.print(f"next run: {status['next'][0]}", highlight=False)
     for name in status["running"]:
         console.print(f"running: {name}", highlight=False)
@@ -638,6 +803,67 @@ def posts_reconcile() -> None:
     """Give every scheduled post its workflow at its time, and stop workflows of posts not scheduled."""
     result = run_async(reconcile_posts())
     console.print(f"{result.started_or_moved} scheduled posts started or moved, {result.stopped} stray timers stopped")
+
+
+async def posts_status(post_id: str | None = None, *, client=None, settings: Settings | None = None) -> dict:
+    """Without a post: counts by state, the next posts due and how many are overdue. With one: its
+    row and its workflow, with the time its timer waits for."""
+    from temporalio.service import RPCError, RPCStatusCode
+
+    from pressroom import database
+    from workflows.posts import PublishPostWorkflow, publish_workflow_id
+
+    settings = settings or get_settings()
+    async with database.connection(settings.require_database()) as conn:
+        if post_id is None:
+            counts = {r["status"]: r["n"] for r in await conn.fetch(
+                "SELECT status, count(*) AS n FROM posts GROUP BY status ORDER BY status")}
+            upcoming = await conn.fetch("SELECT id, published_at FROM posts WHERE status = 'scheduled' "
+                                        "ORDER BY published_at LIMIT 10")
+            overdue = await conn.fetchval("SELECT count(*) FROM posts WHERE status = 'scheduled' "
+                                          "AND published_at < now()")
+            return {"counts": counts, "overdue": overdue,
+                    "next": [{"post_id": r["id"], "publish_at": r["published_at"]} for r in upcoming]}
+        post = await conn.fetchrow("SELECT status, published_at, publish_completed_at FROM posts WHERE id = $1",
+                                   post_id)
+    if post is None:
+        raise NotFound(f"post {post_id} does not exist")
+    client = client or await temporal_client(settings)
+    workflow_id, run = publish_workflow_id(post_id), None
+    try:
+        description = await client.get_workflow_handle(workflow_id).describe()
+        run = {"run_id": description.run_id, "status": description.status.name.lower() if description.status else None,
+               "task_queue": description.task_queue, "timer_at": None}
+        if run["status"] == "running":
+            run["timer_at"] = await client.get_workflow_handle_for(PublishPostWorkflow.run, workflow_id).query(
+                PublishPostWorkflow.publish_at)
+    except RPCError as error:
+        if error.status != RPCStatusCode.NOT_FOUND:
+            raise
+    return {"post_id": post_id, "status": post["status"], "publish_at": post["published_at"],
+            "published_at": post["publish_completed_at"], "workflow_id": workflow_id, "run": run}
+
+
+@posts_app.command("status")
+def posts_status_command(post_id: str = typer.Argument(None, help="One post (posts.id); all posts when omitted."),
+                         as_json: bool = JSON_OPTION) -> None:
+    """Posts by state and the next due; or one post and its timer."""
+    status = run_async(posts_status(post_id))
+    if as_json:
+        return print_json(status)
+    if post_id is None:
+        console.print(", ".join(f"{n:,} {state}" for state, n in status["counts"].items()) or "no posts",
+                      highlight=False)
+        if status["overdue"]:
+            console.print(f"{status['overdue']} scheduled posts are overdue (is a worker running?)", highlight=False)
+        for post in status["next"]:
+            console.print(f"next: post {post['post_id']} at {post['publish_at'].isoformat()}", highlight=False)
+        return
+    run = status["run"]
+    when = status["publish_at"].isoformat() if status["publish_at"] else "no time"
+    console.print(f"post {post_id}: {status['status']} ({when})", highlight=False)
+    console.print(f"run: {status['workflow_id']} " + (f"{run['status']} (run {run['run_id']})" if run else "none")
+                  + (f", timer at {run['timer_at'].isoformat()}" if run and run["timer_at"] else ""), highlight=False)
 
 # --- demo and operations -----------------------------------------------------------------------
 
