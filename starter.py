@@ -34,6 +34,12 @@ def run_async(work: Awaitable[T]) -> T:
     return asyncio.run(work)
 
 
+def no_worker_message(task_queue: str) -> str:
+    from pressroom.waiting import no_worker_message
+
+    return no_worker_message(task_queue)
+
+
 def warn(message: str) -> None:
     """A note for the operator on stderr, so stdout stays the command's answer (and --json parses)."""
     Console(stderr=True).print(f"[yellow]{message}[/yellow]", highlight=False, soft_wrap=True)
@@ -273,9 +279,20 @@ def newsletter_send(email_id: str = typer.Argument(..., help="The email to send 
         if outcome.status == "failed":
             raise PressroomError(f"email {email_id} failed: {outcome.message}")
 
+async def _run_summary(client, description) -> dict:
+    """A run as status commands show it; a running one says whether a worker polls its task queue."""
+    from pressroom.waiting import has_worker
+
+    status = description.status.name.lower() if description.status else None
+    return {"run_id": description.run_id, "status": status, "task_queue": description.task_queue,
+            "worker_polling": await has_worker(client, description.task_queue) if status == "running" else None}
+
+
 async def newsletter_status(email_id: str, *, client=None, settings: Settings | None = None) -> dict:
     """The email's row, its batches and recipients, and its run (with live progress while it runs)."""
     from temporalio.service import RPCError, RPCStatusCode
+
+    from datetime import timedelta
 
     from pressroom import database
     from workflows.newsletter import SendNewsletterWorkflow, newsletter_workflow_id
@@ -294,13 +311,12 @@ async def newsletter_status(email_id: str, *, client=None, settings: Settings | 
     run = progress = None
     try:
         description = await client.get_workflow_handle(workflow_id).describe()
-        run = {"run_id": description.run_id, "status": description.status.name.lower() if description.status else None,
-               "task_queue": description.task_queue}
-        if run["status"] == "running":
+        run = await _run_summary(client, description)
+        if run["worker_polling"]:  # a query needs a worker to answer it
             progress = (await client.get_workflow_handle_for(SendNewsletterWorkflow.run, workflow_id)
-                        .query(SendNewsletterWorkflow.progress)).model_dump()
+                        .query(SendNewsletterWorkflow.progress, rpc_timeout=timedelta(seconds=5))).model_dump()
     except RPCError as error:
-        if error.status != RPCStatusCode.NOT_FOUND:
+        if error.status not in (RPCStatusCode.NOT_FOUND, RPCStatusCode.DEADLINE_EXCEEDED):
             raise
     return {"email_id": email_id, "status": email["status"], "error": email["error"],
             "submitted_at": email["submitted_at"], "workflow_id": workflow_id, "run": run, "progress": progress,
@@ -324,6 +340,8 @@ def newsletter_status_command(email_id: str = typer.Argument(..., help="The emai
     console.print(f"run: {status['workflow_id']} " + (f"{run['status']} (run {run['run_id']}, task queue "
                                                       f"{run['task_queue']})" if run else "never started"),
                   highlight=False)
+    if run and run["worker_polling"] is False:
+        warn(no_worker_message(run["task_queue"]))
 
 
 @newsletter_app.command("follow")
@@ -810,8 +828,11 @@ async def posts_status(post_id: str | None = None, *, client=None, settings: Set
     row and its workflow, with the time its timer waits for."""
     from temporalio.service import RPCError, RPCStatusCode
 
+    from temporalio.client import WorkflowExecutionStatus
+
     from pressroom import database
-    from workflows.posts import PublishPostWorkflow, publish_workflow_id
+    from pressroom.temporal import PUBLISH_AT
+    from workflows.posts import publish_workflow_id
 
     settings = settings or get_settings()
     async with database.connection(settings.require_database()) as conn:
@@ -832,11 +853,10 @@ async def posts_status(post_id: str | None = None, *, client=None, settings: Set
     workflow_id, run = publish_workflow_id(post_id), None
     try:
         description = await client.get_workflow_handle(workflow_id).describe()
-        run = {"run_id": description.run_id, "status": description.status.name.lower() if description.status else None,
-               "task_queue": description.task_queue, "timer_at": None}
-        if run["status"] == "running":
-            run["timer_at"] = await client.get_workflow_handle_for(PublishPostWorkflow.run, workflow_id).query(
-                PublishPostWorkflow.publish_at)
+        # The time its timer waits for, as the run last recorded it (no worker needed to read it).
+        run = {**await _run_summary(client, description),
+               "timer_at": description.typed_search_attributes.get(PUBLISH_AT)
+               if description.status == WorkflowExecutionStatus.RUNNING else None}
     except RPCError as error:
         if error.status != RPCStatusCode.NOT_FOUND:
             raise
@@ -864,6 +884,8 @@ def posts_status_command(post_id: str = typer.Argument(None, help="One post (pos
     console.print(f"post {post_id}: {status['status']} ({when})", highlight=False)
     console.print(f"run: {status['workflow_id']} " + (f"{run['status']} (run {run['run_id']})" if run else "none")
                   + (f", timer at {run['timer_at'].isoformat()}" if run and run["timer_at"] else ""), highlight=False)
+    if run and run["worker_polling"] is False:
+        warn(no_worker_message(run["task_queue"]))
 
 # --- demo and operations -----------------------------------------------------------------------
 
