@@ -21,7 +21,7 @@ from pydantic import BaseModel, ValidationError
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from activities.mailgun import MailgunRejected
+from pressroom.mailgun import MailgunRejected
 from activities.heartbeat import heartbeating
 from pressroom import tracing
 from pressroom.dependencies import Dependencies
@@ -153,7 +153,6 @@ class OutboxActivities:
         from temporalio.common import SearchAttributePair, TypedSearchAttributes, WorkflowIDConflictPolicy
 
         from pressroom.temporal import OUTBOX_EVENT_TYPE
-        from workflows.outbox import DeliverOutboxEntryWorkflow
 
         async with self.pool.acquire() as conn, conn.transaction():
             open_deliveries = await conn.fetchval("SELECT count(*) FROM outbox WHERE status = 'dispatched'")
@@ -170,8 +169,9 @@ class OutboxActivities:
             async def start(row) -> None:
                 # Each delivery continues the trace of the transaction that enqueued it.
                 with tracing.continued_from(json.loads(row["trace_context"]) if row["trace_context"] else None):
+                    # By its registered name: activities do not import workflow code.
                     await self.temporal.start_workflow(
-                        DeliverOutboxEntryWorkflow.run,
+                        "DeliverOutboxEntryWorkflow",
                         EntryInput(outbox_id=row["id"], max_attempts=self.settings.outbox_max_attempts),
                         id=f"outbox-{row['idempotency_key']}", task_queue=activity.info().task_queue,
                         id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
@@ -339,14 +339,3 @@ class OutboxActivities:
             tags=["welcome-email"], variables={"automated-email-id": welcome["id"]},
             headers={"Message-Id": f"<{message_id}>",
                      **({"Reply-To": welcome["sender_reply_to"]} if welcome["sender_reply_to"] else {})})
-
-
-async def ensure_relay(client, settings) -> None:
-    """The relay workflow runs (one per namespace and task queue); an existing run is kept."""
-    from temporalio.common import WorkflowIDConflictPolicy
-
-    from workflows.outbox import RELAY_WORKFLOW_ID, OutboxRelayWorkflow
-
-    await client.start_workflow(OutboxRelayWorkflow.run, RelayInput(), id=f"{RELAY_WORKFLOW_ID}-{settings.task_queue}",
-                                task_queue=settings.task_queue, id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
-                                static_summary="Relay committed outbox entries to delivery workflows")

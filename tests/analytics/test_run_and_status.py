@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from activities.analytics import SCHEDULE_ID
-from starter import analytics_pause, analytics_schedule
+from operations.analytics import analytics_pause, analytics_schedule
 from tests.operations.test_waiting import cli, cli_env
 from worker import running_worker
 

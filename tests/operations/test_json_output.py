@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 from datetime import datetime, timedelta, timezone
 
-from starter import add_member, schedule_post
+from operations.members import add_member
+from operations.posts import schedule_post
 from tests.newsletter.conftest import seed_email
 from tests.newsletter.test_failures import wait_until
 from tests.operations.test_waiting import cli, cli_env

@@ -13,10 +13,12 @@ import pytest
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from activities.outbox import ensure_relay
+from operations.members import add_member
+from operations.newsletter import start_newsletter
+from operations.outbox import ensure_relay
+from operations.posts import schedule_post
 from pressroom import tracing
 from pressroom.temporal import connect
-from starter import add_member, schedule_post, start_newsletter
 from tests.conftest import SIMULATOR_KEY, make_settings
 from tests.newsletter.conftest import seed_email
 from tests.newsletter.test_failures import wait_until

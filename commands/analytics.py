@@ -1,0 +1,100 @@
+"""`pressroom analytics …`: the schedule that fetches Mailgun events into statistics."""
+
+from __future__ import annotations
+
+import typer
+from rich.console import Console
+
+from commands import JSON_OPTION, console, print_json, run_async, warn
+from operations.analytics import analytics_backfill, analytics_pause, analytics_run, analytics_schedule, analytics_status
+from pressroom.errors import PressroomError
+
+app = typer.Typer(help="Email analytics: the schedule that fetches Mailgun events into statistics.",
+                            no_args_is_help=True)
+
+
+@app.command("schedule")
+def analytics_schedule_command() -> None:
+    """Create or update the schedule `email-analytics` (safe to run again)."""
+    outcome = run_async(analytics_schedule())
+    console.print(f"schedule email-analytics {outcome}")
+
+
+@app.command("run")
+def analytics_run_command(wait: bool = typer.Option(False, "--wait", help="Follow the run and print what it did."),
+                          as_json: bool = JSON_OPTION) -> None:
+    """Start one analytics run now."""
+    from temporalio.client import WorkflowFailureError
+
+    try:
+        result = run_async(analytics_run(wait=wait, say=warn))
+    except WorkflowFailureError as error:
+        raise PressroomError(f"the analytics run failed: {getattr(error.cause, 'message', error.cause)}") from None
+    if result is None:
+        return console.print("triggered one email-analytics run")
+    if as_json:
+        return print_json(result.model_dump())
+    for phase in result.phases:
+        console.print(f"{phase.phase:<14} fetched {phase.events:>7,} events, applied {phase.applied:>7,} "
+                      f"({phase.unknown} unknown, {phase.malformed} malformed) {dict(phase.by_type)}"
+                      f"{' capped' if phase.capped else ''}", highlight=False)
+    if result.aggregate:
+        console.print(f"aggregates     {result.aggregate.emails:,} emails, {result.aggregate.members:,} members "
+                      "recomputed", highlight=False)
+    console.print(f"run finished: {result.events:,} events" + (", capped (a new run continues at once)"
+                                                                if result.capped else ""), highlight=False)
+
+
+@app.command("pause")
+def analytics_pause_command() -> None:
+    """Pause the schedule (runs in progress finish)."""
+    run_async(analytics_pause(True))
+    console.print("schedule email-analytics paused")
+
+
+@app.command("unpause")
+def analytics_unpause_command() -> None:
+    """Resume the schedule."""
+    run_async(analytics_pause(False))
+    console.print("schedule email-analytics unpaused")
+
+
+@app.command("backfill")
+def analytics_backfill_command(
+        begin: str = typer.Option(..., "--from", help="ISO 8601 with offset, e.g. 2026-11-01T00:00:00+00:00"),
+        end: str = typer.Option(..., "--to", help="ISO 8601 with offset")) -> None:
+    """Ask the next runs to re-read Mailgun's events between two times."""
+    name = run_async(analytics_backfill(begin, end))
+    console.print(f"backfill recorded as {name}; the next run reads it")
+
+
+@app.command("status")
+def analytics_status_command(as_json: bool = JSON_OPTION) -> None:
+    """The schedule's state, the last runs, the cursors and their lag."""
+    status = run_async(analytics_status())
+    print_json(status) if as_json else print_analytics_status(status)
+
+
+def print_analytics_status(status: dict, console: Console = console) -> None:
+    """`analytics status` as lines: schedule, next run, cursors with lag, backfills, the last runs."""
+    console.print(f"schedule email-analytics: {'paused' if status['paused'] else 'active'}"
+                  f"{' (' + status['note'] + ')' if status['note'] else ''}", highlight=False)
+    if status["paused"]:
+        console.print("next run: none while paused (`pressroom analytics unpause` resumes it)", highlight=False)
+    elif status["next"]:
+        console.print(f"next run: {status['next'][0]}", highlight=False)
+    for name in status["running"]:
+        console.print(f"running: {name}", highlight=False)
+    for name, cursor in status["cursors"].items():
+        console.print(f"cursor {name}: {cursor['cursor']} (lag {cursor['lag_seconds']} s)", highlight=False)
+    for backfill in status["backfills"]:
+        console.print(f"backfill {backfill['name']}: {backfill['status']}", highlight=False)
+    for run in status["runs"][:5]:
+        counts = {}
+        for phase in run["phases"]:
+            for kind, n in phase["by_type"].items():
+                counts[kind] = counts.get(kind, 0) + n
+        console.print(f"run {run['started_at']}: {sum(p['events'] for p in run['phases'])} events {counts}, "
+                      f"{run.get('events_per_second', 0)} events/s"
+                      f"{', capped' if run['capped'] else ''}{', ERROR ' + run['error'] if run['error'] else ''}",
+                      highlight=False)
