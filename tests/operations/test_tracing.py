@@ -171,3 +171,75 @@ def test_tracing_is_off_unless_the_otel_variables_ask_for_it():
     assert not tracing.wanted({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318", "OTEL_SDK_DISABLED": "true"})
     assert not tracing.wanted({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318", "OTEL_TRACES_EXPORTER": "none"})
     assert tracing.interceptors() == [] and not tracing.enabled()
+
+
+class Collector:
+    """An OTLP/HTTP trace receiver on a real port: what a collector would get from our processes."""
+
+    def __init__(self) -> None:
+        self.spans: list[dict] = []  # {name, trace_id, span_id, parent, attributes, service}
+
+    async def receive(self, request):
+        from aiohttp import web
+        from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+        export = ExportTraceServiceRequest.FromString(await request.read())
+        for resource_spans in export.resource_spans:
+            service = {a.key: a.value.string_value for a in resource_spans.resource.attributes}.get("service.name")
+            for scope in resource_spans.scope_spans:
+                for span in scope.spans:
+                    self.spans.append({
+                        "name": span.name, "trace_id": span.trace_id.hex(), "span_id": span.span_id.hex(),
+                        "parent": span.parent_span_id.hex() or None, "service": service,
+                        "attributes": {a.key: str(getattr(a.value, a.value.WhichOneof("value")))
+                                       for a in span.attributes}})
+        return web.Response(body=b"", content_type="application/x-protobuf")
+
+
+async def test_the_otel_variables_export_one_trace_across_the_command_and_a_worker_process(
+        dev_env, settings, db, mailgun):
+    """Two real processes, configured only by OTEL_* variables, report to one OTLP endpoint."""
+    import asyncio
+    import signal
+
+    from aiohttp import web
+
+    from devstack.servers import free_port
+    from tests.operations.test_waiting import cli, cli_env
+    from tests.operations.test_worker_stop import read_log_until, start_worker
+
+    collector = Collector()
+    app = web.Application()
+    app.router.add_post("/v1/traces", collector.receive)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    port = free_port()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    otel = {"OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{port}", "OTEL_BSP_SCHEDULE_DELAY": "200"}
+    seeded = await seed_email(db, members=1500)
+    worker = start_worker(settings, dev_env, **otel)
+    try:
+        await read_log_until(worker, "worker started")
+        code, out, err = await cli("newsletter", "send", seeded.email_id, "--wait", env=cli_env(settings, dev_env, **otel))
+        assert code == 0, err
+
+        def trace() -> list[dict]:
+            roots = [s for s in collector.spans if s["name"] == "pressroom newsletter send"]
+            return [s for s in collector.spans if roots and s["trace_id"] == roots[0]["trace_id"]]
+
+        async def batches_reported() -> bool:
+            return len([s for s in trace() if s["name"] == "Mailgun POST"]) == 2
+        await wait_until(batches_reported, 30)
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        await asyncio.get_running_loop().run_in_executor(None, worker.wait)
+        await runner.cleanup()
+    spans = trace()
+    ids = {s["span_id"] for s in spans}
+    [root] = [s for s in spans if s["name"] == "pressroom newsletter send"]
+    assert root["parent"] is None and root["attributes"]["pressroom.email_id"] == seeded.email_id
+    assert all(s["parent"] in ids for s in spans if s is not root), [s["name"] for s in spans if s["parent"] not in ids]
+    assert {s["service"] for s in spans} == {"pressroom"}
+    assert len([s for s in spans if s["name"] == "RunActivity:send_batch"]) == 2
+    for span in collector.spans:
+        assert not any(ADDRESS.search(value) or SIMULATOR_KEY in value for value in span["attributes"].values())
