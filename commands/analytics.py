@@ -6,7 +6,8 @@ import typer
 from rich.console import Console
 
 from commands import JSON_OPTION, console, print_json, run_async, warn
-from operations.analytics import analytics_backfill, analytics_pause, analytics_run, analytics_schedule, analytics_status
+from operations.analytics import (analytics_backfill, analytics_pause, analytics_run, analytics_schedule,
+                                  analytics_status)
 from pressroom.errors import PressroomError
 
 app = typer.Typer(help="Email analytics: the schedule that fetches Mailgun events into statistics.",

@@ -87,7 +87,7 @@ def newsletter_follow(email_id: str = typer.Argument(..., help="The email (email
                 console.print(line, highlight=False)
                 last["line"] = line
         return await follow_newsletter(newsletter_workflow_id(email_id), client=client, on_progress=show,
-                                      say=warn)
+                                       say=warn)
 
     outcome = run_async(work())
     if as_json:

@@ -31,7 +31,8 @@ async def has_worker(client: Client, task_queue: str) -> bool | None:
 
     try:
         response = await client.workflow_service.describe_task_queue(DescribeTaskQueueRequest(
-            namespace=client.namespace, task_queue=TaskQueue(name=task_queue, kind=TaskQueueKind.TASK_QUEUE_KIND_NORMAL),
+            namespace=client.namespace,
+            task_queue=TaskQueue(name=task_queue, kind=TaskQueueKind.TASK_QUEUE_KIND_NORMAL),
             task_queue_type=TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW))
     except RPCError:
         return None
