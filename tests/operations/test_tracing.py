@@ -22,6 +22,7 @@ from pressroom.temporal import connect
 from tests.conftest import SIMULATOR_KEY, make_settings
 from tests.newsletter.conftest import seed_email
 from tests.newsletter.test_failures import wait_until
+from tests.operations.test_worker_stop import schedules_removed_after  # noqa: F401 (a fixture)
 from tests.outbox.test_outbox import WELCOME, settled
 from workflows.newsletter import SendNewsletterWorkflow, newsletter_workflow_id
 from workflows.outbox import RELAY_WORKFLOW_ID
@@ -196,6 +197,7 @@ class Collector:
         return web.Response(body=b"", content_type="application/x-protobuf")
 
 
+@pytest.mark.usefixtures("schedules_removed_after")
 async def test_the_otel_variables_export_one_trace_across_the_command_and_a_worker_process(
         dev_env, settings, db, mailgun):
     """Two real processes, configured only by OTEL_* variables, report to one OTLP endpoint."""

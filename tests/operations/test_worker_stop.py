@@ -14,12 +14,30 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from tests.newsletter.conftest import seed_email
 from tests.newsletter.test_failures import wait_until
 from workflows.newsletter import SendNewsletterWorkflow, newsletter_workflow_id
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(__file__)))
 GRACE_SECONDS = 20  # worker.build_worker's graceful_shutdown_timeout
+
+
+@pytest.fixture
+async def schedules_removed_after(dev_env):
+    """A `pressroom worker` creates the namespace's schedules at start; later tests expect none."""
+    from temporalio.service import RPCError
+
+    from activities.analytics import SCHEDULE_ID
+    from operations.posts import RECONCILE_SCHEDULE_ID
+
+    yield
+    for schedule_id in (SCHEDULE_ID, RECONCILE_SCHEDULE_ID):
+        try:
+            await dev_env.client.get_schedule_handle(schedule_id).delete()
+        except RPCError:
+            pass  # not created
 
 
 def start_worker(settings, dev_env, **extra_env: str) -> subprocess.Popen:
@@ -74,6 +92,7 @@ async def stop(worker: subprocess.Popen) -> tuple[float, list[dict]]:
     return time.monotonic() - began, logged
 
 
+@pytest.mark.usefixtures("schedules_removed_after")
 async def test_an_idle_worker_stops_well_before_the_grace_period(dev_env, settings):
     worker = start_worker(settings, dev_env)
     try:
@@ -90,6 +109,7 @@ async def test_an_idle_worker_stops_well_before_the_grace_period(dev_env, settin
     assert elapsed < GRACE_SECONDS / 2, elapsed
 
 
+@pytest.mark.usefixtures("schedules_removed_after")
 async def test_a_batch_in_flight_finishes_before_the_worker_stops(dev_env, settings, db, mailgun):
     seeded = await seed_email(db, members=10)
     mailgun.set_faults(latency_ms=4000)  # the one batch is in flight for 4 s
