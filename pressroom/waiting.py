@@ -63,3 +63,6 @@ async def watching_for_worker(client: Client, task_queue: str, say: Callable[[st
         yield
     finally:
         task.cancel()
+        # Let a check in flight end here rather than at interpreter exit, when the SDK's threads
+        # must not call back into Python.
+        await asyncio.gather(task, return_exceptions=True)
