@@ -634,6 +634,51 @@ def posts_reconcile() -> None:
     result = run_async(reconcile_posts())
     console.print(f"{result.started_or_moved} scheduled posts started or moved, {result.stopped} stray timers stopped")
 
+# --- the provider's limits ----------------------------------------------------------------------
+
+limits_app = typer.Typer(help="The provider's limits: batch sizes learned per sending domain, and send caps.",
+                         no_args_is_help=True)
+app.add_typer(limits_app, name="limits")
+
+
+async def sending_limits(settings: Settings | None = None) -> list[dict]:
+    from activities.sending_limits import describe_limits
+    from pressroom import database
+
+    settings = settings or get_settings()
+    async with database.connection(settings.require_database()) as conn:
+        return await describe_limits(conn, settings)
+
+
+async def reset_sending_limit(domain: str, settings: Settings | None = None) -> None:
+    from activities.sending_limits import reset_learned_limit
+    from pressroom import database
+
+    settings = settings or get_settings()
+    async with database.connection(settings.require_database()) as conn:
+        if not await reset_learned_limit(conn, domain):
+            raise NotFound(f"no batch size was learned for domain {domain}")
+
+
+@limits_app.command("show")
+def limits_show() -> None:
+    """Per sending domain: the batch size learned from Mailgun's refusals, the caps and their use."""
+    for row in run_async(sending_limits()):
+        learned = (f"batches of {row['batch_size']:,} (refused {row['refused_size']:,} at "
+                   f"{row['refused_at']:%Y-%m-%d %H:%M} UTC: {row['reason']})" if row["batch_size"]
+                   else "no batch size learned")
+        caps = ", ".join(f"{used:,}/{cap:,} {label}" for cap, used, label in (
+            (row["hourly_limit"], row["sent_this_hour"], "this hour"), (row["daily_limit"], row["sent_today"], "today"))
+            if cap) or "no send cap"
+        console.print(f"{row['domain']}: {learned}; {caps}", highlight=False, soft_wrap=True)
+
+
+@limits_app.command("reset")
+def limits_reset(domain: str = typer.Argument(..., help="The sending domain whose account left probation.")) -> None:
+    """Forget the batch size learned for a domain: later batches start from PRESSROOM_BATCH_SIZE again."""
+    run_async(reset_sending_limit(domain))
+    console.print(f"{domain}: batch size reset", highlight=False)
+
 # --- demo and operations -----------------------------------------------------------------------
 
 @app.command()
