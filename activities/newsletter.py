@@ -235,7 +235,7 @@ class NewsletterActivities:
                                                          WHEN 'status:-free' THEN 'paid' ELSE 'all' END
                                   || CASE WHEN fallback THEN '-fallback' ELSE '' END
                                   || '-' || lpad(((row_number() OVER (PARTITION BY segment, fallback ORDER BY id) - 1)
-                                                  / CASE WHEN fallback THEN $8 ELSE $6 END)::text, 5, '0') AS batch_id
+                                                  / CASE WHEN fallback THEN $8::int ELSE $6::int END)::text, 5, '0') AS batch_id
                         FROM ranked),
                     batches AS (
                         INSERT INTO email_batches (id, email_id, member_segment, fallback_sending_domain)

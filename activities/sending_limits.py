@@ -37,6 +37,7 @@ if TYPE_CHECKING:
 WARMUP_START = 200
 WARMUP_END = 200_000
 WARMUP_DAYS = 42
+RESERVATIONS_KEPT = timedelta(days=7)  # a week of reservations for `pressroom limits show` and audits
 
 
 def warmup_limit(day: int) -> int | None:
@@ -93,7 +94,7 @@ placed AS (
     FROM numbered),
 pieces AS (
     INSERT INTO email_batches (id, email_id, member_segment, fallback_sending_domain)
-    SELECT DISTINCT piece, $4, $5, $6 FROM placed)
+    SELECT DISTINCT piece, $4::text, $5::text, $6::boolean FROM placed)
 UPDATE email_recipients r SET batch_id = p.piece FROM placed p WHERE r.id = p.id"""
 
 # The direct pieces of a retired batch still to send (a retired piece has pieces of its own).
@@ -218,7 +219,7 @@ class SendingLimitsActivities:
         room = min(rooms.values())
         if room >= count:
             await conn.execute("DELETE FROM sending_quota_reservations WHERE domain = $1 AND reserved_at < $2",
-                               domain, starts["day"] - timedelta(days=1))
+                               domain, starts["day"] - RESERVATIONS_KEPT)
             await conn.execute("INSERT INTO sending_quota_reservations (batch_id, domain, recipients, reserved_at) "
                                "VALUES ($1, $2, $3, $4)", batch_id, domain, count, at)
             return Admission(batch_id=batch_id, send=True)
