@@ -41,6 +41,7 @@ class SendPlan(BaseModel):
     mailgun_retries: int
     mailgun_retry_seconds: float
     delivery_window_seconds: int
+    send_caps: bool = False  # an hourly or daily cap applies: each batch is admitted under it first
 
 
 class EmailLock(BaseModel):
@@ -159,7 +160,8 @@ class NewsletterActivities:
         s = self.settings
         return SendPlan(batch_size=s.batch_size, concurrency=s.send_concurrency, mailgun_retries=s.mailgun_retries,
                         mailgun_retry_seconds=s.mailgun_retry_seconds,
-                        delivery_window_seconds=s.delivery_window_seconds)
+                        delivery_window_seconds=s.delivery_window_seconds,
+                        send_caps=bool(s.hourly_send_limit or s.daily_send_limit))
 
     @activity.defn
     async def lock_email(self, input: LockEmailInput) -> EmailLock:

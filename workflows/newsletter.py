@@ -183,8 +183,9 @@ class SendNewsletterWorkflow:
         await asyncio.gather(*(send(batch_id, first + n) for n, batch_id in enumerate(batch_ids)))
 
     async def _send_page_within_limits(self, batch_ids: list[str], resume: Resume) -> None:
-        """Send a page of batches, at most `concurrency` at a time, each admitted under the provider's
-        limits first; a batch split into smaller ones puts its pieces at the front of the queue."""
+        """Send a page of batches, at most `concurrency` at a time, each admitted under the send caps
+        first when there are any; a batch split into smaller ones (refused for its size, or too large
+        for the room left under a cap) puts its pieces at the front of the queue."""
         plan = resume.plan
         queue = deque((batch_id, resume.dispatched + n) for n, batch_id in enumerate(batch_ids))
         resume.dispatched += len(batch_ids)
@@ -199,7 +200,7 @@ class SendNewsletterWorkflow:
 
     async def _admit_and_send(self, batch_id: str, number: int, plan: SendPlan, resume: Resume) -> list[str]:
         """Send one batch once it is admitted; the smaller batches to send instead, if it was split."""
-        while True:
+        while plan.send_caps:
             admission = await workflow.execute_activity_method(
                 SendingLimitsActivities.admit_batch, AdmitBatchInput(batch_id=batch_id, at=workflow.now()),
                 start_to_close_timeout=timedelta(seconds=60), retry_policy=DATABASE_RETRY)
