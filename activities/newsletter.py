@@ -23,6 +23,7 @@ from pressroom.dependencies import Dependencies
 
 MEMBER_STATUSES = ("free", "paid", "comped")
 PARTIALLY_SENT = "The email was only partially sent: {failed} of {total} batches failed. Send it again to retry them."
+SENDING_LIMIT_SECONDS = 60
 NOT_SENT = "The email failed to send: no batch was accepted by Mailgun. Send it again to retry."
 
 
@@ -362,7 +363,11 @@ class NewsletterActivities:
             raise ApplicationError(str(error), error.status_code, type="MailgunRejected", non_retryable=True) from None
         except MailgunRateLimited as error:
             delay = timedelta(seconds=error.retry_after) if error.retry_after is not None else None
-            raise ApplicationError(str(error), error.status_code, type="MailgunRateLimited",
+            # A wait of a minute or more is the domain's hourly or daily cap: newer runs wait for it
+            # on a workflow timer (SendingLimitReached is not retried by their policy).
+            long_wait = error.retry_after is not None and error.retry_after >= SENDING_LIMIT_SECONDS
+            raise ApplicationError(str(error), error.status_code, error.retry_after,
+                                   type="SendingLimitReached" if long_wait else "MailgunRateLimited",
                                    next_retry_delay=delay) from None
         except MailgunError as error:
             raise ApplicationError(str(error), error.status_code, type=type(error).__name__) from None

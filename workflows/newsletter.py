@@ -225,7 +225,7 @@ class SendNewsletterWorkflow:
         mailgun_retry = RetryPolicy(initial_interval=timedelta(seconds=plan.mailgun_retry_seconds),
                                     backoff_coefficient=1.0, maximum_attempts=plan.mailgun_retries + 1,
                                     non_retryable_error_types=["MailgunRejected", "BatchNotFound",
-                                                               "RecipientLimitExceeded"])
+                                                               "RecipientLimitExceeded", "SendingLimitReached"])
         try:
             sent = await workflow.execute_activity_method(
                 NewsletterActivities.send_batch, SendBatchInput(batch_id=batch_id, delivery_time=delivery_time),
@@ -236,6 +236,15 @@ class SendNewsletterWorkflow:
             message = str(cause) if cause else str(error)
             details = list(cause.details) if isinstance(cause, ApplicationError) else []
             status_code = details[0] if details and isinstance(details[0], int) else None
+            if isinstance(cause, ApplicationError) and cause.type == "SendingLimitReached":
+                # Mailgun refused it and named when to come back (its own hourly or daily cap):
+                # wait on a timer as long as it asks, then send the batch again.
+                wait = details[1] if len(details) > 1 and isinstance(details[1], (int, float)) else None
+                resume_at = workflow.now() + timedelta(seconds=max(1.0, wait or plan.mailgun_retry_seconds))
+                reason = f"waiting for Mailgun's sending limit, resumes at {resume_at:%Y-%m-%d %H:%M:%S} UTC"
+                self._show(message=reason)
+                await workflow.sleep(resume_at - workflow.now(), summary=reason)
+                return [batch_id]
             if isinstance(cause, ApplicationError) and cause.type == "RecipientLimitExceeded" and len(details) >= 2:
                 pieces = await workflow.execute_activity_method(
                     SendingLimitsActivities.split_refused_batch,

@@ -211,3 +211,39 @@ async def test_an_hourly_cap_shared_by_two_emails(db, mailgun, time_skipping_env
     assert max(row["n"] for row in hours) <= 300 and sum(row["n"] for row in hours) == 500 and len(hours) == 2
     for seeded in (first, second):
         assert set(delivered(mailgun, seeded.email_id).values()) == {1}
+
+
+async def test_mailguns_own_daily_cap_is_waited_out_on_a_timer(db, mailgun, time_skipping_env, newsletter_settings):
+    """Without a cap configured, Mailgun's 420 "try again after <tomorrow>" is waited for on a timer."""
+    settings = newsletter_settings(batch_size=100)
+    mailgun.set_limits(daily_limit=500)
+    seeded = await seed_email(db, members=1200)
+    env, client = time_skipping_env, time_skipping_env.client
+    per_day: list[int] = []
+    async with running_worker(client, settings):
+        handle = await client.start_workflow(
+            SendNewsletterWorkflow.run, SendNewsletterInput(email_id=seeded.email_id),
+            id=newsletter_workflow_id(seeded.email_id), task_queue=settings.task_queue)
+        for _ in range(5):
+            # Until the email waits (or is done) and the simulator's count has settled for a second.
+            last, still = -1, 0
+            for _ in range(600):
+                progress = await handle.query(SendNewsletterWorkflow.progress)
+                total = sum(delivered(mailgun, seeded.email_id).values())
+                still = still + 1 if total == last else 0
+                last = total
+                if (progress.status == "submitted" or progress.message.startswith("waiting for")) and still >= 10:
+                    break
+                await asyncio.sleep(0.1)
+            per_day.append(total - sum(per_day))
+            if progress.status == "submitted":
+                break
+            assert progress.message.startswith("waiting for Mailgun's sending limit, resumes at "), progress.message
+            # The simulator's next day, and time for the workflow's timers to fire.
+            mailgun.advance(86400 - mailgun.now() % 86400)
+            await env.sleep(timedelta(days=3))
+        outcome = await handle.result()
+    assert outcome.status == "submitted" and outcome.counts.batches_failed == 0
+    assert per_day == [500, 500, 200]
+    counts = delivered(mailgun, seeded.email_id)
+    assert len(counts) == 1200 and set(counts.values()) == {1}
