@@ -46,8 +46,13 @@ async def test_limits_show_and_reset(settings, db):
         await reset_sending_limit(settings.mailgun_domain, settings)
 
 
-def test_limits_show_from_the_command_line(settings, db, postgres_url):
-    result = pressroom("limits", "show", env={"DATABASE_URL": postgres_url, "MAILGUN_DOMAIN": "mg.cli.example",
-                                              "PRESSROOM_DAILY_SEND_LIMIT": "500"})
+async def test_limits_show_and_reset_from_the_command_line(settings, db, postgres_url):
+    await db.execute("INSERT INTO sending_domain_limits (domain, batch_size, refused_size, reason) "
+                     "VALUES ('mg.probation.example', 7, 15, 'recipient limit exceeded')")
+    env = {"DATABASE_URL": postgres_url, "MAILGUN_DOMAIN": "mg.cli.example", "PRESSROOM_DAILY_SEND_LIMIT": "500"}
+    result = pressroom("limits", "show", env=env)
     assert result.returncode == 0, result.stderr
     assert "mg.cli.example: no batch size learned; 0/500 today" in result.stdout
+    assert "mg.probation.example: batches of 7 (refused 15 at " in result.stdout
+    assert pressroom("limits", "reset", "mg.probation.example", env=env).returncode == 0
+    assert_one_line_error(pressroom("limits", "reset", "mg.probation.example", env=env), "no batch size was learned")
