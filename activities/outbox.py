@@ -21,7 +21,7 @@ from pydantic import BaseModel, ValidationError
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from activities.mailgun import MailgunRejected
+from pressroom.mailgun import MailgunRejected
 from activities.heartbeat import heartbeating
 from pressroom.dependencies import Dependencies
 
@@ -141,7 +141,6 @@ class OutboxActivities:
         from temporalio.common import SearchAttributePair, TypedSearchAttributes, WorkflowIDConflictPolicy
 
         from pressroom.temporal import OUTBOX_EVENT_TYPE
-        from workflows.outbox import DeliverOutboxEntryWorkflow
 
         async with self.pool.acquire() as conn, conn.transaction():
             open_deliveries = await conn.fetchval("SELECT count(*) FROM outbox WHERE status = 'dispatched'")
@@ -154,8 +153,9 @@ class OutboxActivities:
                 "LIMIT $1 FOR UPDATE SKIP LOCKED", room)
             if not rows:
                 return 0
+            # By its registered name: activities do not import workflow code.
             await asyncio.gather(*(self.temporal.start_workflow(
-                DeliverOutboxEntryWorkflow.run,
+                "DeliverOutboxEntryWorkflow",
                 EntryInput(outbox_id=row["id"], max_attempts=self.settings.outbox_max_attempts),
                 id=f"outbox-{row['idempotency_key']}", task_queue=activity.info().task_queue,
                 id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
@@ -320,14 +320,3 @@ class OutboxActivities:
             tags=["welcome-email"], variables={"automated-email-id": welcome["id"]},
             headers={"Message-Id": f"<{message_id}>",
                      **({"Reply-To": welcome["sender_reply_to"]} if welcome["sender_reply_to"] else {})})
-
-
-async def ensure_relay(client, settings) -> None:
-    """The relay workflow runs (one per namespace and task queue); an existing run is kept."""
-    from temporalio.common import WorkflowIDConflictPolicy
-
-    from workflows.outbox import RELAY_WORKFLOW_ID, OutboxRelayWorkflow
-
-    await client.start_workflow(OutboxRelayWorkflow.run, RelayInput(), id=f"{RELAY_WORKFLOW_ID}-{settings.task_queue}",
-                                task_queue=settings.task_queue, id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
-                                static_summary="Relay committed outbox entries to delivery workflows")

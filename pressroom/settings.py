@@ -71,6 +71,8 @@ class Settings(BaseSettings):
     email_tag: str = Field(default="", validation_alias="PRESSROOM_EMAIL_TAG")
     site_url: str = Field(default="http://localhost:2368", validation_alias="PRESSROOM_SITE_URL")
     from_address: str = Field(default="Pressroom <noreply@example.com>", validation_alias="PRESSROOM_FROM_ADDRESS")
+    # Rendered bodies a worker keeps, per email and segment, so batches reuse one rendering.
+    body_cache_bytes: int = Field(default=32 * 1024 * 1024, ge=0, validation_alias="PRESSROOM_BODY_CACHE_BYTES")
 
     # --- the provider's limits: domain warming and send caps ---
     # With both set, a growing share of each email goes through MAILGUN_DOMAIN, the rest through this

@@ -3,7 +3,7 @@
 import pytest
 
 from pressroom.settings import ConfigurationError, load_settings
-from starter import reset_sending_limit, sending_limits
+from operations.limits import reset_sending_limit, sending_limits
 from pressroom.errors import NotFound
 
 from .test_cli import assert_one_line_error, pressroom

@@ -37,7 +37,7 @@ from temporalio.testing import WorkflowEnvironment  # noqa: E402
 from devstack.mailgun_simulator import MailgunSimulator  # noqa: E402
 from devstack.servers import Postgres, find_binary, free_port  # noqa: E402
 from pressroom import database  # noqa: E402
-from pressroom.demo_site import seed_site  # noqa: E402
+from operations.demo_site import seed_site  # noqa: E402
 from pressroom.settings import load_settings  # noqa: E402
 from pressroom.temporal import SEARCH_ATTRIBUTES, data_converter  # noqa: E402
 from worker import running_worker  # noqa: E402
@@ -82,7 +82,7 @@ class Capture:
     # --- newsletter ---
 
     async def newsletters(self) -> None:
-        from starter import start_newsletter
+        from operations.newsletter import start_newsletter
         from workflows.newsletter import SendNewsletterWorkflow
 
         # Mid-way: slow answers, one batch at a time; captured once two of six batches are sent.
@@ -137,7 +137,7 @@ class Capture:
     # --- scheduled posts ---
 
     async def posts(self) -> None:
-        from starter import schedule_post, unschedule_post
+        from operations.posts import schedule_post, unschedule_post
         from workflows.posts import ReconcilePostsWorkflow, publish_workflow_id
 
         settings = self.settings("posts", publish_lead_seconds=1)
@@ -180,8 +180,8 @@ class Capture:
     # --- outbox ---
 
     async def outbox(self) -> None:
-        from activities.outbox import ensure_relay
-        from starter import add_member
+        from operations.outbox import ensure_relay
+        from operations.members import add_member
 
         # Aborted: every send fails and two attempts are allowed.
         settings = self.settings("outbox-aborted", outbox_max_attempts=2, outbox_backoff_sec=[1])

@@ -8,7 +8,7 @@ import time
 import httpx
 import pytest
 
-from activities.mailgun import MailgunClient, MailgunRateLimited, RecipientLimitExceeded
+from pressroom.mailgun import MailgunClient, MailgunRateLimited, RecipientLimitExceeded
 from devstack.mailgun_simulator import MailgunSimulator
 
 from .conftest import API_KEY

@@ -12,7 +12,7 @@ import pytest
 from temporalio.worker import Replayer
 
 from activities.sending_limits import warmup_limit
-from starter import reset_sending_limit, sending_limits
+from operations.limits import reset_sending_limit, sending_limits
 from workflows.newsletter import SendNewsletterInput, SendNewsletterWorkflow, newsletter_workflow_id
 from worker import running_worker
 
