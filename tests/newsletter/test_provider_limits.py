@@ -179,11 +179,7 @@ async def test_a_daily_cap_sends_the_rest_after_the_window(db, mailgun, time_ski
             SendNewsletterWorkflow.run, SendNewsletterInput(email_id=seeded.email_id),
             id=newsletter_workflow_id(seeded.email_id), task_queue=settings.task_queue)
         # Time stands still until the result is awaited: the email waits at its cap.
-        for _ in range(200):
-            progress = await handle.query(SendNewsletterWorkflow.progress)
-            if progress.message.startswith("waiting for the daily limit"):
-                break
-            await asyncio.sleep(0.1)
+        progress = await settled_wait(handle, mailgun, seeded.email_id)
         assert progress.message.startswith(f"waiting for the daily limit of {mailgun.domain} (500 messages), "
                                            "resumes at "), progress.message
         first_day = sum(delivered(mailgun, seeded.email_id).values())
@@ -204,6 +200,20 @@ async def test_a_daily_cap_sends_the_rest_after_the_window(db, mailgun, time_ski
     print(f"\ndaily cap 500, 1,200 members: {first_day} the first day, then "
           + ", ".join(f"{row['n']} on {row['day']:%Y-%m-%d}" for row in days)
           + f"; {len(counts)} members each {set(counts.values())} time(s); progress said: {progress.message!r}")
+
+
+async def settled_wait(handle, mailgun, email_id: str):
+    """The progress once the email waits (or is done) and its count has not moved for a second."""
+    last, still = -1, 0
+    for _ in range(1200):
+        progress = await handle.query(SendNewsletterWorkflow.progress)
+        total = sum(delivered(mailgun, email_id).values())
+        still = still + 1 if (total, progress.recipients_sent) == last else 0
+        last = (total, progress.recipients_sent)
+        if (progress.status == "submitted" or progress.message.startswith("waiting for")) and still >= 10:
+            return progress
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"the email neither waits nor ends: {progress}")
 
 
 async def test_an_hourly_cap_shared_by_two_emails(db, mailgun, time_skipping_env, newsletter_settings):
@@ -232,17 +242,8 @@ async def test_mailguns_own_daily_cap_is_waited_out_on_a_timer(db, mailgun, time
             SendNewsletterWorkflow.run, SendNewsletterInput(email_id=seeded.email_id),
             id=newsletter_workflow_id(seeded.email_id), task_queue=settings.task_queue)
         for _ in range(5):
-            # Until the email waits (or is done) and the simulator's count has settled for a second.
-            last, still = -1, 0
-            for _ in range(600):
-                progress = await handle.query(SendNewsletterWorkflow.progress)
-                total = sum(delivered(mailgun, seeded.email_id).values())
-                still = still + 1 if total == last else 0
-                last = total
-                if (progress.status == "submitted" or progress.message.startswith("waiting for")) and still >= 10:
-                    break
-                await asyncio.sleep(0.1)
-            per_day.append(total - sum(per_day))
+            progress = await settled_wait(handle, mailgun, seeded.email_id)
+            per_day.append(sum(delivered(mailgun, seeded.email_id).values()) - sum(per_day))
             if progress.status == "submitted":
                 break
             assert progress.message.startswith("waiting for Mailgun's sending limit, resumes at "), progress.message
