@@ -225,8 +225,10 @@ def newsletter_send(email_id: str = typer.Argument(..., help="The email to send 
             task = bar.add_task(f"email {email_id}", total=None, recipients="0")
 
             def show(progress) -> None:
+                confirming = (f" · confirming batch {', '.join(map(str, sorted(progress.confirming)))}"
+                              if progress.confirming else "")
                 bar.update(task, total=progress.batches_total or None, completed=progress.batches_sent
-                           + progress.batches_failed,
+                           + progress.batches_failed, description=f"email {email_id}{confirming}",
                            recipients=f"{progress.recipients_sent:,}/{progress.recipients_total:,}")
 
             outcome = await follow_newsletter(start.workflow_id, client=client, on_progress=show)
@@ -338,6 +340,12 @@ async def requeue_outbox_entry(outbox_id: str, settings: Settings | None = None)
             await conn.execute(
                 "DELETE FROM idempotency_ledger WHERE status = 'failed' AND idempotency_key = "
                 "(SELECT idempotency_key FROM outbox WHERE id = $1)", outbox_id)
+            # A welcome email whose send was uncertain keeps that outcome (it is looked up first) and
+            # gets a fresh budget of sends.
+            await conn.execute(
+                "UPDATE automated_email_recipients SET send_attempts = 0 WHERE provider_id IS NULL AND member_id = "
+                "(SELECT payload->>'member_id' FROM outbox WHERE id = $1 AND event_type = 'MemberCreatedEvent')",
+                outbox_id)
             await conn.execute(
                 "UPDATE outbox SET status = 'pending', attempts = 0, next_run_at = now(), last_error_code = NULL, "
                 "last_error_msg = NULL, processed_at = NULL, updated_at = now() WHERE id = $1", outbox_id)

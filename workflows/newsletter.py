@@ -18,7 +18,7 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
-    from activities.newsletter import (BatchCounts, CreateBatchesInput, EmailOutcome, FailBatchInput,
+    from activities.newsletter import (BatchCounts, BatchSent, CreateBatchesInput, EmailOutcome, FailBatchInput,
                                        FinishEmailInput, ListUnsentBatchesInput, LockEmailInput, NewsletterActivities,
                                        SendBatchInput, SendPlan)
     from pressroom.temporal import EMAIL_ID, POST_ID
@@ -30,6 +30,8 @@ DATABASE_TIMEOUT = timedelta(minutes=30)
 # Long activities heartbeat; a worker that dies is noticed this fast and its work retried elsewhere.
 HEARTBEAT_TIMEOUT = timedelta(seconds=15)
 BATCH_PAGE = 100  # batch ids fetched per page: a history holds a few pages at most
+# Runs recorded before this patch resend an uncertain batch at once; later ones wait for its events.
+CONFIRM_UNCERTAIN_PATCH = "confirm-uncertain-batches"
 
 
 def newsletter_workflow_id(email_id: str) -> str:
@@ -52,6 +54,9 @@ class NewsletterProgress(BaseModel):
     recipients_total: int = 0
     recipients_sent: int = 0
     message: str = ""
+    # Batches (numbered from 1) whose send may have reached Mailgun and which are being looked up
+    # in its events, waiting for them to appear, before anything is sent again.
+    confirming: list[int] = []
 
 
 class Resume(BaseModel):
@@ -140,7 +145,23 @@ class SendNewsletterWorkflow:
                                     backoff_coefficient=1.0, maximum_attempts=plan.mailgun_retries + 1,
                                     non_retryable_error_types=["MailgunRejected", "BatchNotFound"])
 
+        # Whether this run may wait for an uncertain batch's events on a timer (runs recorded before
+        # the patch cannot: their histories have no such timer).
+        confirm = workflow.patched(CONFIRM_UNCERTAIN_PATCH)
+
         async def send(batch_id: str, number: int) -> None:
+            sent = await send_once(batch_id, number)
+            while sent is not None and sent.confirm_in_seconds is not None:
+                # Not in Mailgun's events yet: wait without holding a sending slot, then look again.
+                self._progress.confirming.append(number + 1)
+                self._show()
+                await workflow.sleep(timedelta(seconds=sent.confirm_in_seconds),
+                                     summary=f"confirming batch {number + 1}")
+                self._progress.confirming.remove(number + 1)
+                sent = await send_once(batch_id, number)
+
+        async def send_once(batch_id: str, number: int) -> BatchSent | None:
+            """One send_batch activity; None when the batch failed (and was recorded so)."""
             async with slots:
                 delivery_time = None
                 if plan.delivery_window_seconds and self._progress.batches_total:
@@ -149,7 +170,8 @@ class SendNewsletterWorkflow:
                         resume.started_at + plan.delivery_window_seconds * share, timezone.utc)
                 try:
                     sent = await workflow.execute_activity_method(
-                        NewsletterActivities.send_batch, SendBatchInput(batch_id=batch_id, delivery_time=delivery_time),
+                        NewsletterActivities.send_batch,
+                        SendBatchInput(batch_id=batch_id, delivery_time=delivery_time, confirm=confirm),
                         start_to_close_timeout=timedelta(minutes=2), heartbeat_timeout=HEARTBEAT_TIMEOUT,
                         retry_policy=mailgun_retry,
                         summary=f"batch {number + 1} of {self._progress.batches_total}")
@@ -163,10 +185,13 @@ class SendNewsletterWorkflow:
                         FailBatchInput(batch_id=batch_id, status_code=status_code, message=message),
                         start_to_close_timeout=timedelta(seconds=60), retry_policy=DATABASE_RETRY)
                     self._progress.batches_failed += 1
-                else:
+                    self._show()
+                    return None
+                if sent.confirm_in_seconds is None:
                     self._progress.batches_sent += 1
                     self._progress.recipients_sent += sent.recipients
-                self._show()
+                    self._show()
+                return sent
 
         first = resume.dispatched
         resume.dispatched += len(batch_ids)
@@ -187,4 +212,7 @@ class SendNewsletterWorkflow:
             p.message = message
         details = (f"**{p.status}**: {p.batches_sent}/{p.batches_total} batches sent, {p.batches_failed} failed; "
                    f"{p.recipients_sent}/{p.recipients_total} recipients")
+        if p.confirming:
+            details += (f"\n\nconfirming batch {', '.join(map(str, sorted(p.confirming)))}: Mailgun may have "
+                        "accepted it; waiting for its events before sending it again")
         workflow.set_current_details(f"{details}\n\n{p.message}" if p.message else details)
