@@ -20,7 +20,7 @@ from pydantic import BaseModel, Field
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from activities.mailgun import MAILGUN_MAX_EVENTS_PAGE, MailgunError
+from pressroom.mailgun import MAILGUN_MAX_EVENTS_PAGE, MailgunError
 
 if TYPE_CHECKING:
     from temporalio.client import Client
@@ -478,29 +478,3 @@ class AnalyticsActivities:
                            WHERE n <= $5 ORDER BY n) kept))""",
             RUNS_JOB, "failed" if input.result.error else "finished", input.result.started_at,
             json.dumps(summary), RUNS_KEPT)
-
-
-# --- the schedule and backfill requests (called by starter.py and worker.py) ----------------------
-
-def build_schedule(settings: Settings):
-    from temporalio.client import (Schedule, ScheduleActionStartWorkflow, ScheduleIntervalSpec,
-                                   ScheduleOverlapPolicy, SchedulePolicy, ScheduleSpec)
-
-    interval = timedelta(seconds=settings.analytics_interval_seconds)
-    return Schedule(
-        action=ScheduleActionStartWorkflow("FetchEmailAnalyticsWorkflow", FetchEmailAnalyticsInput(),
-                                           id=SCHEDULE_ID, task_queue=settings.task_queue),
-        # Jitter replaces the seed's random second and minute offsets: no spike on the minute.
-        spec=ScheduleSpec(intervals=[ScheduleIntervalSpec(every=interval)], jitter=min(interval / 5,
-                                                                                         timedelta(minutes=1))),
-        # Overlap SKIP is the seed's "already running" flag; a short catch-up window avoids a
-        # burst of runs after an outage (each run reads from its cursors anyway).
-        policy=SchedulePolicy(overlap=ScheduleOverlapPolicy.SKIP, catchup_window=max(interval, timedelta(minutes=1))),
-    )
-
-
-async def ensure_schedule(client: Client, settings: Settings) -> str:
-    """Create the schedule, or update it to the current settings keeping its paused state."""
-    from pressroom.temporal import create_or_update_schedule
-
-    return await create_or_update_schedule(client, SCHEDULE_ID, build_schedule(settings))

@@ -22,9 +22,9 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.confirm import StillConfirming, confirm_wait, lookup_window, uncertain_sends_exhausted
-from activities.mailgun import ACCEPTED, UNCERTAIN, MailgunError, MailgunRejected
 from activities.heartbeat import heartbeating
 from pressroom.dependencies import Dependencies
+from pressroom.mailgun import ACCEPTED, UNCERTAIN, MailgunError, MailgunRejected
 
 NOTIFY_CHANNEL = "pressroom_outbox"
 ERROR_LIMIT = 2000  # the seed caps stored error text at 2,000 characters
@@ -148,7 +148,6 @@ class OutboxActivities:
         from temporalio.common import SearchAttributePair, TypedSearchAttributes, WorkflowIDConflictPolicy
 
         from pressroom.temporal import OUTBOX_EVENT_TYPE
-        from workflows.outbox import DeliverOutboxEntryWorkflow
 
         async with self.pool.acquire() as conn, conn.transaction():
             open_deliveries = await conn.fetchval("SELECT count(*) FROM outbox WHERE status = 'dispatched'")
@@ -161,8 +160,9 @@ class OutboxActivities:
                 "LIMIT $1 FOR UPDATE SKIP LOCKED", room)
             if not rows:
                 return 0
+            # By its registered name: activities do not import workflow code.
             await asyncio.gather(*(self.temporal.start_workflow(
-                DeliverOutboxEntryWorkflow.run,
+                "DeliverOutboxEntryWorkflow",
                 EntryInput(outbox_id=row["id"], max_attempts=self.settings.outbox_max_attempts),
                 id=f"outbox-{row['idempotency_key']}", task_queue=activity.info().task_queue,
                 id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
@@ -371,14 +371,3 @@ class OutboxActivities:
             tags=["welcome-email"], variables={"automated-email-id": welcome["id"], OUTBOX_MARK: key},
             headers={"Message-Id": f"<{message_id}>",
                      **({"Reply-To": welcome["sender_reply_to"]} if welcome["sender_reply_to"] else {})})
-
-
-async def ensure_relay(client, settings) -> None:
-    """The relay workflow runs (one per namespace and task queue); an existing run is kept."""
-    from temporalio.common import WorkflowIDConflictPolicy
-
-    from workflows.outbox import RELAY_WORKFLOW_ID, OutboxRelayWorkflow
-
-    await client.start_workflow(OutboxRelayWorkflow.run, RelayInput(), id=f"{RELAY_WORKFLOW_ID}-{settings.task_queue}",
-                                task_queue=settings.task_queue, id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
-                                static_summary="Relay committed outbox entries to delivery workflows")

@@ -188,6 +188,9 @@ class StoredMessage:
     delivery_time: float | None = None
     test_mode: bool = False
     synthetic: bool = False
+    html: str = ""
+    text: str = ""
+    options: dict[str, str] = field(default_factory=dict)  # o:NAME, without the prefix (o:tag is `tags`)
     _templated: bool = field(default=False, init=False)
 
     def __post_init__(self) -> None:
@@ -207,6 +210,16 @@ class StoredMessage:
         mine = self.recipient_variables().get(self.recipients[index], {})
         return {name: _TEMPLATE.sub(lambda m: str(mine.get(m.group(1), "")), value)
                 for name, value in self.variables.items()}
+
+    def received_by(self, address: str) -> tuple[str, str, str]:
+        """(subject, html, text) as this recipient gets them: %recipient.x% filled in from their
+        variables. A placeholder without a variable stays as it is, so a test can see it."""
+        mine = self.recipient_variables().get(address, {})
+
+        def fill(text: str) -> str:
+            return _TEMPLATE.sub(lambda m: str(mine[m.group(1)]) if m.group(1) in mine else m.group(0), text)
+
+        return fill(self.subject), fill(self.html), fill(self.text)
 
     def as_json(self) -> dict[str, Any]:
         variables = self.recipient_variables()
@@ -522,7 +535,8 @@ class MailgunSimulator:
             from_address=text("from"), subject=text("subject"), tags=tags, variables=variables,
             headers=headers, recipients=tuple(recipients), recipient_variables_json=raw_variables,
             accepted_at=0.0, delivery_time=_parse_time(delivery, "o:deliverytime") if delivery else None,
-            test_mode=text("o:testmode").lower() in ("yes", "true"))
+            test_mode=text("o:testmode").lower() in ("yes", "true"), html=text("html"), text=text("text"),
+            options={k[2:]: v for k, v in form.items() if k.startswith("o:") and k != "o:tag" and isinstance(v, str)})
 
     def _accept(self, message: StoredMessage) -> None:
         """Store the message and derive every recipient's events from its hash."""
