@@ -177,6 +177,14 @@ def _epoch(moment: datetime) -> str:
     return f"{moment.timestamp():.6f}".rstrip("0").rstrip(".")
 
 
+def _event_message_id(event: dict) -> str:
+    """The Message-Id an event reports for its message, without <>; "" when it has none."""
+    message = event.get("message")
+    headers = message.get("headers") if isinstance(message, dict) else None
+    value = headers.get("message-id") if isinstance(headers, dict) else None
+    return value.strip().strip("<>") if isinstance(value, str) else ""
+
+
 class MailgunClient:
     """One connection pool to one Mailgun domain; build once per worker, close on shutdown."""
 
@@ -331,8 +339,7 @@ class MailgunClient:
             for item in items:
                 if item.get("event") != "accepted" or str(item.get("recipient", "")).casefold() != wanted_recipient:
                     continue
-                headers = item.get("message", {}).get("headers", {}) if isinstance(item.get("message"), dict) else {}
-                found = str(headers.get("message-id", "") if isinstance(headers, dict) else "").strip().strip("<>")
+                found = _event_message_id(item)
                 marks = item.get("user-variables")
                 marked = isinstance(marks, dict) and all(marks.get(k) == v for k, v in variables.items())
                 if marked or (message_id is not None and found == message_id):
