@@ -8,6 +8,7 @@ Mailgun's events by its own `v:pressroom-batch` mark before anything is resent.
 
 from __future__ import annotations
 
+import uuid
 from datetime import datetime, timedelta
 
 from pydantic import BaseModel
@@ -33,7 +34,7 @@ BATCH_MARK = "pressroom-batch"  # the v: variable that proves which batch a mess
 
 class LockEmailInput(BaseModel):
     email_id: str
-    holder: str  # the first run id of the workflow chain that takes the lock
+    holder: str  # the first run id of the workflow chain that takes the lock (stored with its workflow id)
 
 
 class SendPlan(BaseModel):
@@ -48,7 +49,7 @@ class SendPlan(BaseModel):
 
 class EmailLock(BaseModel):
     acquired: bool
-    reason: str = ""
+    reason: str = ""  # why not acquired; or, acquired from a sender proved gone, whose lock was taken
     post_id: str | None = None
     plan: SendPlan | None = None
 
@@ -115,6 +116,15 @@ RECIPIENTS = """
       AND NOT EXISTS (SELECT 1 FROM suppressions s WHERE s.email = m.email)
 """
 
+
+def _is_run_id(text: str) -> bool:
+    try:
+        uuid.UUID(text)
+    except ValueError:
+        return False
+    return True
+
+
 def _non_retryable(message: str, kind: str) -> ApplicationError:
     return ApplicationError(message, type=kind, non_retryable=True)
 
@@ -124,6 +134,7 @@ class NewsletterActivities:
         self.pool = deps.pool
         self.mailgun = deps.mailgun
         self.settings = deps.settings
+        self.temporal = deps.temporal  # asks whether another holder of an email's lock is gone
         # Bodies rendered once per (email, segment) and reused for every batch in this worker.
         self._bodies = BodyCache(deps.settings.body_cache_bytes)
 
@@ -148,10 +159,12 @@ class NewsletterActivities:
                 raise _non_retryable(f"email {input.email_id} does not exist", "EmailNotFound")
             if email["status"] == "submitted":
                 return EmailLock(acquired=False, reason=f"email {input.email_id} is already submitted")
-            if email["status"] == "submitting" and email["locked_by"] == input.holder:
-                return EmailLock(acquired=True, post_id=email["post_id"], plan=self._plan())
-            # A "submitting" lock of another run is stale: the workflow id newsletter-{email_id} lets
-            # only one run live at a time, and this activity belongs to the live one.
+            holder = self._holder(input.holder)
+            took_over = ""
+            if email["status"] == "submitting":
+                if email["locked_by"] in (holder, input.holder):  # a bare run id: a lock taken by 0.1.0
+                    return EmailLock(acquired=True, post_id=email["post_id"], plan=self._plan())
+                took_over = await self._take_over(input.email_id, email["locked_by"])
             try:
                 statuses = recipient_statuses(email["recipient_filter"])
             except ValueError as error:
@@ -167,9 +180,57 @@ class NewsletterActivities:
                                      f"matching {email['recipient_filter']!r}", "NoRecipients")
             await conn.execute(
                 "UPDATE emails SET status = 'submitting', locked_by = $2, error = NULL, updated_at = now() "
-                "WHERE id = $1", input.email_id, input.holder)
+                "WHERE id = $1", input.email_id, holder)
         activity.logger.info("locked email %s for sending", input.email_id)
-        return EmailLock(acquired=True, post_id=email["post_id"], plan=self._plan())
+        return EmailLock(acquired=True, reason=took_over, post_id=email["post_id"], plan=self._plan())
+
+    @staticmethod
+    def _holder(first_run_id: str) -> str:
+        """The lock holder as `namespace/workflow id/first run id`: enough to ask Temporal about it."""
+        info = activity.info()
+        return f"{info.namespace}/{info.workflow_id}/{first_run_id}"
+
+    async def _take_over(self, email_id: str, locked_by: str) -> str:
+        """Another sender holds the email: refuse, unless Temporal proves that sender gone.
+
+        Gone means its run is closed, or does not exist in this namespace. A holder in another
+        namespace, or one that is not a Temporal run at all, cannot be proved gone: refused.
+        """
+        from temporalio.client import WorkflowExecutionStatus
+
+        info = activity.info()
+        if "/" in locked_by:
+            namespace, _, rest = locked_by.partition("/")
+            workflow_id, _, run_id = rest.rpartition("/")  # a workflow id may itself hold a slash
+        else:  # a bare run id, as 0.1.0 wrote it: a run of this workflow id in this namespace
+            namespace, workflow_id, run_id = info.namespace, info.workflow_id, locked_by
+        refused = f"email {email_id} is being sent by {locked_by}"
+        if namespace != info.namespace or not workflow_id or not _is_run_id(run_id):
+            raise _non_retryable(f"{refused}, which cannot be checked from namespace {info.namespace}; "
+                                 "refusing to send it twice", "EmailLockedByAnotherSender")
+        latest = await self._describe(workflow_id)
+        run = latest if latest is not None and run_id in (latest.run_id, latest.raw_info.first_run_id) \
+            else await self._describe(workflow_id, run_id)
+        if run is not None and run.status == WorkflowExecutionStatus.RUNNING:
+            raise _non_retryable(f"{refused}, which is still running; refusing to send it twice",
+                                 "EmailLockedByAnotherSender")
+        how = f"closed ({run.status.name.lower()})" if run is not None and run.status else \
+            f"not found in namespace {info.namespace}"
+        took_over = f"took over email {email_id} from {locked_by}, which is {how}"
+        activity.logger.warning("%s", took_over)
+        return took_over
+
+    async def _describe(self, workflow_id: str, run_id: str | None = None):
+        """The run (the latest one without run_id), or None when this namespace has no such run."""
+        from temporalio.service import RPCError, RPCStatusCode
+
+        try:
+            return await self.temporal.get_workflow_handle(workflow_id, run_id=run_id).describe()
+        except RPCError as error:
+            if error.status == RPCStatusCode.NOT_FOUND:
+                return None
+            raise ApplicationError(f"cannot ask Temporal about {workflow_id}: {error.message}",
+                                   type="TemporalUnavailable") from None
 
     @activity.defn
     async def create_batches(self, input: CreateBatchesInput) -> BatchCounts:

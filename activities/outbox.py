@@ -43,6 +43,11 @@ class NoopEvent(BaseModel):
 
 EVENT_TYPES: dict[str, type[BaseModel]] = {"MemberCreatedEvent": MemberCreatedEvent, "NoopEvent": NoopEvent}
 
+# The automated email each member status is welcomed with. Comped members have none of their own:
+# they get the paid one, as the reference platform does.
+WELCOME_EMAIL_SLUGS = {"free": "member-welcome-email-free", "paid": "member-welcome-email-paid",
+                       "comped": "member-welcome-email-paid"}
+
 
 def payload_digest(payload: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(payload, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
@@ -150,7 +155,7 @@ class OutboxActivities:
         from pressroom.temporal import OUTBOX_EVENT_TYPE
 
         async with self.pool.acquire() as conn, conn.transaction():
-            open_deliveries = await conn.fetchval("SELECT count(*) FROM outbox WHERE status = 'dispatched'")
+            open_deliveries = await conn.fetchval("SELECT count(*) FROM outbox WHERE status = 'sending'")
             room = min(self.settings.outbox_batch, self.settings.outbox_max_open_deliveries - open_deliveries)
             if room <= 0:
                 return 0
@@ -168,7 +173,7 @@ class OutboxActivities:
                 id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
                 search_attributes=TypedSearchAttributes([SearchAttributePair(OUTBOX_EVENT_TYPE, row["event_type"])]),
                 static_summary=f"Deliver {row['event_type']} (outbox {row['id']})") for row in rows))
-            await conn.execute("UPDATE outbox SET status = 'dispatched', dispatched_at = now(), updated_at = now() "
+            await conn.execute("UPDATE outbox SET status = 'sending', dispatched_at = now(), updated_at = now() "
                                "WHERE id = ANY($1::text[])", [row["id"] for row in rows])
         meter = activity.metric_meter()
         meter.create_counter("pressroom_outbox_claimed", "Outbox entries claimed by a relay").add(len(rows))
@@ -217,12 +222,18 @@ class OutboxActivities:
             return await self._ledger_decides(input.outbox_id) or await self._handle_entry(input)
 
     async def _handle_entry(self, input: EntryInput) -> EntryResult:
-        row = await self.pool.fetchrow("SELECT event_type, payload::text AS payload, idempotency_key "
+        row = await self.pool.fetchrow("SELECT event_type, payload::text AS payload, idempotency_key, status "
                                        "FROM outbox WHERE id = $1", input.outbox_id)
         if row is None:
             raise _abort("ENTRY_NOT_FOUND", f"outbox entry {input.outbox_id} does not exist")
         event = self._event(row["event_type"], row["payload"])
         attempt = activity.info().attempt
+        if row["status"] == "failed":
+            # The backoff (or the wait for an uncertain send's events) is over: the protocol's failed →
+            # pending → sending. The entry's own delivery workflow held the wait, so no relay can
+            # claim it and it is sent again at once.
+            await self.pool.execute("UPDATE outbox SET status = 'sending', updated_at = now() "
+                                    "WHERE id = $1 AND status = 'failed'", input.outbox_id)
         try:
             return EntryResult(result=await self.handlers[row["event_type"]](event, row["idempotency_key"], input))
         except StillConfirming as waiting:
@@ -298,15 +309,27 @@ class OutboxActivities:
         out; an uncertain one is looked up by its `v:pressroom-outbox` mark, on any attempt and
         after a requeue, before it is sent again.
         """
+        if not self.settings.welcome_emails:
+            # Read when the entry is handled, not only when it was queued: an operator who switches
+            # welcome emails off stops the ones already queued too. They are not kept waiting (a
+            # welcome that arrives days late, in a burst when the switch comes back, helps nobody);
+            # they are aborted with this reason, and `pressroom outbox requeue` sends one if wanted.
+            raise _abort("WELCOME_EMAILS_OFF", "welcome emails are switched off (PRESSROOM_WELCOME_EMAILS=false) "
+                                               "on the worker that handled this entry; requeue it to send it")
         member = await self.pool.fetchrow("SELECT id, uuid, email, name, status FROM members WHERE id = $1",
                                           event.member_id)
         if member is None:
             return {"skipped": f"member {event.member_id} was deleted before the welcome email"}
+        slug = WELCOME_EMAIL_SLUGS[member["status"]]
+        if slug != f"member-welcome-email-{member['status']}":
+            activity.logger.info("no welcome email of their own for %s members: sending them %s",
+                                 member["status"], slug)
         welcome = await self.pool.fetchrow(
             "SELECT id, subject, html, plaintext, sender_name, sender_email, sender_reply_to FROM automated_emails "
-            "WHERE slug = $1 AND status = 'active'", f"member-welcome-email-{member['status']}")
+            "WHERE slug = $1 AND status = 'active'", slug)
         if welcome is None:
-            return {"skipped": f"no active welcome email for {member['status']} members"}
+            activity.logger.warning("no active %s: member %s gets no welcome email", slug, member["id"])
+            return {"skipped": f"no active welcome email {slug} for {member['status']} members"}
         sent = await self.pool.fetchrow(
             "SELECT provider_id, send_outcome, send_attempts, first_uncertain_at, now() AS now, "
             "extract(epoch FROM now() - last_uncertain_at)::float8 AS uncertain_for "

@@ -240,6 +240,7 @@ class _Group:
     severity: str | None
     message: StoredMessage
     members: Sequence[int]  # indices into message.recipients: array('I') or range
+    delivery_status: dict[str, Any] | None = None  # a failure's own delivery-status, instead of the stock one
 
 
 @dataclass(frozen=True, slots=True)
@@ -386,12 +387,14 @@ class MailgunSimulator:
                              count: int | None = None, address_pattern: str = "member{n}@example.com",
                              events: Sequence[str] = ("delivered", "opened"), timestamp: float | None = None,
                              spread_seconds: float = 0.0, tags: Sequence[str] = (),
-                             variables: dict[str, str] | None = None, chunk: int = 1000) -> dict[str, Any]:
+                             variables: dict[str, str] | None = None, chunk: int = 1000,
+                             delivery_status: dict[str, Any] | None = None) -> dict[str, Any]:
         """Events without sending, for load tests: each recipient gets each of `events`.
 
         Recipients are a list or `count` addresses from `address_pattern` ("{n}" is 0..count-1).
         Timestamps start at `timestamp` (default an hour ago, so all visible) plus each kind's offset,
         spread over `spread_seconds` in chunks of `chunk` recipients. Faults do not apply.
+        `delivery_status` replaces a failed event's stock delivery-status (code, message, description).
         """
         if recipients is None:
             if count is None or count < 0 or "{n}" not in address_pattern:
@@ -417,7 +420,8 @@ class MailgunSimulator:
             members = range(number * chunk, min(len(recipients), (number + 1) * chunk))
             for kind, severity in kinds:
                 moment = start + OFFSETS[kind] + number * step
-                self._insert(_Group(next(self._seq), moment, moment, kind, severity, message, members))
+                self._insert(_Group(next(self._seq), moment, moment, kind, severity, message, members,
+                                    delivery_status if kind == "failed" else None))
         return {"message_id": message.id, "events": len(recipients) * len(kinds)}
 
     # --- lifecycle ---
@@ -721,8 +725,9 @@ class MailgunSimulator:
             failure = _FAILURES[group.severity or "permanent"]
             fields.update({"log-level": "error" if group.severity == "permanent" else "warn",
                            "severity": group.severity, "reason": failure["reason"],
-                           "delivery-status": {"code": failure["code"], "enhanced-code": failure["enhanced-code"],
-                                               "message": failure["message"], "description": ""}})
+                           "delivery-status": group.delivery_status or {
+                               "code": failure["code"], "enhanced-code": failure["enhanced-code"],
+                               "message": failure["message"], "description": ""}})
         elif group.kind == "delivered":
             fields["delivery-status"] = {"code": 250, "message": "OK", "description": ""}
         elif group.kind == "complained":

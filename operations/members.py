@@ -19,9 +19,11 @@ async def add_member(email: str, name: str | None = None, *, status: str = "free
     """The member and its MemberCreatedEvent in one transaction: both commit, or neither."""
     import asyncpg
 
-    from activities.outbox import enqueue
+    from activities.outbox import WELCOME_EMAIL_SLUGS, enqueue
     from pressroom import database
 
+    if status not in WELCOME_EMAIL_SLUGS:
+        raise BadInput(f"member status {status!r} is not one of {', '.join(WELCOME_EMAIL_SLUGS)}")
     email = email.strip()
     if email.count("@") != 1 or email.startswith("@") or "." not in email.rpartition("@")[2]:
         raise BadInput(f"{email!r} is not an e-mail address")
@@ -37,8 +39,9 @@ async def add_member(email: str, name: str | None = None, *, status: str = "free
                                "SELECT $1, id FROM newsletters WHERE subscribe_on_signup AND status = 'active'",
                                member_id)
             key = None
-            # The welcome email goes to free signups, and only when the setting is on.
-            if settings.welcome_emails and status == "free":
+            # Every new member is welcomed, with the automated email for their status, when the
+            # setting is on (the handler reads it again when it sends).
+            if settings.welcome_emails:
                 key = await enqueue(conn, "MemberCreatedEvent", {"member_id": member_id},
                                     idempotency_key=f"member-created-{member_id}")
     return MemberAdded(member_id, key)
