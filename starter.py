@@ -12,7 +12,7 @@ import sys
 import typer
 from rich.console import Console
 
-from commands import analytics, dev, members, newsletter, operate, outbox, posts
+from commands import analytics, dev, limits, members, newsletter, operate, outbox, posts
 from devstack.servers import DevStackError
 from pressroom.database import DatabaseUnavailable
 from pressroom.errors import PressroomError
@@ -27,6 +27,7 @@ app.add_typer(members.app, name="members")
 app.add_typer(outbox.app, name="outbox")
 app.add_typer(analytics.app, name="analytics")
 app.add_typer(posts.app, name="posts")
+app.add_typer(limits.app, name="limits")
 app.add_typer(operate.app)
 
 # Errors the operator can act on: printed as one line, exit status 1.
