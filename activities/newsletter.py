@@ -2,8 +2,8 @@
 
 Each activity is one unit of I/O that is safe to run again: the lock recognises its own holder,
 batches are created in one transaction or not at all, a batch already submitted is never sent
-again, and a batch whose earlier attempt may have reached Mailgun is looked up by its own
-Message-Id before anything is resent.
+again, and a batch whose last send was uncertain (see activities/confirm.py) is looked up in
+Mailgun's events by its own `v:pressroom-batch` mark before anything is resent.
 """
 
 from __future__ import annotations
@@ -16,17 +16,22 @@ from pydantic import BaseModel
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from activities.confirm import confirm_wait, lookup_window, uncertain_sends_exhausted
 from activities.email_content import LoadedEmail, load_email
 from activities.heartbeat import heartbeating
 from activities.sending_limits import learned_batch_sizes, sending_domain, warmup_limit
 from pressroom.dependencies import Dependencies
-from pressroom.mailgun import MailgunClient, MailgunError, MailgunRateLimited, MailgunRejected, RecipientLimitExceeded
+from pressroom.mailgun import (ACCEPTED, UNCERTAIN, MailgunClient, MailgunError, MailgunRateLimited, MailgunRejected,
+                               RecipientLimitExceeded)
 from pressroom.email_rendering import (FREE, NOT_FREE, BodyCache, ContentError, Rendered, member_values,
                                        recipient_statuses, render, segments_needed)
 
 PARTIALLY_SENT = "The email was only partially sent: {failed} of {total} batches failed. Send it again to retry them."
 SENDING_LIMIT_SECONDS = 60
 NOT_SENT = "The email failed to send: no batch was accepted by Mailgun. Send it again to retry."
+MAY_HAVE_BEEN_SENT = (" {uncertain} of the failed batches may have reached Mailgun all the same: sending again looks "
+                      "them up in Mailgun's events first and sends only those it cannot find.")
+BATCH_MARK = "pressroom-batch"  # the v: variable that proves which batch a message carried
 
 
 # --- inputs and results ---------------------------------------------------------------------------
@@ -65,6 +70,7 @@ class BatchCounts(BaseModel):
     batches_failed: int
     recipients_total: int
     recipients_submitted: int
+    batches_uncertain: int = 0  # failed batches whose last send may have reached Mailgun
 
 
 class ListUnsentBatchesInput(BaseModel):
@@ -75,6 +81,9 @@ class ListUnsentBatchesInput(BaseModel):
 class SendBatchInput(BaseModel):
     batch_id: str
     delivery_time: datetime | None = None
+    # The workflow waits on a timer when asked to (BatchSent.confirm_in_seconds). False: runs
+    # started before that existed, for which an uncertain batch not found is resent at once.
+    confirm: bool = False
 
 
 class BatchSent(BaseModel):
@@ -82,6 +91,8 @@ class BatchSent(BaseModel):
     recipients: int
     provider_id: str
     reconciled: bool  # an earlier attempt had reached Mailgun; nothing was sent again
+    # Set when an uncertain send is not in Mailgun's events yet: nothing was sent; look again then.
+    confirm_in_seconds: float | None = None
 
 
 class FailBatchInput(BaseModel):
@@ -245,8 +256,9 @@ class NewsletterActivities:
                 raise _non_retryable(f"email {input.email_id} does not exist", "EmailNotFound")
             if await conn.fetchval("SELECT EXISTS (SELECT 1 FROM email_batches WHERE email_id = $1)", input.email_id):
                 if input.retry_failed:
-                    await conn.execute("UPDATE email_batches SET status = 'pending', updated_at = now() "
-                                       "WHERE email_id = $1 AND status = 'failed'", input.email_id)
+                    # The send outcome stays: an uncertain batch is looked up before it is sent again.
+                    await conn.execute("UPDATE email_batches SET status = 'pending', send_attempts = 0, "
+                                       "updated_at = now() WHERE email_id = $1 AND status = 'failed'", input.email_id)
             else:
                 activity.logger.info("creating batches for email %s", input.email_id)
                 segmented = segments_needed((await self._load(conn, input.email_id)).content)
@@ -316,6 +328,7 @@ class NewsletterActivities:
             """SELECT count(*) AS total,
                       count(*) FILTER (WHERE b.status = 'submitted') AS submitted,
                       count(*) FILTER (WHERE b.status = 'failed') AS failed,
+                      count(*) FILTER (WHERE b.status = 'failed' AND b.send_outcome = 'uncertain') AS uncertain,
                       coalesce(sum(r.n), 0) AS recipients,
                       coalesce(sum(r.n) FILTER (WHERE b.status = 'submitted'), 0) AS recipients_submitted
                FROM email_batches b
@@ -323,7 +336,7 @@ class NewsletterActivities:
                WHERE b.email_id = $1 AND b.status <> 'retired'""", email_id)
         return BatchCounts(batches_total=row["total"], batches_submitted=row["submitted"],
                            batches_failed=row["failed"], recipients_total=row["recipients"],
-                           recipients_submitted=row["recipients_submitted"])
+                           recipients_submitted=row["recipients_submitted"], batches_uncertain=row["uncertain"])
 
     @activity.defn
     async def list_unsent_batches(self, input: ListUnsentBatchesInput) -> list[str]:
@@ -337,8 +350,9 @@ class NewsletterActivities:
     async def send_batch(self, input: SendBatchInput) -> BatchSent:
         """One Mailgun message for the batch's recipients.
 
-        Safe to repeat: a submitted batch is not sent again, and a batch an earlier attempt may have
-        delivered to Mailgun is first looked up by its Message-Id in Mailgun's events.
+        Safe to repeat: a submitted batch is not sent again, and a batch whose last send was
+        uncertain is first looked up in Mailgun's events; while it may still appear there, nothing
+        is sent and the workflow is told when to look again.
         """
         async with heartbeating():
             return await self._send_batch(input)
@@ -349,7 +363,10 @@ class NewsletterActivities:
                 """UPDATE email_batches b SET status = 'submitting', updated_at = now()
                    FROM (SELECT id, status AS before FROM email_batches WHERE id = $1 FOR UPDATE) old
                    WHERE b.id = old.id AND old.before <> 'submitted'
-                   RETURNING b.email_id, b.member_segment, b.fallback_sending_domain, old.before""", input.batch_id)
+                   RETURNING b.email_id, b.member_segment, b.fallback_sending_domain, b.send_outcome,
+                             b.send_attempts, b.first_uncertain_at, now() AS now,
+                             extract(epoch FROM now() - b.last_uncertain_at)::float8 AS uncertain_for""",
+                input.batch_id)
             if batch is None:
                 done = await conn.fetchrow("SELECT provider_id, (SELECT count(*) FROM email_recipients "
                                            "WHERE batch_id = $1) AS n FROM email_batches WHERE id = $1",
@@ -365,11 +382,23 @@ class NewsletterActivities:
         # The batch's domain decides the request URL, the From address and where its events are.
         mailgun = self.mailgun.for_domain(sending_domain(self.settings, batch["fallback_sending_domain"]))
         message_id = f"{input.batch_id}@{mailgun.domain}"
-        if batch["before"] != "pending" and await self._accepted_before(message_id, mailgun):
-            activity.logger.info("batch %s was accepted by an earlier attempt; not sending it again", input.batch_id)
-            await self._record_submitted(input.batch_id, message_id)
-            return BatchSent(batch_id=input.batch_id, recipients=len(recipients), provider_id=message_id,
-                             reconciled=True)
+        if batch["send_outcome"] == UNCERTAIN:
+            provider_id = await self._find_accepted(mailgun, input.batch_id, recipients[0]["member_email"], message_id,
+                                                    *lookup_window(batch["first_uncertain_at"], batch["now"]))
+            if provider_id is not None:
+                activity.logger.info("batch %s was accepted by an earlier attempt; not sending it again",
+                                     input.batch_id)
+                await self._record_submitted(input.batch_id, provider_id)
+                return BatchSent(batch_id=input.batch_id, recipients=len(recipients), provider_id=provider_id,
+                                 reconciled=True)
+            wait = confirm_wait(batch["uncertain_for"], self.settings, input.confirm)
+            if wait is not None:
+                activity.logger.info("batch %s may have been accepted and is not in Mailgun's events yet; "
+                                     "looking again in %.0f s", input.batch_id, wait)
+                return BatchSent(batch_id=input.batch_id, recipients=len(recipients), provider_id="",
+                                 reconciled=False, confirm_in_seconds=wait)
+            if batch["send_attempts"] >= self.settings.mailgun_retries + 1:
+                raise uncertain_sends_exhausted(f"batch {input.batch_id}", batch["send_attempts"])
 
         body, headers = await self._body(batch["email_id"], batch["member_segment"])
         # Each reader's personalisation, resolved here so that no address enters a workflow history.
@@ -384,12 +413,18 @@ class NewsletterActivities:
         if mailgun.domain != self.mailgun.domain:
             from_address = fallback_sender(from_address, self.settings.fallback_address)
         activity.logger.info("sending batch %s (%d recipients)", input.batch_id, len(recipients))
+        await self._record_outcome(input.batch_id, UNCERTAIN, sending=True)  # until the answer says otherwise
         try:
-            provider_id = await mailgun.send_batch(
-                from_address=from_address, to=list(variables), subject=subject, html=html, text=text,
-                recipient_variables=variables, tags=tags, variables={"email-id": batch["email_id"]},
-                headers={**headers, "Message-Id": f"<{message_id}>"}, delivery_time=input.delivery_time,
-                tracking_opens=track_opens)
+            try:
+                provider_id = await mailgun.send_batch(
+                    from_address=from_address, to=list(variables), subject=subject, html=html, text=text,
+                    recipient_variables=variables, tags=tags,
+                    variables={"email-id": batch["email_id"], BATCH_MARK: input.batch_id},
+                    headers={**headers, "Message-Id": f"<{message_id}>"}, delivery_time=input.delivery_time,
+                    tracking_opens=track_opens)
+            except MailgunError as error:
+                await self._record_outcome(input.batch_id, error.outcome)
+                raise
         except RecipientLimitExceeded as error:
             # Certainly not accepted; the workflow splits the batch into smaller ones.
             raise ApplicationError(str(error), error.status_code, len(recipients), error.limit,
@@ -410,18 +445,31 @@ class NewsletterActivities:
         return BatchSent(batch_id=input.batch_id, recipients=len(recipients), provider_id=provider_id,
                          reconciled=False)
 
-    async def _accepted_before(self, message_id: str, mailgun: MailgunClient | None = None) -> bool:
+    async def _find_accepted(self, mailgun: MailgunClient, batch_id: str, first_recipient: str, message_id: str,
+                             begin: datetime, end: datetime) -> str | None:
         try:
-            return await (mailgun or self.mailgun).was_accepted(message_id)
+            return await mailgun.find_accepted(recipient=first_recipient, variables={BATCH_MARK: batch_id},
+                                               begin=begin, end=end, message_id=message_id)
         except MailgunError as error:
-            raise ApplicationError(f"cannot check whether the batch was accepted: {error}",
+            raise ApplicationError(f"cannot check whether batch {batch_id} was accepted: {error}",
                                    type="MailgunUnavailable") from None
+
+    async def _record_outcome(self, batch_id: str, outcome: str, *, sending: bool = False) -> None:
+        """The outcome of the latest attempt; an uncertain one keeps the window's start and restarts its wait."""
+        await self.pool.execute(
+            """UPDATE email_batches SET send_outcome = $2, send_attempts = send_attempts + $3::int,
+                      first_uncertain_at = CASE WHEN $2 <> 'uncertain' THEN NULL
+                                                WHEN send_outcome = 'uncertain' THEN first_uncertain_at
+                                                ELSE now() END,
+                      last_uncertain_at = CASE WHEN $2 = 'uncertain' THEN now() END, updated_at = now()
+               WHERE id = $1""", batch_id, outcome, 1 if sending else 0)
 
     async def _record_submitted(self, batch_id: str, provider_id: str) -> None:
         async with self.pool.acquire() as conn, conn.transaction():
             await conn.execute(
-                "UPDATE email_batches SET status = 'submitted', provider_id = $2, error_status_code = NULL, "
-                "error_message = NULL, error_data = NULL, updated_at = now() WHERE id = $1", batch_id, provider_id)
+                "UPDATE email_batches SET status = 'submitted', provider_id = $2, send_outcome = $3, "
+                "error_status_code = NULL, error_message = NULL, error_data = NULL, updated_at = now() "
+                "WHERE id = $1", batch_id, provider_id, ACCEPTED)
             await conn.execute("UPDATE email_recipients SET processed_at = now() WHERE batch_id = $1", batch_id)
 
     async def _load(self, conn, email_id: str) -> LoadedEmail:
@@ -481,6 +529,8 @@ class NewsletterActivities:
                                                 total=counts.batches_total)
             else:
                 status, message = "failed", NOT_SENT
+            if counts.batches_uncertain:
+                message += MAY_HAVE_BEEN_SENT.format(uncertain=counts.batches_uncertain)
             await conn.execute(
                 "UPDATE emails SET status = $2, error = nullif($3, ''), locked_by = NULL, updated_at = now(), "
                 "submitted_at = CASE WHEN $2 = 'submitted' THEN now() ELSE submitted_at END WHERE id = $1",

@@ -32,8 +32,10 @@ def newsletter_send(email_id: str = typer.Argument(..., help="The email to send 
             task = bar.add_task(f"email {email_id}", total=None, recipients="0")
 
             def show(progress) -> None:
+                confirming = (f" · confirming batch {', '.join(map(str, sorted(progress.confirming)))}"
+                              if progress.confirming else "")
                 bar.update(task, total=progress.batches_total or None, completed=progress.batches_sent
-                           + progress.batches_failed,
+                           + progress.batches_failed, description=f"email {email_id}{confirming}",
                            recipients=f"{progress.recipients_sent:,}/{progress.recipients_total:,}")
 
             outcome = await follow_newsletter(start.workflow_id, client=client, on_progress=show, say=warn)

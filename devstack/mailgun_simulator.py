@@ -9,7 +9,8 @@ What it models
   otherwise), 404 for another domain, 400 `{"message": ...}` for a missing from/to/subject/body,
   an address without a dotted domain, more than 1,000 recipients, more than 3 `o:tag`, or bad
   `recipient-variables` / `o:deliverytime`.
-  An `h:Message-Id` header becomes the message id, so a sender can reconcile an uncertain send.
+  An `h:Message-Id` header becomes the message id (unless `assign_own_ids`: Mailgun does not
+  promise to keep it).
 * Events for every recipient of an accepted message: `accepted`; then `failed` (permanent or
   temporary) or `delivered`; after delivery maybe `opened`, `unsubscribed`, `complained`. The
   fate is a hash of (message id, address) against `Rates`, so the same send gives the same events.
@@ -17,9 +18,16 @@ What it models
 * `GET /v3/{domain}/events` with begin (inclusive) / end (exclusive), as RFC 2822 or epoch
   seconds; `ascending` yes/no (default no, like Mailgun; descending reads from `begin` back to
   `end`); `limit` ≤ 300; `event` as "opened", "delivered OR failed" or "NOT opened";
-  `message-id`. `paging.next` is an absolute URL carrying an opaque position; following it later
+  `message-id`; `recipient` (unless `ignore_filters`). `paging.next` is an absolute URL carrying an opaque position; following it later
   picks up what became visible since (Mailgun's event polling). An event is visible once its
   timestamp + storage delay (+ the lateness of a "late" event) has passed.
+
+The provider's documented worst cases, each a `Faults` switch: answers 500 without storing
+(`error_rate`) or after storing (`error_after_accept_rate`: Mailgun says a 5xx may still have
+sent), drops the connection after storing (`lost_response_rate`), 429 "try again after <date>"
+(`rate_limit_rate`, `retry_after_seconds`), assigns its own Message-Id (`assign_own_ids`),
+ignores the event query's field filters (`ignore_filters`: event, recipient, message-id), and
+stores events late (`storage_delay_seconds`, or `late_event_share` of them by `late_event_seconds`).
 
 Admin API (no auth; a loopback tool)
 ------------------------------------
@@ -116,6 +124,7 @@ class Faults:
     """What goes wrong, and how often (shares in [0, 1]); all off by default."""
 
     error_rate: float = 0.0  # message POSTs answered 500, not stored
+    error_after_accept_rate: float = 0.0  # message POSTs stored, then answered 500 all the same
     rate_limit_rate: float = 0.0  # message POSTs answered 429 "try again after <date>", not stored
     retry_after_seconds: float = 1.0
     lost_response_rate: float = 0.0  # message POSTs stored, then the connection dropped unanswered
@@ -125,6 +134,8 @@ class Faults:
     late_event_seconds: float = 0.0  # …this many more seconds (Mailgun's eventual consistency)
     events_error_rate: float = 0.0  # event GETs answered 500
     malformed_events: bool = False  # event GETs answered with invalid JSON
+    assign_own_ids: bool = False  # an h:Message-Id is kept as a header but the message gets Mailgun's own id
+    ignore_filters: bool = False  # event GETs ignore event, recipient and message-id: only the time range applies
 
 
 @dataclass
@@ -259,6 +270,7 @@ class _Query:
     limit: int
     event: str | None
     message_id: str | None
+    recipient: str | None = None
 
 
 class _Invalid(Exception):
@@ -507,7 +519,8 @@ class MailgunSimulator:
             return refusal
 
         faults = self.faults
-        roll = self._rng.random() if (faults.error_rate or faults.rate_limit_rate or faults.lost_response_rate) else 1.0
+        roll = self._rng.random() if (faults.error_rate or faults.rate_limit_rate or faults.lost_response_rate
+                                      or faults.error_after_accept_rate) else 1.0
         if roll < faults.error_rate:
             return web.json_response({"message": "Internal Server Error"}, status=500)
         roll -= faults.error_rate
@@ -522,6 +535,9 @@ class MailgunSimulator:
             if request.transport is not None:
                 request.transport.abort()  # stored, but the client never hears so
             return web.Response(status=500)
+        roll -= faults.lost_response_rate
+        if roll < faults.error_after_accept_rate:
+            return web.json_response({"message": "Internal Server Error"}, status=500)  # stored all the same
         return web.json_response({"id": f"<{message.id}>", "message": "Queued. Thank you."})
 
     def _parse_message(self, form: Any) -> StoredMessage:
@@ -555,6 +571,8 @@ class MailgunSimulator:
         variables = {k[2:]: v for k, v in form.items() if k.startswith("v:") and isinstance(v, str)}
         headers = {k[2:]: v for k, v in form.items() if k.startswith("h:") and isinstance(v, str)}
         given_id = next((v for k, v in headers.items() if k.lower() == "message-id"), "").strip().strip("<>")
+        if self.faults.assign_own_ids:
+            given_id = ""
         return StoredMessage(
             id=given_id or f"{time.strftime('%Y%m%d%H%M%S')}.{uuid.uuid4().hex[:16]}@{self.domain}",
             from_address=text("from"), subject=text("subject"), tags=tags, variables=variables,
@@ -636,7 +654,7 @@ class MailgunSimulator:
         try:
             token = request.match_info.get("token")
             query, after = self._decode(token) if token else (self._parse_query(request.query), None)
-            match = _event_matcher(query.event)
+            match = _event_matcher(None if self.faults.ignore_filters else query.event)
         except _Invalid as error:
             return web.json_response({"message": str(error)}, status=400)
         if self.faults.events_error_rate and self._rng.random() < self.faults.events_error_rate:
@@ -649,7 +667,8 @@ class MailgunSimulator:
         origin = f"{request.url.origin()}/v3/{domain}/events/"
         last = (page[-1][0], page[-1][1]) if page else None
         first = (page[0][0], page[0][1]) if page else None
-        flipped = _Query(query.begin, query.end, not query.ascending, query.limit, query.event, query.message_id)
+        flipped = _Query(query.begin, query.end, not query.ascending, query.limit, query.event, query.message_id,
+                         query.recipient)
         paging = {
             "next": origin + self._encode(query, _position(last) if last else after),
             "previous": origin + self._encode(flipped, _position(first) if first else after),
@@ -674,18 +693,27 @@ class MailgunSimulator:
         up = ascending in ("yes", "true")
         if begin is not None and end is not None and (begin > end if up else begin < end):
             raise _Invalid("begin must come before end when ascending, after it when descending")
-        return _Query(begin, end, up, limit, params.get("event"), params.get("message-id"))
+        return _Query(begin, end, up, limit, params.get("event"), params.get("message-id"), params.get("recipient"))
 
     def _page(self, query: _Query, after: tuple[tuple[float, int], int] | None,
               match: Callable[[str], bool], now: float, domain: str | None = None) -> list[tuple[_Group, int]]:
         """Up to `limit` visible (group, position) pairs after the cursor, in the query's direction."""
         keys, groups, limit = self._keys, self._groups, query.limit
         out: list[tuple[_Group, int]] = []
+        message_id, recipient = (None, None) if self.faults.ignore_filters else (query.message_id, query.recipient)
+        recipient = recipient.casefold() if recipient else None
 
         def wanted(group: _Group) -> bool:
             return (group.visible_at <= now and match(group.kind)
-                    and (query.message_id is None or group.message.id == query.message_id)
+                    and (message_id is None or group.message.id == message_id)
                     and (domain is None or group.message.domain in ("", domain)))
+
+        def pick(group: _Group, positions: range, room: int) -> Iterable[int]:
+            """Up to `room` positions of the group, in order, that pass the recipient filter."""
+            if recipient is None:
+                return positions[:room]
+            addresses, members = group.message.recipients, group.members
+            return itertools.islice((p for p in positions if addresses[members[p]].casefold() == recipient), room)
 
         if query.ascending:
             low = -math.inf if query.begin is None else query.begin
@@ -700,8 +728,7 @@ class MailgunSimulator:
                 if group.timestamp >= high or group.timestamp > now:
                     break
                 if group.timestamp >= low and wanted(group):
-                    stop = min(len(group.members), position + limit - len(out))
-                    out.extend((group, p) for p in range(position, stop))
+                    out.extend((group, p) for p in pick(group, range(position, len(group.members)), limit - len(out)))
                 index, position = index + 1, 0
         else:
             high = math.inf if query.begin is None else query.begin
@@ -720,8 +747,7 @@ class MailgunSimulator:
                     break
                 if group.timestamp <= high and wanted(group):
                     start = len(group.members) - 1 if position is None else position
-                    stop = max(-1, start - (limit - len(out)))
-                    out.extend((group, p) for p in range(start, stop, -1))
+                    out.extend((group, p) for p in pick(group, range(start, -1, -1), limit - len(out)))
                 index, position = index - 1, None
         return out
 
@@ -775,7 +801,8 @@ class MailgunSimulator:
 
     @staticmethod
     def _encode(query: _Query, after: tuple[tuple[float, int], int] | None) -> str:
-        state = {"q": [query.begin, query.end, query.ascending, query.limit, query.event, query.message_id],
+        state = {"q": [query.begin, query.end, query.ascending, query.limit, query.event, query.message_id,
+                       query.recipient],
                  "a": [after[0][0], after[0][1], after[1]] if after else None}
         return base64.urlsafe_b64encode(json.dumps(state, separators=(",", ":")).encode()).decode().rstrip("=")
 

@@ -68,6 +68,13 @@ class Settings(BaseSettings):
     mailgun_retry_seconds: float = Field(default=10.0, gt=0, validation_alias="PRESSROOM_MAILGUN_RETRY_SECONDS")
     mailgun_timeout_seconds: float = Field(default=30.0, gt=0, validation_alias="PRESSROOM_MAILGUN_TIMEOUT_SECONDS")
     delivery_window_seconds: int = Field(default=0, ge=0, validation_alias="PRESSROOM_DELIVERY_WINDOW_SECONDS")
+    # An uncertain send (5xx, lost answer) not yet in Mailgun's events is looked up again for this
+    # long before it is sent again. Mailgun's event polling guide says events may be stored up to
+    # about 30 minutes after they happen (the analytics trust threshold has the same reason); only
+    # after that is "no accepted event" evidence that it was not accepted. 0 resends at once.
+    send_confirm_window_seconds: float = Field(default=30 * 60, ge=0,
+                                               validation_alias="PRESSROOM_SEND_CONFIRM_WINDOW_SECONDS")
+    send_confirm_poll_seconds: float = Field(default=60.0, gt=0, validation_alias="PRESSROOM_SEND_CONFIRM_POLL_SECONDS")
     email_tag: str = Field(default="", validation_alias="PRESSROOM_EMAIL_TAG")
     site_url: str = Field(default="http://localhost:2368", validation_alias="PRESSROOM_SITE_URL")
     from_address: str = Field(default="Pressroom <noreply@example.com>", validation_alias="PRESSROOM_FROM_ADDRESS")

@@ -32,6 +32,8 @@ DATABASE_TIMEOUT = timedelta(minutes=30)
 # Long activities heartbeat; a worker that dies is noticed this fast and its work retried elsewhere.
 HEARTBEAT_TIMEOUT = timedelta(seconds=15)
 BATCH_PAGE = 100  # batch ids fetched per page: a history holds a few pages at most
+# Runs recorded before this patch resend an uncertain batch at once; later ones wait for its events.
+CONFIRM_UNCERTAIN_PATCH = "confirm-uncertain-batches"
 # Runs started before this patch send each batch as it is; later runs first admit it under the
 # provider's limits (learned batch size, hourly and daily caps) and split a batch refused for its size.
 PROVIDER_LIMITS_PATCH = "provider-limits"
@@ -57,6 +59,9 @@ class NewsletterProgress(BaseModel):
     recipients_total: int = 0
     recipients_sent: int = 0
     message: str = ""
+    # Batches (numbered from 1) whose send may have reached Mailgun and which are being looked up
+    # in its events, waiting for them to appear, before anything is sent again.
+    confirming: list[int] = []
 
 
 class Resume(BaseModel):
@@ -226,11 +231,24 @@ class SendNewsletterWorkflow:
                                     backoff_coefficient=1.0, maximum_attempts=plan.mailgun_retries + 1,
                                     non_retryable_error_types=["MailgunRejected", "BatchNotFound",
                                                                "RecipientLimitExceeded", "SendingLimitReached"])
+        # Whether this run may wait for an uncertain batch's events on a timer (runs recorded before
+        # the patch cannot: their histories have no such timer).
+        batch = SendBatchInput(batch_id=batch_id, delivery_time=delivery_time,
+                               confirm=workflow.patched(CONFIRM_UNCERTAIN_PATCH))
         try:
             sent = await workflow.execute_activity_method(
-                NewsletterActivities.send_batch, SendBatchInput(batch_id=batch_id, delivery_time=delivery_time),
-                start_to_close_timeout=timedelta(minutes=2), heartbeat_timeout=HEARTBEAT_TIMEOUT,
-                retry_policy=mailgun_retry, summary=f"batch {batch_id}")
+                NewsletterActivities.send_batch, batch, start_to_close_timeout=timedelta(minutes=2),
+                heartbeat_timeout=HEARTBEAT_TIMEOUT, retry_policy=mailgun_retry, summary=f"batch {batch_id}")
+            while sent.confirm_in_seconds is not None:
+                # Mailgun may have accepted it and its events are not there yet: look again later.
+                self._progress.confirming.append(number + 1)
+                self._show()
+                await workflow.sleep(timedelta(seconds=sent.confirm_in_seconds),
+                                     summary=f"confirming batch {number + 1}")
+                self._progress.confirming.remove(number + 1)
+                sent = await workflow.execute_activity_method(
+                    NewsletterActivities.send_batch, batch, start_to_close_timeout=timedelta(minutes=2),
+                    heartbeat_timeout=HEARTBEAT_TIMEOUT, retry_policy=mailgun_retry, summary=f"batch {batch_id}")
         except ActivityError as error:
             cause = error.cause
             message = str(cause) if cause else str(error)
@@ -282,4 +300,7 @@ class SendNewsletterWorkflow:
             p.message = message
         details = (f"**{p.status}**: {p.batches_sent}/{p.batches_total} batches sent, {p.batches_failed} failed; "
                    f"{p.recipients_sent}/{p.recipients_total} recipients")
+        if p.confirming:
+            details += (f"\n\nconfirming batch {', '.join(map(str, sorted(p.confirming)))}: Mailgun may have "
+                        "accepted it; waiting for its events before sending it again")
         workflow.set_current_details(f"{details}\n\n{p.message}" if p.message else details)
