@@ -135,6 +135,9 @@ async def run(settings: Settings | None = None) -> None:
 
 
 def main() -> None:
+    from pressroom import tracing
+
+    tracing.configure_from_environment()
     configure_logging(get_settings())
     asyncio.run(run())
 
@@ -143,7 +146,7 @@ def configure_logging(settings: Settings) -> None:
     """Structured lines that never carry the Mailgun key or a member's address."""
     from pressroom import logs
 
-    logs.configure(secrets=[settings.mailgun_api_key.get_secret_value()])
+    logs.configure(secrets=[settings.mailgun_api_key.get_secret_value()], log_format=settings.log_format)
 
 
 if __name__ == "__main__":
