@@ -175,7 +175,8 @@ class SendNewsletterWorkflow:
     @staticmethod
     def _from_counts(email_id: str, counts: BatchCounts) -> NewsletterProgress:
         return NewsletterProgress(email_id=email_id, batches_total=counts.batches_total,
-                                  batches_sent=counts.batches_submitted, recipients_total=counts.recipients_total,
+                                  batches_sent=counts.batches_submitted, batches_failed=counts.batches_failed,
+                                  recipients_total=counts.recipients_total,
                                   recipients_sent=counts.recipients_submitted)
 
     def _show(self, *, status: str | None = None, message: str | None = None) -> None:
