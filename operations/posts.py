@@ -1,0 +1,81 @@
+"""Scheduled posts, client side: schedule, unschedule and reconcile; the periodic reconcile's schedule."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from activities.posts import reconcile_scheduled_posts, start_or_move_publication, stop_publication
+from operations.common import parse_moment, temporal_client
+from pressroom.errors import BadInput, NotFound
+from pressroom.settings import Settings, get_settings
+
+async def schedule_post(post_id: str, at: str, *, client=None, settings: Settings | None = None):
+    """Mark the post scheduled for `at` and start or move its workflow; a past time publishes at once."""
+    from pressroom import database
+
+    publish_at = parse_moment(at, "--at")
+    settings = settings or get_settings()
+    async with database.connection(settings.require_database()) as conn:
+        status = await conn.fetchval("SELECT status FROM posts WHERE id = $1", post_id)
+        if status is None:
+            raise NotFound(f"post {post_id} does not exist")
+        if status not in ("draft", "scheduled"):
+            raise BadInput(f"post {post_id} is already {status}; only a draft or scheduled post can be scheduled")
+        await conn.execute("UPDATE posts SET status = 'scheduled', published_at = $2, updated_at = now() "
+                           "WHERE id = $1 AND status IN ('draft', 'scheduled')", post_id, publish_at)
+    # Should this call fail, the post is scheduled in the database and `posts reconcile` (run by
+    # every worker at start and every 10 minutes) starts its workflow.
+    await start_or_move_publication(client or await temporal_client(settings), settings, post_id, publish_at)
+    return publish_at
+
+
+async def unschedule_post(post_id: str, *, client=None, settings: Settings | None = None) -> None:
+    """Back to draft, and the post's workflow ends without publishing."""
+    from pressroom import database
+
+    settings = settings or get_settings()
+    async with database.connection(settings.require_database()) as conn:
+        status = await conn.fetchval("SELECT status FROM posts WHERE id = $1", post_id)
+        if status is None:
+            raise NotFound(f"post {post_id} does not exist")
+        if status != "scheduled":
+            raise BadInput(f"post {post_id} is {status}, not scheduled")
+        await conn.execute("UPDATE posts SET status = 'draft', updated_at = now() WHERE id = $1 "
+                           "AND status = 'scheduled'", post_id)
+    await stop_publication(client or await temporal_client(settings), post_id)
+
+
+async def reconcile_posts(*, client=None, settings: Settings | None = None):
+    from pressroom import database
+
+    settings = settings or get_settings()
+    pool = await database.connect(settings.require_database(), max_size=2)
+    try:
+        return await reconcile_scheduled_posts(client or await temporal_client(settings), pool, settings)
+    finally:
+        await pool.close()
+
+
+RECONCILE_SCHEDULE_ID = "posts-reconcile"
+RECONCILE_EVERY = timedelta(minutes=10)
+
+
+async def ensure_reconcile_schedule(client, settings) -> str:
+    """The periodic reconcile (catches posts scheduled by other writers of the database)."""
+    from temporalio.client import (Schedule, ScheduleActionStartWorkflow, ScheduleIntervalSpec,
+                                   ScheduleOverlapPolicy, SchedulePolicy, ScheduleSpec)
+
+    from pressroom.temporal import create_or_update_schedule
+
+    schedule = Schedule(
+        action=ScheduleActionStartWorkflow("ReconcilePostsWorkflow", id=RECONCILE_SCHEDULE_ID,
+                                           task_queue=settings.task_queue),
+        spec=ScheduleSpec(intervals=[ScheduleIntervalSpec(every=RECONCILE_EVERY)]),
+        policy=SchedulePolicy(overlap=ScheduleOverlapPolicy.SKIP))
+    return await create_or_update_schedule(client, RECONCILE_SCHEDULE_ID, schedule)
+
+
+async def reconcile_at_worker_start(client, settings) -> None:
+    """Ensure the schedule and run it once now: posts scheduled while no worker ran get their timers."""
+    await ensure_reconcile_schedule(client, settings)
+    await client.get_schedule_handle(RECONCILE_SCHEDULE_ID).trigger()
