@@ -20,6 +20,7 @@ from pydantic import BaseModel, Field
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from activities.heartbeat import heartbeating
 from pressroom.mailgun import MAILGUN_MAX_EVENTS_PAGE, MailgunError
 
 if TYPE_CHECKING:
@@ -467,7 +468,7 @@ class AnalyticsActivities:
     async def aggregate_stats(self, input: AggregateInput) -> AggregateResult:
         """Recount the emails and members whose events changed; a recount is always safe to repeat."""
         started = time.monotonic()
-        async with self.deps.pool.acquire() as conn, conn.transaction():
+        async with heartbeating(), self.deps.pool.acquire() as conn, conn.transaction():
             emails = _rows(await conn.execute(_AGGREGATE_EMAILS))
             members = _rows(await conn.execute(_AGGREGATE_MEMBERS))
         result = AggregateResult(emails=emails, members=members, seconds=round(time.monotonic() - started, 3))

@@ -15,6 +15,7 @@ from datetime import datetime
 from pydantic import BaseModel
 from temporalio import activity
 
+from activities.heartbeat import heartbeating
 from pressroom.dependencies import Dependencies
 
 # The worker's clock and Temporal's agree to milliseconds in practice (NTP); this bounds the local
@@ -128,7 +129,8 @@ class PostsActivities:
 
         Safe to repeat: starting or moving a workflow to the time it already has changes nothing.
         """
-        result = await reconcile_scheduled_posts(self.temporal, self.pool, self.settings)
+        async with heartbeating():
+            result = await reconcile_scheduled_posts(self.temporal, self.pool, self.settings)
         activity.logger.info("reconciled posts: %d started or moved, %d stopped", result.started_or_moved,
                              result.stopped)
         return result

@@ -43,7 +43,8 @@ class FetchEmailAnalyticsWorkflow:
             phase = "aggregates"
             result.aggregate = await workflow.execute_activity_method(
                 AnalyticsActivities.aggregate_stats, AggregateInput(), start_to_close_timeout=timedelta(minutes=10),
-                retry_policy=FETCH_RETRY)
+                # A worker that dies mid-recount is noticed in a minute, not at the 10-minute timeout.
+                heartbeat_timeout=timedelta(minutes=1), retry_policy=FETCH_RETRY)
         except ActivityError as error:
             cause = error.cause.message if isinstance(error.cause, ApplicationError) else str(error.cause or error)
             result.error = f"email analytics failed in phase {phase}: {cause}"

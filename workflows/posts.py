@@ -111,4 +111,5 @@ class ReconcilePostsWorkflow:
     async def run(self) -> ReconcileResult:
         return await workflow.execute_activity_method(
             PostsActivities.reconcile_posts, start_to_close_timeout=timedelta(minutes=10),
-            retry_policy=RetryPolicy(maximum_attempts=5))
+            # A worker that dies mid-reconcile is noticed in a minute, not at the 10-minute timeout.
+            heartbeat_timeout=timedelta(minutes=1), retry_policy=RetryPolicy(maximum_attempts=5))
