@@ -381,6 +381,7 @@ class AnalyticsActivities:
             await self._apply(batch, result, job, {"resume_url": None, "window_end": _epoch(end),
                                                    "cursor": _epoch(end)})
             return await self._finish(result, job, phase, now, started)
+        checkpoint: dict[str, Any] | None = resumed
         pending: asyncio.Task | None = asyncio.create_task(page(url))
         exhausted = False
         try:
@@ -388,6 +389,9 @@ class AnalyticsActivities:
                 items, next_url = await pending
                 pending = None
                 result.pages += 1
+                # Every page is a sign of life; the details stay those of the last batch applied,
+                # where a retry can resume without skipping an event.
+                activity.heartbeat(*([checkpoint] if checkpoint else []))
                 result.events += len(items)
                 if items:
                     stamp = items[-1].get("timestamp")
@@ -405,8 +409,9 @@ class AnalyticsActivities:
                               "cursor": _epoch(end) if exhausted else (last_moment or state.get("cursor"))}
                     await self._apply(batch, result, job, cursor)
                     batch = _Batch()
-                    activity.heartbeat({"job": job, "url": next_url, "end": _epoch(end),
-                                        "result": result.model_dump(mode="json")})
+                    checkpoint = {"job": job, "url": next_url, "end": _epoch(end),
+                                  "result": result.model_dump(mode="json")}
+                    activity.heartbeat(checkpoint)
         except MailgunError as error:
             raise ApplicationError(f"email analytics {phase}: {error}", type=type(error).__name__,
                                    non_retryable=not error.retryable) from None

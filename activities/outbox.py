@@ -26,6 +26,7 @@ from activities.heartbeat import heartbeating
 from pressroom.dependencies import Dependencies
 
 NOTIFY_CHANNEL = "pressroom_outbox"
+RELAY_HEARTBEAT_SECONDS = 2.0  # well inside the relay workflow's 10 s heartbeat timeout
 ERROR_LIMIT = 2000  # the seed caps stored error text at 2,000 characters
 
 
@@ -133,14 +134,23 @@ class OutboxActivities:
                 claimed = await self._claim_and_start()
                 started += claimed
                 if claimed < self.settings.outbox_batch:
-                    try:
-                        await asyncio.wait_for(wake.wait(), self.settings.outbox_poll_interval_sec)
-                    except TimeoutError:
-                        pass
-                    wake.clear()
+                    await self._wait_for_work(wake, min(self.settings.outbox_poll_interval_sec,
+                                                        deadline - time.monotonic()), started)
         finally:
             await listener.close()
         return RelayResult(started=started)
+
+    @staticmethod
+    async def _wait_for_work(wake: asyncio.Event, seconds: float, started: int) -> None:
+        """Until a NOTIFY or `seconds` pass, heartbeating every RELAY_HEARTBEAT_SECONDS meanwhile, so
+        that the relay's heartbeat timeout holds however long OUTBOX_POLL_INTERVAL_SEC is set."""
+        until = time.monotonic() + seconds
+        while not wake.is_set() and (left := until - time.monotonic()) > 0:
+            try:
+                await asyncio.wait_for(wake.wait(), min(left, RELAY_HEARTBEAT_SECONDS))
+            except TimeoutError:
+                activity.heartbeat(started)
+        wake.clear()
 
     async def _claim_and_start(self) -> int:
         from temporalio.common import SearchAttributePair, TypedSearchAttributes, WorkflowIDConflictPolicy

@@ -7,7 +7,7 @@ import asyncio
 from dataclasses import dataclass
 
 from operations.common import temporal_client
-from pressroom.errors import BadInput, NotFound, PressroomError
+from pressroom.errors import BadInput, NotFound, PressroomError, cause_of
 from pressroom.settings import Settings, get_settings
 
 
@@ -79,8 +79,7 @@ async def follow_newsletter(workflow_id: str, *, client=None, on_progress=None, 
             await asyncio.wait([result], timeout=poll_seconds)
         return result.result()
     except WorkflowFailureError as error:
-        cause = error.cause
-        raise PressroomError(f"{workflow_id} failed: {getattr(cause, 'message', None) or cause or error}") from None
+        raise PressroomError(f"{workflow_id} failed: {cause_of(error).message}") from None
     finally:
         result.cancel()
 

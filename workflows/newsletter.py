@@ -18,6 +18,7 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
+    from pressroom.errors import cause_of
     from activities.newsletter import (BatchCounts, CreateBatchesInput, EmailOutcome, FailBatchInput,
                                        FinishEmailInput, ListUnsentBatchesInput, LockEmailInput, NewsletterActivities,
                                        SendBatchInput, SendPlan)
@@ -93,7 +94,7 @@ class SendNewsletterWorkflow:
             except ActivityError as error:
                 # Bad input (unknown email, unparseable filter, nobody to send to): the run fails
                 # with the reason itself, so the Web UI and the CLI show it in one line.
-                reason = error.cause.message if isinstance(error.cause, ApplicationError) else str(error)
+                reason = cause_of(error).message
                 self._show(status="failed", message=reason)
                 raise ApplicationError(reason, type="NewsletterRefused", non_retryable=True) from None
             if not lock.acquired:
@@ -154,10 +155,9 @@ class SendNewsletterWorkflow:
                         retry_policy=mailgun_retry,
                         summary=f"batch {number + 1} of {self._progress.batches_total}")
                 except ActivityError as error:
-                    cause = error.cause
-                    message = str(cause) if cause else str(error)
-                    status_code = (cause.details[0] if isinstance(cause, ApplicationError) and cause.details
-                                   and isinstance(cause.details[0], int) else None)
+                    cause = cause_of(error)
+                    message = str(cause)
+                    status_code = cause.details[0] if cause.details and isinstance(cause.details[0], int) else None
                     await workflow.execute_activity_method(
                         NewsletterActivities.fail_batch,
                         FailBatchInput(batch_id=batch_id, status_code=status_code, message=message),

@@ -12,9 +12,10 @@ from datetime import timedelta
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
-from temporalio.exceptions import ActivityError, ApplicationError
+from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
+    from pressroom.errors import cause_of
     from activities.outbox import (AbortEntryInput, CompleteEntryInput, EntryInput, OutboxActivities,
                                    RelayInput)
 
@@ -55,9 +56,8 @@ class DeliverOutboxEntryWorkflow:
         return "succeeded"
 
     async def _abort(self, input: EntryInput, error: ActivityError) -> str:
-        cause = error.cause
-        code = cause.type if isinstance(cause, ApplicationError) and cause.type else "HANDLER_FAILED"
-        message = cause.message if isinstance(cause, ApplicationError) else str(error)
+        cause = cause_of(error)
+        code, message = cause.type or "HANDLER_FAILED", cause.message
         await workflow.execute_activity_method(
             OutboxActivities.abort_entry, AbortEntryInput(outbox_id=input.outbox_id, code=code, message=message),
             start_to_close_timeout=timedelta(seconds=30), retry_policy=DATABASE_RETRY)
