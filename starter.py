@@ -12,8 +12,9 @@ import sys
 import typer
 from rich.console import Console
 
-from commands import analytics, dev, members, newsletter, operate, outbox, posts
+from commands import analytics, dev, limits, members, newsletter, operate, outbox, posts
 from devstack.servers import DevStackError
+from pressroom import tracing
 from pressroom.database import DatabaseUnavailable
 from pressroom.errors import PressroomError
 from pressroom.settings import ConfigurationError
@@ -27,6 +28,7 @@ app.add_typer(members.app, name="members")
 app.add_typer(outbox.app, name="outbox")
 app.add_typer(analytics.app, name="analytics")
 app.add_typer(posts.app, name="posts")
+app.add_typer(limits.app, name="limits")
 app.add_typer(operate.app)
 
 # Errors the operator can act on: printed as one line, exit status 1.
@@ -35,6 +37,7 @@ OPERATOR_ERRORS = (PressroomError, ConfigurationError, DatabaseUnavailable, Temp
 
 def main() -> None:
     """Run the CLI; an operator error becomes one line on stderr and exit status 1."""
+    tracing.configure_from_environment()  # OTEL_* variables; off when unset
     try:
         app()
     except OPERATOR_ERRORS as error:

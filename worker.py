@@ -21,6 +21,7 @@ from activities.analytics import AnalyticsActivities
 from activities.newsletter import NewsletterActivities
 from activities.outbox import OutboxActivities
 from activities.posts import PostsActivities
+from activities.sending_limits import SendingLimitsActivities
 from operations.analytics import ensure_schedule as ensure_analytics_schedule
 from operations.outbox import ensure_relay as ensure_outbox_relay
 from operations.posts import reconcile_at_worker_start
@@ -50,9 +51,11 @@ def build_activities(deps: Dependencies) -> list[Callable]:
     outbox = OutboxActivities(deps)
     analytics = AnalyticsActivities(deps)
     posts = PostsActivities(deps)
+    sending_limits = SendingLimitsActivities(deps)
     return [
         newsletter.lock_email, newsletter.create_batches, newsletter.list_unsent_batches, newsletter.send_batch,
         newsletter.fail_batch, newsletter.finish_email,
+        sending_limits.admit_batch, sending_limits.split_refused_batch,
         outbox.relay_outbox, outbox.handle_entry, outbox.complete_entry, outbox.abort_entry,
         analytics.fetch_phase, analytics.aggregate_stats, analytics.record_run,
         posts.publish_post, posts.reconcile_posts,
@@ -130,6 +133,9 @@ async def run(settings: Settings | None = None) -> None:
 
 
 def main() -> None:
+    from pressroom import tracing
+
+    tracing.configure_from_environment()
     configure_logging(get_settings())
     asyncio.run(run())
 
@@ -138,7 +144,7 @@ def configure_logging(settings: Settings) -> None:
     """Structured lines that never carry the Mailgun key or a member's address."""
     from pressroom import logs
 
-    logs.configure(secrets=[settings.mailgun_api_key.get_secret_value()])
+    logs.configure(secrets=[settings.mailgun_api_key.get_secret_value()], log_format=settings.log_format)
 
 
 if __name__ == "__main__":

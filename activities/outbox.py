@@ -13,7 +13,7 @@ import hashlib
 import json
 import time
 from collections.abc import Awaitable, Callable
-from datetime import timedelta
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import asyncpg
@@ -21,13 +21,16 @@ from pydantic import BaseModel, ValidationError
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from pressroom.mailgun import MailgunRejected
+from activities.confirm import StillConfirming, confirm_wait, lookup_window, uncertain_sends_exhausted
 from activities.heartbeat import heartbeating
+from pressroom import tracing
 from pressroom.dependencies import Dependencies
+from pressroom.mailgun import ACCEPTED, UNCERTAIN, MailgunError, MailgunRejected
 
 NOTIFY_CHANNEL = "pressroom_outbox"
 RELAY_HEARTBEAT_SECONDS = 2.0  # well inside the relay workflow's 10 s heartbeat timeout
 ERROR_LIMIT = 2000  # the seed caps stored error text at 2,000 characters
+OUTBOX_MARK = "pressroom-outbox"  # the v: variable that proves which entry a welcome email carried
 
 
 # --- event types and their handlers -------------------------------------------------------------
@@ -64,9 +67,11 @@ async def enqueue(conn: asyncpg.Connection, event_type: str, payload: dict[str, 
         raise RuntimeError("enqueue needs an open transaction: the entry must commit with its change")
     digest = payload_digest(payload)
     key = idempotency_key or f"{event_type}-{digest[:32]}"
+    carrier = tracing.current_context_carrier()  # the delivery continues the enqueuer's trace
     await conn.execute(
-        "INSERT INTO outbox (event_type, payload, idempotency_key, payload_digest) VALUES ($1, $2::jsonb, $3, $4) "
-        "ON CONFLICT (idempotency_key) DO NOTHING", event_type, json.dumps(payload), key, digest)
+        "INSERT INTO outbox (event_type, payload, idempotency_key, payload_digest, trace_context) "
+        "VALUES ($1, $2::jsonb, $3, $4, $5::jsonb) ON CONFLICT (idempotency_key) DO NOTHING",
+        event_type, json.dumps(payload), key, digest, json.dumps(carrier) if carrier else None)
     await conn.execute("SELECT pg_notify($1, '')", NOTIFY_CHANNEL)
     return key
 
@@ -84,11 +89,16 @@ class RelayResult(BaseModel):
 class EntryInput(BaseModel):
     outbox_id: str
     max_attempts: int = 6  # the protocol's MAX_ATTEMPTS, from the relay's settings
+    # The delivery waits on a timer for an uncertain send's events when asked to
+    # (EntryResult.confirm_in_seconds). False: deliveries started before that existed resend at once.
+    confirm: bool = False
 
 
 class EntryResult(BaseModel):
     result: dict[str, Any]
     already_succeeded: bool = False  # the ledger had it (W-105): nothing was handled
+    # Set when an uncertain send is not in Mailgun's events yet: nothing was sent; handle again then.
+    confirm_in_seconds: float | None = None
 
 
 class CompleteEntryInput(BaseModel):
@@ -112,7 +122,7 @@ class OutboxActivities:
         self.mailgun = deps.mailgun
         self.settings = deps.settings
         self.temporal = deps.temporal
-        self.handlers: dict[str, Callable[[BaseModel, str], Awaitable[dict[str, Any]]]] = {
+        self.handlers: dict[str, Callable[[BaseModel, str, EntryInput], Awaitable[dict[str, Any]]]] = {
             "MemberCreatedEvent": self._welcome_member, "NoopEvent": self._noop}
 
     # --- the relay ---
@@ -127,9 +137,17 @@ class OutboxActivities:
         wake = asyncio.Event()
         listener = await asyncpg.connect(self.settings.database_url)
         await listener.add_listener(NOTIFY_CHANNEL, lambda *_: wake.set())
+
+        async def wake_at_worker_shutdown() -> None:
+            await activity.wait_for_worker_shutdown()
+            wake.set()
+
+        # A stopping worker hands the relay back at once (the workflow calls it again, on another
+        # worker) instead of holding the shutdown for the whole grace period.
+        shutdown = asyncio.create_task(wake_at_worker_shutdown())
         started, deadline = 0, time.monotonic() + input.run_seconds
         try:
-            while time.monotonic() < deadline:
+            while time.monotonic() < deadline and not activity.is_worker_shutdown():
                 activity.heartbeat(started)
                 claimed = await self._claim_and_start()
                 started += claimed
@@ -137,6 +155,7 @@ class OutboxActivities:
                     await self._wait_for_work(wake, min(self.settings.outbox_poll_interval_sec,
                                                         deadline - time.monotonic()), started)
         finally:
+            shutdown.cancel()
             await listener.close()
         return RelayResult(started=started)
 
@@ -163,19 +182,26 @@ class OutboxActivities:
             if room <= 0:
                 return 0
             rows = await conn.fetch(
-                "SELECT id, idempotency_key, event_type, created_at FROM outbox "
+                "SELECT id, idempotency_key, event_type, created_at, trace_context::text FROM outbox "
                 "WHERE status = 'pending' AND next_run_at <= now() ORDER BY next_run_at, created_at "
                 "LIMIT $1 FOR UPDATE SKIP LOCKED", room)
             if not rows:
                 return 0
-            # By its registered name: activities do not import workflow code.
-            await asyncio.gather(*(self.temporal.start_workflow(
-                "DeliverOutboxEntryWorkflow",
-                EntryInput(outbox_id=row["id"], max_attempts=self.settings.outbox_max_attempts),
-                id=f"outbox-{row['idempotency_key']}", task_queue=activity.info().task_queue,
-                id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
-                search_attributes=TypedSearchAttributes([SearchAttributePair(OUTBOX_EVENT_TYPE, row["event_type"])]),
-                static_summary=f"Deliver {row['event_type']} (outbox {row['id']})") for row in rows))
+
+            async def start(row) -> None:
+                # Each delivery continues the trace of the transaction that enqueued it.
+                with tracing.continued_from(json.loads(row["trace_context"]) if row["trace_context"] else None):
+                    # By its registered name: activities do not import workflow code.
+                    await self.temporal.start_workflow(
+                        "DeliverOutboxEntryWorkflow",
+                        EntryInput(outbox_id=row["id"], max_attempts=self.settings.outbox_max_attempts),
+                        id=f"outbox-{row['idempotency_key']}", task_queue=activity.info().task_queue,
+                        id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+                        search_attributes=TypedSearchAttributes([SearchAttributePair(OUTBOX_EVENT_TYPE,
+                                                                                     row["event_type"])]),
+                        static_summary=f"Deliver {row['event_type']} (outbox {row['id']})")
+
+            await asyncio.gather(*(start(row) for row in rows))
             await conn.execute("UPDATE outbox SET status = 'sending', dispatched_at = now(), updated_at = now() "
                                "WHERE id = ANY($1::text[])", [row["id"] for row in rows])
         meter = activity.metric_meter()
@@ -225,19 +251,22 @@ class OutboxActivities:
             return await self._ledger_decides(input.outbox_id) or await self._handle_entry(input)
 
     async def _handle_entry(self, input: EntryInput) -> EntryResult:
-        row = await self.pool.fetchrow("SELECT event_type, payload::text AS payload, idempotency_key "
+        row = await self.pool.fetchrow("SELECT event_type, payload::text AS payload, idempotency_key, status "
                                        "FROM outbox WHERE id = $1", input.outbox_id)
         if row is None:
             raise _abort("ENTRY_NOT_FOUND", f"outbox entry {input.outbox_id} does not exist")
         event = self._event(row["event_type"], row["payload"])
         attempt = activity.info().attempt
-        if attempt > 1:
-            # The backoff is over: the protocol's failed → pending → sending. The entry's own
-            # delivery workflow held the wait, so no relay can claim it and it is sent again at once.
+        if row["status"] == "failed":
+            # The backoff (or the wait for an uncertain send's events) is over: the protocol's failed →
+            # pending → sending. The entry's own delivery workflow held the wait, so no relay can
+            # claim it and it is sent again at once.
             await self.pool.execute("UPDATE outbox SET status = 'sending', updated_at = now() "
                                     "WHERE id = $1 AND status = 'failed'", input.outbox_id)
         try:
-            return EntryResult(result=await self.handlers[row["event_type"]](event, row["idempotency_key"]))
+            return EntryResult(result=await self.handlers[row["event_type"]](event, row["idempotency_key"], input))
+        except StillConfirming as waiting:
+            return EntryResult(result={}, confirm_in_seconds=waiting.wait_seconds)
         except ApplicationError:
             raise
         except Exception as error:  # the handler's failure, in its own words, kept for `outbox show`
@@ -299,11 +328,16 @@ class OutboxActivities:
 
     # --- handlers ---
 
-    async def _noop(self, event: BaseModel, key: str) -> dict[str, Any]:
+    async def _noop(self, event: BaseModel, key: str, input: EntryInput) -> dict[str, Any]:
         return {}
 
-    async def _welcome_member(self, event: MemberCreatedEvent, key: str) -> dict[str, Any]:
-        """The welcome email of the automated email for the member's status; once per member."""
+    async def _welcome_member(self, event: MemberCreatedEvent, key: str, input: EntryInput) -> dict[str, Any]:
+        """The welcome email of the automated email for the member's status; once per member.
+
+        Its row in automated_email_recipients records each send's outcome before the request goes
+        out; an uncertain one is looked up by its `v:pressroom-outbox` mark, on any attempt and
+        after a requeue, before it is sent again.
+        """
         if not self.settings.welcome_emails:
             # Read when the entry is handled, not only when it was queued: an operator who switches
             # welcome emails off stops the ones already queued too. They are not kept waiting (a
@@ -325,23 +359,60 @@ class OutboxActivities:
         if welcome is None:
             activity.logger.warning("no active %s: member %s gets no welcome email", slug, member["id"])
             return {"skipped": f"no active welcome email {slug} for {member['status']} members"}
-        sent = await self.pool.fetchval("SELECT provider_id FROM automated_email_recipients "
-                                        "WHERE automated_email_id = $1 AND member_id = $2", welcome["id"], member["id"])
-        if sent is not None:
-            return {"provider_id": sent, "already_sent": True}
+        sent = await self.pool.fetchrow(
+            "SELECT provider_id, send_outcome, send_attempts, first_uncertain_at, now() AS now, "
+            "extract(epoch FROM now() - last_uncertain_at)::float8 AS uncertain_for "
+            "FROM automated_email_recipients WHERE automated_email_id = $1 AND member_id = $2",
+            welcome["id"], member["id"])
+        if sent is not None and sent["provider_id"] is not None:
+            return {"provider_id": sent["provider_id"], "already_sent": True}
         message_id = f"welcome-{hashlib.sha256(key.encode()).hexdigest()[:24]}@{self.mailgun.domain}"
-        if activity.info().attempt > 1 and await self.mailgun.was_accepted(message_id):
-            provider_id = message_id  # an earlier attempt's send was accepted: record it, do not resend
-        else:
-            provider_id = await self._send_welcome(member, welcome, message_id)
-        await self.pool.execute(
-            "INSERT INTO automated_email_recipients (automated_email_id, member_id, member_uuid, member_email, "
-            "member_name, provider_id) VALUES ($1, $2, $3, $4, $5, $6) "
-            "ON CONFLICT (automated_email_id, member_id) DO NOTHING",
-            welcome["id"], member["id"], member["uuid"], member["email"], member["name"], provider_id)
+        # A delivery begun by 0.1.0 recorded nothing before sending: its retries look up as it did.
+        begun_by_0_1_0 = sent is None and activity.info().attempt > 1
+        if begun_by_0_1_0 or (sent is not None and sent["send_outcome"] == UNCERTAIN):
+            begin, end = lookup_window(sent["first_uncertain_at"] if sent else
+                                       datetime.now(timezone.utc) - timedelta(days=3),
+                                       sent["now"] if sent else datetime.now(timezone.utc))
+            provider_id = await self.mailgun.find_accepted(recipient=member["email"], variables={OUTBOX_MARK: key},
+                                                           begin=begin, end=end, message_id=message_id)
+            if provider_id is not None:  # an earlier attempt's send was accepted: record it, do not resend
+                await self._record_welcome(welcome["id"], member, ACCEPTED, provider_id=provider_id)
+                return {"provider_id": provider_id, "confirmed": True}
+            if sent is not None:
+                wait = confirm_wait(sent["uncertain_for"], self.settings, input.confirm)
+                if wait is not None:
+                    raise StillConfirming(wait)
+                if sent["send_attempts"] >= input.max_attempts:
+                    raise uncertain_sends_exhausted(f"the welcome email of outbox entry {input.outbox_id}",
+                                                    sent["send_attempts"])
+        await self._record_welcome(welcome["id"], member, UNCERTAIN, sending=True)  # until the answer says
+        try:
+            provider_id = await self._send_welcome(member, welcome, message_id, key)
+        except MailgunError as error:
+            await self._record_welcome(welcome["id"], member, error.outcome)
+            raise
+        await self._record_welcome(welcome["id"], member, ACCEPTED, provider_id=provider_id)
         return {"provider_id": provider_id}
 
-    async def _send_welcome(self, member, welcome, message_id: str) -> str:
+    async def _record_welcome(self, automated_email_id: str, member, outcome: str, *, provider_id: str | None = None,
+                              sending: bool = False) -> None:
+        """The outcome of the latest send; an uncertain one keeps the window's start and restarts its wait."""
+        await self.pool.execute(
+            """INSERT INTO automated_email_recipients AS r (automated_email_id, member_id, member_uuid, member_email,
+                      member_name, provider_id, send_outcome, send_attempts, first_uncertain_at, last_uncertain_at)
+               VALUES ($1, $2, $3, $4, $5, $6, $7, $8::int, CASE WHEN $7 = 'uncertain' THEN now() END,
+                       CASE WHEN $7 = 'uncertain' THEN now() END)
+               ON CONFLICT (automated_email_id, member_id) DO UPDATE SET
+                   provider_id = coalesce(EXCLUDED.provider_id, r.provider_id), send_outcome = $7,
+                   send_attempts = r.send_attempts + $8::int,
+                   first_uncertain_at = CASE WHEN $7 <> 'uncertain' THEN r.first_uncertain_at
+                                             WHEN r.send_outcome = 'uncertain' THEN r.first_uncertain_at
+                                             ELSE now() END,
+                   last_uncertain_at = CASE WHEN $7 = 'uncertain' THEN now() ELSE r.last_uncertain_at END""",
+            automated_email_id, member["id"], member["uuid"], member["email"], member["name"], provider_id, outcome,
+            1 if sending else 0)
+
+    async def _send_welcome(self, member, welcome, message_id: str, key: str) -> str:
         sender = welcome["sender_email"] or self.settings.from_address
         from_address = f"{welcome['sender_name']} <{sender}>" if welcome["sender_name"] and welcome["sender_email"] \
             else sender
@@ -349,6 +420,6 @@ class OutboxActivities:
             from_address=from_address, to=[member["email"]], subject=welcome["subject"], html=welcome["html"],
             text=welcome["plaintext"] or welcome["subject"],
             recipient_variables={member["email"]: {"name": member["name"] or "", "uuid": str(member["uuid"])}},
-            tags=["welcome-email"], variables={"automated-email-id": welcome["id"]},
+            tags=["welcome-email"], variables={"automated-email-id": welcome["id"], OUTBOX_MARK: key},
             headers={"Message-Id": f"<{message_id}>",
                      **({"Reply-To": welcome["sender_reply_to"]} if welcome["sender_reply_to"] else {})})

@@ -58,6 +58,12 @@ async def requeue_outbox_entry(outbox_id: str, settings: Settings | None = None)
             await conn.execute(
                 "DELETE FROM idempotency_ledger WHERE status = 'failed' AND idempotency_key = "
                 "(SELECT idempotency_key FROM outbox WHERE id = $1)", outbox_id)
+            # A welcome email whose send was uncertain keeps that outcome (it is looked up first) and
+            # gets a fresh budget of sends.
+            await conn.execute(
+                "UPDATE automated_email_recipients SET send_attempts = 0 WHERE provider_id IS NULL AND member_id = "
+                "(SELECT payload->>'member_id' FROM outbox WHERE id = $1 AND event_type = 'MemberCreatedEvent')",
+                outbox_id)
             await conn.execute(
                 "UPDATE outbox SET status = 'pending', attempts = 0, next_run_at = now(), last_error_code = NULL, "
                 "last_error_msg = NULL, processed_at = NULL, updated_at = now() WHERE id = $1", outbox_id)

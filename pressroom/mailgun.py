@@ -1,9 +1,11 @@
 """The Mailgun HTTP client: sending batches and reading events, with errors in the domain's words.
 
 Every failure becomes one MailgunError subclass that says whether retrying can help
-(`retryable`), how long Mailgun asked us to wait (`retry_after`) and, for a send that broke
-off mid-way, whether Mailgun may have accepted it anyway (`may_have_been_accepted`), so that
-the newsletter sender knows when to reconcile instead of resending.
+(`retryable`), how long Mailgun asked us to wait (`retry_after`) and what the attempt's
+`outcome` was: certainly not accepted (a 4xx, a 429, a connection never made, a request never
+fully written) or uncertain (a 5xx, which Mailgun says may still have sent; a timeout or a reset
+after the request was written; a 2xx without an id). Senders persist that outcome and look an
+uncertain send up with `find_accepted` before sending it again.
 
 Secrecy: messages are built here, never from httpx's exceptions, and `raise ... from None`
 keeps httpx's request (and its Authorization header) out of the chain. Neither the API key nor
@@ -13,15 +15,18 @@ a recipient address ever appears in an exception's text.
 from __future__ import annotations
 
 import base64
+import copy
 import json
 import re
 from collections.abc import AsyncIterator, Mapping, Sequence
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timezone
 from email.utils import format_datetime, parsedate_to_datetime
 from typing import TYPE_CHECKING, Any
 
 import httpx
+from opentelemetry.trace import SpanKind
 
+from pressroom import tracing
 from pressroom.settings import MAILGUN_MAX_RECIPIENTS
 
 if TYPE_CHECKING:
@@ -31,6 +36,11 @@ MAILGUN_MAX_TAGS = 3
 MAILGUN_MAX_EVENTS_PAGE = 300
 _MESSAGE_LIMIT = 300  # characters of Mailgun's own explanation kept in our messages
 
+# What one send attempt achieved, as senders persist it (email_batches, automated_email_recipients).
+ACCEPTED = "accepted"  # a 2xx with a message id
+NOT_ACCEPTED = "not_accepted"  # certainly not queued: sending again cannot make a second copy
+UNCERTAIN = "uncertain"  # may be queued: look it up before sending again
+
 _TRY_AGAIN_AFTER = re.compile(r"try again after (.+?)\s*\.?\s*$", re.IGNORECASE)
 _ADDRESS = re.compile(r"[^\s<>\"',;:()]+@[^\s<>\"',;:()]+")
 
@@ -39,6 +49,7 @@ class MailgunError(Exception):
     """Base of every Mailgun failure; `retryable` says whether trying again can help."""
 
     retryable: bool = False
+    may_have_been_accepted: bool = False
 
     def __init__(self, message: str, *, status_code: int | None = None, retry_after: float | None = None,
                  retryable: bool | None = None) -> None:
@@ -47,6 +58,11 @@ class MailgunError(Exception):
         self.retry_after = retry_after
         if retryable is not None:
             self.retryable = retryable
+
+    @property
+    def outcome(self) -> str:
+        """UNCERTAIN when the message may be queued at Mailgun all the same, else NOT_ACCEPTED."""
+        return UNCERTAIN if self.may_have_been_accepted else NOT_ACCEPTED
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.args[0]!r}, status_code={self.status_code!r})"
@@ -60,6 +76,29 @@ class MailgunRejected(MailgunError):
 
 class TooManyRecipients(MailgunRejected):
     """A batch larger than Mailgun takes; refused before any request is made."""
+
+
+class RecipientLimitExceeded(MailgunRejected):
+    """Mailgun refused the batch for its number of recipients: a new or probation account (420
+    "recipient limit exceeded", 403 "not allowed to send large batches yet", 400 "Only N recipients
+    per request"). Nothing was accepted; smaller batches will be. `limit` is N when Mailgun said it."""
+
+    def __init__(self, message: str, *, limit: int | None = None, **kwargs: Any) -> None:
+        super().__init__(message, **kwargs)
+        self.limit = limit
+
+
+_RECIPIENT_LIMIT = re.compile(r"recipient limit|recipients per request|large batches", re.IGNORECASE)
+_STATED_LIMIT = re.compile(r"only (\d+) recipients", re.IGNORECASE)
+
+
+def recipient_limit_refusal(status: int, explanation: str, said: str, what: str) -> RecipientLimitExceeded | None:
+    """The refusal of a batch for its size, told apart from a rate limit by Mailgun's own words."""
+    if status not in (400, 403, 420) or not _RECIPIENT_LIMIT.search(explanation):
+        return None
+    stated = _STATED_LIMIT.search(explanation)
+    return RecipientLimitExceeded(f"Mailgun refused the {what} for its size ({status}): {said}", status_code=status,
+                                  limit=int(stated.group(1)) if stated else None)
 
 
 class MailgunRateLimited(MailgunError):
@@ -83,9 +122,13 @@ class MailgunUnavailable(MailgunError):
 
 
 class MailgunBadResponse(MailgunError):
-    """A 2xx whose body is not what Mailgun documents; a proxy or an outage page, worth retrying."""
+    """A 2xx whose body is not what Mailgun documents; a proxy or an outage page, worth retrying.
+
+    A 2xx to a send may mean it was queued: without an id to prove it, the send is uncertain.
+    """
 
     retryable = True
+    may_have_been_accepted = True
 
 
 def _one_line(text: str, secrets: Sequence[str]) -> str:
@@ -160,6 +203,14 @@ def _epoch(moment: datetime) -> str:
     return f"{moment.timestamp():.6f}".rstrip("0").rstrip(".")
 
 
+def _event_message_id(event: dict) -> str:
+    """The Message-Id an event reports for its message, without <>; "" when it has none."""
+    message = event.get("message")
+    headers = message.get("headers") if isinstance(message, dict) else None
+    value = headers.get("message-id") if isinstance(headers, dict) else None
+    return value.strip().strip("<>") if isinstance(value, str) else ""
+
+
 class MailgunClient:
     """One connection pool to one Mailgun domain; build once per worker, close on shutdown."""
 
@@ -185,6 +236,15 @@ class MailgunClient:
 
     def __repr__(self) -> str:
         return f"MailgunClient(base_url={self.base_url!r}, domain={self.domain!r})"
+
+    def for_domain(self, domain: str) -> MailgunClient:
+        """A client for another domain of the same account (domain warming's fallback), sharing this
+        client's connections; close only the original."""
+        if domain == self.domain:
+            return self
+        sibling = copy.copy(self)
+        sibling.domain = domain
+        return sibling
 
     async def aclose(self) -> None:
         await self._http.aclose()
@@ -256,7 +316,8 @@ class MailgunClient:
     async def events_page(self, url_or_none: str | None, *, begin: datetime | None = None,
                           end: datetime | None = None, ascending: bool = True,
                           limit: int = MAILGUN_MAX_EVENTS_PAGE, event: str | None = None,
-                          message_id: str | None = None) -> tuple[list[dict], str | None]:
+                          message_id: str | None = None, recipient: str | None = None,
+                          ) -> tuple[list[dict], str | None]:
         """One page and the next page's URL; a saved URL resumes where a previous attempt stopped."""
         what = "events query"
         if url_or_none is None:
@@ -272,6 +333,8 @@ class MailgunClient:
                 params["event"] = event
             if message_id:
                 params["message-id"] = message_id
+            if recipient:
+                params["recipient"] = recipient
             response = await self._request("GET", f"/v3/{self.domain}/events", what=what, params=params)
         else:
             self._check_same_origin(url_or_none)
@@ -289,14 +352,35 @@ class MailgunClient:
             self._check_same_origin(next_url)
         return items, next_url or None
 
-    async def was_accepted(self, message_id: str, *, within: timedelta = timedelta(days=3)) -> bool:
-        """Did Mailgun accept a message with this Message-Id lately? Its events say so.
+    async def find_accepted(self, *, recipient: str, variables: Mapping[str, str], begin: datetime,
+                            end: datetime, message_id: str | None = None) -> str | None:
+        """The Mailgun id of the message that proves an uncertain send was accepted, or None.
 
-        How a sender reconciles a send whose answer was lost, instead of sending it again.
+        Asks with filters Mailgun documents (`event=accepted`, the message's first `recipient`, a
+        time window, oldest first) and pages to the end, but trusts only the events' own fields:
+        a provider may ignore a filter or assign its own Message-Id, so an event counts only when
+        its user-variables carry every one of `variables` (a `v:` mark of the send's own), or when
+        it carries the custom `message_id` the send set. "None" means "not visible yet", not "not
+        accepted": events may appear up to about 30 minutes late.
         """
-        begin = datetime.now(timezone.utc) - within
-        items, _ = await self.events_page(None, begin=begin, message_id=message_id, event="accepted", limit=1)
-        return bool(items)
+        wanted_recipient = recipient.casefold()
+        url: str | None = None
+        while True:
+            if url is None:
+                items, url = await self.events_page(None, begin=begin, end=end, ascending=True,
+                                                    event="accepted", recipient=recipient)
+            else:
+                items, url = await self.events_page(url)
+            for item in items:
+                if item.get("event") != "accepted" or str(item.get("recipient", "")).casefold() != wanted_recipient:
+                    continue
+                found = _event_message_id(item)
+                marks = item.get("user-variables")
+                marked = isinstance(marks, dict) and all(marks.get(k) == v for k, v in variables.items())
+                if marked or (message_id is not None and found == message_id):
+                    return found or message_id or ""
+            if not items or url is None:
+                return None
 
     def _check_same_origin(self, url: str) -> None:
         """A paging URL must point at our Mailgun: the API key is sent with it."""
@@ -308,11 +392,17 @@ class MailgunClient:
 
     async def _request(self, method: str, url: str, *, what: str, **kwargs: Any) -> httpx.Response:
         try:
-            response = await self._http.request(method, url, **kwargs)
-        except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout, httpx.UnsupportedProtocol) as error:
+            with tracing.span(f"Mailgun {method}", {"http.request.method": method, "url.path": httpx.URL(url).path,
+                                                    "server.address": self._origin.host, "mailgun.request": what},
+                              kind=SpanKind.CLIENT) as span:
+                response = await self._http.request(method, url, **kwargs)
+                span.set_attribute("http.response.status_code", response.status_code)
+        except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout, httpx.UnsupportedProtocol,
+                httpx.WriteError, httpx.WriteTimeout) as error:
+            # No connection, or the request was never fully written: Mailgun cannot have queued it.
             raise MailgunUnavailable(
-                f"Mailgun could not be reached at {self.base_url} ({type(error).__name__}); "
-                f"the {what} was not sent", may_have_been_accepted=False) from None
+                f"Mailgun could not be reached at {self.base_url}, or the request was cut off before it was "
+                f"written ({type(error).__name__}); the {what} was not sent", may_have_been_accepted=False) from None
         except httpx.TimeoutException as error:
             raise MailgunUnavailable(
                 f"Mailgun did not answer the {what} in time ({type(error).__name__}); it may have been accepted",
@@ -336,6 +426,8 @@ class MailgunClient:
             return MailgunRejected(
                 f"Mailgun answered 404 for domain {self.domain!r}: {said} "
                 "(check MAILGUN_DOMAIN, and MAILGUN_BASE_URL for an EU domain)", status_code=status)
+        if refusal := recipient_limit_refusal(status, explanation, said, what):
+            return refusal
         if status in (420, 429):
             retry_after = _retry_after(response, explanation, datetime.now(timezone.utc))
             wait = f"; retry after {retry_after:.0f} s" if retry_after is not None else ""

@@ -37,6 +37,9 @@ def data_converter(settings: Settings | None = None) -> DataConverter:
 
 
 async def connect(settings: Settings, runtime: Runtime | None = None) -> Client:
+    """A client on the configured Temporal; with tracing on, it and any worker built on it carry traces."""
+    from pressroom import tracing
+
     tls: TLSConfig | bool = False
     if settings.temporal_tls_cert:
         with open(settings.temporal_tls_cert, "rb") as cert, open(settings.temporal_tls_key, "rb") as key:
@@ -51,6 +54,7 @@ async def connect(settings: Settings, runtime: Runtime | None = None) -> Client:
             runtime=runtime,
             tls=tls,
             api_key=settings.temporal_api_key.get_secret_value() or None,
+            interceptors=tracing.interceptors(),
         )
     except RuntimeError as error:
         raise TemporalUnavailable(

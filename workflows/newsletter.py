@@ -10,6 +10,7 @@ when Temporal suggests it.
 from __future__ import annotations
 
 import asyncio
+from collections import deque
 from datetime import datetime, timedelta, timezone
 
 from pydantic import BaseModel
@@ -22,6 +23,7 @@ with workflow.unsafe.imports_passed_through():
     from activities.newsletter import (BatchCounts, CreateBatchesInput, EmailOutcome, FailBatchInput,
                                        FinishEmailInput, ListUnsentBatchesInput, LockEmailInput, NewsletterActivities,
                                        SendBatchInput, SendPlan)
+    from activities.sending_limits import AdmitBatchInput, SendingLimitsActivities, SplitRefusedBatchInput
     from pressroom.temporal import EMAIL_ID, POST_ID
 
 # The specification's database retries: from 2 s, doubling, 20 times, within 30 minutes.
@@ -31,6 +33,11 @@ DATABASE_TIMEOUT = timedelta(minutes=30)
 # Long activities heartbeat; a worker that dies is noticed this fast and its work retried elsewhere.
 HEARTBEAT_TIMEOUT = timedelta(seconds=15)
 BATCH_PAGE = 100  # batch ids fetched per page: a history holds a few pages at most
+# Runs recorded before this patch resend an uncertain batch at once; later ones wait for its events.
+CONFIRM_UNCERTAIN_PATCH = "confirm-uncertain-batches"
+# Runs started before this patch send each batch as it is; later runs first admit it under the
+# provider's limits (learned batch size, hourly and daily caps) and split a batch refused for its size.
+PROVIDER_LIMITS_PATCH = "provider-limits"
 
 
 def newsletter_workflow_id(email_id: str) -> str:
@@ -53,6 +60,9 @@ class NewsletterProgress(BaseModel):
     recipients_total: int = 0
     recipients_sent: int = 0
     message: str = ""
+    # Batches (numbered from 1) whose send may have reached Mailgun and which are being looked up
+    # in its events, waiting for them to appear, before anything is sent again.
+    confirming: list[int] = []
 
 
 class Resume(BaseModel):
@@ -71,6 +81,7 @@ SendNewsletterInput.model_rebuild()
 class SendNewsletterWorkflow:
     def __init__(self) -> None:
         self._progress = NewsletterProgress(email_id="")
+        self._within_limits = False
 
     @workflow.query
     def progress(self) -> NewsletterProgress:
@@ -84,6 +95,7 @@ class SendNewsletterWorkflow:
                                    f"not {info.workflow_id}: the id keeps it to one send", non_retryable=True)
         self._progress = NewsletterProgress(email_id=input.email_id)
         workflow.upsert_search_attributes([EMAIL_ID.value_set(input.email_id)])
+        self._within_limits = workflow.patched(PROVIDER_LIMITS_PATCH)
 
         if input.resume is None:
             try:
@@ -120,7 +132,10 @@ class SendNewsletterWorkflow:
                 start_to_close_timeout=timedelta(seconds=60), retry_policy=DATABASE_RETRY)
             if not batch_ids:
                 break
-            await self._send_page(batch_ids, resume)
+            if self._within_limits:
+                await self._send_page_within_limits(batch_ids, resume)
+            else:
+                await self._send_page(batch_ids, resume)
             if workflow.info().is_continue_as_new_suggested():
                 resume.progress = self._progress
                 workflow.continue_as_new(SendNewsletterInput(email_id=input.email_id, resume=resume))
@@ -172,6 +187,104 @@ class SendNewsletterWorkflow:
         resume.dispatched += len(batch_ids)
         await asyncio.gather(*(send(batch_id, first + n) for n, batch_id in enumerate(batch_ids)))
 
+    async def _send_page_within_limits(self, batch_ids: list[str], resume: Resume) -> None:
+        """Send a page of batches, at most `concurrency` at a time, each admitted under the send caps
+        first when there are any; a batch split into smaller ones (refused for its size, or too large
+        for the room left under a cap) puts its pieces at the front of the queue."""
+        plan = resume.plan
+        queue = deque((batch_id, resume.dispatched + n) for n, batch_id in enumerate(batch_ids))
+        resume.dispatched += len(batch_ids)
+
+        async def sender() -> None:
+            while queue:
+                batch_id, number = queue.popleft()
+                pieces = await self._admit_and_send(batch_id, number, plan, resume)
+                queue.extendleft((piece, number) for piece in reversed(pieces))
+
+        await asyncio.gather(*(sender() for _ in range(min(plan.concurrency, len(queue)))))
+
+    async def _admit_and_send(self, batch_id: str, number: int, plan: SendPlan, resume: Resume) -> list[str]:
+        """Send one batch once it is admitted; the smaller batches to send instead, if it was split."""
+        while plan.send_caps:
+            admission = await workflow.execute_activity_method(
+                SendingLimitsActivities.admit_batch, AdmitBatchInput(batch_id=batch_id, at=workflow.now()),
+                start_to_close_timeout=timedelta(seconds=60), retry_policy=DATABASE_RETRY)
+            if admission.split_into:
+                self._progress.batches_total += len(admission.split_into) - 1
+                self._show()
+                return admission.split_into
+            if admission.send:
+                break
+            # A cap is reached: wait on a durable timer for the next window, not on failing retries.
+            self._show(message=admission.reason)
+            await workflow.sleep(max(admission.resume_at - workflow.now(), timedelta(seconds=1)),
+                                 summary=admission.reason)
+        if self._progress.message.startswith("waiting for"):
+            self._show(message="")
+
+        delivery_time = None
+        if plan.delivery_window_seconds and self._progress.batches_total:
+            share = min(1.0, number / self._progress.batches_total)
+            delivery_time = datetime.fromtimestamp(resume.started_at + plan.delivery_window_seconds * share,
+                                                   timezone.utc)
+        mailgun_retry = RetryPolicy(initial_interval=timedelta(seconds=plan.mailgun_retry_seconds),
+                                    backoff_coefficient=1.0, maximum_attempts=plan.mailgun_retries + 1,
+                                    non_retryable_error_types=["MailgunRejected", "BatchNotFound",
+                                                               "RecipientLimitExceeded", "SendingLimitReached"])
+        # Whether this run may wait for an uncertain batch's events on a timer (runs recorded before
+        # the patch cannot: their histories have no such timer).
+        batch = SendBatchInput(batch_id=batch_id, delivery_time=delivery_time,
+                               confirm=workflow.patched(CONFIRM_UNCERTAIN_PATCH))
+        try:
+            sent = await workflow.execute_activity_method(
+                NewsletterActivities.send_batch, batch, start_to_close_timeout=timedelta(minutes=2),
+                heartbeat_timeout=HEARTBEAT_TIMEOUT, retry_policy=mailgun_retry, summary=f"batch {batch_id}")
+            while sent.confirm_in_seconds is not None:
+                # Mailgun may have accepted it and its events are not there yet: look again later.
+                self._progress.confirming.append(number + 1)
+                self._show()
+                await workflow.sleep(timedelta(seconds=sent.confirm_in_seconds),
+                                     summary=f"confirming batch {number + 1}")
+                self._progress.confirming.remove(number + 1)
+                sent = await workflow.execute_activity_method(
+                    NewsletterActivities.send_batch, batch, start_to_close_timeout=timedelta(minutes=2),
+                    heartbeat_timeout=HEARTBEAT_TIMEOUT, retry_policy=mailgun_retry, summary=f"batch {batch_id}")
+        except ActivityError as error:
+            cause = cause_of(error)
+            message = str(cause)
+            details = list(cause.details)
+            status_code = details[0] if details and isinstance(details[0], int) else None
+            if cause.type == "SendingLimitReached":
+                # Mailgun refused it and named when to come back (its own hourly or daily cap):
+                # wait on a timer as long as it asks, then send the batch again.
+                wait = details[1] if len(details) > 1 and isinstance(details[1], (int, float)) else None
+                resume_at = workflow.now() + timedelta(seconds=max(1.0, wait or plan.mailgun_retry_seconds))
+                reason = f"waiting for Mailgun's sending limit, resumes at {resume_at:%Y-%m-%d %H:%M:%S} UTC"
+                self._show(message=reason)
+                await workflow.sleep(resume_at - workflow.now(), summary=reason)
+                return [batch_id]
+            if cause.type == "RecipientLimitExceeded" and len(details) >= 2:
+                pieces = await workflow.execute_activity_method(
+                    SendingLimitsActivities.split_refused_batch,
+                    SplitRefusedBatchInput(batch_id=batch_id, status_code=status_code, message=message,
+                                           refused_size=details[1], stated_limit=details[2] if len(details) > 2
+                                           else None),
+                    start_to_close_timeout=timedelta(seconds=60), retry_policy=DATABASE_RETRY)
+                if pieces:
+                    self._progress.batches_total += len(pieces) - 1
+                    self._show()
+                    return pieces
+            await workflow.execute_activity_method(
+                NewsletterActivities.fail_batch,
+                FailBatchInput(batch_id=batch_id, status_code=status_code, message=message),
+                start_to_close_timeout=timedelta(seconds=60), retry_policy=DATABASE_RETRY)
+            self._progress.batches_failed += 1
+        else:
+            self._progress.batches_sent += 1
+            self._progress.recipients_sent += sent.recipients
+        self._show()
+        return []
+
     @staticmethod
     def _from_counts(email_id: str, counts: BatchCounts) -> NewsletterProgress:
         return NewsletterProgress(email_id=email_id, batches_total=counts.batches_total,
@@ -188,4 +301,7 @@ class SendNewsletterWorkflow:
             p.message = message
         details = (f"**{p.status}**: {p.batches_sent}/{p.batches_total} batches sent, {p.batches_failed} failed; "
                    f"{p.recipients_sent}/{p.recipients_total} recipients")
+        if p.confirming:
+            details += (f"\n\nconfirming batch {', '.join(map(str, sorted(p.confirming)))}: Mailgun may have "
+                        "accepted it; waiting for its events before sending it again")
         workflow.set_current_details(f"{details}\n\n{p.message}" if p.message else details)

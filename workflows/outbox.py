@@ -15,9 +15,9 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
+    from activities.outbox import (AbortEntryInput, CompleteEntryInput, EntryInput, EntryResult,
+                                   OutboxActivities, RelayInput)
     from pressroom.errors import cause_of
-    from activities.outbox import (AbortEntryInput, CompleteEntryInput, EntryInput, OutboxActivities,
-                                   RelayInput)
 
 RELAY_WORKFLOW_ID = "outbox-relay"
 DATABASE_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=30))
@@ -37,15 +37,23 @@ class OutboxRelayWorkflow:
         workflow.continue_as_new(input)
 
 
+# Deliveries recorded before this patch resend an uncertain welcome email at once; later ones
+# wait on a timer for its events.
+CONFIRM_UNCERTAIN_PATCH = "confirm-uncertain-welcome"
+
+
 @workflow.defn
 class DeliverOutboxEntryWorkflow:
     @workflow.run
     async def run(self, input: EntryInput) -> str:
+        if workflow.patched(CONFIRM_UNCERTAIN_PATCH):
+            input = input.model_copy(update={"confirm": True})
         try:
-            handled = await workflow.execute_activity_method(
-                OutboxActivities.handle_entry, input, start_to_close_timeout=timedelta(minutes=2),
-                heartbeat_timeout=timedelta(seconds=10),
-                retry_policy=RetryPolicy(maximum_attempts=input.max_attempts), summary="handle")
+            handled = await self._handle(input)
+            while handled.confirm_in_seconds is not None:
+                # The send may have reached Mailgun and is not in its events yet: look again later.
+                await workflow.sleep(timedelta(seconds=handled.confirm_in_seconds), summary="confirming the send")
+                handled = await self._handle(input)
         except ActivityError as error:
             return await self._abort(input, error)
         if handled.already_succeeded:
@@ -54,6 +62,13 @@ class DeliverOutboxEntryWorkflow:
             OutboxActivities.complete_entry, CompleteEntryInput(outbox_id=input.outbox_id, result=handled.result),
             start_to_close_timeout=timedelta(seconds=30), retry_policy=DATABASE_RETRY)
         return "succeeded"
+
+    @staticmethod
+    async def _handle(input: EntryInput) -> EntryResult:
+        return await workflow.execute_activity_method(
+            OutboxActivities.handle_entry, input, start_to_close_timeout=timedelta(minutes=2),
+            heartbeat_timeout=timedelta(seconds=10),
+            retry_policy=RetryPolicy(maximum_attempts=input.max_attempts), summary="handle")
 
     async def _abort(self, input: EntryInput, error: ActivityError) -> str:
         cause = cause_of(error)

@@ -25,11 +25,12 @@ def members(count: int, start: int = 0) -> tuple[list[str], dict[str, dict[str, 
     return addresses, {a: {"member_uuid": f"uuid-{a.split('@')[0]}", "name": f"M {a[:8]}"} for a in addresses}
 
 
-async def send(client: MailgunClient, count: int = 3, *, start: int = 0, email_id: str = "e1", **extra) -> str:
+async def send(client: MailgunClient, count: int = 3, *, start: int = 0, email_id: str = "e1",
+               marks: dict[str, str] | None = None, **extra) -> str:
     to, variables = members(count, start)
     return await client.send_batch(from_address=FROM, to=to, subject="Issue 1", html="<p>Hi %recipient.name%</p>",
                                    text="Hi %recipient.name%", recipient_variables=variables,
-                                   variables={"email-id": email_id}, **extra)
+                                   variables={"email-id": email_id, **(marks or {})}, **extra)
 
 
 async def event_pages(client: MailgunClient, **query) -> list[list[dict]]:
@@ -402,3 +403,84 @@ async def test_the_simulator_counts_duplicate_recipients(client, sim: MailgunSim
     async with httpx.AsyncClient() as admin:
         stats = (await admin.get(f"{sim.base_url}/_sim/stats")).json()
     assert (stats["messages"], stats["recipients"], stats["duplicate_recipients"]) == (3, 13, 3)
+
+
+# --- the outcome of a send, and look-ups that prove ---
+
+def _raise(error: Exception):
+    def answer(request: httpx.Request) -> httpx.Response:
+        raise error
+    return answer
+
+
+def _status(code: int, body: dict):
+    return lambda request: httpx.Response(code, json=body)
+
+
+@pytest.mark.parametrize("answer, outcome", [
+    (_status(500, {"message": "Internal Server Error"}), "uncertain"),  # Mailgun: a 5xx may still have sent
+    (_status(503, {"message": "Service Unavailable"}), "uncertain"),
+    (_status(200, {"message": "Queued. Thank you."}), "uncertain"),  # accepted, but no id to prove it
+    (_raise(httpx.ReadTimeout("no answer")), "uncertain"),  # the request was written
+    (_raise(httpx.RemoteProtocolError("reset")), "uncertain"),
+    (_raise(httpx.ReadError("reset")), "uncertain"),
+    (_status(429, {"message": "try again after Mon, 23 Nov 2026 02:20:00 UTC"}), "not_accepted"),
+    (_status(420, {"message": "sending limit"}), "not_accepted"),
+    (_status(400, {"message": "to parameter is missing"}), "not_accepted"),
+    (_status(401, {"message": "Forbidden"}), "not_accepted"),
+    (_raise(httpx.ConnectError("refused")), "not_accepted"),  # refused, or a name that does not resolve
+    (_raise(httpx.ConnectTimeout("no connection")), "not_accepted"),
+    (_raise(httpx.WriteError("cut off while writing")), "not_accepted"),  # Mailgun never had the whole form
+    (_raise(httpx.WriteTimeout("cut off while writing")), "not_accepted"),
+])
+async def test_every_failed_send_says_whether_it_may_have_been_accepted(answer, outcome):
+    async with MailgunClient(base_url="https://api.mailgun.net", api_key=API_KEY, domain=DOMAIN,
+                             transport=httpx.MockTransport(answer)) as client:
+        with pytest.raises(MailgunError) as caught:
+            await send(client)
+    assert caught.value.outcome == outcome
+
+
+async def test_a_look_up_trusts_only_the_events_own_fields(client, sim: MailgunSimulator):
+    """A provider that ignores the filters and assigns its own ids answers with other messages' events."""
+    sim.set_faults(ignore_filters=True, assign_own_ids=True)
+    window = dict(begin=datetime.now(timezone.utc) - timedelta(minutes=5),
+                  end=datetime.now(timezone.utc) + timedelta(minutes=5))
+    kept = await send(client, 3, marks={"pressroom-batch": "b1"},
+                      headers={"Message-Id": "<b1@mg.client.test>"})
+    await send(client, 3, start=3, marks={"pressroom-batch": "b2"})
+    assert kept != "b1@mg.client.test"  # the provider's own id
+
+    found = await client.find_accepted(recipient="member0@example.com", variables={"pressroom-batch": "b1"},
+                                       message_id="b1@mg.client.test", **window)
+    assert found == kept
+    # b2 went to other members, b3 was never sent: the events returned are someone else's.
+    assert await client.find_accepted(recipient="member0@example.com", variables={"pressroom-batch": "b2"},
+                                      **window) is None
+    assert await client.find_accepted(recipient="member3@example.com", variables={"pressroom-batch": "b3"},
+                                      message_id="b3@mg.client.test", **window) is None
+
+
+async def test_a_look_up_pages_to_the_end_and_accepts_a_kept_custom_message_id(client, sim: MailgunSimulator):
+    sim.set_faults(ignore_filters=True)  # every event of 700 members comes back, 300 a page
+    await send(client, 700, email_id="e0")
+    await send(client, 1, start=699, headers={"Message-Id": "<legacy@mg.client.test>"})  # no mark of ours
+    window = dict(begin=datetime.now(timezone.utc) - timedelta(minutes=5),
+                  end=datetime.now(timezone.utc) + timedelta(minutes=5))
+    assert await client.find_accepted(recipient="member699@example.com", variables={"pressroom-batch": "x"},
+                                      message_id="legacy@mg.client.test", **window) == "legacy@mg.client.test"
+    assert sim.request_counts["events"] >= 3
+
+
+async def test_the_simulator_applies_the_recipient_filter_unless_told_to_ignore_it(client, sim: MailgunSimulator):
+    await send(client, 5)
+    only = await all_events(client, event="accepted", ascending=True)
+    assert len(only) == 5
+    items, _ = await client.events_page(None, begin=datetime.now(timezone.utc) - timedelta(minutes=1),
+                                        recipient="member2@example.com")
+    assert {item["recipient"] for item in items} == {"member2@example.com"}
+    sim.set_faults(ignore_filters=True)
+    sim.advance(5)  # deliveries are stored a second after acceptance
+    items, _ = await client.events_page(None, begin=datetime.now(timezone.utc) - timedelta(minutes=1),
+                                        recipient="member2@example.com", event="accepted")
+    assert len({item["recipient"] for item in items}) == 5 and {i["event"] for i in items} != {"accepted"}

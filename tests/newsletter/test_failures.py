@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+from temporalio.api.sdk.v1 import WorkflowMetadata
 from temporalio.client import Client
 from temporalio.worker import Replayer
 
@@ -17,38 +19,111 @@ from operations.newsletter import follow_newsletter, start_newsletter
 from workflows.newsletter import SendNewsletterWorkflow
 from worker import running_worker
 
+from tests.adversaries import each_adversary, play
+
 from .conftest import seed_email
-from .test_send import delivered, run_send
+from .test_send import delivered
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-async def test_injected_5xx_and_429_end_with_every_batch_submitted(db, mailgun, time_skipping_env,
-                                                                   newsletter_settings):
-    settings = newsletter_settings(batch_size=50)
+async def send_and_follow(client, settings, email_id: str):
+    """Start (or start again) the send and follow it to the end; returns the outcome and every progress seen."""
+    seen = []
+    start = await start_newsletter(email_id, client=client, settings=settings)
+    outcome = await follow_newsletter(start.workflow_id, client=client, on_progress=seen.append, poll_seconds=0.1)
+    return outcome, seen
+
+
+async def assert_each_member_once(db, mailgun, email_id: str) -> None:
+    """Every recipient of the email accepted by the provider exactly once, and nobody else."""
+    eligible = {r["member_email"] for r in await db.fetch(
+        "SELECT member_email FROM email_recipients WHERE email_id = $1", email_id)}
+    counts = delivered(mailgun, email_id)
+    assert set(counts) == eligible, f"{len(eligible - set(counts))} missing"
+    assert [a for a, n in counts.items() if n > 1] == [], "second copies"
+
+
+@each_adversary
+async def test_5xx_and_429_every_member_once(adversary, db, mailgun, dev_env, newsletter_settings):
+    settings = newsletter_settings(batch_size=50, mailgun_retry_seconds=0.5)
     seeded = await seed_email(db, members=1000)
-    mailgun.set_faults(error_rate=0.1, rate_limit_rate=0.1, retry_after_seconds=1, seed=3)
-    async with running_worker(time_skipping_env.client, settings):
-        outcome = await run_send(time_skipping_env.client, settings, seeded.email_id)
+    play(mailgun, adversary, error_rate=0.1, rate_limit_rate=0.1, retry_after_seconds=1, seed=3)
+    async with running_worker(dev_env.client, settings):
+        outcome, _ = await send_and_follow(dev_env.client, settings, seeded.email_id)
     assert outcome.status == "submitted" and outcome.counts.batches_submitted == 20
-    counts = delivered(mailgun, seeded.email_id)
-    assert len(counts) == 1000 and set(counts.values()) == {1}
+    await assert_each_member_once(db, mailgun, seeded.email_id)
     assert mailgun.stats()["requests"]["messages"] > 20  # the faults really happened
 
 
-async def test_lost_responses_are_reconciled_not_resent(db, mailgun, time_skipping_env, newsletter_settings):
-    settings = newsletter_settings(batch_size=50)
+@each_adversary
+async def test_lost_answers_are_confirmed_not_resent(adversary, db, mailgun, dev_env, newsletter_settings):
+    settings = newsletter_settings(batch_size=50, mailgun_retry_seconds=0.5)
     seeded = await seed_email(db, members=1000)
-    mailgun.set_faults(lost_response_rate=0.1, seed=5)
-    async with running_worker(time_skipping_env.client, settings):
-        outcome = await run_send(time_skipping_env.client, settings, seeded.email_id)
+    play(mailgun, adversary, lost_response_rate=0.1, seed=5)
+    async with running_worker(dev_env.client, settings):
+        outcome, seen = await send_and_follow(dev_env.client, settings, seeded.email_id)
     assert outcome.status == "submitted"
-    assert mailgun.stats()["duplicate_recipients"] == 0
-    counts = delivered(mailgun, seeded.email_id)
-    assert len(counts) == 1000 and set(counts.values()) == {1}
+    await assert_each_member_once(db, mailgun, seeded.email_id)
     provider_ids = {r["provider_id"] for r in await db.fetch(
         "SELECT provider_id FROM email_batches WHERE email_id = $1", seeded.email_id)}
     assert provider_ids == {m.id for m in mailgun.messages_for(seeded.email_id)}
+    assert await db.fetchval("SELECT count(*) FROM email_batches WHERE email_id = $1 AND send_outcome = 'accepted'",
+                             seeded.email_id) == 20
+    if adversary == "late-events":  # looked up before its events were stored: the run waited, and said so
+        assert any(p.confirming for p in seen)
+
+
+@each_adversary
+async def test_lost_answers_without_retries_then_send_again(adversary, db, mailgun, dev_env, newsletter_settings):
+    """The first run gives up on the lost batches; `newsletter send` again looks them up, sends none twice."""
+    settings = newsletter_settings(batch_size=50, mailgun_retries=0)
+    seeded = await seed_email(db, members=500)
+    play(mailgun, adversary, lost_response_rate=0.3, seed=7)
+    async with running_worker(dev_env.client, settings):
+        first, _ = await send_and_follow(dev_env.client, settings, seeded.email_id)
+        assert first.status == "failed" and "partially sent" in first.message
+        uncertain = await db.fetchval("SELECT count(*) FROM email_batches WHERE email_id = $1 AND status = 'failed' "
+                                      "AND send_outcome = 'uncertain'", seeded.email_id)
+        assert uncertain and f"{uncertain} of the failed batches may have reached Mailgun" in first.message
+    play(mailgun, adversary)
+    # The operator sends again, from a worker that retries as usual (the adversary still plays).
+    usual = settings.model_copy(update={"mailgun_retries": 6, "mailgun_retry_seconds": 0.5})
+    async with running_worker(dev_env.client, usual):
+        again, _ = await send_and_follow(dev_env.client, usual, seeded.email_id)
+    assert again.status == "submitted"
+    await assert_each_member_once(db, mailgun, seeded.email_id)
+
+
+async def test_progress_and_current_details_say_which_batch_is_being_confirmed(db, mailgun, dev_env,
+                                                                               newsletter_settings):
+    settings = newsletter_settings(batch_size=50, mailgun_retry_seconds=0.2, send_confirm_window_seconds=60)
+    seeded = await seed_email(db, members=100)
+    mailgun.set_faults(lost_response_rate=1.0, storage_delay_seconds=30)  # found only after 30 s
+    async with running_worker(dev_env.client, settings):
+        start = await start_newsletter(seeded.email_id, client=dev_env.client, settings=settings)
+        handle = dev_env.client.get_workflow_handle(start.workflow_id)
+
+        async def confirming() -> bool:
+            return (await handle.query(SendNewsletterWorkflow.progress)).confirming == [1, 2]
+        await wait_until(confirming, timeout=30)
+        metadata = await handle.query("__temporal_workflow_metadata", result_type=WorkflowMetadata)
+        assert "confirming batch 1, 2" in metadata.current_details
+        mailgun.advance(30)  # the events appear: both are found, none sent again
+        outcome = await follow_newsletter(start.workflow_id, client=dev_env.client)
+    assert outcome.status == "submitted" and outcome.counts.batches_submitted == 2
+    assert len(mailgun.messages_for(seeded.email_id)) == 2
+
+
+async def test_without_a_confirm_window_late_events_make_second_copies(db, mailgun, dev_env, newsletter_settings):
+    """Why the window exists: resent at once, a lost batch whose events are late goes out twice."""
+    settings = newsletter_settings(batch_size=50, mailgun_retry_seconds=0.2, send_confirm_window_seconds=0)
+    seeded = await seed_email(db, members=500)
+    play(mailgun, "late-events", lost_response_rate=0.3, seed=7)
+    async with running_worker(dev_env.client, settings):
+        outcome, _ = await send_and_follow(dev_env.client, settings, seeded.email_id)
+    assert outcome.status == "submitted"
+    assert mailgun.stats()["duplicate_recipients"] > 0
 
 
 async def test_a_refused_batch_fails_alone_and_a_rerun_sends_only_it(db, mailgun, ts_worker):
@@ -107,7 +182,9 @@ def spawn_worker(settings, dev_env, **extra_env: str) -> subprocess.Popen:
            "PRESSROOM_TASK_QUEUE": settings.task_queue, "MAILGUN_BASE_URL": settings.mailgun_base_url,
            "MAILGUN_API_KEY": settings.mailgun_api_key.get_secret_value(), "MAILGUN_DOMAIN": settings.mailgun_domain,
            "PRESSROOM_BATCH_SIZE": str(settings.batch_size), "PRESSROOM_SEND_CONCURRENCY": "2",
-           "PRESSROOM_MAILGUN_RETRY_SECONDS": "0.5", **extra_env}
+           "PRESSROOM_MAILGUN_RETRY_SECONDS": "0.5",
+           "PRESSROOM_SEND_CONFIRM_WINDOW_SECONDS": str(settings.send_confirm_window_seconds),
+           "PRESSROOM_SEND_CONFIRM_POLL_SECONDS": str(settings.send_confirm_poll_seconds), **extra_env}
     return subprocess.Popen([sys.executable, "-m", "worker"], cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
 
@@ -157,3 +234,29 @@ async def test_a_worker_killed_while_creating_batches_and_while_sending(db, mail
     assert len(counts) == 20_000 and set(counts.values()) == {1}
     assert await db.fetchval("SELECT count(*) FROM (SELECT member_id FROM email_recipients WHERE email_id = $1 "
                              "GROUP BY member_id HAVING count(*) > 1) twice", seeded.email_id) == 0
+
+
+@pytest.mark.parametrize("adversary", ["faithful", "own-ids", "late-events"])
+async def test_a_worker_killed_mid_send_under_each_adversary(adversary, db, mailgun, dev_env, newsletter_settings):
+    """SIGKILL while requests are in flight: what Mailgun stored is found, the rest is sent, nobody twice."""
+    settings = newsletter_settings(batch_size=100)
+    seeded = await seed_email(db, members=2000)
+    play(mailgun, adversary, latency_ms=300)
+    worker = spawn_worker(settings, dev_env)
+    try:
+        start = await start_newsletter(seeded.email_id, client=dev_env.client, settings=settings)
+
+        async def mid_send() -> bool:  # a batch was sent, and another's request is out (marked before it goes)
+            return await db.fetchval(
+                "SELECT bool_or(status = 'submitted') AND bool_or(status = 'submitting' AND send_outcome = 'uncertain') "
+                "FROM email_batches WHERE email_id = $1", seeded.email_id) or False
+        await wait_until(mid_send)
+        worker.send_signal(signal.SIGKILL)
+        worker.wait()
+        worker = spawn_worker(settings, dev_env)
+        outcome = await follow_newsletter(start.workflow_id, client=dev_env.client)
+    finally:
+        worker.terminate()
+        worker.wait()
+    assert outcome.status == "submitted" and outcome.counts.batches_submitted == 20
+    await assert_each_member_once(db, mailgun, seeded.email_id)

@@ -14,6 +14,7 @@ from operations.outbox import ensure_relay
 from pressroom.temporal import data_converter
 from operations.members import add_member
 from operations.outbox import outbox_entry, outbox_status, requeue_outbox_entry
+from tests.adversaries import each_adversary, play
 from tests.conftest import make_settings
 from tests.foundation.test_cli import assert_one_line_error, pressroom
 from tests.newsletter.test_failures import spawn_worker, wait_until
@@ -86,15 +87,40 @@ async def test_w102_a_failure_then_success(db, mailgun, relay):
     assert sum("flaky@example.com" in m.recipients for m in mailgun.messages) == 1
 
 
-async def test_a_welcome_email_whose_answer_was_lost_is_reconciled_not_resent(db, mailgun, relay):
+def welcomes_to(mailgun, address: str) -> list:
+    return [m for m in mailgun.messages if address in m.recipients]
+
+
+@each_adversary
+async def test_a_welcome_email_whose_answer_was_lost_is_confirmed_not_resent(adversary, db, mailgun, relay):
     await db.execute(WELCOME)
-    mailgun.set_faults(lost_response_rate=1.0)  # every send is stored, then the connection drops
+    play(mailgun, adversary, lost_response_rate=1.0)  # every send is stored, then the connection drops
     added = await add_member("lost.answer@example.com", settings=relay)
     await settled(db, added.welcome_key)
-    assert sum("lost.answer@example.com" in m.recipients for m in mailgun.messages) == 1
-    recorded = await db.fetchval("SELECT provider_id FROM automated_email_recipients WHERE member_id = $1",
-                                 added.member_id)
-    assert recorded == next(m.id for m in mailgun.messages if "lost.answer@example.com" in m.recipients)
+    sent = welcomes_to(mailgun, "lost.answer@example.com")
+    assert len(sent) == 1 and sent[0].variables["pressroom-outbox"] == added.welcome_key
+    recorded = await db.fetchrow("SELECT provider_id, send_outcome FROM automated_email_recipients "
+                                 "WHERE member_id = $1", added.member_id)
+    assert recorded["provider_id"] == sent[0].id and recorded["send_outcome"] == "accepted"
+
+
+@each_adversary
+async def test_a_lost_welcome_email_aborted_then_requeued_is_sent_once(adversary, db, mailgun, dev_env,
+                                                                      outbox_settings):
+    """No retries left after the lost answer: the entry aborts; `outbox requeue` looks the send up first."""
+    settings = outbox_settings(outbox_max_attempts=1)
+    await db.execute(WELCOME)
+    play(mailgun, adversary, lost_response_rate=1.0)
+    async with running_worker(dev_env.client, settings):
+        await ensure_relay(dev_env.client, settings)
+        added = await add_member("requeued@example.com", settings=settings)
+        await settled(db, added.welcome_key, "aborted")
+        outbox_id = await db.fetchval("SELECT id FROM outbox WHERE idempotency_key = $1", added.welcome_key)
+        play(mailgun, adversary)
+        await requeue_outbox_entry(outbox_id, settings=settings)
+        await settled(db, added.welcome_key)
+        await dev_env.client.get_workflow_handle(f"{RELAY_WORKFLOW_ID}-{settings.task_queue}").terminate()
+    assert len(welcomes_to(mailgun, "requeued@example.com")) == 1
 
 
 async def test_w103_a_worker_killed_mid_delivery_another_completes(db, mailgun, dev_env, outbox_settings):
@@ -120,7 +146,8 @@ async def test_w103_a_worker_killed_mid_delivery_another_completes(db, mailgun, 
 
 
 async def test_w104_max_attempts_then_requeue_then_success(db, mailgun, dev_env, outbox_settings):
-    settings = outbox_settings(outbox_max_attempts=3)
+    # Without a confirm window an uncertain send (a 500) is resent at once: one send per attempt.
+    settings = outbox_settings(outbox_max_attempts=3, send_confirm_window_seconds=0)
     await db.execute(WELCOME)
     mailgun.set_faults(error_rate=1.0)
     async with running_worker(dev_env.client, settings):
