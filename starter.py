@@ -14,20 +14,14 @@ from typing import Awaitable, TypeVar
 import typer
 from rich.console import Console
 
-from devstack.servers import DevStackError
-from pressroom.database import DatabaseUnavailable
-from pressroom.errors import BadInput, NotFound, PressroomError
-from pressroom.settings import ConfigurationError, Settings, dev_stack_file, get_settings
-from pressroom.temporal import TemporalUnavailable
+from pressroom.errors import BadInput, NotFound, PressroomError, shorten
+from pressroom.inputs import entity_id
+from pressroom.settings import Settings, dev_stack_file, get_settings
 
 app = typer.Typer(help="Pressroom: durable background jobs for newsletter publishing, on Temporal.",
                   no_args_is_help=True, pretty_exceptions_enable=False, add_completion=False)
 console = Console()
 T = TypeVar("T")
-
-# Errors the operator can act on: printed as one line, exit status 1.
-OPERATOR_ERRORS = (PressroomError, ConfigurationError, DatabaseUnavailable, TemporalUnavailable, DevStackError)
-
 
 def run_async(work: Awaitable[T]) -> T:
     return asyncio.run(work)
@@ -147,6 +141,7 @@ async def start_newsletter(email_id: str, *, client=None, settings: Settings | N
     from pressroom import database
     from workflows.newsletter import SendNewsletterInput, SendNewsletterWorkflow, newsletter_workflow_id
 
+    entity_id(email_id, "email")
     settings = settings or get_settings()
     async with database.connection(settings.require_database()) as conn:
         status = await conn.fetchval("SELECT status FROM emails WHERE id = $1", email_id)
@@ -266,9 +261,9 @@ async def add_member(email: str, name: str | None = None, *, status: str = "free
     from activities.outbox import enqueue
     from pressroom import database
 
-    email = email.strip()
-    if email.count("@") != 1 or email.startswith("@") or "." not in email.rpartition("@")[2]:
-        raise BadInput(f"{email!r} is not an e-mail address")
+    from pressroom.inputs import email_address, free_text
+
+    email, name = email_address(email), free_text(name, "name")
     settings = settings or get_settings()
     async with database.connection(settings.require_database()) as conn:
         async with conn.transaction():
@@ -312,6 +307,7 @@ async def outbox_status(settings: Settings | None = None) -> dict:
 async def outbox_entry(outbox_id: str, settings: Settings | None = None) -> dict:
     from pressroom import database
 
+    entity_id(outbox_id, "outbox entry")
     settings = settings or get_settings()
     async with database.connection(settings.require_database()) as conn:
         row = await conn.fetchrow(
@@ -327,6 +323,7 @@ async def requeue_outbox_entry(outbox_id: str, settings: Settings | None = None)
     """aborted → pending with attempts reset, and its failed ledger line cleared, so it is tried afresh."""
     from pressroom import database
 
+    entity_id(outbox_id, "outbox entry")
     settings = settings or get_settings()
     async with database.connection(settings.require_database()) as conn:
         async with conn.transaction():
@@ -375,18 +372,10 @@ app.add_typer(analytics_app, name="analytics")
 
 
 def parse_moment(text: str, option: str):
-    """An ISO 8601 time with its offset (2026-11-01T00:00:00+00:00 or ...Z), else one-line BadInput."""
-    from datetime import datetime
+    """An ISO 8601 time with its offset from 2000 on (pressroom/inputs.py), else one-line BadInput."""
+    from pressroom.inputs import moment
 
-    from pressroom.errors import BadInput
-
-    try:
-        moment = datetime.fromisoformat(text.strip())
-    except ValueError:
-        raise BadInput(f"{option} {text!r} is not an ISO 8601 time (such as 2026-11-01T00:00:00+00:00)") from None
-    if moment.tzinfo is None:
-        raise BadInput(f"{option} {text!r} needs a UTC offset (such as +00:00 or Z)")
-    return moment
+    return moment(text, option)
 
 
 async def analytics_schedule(settings: Settings | None = None, client=None) -> str:
@@ -437,9 +426,12 @@ async def analytics_backfill(begin: str, end: str, settings: Settings | None = N
     from pressroom import database
     from pressroom.errors import BadInput
 
-    start, stop = parse_moment(begin, "--from"), parse_moment(end, "--to")
+    from pressroom.inputs import past_time
+
+    # A window in the future has no events yet: the run would mark it finished, empty.
+    start, stop = past_time(begin, "--from"), past_time(end, "--to")
     if start >= stop:
-        raise BadInput(f"--from {begin!r} must come before --to {end!r}")
+        raise BadInput(f"--from {shorten(begin)!r} must come before --to {shorten(end)!r}")
     settings = settings or get_settings()
     name = f"{BACKFILL_PREFIX}{uuid.uuid4().hex[:12]}"
     pool = await database.connect(settings.require_database(), max_size=1)
@@ -562,41 +554,83 @@ app.add_typer(posts_app, name="posts")
 
 
 async def schedule_post(post_id: str, at: str, *, client=None, settings: Settings | None = None):
-    """Mark the post scheduled for `at` and start or move its workflow; a past time publishes at once."""
-    from activities.posts import start_or_move_publication
-    from pressroom import database
+    """Mark the post scheduled for `at` and start or move its workflow, both or neither; a past time
+    publishes at once."""
+    from pressroom.inputs import publish_time
 
-    publish_at = parse_moment(at, "--at")
+    entity_id(post_id, "post")
+    publish_at = publish_time(at)
     settings = settings or get_settings()
-    async with database.connection(settings.require_database()) as conn:
-        status = await conn.fetchval("SELECT status FROM posts WHERE id = $1", post_id)
-        if status is None:
-            raise NotFound(f"post {post_id} does not exist")
-        if status not in ("draft", "scheduled"):
-            raise BadInput(f"post {post_id} is already {status}; only a draft or scheduled post can be scheduled")
-        await conn.execute("UPDATE posts SET status = 'scheduled', published_at = $2, updated_at = now() "
-                           "WHERE id = $1 AND status IN ('draft', 'scheduled')", post_id, publish_at)
-    # Should this call fail, the post is scheduled in the database and `posts reconcile` (run by
-    # every worker at start and every 10 minutes) starts its workflow.
-    await start_or_move_publication(client or await temporal_client(settings), settings, post_id, publish_at)
+    await change_post(post_id, publish_at, client or await temporal_client(settings), settings)
     return publish_at
 
 
 async def unschedule_post(post_id: str, *, client=None, settings: Settings | None = None) -> None:
-    """Back to draft, and the post's workflow ends without publishing."""
-    from activities.posts import stop_publication
-    from pressroom import database
-
+    """Back to draft, and the post's workflow ends without publishing; both or neither."""
+    entity_id(post_id, "post")
     settings = settings or get_settings()
+    await change_post(post_id, None, client or await temporal_client(settings), settings)
+
+
+async def change_post(post_id: str, publish_at, client, settings: Settings) -> None:
+    """Schedule the post for `publish_at` (None: back to draft) and tell its workflow, as one change.
+
+    The row is updated in a transaction and the workflow told before it commits: a refused call
+    rolls the row back. Should the commit fail once the workflow was told, the workflow is put
+    back as the row still is. Either way the error says what happened, in one line.
+    """
+    from temporalio.service import RPCError
+
+    from pressroom import database
+    from pressroom.temporal import describe_rpc_error
+
     async with database.connection(settings.require_database()) as conn:
-        status = await conn.fetchval("SELECT status FROM posts WHERE id = $1", post_id)
-        if status is None:
-            raise NotFound(f"post {post_id} does not exist")
-        if status != "scheduled":
-            raise BadInput(f"post {post_id} is {status}, not scheduled")
-        await conn.execute("UPDATE posts SET status = 'draft', updated_at = now() WHERE id = $1 "
-                           "AND status = 'scheduled'", post_id)
-    await stop_publication(client or await temporal_client(settings), post_id)
+        transaction = conn.transaction()
+        await transaction.start()
+        try:
+            before = await conn.fetchrow("SELECT status, published_at FROM posts WHERE id = $1 FOR UPDATE", post_id)
+            if before is None:
+                raise NotFound(f"post {post_id} does not exist")
+            if publish_at is None and before["status"] != "scheduled":
+                raise BadInput(f"post {post_id} is {before['status']}, not scheduled")
+            if publish_at is not None and before["status"] not in ("draft", "scheduled"):
+                raise BadInput(f"post {post_id} is already {before['status']}; only a draft or scheduled post can "
+                               "be scheduled")
+            await conn.execute("UPDATE posts SET status = $2, published_at = coalesce($3, published_at), "
+                               "updated_at = now() WHERE id = $1", post_id,
+                               "draft" if publish_at is None else "scheduled", publish_at)
+            try:
+                await tell_post_workflow(client, settings, post_id, publish_at)
+            except RPCError as error:
+                raise PressroomError(f"post {post_id} was not changed (it is still {before['status']}): "
+                                     f"{describe_rpc_error(error, settings)}") from None
+        except BaseException:
+            try:
+                await transaction.rollback()
+            except Exception:
+                pass  # the connection is gone, and the server rolled back with it
+            raise
+        try:
+            await transaction.commit()
+        except Exception as error:
+            back = before["published_at"] if before["status"] == "scheduled" else None
+            try:
+                await tell_post_workflow(client, settings, post_id, back)
+                repair = "its workflow was put back"
+            except Exception:
+                repair = "its workflow could not be put back: run `pressroom posts reconcile`"
+            raise PressroomError(f"post {post_id} was not changed (it is still {before['status']}): the database "
+                                 f"did not commit ({type(error).__name__}: {error}); {repair}") from None
+
+
+async def tell_post_workflow(client, settings: Settings, post_id: str, publish_at) -> None:
+    """Start or move the post's workflow to `publish_at`, or stop it (None)."""
+    from activities.posts import start_or_move_publication, stop_publication
+
+    if publish_at is None:
+        await stop_publication(client, post_id)
+    else:
+        await start_or_move_publication(client, settings, post_id, publish_at)
 
 
 async def reconcile_posts(*, client=None, settings: Settings | None = None):
@@ -718,15 +752,56 @@ def codec_server(
         raise PressroomError(f"the codec server cannot listen on {host}:{port}: {error.strerror}") from None
 
 
-def main() -> None:
-    """Run the CLI; an operator error becomes one line on stderr and exit status 1."""
+def main(args: list[str] | None = None) -> None:
+    """Run the CLI: an error is one line on stderr and exit status 1 (2 for a usage error)."""
+    sys.exit(run_command(sys.argv[1:] if args is None else args))
+
+
+def run_command(args: list[str]) -> int:
+    """Run one command and answer its exit status; the Temporal runtime is shut down before we return."""
+    import os
+
+    from typer._click.exceptions import ClickException, NoArgsIsHelpError, UsageError  # Typer's own click
+
+    from pressroom.failures import EXIT_USAGE, explain
+    from pressroom.temporal import close_runtime
+
     try:
-        app()
-    except OPERATOR_ERRORS as error:
-        Console(stderr=True).print(f"[red]error:[/red] {error}", highlight=False, soft_wrap=True)
-        sys.exit(1)
-    except KeyboardInterrupt:
-        sys.exit(130)
+        try:
+            app(args=args, prog_name="pressroom", standalone_mode=False)
+            return 0
+        except NoArgsIsHelpError as error:
+            error.show()  # `pressroom dev` alone: the group's help
+            return EXIT_USAGE
+        except UsageError as error:
+            where = f" (see `{error.ctx.command_path} --help`)" if error.ctx else ""
+            print_error(f"{error.format_message()}{where}")
+            return EXIT_USAGE
+        except ClickException as error:
+            print_error(error.format_message())
+            return error.exit_code
+        except typer.Exit as done:
+            return done.exit_code
+        except (KeyboardInterrupt, typer.Abort):
+            return 130
+        except Exception as error:
+            if os.environ.get("PRESSROOM_DEBUG"):
+                raise
+            failure = explain(error)
+            print_error(failure.line)
+            return failure.status
+    finally:
+        # Join the Temporal runtime's threads now, while the interpreter is whole: a thread left
+        # finishing an RPC callback during finalisation aborts the process after its work succeeded.
+        close_runtime()
+
+
+def print_error(line: str) -> None:
+    from rich.markup import escape
+
+    from pressroom.errors import one_line
+
+    Console(stderr=True, soft_wrap=True).print(f"[red]error:[/red] {escape(one_line(line))}", highlight=False)
 
 
 if __name__ == "__main__":
