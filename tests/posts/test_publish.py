@@ -216,6 +216,51 @@ async def test_a_worker_killed_while_posts_wait_publishes_each_once_after_restar
     assert len(rows) == 5 and all(row["publish_completed_at"] >= row["published_at"] for row in rows)
 
 
+async def test_a_worker_killed_5s_before_a_post_is_due_is_replaced_and_the_post_publishes_on_time(
+        db, dev_env, postgres_url, mailgun):
+    """Two workers; the one whose publish activity waits out the lead time is killed 5 s before the
+    time and restarted at once. The dead attempt is noticed within the 2 s heartbeat timeout and
+    retried at once on a live worker, which still sleeps to the exact time."""
+    settings = make_settings(postgres_url, mailgun)  # the default lead time, 10 s
+    post_id = await seed_post(db)
+    workers = {}
+    for _ in range(2):
+        process = spawn_worker(settings, dev_env)
+        workers[process.pid] = process
+    due = datetime.now(timezone.utc) + timedelta(seconds=40)  # room for slow worker starts
+    await schedule_post(post_id, due.isoformat(), client=dev_env.client, settings=settings)
+    handle = dev_env.client.get_workflow_handle(publish_workflow_id(post_id))
+
+    async def waiting() -> bool:
+        pending = (await handle.describe()).raw_description.pending_activities
+        return bool(pending) and pending[0].activity_type.name == "publish_post" and pending[0].HasField(
+            "last_started_time")
+    try:
+        await wait_until(waiting, timeout=35)
+        assert datetime.now(timezone.utc) < due - timedelta(seconds=5), "the workers started too late to test this"
+        holder = int((await handle.describe()).raw_description.pending_activities[0].last_worker_identity
+                     .split("@")[0])
+        await asyncio.sleep((due - timedelta(seconds=5) - datetime.now(timezone.utc)).total_seconds())
+        workers[holder].send_signal(signal.SIGKILL)
+        workers.pop(holder).wait()
+        restarted = spawn_worker(settings, dev_env)
+        workers[restarted.pid] = restarted
+        result = await outcome(dev_env, post_id)
+    finally:
+        for process in workers.values():
+            process.terminate()
+            process.wait()
+    assert result.status == "published"
+    row = await db.fetchrow("SELECT published_at, publish_completed_at FROM posts WHERE id = $1", post_id)
+    lateness = (row["publish_completed_at"] - row["published_at"]).total_seconds()
+    started = [e for e in (await handle.fetch_history()).events if e.HasField("activity_task_started_event_attributes")]
+    attempt = started[-1].activity_task_started_event_attributes.attempt
+    print(f"\nworker killed 5 s before the time, restarted at once, another worker there: published "
+          f"{lateness * 1000:.0f} ms after its time, by attempt {attempt}")
+    assert attempt >= 2  # the kill did land on the waiting attempt
+    assert lateness >= 0  # never early
+
+
 @pytest.mark.parametrize("at, words", [("2026-12-01T09:00:00", "needs a UTC offset"),
                                        ("next tuesday", "not an ISO 8601 time")])
 def test_bad_times_are_refused_in_one_line(at, words):
