@@ -39,15 +39,12 @@ async def check_postgres(settings: Settings) -> CheckResult:
 
 async def check_temporal(settings: Settings) -> CheckResult:
     from temporalio.api.operatorservice.v1 import ListSearchAttributesRequest
-    from temporalio.api.workflowservice.v1 import DescribeNamespaceRequest
     from temporalio.service import RPCError, RPCStatusCode
 
     from pressroom.temporal import SEARCH_ATTRIBUTES, connect
 
     client = await connect(settings)
     where = f"{settings.temporal_address} namespace {settings.temporal_namespace}"
-    # Connecting does not look at the namespace; every later call would fail on a wrong one.
-    await client.workflow_service.describe_namespace(DescribeNamespaceRequest(namespace=settings.temporal_namespace))
     try:
         listed = await client.operator_service.list_search_attributes(
             ListSearchAttributesRequest(namespace=settings.temporal_namespace))

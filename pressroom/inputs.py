@@ -4,20 +4,21 @@ Checked before anything is written. Bounds:
 - ids (posts, emails, outbox entries): 1 to 100 printable characters without spaces;
 - member addresses: a valid address by `email-validator` (through pydantic), at most 191 characters;
 - member names: at most 191 printable characters (191 is Ghost's column width for both);
-- times: ISO 8601 with a UTC offset, from 2000-01-01 up to a limit each command sets (a publish
-  time at most 10 years ahead; a backfill window not in the future).
+- times: ISO 8601 with a UTC offset, in this century (2000-01-01 to 2099-12-31, UTC): outside it a
+  time is a slip of the keyboard (0001 for 2001, 2206 for 2026); a backfill window also not in
+  the future, since it has no events yet.
 """
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timezone
 
 from pressroom.errors import BadInput, shorten
 
 MAX_ID = 100
 MAX_TEXT = 191
 EARLIEST = datetime(2000, 1, 1, tzinfo=timezone.utc)
-PUBLISH_HORIZON = timedelta(days=3653)  # ten years
+LATEST = datetime(2100, 1, 1, tzinfo=timezone.utc)
 
 
 def entity_id(value: str, what: str) -> str:
@@ -58,7 +59,7 @@ def free_text(value: str | None, what: str, limit: int = MAX_TEXT) -> str | None
 
 
 def moment(text: str, option: str, *, latest: datetime | None = None, latest_words: str = "") -> datetime:
-    """An ISO 8601 time with its offset, from 2000-01-01 to `latest`."""
+    """An ISO 8601 time with its offset, in this century and not after `latest`."""
     shown = shorten(text.strip(), 40)
     try:
         value = datetime.fromisoformat(text.strip())
@@ -72,14 +73,15 @@ def moment(text: str, option: str, *, latest: datetime | None = None, latest_wor
         utc = None
     if utc is None or utc < EARLIEST:
         raise BadInput(f"{option} {shown!r} is before {EARLIEST.date().isoformat()}")
+    if utc >= LATEST:
+        raise BadInput(f"{option} {shown!r} is after 2099")
     if latest is not None and utc > latest:
         raise BadInput(f"{option} {shown!r} is {latest_words or 'too late'} (after {latest.isoformat(timespec='seconds')})")
     return value
 
 
 def publish_time(text: str, option: str = "--at") -> datetime:
-    return moment(text, option, latest=datetime.now(timezone.utc) + PUBLISH_HORIZON,
-                  latest_words="more than ten years ahead")
+    return moment(text, option)
 
 
 def past_time(text: str, option: str) -> datetime:

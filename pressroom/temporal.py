@@ -91,9 +91,14 @@ def tls_config(settings: Settings) -> TLSConfig | bool:
 
 
 async def connect(settings: Settings, runtime: Runtime | None = None) -> Client:
+    """A client on the namespace, which must exist: connecting alone does not look at it, and a call
+    that later finds it missing answers NOT_FOUND, like a missing workflow would."""
+    from temporalio.api.workflowservice.v1 import DescribeNamespaceRequest
+
     tls = tls_config(settings)
+    where = f"Temporal at {settings.temporal_address} (namespace {settings.temporal_namespace})"
     try:
-        return await Client.connect(
+        client = await Client.connect(
             settings.temporal_address,
             namespace=settings.temporal_namespace,
             data_converter=data_converter(settings),
@@ -102,10 +107,16 @@ async def connect(settings: Settings, runtime: Runtime | None = None) -> Client:
             api_key=settings.temporal_api_key.get_secret_value() or None,
         )
     except (RuntimeError, ValueError) as error:
-        raise TemporalUnavailable(
-            f"cannot connect to Temporal at {settings.temporal_address} "
-            f"(namespace {settings.temporal_namespace}): {str(error).splitlines()[0]}"
-        ) from None
+        raise TemporalUnavailable(f"cannot connect to {where}: {str(error).splitlines()[0]}") from None
+    try:
+        await client.workflow_service.describe_namespace(
+            DescribeNamespaceRequest(namespace=settings.temporal_namespace))
+    except RPCError as error:
+        if error.status == RPCStatusCode.NOT_FOUND:
+            raise TemporalUnavailable(f"{where}: {error.message} (check TEMPORAL_NAMESPACE)") from None
+        if error.status != RPCStatusCode.PERMISSION_DENIED:  # a key scoped to the namespace may not describe it
+            raise
+    return client
 
 
 # What to check, by the status of a refused call (the SDK's RPCError carries gRPC's status).
