@@ -73,7 +73,7 @@ STOPPED = {"postgres": lambda port: {"DATABASE_URL": f"postgresql://pressroom:pw
            "mailgun": lambda port: {"MAILGUN_BASE_URL": f"http://127.0.0.1:{port}"}}
 STOPPED_WORDS = {"postgres": "PostgreSQL", "temporal": "Temporal", "mailgun": "Mailgun"}
 
-# (setting, value, command, words in the line)
+# (setting, value, command, words in the line[, other settings])
 BAD_SETTINGS = [
     ("PRESSROOM_TASK_QUEUE", "", ["posts", "schedule", "{draft}", "--at", "{soon}"], "PRESSROOM_TASK_QUEUE is invalid: is empty"),
     ("PRESSROOM_TASK_QUEUE", "", ["worker"], "PRESSROOM_TASK_QUEUE is invalid: is empty"),
@@ -88,7 +88,9 @@ BAD_SETTINGS = [
     ("TEMPORAL_NAMESPACE", "", ["temporal", "setup"], "TEMPORAL_NAMESPACE is invalid: is empty"),
     ("TEMPORAL_ADDRESS", "127.0.0.1:99999", ["posts", "reconcile"], "port 99999 is out of range"),
     ("TEMPORAL_ADDRESS", "no-port", ["temporal", "setup"], "TEMPORAL_ADDRESS is invalid"),
-    ("TEMPORAL_TLS_CERT", "/no/such/cert.pem", ["temporal", "setup"], "TEMPORAL_TLS_CERT '/no/such/cert.pem' cannot"),
+    ("TEMPORAL_TLS_CERT", "/no/such/cert.pem", ["temporal", "setup"], "TEMPORAL_TLS_KEY is not set"),
+    ("TEMPORAL_TLS_CERT", "/no/such/cert.pem", ["posts", "schedule", "{draft}", "--at", "{soon}"],
+     "TEMPORAL_TLS_CERT '/no/such/cert.pem' cannot be read: No such file", {"TEMPORAL_TLS_KEY": "/no/such/key.pem"}),
     ("DATABASE_URL", "", ["outbox", "status"], "DATABASE_URL is set but empty"),
     ("DATABASE_URL", "mysql://localhost/x", ["members", "add", "walk@example.com"], "DATABASE_URL is invalid"),
 ]
@@ -159,9 +161,10 @@ async def test_each_bad_setting_is_one_line_and_writes_nothing(db, site):
     import asyncio
 
     before = await snapshot(db)
-    cases = [(fill(args, site), {**site["env"], variable: value}) for variable, value, args, _ in BAD_SETTINGS]
+    cases = [(fill(case[2], site), {**site["env"], case[0]: case[1], **(case[4] if len(case) > 4 else {})})
+             for case in BAD_SETTINGS]
     results = await asyncio.to_thread(run_all, cases)
-    for (variable, value, args, words), result in zip(BAD_SETTINGS, results):
+    for (variable, value, args, words, *_), result in zip(BAD_SETTINGS, results):
         assert_one_line(result, 1, words, case=(variable, value, args))
     assert await snapshot(db) == before
 
