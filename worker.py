@@ -22,9 +22,9 @@ from temporalio.worker import Worker
 
 import activities
 import workflows
-from activities.analytics import ensure_schedule as ensure_analytics_schedule
-from activities.outbox import ensure_relay as ensure_outbox_relay
-from activities.posts import reconcile_at_worker_start
+from operations.analytics import ensure_schedule as ensure_analytics_schedule
+from operations.outbox import ensure_relay as ensure_outbox_relay
+from operations.posts import reconcile_at_worker_start
 from pressroom import database
 from pressroom.dependencies import Dependencies
 from pressroom.settings import Settings, get_settings
@@ -66,7 +66,7 @@ def discover_activities(deps: Dependencies) -> list[Callable]:
 
 @asynccontextmanager
 async def open_dependencies(settings: Settings, client: Client) -> AsyncIterator[Dependencies]:
-    from activities.mailgun import MailgunClient
+    from pressroom.mailgun import MailgunClient
 
     pool = await database.connect(settings.require_database(), max_size=20)
     mailgun = MailgunClient.from_settings(settings)

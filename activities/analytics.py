@@ -4,7 +4,7 @@ Each phase (latest opened, latest others, missing, backfills) keeps its own curs
 table. A phase reads its window page by page, applies a batch of pages with a few set-based
 statements in one transaction that also moves its cursor, and heartbeats the next page's URL, so a
 retry continues from the last batch applied. Applying is idempotent: a time is set only when still
-empty, failures are unique by event id, complaints by (email, member), suppressions by address.
+empty, failures are one row per recipient, complaints by (email, member), suppressions by address.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from pydantic import BaseModel, Field
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from activities.mailgun import MAILGUN_MAX_EVENTS_PAGE, MailgunError
+from pressroom.mailgun import MAILGUN_MAX_EVENTS_PAGE, MailgunError
 
 if TYPE_CHECKING:
     from temporalio.client import Client
@@ -166,8 +166,9 @@ class _Batch:
             self.codes.append(code if isinstance(code, int) and not isinstance(code, bool) else None)
             enhanced = status.get("enhanced-code")
             self.enhanced.append(enhanced if isinstance(enhanced, str) else None)
-            message = status.get("message") or status.get("description")
-            self.messages.append(message[:2000] if isinstance(message, str) else None)
+            message = next((text.strip() for text in (status.get("message"), status.get("description"))
+                            if isinstance(text, str) and text.strip()), None)
+            self.messages.append(message[:2000] if message else None)
 
     def columns(self) -> tuple:
         return (self.ids, self.kinds, self.severities, self.times, self.email_ids, self.provider_ids,
@@ -210,13 +211,31 @@ WHERE er.id = m.recipient_id
   AND ((er.delivered_at IS NULL AND m.delivered IS NOT NULL) OR (er.opened_at IS NULL AND m.opened IS NOT NULL)
        OR (er.failed_at IS NULL AND m.failed IS NOT NULL))"""
 
+# One failure row per recipient of an email, as Ghost keeps it: a later temporary failure replaces
+# a temporary one, a permanent one replaces a temporary one, nothing replaces a permanent one. A
+# batch is first reduced to the event that would stand had its events come one by one in time
+# order (the first permanent one, else the latest temporary one), then merged with the stored row.
+# A failure Mailgun explains with nothing is stored as "Error <code>".
 _FAILURES = """
-INSERT INTO email_recipient_failures (email_id, member_id, email_recipient_id, code, enhanced_code, message,
-                                      severity, failed_at, event_id)
-SELECT email_id, member_id, recipient_id, COALESCE(code, 0), enhanced_code, COALESCE(message, ''),
-       CASE WHEN severity = 'permanent' THEN 'permanent' ELSE 'temporary' END, at, event_id
-FROM analytics_matched WHERE kind = 'failed'
-ON CONFLICT (event_id) DO NOTHING"""
+WITH failed AS (
+    SELECT email_id, member_id, recipient_id, code, enhanced_code, message, at, event_id,
+           CASE WHEN severity = 'permanent' THEN 'permanent' ELSE 'temporary' END AS severity
+    FROM analytics_matched WHERE kind = 'failed'
+), standing AS (
+    SELECT DISTINCT ON (recipient_id) *
+    FROM failed
+    ORDER BY recipient_id, severity = 'permanent' DESC, CASE WHEN severity = 'permanent' THEN at END,
+             at DESC, event_id
+)
+INSERT INTO email_recipient_failures AS f (email_id, member_id, email_recipient_id, code, enhanced_code, message,
+                                           severity, failed_at, event_id)
+SELECT email_id, member_id, recipient_id, COALESCE(code, 0), enhanced_code,
+       COALESCE(message, 'Error ' || COALESCE(code::text, enhanced_code, 'without a code')), severity, at, event_id
+FROM standing
+ON CONFLICT (email_recipient_id) DO UPDATE SET
+    code = EXCLUDED.code, enhanced_code = EXCLUDED.enhanced_code, message = EXCLUDED.message,
+    severity = EXCLUDED.severity, failed_at = EXCLUDED.failed_at, event_id = EXCLUDED.event_id
+WHERE f.severity = 'temporary' AND (EXCLUDED.severity = 'permanent' OR EXCLUDED.failed_at > f.failed_at)"""
 
 _UNSUBSCRIBE = """
 DELETE FROM members_newsletters mn
@@ -478,29 +497,3 @@ class AnalyticsActivities:
                            WHERE n <= $5 ORDER BY n) kept))""",
             RUNS_JOB, "failed" if input.result.error else "finished", input.result.started_at,
             json.dumps(summary), RUNS_KEPT)
-
-
-# --- the schedule and backfill requests (called by starter.py and worker.py) ----------------------
-
-def build_schedule(settings: Settings):
-    from temporalio.client import (Schedule, ScheduleActionStartWorkflow, ScheduleIntervalSpec,
-                                   ScheduleOverlapPolicy, SchedulePolicy, ScheduleSpec)
-
-    interval = timedelta(seconds=settings.analytics_interval_seconds)
-    return Schedule(
-        action=ScheduleActionStartWorkflow("FetchEmailAnalyticsWorkflow", FetchEmailAnalyticsInput(),
-                                           id=SCHEDULE_ID, task_queue=settings.task_queue),
-        # Jitter replaces the seed's random second and minute offsets: no spike on the minute.
-        spec=ScheduleSpec(intervals=[ScheduleIntervalSpec(every=interval)], jitter=min(interval / 5,
-                                                                                         timedelta(minutes=1))),
-        # Overlap SKIP is the seed's "already running" flag; a short catch-up window avoids a
-        # burst of runs after an outage (each run reads from its cursors anyway).
-        policy=SchedulePolicy(overlap=ScheduleOverlapPolicy.SKIP, catchup_window=max(interval, timedelta(minutes=1))),
-    )
-
-
-async def ensure_schedule(client: Client, settings: Settings) -> str:
-    """Create the schedule, or update it to the current settings keeping its paused state."""
-    from pressroom.temporal import create_or_update_schedule
-
-    return await create_or_update_schedule(client, SCHEDULE_ID, build_schedule(settings))

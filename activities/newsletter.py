@@ -8,18 +8,20 @@ Message-Id before anything is resent.
 
 from __future__ import annotations
 
-import re
+import uuid
 from datetime import datetime, timedelta
 
 from pydantic import BaseModel
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from activities.mailgun import MailgunError, MailgunRateLimited, MailgunRejected
+from activities.email_content import LoadedEmail, load_email
 from activities.heartbeat import heartbeating
 from pressroom.dependencies import Dependencies
+from pressroom.mailgun import MailgunError, MailgunRateLimited, MailgunRejected
+from pressroom.email_rendering import (FREE, NOT_FREE, BodyCache, ContentError, Rendered, member_values,
+                                       recipient_statuses, render, segments_needed)
 
-MEMBER_STATUSES = ("free", "paid", "comped")
 PARTIALLY_SENT = "The email was only partially sent: {failed} of {total} batches failed. Send it again to retry them."
 NOT_SENT = "The email failed to send: no batch was accepted by Mailgun. Send it again to retry."
 
@@ -28,7 +30,7 @@ NOT_SENT = "The email failed to send: no batch was accepted by Mailgun. Send it 
 
 class LockEmailInput(BaseModel):
     email_id: str
-    holder: str  # the first run id of the workflow chain that takes the lock
+    holder: str  # the first run id of the workflow chain that takes the lock (stored with its workflow id)
 
 
 class SendPlan(BaseModel):
@@ -43,7 +45,7 @@ class SendPlan(BaseModel):
 
 class EmailLock(BaseModel):
     acquired: bool
-    reason: str = ""
+    reason: str = ""  # why not acquired; or, acquired from a sender proved gone, whose lock was taken
     post_id: str | None = None
     plan: SendPlan | None = None
 
@@ -95,25 +97,6 @@ class EmailOutcome(BaseModel):
     counts: BatchCounts | None = None
 
 
-# --- recipient filters ----------------------------------------------------------------------------
-
-def recipient_statuses(expression: str) -> list[str]:
-    """Member statuses an email's recipient filter selects: `all`, or `status:X` / `status:-X` terms
-    joined by commas (OR), X one of free, paid, comped. Anything else is refused, never guessed."""
-    text = (expression or "").strip()
-    if text == "all":
-        return list(MEMBER_STATUSES)
-    chosen: set[str] = set()
-    for term in text.split(","):
-        match = re.fullmatch(r"\s*status:(-?)(free|paid|comped)\s*", term)
-        if not match:
-            raise ValueError(f"recipient filter {expression!r} cannot be parsed: use all, or status:free, "
-                             "status:-free, status:paid, status:comped joined by commas")
-        negate, status = match.groups()
-        chosen |= {s for s in MEMBER_STATUSES if s != status} if negate else {status}
-    return sorted(chosen)
-
-
 # The email's audience: subscribers of its newsletter in the chosen statuses, who may receive email,
 # are not suppressed, and existed when the email was made. $1 newsletter, $2 statuses, $3 email time.
 RECIPIENTS = """
@@ -123,15 +106,13 @@ RECIPIENTS = """
       AND NOT EXISTS (SELECT 1 FROM suppressions s WHERE s.email = m.email)
 """
 
-# Ghost marks members-only parts of a post with data-gh-segment; one body is rendered per segment.
-_SEGMENT_BLOCK = re.compile(r'<(\w+)[^>]*\sdata-gh-segment="([^"]+)"[^>]*>.*?</\1>', re.S)
 
-
-def render_segment(html: str, segment: str | None) -> str:
-    """The html for one segment: blocks meant for another segment removed."""
-    if segment is None:
-        return html
-    return _SEGMENT_BLOCK.sub(lambda m: m.group(0) if m.group(2) == segment else "", html)
+def _is_run_id(text: str) -> bool:
+    try:
+        uuid.UUID(text)
+    except ValueError:
+        return False
+    return True
 
 
 def _non_retryable(message: str, kind: str) -> ApplicationError:
@@ -143,8 +124,9 @@ class NewsletterActivities:
         self.pool = deps.pool
         self.mailgun = deps.mailgun
         self.settings = deps.settings
+        self.temporal = deps.temporal  # asks whether another holder of an email's lock is gone
         # Bodies rendered once per (email, segment) and reused for every batch in this worker.
-        self._bodies: dict[tuple[str, str | None], tuple[str, str, str, dict[str, str]]] = {}
+        self._bodies = BodyCache(deps.settings.body_cache_bytes)
 
     def _plan(self) -> SendPlan:
         s = self.settings
@@ -167,16 +149,19 @@ class NewsletterActivities:
                 raise _non_retryable(f"email {input.email_id} does not exist", "EmailNotFound")
             if email["status"] == "submitted":
                 return EmailLock(acquired=False, reason=f"email {input.email_id} is already submitted")
-            if email["status"] == "submitting" and email["locked_by"] == input.holder:
-                return EmailLock(acquired=True, post_id=email["post_id"], plan=self._plan())
-            # A "submitting" lock of another run is stale: the workflow id newsletter-{email_id} lets
-            # only one run live at a time, and this activity belongs to the live one.
+            holder = self._holder(input.holder)
+            took_over = ""
+            if email["status"] == "submitting":
+                if email["locked_by"] in (holder, input.holder):  # a bare run id: a lock taken by 0.1.0
+                    return EmailLock(acquired=True, post_id=email["post_id"], plan=self._plan())
+                took_over = await self._take_over(input.email_id, email["locked_by"])
             try:
                 statuses = recipient_statuses(email["recipient_filter"])
             except ValueError as error:
                 raise _non_retryable(f"email {input.email_id}: {error}", "BadRecipientFilter") from None
             if email["newsletter_id"] is None:
                 raise _non_retryable(f"email {input.email_id} has no newsletter to send to", "NoNewsletter")
+            await self._check_content(conn, input.email_id)
             has_batches = await conn.fetchval("SELECT EXISTS (SELECT 1 FROM email_batches WHERE email_id = $1)",
                                               input.email_id)
             if not has_batches and not await conn.fetchval(
@@ -185,17 +170,65 @@ class NewsletterActivities:
                                      f"matching {email['recipient_filter']!r}", "NoRecipients")
             await conn.execute(
                 "UPDATE emails SET status = 'submitting', locked_by = $2, error = NULL, updated_at = now() "
-                "WHERE id = $1", input.email_id, input.holder)
+                "WHERE id = $1", input.email_id, holder)
         activity.logger.info("locked email %s for sending", input.email_id)
-        return EmailLock(acquired=True, post_id=email["post_id"], plan=self._plan())
+        return EmailLock(acquired=True, reason=took_over, post_id=email["post_id"], plan=self._plan())
+
+    @staticmethod
+    def _holder(first_run_id: str) -> str:
+        """The lock holder as `namespace/workflow id/first run id`: enough to ask Temporal about it."""
+        info = activity.info()
+        return f"{info.namespace}/{info.workflow_id}/{first_run_id}"
+
+    async def _take_over(self, email_id: str, locked_by: str) -> str:
+        """Another sender holds the email: refuse, unless Temporal proves that sender gone.
+
+        Gone means its run is closed, or does not exist in this namespace. A holder in another
+        namespace, or one that is not a Temporal run at all, cannot be proved gone: refused.
+        """
+        from temporalio.client import WorkflowExecutionStatus
+
+        info = activity.info()
+        if "/" in locked_by:
+            namespace, _, rest = locked_by.partition("/")
+            workflow_id, _, run_id = rest.rpartition("/")  # a workflow id may itself hold a slash
+        else:  # a bare run id, as 0.1.0 wrote it: a run of this workflow id in this namespace
+            namespace, workflow_id, run_id = info.namespace, info.workflow_id, locked_by
+        refused = f"email {email_id} is being sent by {locked_by}"
+        if namespace != info.namespace or not workflow_id or not _is_run_id(run_id):
+            raise _non_retryable(f"{refused}, which cannot be checked from namespace {info.namespace}; "
+                                 "refusing to send it twice", "EmailLockedByAnotherSender")
+        latest = await self._describe(workflow_id)
+        run = latest if latest is not None and run_id in (latest.run_id, latest.raw_info.first_run_id) \
+            else await self._describe(workflow_id, run_id)
+        if run is not None and run.status == WorkflowExecutionStatus.RUNNING:
+            raise _non_retryable(f"{refused}, which is still running; refusing to send it twice",
+                                 "EmailLockedByAnotherSender")
+        how = f"closed ({run.status.name.lower()})" if run is not None and run.status else \
+            f"not found in namespace {info.namespace}"
+        took_over = f"took over email {email_id} from {locked_by}, which is {how}"
+        activity.logger.warning("%s", took_over)
+        return took_over
+
+    async def _describe(self, workflow_id: str, run_id: str | None = None):
+        """The run (the latest one without run_id), or None when this namespace has no such run."""
+        from temporalio.service import RPCError, RPCStatusCode
+
+        try:
+            return await self.temporal.get_workflow_handle(workflow_id, run_id=run_id).describe()
+        except RPCError as error:
+            if error.status == RPCStatusCode.NOT_FOUND:
+                return None
+            raise ApplicationError(f"cannot ask Temporal about {workflow_id}: {error.message}",
+                                   type="TemporalUnavailable") from None
 
     @activity.defn
     async def create_batches(self, input: CreateBatchesInput) -> BatchCounts:
         """Every recipient in exactly one batch, written in one transaction; existing batches are reused."""
         async with heartbeating(), self.pool.acquire() as conn, conn.transaction():
             email = await conn.fetchrow(
-                "SELECT newsletter_id, recipient_filter, created_at, coalesce(html, '') AS html "
-                "FROM emails WHERE id = $1 FOR UPDATE", input.email_id)
+                "SELECT newsletter_id, recipient_filter, created_at FROM emails WHERE id = $1 FOR UPDATE",
+                input.email_id)
             if email is None:
                 raise _non_retryable(f"email {input.email_id} does not exist", "EmailNotFound")
             if await conn.fetchval("SELECT EXISTS (SELECT 1 FROM email_batches WHERE email_id = $1)", input.email_id):
@@ -204,7 +237,7 @@ class NewsletterActivities:
                                        "WHERE email_id = $1 AND status = 'failed'", input.email_id)
             else:
                 activity.logger.info("creating batches for email %s", input.email_id)
-                segmented = "data-gh-segment=" in email["html"]
+                segmented = segments_needed((await self._load(conn, input.email_id)).content)
                 await conn.execute(f"""
                     WITH chosen AS (
                         SELECT m.id, m.uuid, m.email, m.name,
@@ -280,8 +313,9 @@ class NewsletterActivities:
                 return BatchSent(batch_id=input.batch_id, recipients=done["n"], provider_id=done["provider_id"],
                                  reconciled=True)
             recipients = await conn.fetch(
-                "SELECT member_email, member_name, member_uuid FROM email_recipients WHERE batch_id = $1 ORDER BY id",
-                input.batch_id)
+                "SELECT r.member_email, r.member_name, r.member_uuid, coalesce(m.status, '') AS status "
+                "FROM email_recipients r LEFT JOIN members m ON m.id = r.member_id WHERE r.batch_id = $1 "
+                "ORDER BY r.id", input.batch_id)
         message_id = f"{input.batch_id}@{self.mailgun.domain}"
         if batch["before"] != "pending" and await self._accepted_before(message_id):
             activity.logger.info("batch %s was accepted by an earlier attempt; not sending it again", input.batch_id)
@@ -289,13 +323,14 @@ class NewsletterActivities:
             return BatchSent(batch_id=input.batch_id, recipients=len(recipients), provider_id=message_id,
                              reconciled=True)
 
-        subject, html, text, headers = await self._body(batch["email_id"], batch["member_segment"])
-        site = self.settings.site_url.rstrip("/")
+        body, headers = await self._body(batch["email_id"], batch["member_segment"])
+        # Each reader's personalisation, resolved here so that no address enters a workflow history.
         variables = {
-            r["member_email"]: {"name": r["member_name"] or "", "uuid": str(r["member_uuid"]),
-                                "unsubscribe_url": f"{site}/unsubscribe/?uuid={r['member_uuid']}"
-                                                   f"&key={batch['email_id']}"}
+            r["member_email"]: body.recipient_variables(member_values(
+                name=r["member_name"], email=r["member_email"], uuid=str(r["member_uuid"]), status=r["status"],
+                site_url=self.settings.site_url, email_id=batch["email_id"]))
             for r in recipients}
+        subject, html, text = body.subject, body.html, body.text
         tags = ["bulk-email", *([self.settings.email_tag] if self.settings.email_tag else [])]
         from_address, track_opens = headers.pop("From"), headers.pop("X-Track-Opens") == "yes"
         activity.logger.info("sending batch %s (%d recipients)", input.batch_id, len(recipients))
@@ -331,28 +366,39 @@ class NewsletterActivities:
                 "error_message = NULL, error_data = NULL, updated_at = now() WHERE id = $1", batch_id, provider_id)
             await conn.execute("UPDATE email_recipients SET processed_at = now() WHERE batch_id = $1", batch_id)
 
-    async def _body(self, email_id: str, segment: str | None) -> tuple[str, str, str, dict[str, str]]:
-        """(subject, html, text, headers) for a segment, rendered once per worker and reused."""
-        key = (email_id, segment)
-        if key not in self._bodies:
-            row = await self.pool.fetchrow(
-                """SELECT e.subject, coalesce(e.html, p.html) AS html, coalesce(e.plaintext, p.plaintext) AS text,
-                          e.track_opens, n.name, n.sender_name, n.sender_email, n.sender_reply_to
-                   FROM emails e JOIN posts p ON p.id = e.post_id LEFT JOIN newsletters n ON n.id = e.newsletter_id
-                   WHERE e.id = $1""", email_id)
-            sender = row["sender_email"] or self.settings.from_address
-            from_address = f"{row['sender_name'] or row['name']} <{sender}>" if row["sender_email"] else sender
-            reply_to = sender if row["sender_reply_to"] in (None, "newsletter", "support") else row["sender_reply_to"]
-            footer_html = '<p><a href="%recipient.unsubscribe_url%">Unsubscribe</a></p>'
-            html = render_segment(row["html"], segment) + footer_html
-            text = f"{row['text']}\n\nUnsubscribe: %recipient.unsubscribe_url%"
-            headers = {"From": from_address, "Reply-To": reply_to,
+    async def _load(self, conn, email_id: str) -> LoadedEmail:
+        loaded = await load_email(conn, email_id, self.settings)
+        if loaded is None:
+            raise _non_retryable(f"email {email_id} does not exist", "EmailNotFound")
+        return loaded
+
+    async def _check_content(self, conn, email_id: str) -> None:
+        """Render every segment once before anything is written: bad content is refused up front."""
+        content = (await self._load(conn, email_id)).content
+        try:
+            for segment in (FREE, NOT_FREE) if segments_needed(content) else (None,):
+                render(content, segment)
+        except ContentError as error:
+            raise _non_retryable(str(error), "BadContent") from None
+
+    async def _body(self, email_id: str, segment: str | None) -> tuple[Rendered, dict[str, str]]:
+        """The segment's rendering and the message headers, made once per worker within the cache's size."""
+        cached = self._bodies.get((email_id, segment))
+        if cached is None:
+            async with self.pool.acquire() as conn:
+                loaded = await self._load(conn, email_id)
+            try:
+                body = render(loaded.content, segment)
+            except ContentError as error:
+                raise _non_retryable(str(error), "BadContent") from None
+            headers = {"From": loaded.from_address, "Reply-To": loaded.reply_to,
                        "List-Unsubscribe": "<%recipient.unsubscribe_url%>",
                        "List-Unsubscribe-Post": "List-Unsubscribe=One-Click",
-                       "X-Track-Opens": "yes" if row["track_opens"] else "no"}
-            self._bodies[key] = (row["subject"], html, text, headers)
-        subject, html, text, headers = self._bodies[key]
-        return subject, html, text, dict(headers)
+                       "X-Track-Opens": "yes" if loaded.track_opens else "no"}
+            cached = (body, headers)
+            self._bodies.put((email_id, segment), cached, body.size)
+        body, headers = cached
+        return body, dict(headers)
 
     @activity.defn
     async def fail_batch(self, input: FailBatchInput) -> None:

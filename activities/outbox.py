@@ -21,7 +21,7 @@ from pydantic import BaseModel, ValidationError
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from activities.mailgun import MailgunRejected
+from pressroom.mailgun import MailgunRejected
 from activities.heartbeat import heartbeating
 from pressroom.dependencies import Dependencies
 
@@ -40,6 +40,11 @@ class NoopEvent(BaseModel):
 
 
 EVENT_TYPES: dict[str, type[BaseModel]] = {"MemberCreatedEvent": MemberCreatedEvent, "NoopEvent": NoopEvent}
+
+# The automated email each member status is welcomed with. Comped members have none of their own:
+# they get the paid one, as the reference platform does.
+WELCOME_EMAIL_SLUGS = {"free": "member-welcome-email-free", "paid": "member-welcome-email-paid",
+                       "comped": "member-welcome-email-paid"}
 
 
 def payload_digest(payload: dict[str, Any]) -> str:
@@ -141,10 +146,9 @@ class OutboxActivities:
         from temporalio.common import SearchAttributePair, TypedSearchAttributes, WorkflowIDConflictPolicy
 
         from pressroom.temporal import OUTBOX_EVENT_TYPE
-        from workflows.outbox import DeliverOutboxEntryWorkflow
 
         async with self.pool.acquire() as conn, conn.transaction():
-            open_deliveries = await conn.fetchval("SELECT count(*) FROM outbox WHERE status = 'dispatched'")
+            open_deliveries = await conn.fetchval("SELECT count(*) FROM outbox WHERE status = 'sending'")
             room = min(self.settings.outbox_batch, self.settings.outbox_max_open_deliveries - open_deliveries)
             if room <= 0:
                 return 0
@@ -154,14 +158,15 @@ class OutboxActivities:
                 "LIMIT $1 FOR UPDATE SKIP LOCKED", room)
             if not rows:
                 return 0
+            # By its registered name: activities do not import workflow code.
             await asyncio.gather(*(self.temporal.start_workflow(
-                DeliverOutboxEntryWorkflow.run,
+                "DeliverOutboxEntryWorkflow",
                 EntryInput(outbox_id=row["id"], max_attempts=self.settings.outbox_max_attempts),
                 id=f"outbox-{row['idempotency_key']}", task_queue=activity.info().task_queue,
                 id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
                 search_attributes=TypedSearchAttributes([SearchAttributePair(OUTBOX_EVENT_TYPE, row["event_type"])]),
                 static_summary=f"Deliver {row['event_type']} (outbox {row['id']})") for row in rows))
-            await conn.execute("UPDATE outbox SET status = 'dispatched', dispatched_at = now(), updated_at = now() "
+            await conn.execute("UPDATE outbox SET status = 'sending', dispatched_at = now(), updated_at = now() "
                                "WHERE id = ANY($1::text[])", [row["id"] for row in rows])
         meter = activity.metric_meter()
         meter.create_counter("pressroom_outbox_claimed", "Outbox entries claimed by a relay").add(len(rows))
@@ -216,6 +221,11 @@ class OutboxActivities:
             raise _abort("ENTRY_NOT_FOUND", f"outbox entry {input.outbox_id} does not exist")
         event = self._event(row["event_type"], row["payload"])
         attempt = activity.info().attempt
+        if attempt > 1:
+            # The backoff is over: the protocol's failed → pending → sending. The entry's own
+            # delivery workflow held the wait, so no relay can claim it and it is sent again at once.
+            await self.pool.execute("UPDATE outbox SET status = 'sending', updated_at = now() "
+                                    "WHERE id = $1 AND status = 'failed'", input.outbox_id)
         try:
             return EntryResult(result=await self.handlers[row["event_type"]](event, row["idempotency_key"]))
         except ApplicationError:
@@ -289,15 +299,27 @@ class OutboxActivities:
 
     async def _welcome_member(self, event: MemberCreatedEvent, key: str) -> dict[str, Any]:
         """The welcome email of the automated email for the member's status; once per member."""
+        if not self.settings.welcome_emails:
+            # Read when the entry is handled, not only when it was queued: an operator who switches
+            # welcome emails off stops the ones already queued too. They are not kept waiting (a
+            # welcome that arrives days late, in a burst when the switch comes back, helps nobody);
+            # they are aborted with this reason, and `pressroom outbox requeue` sends one if wanted.
+            raise _abort("WELCOME_EMAILS_OFF", "welcome emails are switched off (PRESSROOM_WELCOME_EMAILS=false) "
+                                               "on the worker that handled this entry; requeue it to send it")
         member = await self.pool.fetchrow("SELECT id, uuid, email, name, status FROM members WHERE id = $1",
                                           event.member_id)
         if member is None:
             return {"skipped": f"member {event.member_id} was deleted before the welcome email"}
+        slug = WELCOME_EMAIL_SLUGS[member["status"]]
+        if slug != f"member-welcome-email-{member['status']}":
+            activity.logger.info("no welcome email of their own for %s members: sending them %s",
+                                 member["status"], slug)
         welcome = await self.pool.fetchrow(
             "SELECT id, subject, html, plaintext, sender_name, sender_email, sender_reply_to FROM automated_emails "
-            "WHERE slug = $1 AND status = 'active'", f"member-welcome-email-{member['status']}")
+            "WHERE slug = $1 AND status = 'active'", slug)
         if welcome is None:
-            return {"skipped": f"no active welcome email for {member['status']} members"}
+            activity.logger.warning("no active %s: member %s gets no welcome email", slug, member["id"])
+            return {"skipped": f"no active welcome email {slug} for {member['status']} members"}
         sent = await self.pool.fetchval("SELECT provider_id FROM automated_email_recipients "
                                         "WHERE automated_email_id = $1 AND member_id = $2", welcome["id"], member["id"])
         if sent is not None:
@@ -325,14 +347,3 @@ class OutboxActivities:
             tags=["welcome-email"], variables={"automated-email-id": welcome["id"]},
             headers={"Message-Id": f"<{message_id}>",
                      **({"Reply-To": welcome["sender_reply_to"]} if welcome["sender_reply_to"] else {})})
-
-
-async def ensure_relay(client, settings) -> None:
-    """The relay workflow runs (one per namespace and task queue); an existing run is kept."""
-    from temporalio.common import WorkflowIDConflictPolicy
-
-    from workflows.outbox import RELAY_WORKFLOW_ID, OutboxRelayWorkflow
-
-    await client.start_workflow(OutboxRelayWorkflow.run, RelayInput(), id=f"{RELAY_WORKFLOW_ID}-{settings.task_queue}",
-                                task_queue=settings.task_queue, id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
-                                static_summary="Relay committed outbox entries to delivery workflows")

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from datetime import datetime, timedelta
+from datetime import datetime
 
 from pydantic import BaseModel
 from temporalio import activity
@@ -21,6 +21,26 @@ from pressroom.dependencies import Dependencies
 # The worker's clock and Temporal's agree to milliseconds in practice (NTP); this bounds the local
 # wait should they not, so a timer never turns into an unbounded sleep.
 MAX_CLOCK_SKEW_SECONDS = 1.0
+
+
+PUBLISH_WORKFLOW_PREFIX = "post-publish-"
+
+
+def publish_workflow_id(post_id: str) -> str:
+    """The post's workflow id: its idempotency key, one timer per post."""
+    return f"{PUBLISH_WORKFLOW_PREFIX}{post_id}"
+
+
+class PublishPostInput(BaseModel):
+    post_id: str
+    publish_at: datetime
+    lead_seconds: float = 10.0
+    retries: int = 30  # a 503 is retried every 5 s, 30 times, then the run fails visibly
+    retry_seconds: float = 5.0
+
+
+class RescheduleInput(BaseModel):
+    publish_at: datetime
 
 
 class PublishPostActivityInput(BaseModel):
@@ -146,11 +166,13 @@ class PostsActivities:
 
 
 async def start_or_move_publication(client, settings, post_id: str, publish_at: datetime) -> None:
-    """Signal-with-start: the post's workflow starts, or the running one moves to the new time."""
-    from workflows.posts import PublishPostInput, PublishPostWorkflow, RescheduleInput, publish_workflow_id
+    """Signal-with-start: the post's workflow starts, or the running one moves to the new time.
 
+    The workflow is named by its registered name: activities (the reconcile) call this too, and
+    activities do not import workflow code.
+    """
     await client.start_workflow(
-        PublishPostWorkflow.run,
+        "PublishPostWorkflow",
         PublishPostInput(post_id=post_id, publish_at=publish_at, lead_seconds=settings.publish_lead_seconds,
                          retries=settings.publish_retries, retry_seconds=settings.publish_retry_seconds),
         id=publish_workflow_id(post_id), task_queue=settings.task_queue,
@@ -162,10 +184,8 @@ async def stop_publication(client, post_id: str) -> bool:
     """Tell the post's workflow it is unscheduled; False when no workflow runs for it."""
     from temporalio.service import RPCError, RPCStatusCode
 
-    from workflows.posts import PublishPostWorkflow, publish_workflow_id
-
     try:
-        await client.get_workflow_handle(publish_workflow_id(post_id)).signal(PublishPostWorkflow.unschedule)
+        await client.get_workflow_handle(publish_workflow_id(post_id)).signal("unschedule")
         return True
     except RPCError as error:
         if error.status == RPCStatusCode.NOT_FOUND:
@@ -185,7 +205,7 @@ async def reconcile_scheduled_posts(client, pool, settings, *, concurrency: int 
     running: dict[str, datetime | None] = {}
     async for execution in client.list_workflows(
             "WorkflowType = 'PublishPostWorkflow' AND ExecutionStatus = 'Running'"):
-        running[execution.id.removeprefix("post-publish-")] = execution.typed_search_attributes.get(PUBLISH_AT)
+        running[execution.id.removeprefix(PUBLISH_WORKFLOW_PREFIX)] = execution.typed_search_attributes.get(PUBLISH_AT)
     scheduled = {row["id"]: row["published_at"] for row in await pool.fetch(
         "SELECT id, published_at FROM posts WHERE status = 'scheduled'")}
 
@@ -209,28 +229,3 @@ async def reconcile_scheduled_posts(client, pool, settings, *, concurrency: int 
     for post_id in stray:
         await stop_publication(client, post_id)
     return ReconcileResult(started_or_moved=len(moved), stopped=len(stray))
-
-
-RECONCILE_SCHEDULE_ID = "posts-reconcile"
-RECONCILE_EVERY = timedelta(minutes=10)
-
-
-async def ensure_reconcile_schedule(client, settings) -> str:
-    """The periodic reconcile (catches posts scheduled by other writers of the database)."""
-    from temporalio.client import (Schedule, ScheduleActionStartWorkflow, ScheduleIntervalSpec,
-                                   ScheduleOverlapPolicy, SchedulePolicy, ScheduleSpec)
-
-    from pressroom.temporal import create_or_update_schedule
-
-    schedule = Schedule(
-        action=ScheduleActionStartWorkflow("ReconcilePostsWorkflow", id=RECONCILE_SCHEDULE_ID,
-                                           task_queue=settings.task_queue),
-        spec=ScheduleSpec(intervals=[ScheduleIntervalSpec(every=RECONCILE_EVERY)]),
-        policy=SchedulePolicy(overlap=ScheduleOverlapPolicy.SKIP))
-    return await create_or_update_schedule(client, RECONCILE_SCHEDULE_ID, schedule)
-
-
-async def reconcile_at_worker_start(client, settings) -> None:
-    """Ensure the schedule and run it once now: this replaces the seed's rescheduling at boot."""
-    await ensure_reconcile_schedule(client, settings)
-    await client.get_schedule_handle(RECONCILE_SCHEDULE_ID).trigger()

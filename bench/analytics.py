@@ -26,7 +26,7 @@ import httpx  # noqa: E402
 from temporalio.testing import ActivityEnvironment  # noqa: E402
 
 from activities.analytics import AggregateInput, AnalyticsActivities, FetchPhaseInput  # noqa: E402
-from activities.mailgun import MailgunClient  # noqa: E402
+from pressroom.mailgun import MailgunClient  # noqa: E402
 from devstack.servers import Postgres, free_port, start_simulator, stop_process  # noqa: E402
 from pressroom import database  # noqa: E402
 from pressroom.dependencies import Dependencies  # noqa: E402

@@ -24,7 +24,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from temporalio import activity, workflow  # noqa: E402
 from temporalio.worker import Worker  # noqa: E402
 
-from activities.outbox import enqueue, ensure_relay, payload_digest  # noqa: E402
+from activities.outbox import enqueue, payload_digest
+from operations.outbox import ensure_relay  # noqa: E402
 from bench.servers import bench_servers  # noqa: E402
 from pressroom import database  # noqa: E402
 from pressroom.settings import load_settings  # noqa: E402

@@ -1,7 +1,7 @@
 """Benchmark: N posts scheduled for the same instant; how late were they published? (not a test)
 
 Starts its own PostgreSQL and Temporal dev server, schedules N posts for one instant `--ahead`
-seconds away through the same starter function the CLI uses, runs a worker, and reads lateness
+seconds away through the same operation the CLI uses, runs a worker, and reads lateness
 from the posts' own records (publish_completed_at - published_at): p50, p99, max, and how many
 were published early (must be 0). Prints the worker's peak memory while the N posts wait.
 

@@ -177,6 +177,9 @@ class StoredMessage:
     delivery_time: float | None = None
     test_mode: bool = False
     synthetic: bool = False
+    html: str = ""
+    text: str = ""
+    options: dict[str, str] = field(default_factory=dict)  # o:NAME, without the prefix (o:tag is `tags`)
     _templated: bool = field(default=False, init=False)
 
     def __post_init__(self) -> None:
@@ -197,6 +200,16 @@ class StoredMessage:
         return {name: _TEMPLATE.sub(lambda m: str(mine.get(m.group(1), "")), value)
                 for name, value in self.variables.items()}
 
+    def received_by(self, address: str) -> tuple[str, str, str]:
+        """(subject, html, text) as this recipient gets them: %recipient.x% filled in from their
+        variables. A placeholder without a variable stays as it is, so a test can see it."""
+        mine = self.recipient_variables().get(address, {})
+
+        def fill(text: str) -> str:
+            return _TEMPLATE.sub(lambda m: str(mine[m.group(1)]) if m.group(1) in mine else m.group(0), text)
+
+        return fill(self.subject), fill(self.html), fill(self.text)
+
     def as_json(self) -> dict[str, Any]:
         variables = self.recipient_variables()
         return {"id": self.id, "from": self.from_address, "subject": self.subject, "tags": list(self.tags),
@@ -216,6 +229,7 @@ class _Group:
     severity: str | None
     message: StoredMessage
     members: Sequence[int]  # indices into message.recipients: array('I') or range
+    delivery_status: dict[str, Any] | None = None  # a failure's own delivery-status, instead of the stock one
 
 
 @dataclass(frozen=True, slots=True)
@@ -361,12 +375,14 @@ class MailgunSimulator:
                              count: int | None = None, address_pattern: str = "member{n}@example.com",
                              events: Sequence[str] = ("delivered", "opened"), timestamp: float | None = None,
                              spread_seconds: float = 0.0, tags: Sequence[str] = (),
-                             variables: dict[str, str] | None = None, chunk: int = 1000) -> dict[str, Any]:
+                             variables: dict[str, str] | None = None, chunk: int = 1000,
+                             delivery_status: dict[str, Any] | None = None) -> dict[str, Any]:
         """Events without sending, for load tests: each recipient gets each of `events`.
 
         Recipients are a list or `count` addresses from `address_pattern` ("{n}" is 0..count-1).
         Timestamps start at `timestamp` (default an hour ago, so all visible) plus each kind's offset,
         spread over `spread_seconds` in chunks of `chunk` recipients. Faults do not apply.
+        `delivery_status` replaces a failed event's stock delivery-status (code, message, description).
         """
         if recipients is None:
             if count is None or count < 0 or "{n}" not in address_pattern:
@@ -392,7 +408,8 @@ class MailgunSimulator:
             members = range(number * chunk, min(len(recipients), (number + 1) * chunk))
             for kind, severity in kinds:
                 moment = start + OFFSETS[kind] + number * step
-                self._insert(_Group(next(self._seq), moment, moment, kind, severity, message, members))
+                self._insert(_Group(next(self._seq), moment, moment, kind, severity, message, members,
+                                    delivery_status if kind == "failed" else None))
         return {"message_id": message.id, "events": len(recipients) * len(kinds)}
 
     # --- lifecycle ---
@@ -504,7 +521,8 @@ class MailgunSimulator:
             from_address=text("from"), subject=text("subject"), tags=tags, variables=variables,
             headers=headers, recipients=tuple(recipients), recipient_variables_json=raw_variables,
             accepted_at=0.0, delivery_time=_parse_time(delivery, "o:deliverytime") if delivery else None,
-            test_mode=text("o:testmode").lower() in ("yes", "true"))
+            test_mode=text("o:testmode").lower() in ("yes", "true"), html=text("html"), text=text("text"),
+            options={k[2:]: v for k, v in form.items() if k.startswith("o:") and k != "o:tag" and isinstance(v, str)})
 
     def _accept(self, message: StoredMessage) -> None:
         """Store the message and derive every recipient's events from its hash."""
@@ -681,8 +699,9 @@ class MailgunSimulator:
             failure = _FAILURES[group.severity or "permanent"]
             fields.update({"log-level": "error" if group.severity == "permanent" else "warn",
                            "severity": group.severity, "reason": failure["reason"],
-                           "delivery-status": {"code": failure["code"], "enhanced-code": failure["enhanced-code"],
-                                               "message": failure["message"], "description": ""}})
+                           "delivery-status": group.delivery_status or {
+                               "code": failure["code"], "enhanced-code": failure["enhanced-code"],
+                               "message": failure["message"], "description": ""}})
         elif group.kind == "delivered":
             fields["delivery-status"] = {"code": 250, "message": "OK", "description": ""}
         elif group.kind == "complained":

@@ -60,7 +60,7 @@ async def check_temporal(settings: Settings) -> CheckResult:
 
 
 async def check_mailgun(settings: Settings) -> CheckResult:
-    from activities.mailgun import MailgunClient
+    from pressroom.mailgun import MailgunClient
 
     async with MailgunClient.from_settings(settings) as mailgun:
         await mailgun.events_page(None, begin=datetime.now(timezone.utc) - timedelta(minutes=5), limit=1)
@@ -71,7 +71,7 @@ async def run_checks(settings: Settings) -> list[CheckResult]:
     """Every check, side by side; a failure becomes a result that names its service."""
     from temporalio.service import RPCError
 
-    from activities.mailgun import MailgunError
+    from pressroom.mailgun import MailgunError
     from pressroom.database import DatabaseUnavailable
     from pressroom.temporal import TemporalUnavailable, describe_rpc_error
 

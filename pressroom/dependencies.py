@@ -9,7 +9,7 @@ if TYPE_CHECKING:
     import asyncpg
     from temporalio.client import Client
 
-    from activities.mailgun import MailgunClient
+    from pressroom.mailgun import MailgunClient
     from pressroom.settings import Settings
 
 

@@ -72,6 +72,8 @@ class Settings(BaseSettings):
     email_tag: str = Field(default="", validation_alias="PRESSROOM_EMAIL_TAG")
     site_url: str = Field(default="http://localhost:2368", validation_alias="PRESSROOM_SITE_URL")
     from_address: str = Field(default="Pressroom <noreply@example.com>", validation_alias="PRESSROOM_FROM_ADDRESS")
+    # Rendered bodies a worker keeps, per email and segment, so batches reuse one rendering.
+    body_cache_bytes: int = Field(default=32 * 1024 * 1024, ge=0, validation_alias="PRESSROOM_BODY_CACHE_BYTES")
 
     # --- outbox (seeds 000 and 002) ---
     welcome_emails: bool = Field(default=True, validation_alias="PRESSROOM_WELCOME_EMAILS")

@@ -18,7 +18,8 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
 
 with workflow.unsafe.imports_passed_through():
-    from activities.posts import PostsActivities, PublishPostActivityInput, PublishResult, ReconcileResult
+    from activities.posts import (PostsActivities, PublishPostActivityInput, PublishPostInput, PublishResult,
+                                  ReconcileResult, RescheduleInput, publish_workflow_id)
     from pressroom.temporal import POST_ID, PUBLISH_AT
     from workflows.newsletter import SendNewsletterInput, SendNewsletterWorkflow, newsletter_workflow_id
 
@@ -26,22 +27,6 @@ with workflow.unsafe.imports_passed_through():
 # Runs of 0.1.0 retried a dead worker's publish only after a 10 s heartbeat timeout plus 5 s.
 PROMPT_RETRY_PATCH = "publish-prompt-retry"
 PUBLISH_HEARTBEAT_TIMEOUT = timedelta(seconds=2)
-
-
-def publish_workflow_id(post_id: str) -> str:
-    return f"post-publish-{post_id}"
-
-
-class PublishPostInput(BaseModel):
-    post_id: str
-    publish_at: datetime
-    lead_seconds: float = 10.0
-    retries: int = 30  # the seed's 503 rule: every 5 s, 30 times, then the run fails visibly
-    retry_seconds: float = 5.0
-
-
-class RescheduleInput(BaseModel):
-    publish_at: datetime
 
 
 class PublishOutcome(BaseModel):

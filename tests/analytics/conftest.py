@@ -11,7 +11,7 @@ import asyncpg
 import pytest
 
 from activities.analytics import AnalyticsActivities
-from activities.mailgun import MailgunClient
+from pressroom.mailgun import MailgunClient
 from devstack.mailgun_simulator import MailgunSimulator
 from pressroom.dependencies import Dependencies
 from pressroom.settings import Settings

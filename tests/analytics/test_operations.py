@@ -18,10 +18,11 @@ from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
 from activities.analytics import SCHEDULE_ID, AggregateInput, FetchPhaseInput, _Batch
-from activities.mailgun import MailgunClient, MailgunUnavailable
+from pressroom.mailgun import MailgunClient, MailgunUnavailable
 from pressroom.errors import BadInput
-from starter import (analytics_backfill, analytics_pause, analytics_schedule, analytics_status, analytics_trigger,
-                     print_analytics_status)
+from commands.analytics import print_analytics_status
+from operations.analytics import (analytics_backfill, analytics_pause, analytics_schedule, analytics_status,
+                                  analytics_trigger)
 from worker import running_worker
 
 from .conftest import activities_for, actual_counts, address, seed_newsletter, sim_now

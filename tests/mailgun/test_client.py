@@ -10,7 +10,7 @@ from email.utils import format_datetime
 import httpx
 import pytest
 
-from activities.mailgun import (MailgunBadResponse, MailgunClient, MailgunError, MailgunRateLimited,
+from pressroom.mailgun import (MailgunBadResponse, MailgunClient, MailgunError, MailgunRateLimited,
                                 MailgunRejected, MailgunUnavailable, TooManyRecipients)
 from devstack.mailgun_simulator import MailgunSimulator
 from pressroom.settings import load_settings

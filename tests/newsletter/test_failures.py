@@ -13,7 +13,7 @@ from temporalio.client import Client
 from temporalio.worker import Replayer
 
 from pressroom.temporal import data_converter
-from starter import follow_newsletter, start_newsletter
+from operations.newsletter import follow_newsletter, start_newsletter
 from workflows.newsletter import SendNewsletterWorkflow
 from worker import running_worker
 

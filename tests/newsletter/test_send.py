@@ -7,7 +7,7 @@ from collections import Counter
 import pytest
 from temporalio.client import WorkflowFailureError
 
-from starter import start_newsletter
+from operations.newsletter import start_newsletter
 from workflows.newsletter import SendNewsletterInput, SendNewsletterWorkflow, newsletter_workflow_id
 
 from .conftest import seed_email

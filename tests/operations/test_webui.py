@@ -7,7 +7,7 @@ from urllib.parse import quote
 
 import pytest
 
-from starter import follow_newsletter, start_newsletter
+from operations.newsletter import follow_newsletter, start_newsletter
 from tests.browser import chromium_path, headless_page
 from tests.conftest import make_settings
 from tests.newsletter.conftest import seed_email

@@ -9,9 +9,11 @@ import signal
 import pytest
 from temporalio.worker import Replayer
 
-from activities.outbox import enqueue, ensure_relay, payload_digest
+from activities.outbox import enqueue, payload_digest
+from operations.outbox import ensure_relay
 from pressroom.temporal import data_converter
-from starter import add_member, outbox_entry, outbox_status, requeue_outbox_entry
+from operations.members import add_member
+from operations.outbox import outbox_entry, outbox_status, requeue_outbox_entry
 from tests.conftest import make_settings
 from tests.foundation.test_cli import assert_one_line_error, pressroom
 from tests.newsletter.test_failures import spawn_worker, wait_until

@@ -11,14 +11,15 @@ import pytest
 from temporalio.worker import Replayer
 
 from pressroom.temporal import PUBLISH_AT, data_converter
-from starter import reconcile_posts, schedule_post, unschedule_post
+from operations.posts import reconcile_posts, schedule_post, unschedule_post
 from tests.conftest import make_settings
 from tests.foundation.test_cli import assert_one_line_error, pressroom
 from tests.newsletter.conftest import seed_email
 from tests.newsletter.test_failures import spawn_worker, wait_until
 from tests.newsletter.test_send import delivered
 from workflows.newsletter import SendNewsletterWorkflow
-from workflows.posts import PublishPostWorkflow, publish_workflow_id
+from activities.posts import publish_workflow_id
+from workflows.posts import PublishPostWorkflow
 from worker import running_worker
 
 

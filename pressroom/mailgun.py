@@ -201,7 +201,7 @@ class MailgunClient:
                          recipient_variables: dict[str, dict[str, str]], tags: Sequence[str] = (),
                          variables: Mapping[str, str] = {}, headers: Mapping[str, str] = {},
                          delivery_time: datetime | None = None, tracking_opens: bool | None = None,
-                         test_mode: bool = False) -> str:
+                         tracking_clicks: bool | None = None, test_mode: bool = False) -> str:
         """Queue one message for a batch of recipients; returns Mailgun's message id without <>."""
         what = f"batch of {len(to)} recipients"
         if len(to) > MAILGUN_MAX_RECIPIENTS:
@@ -223,6 +223,8 @@ class MailgunClient:
             form["o:deliverytime"] = _rfc2822(delivery_time)
         if tracking_opens is not None:
             form["o:tracking-opens"] = "yes" if tracking_opens else "no"
+        if tracking_clicks is not None:
+            form["o:tracking-clicks"] = "yes" if tracking_clicks else "no"
         if test_mode:
             form["o:testmode"] = "yes"
 

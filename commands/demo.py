@@ -16,19 +16,21 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from operations.demo_site import seed_site
+from operations.members import add_member
+from operations.newsletter import follow_newsletter
+from operations.outbox import ensure_relay
+from operations.posts import schedule_post
 from pressroom import database
-from pressroom.demo_site import seed_site
 from pressroom.settings import load_settings
 
 
 async def run_demo(console: Console, *, members: int, publish_in: float, keep_running: bool) -> None:
-    from activities.outbox import ensure_relay
+    from activities.posts import publish_workflow_id
     from devstack import stack
     from pressroom.temporal import connect
-    from starter import add_member, follow_newsletter, schedule_post
     from worker import running_worker
     from workflows.analytics import FetchEmailAnalyticsWorkflow
-    from workflows.posts import publish_workflow_id
 
     status = await asyncio.to_thread(stack.up)
     console.print(f"[bold]Development stack[/bold]: started {', '.join(status.started) or 'nothing new'}"

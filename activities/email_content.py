@@ -1,0 +1,49 @@
+"""Reading an email's content and a member's values from PostgreSQL, for the pure renderer.
+
+The send activity, the preview and the test send read through here, so all three render the same
+source: the email's own HTML snapshot when it has one, else its post's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pressroom.email_rendering import EmailContent, member_values
+from pressroom.settings import Settings
+
+
+@dataclass(frozen=True)
+class LoadedEmail:
+    content: EmailContent
+    from_address: str
+    reply_to: str
+    track_opens: bool
+
+
+async def load_email(conn, email_id: str, settings: Settings) -> LoadedEmail | None:
+    """The email's content and sender, or None when there is no such email."""
+    row = await conn.fetchrow(
+        """SELECT e.subject, coalesce(nullif(e.html, ''), p.html) AS html, p.visibility, p.slug, e.track_opens,
+                  n.name, n.sender_name, n.sender_email, n.sender_reply_to
+           FROM emails e JOIN posts p ON p.id = e.post_id LEFT JOIN newsletters n ON n.id = e.newsletter_id
+           WHERE e.id = $1""", email_id)
+    if row is None:
+        return None
+    site = settings.site_url.rstrip("/")
+    sender = row["sender_email"] or settings.from_address
+    from_address = f"{row['sender_name'] or row['name']} <{sender}>" if row["sender_email"] else sender
+    reply_to = sender if row["sender_reply_to"] in (None, "newsletter", "support") else row["sender_reply_to"]
+    content = EmailContent(email_id=email_id, subject=row["subject"], html=row["html"] or "",
+                           visibility=row["visibility"], post_url=f"{site}/{row['slug']}/",
+                           upgrade_url=f"{site}/#/portal/account/plans")
+    return LoadedEmail(content=content, from_address=from_address, reply_to=reply_to,
+                       track_opens=row["track_opens"])
+
+
+async def load_member_values(conn, member_id: str, email_id: str, settings: Settings) -> tuple[dict, str] | None:
+    """(replacement values, status) of a member, or None when there is no such member."""
+    row = await conn.fetchrow("SELECT email, name, uuid, status FROM members WHERE id = $1", member_id)
+    if row is None:
+        return None
+    return member_values(name=row["name"], email=row["email"], uuid=str(row["uuid"]), status=row["status"],
+                         site_url=settings.site_url, email_id=email_id), row["status"]

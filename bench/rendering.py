@@ -1,0 +1,71 @@
+"""Benchmark: rendering a newsletter body per segment, and one batch's recipient variables (not a test).
+
+Pure CPU, no servers: a post of `--paragraphs` personalised paragraphs with a paid-only block and a
+members-only marker, rendered for each segment (what a worker does once per email and segment; the
+body cache keeps it), against the raw HTML5 parse of the same post in the same run; then the
+Mailgun recipient variables of a batch of `--recipients` members (what every batch does).
+
+    .venv/bin/python bench/rendering.py --paragraphs 400 --recipients 1000
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from pressroom.email_rendering import (FREE, NOT_FREE, EmailContent, _parse, member_values,  # noqa: E402
+                                       render)
+
+PARAGRAPH = ('<p>Hello %%{first_name "there"}%%, some <b>text</b> with '
+             '<a href="https://site.test/r?u=%%{uuid}%%">a link</a>.</p>')
+
+
+def best_of(runs: int, work) -> float:
+    best = float("inf")
+    for _ in range(runs):
+        started = time.perf_counter()
+        work()
+        best = min(best, time.perf_counter() - started)
+    return best
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--paragraphs", type=int, default=400)
+    parser.add_argument("--recipients", type=int, default=1000)
+    parser.add_argument("--runs", type=int, default=5)
+    args = parser.parse_args()
+
+    html = (PARAGRAPH * (args.paragraphs // 10) + '<div data-gh-segment="status:-free"><p>Paid bonus</p></div>'
+            "<!--members-only-->" + PARAGRAPH * args.paragraphs)
+    content = EmailContent(email_id="e1", subject='Issue for %%{first_name "you"}%%', html=html,
+                           visibility="paid", post_url="https://site.test/p/",
+                           upgrade_url="https://site.test/#/portal/account/plans")
+    print(f"post: {len(html.encode()):,} bytes, {args.paragraphs + args.paragraphs // 10:,} paragraphs")
+    parse = best_of(args.runs, lambda: _parse(html).body.inner_html)
+    print(f"raw parse + serialise:      {parse * 1000:8.1f} ms")
+    for segment in (FREE, NOT_FREE):
+        seconds = best_of(args.runs, lambda: render(content, segment))
+        rendered = render(content, segment)
+        print(f"render {segment:<13}        {seconds * 1000:8.1f} ms  ({rendered.size:,} bytes of body)")
+
+    rendered = render(content, NOT_FREE)
+    members = [dict(name=f"Member {n}", email=f"member{n}@example.com", uuid=f"00000000-0000-0000-0000-{n:012d}",
+                    status="paid") for n in range(args.recipients)]
+
+    def batch() -> dict:
+        return {m["email"]: rendered.recipient_variables(member_values(**m, site_url="https://site.test",
+                                                                       email_id="e1")) for m in members}
+
+    seconds = best_of(args.runs, batch)
+    size = len(json.dumps(batch(), separators=(",", ":")))
+    print(f"recipient variables, {args.recipients:,} members: {seconds * 1000:6.1f} ms  ({size / 1024:,.0f} KiB as sent)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,67 @@
+"""`pressroom dev …`: the local development stack for whatever is not configured."""
+
+from __future__ import annotations
+
+import typer
+
+from commands import console, run_async
+from pressroom import database
+from pressroom.errors import PressroomError
+from pressroom.settings import dev_stack_file, get_settings
+
+app = typer.Typer(help="The local development stack: PostgreSQL, Temporal with its Web UI, a Mailgun simulator.",
+                  no_args_is_help=True)
+
+
+@app.command("up")
+def dev_up() -> None:
+    """Start what is not configured (data is kept in ./.pressroom between runs)."""
+    from devstack import stack
+
+    async def work():
+        status = stack.up()
+        await database.migrate(get_settings().require_database())
+        return status
+
+    status = run_async(work())
+    for name in status.started:
+        console.print(f"started  {name}")
+    for name in status.running:
+        console.print(f"running  {name} (already)")
+    for name in status.external:
+        console.print(f"external {name} (configured by its variable)")
+    if "temporal_ui" in status.values:
+        console.print(f"\nTemporal Web UI: [bold]{status.values['temporal_ui']}[/bold]")
+    console.print(f"\nThe stack is recorded in {dev_stack_file()}; pressroom commands use it for unset variables.",
+                  highlight=False)
+    console.print('To use it from other programs: eval "$(pressroom dev env)"')
+
+
+# The variables a program needs to use the running stack, as `pressroom dev env` prints them.
+STACK_VARIABLES = (("DATABASE_URL", "database_url"), ("TEMPORAL_ADDRESS", "temporal_address"),
+                   ("MAILGUN_BASE_URL", "mailgun_base_url"), ("MAILGUN_DOMAIN", "mailgun_domain"),
+                   ("MAILGUN_API_KEY", "mailgun_api_key"))
+
+
+@app.command("env")
+def dev_env() -> None:
+    """Print `export` lines for the running stack (the simulator's local key included)."""
+    import shlex
+
+    from pressroom.settings import read_dev_stack
+
+    state = read_dev_stack()
+    if not state:
+        raise PressroomError("the development stack is not running (start it with `pressroom dev up`)")
+    for variable, key in STACK_VARIABLES:
+        if key in state:
+            print(f"export {variable}={shlex.quote(str(state[key]))}")
+
+
+@app.command("down")
+def dev_down() -> None:
+    """Stop the development stack (its data stays for the next `dev up`)."""
+    from devstack import stack
+
+    stopped = stack.down()
+    console.print("stopped " + ", ".join(stopped) if stopped else "nothing was running")

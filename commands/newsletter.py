@@ -1,0 +1,71 @@
+"""`pressroom newsletter …`: send an email, following it with a progress bar; preview it; send a test copy."""
+
+from __future__ import annotations
+
+import typer
+
+from commands import console, run_async
+from operations.common import temporal_client
+from operations.newsletter import follow_newsletter, preview_email, send_test_email, start_newsletter
+from pressroom.errors import PressroomError
+
+app = typer.Typer(help="Send newsletters: one durable run per email.", no_args_is_help=True)
+
+
+@app.command("send")
+def newsletter_send(email_id: str = typer.Argument(..., help="The email to send (emails.id)."),
+                    wait: bool = typer.Option(False, "--wait", help="Follow the send with a progress bar.")) -> None:
+    """Send an email to every recipient, once; a second start finds the first run."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    async def work():
+        client = await temporal_client()
+        start = await start_newsletter(email_id, client=client)
+        console.print(start.message, highlight=False)
+        if not wait or (not start.started and not start.run_id):
+            return None
+        with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                      TextColumn("batches · {task.fields[recipients]} recipients"), TimeElapsedColumn(),
+                      console=console) as bar:
+            task = bar.add_task(f"email {email_id}", total=None, recipients="0")
+
+            def show(progress) -> None:
+                bar.update(task, total=progress.batches_total or None, completed=progress.batches_sent
+                           + progress.batches_failed,
+                           recipients=f"{progress.recipients_sent:,}/{progress.recipients_total:,}")
+
+            outcome = await follow_newsletter(start.workflow_id, client=client, on_progress=show)
+            if outcome.counts:
+                c = outcome.counts
+                bar.update(task, total=c.batches_total, completed=c.batches_submitted + c.batches_failed,
+                           recipients=f"{c.recipients_submitted:,}/{c.recipients_total:,}")
+            return outcome
+
+    outcome = run_async(work())
+    if outcome is not None:
+        console.print(f"email {email_id}: {outcome.status}" + (f" — {outcome.message}" if outcome.message else ""),
+                      highlight=False)
+        if outcome.status == "failed":
+            raise PressroomError(f"email {email_id} failed: {outcome.message}")
+
+
+@app.command("preview")
+def newsletter_preview(email_id: str = typer.Argument(..., help="The email (emails.id)."),
+                       member: str = typer.Option(None, "--member", help="Show what this member (members.id) gets."),
+                       segment: str = typer.Option(None, "--segment", help="free or paid: a reader with no name."),
+                       text: bool = typer.Option(False, "--text", help="The plain-text part instead of the HTML.")
+                       ) -> None:
+    """Print what a member gets (subject, then the HTML or the text); nothing is sent."""
+    preview = run_async(preview_email(email_id, member_id=member, segment=segment))
+    print(f"Subject: {preview.subject}\nX-Preview-For: {preview.reader}\n")
+    print(preview.text if text else preview.html)
+
+
+@app.command("test")
+def newsletter_test(email_id: str = typer.Argument(..., help="The email (emails.id)."),
+                    to: str = typer.Option(..., "--to", help="The address that gets the test copy."),
+                    segment: str = typer.Option(None, "--segment", help="free or paid; by default the member's own "
+                                                                        "or paid.")) -> None:
+    """Send one untracked copy with "[TEST]" in the subject; the email's status, batches and statistics stay."""
+    message_id = run_async(send_test_email(email_id, to, segment=segment))
+    console.print(f"test copy of email {email_id} sent ({message_id})", highlight=False)

@@ -1,0 +1,115 @@
+"""The commands that run and check Pressroom itself: migrate, worker, demo, check, Temporal setup, codec server."""
+
+from __future__ import annotations
+
+import asyncio
+
+import typer
+
+from commands import console, run_async
+from operations.common import temporal_client
+from pressroom import database
+from pressroom.errors import PressroomError
+from pressroom.settings import get_settings
+
+app = typer.Typer()
+
+
+@app.command()
+def migrate() -> None:
+    """Apply the schema migrations not yet applied (safe to run from several processes at once)."""
+    applied = run_async(database.migrate(get_settings().require_database()))
+    console.print(f"applied {', '.join(applied)}" if applied else "the schema is up to date")
+
+
+@app.command()
+def worker() -> None:
+    """Run a worker on the task queue until SIGINT or SIGTERM."""
+    import worker as worker_module
+
+    worker_module.configure_logging(get_settings())
+    run_async(worker_module.run())
+
+
+@app.command()
+def demo(members: int = typer.Option(5000, "--members", min=1, max=1_000_000, help="How many members to seed."),
+         publish_in: float = typer.Option(15, "--publish-in", min=0, help="Seconds until the post publishes."),
+         keep_running: bool = typer.Option(False, "--keep-running", help="Keep the worker running afterwards.")
+         ) -> None:
+    """Everything in one minute: dev stack, a site, a welcome email, a scheduled post, its newsletter,
+    analytics, and a closing table. Run it again any time; it reuses the data in ./.pressroom."""
+    from commands.demo import run_demo
+
+    run_async(run_demo(console, members=members, publish_in=publish_in, keep_running=keep_running))
+
+
+
+@app.command()
+def check() -> None:
+    """Check the configuration and reach PostgreSQL, Temporal and Mailgun; name what is wrong."""
+    from pressroom.check import run_checks
+
+    results = run_async(run_checks(get_settings()))
+    for result in results:
+        mark = "[green]ok  [/green]" if result.ok else "[red]FAIL[/red]"
+        console.print(f"{mark} {result.service}: {result.detail}", highlight=False, soft_wrap=True)
+    failed = [result.service for result in results if not result.ok]
+    if failed:
+        raise PressroomError(f"{', '.join(failed)} {'is' if len(failed) == 1 else 'are'} not ready (see above)")
+
+
+temporal_app = typer.Typer(help="Prepare a Temporal namespace for Pressroom.", no_args_is_help=True)
+app.add_typer(temporal_app, name="temporal")
+
+
+@temporal_app.command("setup")
+def temporal_setup() -> None:
+    """Register Pressroom's search attributes (EmailId, PostId, PublishAt, OutboxEventType).
+
+    For a self-hosted cluster; the dev stack does this itself. On Temporal Cloud, add them in the
+    Cloud UI or with `tcld namespace search-attributes add`.
+    """
+    from pressroom.temporal import register_search_attributes
+
+    async def work():
+        return await register_search_attributes(await temporal_client())
+
+    added = run_async(work())
+    console.print(f"registered {', '.join(added)}" if added else "every search attribute is already registered")
+
+
+@app.command("codec-server")
+def codec_server(
+    port: int = typer.Option(8081, help="Port to listen on."),
+    host: str = typer.Option("127.0.0.1", help="Address to bind; keep it private."),
+    ui_origin: str = typer.Option("http://localhost:8233", help="The Web UI's origin, allowed by CORS."),
+    new_key: bool = typer.Option(False, "--new-key", help="Print a fresh key entry for PRESSROOM_ENCRYPTION_KEY "
+                                                          "and exit."),
+) -> None:
+    """Serve /decode and /encode so the Web UI shows encrypted histories in clear."""
+    from pressroom.codec import EncryptionCodec, new_key_entry
+    from pressroom.codec_server import serve
+
+    if new_key:
+        console.print(new_key_entry(), highlight=False)
+        return
+    settings = get_settings()
+    if not settings.encryption_key.get_secret_value():
+        raise PressroomError("PRESSROOM_ENCRYPTION_KEY is not set: there is nothing to decode "
+                             "(make a key with `pressroom codec-server --new-key`)")
+
+    async def work():
+        codec = EncryptionCodec.from_text(settings.encryption_key.get_secret_value())
+        runner = await serve(codec, host=host, port=port, ui_origin=ui_origin.rstrip("/"),
+                             token=settings.codec_token.get_secret_value())
+        console.print(f"codec server on http://{host}:{port} for the Web UI at {ui_origin} "
+                      "(set it as the UI's codec endpoint)", highlight=False)
+        try:
+            await asyncio.Event().wait()
+        finally:
+            await runner.cleanup()
+
+    try:
+        run_async(work())
+    except OSError as error:
+        raise PressroomError(f"the codec server cannot listen on {host}:{port}: {error.strerror}") from None

@@ -1,0 +1,138 @@
+"""Email analytics, client side: the `email-analytics` schedule, backfill requests, and the status."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import TYPE_CHECKING
+
+from activities.analytics import SCHEDULE_ID, FetchEmailAnalyticsInput
+from operations.common import parse_moment, temporal_client
+from pressroom.settings import Settings, get_settings
+
+if TYPE_CHECKING:
+    from temporalio.client import Client
+
+
+def build_schedule(settings: Settings):
+    from temporalio.client import (Schedule, ScheduleActionStartWorkflow, ScheduleIntervalSpec,
+                                   ScheduleOverlapPolicy, SchedulePolicy, ScheduleSpec)
+
+    interval = timedelta(seconds=settings.analytics_interval_seconds)
+    return Schedule(
+        action=ScheduleActionStartWorkflow("FetchEmailAnalyticsWorkflow", FetchEmailAnalyticsInput(),
+                                           id=SCHEDULE_ID, task_queue=settings.task_queue),
+        # Jitter spreads the runs of many installations: no spike on the minute.
+        spec=ScheduleSpec(intervals=[ScheduleIntervalSpec(every=interval)], jitter=min(interval / 5,
+                                                                                         timedelta(minutes=1))),
+        # Overlap SKIP: a run never starts while the last one still runs; a short catch-up window avoids a
+        # burst of runs after an outage (each run reads from its cursors anyway).
+        policy=SchedulePolicy(overlap=ScheduleOverlapPolicy.SKIP, catchup_window=max(interval, timedelta(minutes=1))),
+    )
+
+
+async def ensure_schedule(client: Client, settings: Settings) -> str:
+    """Create the schedule, or update it to the current settings keeping its paused state."""
+    from pressroom.temporal import create_or_update_schedule
+
+    return await create_or_update_schedule(client, SCHEDULE_ID, build_schedule(settings))
+
+
+async def analytics_schedule(settings: Settings | None = None, client=None) -> str:
+    """Create or update the `email-analytics` schedule; answers "created" or "updated"."""
+    settings = settings or get_settings()
+    return await ensure_schedule(client or await temporal_client(settings), settings)
+
+
+async def _analytics_handle(settings: Settings | None, client):
+    from temporalio.service import RPCError, RPCStatusCode
+
+    from pressroom.errors import NotFound
+
+    client = client or await temporal_client(settings)
+    handle = client.get_schedule_handle(SCHEDULE_ID)
+    try:
+        return handle, await handle.describe()
+    except RPCError as error:
+        if error.status == RPCStatusCode.NOT_FOUND:
+            raise NotFound(f"schedule {SCHEDULE_ID} does not exist (create it with `pressroom analytics schedule`)") \
+                from None
+        raise
+
+
+async def analytics_trigger(settings: Settings | None = None, client=None) -> None:
+    """Start one run now (skipped by the overlap policy if one is running)."""
+    handle, _ = await _analytics_handle(settings, client)
+    await handle.trigger()
+
+
+async def analytics_pause(paused: bool, settings: Settings | None = None, client=None) -> None:
+    handle, _ = await _analytics_handle(settings, client)
+    if paused:
+        await handle.pause(note="paused with pressroom analytics pause")
+    else:
+        await handle.unpause(note="unpaused with pressroom analytics unpause")
+
+
+async def analytics_backfill(begin: str, end: str, settings: Settings | None = None) -> str:
+    """Record a backfill request that the next run reads; answers its job name."""
+    import json
+    import uuid
+
+    from activities.analytics import BACKFILL_PREFIX
+    from pressroom import database
+    from pressroom.errors import BadInput
+
+    from pressroom.errors import shorten
+    from pressroom.inputs import past_time
+
+    # A window in the future has no events yet: the run would mark it finished, empty.
+    start, stop = past_time(begin, "--from"), past_time(end, "--to")
+    if start >= stop:
+        raise BadInput(f"--from {shorten(begin)!r} must come before --to {shorten(end)!r}")
+    settings = settings or get_settings()
+    name = f"{BACKFILL_PREFIX}{uuid.uuid4().hex[:12]}"
+    pool = await database.connect(settings.require_database(), max_size=1)
+    try:
+        await pool.execute("INSERT INTO jobs (name, status, metadata) VALUES ($1, 'queued', $2::jsonb)", name,
+                           json.dumps({"begin": start.timestamp(), "end": stop.timestamp()}))
+    finally:
+        await pool.close()
+    return name
+
+
+async def analytics_status(settings: Settings | None = None, client=None) -> dict:
+    """The schedule's state, its recent actions, each cursor with its lag, and the last runs."""
+    import json
+    from datetime import datetime, timezone
+
+    from activities.analytics import PHASE_JOBS, RUNS_JOB
+    from pressroom import database
+
+    settings = settings or get_settings()
+    _, description = await _analytics_handle(settings, client)
+    state = description.schedule.state
+    now = datetime.now(timezone.utc)
+    status = {"paused": state.paused, "note": state.note or "",
+              "next": [t.isoformat() for t in description.info.next_action_times[:3]],
+              "recent": [{"at": a.started_at.isoformat(), "workflow_id": a.action.workflow_id}
+                         for a in description.info.recent_actions[-5:]],
+              "running": [a.workflow_id for a in description.info.running_actions],
+              "cursors": {}, "runs": [], "backfills": []}
+    pool = await database.connect(settings.require_database(), max_size=1)
+    try:
+        for row in await pool.fetch("SELECT name, status, metadata FROM jobs WHERE name LIKE 'email-analytics%'"
+                                    " ORDER BY name"):
+            metadata = json.loads(row["metadata"])
+            if row["name"] == RUNS_JOB:
+                status["runs"] = metadata.get("runs", [])
+            elif row["name"] in PHASE_JOBS.values():
+                cursor = metadata.get("cursor")
+                status["cursors"][row["name"]] = {
+                    "cursor": datetime.fromtimestamp(cursor, timezone.utc).isoformat() if cursor else None,
+                    "lag_seconds": round(now.timestamp() - cursor, 1) if cursor else None,
+                    "status": row["status"]}
+            if "begin" in metadata:
+                status["backfills"].append({"name": row["name"], "status": row["status"]})
+    finally:
+        await pool.close()
+    return status

@@ -1,0 +1,176 @@
+"""Newsletter sending, client side: start the send of an email, follow its progress; preview it and
+send a test copy."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+
+from operations.common import temporal_client
+from pressroom.errors import BadInput, NotFound, PressroomError
+from pressroom.settings import Settings, get_settings
+
+
+@dataclass(frozen=True)
+class NewsletterStart:
+    workflow_id: str
+    run_id: str
+    started: bool  # False: an existing run was found, and `message` says which
+    message: str
+
+
+async def start_newsletter(email_id: str, *, client=None, settings: Settings | None = None) -> NewsletterStart:
+    """Start the send of an email, or find the run that already sends or sent it."""
+    from temporalio.client import WorkflowExecutionStatus
+    from temporalio.common import WorkflowIDConflictPolicy
+    from temporalio.exceptions import WorkflowAlreadyStartedError
+    from temporalio.service import RPCError
+
+    from pressroom import database
+    from pressroom.inputs import entity_id
+    from workflows.newsletter import SendNewsletterInput, SendNewsletterWorkflow, newsletter_workflow_id
+
+    entity_id(email_id, "email")
+    settings = settings or get_settings()
+    async with database.connection(settings.require_database()) as conn:
+        status = await conn.fetchval("SELECT status FROM emails WHERE id = $1", email_id)
+    if status is None:
+        raise NotFound(f"email {email_id} does not exist")
+    client = client or await temporal_client(settings)
+    workflow_id = newsletter_workflow_id(email_id)
+    if status == "submitted":
+        try:
+            last = await client.get_workflow_handle(workflow_id).describe()
+            by = f" by run {last.run_id} ({last.status.name.lower() if last.status else 'unknown'})"
+        except RPCError:
+            by = ""
+        return NewsletterStart(workflow_id, "", False, f"email {email_id} was already sent{by}; nothing to send")
+    try:
+        handle = await client.start_workflow(
+            SendNewsletterWorkflow.run, SendNewsletterInput(email_id=email_id), id=workflow_id,
+            task_queue=settings.task_queue, id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
+            static_summary=f"Send email {email_id} to its newsletter's members")
+    except WorkflowAlreadyStartedError as error:
+        running = await client.get_workflow_handle(workflow_id).describe()
+        if running.status == WorkflowExecutionStatus.RUNNING:
+            return NewsletterStart(workflow_id, error.run_id or running.run_id, False,
+                                   f"{workflow_id} is already running (run {running.run_id}); not starting another")
+        raise
+    return NewsletterStart(workflow_id, handle.first_execution_run_id or handle.result_run_id or "", True,
+                           f"started {workflow_id}")
+
+
+async def follow_newsletter(workflow_id: str, *, client=None, on_progress=None, poll_seconds: float = 0.5):
+    """Query the run's progress until it ends; returns its outcome (following continue-as-new)."""
+    from temporalio.client import WorkflowFailureError
+    from temporalio.service import RPCError
+
+    from workflows.newsletter import SendNewsletterWorkflow
+
+    client = client or await temporal_client()
+    handle = client.get_workflow_handle_for(SendNewsletterWorkflow.run, workflow_id)
+    result = asyncio.ensure_future(handle.result())
+    try:
+        while not result.done():
+            try:
+                progress = await handle.query(SendNewsletterWorkflow.progress)
+                if on_progress:
+                    on_progress(progress)
+            except RPCError:
+                pass  # between two runs of a continue-as-new, or before the first task: ask again
+            await asyncio.wait([result], timeout=poll_seconds)
+        return result.result()
+    except WorkflowFailureError as error:
+        cause = error.cause
+        raise PressroomError(f"{workflow_id} failed: {getattr(cause, 'message', None) or cause or error}") from None
+    finally:
+        result.cancel()
+
+
+@dataclass(frozen=True)
+class EmailPreview:
+    subject: str
+    html: str
+    text: str
+    reader: str  # who the preview is for, in words
+
+
+STAND_IN_UUID = "00000000-0000-0000-0000-000000000000"  # a reader who is no member: fallbacks show
+
+
+async def _render_for(conn, email_id: str, *, member_id: str | None, segment: str | None, address: str | None,
+                      settings: Settings):
+    """(loaded email, rendering, reader's values, reader in words): what a member or a stand-in gets."""
+    from activities.email_content import load_email, load_member_values
+    from pressroom.email_rendering import SEGMENT_NAMES, ContentError, member_values, render, segment_for
+
+    if member_id is not None and segment is not None:
+        raise BadInput("give --member or --segment, not both")
+    if segment is not None and segment not in SEGMENT_NAMES:
+        raise BadInput(f"segment {segment!r} is not one of {', '.join(SEGMENT_NAMES)}")
+    loaded = await load_email(conn, email_id, settings)
+    if loaded is None:
+        raise NotFound(f"email {email_id} does not exist")
+    if member_id is None and address is not None and segment is None:
+        member_id = await conn.fetchval("SELECT id FROM members WHERE lower(email) = lower($1)", address)
+    try:
+        if member_id is not None:
+            found = await load_member_values(conn, member_id, email_id, settings)
+            if found is None:
+                raise NotFound(f"member {member_id} does not exist")
+            values, status = found
+            reader = f"member {member_id} ({status})"
+        else:
+            status = "free" if segment == "free" else "paid"
+            values = member_values(name=None, email=address or "reader@example.com", uuid=STAND_IN_UUID,
+                                   status=status, site_url=settings.site_url, email_id=email_id)
+            reader = f"a {status} reader with no name"
+        rendered = render(loaded.content, segment_for(loaded.content, status))
+    except ContentError as error:
+        raise BadInput(str(error)) from None
+    return loaded, rendered, values, reader
+
+
+async def preview_email(email_id: str, *, member_id: str | None = None, segment: str | None = None,
+                        settings: Settings | None = None) -> EmailPreview:
+    """What a member (or a stand-in reader of a segment, paid by default) receives; nothing is sent."""
+    from pressroom import database
+
+    settings = settings or get_settings()
+    async with database.connection(settings.require_database()) as conn:
+        _, rendered, values, reader = await _render_for(conn, email_id, member_id=member_id, segment=segment,
+                                                        address=None, settings=settings)
+    subject, html, text = rendered.personalise(values)
+    return EmailPreview(subject=subject, html=html, text=text, reader=reader)
+
+
+async def send_test_email(email_id: str, to: str, *, segment: str | None = None,
+                          settings: Settings | None = None) -> str:
+    """One copy to `to`, subject "[TEST] …", untracked; the email, its batches and statistics are untouched.
+
+    The copy is personalised as the member with that address when there is one, else as a reader with
+    no name; it carries no email id, so analytics never counts its events.
+    """
+    import uuid
+
+    from pressroom.mailgun import MailgunClient, MailgunError
+    from pressroom import database
+
+    to = to.strip()
+    if to.count("@") != 1 or to.startswith("@") or "." not in to.rpartition("@")[2]:
+        raise BadInput(f"{to!r} is not an e-mail address")
+    settings = settings or get_settings()
+    async with database.connection(settings.require_database()) as conn:
+        loaded, rendered, values, _ = await _render_for(conn, email_id, member_id=None, segment=segment,
+                                                        address=to, settings=settings)
+    values = {**values, "email": to}
+    async with MailgunClient.from_settings(settings) as mailgun:
+        try:
+            return await mailgun.send_batch(
+                from_address=loaded.from_address, to=[to], subject=f"[TEST] {rendered.subject}", html=rendered.html,
+                text=rendered.text, recipient_variables={to: rendered.recipient_variables(values)},
+                tags=["test-email"], headers={"Reply-To": loaded.reply_to,
+                                              "Message-Id": f"<test-{uuid.uuid4().hex}@{mailgun.domain}>"},
+                tracking_opens=False, tracking_clicks=False)
+        except MailgunError as error:
+            raise PressroomError(f"the test email was not sent: {error}") from None

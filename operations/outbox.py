@@ -1,0 +1,68 @@
+"""The outbox, client side: the relay workflow runs; the operator's counts, one entry, a requeue."""
+
+from __future__ import annotations
+
+from activities.outbox import RelayInput
+from pressroom.errors import BadInput, NotFound
+from pressroom.settings import Settings, get_settings
+from workflows.outbox import RELAY_WORKFLOW_ID, OutboxRelayWorkflow
+
+
+async def ensure_relay(client, settings) -> None:
+    """The relay workflow runs (one per namespace and task queue); an existing run is kept."""
+    from temporalio.common import WorkflowIDConflictPolicy
+
+    await client.start_workflow(OutboxRelayWorkflow.run, RelayInput(), id=f"{RELAY_WORKFLOW_ID}-{settings.task_queue}",
+                                task_queue=settings.task_queue, id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+                                static_summary="Relay committed outbox entries to delivery workflows")
+
+
+async def outbox_status(settings: Settings | None = None) -> dict:
+    from pressroom import database
+
+    settings = settings or get_settings()
+    async with database.connection(settings.require_database()) as conn:
+        counts = {r["status"]: r["n"] for r in await conn.fetch(
+            "SELECT status, count(*) AS n FROM outbox GROUP BY status ORDER BY status")}
+        oldest = await conn.fetchval("SELECT extract(epoch FROM now() - min(created_at)) FROM outbox "
+                                     "WHERE status IN ('pending', 'failed')")
+    return {"counts": counts, "oldest_pending_seconds": float(oldest) if oldest is not None else None}
+
+
+async def outbox_entry(outbox_id: str, settings: Settings | None = None) -> dict:
+    from pressroom import database
+    from pressroom.inputs import entity_id
+
+    entity_id(outbox_id, "outbox entry")
+    settings = settings or get_settings()
+    async with database.connection(settings.require_database()) as conn:
+        row = await conn.fetchrow(
+            "SELECT o.id, o.event_type, o.idempotency_key, o.status, o.attempts, o.next_run_at, o.last_error_code, "
+            "o.last_error_msg, o.created_at, o.dispatched_at, o.processed_at, l.status AS ledger "
+            "FROM outbox o LEFT JOIN idempotency_ledger l USING (idempotency_key) WHERE o.id = $1", outbox_id)
+    if row is None:
+        raise NotFound(f"outbox entry {outbox_id} does not exist")
+    return dict(row)
+
+
+async def requeue_outbox_entry(outbox_id: str, settings: Settings | None = None) -> None:
+    """aborted → pending with attempts reset, and its failed ledger line cleared, so it is tried afresh."""
+    from pressroom import database
+    from pressroom.inputs import entity_id
+
+    entity_id(outbox_id, "outbox entry")
+    settings = settings or get_settings()
+    async with database.connection(settings.require_database()) as conn:
+        async with conn.transaction():
+            status = await conn.fetchval("SELECT status FROM outbox WHERE id = $1 FOR UPDATE", outbox_id)
+            if status is None:
+                raise NotFound(f"outbox entry {outbox_id} does not exist")
+            if status != "aborted":
+                raise BadInput(f"outbox entry {outbox_id} is {status}; only an aborted entry can be requeued")
+            await conn.execute(
+                "DELETE FROM idempotency_ledger WHERE status = 'failed' AND idempotency_key = "
+                "(SELECT idempotency_key FROM outbox WHERE id = $1)", outbox_id)
+            await conn.execute(
+                "UPDATE outbox SET status = 'pending', attempts = 0, next_run_at = now(), last_error_code = NULL, "
+                "last_error_msg = NULL, processed_at = NULL, updated_at = now() WHERE id = $1", outbox_id)
+            await conn.execute("SELECT pg_notify('pressroom_outbox', '')")

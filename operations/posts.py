@@ -1,0 +1,124 @@
+"""Scheduled posts, client side: schedule, unschedule and reconcile; the periodic reconcile's schedule."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from activities.posts import reconcile_scheduled_posts, start_or_move_publication, stop_publication
+from operations.common import temporal_client
+from pressroom.errors import BadInput, NotFound, PressroomError
+from pressroom.inputs import entity_id
+from pressroom.settings import Settings, get_settings
+
+async def schedule_post(post_id: str, at: str, *, client=None, settings: Settings | None = None):
+    """Mark the post scheduled for `at` and start or move its workflow, both or neither; a past time
+    publishes at once."""
+    from pressroom.inputs import publish_time
+
+    entity_id(post_id, "post")
+    publish_at = publish_time(at)
+    settings = settings or get_settings()
+    await change_post(post_id, publish_at, client or await temporal_client(settings), settings)
+    return publish_at
+
+
+async def unschedule_post(post_id: str, *, client=None, settings: Settings | None = None) -> None:
+    """Back to draft, and the post's workflow ends without publishing; both or neither."""
+    entity_id(post_id, "post")
+    settings = settings or get_settings()
+    await change_post(post_id, None, client or await temporal_client(settings), settings)
+
+
+async def change_post(post_id: str, publish_at, client, settings: Settings) -> None:
+    """Schedule the post for `publish_at` (None: back to draft) and tell its workflow, as one change.
+
+    The row is updated in a transaction and the workflow told before it commits: a refused call
+    rolls the row back. Should the commit fail once the workflow was told, the workflow is put
+    back as the row still is. Either way the error says what happened, in one line.
+    """
+    from temporalio.service import RPCError
+
+    from pressroom import database
+    from pressroom.temporal import describe_rpc_error
+
+    async with database.connection(settings.require_database()) as conn:
+        transaction = conn.transaction()
+        await transaction.start()
+        try:
+            before = await conn.fetchrow("SELECT status, published_at FROM posts WHERE id = $1 FOR UPDATE", post_id)
+            if before is None:
+                raise NotFound(f"post {post_id} does not exist")
+            if publish_at is None and before["status"] != "scheduled":
+                raise BadInput(f"post {post_id} is {before['status']}, not scheduled")
+            if publish_at is not None and before["status"] not in ("draft", "scheduled"):
+                raise BadInput(f"post {post_id} is already {before['status']}; only a draft or scheduled post can "
+                               "be scheduled")
+            await conn.execute("UPDATE posts SET status = $2, published_at = coalesce($3, published_at), "
+                               "updated_at = now() WHERE id = $1", post_id,
+                               "draft" if publish_at is None else "scheduled", publish_at)
+            try:
+                await tell_post_workflow(client, settings, post_id, publish_at)
+            except RPCError as error:
+                raise PressroomError(f"post {post_id} was not changed (it is still {before['status']}): "
+                                     f"{describe_rpc_error(error, settings)}") from None
+        except BaseException:
+            try:
+                await transaction.rollback()
+            except Exception:
+                pass  # the connection is gone, and the server rolled back with it
+            raise
+        try:
+            await transaction.commit()
+        except Exception as error:
+            back = before["published_at"] if before["status"] == "scheduled" else None
+            try:
+                await tell_post_workflow(client, settings, post_id, back)
+                repair = "its workflow was put back"
+            except Exception:
+                repair = "its workflow could not be put back: run `pressroom posts reconcile`"
+            raise PressroomError(f"post {post_id} was not changed (it is still {before['status']}): the database "
+                                 f"did not commit ({type(error).__name__}: {error}); {repair}") from None
+
+
+async def tell_post_workflow(client, settings: Settings, post_id: str, publish_at) -> None:
+    """Start or move the post's workflow to `publish_at`, or stop it (None)."""
+    if publish_at is None:
+        await stop_publication(client, post_id)
+    else:
+        await start_or_move_publication(client, settings, post_id, publish_at)
+
+
+async def reconcile_posts(*, client=None, settings: Settings | None = None):
+    from pressroom import database
+
+    settings = settings or get_settings()
+    pool = await database.connect(settings.require_database(), max_size=2)
+    try:
+        return await reconcile_scheduled_posts(client or await temporal_client(settings), pool, settings)
+    finally:
+        await pool.close()
+
+
+RECONCILE_SCHEDULE_ID = "posts-reconcile"
+RECONCILE_EVERY = timedelta(minutes=10)
+
+
+async def ensure_reconcile_schedule(client, settings) -> str:
+    """The periodic reconcile (catches posts scheduled by other writers of the database)."""
+    from temporalio.client import (Schedule, ScheduleActionStartWorkflow, ScheduleIntervalSpec,
+                                   ScheduleOverlapPolicy, SchedulePolicy, ScheduleSpec)
+
+    from pressroom.temporal import create_or_update_schedule
+
+    schedule = Schedule(
+        action=ScheduleActionStartWorkflow("ReconcilePostsWorkflow", id=RECONCILE_SCHEDULE_ID,
+                                           task_queue=settings.task_queue),
+        spec=ScheduleSpec(intervals=[ScheduleIntervalSpec(every=RECONCILE_EVERY)]),
+        policy=SchedulePolicy(overlap=ScheduleOverlapPolicy.SKIP))
+    return await create_or_update_schedule(client, RECONCILE_SCHEDULE_ID, schedule)
+
+
+async def reconcile_at_worker_start(client, settings) -> None:
+    """Ensure the schedule and run it once now: posts scheduled while no worker ran get their timers."""
+    await ensure_reconcile_schedule(client, settings)
+    await client.get_schedule_handle(RECONCILE_SCHEDULE_ID).trigger()

@@ -1,0 +1,489 @@
+"""What each reader of a newsletter gets: segments, the paywall, personalisation and plain text.
+
+Pure functions over strings; no I/O. The send activity, `pressroom newsletter preview` and
+`pressroom newsletter test` all call `render`, so a preview shows exactly what a batch sends.
+
+The post is parsed once by an HTML5 parser (Lexbor, through selectolax) into the tree a mail
+client builds from the same bytes, and the body is the serialisation of that tree after cutting.
+What we checked is therefore what we send: an unclosed tag cannot make our cut end somewhere else
+than the reader's client thinks it does. Markup spelling is normalised (quotes, case, implied end
+tags); text, attributes and element order are kept.
+
+Personalisation becomes Mailgun recipient variables (`%recipient.NAME%`): the body is rendered
+once per segment and Mailgun fills in each reader's values. A value is HTML-escaped where it lands
+in HTML (a name like `Tom <b>` stays text), so every replacement has a plain and an `_html` twin.
+"""
+
+from __future__ import annotations
+
+import html as html_lib
+import re
+from collections import OrderedDict
+from collections.abc import Hashable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+from functools import cached_property
+
+from selectolax.lexbor import LexborHTMLParser, LexborNode
+
+MEMBER_STATUSES = ("free", "paid", "comped")
+VISIBILITIES = ("public", "members", "paid")
+FREE, NOT_FREE = "status:free", "status:-free"
+# The two bodies a newsletter can have, and which member statuses read each.
+SEGMENT_STATUSES = {FREE: frozenset({"free"}), NOT_FREE: frozenset({"paid", "comped"})}
+SEGMENT_NAMES = {"free": FREE, "paid": NOT_FREE}  # as the CLI spells them
+REPLACEMENTS = ("first_name", "name", "email", "uuid", "status", "unsubscribe_url", "manage_account_url")
+# Variables every message carries whether the post uses them or not: the footer and headers need them.
+BASE_VARIABLES = ("name", "uuid", "unsubscribe_url")
+
+MEMBERS_ONLY_MARKER = "members-only"
+_SEGMENT_ATTRIBUTE = "data-gh-segment"
+_SPECIAL = re.compile(r"[&<>\"']")  # what HTML escaping changes
+_PLACEHOLDER = re.compile(r"%recipient\.([A-Za-z0-9_.-]+)%")
+_QUOTED = r'"([^"]*)"|“([^”]*)”|\'([^\']*)\''
+_DOUBLE = re.compile(r"%%\{(.*?)\}%%", re.S)
+_DOUBLE_INNER = re.compile(rf"\s*([a-z_]+)\s*(?:,?\s*(?:{_QUOTED}))?\s*", re.S)
+_IDS = "|".join(REPLACEMENTS)
+# The editor's form, {first_name, "there"}: only known ids, so `{x}` in prose stays prose.
+_EDITOR = re.compile(rf"\{{\s*({_IDS})\s*(?:,\s*(?:{_QUOTED}))?\s*\}}")
+_EDITOR_CANDIDATE = re.compile(rf"\{{\s*(?:{_IDS})\s*(?:[,\"“'][^{{}}]*)?\}}")
+
+
+class ContentError(ValueError):
+    """The email cannot be rendered as it stands (no HTML, a malformed replacement, a bad segment)."""
+
+
+# --- filters -------------------------------------------------------------------------------------
+
+def recipient_statuses(expression: str) -> list[str]:
+    """Member statuses a filter selects: `all`, or `status:X` / `status:-X` terms joined by commas
+    (OR), X one of free, paid, comped. Anything else is refused, never guessed."""
+    text = (expression or "").strip()
+    if text == "all":
+        return list(MEMBER_STATUSES)
+    chosen: set[str] = set()
+    for term in text.split(","):
+        match = re.fullmatch(r"\s*status:(-?)(free|paid|comped)\s*", term, re.I)
+        if not match:
+            raise ValueError(f"recipient filter {expression!r} cannot be parsed: use all, or status:free, "
+                             "status:-free, status:paid, status:comped joined by commas")
+        negate, status = match.group(1), match.group(2).lower()
+        chosen |= {s for s in MEMBER_STATUSES if s != status} if negate else {status}
+    return sorted(chosen)
+
+
+def segment_of(status: str) -> str:
+    return FREE if status == "free" else NOT_FREE
+
+
+# --- inputs and outputs --------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class EmailContent:
+    """An email as its post and newsletter make it; loaded by the caller."""
+
+    email_id: str
+    subject: str
+    html: str
+    visibility: str  # public | members | paid
+    post_url: str
+    upgrade_url: str
+
+
+@dataclass(frozen=True)
+class Rendered:
+    """One segment's message, with `%recipient.NAME%` where each reader's values go."""
+
+    subject: str
+    html: str
+    text: str
+    # Mailgun variable name → (replacement id, fallback, HTML-escaped?)
+    variables: Mapping[str, tuple[str, str, bool]] = field(default_factory=dict)
+
+    @cached_property
+    def size(self) -> int:
+        """Bytes held in memory (as UTF-8), what the body cache counts."""
+        return sum(len(part.encode()) for part in (self.subject, self.html, self.text))
+
+    def recipient_variables(self, values: Mapping[str, str]) -> dict[str, str]:
+        """One reader's Mailgun variables from their values (see `member_values`)."""
+        out = {}
+        for name, (replacement, fallback, escaped) in self.variables.items():
+            value = values.get(replacement) or fallback
+            out[name] = html_lib.escape(value, quote=True) if escaped and _SPECIAL.search(value) else value
+        return out
+
+    def personalise(self, values: Mapping[str, str]) -> tuple[str, str, str]:
+        """(subject, html, text) as one reader sees them: Mailgun's substitution, done here."""
+        variables = self.recipient_variables(values)
+
+        def fill(text: str) -> str:
+            return _PLACEHOLDER.sub(lambda m: variables[m.group(1)], text)
+
+        return fill(self.subject), fill(self.html), fill(self.text)
+
+
+def member_values(*, name: str | None, email: str, uuid: str, status: str, site_url: str,
+                  email_id: str) -> dict[str, str]:
+    """What each replacement stands for, for one member."""
+    site = site_url.rstrip("/")
+    name = (name or "").strip()
+    return {"first_name": name.split()[0] if name else "", "name": name, "email": email, "uuid": uuid,
+            "status": status, "unsubscribe_url": f"{site}/unsubscribe/?uuid={uuid}&key={email_id}",
+            "manage_account_url": f"{site}/#/portal/account"}
+
+
+# --- segments and the paywall --------------------------------------------------------------------
+
+def _parse(html: str) -> LexborHTMLParser:
+    # An explicit <body> keeps a post's own <style> or <title> where it stands instead of in a <head>.
+    return LexborHTMLParser("<body>" + html)
+
+
+def _block_statuses(node: LexborNode, email_id: str) -> frozenset[str]:
+    value = node.attrs.get(_SEGMENT_ATTRIBUTE) or ""
+    try:
+        return frozenset(recipient_statuses(value))
+    except ValueError:
+        raise ContentError(f"email {email_id}: a block's {_SEGMENT_ATTRIBUTE}={value[:40]!r} cannot be parsed: "
+                           "use status:free or status:-free") from None
+
+
+def paywalled(visibility: str, segment: str) -> bool:
+    """Members of a paid post's free segment read only what comes before the members-only marker."""
+    return visibility == "paid" and segment == FREE
+
+
+def segments_needed(content: EmailContent) -> bool:
+    """Do free and paying members get different bodies? Then batches are built per segment."""
+    _check_visibility(content)
+    return content.visibility == "paid" or bool(_parse(content.html).css(f"[{_SEGMENT_ATTRIBUTE}]"))
+
+
+def segment_for(content: EmailContent, status: str) -> str | None:
+    """The body a member with this status gets: their segment's, or the one body when all get the same."""
+    return segment_of(status) if segments_needed(content) else None
+
+
+def _check_visibility(content: EmailContent) -> None:
+    if content.visibility not in VISIBILITIES:
+        raise ContentError(f"email {content.email_id}: post visibility {content.visibility!r} is not one of "
+                           + ", ".join(VISIBILITIES))
+
+
+def _cut_after_marker(body: LexborNode) -> bool:
+    """Remove the first members-only marker and everything after it in document order."""
+    marker = next((n for n in body.traverse(include_text=True)
+                   if n.is_comment_node and (n.comment_content or "").strip().lower() == MEMBERS_ONLY_MARKER), None)
+    if marker is None:
+        return False
+    node = marker
+    while node is not None and node.mem_id != body.mem_id:
+        following = node.next
+        while following is not None:
+            after = following.next
+            following.decompose()
+            following = after
+        node = node.parent
+    marker.decompose()
+    return True
+
+
+def _children(node: LexborNode) -> list[LexborNode]:
+    children, child = [], node.first_child
+    while child is not None:
+        children.append(child)
+        child = child.next
+    return children
+
+
+def _call_to_action(content: EmailContent) -> str:
+    post, upgrade = (html_lib.escape(url, quote=True) for url in (content.post_url, content.upgrade_url))
+    return ('<div class="paywall" style="text-align:center;margin:32px 0;"><hr>'
+            "<p><strong>The rest of this post is for paying subscribers.</strong></p>"
+            f'<p><a href="{upgrade}">Upgrade to keep reading</a></p>'
+            f'<p><a href="{post}">Read the post on the site</a></p></div>')
+
+
+# --- replacements ---------------------------------------------------------------------------------
+
+class _Variables:
+    """Names the Mailgun variables of one rendering: one per (replacement, fallback, escaped)."""
+
+    def __init__(self, email_id: str) -> None:
+        self.email_id = email_id
+        self.names: dict[tuple[str, str], str] = {}
+        self.used: dict[str, tuple[str, str, bool]] = {}
+        for replacement in BASE_VARIABLES:
+            self.placeholder(replacement, "", escaped=False)
+
+    def placeholder(self, replacement: str, fallback: str, *, escaped: bool) -> str:
+        key = (replacement, fallback)
+        if key not in self.names:
+            count = sum(1 for r, _ in self.names if r == replacement)
+            self.names[key] = replacement if not fallback and count == 0 else f"{replacement}_{count + 1}"
+        name = self.names[key] + ("_html" if escaped else "")
+        self.used[name] = (replacement, fallback, escaped)
+        return f"%recipient.{name}%"
+
+    def substitute(self, text: str, *, escaped: bool, editor_form: bool = True) -> str:
+        """Every replacement in `text` as a placeholder; a malformed one is a ContentError."""
+        if "%" not in text and "{" not in text:
+            return text
+
+        def double(match: re.Match) -> str:
+            inner = _DOUBLE_INNER.fullmatch(match.group(1))
+            if not inner or inner.group(1) not in REPLACEMENTS:
+                self._malformed(match.group(0))
+            fallback = next((g for g in inner.groups()[1:] if g is not None), "")
+            return self.placeholder(inner.group(1), fallback, escaped=escaped)
+
+        def mailgun(match: re.Match) -> str:
+            if match.group(1) not in REPLACEMENTS:
+                self._malformed(match.group(0))
+            return self.placeholder(match.group(1), "", escaped=escaped)
+
+        def editor(match: re.Match) -> str:
+            fallback = next((g for g in match.groups()[1:] if g is not None), "")
+            return self.placeholder(match.group(1), fallback, escaped=escaped)
+
+        # Author text may already hold %recipient.x%: it goes through the same names, so no
+        # placeholder reaches Mailgun that we do not define for every reader.
+        text = _PLACEHOLDER.sub(mailgun, text)
+        text = _DOUBLE.sub(double, text)
+        if "%%{" in text:
+            self._malformed(text[text.index("%%{"):])
+        if editor_form and "{" in text:
+            for candidate in _EDITOR_CANDIDATE.finditer(text):
+                if not _EDITOR.fullmatch(candidate.group(0)):
+                    self._malformed(candidate.group(0))
+            text = _EDITOR.sub(editor, text)
+        return text
+
+    def _malformed(self, snippet: str) -> None:
+        snippet = " ".join(snippet.split())
+        snippet = snippet if len(snippet) <= 60 else snippet[:59] + "…"
+        raise ContentError(f"email {self.email_id}: malformed replacement {snippet!r}: write "
+                           '%%{first_name "fallback"}%% or {first_name, "fallback"} with one of '
+                           + ", ".join(REPLACEMENTS))
+
+
+# Where `{name}` is more likely code or CSS than the editor's replacement.
+_LITERAL = frozenset({"code", "pre", "kbd", "samp", "style", "script"})
+
+
+def _in_code(node: LexborNode) -> bool:
+    parent = node.parent
+    while parent is not None:
+        if parent.tag in _LITERAL:
+            return True
+        parent = parent.parent
+    return False
+
+
+def _personalise_tree(body: LexborNode, variables: _Variables) -> None:
+    # Collect first: Lexbor nodes must not change while a traversal walks them.
+    for node in list(body.traverse(include_text=True)):
+        if node.is_text_node:
+            text = node.text_content or ""
+            if "%" in text or "{" in text:
+                new = variables.substitute(text, escaped=True, editor_form=not _in_code(node))
+                if new != text:
+                    node.replace_with(new)
+        elif node.is_element_node:
+            for name, value in list(node.attributes.items()):
+                if value and ("%" in value or "{" in value):
+                    new = variables.substitute(value, escaped=True)
+                    if new != value:
+                        node.attrs[name] = new
+
+
+# --- rendering ------------------------------------------------------------------------------------
+
+FOOTER_HTML = ('<p class="footer"><a href="%recipient.unsubscribe_url_html%">Unsubscribe</a> · '
+               '<a href="%recipient.manage_account_url_html%">Manage your subscription</a></p>')
+
+
+def render(content: EmailContent, segment: str | None) -> Rendered:
+    """The message for one segment (FREE, NOT_FREE, or None when every reader gets the same)."""
+    _check_visibility(content)
+    if not content.html or not content.html.strip():
+        raise ContentError(f"email {content.email_id}: its post has no HTML to send")
+    if segment is not None and segment not in SEGMENT_STATUSES:
+        raise ContentError(f"email {content.email_id}: unknown segment {segment!r}")
+    if segment is None and segments_needed(content):
+        # A batch made before its content was segmented: its readers may be free, so they get the
+        # free body rather than risk paid text.
+        segment = FREE
+
+    tree = _parse(content.html)
+    body = tree.body
+    # <template> content is inert in a browser and shown by clients that do not know the element.
+    for node in tree.css("template"):
+        node.decompose()
+    statuses = {node.mem_id: _block_statuses(node, content.email_id)
+                for node in body.css(f"[{_SEGMENT_ATTRIBUTE}]")}  # every block is checked, cut or not
+    cut = paywalled(content.visibility, segment or "")
+    if cut:
+        # The paywall comes first: text after the marker is paid even inside a block for free members.
+        # A paid post without a marker is paid from its first word: free members get the invitation only.
+        if not _cut_after_marker(body):
+            for node in _children(body):
+                node.decompose()
+    if segment is not None:
+        readers = SEGMENT_STATUSES[segment]
+        # A block goes to a segment only when every reader in it is in the block's audience.
+        unread = {node.mem_id: node for node in body.css(f"[{_SEGMENT_ATTRIBUTE}]")
+                  if not readers <= statuses[node.mem_id]}
+        # Remove outermost blocks only: removing one destroys the blocks inside it.
+        for node in [n for n in unread.values() if not _inside(n, unread)]:
+            node.decompose()
+    # Comments are invisible but readable in the source; a commented-out paid block is still paid.
+    for node in [n for n in body.traverse(include_text=True) if n.is_comment_node]:
+        node.decompose()
+
+    variables = _Variables(content.email_id)
+    if any(sign in content.html for sign in "%{&"):  # most posts have nothing to personalise: skip the walk
+        _personalise_tree(body, variables)
+    subject = variables.substitute(content.subject, escaped=False)
+    html = (body.inner_html or "") + (_call_to_action(content) if cut else "")
+    variables.placeholder("unsubscribe_url", "", escaped=True)
+    variables.placeholder("manage_account_url", "", escaped=True)
+    html += FOOTER_HTML
+    text = _PLACEHOLDER.sub(lambda m: _plain_twin(m, variables), html_to_text(html))
+    return Rendered(subject=subject, html=html, text=text, variables=dict(variables.used))
+
+
+def _plain_twin(match: re.Match, variables: _Variables) -> str:
+    name = match.group(1)
+    replacement, fallback, escaped = variables.used[name]
+    return variables.placeholder(replacement, fallback, escaped=False) if escaped else match.group(0)
+
+
+def _inside(node: LexborNode, ids: Mapping[int, LexborNode]) -> bool:
+    parent = node.parent
+    while parent is not None:
+        if parent.mem_id in ids:
+            return True
+        parent = parent.parent
+    return False
+
+
+# --- plain text -----------------------------------------------------------------------------------
+
+_SKIP = frozenset({"style", "script", "template", "head", "title"})
+_BLOCKS = frozenset({"p", "div", "section", "article", "header", "footer", "aside", "nav", "main", "figure",
+                     "figcaption", "table", "form", "fieldset", "address", "details", "summary", "dl", "center"})
+_WHITESPACE, _SPACES, _SPACED_NEWLINE = re.compile(r"\s+"), re.compile(r" {2,}"), re.compile(r" *\n *")
+_TRAILING_SPACE, _BLANK_LINE, _BLANK_LINES = re.compile(r"[ \t]+\n"), re.compile(r"\n{2,}"), re.compile(r"\n{3,}")
+_PRE_SPACE = "\x00"  # stands for a space inside <pre> until whitespace is tidied
+
+
+def html_to_text(html: str) -> str:
+    """A plain-text version a reader can follow: paragraphs, `#` headings, `-` and `1.` lists,
+    `> ` quotes, and links as `text (url)`."""
+    body = _parse(html).body
+    text = _text_of_children(body, pre=False)
+    text = _TRAILING_SPACE.sub("\n", text)
+    text = _BLANK_LINES.sub("\n\n", text).strip("\n ")
+    return text.replace(_PRE_SPACE, " ") + "\n"
+
+
+def _text_of_children(node: LexborNode, *, pre: bool) -> str:
+    parts = []
+    child = node.first_child
+    while child is not None:
+        parts.append(_text_of(child, pre=pre))
+        child = child.next
+    return "".join(parts)
+
+
+def _tidy(inner: str) -> str:
+    return _SPACED_NEWLINE.sub("\n", _SPACES.sub(" ", inner)).strip(" \n")
+
+
+def _text_of(node: LexborNode, *, pre: bool) -> str:
+    if node.is_text_node:
+        text = node.text_content or ""
+        return text.replace(" ", _PRE_SPACE) if pre else _WHITESPACE.sub(" ", text)
+    if not node.is_element_node:
+        return ""
+    tag = node.tag or ""
+    if tag in _SKIP:
+        return ""
+    if tag == "br":
+        return "\n"
+    if tag == "hr":
+        return "\n\n---\n\n"
+    if tag == "img":
+        alt = (node.attrs.get("alt") or "").strip()
+        return f"[{alt}]" if alt else ""
+    if tag == "pre":
+        return "\n\n" + _text_of_children(node, pre=True).strip("\n") + "\n\n"
+    inner = _text_of_children(node, pre=pre)
+    if tag == "a":
+        href = (node.attrs.get("href") or "").strip()
+        label = inner.strip()
+        if not href or href.startswith("#") or href == label:
+            return inner
+        return f"{inner} ({href})" if label else href
+    if len(tag) == 2 and tag[0] == "h" and tag[1] in "123456":
+        return "\n\n" + "#" * int(tag[1]) + " " + _tidy(inner).replace("\n", " ") + "\n\n"
+    if tag in ("ul", "ol"):
+        items, number = [], 0
+        child = node.first_child
+        while child is not None:
+            if child.is_element_node and child.tag == "li":
+                number += 1
+                bullet = f"{number}. " if tag == "ol" else "- "
+                lines = _BLANK_LINE.sub("\n", _tidy(_text_of_children(child, pre=pre))).split("\n")
+                items.append(bullet + ("\n" + " " * len(bullet)).join(lines))
+            child = child.next
+        return "\n\n" + "\n".join(items) + "\n\n"
+    if tag == "li":  # outside a list
+        return "\n- " + _tidy(inner) + "\n"
+    if tag == "blockquote":
+        quoted = _BLANK_LINES.sub("\n\n", _tidy(inner))
+        return "\n\n" + "\n".join(("> " + line).rstrip() for line in quoted.split("\n")) + "\n\n"
+    if tag in ("tr",):
+        return "\n" + inner.strip() + "\n"
+    if tag in ("td", "th"):
+        return " " + inner.strip() + " "
+    if tag in _BLOCKS:
+        return "\n\n" + _tidy(inner) + "\n\n"
+    return inner
+
+
+# --- the body cache -------------------------------------------------------------------------------
+
+class BodyCache:
+    """Values by key (an email and a segment), least recently used out first, within `max_bytes`.
+
+    The caller says what each value weighs. A value larger than the whole cache is not kept: it is
+    rendered again next time rather than pushing out everything else.
+    """
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+        self.bytes = 0
+        self._items: OrderedDict[Hashable, tuple[Any, int]] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def get(self, key: Hashable) -> Any | None:
+        item = self._items.get(key)
+        if item is None:
+            return None
+        self._items.move_to_end(key)
+        return item[0]
+
+    def put(self, key: Hashable, value: Any, size: int) -> None:
+        if key in self._items:
+            self.bytes -= self._items.pop(key)[1]
+        if size > self.max_bytes:
+            return
+        while self._items and self.bytes + size > self.max_bytes:
+            self.bytes -= self._items.popitem(last=False)[1][1]
+        self._items[key] = (value, size)
+        self.bytes += size

@@ -1,0 +1,272 @@
+"""Capture the workflow histories of this release, for the replay test of every later release.
+
+    .venv/bin/python tests/histories/capture.py            # writes tests/histories/<version>/
+
+It starts its own servers from the project's wheels (PostgreSQL, the Temporal dev server with an
+early continue-as-new suggestion, the Mailgun simulator), seeds a small site, drives every
+workflow type into the states that matter — mid-way, continued as new, refused, waiting days
+ahead, moved, cancelled, published, retrying, aborted — and exports each history with
+`temporal workflow show --output json`, the format operators also get from the CLI.
+
+Running histories are captured as they stand (a replay of a partial history is exactly what a new
+worker does with a run in flight). `manifest.json` names the workflow id of every file, which the
+replay needs, and what state it shows. No member address is stored: the script checks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import tomllib
+from contextlib import AsyncExitStack
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from temporalio.client import Client  # noqa: E402
+from temporalio.testing import WorkflowEnvironment  # noqa: E402
+
+from devstack.mailgun_simulator import MailgunSimulator  # noqa: E402
+from devstack.servers import Postgres, find_binary, free_port  # noqa: E402
+from pressroom import database  # noqa: E402
+from operations.demo_site import seed_site  # noqa: E402
+from pressroom.settings import load_settings  # noqa: E402
+from pressroom.temporal import SEARCH_ATTRIBUTES, data_converter  # noqa: E402
+from worker import running_worker  # noqa: E402
+
+SIMULATOR_KEY, SIMULATOR_DOMAIN = "key-capture-00000000", "mg.capture.example"
+ADDRESS = re.compile(r"[A-Za-z0-9._%+-]+@[A-Za-z0-9.-]+\.[A-Za-z]{2,}")
+
+
+class Capture:
+    def __init__(self, client: Client, address: str, pool, simulator: MailgunSimulator, database_url: str,
+                 out: Path) -> None:
+        self.client, self.address, self.pool, self.sim = client, address, pool, simulator
+        self.database_url, self.out = database_url, out
+        self.manifest: dict[str, dict[str, str]] = {}
+
+    def settings(self, name: str, **overrides):
+        return load_settings(database_url=self.database_url, mailgun_base_url=self.sim.base_url,
+                             mailgun_api_key=self.sim.api_key, mailgun_domain=self.sim.domain,
+                             task_queue=f"capture-{name}", analytics_end_margin_seconds=0, **overrides)
+
+    def save(self, name: str, workflow_id: str, run_id: str | None, state: str) -> None:
+        """Export one run's history exactly as `temporal workflow show --output json` prints it."""
+        command = [find_binary("temporal"), "workflow", "show", "--workflow-id", workflow_id, "--output", "json",
+                   "--address", self.address, "--namespace", "default"]
+        if run_id:
+            command += ["--run-id", run_id]
+        text = subprocess.run(command, check=True, capture_output=True, text=True).stdout
+        workflow_type = json.loads(text)["events"][0]["workflowExecutionStartedEventAttributes"]["workflowType"]["name"]
+        if leaked := ADDRESS.findall(text):
+            raise SystemExit(f"{name}: the history holds an address ({len(leaked)} found); refusing to store it")
+        (self.out / f"{name}.json").write_text(text)
+        self.manifest[name] = {"workflow_id": workflow_id, "workflow_type": workflow_type, "state": state}
+        print(f"  {name}: {workflow_type}, {len(json.loads(text)['events'])} events — {state}")
+
+    async def until(self, query: str, *args, timeout: float = 60) -> None:
+        deadline = time.monotonic() + timeout
+        while not await self.pool.fetchval(query, *args):
+            if time.monotonic() > deadline:
+                raise SystemExit(f"waited {timeout:.0f} s for: {query}")
+            await asyncio.sleep(0.1)
+
+    # --- newsletter ---
+
+    async def newsletters(self) -> None:
+        from operations.newsletter import start_newsletter
+        from workflows.newsletter import SendNewsletterWorkflow
+
+        # Mid-way: slow answers, one batch at a time; captured once two of six batches are sent.
+        settings = self.settings("newsletter-midway", batch_size=20, send_concurrency=1)
+        site = await seed_site(self.pool, members=120, run_tag="midway")
+        async with running_worker(self.client, settings):
+            self.sim.set_faults(latency_ms=700)
+            start = await start_newsletter(site.email_id, client=self.client, settings=settings)
+            await self.until("SELECT count(*) >= 2 FROM email_batches WHERE email_id = $1 AND status = 'submitted'",
+                             site.email_id)
+            self.save("newsletter-midway", start.workflow_id, None, "running: 2 of 6 batches sent, more in flight")
+            self.sim.set_faults(latency_ms=0)
+            await self.client.get_workflow_handle(start.workflow_id).result()
+            self.save("newsletter-submitted", start.workflow_id, None, "completed: every batch sent, email submitted")
+
+        # Continued as new: 120 batches of one; the server suggests continue-as-new after 200 events.
+        settings = self.settings("newsletter-continued", batch_size=1, send_concurrency=10)
+        site = await seed_site(self.pool, members=120, run_tag="continued")
+        async with running_worker(self.client, settings):
+            start = await start_newsletter(site.email_id, client=self.client, settings=settings)
+            await self.client.get_workflow_handle(start.workflow_id).result()
+            self.save("newsletter-continued", start.workflow_id, start.run_id,
+                      "first run: 100 batches sent, then continued as new")
+            self.save("newsletter-continued-last-run", start.workflow_id, None,
+                      "the continued run: the remaining batches, email submitted")
+
+        # Refused at the lock: the email does not exist.
+        settings = self.settings("newsletter-refused")
+        async with running_worker(self.client, settings):
+            handle = await self.client.start_workflow(
+                SendNewsletterWorkflow.run, {"email_id": "no-such-email"}, id="newsletter-no-such-email",
+                task_queue=settings.task_queue)
+            try:
+                await handle.result()
+            except Exception:
+                pass
+            self.save("newsletter-refused", handle.id, None, "failed: the email does not exist")
+
+        # A batch refused by Mailgun (an address it rejects): the batch fails, the email ends failed.
+        settings = self.settings("newsletter-batch-refused", batch_size=60)
+        site = await seed_site(self.pool, members=120, run_tag="batch-refused")
+        member = await self.pool.fetchval("SELECT id FROM members ORDER BY email DESC LIMIT 1")
+        await self.pool.execute("UPDATE members SET email = 'broken-capture@invalid' WHERE id = $1", member)
+        async with running_worker(self.client, settings):
+            start = await start_newsletter(site.email_id, client=self.client, settings=settings)
+            await self.client.get_workflow_handle(start.workflow_id).result()
+            self.save("newsletter-batch-refused", start.workflow_id, None,
+                      "completed: one batch refused by Mailgun (400), email failed")
+        await self.pool.execute("UPDATE members SET email = 'reader-restored@demo.pressroom.test' WHERE id = $1",
+                                member)
+
+    # --- scheduled posts ---
+
+    async def posts(self) -> None:
+        from operations.posts import schedule_post, unschedule_post
+        from workflows.posts import ReconcilePostsWorkflow, publish_workflow_id
+
+        settings = self.settings("posts", publish_lead_seconds=1)
+        async with running_worker(self.client, settings):
+            now = datetime.now(timezone.utc).replace(microsecond=0)
+            waiting = await seed_site(self.pool, members=120, run_tag="post-waiting")
+            await schedule_post(waiting.post_id, (now + timedelta(days=30)).isoformat(), client=self.client,
+                                settings=settings)
+            moved = await seed_site(self.pool, members=120, run_tag="post-moved")
+            for days in (20, 25, 12):
+                await schedule_post(moved.post_id, (now + timedelta(days=days)).isoformat(), client=self.client,
+                                    settings=settings)
+            cancelled = await seed_site(self.pool, members=120, run_tag="post-cancelled")
+            await schedule_post(cancelled.post_id, (now + timedelta(days=3)).isoformat(), client=self.client,
+                                settings=settings)
+            published = await seed_site(self.pool, members=120, run_tag="post-published")
+            await schedule_post(published.post_id, (now + timedelta(seconds=4)).isoformat(), client=self.client,
+                                settings=settings)
+            await asyncio.sleep(1)
+            await unschedule_post(cancelled.post_id, client=self.client, settings=settings)
+            await self.client.get_workflow_handle(publish_workflow_id(cancelled.post_id)).result()
+            await self.client.get_workflow_handle(publish_workflow_id(published.post_id)).result()
+            await self.client.get_workflow_handle(f"newsletter-{published.email_id}").result()
+            self.save("post-waiting", publish_workflow_id(waiting.post_id), None, "running: timer 30 days ahead")
+            self.save("post-moved-twice", publish_workflow_id(moved.post_id), None,
+                      "running: scheduled, then moved twice by signal-with-start")
+            self.save("post-cancelled", publish_workflow_id(cancelled.post_id), None, "completed: unscheduled")
+            self.save("post-published", publish_workflow_id(published.post_id), None,
+                      "completed: published on time, newsletter started as a child")
+            self.save("post-newsletter-child", f"newsletter-{published.email_id}", None,
+                      "completed: the newsletter the publication started")
+
+            handle = await self.client.start_workflow(ReconcilePostsWorkflow.run, id="capture-posts-reconcile",
+                                                      task_queue=settings.task_queue)
+            await handle.result()
+            self.save("posts-reconcile", handle.id, None, "completed: reconcile found every timer in place")
+            for site in (waiting, moved):
+                await self.client.get_workflow_handle(publish_workflow_id(site.post_id)).terminate("captured")
+
+    # --- outbox ---
+
+    async def outbox(self) -> None:
+        from operations.outbox import ensure_relay
+        from operations.members import add_member
+
+        # Aborted: every send fails and two attempts are allowed.
+        settings = self.settings("outbox-aborted", outbox_max_attempts=2, outbox_backoff_sec=[1])
+        async with running_worker(self.client, settings):
+            await ensure_relay(self.client, settings)
+            self.sim.set_faults(error_rate=1.0)
+            added = await add_member("newcomer-aborted@capture.example", "Aborted", settings=settings)
+            await self.until("SELECT status = 'aborted' FROM outbox WHERE idempotency_key = $1", added.welcome_key)
+            self.save("outbox-aborted", f"outbox-{added.welcome_key}", None,
+                      "completed: two failed attempts, entry aborted")
+            relay = self.client.get_workflow_handle(f"outbox-relay-{settings.task_queue}")
+            self.save("outbox-relay", relay.id, None, "running: the relay activity claims and starts deliveries")
+            await relay.terminate("captured")
+
+        # Mid-retry, then through: the first attempts fail, then Mailgun answers.
+        settings = self.settings("outbox-retry", outbox_backoff_sec=[2])
+        async with running_worker(self.client, settings):
+            await ensure_relay(self.client, settings)
+            self.sim.set_faults(error_rate=1.0)
+            added = await add_member("newcomer-retry@capture.example", "Retry", settings=settings)
+            await self.until("SELECT attempts >= 2 FROM outbox WHERE idempotency_key = $1", added.welcome_key)
+            self.save("outbox-mid-retry", f"outbox-{added.welcome_key}", None,
+                      "running: the handler failed twice and waits for its next attempt")
+            self.sim.set_faults(error_rate=0.0)
+            await self.client.get_workflow_handle(f"outbox-{added.welcome_key}").result()
+            self.save("outbox-succeeded-after-retry", f"outbox-{added.welcome_key}", None,
+                      "completed: sent on a later attempt, entry succeeded")
+            await self.client.get_workflow_handle(f"outbox-relay-{settings.task_queue}").terminate("captured")
+
+    # --- analytics ---
+
+    async def analytics(self) -> None:
+        from activities.analytics import FetchEmailAnalyticsInput
+        from workflows.analytics import FetchEmailAnalyticsWorkflow
+
+        settings = self.settings("analytics", analytics_max_opened_events=5)
+        async with running_worker(self.client, settings):
+            await asyncio.sleep(6)  # the simulator's members open their emails 5 s after delivery
+            self.sim.set_faults(latency_ms=1500)
+            handle = await self.client.start_workflow(
+                FetchEmailAnalyticsWorkflow.run, FetchEmailAnalyticsInput(), id="capture-analytics-midway",
+                task_queue=settings.task_queue)
+            await asyncio.sleep(1)
+            self.save("analytics-mid-fetch", handle.id, None, "running: the first phase's page request in flight")
+            self.sim.set_faults(latency_ms=0)
+            await handle.result()
+            first = (await handle.describe()).run_id
+            self.save("analytics-capped", handle.id, handle.first_execution_run_id or first,
+                      "first run: opened events hit the cap, continued as new at once")
+            self.save("analytics-finished", handle.id, None, "completed: every phase and the aggregates")
+
+
+async def main() -> None:
+    version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    out = ROOT / "tests" / "histories" / version
+    if out.exists():
+        shutil.rmtree(out)
+    out.mkdir(parents=True)
+    folder = Path(tempfile.mkdtemp(prefix="pressroom-capture-"))
+    folder.chmod(0o755)
+    postgres = Postgres(folder / "data", free_port())
+    postgres.start(durable=False)
+    async with AsyncExitStack() as stack:
+        stack.callback(shutil.rmtree, folder, ignore_errors=True)
+        stack.callback(postgres.stop)
+        port = free_port()
+        env = await WorkflowEnvironment.start_local(
+            dev_server_existing_path=find_binary("temporal"), data_converter=data_converter(), port=port,
+            search_attributes=SEARCH_ATTRIBUTES,
+            dev_server_extra_args=["--log-level", "error", "--dynamic-config-value",
+                                   "limit.historyCount.suggestContinueAsNew=200"])
+        stack.push_async_callback(env.shutdown)
+        simulator = MailgunSimulator(api_key=SIMULATOR_KEY, domain=SIMULATOR_DOMAIN)
+        await simulator.start()
+        stack.push_async_callback(simulator.stop)
+        await database.migrate(postgres.url)
+        pool = await database.connect(postgres.url, max_size=5)
+        stack.push_async_callback(pool.close)
+        capture = Capture(env.client, f"127.0.0.1:{port}", pool, simulator, postgres.url, out)
+        print(f"capturing release {version} into {out.relative_to(ROOT)}")
+        for job in (capture.newsletters, capture.posts, capture.outbox, capture.analytics):
+            await job()
+        (out / "manifest.json").write_text(json.dumps(capture.manifest, indent=2, sort_keys=True) + "\n")
+    print(f"{len(capture.manifest)} histories")
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

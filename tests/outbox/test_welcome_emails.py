@@ -1,0 +1,89 @@
+"""Welcome emails as the reference platform's own scenarios expect them, end to end on real servers."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from operations.members import add_member
+from operations.outbox import ensure_relay, outbox_entry, requeue_outbox_entry
+from tests.foundation.test_cli import assert_one_line_error, pressroom
+from tests.outbox.test_outbox import entry_state, outbox_settings, relay, settled  # noqa: F401 (fixtures)
+from workflows.outbox import RELAY_WORKFLOW_ID
+from worker import running_worker
+
+WELCOMES = ("INSERT INTO automated_emails (name, slug, subject, html) VALUES "
+            "('Welcome', 'member-welcome-email-free', 'Welcome, free reader', '<p>Hello %recipient.name%</p>'), "
+            "('Thanks', 'member-welcome-email-paid', 'Thank you for subscribing', '<p>Thanks %recipient.name%</p>')")
+
+
+def sent_to(mailgun, address: str) -> list:
+    return [m for m in mailgun.messages if address in m.recipients]
+
+
+async def test_comped_member_receives_paid_welcome_email(db, mailgun, relay, caplog):
+    caplog.set_level(logging.INFO)
+    await db.execute(WELCOMES)
+    added = await add_member("comped@example.com", "Comped Reader", status="comped", settings=relay)
+    await settled(db, added.welcome_key)
+    [message] = sent_to(mailgun, "comped@example.com")
+    assert message.subject == "Thank you for subscribing"
+    paid_id = await db.fetchval("SELECT id FROM automated_emails WHERE slug = 'member-welcome-email-paid'")
+    assert await db.fetchval("SELECT automated_email_id FROM automated_email_recipients WHERE member_id = $1",
+                             added.member_id) == paid_id
+    assert "no welcome email of their own for comped members: sending them member-welcome-email-paid" in caplog.text
+
+
+async def test_paid_and_free_members_receive_their_own_welcome_email(db, mailgun, relay):
+    await db.execute(WELCOMES)
+    paid = await add_member("paid@example.com", status="paid", settings=relay)
+    free = await add_member("free@example.com", settings=relay)
+    await settled(db, paid.welcome_key)
+    await settled(db, free.welcome_key)
+    assert [m.subject for m in sent_to(mailgun, "paid@example.com")] == ["Thank you for subscribing"]
+    assert [m.subject for m in sent_to(mailgun, "free@example.com")] == ["Welcome, free reader"]
+
+
+async def test_members_add_creates_paid_and_comped_members_from_the_command_line(postgres_url, db):
+    env = {"DATABASE_URL": postgres_url}
+    for status in ("paid", "comped"):
+        result = await asyncio.to_thread(pressroom, "members", "add", f"{status}@example.com", "--status", status,
+                                         env=env)
+        assert result.returncode == 0, result.stderr
+        assert "welcome email queued" in result.stdout
+        assert await db.fetchval("SELECT status FROM members WHERE email = $1", f"{status}@example.com") == status
+    refused = await asyncio.to_thread(pressroom, "members", "add", "vip@example.com", "--status", "vip", env=env)
+    assert_one_line_error(refused, "member status 'vip' is not one of free, paid, comped")
+    assert await db.fetchval("SELECT count(*) FROM members WHERE email = 'vip@example.com'") == 0
+
+
+async def test_welcome_email_switched_off_after_queueing_is_not_sent(db, mailgun, dev_env, outbox_settings):
+    """The switch is read when the entry is handled: an entry queued while it was on is not sent
+    by a worker that has it off; it is aborted with the reason, and a requeue sends it later."""
+    await db.execute(WELCOMES)
+    queued = await add_member("queued.before@example.com", settings=outbox_settings())  # switch on: queued
+    assert queued.welcome_key is not None
+
+    off = outbox_settings(welcome_emails=False)
+    async with running_worker(dev_env.client, off):
+        await ensure_relay(dev_env.client, off)
+        await settled(db, queued.welcome_key, "aborted")
+        await dev_env.client.get_workflow_handle(f"{RELAY_WORKFLOW_ID}-{off.task_queue}").terminate()
+    outbox_id = await db.fetchval("SELECT id FROM outbox WHERE idempotency_key = $1", queued.welcome_key)
+    entry = await outbox_entry(outbox_id, settings=off)
+    assert entry["last_error_code"] == "WELCOME_EMAILS_OFF" and "switched off" in entry["last_error_msg"]
+    assert sent_to(mailgun, "queued.before@example.com") == []
+
+    on = outbox_settings()
+    async with running_worker(dev_env.client, on):
+        await ensure_relay(dev_env.client, on)
+        await requeue_outbox_entry(outbox_id, settings=on)
+        await settled(db, queued.welcome_key)
+        await dev_env.client.get_workflow_handle(f"{RELAY_WORKFLOW_ID}-{on.task_queue}").terminate()
+    assert len(sent_to(mailgun, "queued.before@example.com")) == 1
+
+
+async def test_welcome_email_switched_off_queues_nothing_for_a_new_member(db, mailgun, outbox_settings):
+    added = await add_member("quiet@example.com", settings=outbox_settings(welcome_emails=False))
+    assert added.welcome_key is None
+    assert await db.fetchval("SELECT count(*) FROM outbox") == 0
