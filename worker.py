@@ -135,8 +135,13 @@ async def run(settings: Settings | None = None) -> None:
 
 
 def main() -> None:
+    from pressroom.temporal import close_runtime
+
     configure_logging(get_settings())
-    asyncio.run(run())
+    try:
+        asyncio.run(run())
+    finally:
+        close_runtime()  # join the runtime's threads before the interpreter shuts down (see starter)
 
 
 def configure_logging(settings: Settings) -> None:
