@@ -62,7 +62,12 @@ def test_many_commands_four_at_a_time_all_exit_cleanly(dev_env):
     statuses = {}
     for result in results:
         statuses[result.returncode] = statuses.get(result.returncode, 0) + 1
-    print(f"{count} commands, four at a time: exit statuses {statuses}")
+    reasons = {}
+    for result in results:
+        if result.returncode != 0:
+            last = (result.stderr.strip().splitlines() or ["no output"])[-1][:120]
+            reasons[last] = reasons.get(last, 0) + 1
+    print(f"{count} commands, four at a time: exit statuses {statuses}; failures {reasons}")
     crashed = [r.stderr for r in results if r.returncode != 0]
     assert not crashed, f"{len(crashed)} of {count} failed; first: {crashed[0][-500:]}"
     assert all("every search attribute is already registered" in r.stdout for r in results)
