@@ -12,7 +12,8 @@ import sys
 import typer
 from rich.console import Console
 
-from commands import analytics, dev, members, newsletter, operate, outbox, posts
+from commands import analytics, dev, limits, members, newsletter, operate, outbox, posts
+from pressroom import tracing
 
 app = typer.Typer(help="Pressroom: durable background jobs for newsletter publishing, on Temporal.",
                   no_args_is_help=True, pretty_exceptions_enable=False, add_completion=False)
@@ -22,6 +23,7 @@ app.add_typer(members.app, name="members")
 app.add_typer(outbox.app, name="outbox")
 app.add_typer(analytics.app, name="analytics")
 app.add_typer(posts.app, name="posts")
+app.add_typer(limits.app, name="limits")
 app.add_typer(operate.app)
 
 
@@ -42,6 +44,7 @@ def run_command(args: list[str]) -> int:
     from pressroom.failures import EXIT_USAGE, explain
     from pressroom.temporal import close_runtime
 
+    tracing.configure_from_environment()  # OTEL_* variables; off when unset
     try:
         try:
             app(args=args, prog_name="pressroom", standalone_mode=False)

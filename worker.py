@@ -135,8 +135,10 @@ async def run(settings: Settings | None = None) -> None:
 
 
 def main() -> None:
+    from pressroom import tracing
     from pressroom.temporal import close_runtime
 
+    tracing.configure_from_environment()
     configure_logging(get_settings())
     try:
         asyncio.run(run())
@@ -148,7 +150,7 @@ def configure_logging(settings: Settings) -> None:
     """Structured lines that never carry the Mailgun key or a member's address."""
     from pressroom import logs
 
-    logs.configure(secrets=[settings.mailgun_api_key.get_secret_value()])
+    logs.configure(secrets=[settings.mailgun_api_key.get_secret_value()], log_format=settings.log_format)
 
 
 if __name__ == "__main__":

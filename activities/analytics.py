@@ -20,7 +20,7 @@ from pydantic import BaseModel, Field
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from pressroom.mailgun import MAILGUN_MAX_EVENTS_PAGE, MailgunError
+from pressroom.mailgun import MAILGUN_MAX_EVENTS_PAGE, MailgunClient, MailgunError
 
 if TYPE_CHECKING:
     from temporalio.client import Client
@@ -296,6 +296,17 @@ def _moment(epoch: float | None) -> datetime | None:
     return None if epoch is None else datetime.fromtimestamp(epoch, tz=timezone.utc)
 
 
+def _add(total: PhaseResult, part: PhaseResult) -> None:
+    """Add one window's figures to a phase's."""
+    total.events += part.events
+    total.applied += part.applied
+    total.unknown += part.unknown
+    total.malformed += part.malformed
+    total.pages += part.pages
+    total.seconds += part.seconds
+    total.by_type = dict(Counter(total.by_type) + Counter(part.by_type))
+
+
 def _rows(status: str) -> int:
     return int(status.rsplit(" ", 1)[-1]) if status and status[-1].isdigit() else 0
 
@@ -312,11 +323,25 @@ class AnalyticsActivities:
 
     @activity.defn
     async def fetch_phase(self, input: FetchPhaseInput) -> PhaseResult:
-        """Read one phase's window and apply it; safe to rerun: applying an event twice changes nothing."""
+        """Read one phase's window and apply it; safe to rerun: applying an event twice changes nothing.
+
+        With domain warming, the fallback domain's events are read too, with cursors of their own.
+        """
         if input.phase == "backfill":
             return await self._fetch_backfills(input)
+        result = await self._fetch_latest(PHASE_JOBS[input.phase], input)
+        for domain in self._fallback_domains():
+            part = await self._fetch_latest(f"{domain}:{PHASE_JOBS[input.phase]}", input,
+                                            self.deps.mailgun.for_domain(domain))
+            _add(result, part)
+            result.capped = result.capped or part.capped
+        return result
+
+    def _fallback_domains(self) -> list[str]:
+        return [self._settings.fallback_domain] if self._settings.fallback_domain else []
+
+    async def _fetch_latest(self, job: str, input: FetchPhaseInput, mailgun: MailgunClient | None = None) -> PhaseResult:
         settings = self._settings
-        job = PHASE_JOBS[input.phase]
         state = await self._job_metadata(job)
         if input.phase == "missing":
             end = input.now - timedelta(seconds=settings.analytics_trust_threshold_seconds)
@@ -326,8 +351,7 @@ class AnalyticsActivities:
             end = input.now - timedelta(seconds=settings.analytics_end_margin_seconds)
             begin = _moment(state.get("cursor")) or (end - FIRST_LOOKBACK)
         cap = settings.analytics_max_opened_events if input.phase == "latest-opened" else None
-        result = await self._fetch_window(job, input.phase, begin, end, cap, state, input.now)
-        return result
+        return await self._fetch_window(job, input.phase, begin, end, cap, state, input.now, mailgun)
 
     async def _fetch_backfills(self, input: FetchPhaseInput) -> PhaseResult:
         """Every queued backfill request, oldest first, each to the end of its range."""
@@ -339,21 +363,20 @@ class AnalyticsActivities:
             state = json.loads(row["metadata"])
             begin = _moment(state.get("cursor")) or _moment(state["begin"])
             end = _moment(state["end"])
-            part = await self._fetch_window(row["name"], "backfill", begin, end, None, state, input.now)
+            _add(total, await self._fetch_window(row["name"], "backfill", begin, end, None, state, input.now))
+            for domain in self._fallback_domains():
+                # The fallback domain's events of the same range, with a cursor of their own.
+                job = f"{domain}:{row['name']}"
+                mine = await self._job_metadata(job)
+                _add(total, await self._fetch_window(job, "backfill", _moment(mine.get("cursor")) or _moment(state["begin"]),
+                                                     end, None, mine, input.now, self.deps.mailgun.for_domain(domain)))
             await self.deps.pool.execute(
                 "UPDATE jobs SET status = 'finished', finished_at = now(), updated_at = now() WHERE name = $1",
                 row["name"])
-            total.events += part.events
-            total.applied += part.applied
-            total.unknown += part.unknown
-            total.malformed += part.malformed
-            total.pages += part.pages
-            total.seconds += part.seconds
-            total.by_type = dict(Counter(total.by_type) + Counter(part.by_type))
         return total
 
     async def _fetch_window(self, job: str, phase: str, begin: datetime, end: datetime, cap: int | None,
-                            state: dict[str, Any], now: datetime) -> PhaseResult:
+                            state: dict[str, Any], now: datetime, mailgun: MailgunClient | None = None) -> PhaseResult:
         started = time.monotonic()
         result = PhaseResult(phase=phase)
         url: str | None = None
@@ -369,7 +392,7 @@ class AnalyticsActivities:
             begin = end
         limit = MAILGUN_MAX_EVENTS_PAGE if cap is None else min(MAILGUN_MAX_EVENTS_PAGE, cap)
         event = PHASE_EVENTS[phase]
-        mailgun = self.deps.mailgun
+        mailgun = mailgun or self.deps.mailgun
 
         async def page(at: str | None) -> tuple[list[dict], str | None]:
             return await mailgun.events_page(at, begin=begin, end=end, ascending=True, limit=limit, event=event)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import uuid
 from datetime import datetime, timedelta
+from email.utils import formataddr, parseaddr
 
 from pydantic import BaseModel
 from temporalio import activity
@@ -17,12 +18,14 @@ from temporalio.exceptions import ApplicationError
 
 from activities.email_content import LoadedEmail, load_email
 from activities.heartbeat import heartbeating
+from activities.sending_limits import learned_batch_sizes, sending_domain, warmup_limit
 from pressroom.dependencies import Dependencies
-from pressroom.mailgun import MailgunError, MailgunRateLimited, MailgunRejected
+from pressroom.mailgun import MailgunClient, MailgunError, MailgunRateLimited, MailgunRejected, RecipientLimitExceeded
 from pressroom.email_rendering import (FREE, NOT_FREE, BodyCache, ContentError, Rendered, member_values,
                                        recipient_statuses, render, segments_needed)
 
 PARTIALLY_SENT = "The email was only partially sent: {failed} of {total} batches failed. Send it again to retry them."
+SENDING_LIMIT_SECONDS = 60
 NOT_SENT = "The email failed to send: no batch was accepted by Mailgun. Send it again to retry."
 
 
@@ -41,6 +44,7 @@ class SendPlan(BaseModel):
     mailgun_retries: int
     mailgun_retry_seconds: float
     delivery_window_seconds: int
+    send_caps: bool = False  # an hourly or daily cap applies: each batch is admitted under it first
 
 
 class EmailLock(BaseModel):
@@ -107,6 +111,13 @@ RECIPIENTS = """
 """
 
 
+def fallback_sender(from_address: str, fallback_address: str) -> str:
+    """The From of a batch sent through the fallback domain: the same name at the fallback address
+    (Mailgun signs for its own domain); replies still reach the sender through Reply-To."""
+    name, _ = parseaddr(from_address)
+    return formataddr((name, fallback_address)) if name else fallback_address
+
+
 def _is_run_id(text: str) -> bool:
     try:
         uuid.UUID(text)
@@ -132,7 +143,8 @@ class NewsletterActivities:
         s = self.settings
         return SendPlan(batch_size=s.batch_size, concurrency=s.send_concurrency, mailgun_retries=s.mailgun_retries,
                         mailgun_retry_seconds=s.mailgun_retry_seconds,
-                        delivery_window_seconds=s.delivery_window_seconds)
+                        delivery_window_seconds=s.delivery_window_seconds,
+                        send_caps=bool(s.hourly_send_limit or s.daily_send_limit))
 
     @activity.defn
     async def lock_email(self, input: LockEmailInput) -> EmailLock:
@@ -238,31 +250,65 @@ class NewsletterActivities:
             else:
                 activity.logger.info("creating batches for email %s", input.email_id)
                 segmented = segments_needed((await self._load(conn, input.email_id)).content)
+                custom_limit = await self._warmup_limit(conn) if self.settings.warming else None
+                sizes = await self._batch_sizes(conn)
+                # Domain warming: the first `custom_limit` recipients, most engaged first (a new
+                # domain's reputation grows on opens), go through the custom domain, the rest
+                # through the fallback one, in batches of their own.
                 await conn.execute(f"""
                     WITH chosen AS (
-                        SELECT m.id, m.uuid, m.email, m.name,
+                        SELECT m.id, m.uuid, m.email, m.name, m.email_open_rate,
                                CASE WHEN $5 THEN CASE WHEN m.status = 'free' THEN 'status:free'
                                                       ELSE 'status:-free' END END AS segment
                         {RECIPIENTS}),
+                    ranked AS (
+                        SELECT chosen.*, coalesce(row_number() OVER (ORDER BY email_open_rate DESC NULLS LAST, id)
+                                                  > $7::int, false) AS fallback
+                        FROM chosen),
                     numbered AS (
-                        SELECT chosen.*,
+                        SELECT ranked.*,
                                $4 || '-' || CASE segment WHEN 'status:free' THEN 'free'
                                                          WHEN 'status:-free' THEN 'paid' ELSE 'all' END
-                                  || '-' || lpad(((row_number() OVER (PARTITION BY segment ORDER BY id) - 1)
-                                                  / $6)::text, 5, '0') AS batch_id
-                        FROM chosen),
+                                  || CASE WHEN fallback THEN '-fallback' ELSE '' END
+                                  || '-' || lpad(((row_number() OVER (PARTITION BY segment, fallback ORDER BY id) - 1)
+                                                  / CASE WHEN fallback THEN $8::int ELSE $6::int END)::text, 5, '0') AS batch_id
+                        FROM ranked),
                     batches AS (
-                        INSERT INTO email_batches (id, email_id, member_segment)
-                        SELECT DISTINCT batch_id, $4, segment FROM numbered)
+                        INSERT INTO email_batches (id, email_id, member_segment, fallback_sending_domain)
+                        SELECT DISTINCT batch_id, $4, segment, fallback FROM numbered)
                     INSERT INTO email_recipients (email_id, member_id, batch_id, member_uuid, member_email, member_name)
                     SELECT $4, id, batch_id, uuid, email, name FROM numbered""",
                     email["newsletter_id"], recipient_statuses(email["recipient_filter"]), email["created_at"],
-                    input.email_id, segmented, self.settings.batch_size)
+                    input.email_id, segmented, sizes[False], custom_limit, sizes[True])
+                if self.settings.warming:
+                    await conn.execute(
+                        """UPDATE emails SET csd_email_count = (
+                               SELECT count(*) FROM email_recipients r JOIN email_batches b ON b.id = r.batch_id
+                               WHERE r.email_id = $1 AND NOT b.fallback_sending_domain) WHERE id = $1""",
+                        input.email_id)
             counts = await self._counts(conn, input.email_id)
             # The specification's email_count check: the count is whatever was really written.
             await conn.execute("UPDATE emails SET email_count = $2, updated_at = now() WHERE id = $1",
                                input.email_id, counts.recipients_total)
         return counts
+
+    async def _warmup_limit(self, conn) -> int | None:
+        """Today's warm-up limit, counting days from the first email sent with warming."""
+        day = await conn.fetchval(
+            """SELECT coalesce(floor(extract(epoch FROM now() - min(b.created_at)) / 86400), 0)::int
+               FROM email_batches b JOIN emails e ON e.id = b.email_id WHERE e.csd_email_count IS NOT NULL""")
+        limit = warmup_limit(day)
+        activity.logger.info("domain warming day %d: %s recipients through %s", day,
+                             "all" if limit is None else limit, self.settings.mailgun_domain)
+        return limit
+
+    async def _batch_sizes(self, conn) -> dict[bool, int]:
+        """Batch size per kind of batch (fallback or not): the setting, or less where a domain has
+        refused larger batches."""
+        domains = {fallback: sending_domain(self.settings, fallback) for fallback in (False, True)}
+        learned = await learned_batch_sizes(conn, list(domains.values()))
+        return {fallback: min(self.settings.batch_size, learned.get(domain, self.settings.batch_size))
+                for fallback, domain in domains.items()}
 
     @staticmethod
     async def _counts(conn, email_id: str) -> BatchCounts:
@@ -274,7 +320,7 @@ class NewsletterActivities:
                       coalesce(sum(r.n) FILTER (WHERE b.status = 'submitted'), 0) AS recipients_submitted
                FROM email_batches b
                JOIN LATERAL (SELECT count(*) AS n FROM email_recipients WHERE batch_id = b.id) r ON true
-               WHERE b.email_id = $1""", email_id)
+               WHERE b.email_id = $1 AND b.status <> 'retired'""", email_id)
         return BatchCounts(batches_total=row["total"], batches_submitted=row["submitted"],
                            batches_failed=row["failed"], recipients_total=row["recipients"],
                            recipients_submitted=row["recipients_submitted"])
@@ -303,7 +349,7 @@ class NewsletterActivities:
                 """UPDATE email_batches b SET status = 'submitting', updated_at = now()
                    FROM (SELECT id, status AS before FROM email_batches WHERE id = $1 FOR UPDATE) old
                    WHERE b.id = old.id AND old.before <> 'submitted'
-                   RETURNING b.email_id, b.member_segment, old.before""", input.batch_id)
+                   RETURNING b.email_id, b.member_segment, b.fallback_sending_domain, old.before""", input.batch_id)
             if batch is None:
                 done = await conn.fetchrow("SELECT provider_id, (SELECT count(*) FROM email_recipients "
                                            "WHERE batch_id = $1) AS n FROM email_batches WHERE id = $1",
@@ -316,8 +362,10 @@ class NewsletterActivities:
                 "SELECT r.member_email, r.member_name, r.member_uuid, coalesce(m.status, '') AS status "
                 "FROM email_recipients r LEFT JOIN members m ON m.id = r.member_id WHERE r.batch_id = $1 "
                 "ORDER BY r.id", input.batch_id)
-        message_id = f"{input.batch_id}@{self.mailgun.domain}"
-        if batch["before"] != "pending" and await self._accepted_before(message_id):
+        # The batch's domain decides the request URL, the From address and where its events are.
+        mailgun = self.mailgun.for_domain(sending_domain(self.settings, batch["fallback_sending_domain"]))
+        message_id = f"{input.batch_id}@{mailgun.domain}"
+        if batch["before"] != "pending" and await self._accepted_before(message_id, mailgun):
             activity.logger.info("batch %s was accepted by an earlier attempt; not sending it again", input.batch_id)
             await self._record_submitted(input.batch_id, message_id)
             return BatchSent(batch_id=input.batch_id, recipients=len(recipients), provider_id=message_id,
@@ -333,18 +381,28 @@ class NewsletterActivities:
         subject, html, text = body.subject, body.html, body.text
         tags = ["bulk-email", *([self.settings.email_tag] if self.settings.email_tag else [])]
         from_address, track_opens = headers.pop("From"), headers.pop("X-Track-Opens") == "yes"
+        if mailgun.domain != self.mailgun.domain:
+            from_address = fallback_sender(from_address, self.settings.fallback_address)
         activity.logger.info("sending batch %s (%d recipients)", input.batch_id, len(recipients))
         try:
-            provider_id = await self.mailgun.send_batch(
+            provider_id = await mailgun.send_batch(
                 from_address=from_address, to=list(variables), subject=subject, html=html, text=text,
                 recipient_variables=variables, tags=tags, variables={"email-id": batch["email_id"]},
                 headers={**headers, "Message-Id": f"<{message_id}>"}, delivery_time=input.delivery_time,
                 tracking_opens=track_opens)
+        except RecipientLimitExceeded as error:
+            # Certainly not accepted; the workflow splits the batch into smaller ones.
+            raise ApplicationError(str(error), error.status_code, len(recipients), error.limit,
+                                   type="RecipientLimitExceeded", non_retryable=True) from None
         except MailgunRejected as error:
             raise ApplicationError(str(error), error.status_code, type="MailgunRejected", non_retryable=True) from None
         except MailgunRateLimited as error:
             delay = timedelta(seconds=error.retry_after) if error.retry_after is not None else None
-            raise ApplicationError(str(error), error.status_code, type="MailgunRateLimited",
+            # A wait of a minute or more is the domain's hourly or daily cap: newer runs wait for it
+            # on a workflow timer (SendingLimitReached is not retried by their policy).
+            long_wait = error.retry_after is not None and error.retry_after >= SENDING_LIMIT_SECONDS
+            raise ApplicationError(str(error), error.status_code, error.retry_after,
+                                   type="SendingLimitReached" if long_wait else "MailgunRateLimited",
                                    next_retry_delay=delay) from None
         except MailgunError as error:
             raise ApplicationError(str(error), error.status_code, type=type(error).__name__) from None
@@ -352,9 +410,9 @@ class NewsletterActivities:
         return BatchSent(batch_id=input.batch_id, recipients=len(recipients), provider_id=provider_id,
                          reconciled=False)
 
-    async def _accepted_before(self, message_id: str) -> bool:
+    async def _accepted_before(self, message_id: str, mailgun: MailgunClient | None = None) -> bool:
         try:
-            return await self.mailgun.was_accepted(message_id)
+            return await (mailgun or self.mailgun).was_accepted(message_id)
         except MailgunError as error:
             raise ApplicationError(f"cannot check whether the batch was accepted: {error}",
                                    type="MailgunUnavailable") from None

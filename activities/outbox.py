@@ -23,6 +23,7 @@ from temporalio.exceptions import ApplicationError
 
 from pressroom.mailgun import MailgunRejected
 from activities.heartbeat import heartbeating
+from pressroom import tracing
 from pressroom.dependencies import Dependencies
 
 NOTIFY_CHANNEL = "pressroom_outbox"
@@ -63,9 +64,11 @@ async def enqueue(conn: asyncpg.Connection, event_type: str, payload: dict[str, 
         raise RuntimeError("enqueue needs an open transaction: the entry must commit with its change")
     digest = payload_digest(payload)
     key = idempotency_key or f"{event_type}-{digest[:32]}"
+    carrier = tracing.current_context_carrier()  # the delivery continues the enqueuer's trace
     await conn.execute(
-        "INSERT INTO outbox (event_type, payload, idempotency_key, payload_digest) VALUES ($1, $2::jsonb, $3, $4) "
-        "ON CONFLICT (idempotency_key) DO NOTHING", event_type, json.dumps(payload), key, digest)
+        "INSERT INTO outbox (event_type, payload, idempotency_key, payload_digest, trace_context) "
+        "VALUES ($1, $2::jsonb, $3, $4, $5::jsonb) ON CONFLICT (idempotency_key) DO NOTHING",
+        event_type, json.dumps(payload), key, digest, json.dumps(carrier) if carrier else None)
     await conn.execute("SELECT pg_notify($1, '')", NOTIFY_CHANNEL)
     return key
 
@@ -126,9 +129,17 @@ class OutboxActivities:
         wake = asyncio.Event()
         listener = await asyncpg.connect(self.settings.database_url)
         await listener.add_listener(NOTIFY_CHANNEL, lambda *_: wake.set())
+
+        async def wake_at_worker_shutdown() -> None:
+            await activity.wait_for_worker_shutdown()
+            wake.set()
+
+        # A stopping worker hands the relay back at once (the workflow calls it again, on another
+        # worker) instead of holding the shutdown for the whole grace period.
+        shutdown = asyncio.create_task(wake_at_worker_shutdown())
         started, deadline = 0, time.monotonic() + input.run_seconds
         try:
-            while time.monotonic() < deadline:
+            while time.monotonic() < deadline and not activity.is_worker_shutdown():
                 activity.heartbeat(started)
                 claimed = await self._claim_and_start()
                 started += claimed
@@ -139,6 +150,7 @@ class OutboxActivities:
                         pass
                     wake.clear()
         finally:
+            shutdown.cancel()
             await listener.close()
         return RelayResult(started=started)
 
@@ -153,19 +165,26 @@ class OutboxActivities:
             if room <= 0:
                 return 0
             rows = await conn.fetch(
-                "SELECT id, idempotency_key, event_type, created_at FROM outbox "
+                "SELECT id, idempotency_key, event_type, created_at, trace_context::text FROM outbox "
                 "WHERE status = 'pending' AND next_run_at <= now() ORDER BY next_run_at, created_at "
                 "LIMIT $1 FOR UPDATE SKIP LOCKED", room)
             if not rows:
                 return 0
-            # By its registered name: activities do not import workflow code.
-            await asyncio.gather(*(self.temporal.start_workflow(
-                "DeliverOutboxEntryWorkflow",
-                EntryInput(outbox_id=row["id"], max_attempts=self.settings.outbox_max_attempts),
-                id=f"outbox-{row['idempotency_key']}", task_queue=activity.info().task_queue,
-                id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
-                search_attributes=TypedSearchAttributes([SearchAttributePair(OUTBOX_EVENT_TYPE, row["event_type"])]),
-                static_summary=f"Deliver {row['event_type']} (outbox {row['id']})") for row in rows))
+
+            async def start(row) -> None:
+                # Each delivery continues the trace of the transaction that enqueued it.
+                with tracing.continued_from(json.loads(row["trace_context"]) if row["trace_context"] else None):
+                    # By its registered name: activities do not import workflow code.
+                    await self.temporal.start_workflow(
+                        "DeliverOutboxEntryWorkflow",
+                        EntryInput(outbox_id=row["id"], max_attempts=self.settings.outbox_max_attempts),
+                        id=f"outbox-{row['idempotency_key']}", task_queue=activity.info().task_queue,
+                        id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+                        search_attributes=TypedSearchAttributes([SearchAttributePair(OUTBOX_EVENT_TYPE,
+                                                                                     row["event_type"])]),
+                        static_summary=f"Deliver {row['event_type']} (outbox {row['id']})")
+
+            await asyncio.gather(*(start(row) for row in rows))
             await conn.execute("UPDATE outbox SET status = 'sending', dispatched_at = now(), updated_at = now() "
                                "WHERE id = ANY($1::text[])", [row["id"] for row in rows])
         meter = activity.metric_meter()

@@ -5,9 +5,10 @@ from __future__ import annotations
 import typer
 from rich.console import Console
 
-from commands import console, run_async
-from operations.analytics import (analytics_backfill, analytics_pause, analytics_schedule, analytics_status,
-                                  analytics_trigger)
+from commands import JSON_OPTION, console, print_json, run_async, warn
+from operations.analytics import (analytics_backfill, analytics_pause, analytics_run, analytics_schedule,
+                                  analytics_status)
+from pressroom.errors import PressroomError
 
 app = typer.Typer(help="Email analytics: the schedule that fetches Mailgun events into statistics.",
                             no_args_is_help=True)
@@ -21,10 +22,28 @@ def analytics_schedule_command() -> None:
 
 
 @app.command("run")
-def analytics_run_command() -> None:
+def analytics_run_command(wait: bool = typer.Option(False, "--wait", help="Follow the run and print what it did."),
+                          as_json: bool = JSON_OPTION) -> None:
     """Start one analytics run now."""
-    run_async(analytics_trigger())
-    console.print("triggered one email-analytics run")
+    from temporalio.client import WorkflowFailureError
+
+    try:
+        result = run_async(analytics_run(wait=wait, say=warn))
+    except WorkflowFailureError as error:
+        raise PressroomError(f"the analytics run failed: {getattr(error.cause, 'message', error.cause)}") from None
+    if result is None:
+        return console.print("triggered one email-analytics run")
+    if as_json:
+        return print_json(result.model_dump())
+    for phase in result.phases:
+        console.print(f"{phase.phase:<14} fetched {phase.events:>7,} events, applied {phase.applied:>7,} "
+                      f"({phase.unknown} unknown, {phase.malformed} malformed) {dict(phase.by_type)}"
+                      f"{' capped' if phase.capped else ''}", highlight=False)
+    if result.aggregate:
+        console.print(f"aggregates     {result.aggregate.emails:,} emails, {result.aggregate.members:,} members "
+                      "recomputed", highlight=False)
+    console.print(f"run finished: {result.events:,} events" + (", capped (a new run continues at once)"
+                                                                if result.capped else ""), highlight=False)
 
 
 @app.command("pause")
@@ -51,16 +70,19 @@ def analytics_backfill_command(
 
 
 @app.command("status")
-def analytics_status_command() -> None:
+def analytics_status_command(as_json: bool = JSON_OPTION) -> None:
     """The schedule's state, the last runs, the cursors and their lag."""
-    print_analytics_status(run_async(analytics_status()))
+    status = run_async(analytics_status())
+    print_json(status) if as_json else print_analytics_status(status)
 
 
 def print_analytics_status(status: dict, console: Console = console) -> None:
     """`analytics status` as lines: schedule, next run, cursors with lag, backfills, the last runs."""
     console.print(f"schedule email-analytics: {'paused' if status['paused'] else 'active'}"
                   f"{' (' + status['note'] + ')' if status['note'] else ''}", highlight=False)
-    if status["next"]:
+    if status["paused"]:
+        console.print("next run: none while paused (`pressroom analytics unpause` resumes it)", highlight=False)
+    elif status["next"]:
         console.print(f"next run: {status['next'][0]}", highlight=False)
     for name in status["running"]:
         console.print(f"running: {name}", highlight=False)

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import typer
 
-from commands import console, run_async
+from commands import JSON_OPTION, console, print_json, run_async, warn
 from operations.common import temporal_client
-from operations.newsletter import follow_newsletter, preview_email, send_test_email, start_newsletter
+from operations.newsletter import (follow_newsletter, newsletter_status, preview_email, send_test_email,
+                                   start_newsletter)
+from pressroom.waiting import no_worker_message
 from pressroom.errors import PressroomError
 
 app = typer.Typer(help="Send newsletters: one durable run per email.", no_args_is_help=True)
@@ -34,7 +36,7 @@ def newsletter_send(email_id: str = typer.Argument(..., help="The email to send 
                            + progress.batches_failed,
                            recipients=f"{progress.recipients_sent:,}/{progress.recipients_total:,}")
 
-            outcome = await follow_newsletter(start.workflow_id, client=client, on_progress=show)
+            outcome = await follow_newsletter(start.workflow_id, client=client, on_progress=show, say=warn)
             if outcome.counts:
                 c = outcome.counts
                 bar.update(task, total=c.batches_total, completed=c.batches_submitted + c.batches_failed,
@@ -47,6 +49,54 @@ def newsletter_send(email_id: str = typer.Argument(..., help="The email to send 
                       highlight=False)
         if outcome.status == "failed":
             raise PressroomError(f"email {email_id} failed: {outcome.message}")
+
+
+@app.command("status")
+def newsletter_status_command(email_id: str = typer.Argument(..., help="The email (emails.id)."),
+                              as_json: bool = JSON_OPTION) -> None:
+    """The email's state, its batches, and its run."""
+    status = run_async(newsletter_status(email_id))
+    if as_json:
+        return print_json(status)
+    run = status["run"]
+    console.print(f"email {email_id}: {status['status']}" + (f" — {status['error']}" if status["error"] else ""),
+                  highlight=False)
+    b = status["batches"]
+    console.print(f"batches: {b['submitted']}/{b['total']} submitted, {b['failed']} failed; "
+                  f"{status['recipients']:,} recipients", highlight=False)
+    console.print(f"run: {status['workflow_id']} " + (f"{run['status']} (run {run['run_id']}, task queue "
+                                                      f"{run['task_queue']})" if run else "never started"),
+                  highlight=False)
+    if run and run["worker_polling"] is False:
+        warn(no_worker_message(run["task_queue"]))
+
+
+@app.command("follow")
+def newsletter_follow(email_id: str = typer.Argument(..., help="The email (emails.id)."),
+                      as_json: bool = JSON_OPTION) -> None:
+    """Follow the email's run until it ends; print its outcome."""
+    from workflows.newsletter import newsletter_workflow_id
+
+    async def work():
+        client = await temporal_client()
+        last = {}
+
+        def show(progress) -> None:
+            line = f"{progress.status}: {progress.batches_sent}/{progress.batches_total} batches"
+            if not as_json and last.get("line") != line:
+                console.print(line, highlight=False)
+                last["line"] = line
+        return await follow_newsletter(newsletter_workflow_id(email_id), client=client, on_progress=show,
+                                       say=warn)
+
+    outcome = run_async(work())
+    if as_json:
+        print_json(outcome.model_dump())
+    else:
+        console.print(f"email {email_id}: {outcome.status}" + (f" — {outcome.message}" if outcome.message else ""),
+                      highlight=False)
+    if outcome.status == "failed":
+        raise PressroomError(f"email {email_id} failed: {outcome.message}")
 
 
 @app.command("preview")

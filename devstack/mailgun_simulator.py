@@ -32,6 +32,10 @@ Admin API (no auth; a loopback tool)
 * `GET|POST /_sim/rates` — `Rates` fields.
 * `POST /_sim/clock {"advance": seconds}` — move the simulator's clock forward (events appear
   without sleeping); answers `{"now": epoch}`.
+* `GET|POST /_sim/limits` — `AccountLimits` fields: what a new, probation or small-plan account
+  refuses (a recipient limit per request, "large batches", hourly and daily caps).
+* `POST /_sim/domains {"domain": "fallback.example"}` — serve another sending domain of the same
+  account (domain warming); each domain has its own events and its own caps.
 * `POST /_sim/reset` — forget messages and events, restore default faults, rates and clock.
 * `POST /_sim/events` — synthetic events for load tests, see `add_synthetic_events`:
   `{"email_id": "e1", "recipients": ["a@x", ...]}` or `{"email_id": "e1", "count": 500000,
@@ -123,7 +127,21 @@ class Faults:
     malformed_events: bool = False  # event GETs answered with invalid JSON
 
 
-def _update(settings: Rates | Faults, changes: dict[str, Any]) -> None:
+@dataclass
+class AccountLimits:
+    """What Mailgun refuses on a new, probation or small-plan account; 0 means no such limit.
+
+    Caps count recipients accepted per domain in the simulator's clock hour / UTC day; a message
+    that would pass a cap is refused whole with 420 "... try again after <the next window>".
+    """
+
+    recipient_limit: float = 0.0  # more recipients in one request: 420 "recipient limit exceeded"
+    large_batch_limit: float = 0.0  # more recipients in one request: 403 "not allowed to send large batches yet"
+    hourly_limit: float = 0.0
+    daily_limit: float = 0.0
+
+
+def _update(settings: Rates | Faults | AccountLimits, changes: dict[str, Any]) -> None:
     """Apply changes by field name, refusing unknown names and out-of-range shares."""
     known = {f.name: f for f in fields(settings)}
     for name, value in changes.items():
@@ -180,6 +198,7 @@ class StoredMessage:
     html: str = ""
     text: str = ""
     options: dict[str, str] = field(default_factory=dict)  # o:NAME, without the prefix (o:tag is `tags`)
+    domain: str = ""  # the sending domain it was posted to
     _templated: bool = field(default=False, init=False)
 
     def __post_init__(self) -> None:
@@ -214,7 +233,7 @@ class StoredMessage:
         variables = self.recipient_variables()
         return {"id": self.id, "from": self.from_address, "subject": self.subject, "tags": list(self.tags),
                 "variables": self.variables, "headers": self.headers, "delivery_time": self.delivery_time,
-                "test_mode": self.test_mode, "accepted_at": self.accepted_at,
+                "test_mode": self.test_mode, "accepted_at": self.accepted_at, "domain": self.domain,
                 "recipients": [{"address": a, "variables": variables.get(a, {})} for a in self.recipients]}
 
 
@@ -299,6 +318,8 @@ class MailgunSimulator:
     def __init__(self, *, api_key: str, domain: str, seed: int = 0) -> None:
         self.api_key = api_key
         self.domain = domain
+        self.domains = {domain}  # the account's sending domains; `add_domain` adds more
+        self.limits = AccountLimits()
         self.seed = seed
         self.base_url = ""
         self.messages: list[StoredMessage] = []
@@ -332,6 +353,8 @@ class MailgunSimulator:
         self.request_counts.clear()
         self.faults = Faults()
         self.rates = Rates()
+        self.limits = AccountLimits()
+        self.domains = {self.domain}
         self.clock_offset = 0.0
         self._rng = random.Random(self.seed)
 
@@ -343,6 +366,15 @@ class MailgunSimulator:
 
     def set_rates(self, **changes: Any) -> None:
         _update(self.rates, changes)
+
+    def set_limits(self, **changes: Any) -> None:
+        _update(self.limits, changes)
+
+    def add_domain(self, domain: str) -> None:
+        """Serve another sending domain of this account (the fallback domain of domain warming)."""
+        if not domain or "/" in domain:
+            raise ValueError("give a domain name")
+        self.domains.add(domain)
 
     @property
     def event_count(self) -> int:
@@ -400,7 +432,8 @@ class MailgunSimulator:
         message = StoredMessage(
             id=f"{uuid.uuid4().hex}@{self.domain}", from_address=f"synthetic@{self.domain}",
             subject="synthetic events", tags=tuple(tags), variables={"email-id": email_id, **(variables or {})},
-            headers={}, recipients=recipients, recipient_variables_json="{}", accepted_at=start, synthetic=True)
+            headers={}, recipients=recipients, recipient_variables_json="{}", accepted_at=start, synthetic=True,
+            domain=self.domain)
         self.messages.append(message)
         chunks = max(1, math.ceil(len(recipients) / chunk))
         step = spread_seconds / chunks
@@ -429,6 +462,9 @@ class MailgunSimulator:
             web.post("/_sim/rates", self._admin_rates),
             web.post("/_sim/clock", self._admin_clock),
             web.post("/_sim/reset", self._admin_reset),
+            web.get("/_sim/limits", self._admin_limits),
+            web.post("/_sim/limits", self._admin_limits),
+            web.post("/_sim/domains", self._admin_domains),
             web.post("/_sim/events", self._admin_events),
         ])
         self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
@@ -454,7 +490,7 @@ class MailgunSimulator:
             await asyncio.sleep(self.faults.latency_ms / 1000)
         if not secrets.compare_digest(request.headers.get("Authorization", "").encode(), self._auth.encode()):
             return web.Response(status=401, text="Forbidden")
-        if request.match_info["domain"] != self.domain:
+        if request.match_info["domain"] not in self.domains:
             return web.json_response({"message": f"Domain not found: {request.match_info['domain']}"}, status=404)
         return None
 
@@ -466,6 +502,9 @@ class MailgunSimulator:
             message = self._parse_message(form)
         except _Invalid as error:
             return web.json_response({"message": str(error)}, status=400)
+        message.domain = request.match_info["domain"]
+        if refusal := self._account_refusal(message):
+            return refusal
 
         faults = self.faults
         roll = self._rng.random() if (faults.error_rate or faults.rate_limit_rate or faults.lost_response_rate) else 1.0
@@ -523,6 +562,29 @@ class MailgunSimulator:
             accepted_at=0.0, delivery_time=_parse_time(delivery, "o:deliverytime") if delivery else None,
             test_mode=text("o:testmode").lower() in ("yes", "true"), html=text("html"), text=text("text"),
             options={k[2:]: v for k, v in form.items() if k.startswith("o:") and k != "o:tag" and isinstance(v, str)})
+
+    def _account_refusal(self, message: StoredMessage) -> web.Response | None:
+        """What the account's limits say about this message, as Mailgun words it; None to go on."""
+        limits, domain, count = self.limits, message.domain, len(message.recipients)
+        if limits.recipient_limit and count > limits.recipient_limit:
+            return web.json_response({"message": f"Domain {domain} is not allowed to send: recipient limit exceeded"},
+                                     status=420)
+        if limits.large_batch_limit and count > limits.large_batch_limit:
+            return web.json_response({"message": f"Domain {domain} is not allowed to send large batches yet"},
+                                     status=403)
+        now = self.now()
+        for cap, window in ((limits.hourly_limit, 3600), (limits.daily_limit, 86400)):
+            if not cap:
+                continue
+            start = now - now % window
+            sent = sum(len(m.recipients) for m in self.messages
+                       if m.domain == domain and not m.synthetic and m.accepted_at >= start)
+            if sent + count > cap:
+                date = format_datetime(datetime.fromtimestamp(start + window, tz=timezone.utc)).replace("+0000", "UTC")
+                period = "hourly" if window == 3600 else "daily"
+                return web.json_response({"message": f"Domain {domain} is not allowed to send: {period} sending "
+                                                     f"limit exceeded, try again after {date}"}, status=420)
+        return None
 
     def _accept(self, message: StoredMessage) -> None:
         """Store the message and derive every recipient's events from its hash."""
@@ -582,8 +644,9 @@ class MailgunSimulator:
         if self.faults.malformed_events:
             return web.Response(text='{"items": [{"id": "trunc', content_type="application/json")
 
-        page = self._page(query, after, match, self.now())
-        origin = f"{request.url.origin()}/v3/{self.domain}/events/"
+        domain = request.match_info["domain"]
+        page = self._page(query, after, match, self.now(), domain)
+        origin = f"{request.url.origin()}/v3/{domain}/events/"
         last = (page[-1][0], page[-1][1]) if page else None
         first = (page[0][0], page[0][1]) if page else None
         flipped = _Query(query.begin, query.end, not query.ascending, query.limit, query.event, query.message_id)
@@ -614,14 +677,15 @@ class MailgunSimulator:
         return _Query(begin, end, up, limit, params.get("event"), params.get("message-id"))
 
     def _page(self, query: _Query, after: tuple[tuple[float, int], int] | None,
-              match: Callable[[str], bool], now: float) -> list[tuple[_Group, int]]:
+              match: Callable[[str], bool], now: float, domain: str | None = None) -> list[tuple[_Group, int]]:
         """Up to `limit` visible (group, position) pairs after the cursor, in the query's direction."""
         keys, groups, limit = self._keys, self._groups, query.limit
         out: list[tuple[_Group, int]] = []
 
         def wanted(group: _Group) -> bool:
             return (group.visible_at <= now and match(group.kind)
-                    and (query.message_id is None or group.message.id == query.message_id))
+                    and (query.message_id is None or group.message.id == query.message_id)
+                    and (domain is None or group.message.domain in ("", domain)))
 
         if query.ascending:
             low = -math.inf if query.begin is None else query.begin
@@ -753,6 +817,17 @@ class MailgunSimulator:
         except ValueError as error:
             return web.json_response({"message": str(error)}, status=400)
         return web.json_response(show())
+
+    async def _admin_limits(self, request: web.Request) -> web.Response:
+        return await self._admin_update(request, self.set_limits, lambda: asdict(self.limits))
+
+    async def _admin_domains(self, request: web.Request) -> web.Response:
+        try:
+            body = await request.json()
+            self.add_domain(body.get("domain", "") if isinstance(body, dict) else "")
+        except ValueError as error:
+            return web.json_response({"message": str(error)}, status=400)
+        return web.json_response({"domains": sorted(self.domains)})
 
     async def _admin_clock(self, request: web.Request) -> web.Response:
         body = await request.json()

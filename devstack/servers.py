@@ -131,6 +131,22 @@ class Postgres:
         log = self.data_dir.parent / "postgres.log"
         self.process = _spawn(args, log, user=user, detach=detach)
         wait_for_port(self.port, "PostgreSQL", self.process, log)
+        self._wait_until_accepting(log)
+
+    def _wait_until_accepting(self, log: Path, timeout: float = 60) -> None:
+        """The port opens before recovery ends ("the database system is starting up"): wait for
+        pg_isready to say the server accepts connections."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            ready = subprocess.run([str(postgres_bin() / "pg_isready"), "-h", "127.0.0.1", "-p", str(self.port),
+                                    "-U", "postgres", "-q"], capture_output=True)
+            if ready.returncode == 0:
+                return
+            if self.process.poll() is not None:
+                break
+            time.sleep(0.1)
+        raise DevStackError(f"PostgreSQL on port {self.port} did not accept connections within {timeout:.0f} s; "
+                            f"log: {log}")
 
     def stop(self) -> None:
         if self.process and self.process.poll() is None:

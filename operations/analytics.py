@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
@@ -65,6 +66,36 @@ async def analytics_trigger(settings: Settings | None = None, client=None) -> No
     await handle.trigger()
 
 
+async def analytics_run(*, wait: bool, settings: Settings | None = None, client=None, say=lambda message: None):
+    """Trigger one run; with `wait`, follow it (or the run already going, which the overlap policy
+    keeps alone) to its end and answer its result, saying when no worker polls its task queue."""
+    from pressroom.errors import PressroomError
+    from pressroom.waiting import watching_for_worker
+    from workflows.analytics import FetchEmailAnalyticsWorkflow
+
+    settings = settings or get_settings()
+    client = client or await temporal_client(settings)
+    handle, before = await _analytics_handle(settings, client)
+    seen = {a.action.workflow_id for a in before.info.recent_actions}
+    await handle.trigger()
+    if not wait:
+        return None
+    for _ in range(100):  # the schedule records the triggered (or the still running) run within moments
+        description = await handle.describe()
+        running = [a.workflow_id for a in description.info.running_actions]
+        fresh = [a.action.workflow_id for a in description.info.recent_actions if a.action.workflow_id not in seen]
+        if fresh or running:
+            workflow_id = (fresh or running)[-1]
+            break
+        await asyncio.sleep(0.1)
+    else:
+        raise PressroomError(f"schedule {SCHEDULE_ID} took no action on the trigger")
+    say(f"following {workflow_id}" + ("" if fresh else " (a run was already going; the trigger was skipped)"))
+    run = client.get_workflow_handle_for(FetchEmailAnalyticsWorkflow.run, workflow_id)
+    async with watching_for_worker(client, (await run.describe()).task_queue, say):
+        return await run.result()
+
+
 async def analytics_pause(paused: bool, settings: Settings | None = None, client=None) -> None:
     handle, _ = await _analytics_handle(settings, client)
     if paused:
@@ -113,7 +144,8 @@ async def analytics_status(settings: Settings | None = None, client=None) -> dic
     state = description.schedule.state
     now = datetime.now(timezone.utc)
     status = {"paused": state.paused, "note": state.note or "",
-              "next": [t.isoformat() for t in description.info.next_action_times[:3]],
+              # A paused schedule takes no action, whatever times its spec would give.
+              "next": [] if state.paused else [t.isoformat() for t in description.info.next_action_times[:3]],
               "recent": [{"at": a.started_at.isoformat(), "workflow_id": a.action.workflow_id}
                          for a in description.info.recent_actions[-5:]],
               "running": [a.workflow_id for a in description.info.running_actions],

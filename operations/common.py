@@ -13,6 +13,15 @@ async def temporal_client(settings: Settings | None = None):
     return await connect(settings or get_settings())
 
 
+async def run_summary(client, description) -> dict:
+    """A run as status commands show it; a running one says whether a worker polls its task queue."""
+    from pressroom.waiting import has_worker
+
+    status = description.status.name.lower() if description.status else None
+    return {"run_id": description.run_id, "status": status, "task_queue": description.task_queue,
+            "worker_polling": await has_worker(client, description.task_queue) if status == "running" else None}
+
+
 def parse_moment(text: str, option: str) -> datetime:
     """An ISO 8601 time with its offset, in this century (pressroom/inputs.py), else one-line BadInput."""
     from pressroom.inputs import moment

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from pressroom import tracing
 from pressroom.errors import BadInput
 from pressroom.settings import Settings, get_settings
 
@@ -14,6 +15,7 @@ class MemberAdded:
     welcome_key: str | None  # the outbox entry of the welcome email, when one was enqueued
 
 
+@tracing.traced("pressroom members add")
 async def add_member(email: str, name: str | None = None, *, status: str = "free",
                      settings: Settings | None = None) -> MemberAdded:
     """The member and its MemberCreatedEvent in one transaction: both commit, or neither."""
@@ -35,6 +37,7 @@ async def add_member(email: str, name: str | None = None, *, status: str = "free
                     "INSERT INTO members (email, name, status) VALUES ($1, $2, $3) RETURNING id", email, name, status)
             except asyncpg.UniqueViolationError:
                 raise BadInput("a member with that address already exists") from None
+            tracing.annotate(member_id=member_id)
             await conn.execute("INSERT INTO members_newsletters (member_id, newsletter_id) "
                                "SELECT $1, id FROM newsletters WHERE subscribe_on_signup AND status = 'active'",
                                member_id)

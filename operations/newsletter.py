@@ -6,7 +6,8 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 
-from operations.common import temporal_client
+from operations.common import run_summary, temporal_client
+from pressroom import tracing
 from pressroom.errors import BadInput, NotFound, PressroomError
 from pressroom.settings import Settings, get_settings
 
@@ -19,6 +20,7 @@ class NewsletterStart:
     message: str
 
 
+@tracing.traced("pressroom newsletter send", "email_id")
 async def start_newsletter(email_id: str, *, client=None, settings: Settings | None = None) -> NewsletterStart:
     """Start the send of an email, or find the run that already sends or sent it."""
     from temporalio.client import WorkflowExecutionStatus
@@ -60,31 +62,79 @@ async def start_newsletter(email_id: str, *, client=None, settings: Settings | N
                            f"started {workflow_id}")
 
 
-async def follow_newsletter(workflow_id: str, *, client=None, on_progress=None, poll_seconds: float = 0.5):
-    """Query the run's progress until it ends; returns its outcome (following continue-as-new)."""
-    from temporalio.client import WorkflowFailureError
-    from temporalio.service import RPCError
+async def follow_newsletter(workflow_id: str, *, client=None, on_progress=None, poll_seconds: float = 0.5,
+                            say=lambda message: None):
+    """Query the run's progress until it ends; returns its outcome (following continue-as-new).
 
+    Says (through `say`) when no worker polls the run's task queue, and keeps waiting.
+    """
+    from temporalio.client import WorkflowFailureError
+    from temporalio.service import RPCError, RPCStatusCode
+
+    from pressroom.waiting import watching_for_worker
     from workflows.newsletter import SendNewsletterWorkflow
 
     client = client or await temporal_client()
     handle = client.get_workflow_handle_for(SendNewsletterWorkflow.run, workflow_id)
+    try:
+        task_queue = (await handle.describe()).task_queue
+    except RPCError as error:
+        if error.status == RPCStatusCode.NOT_FOUND:
+            raise NotFound(f"{workflow_id} was never started") from None
+        raise
     result = asyncio.ensure_future(handle.result())
     try:
-        while not result.done():
-            try:
-                progress = await handle.query(SendNewsletterWorkflow.progress)
-                if on_progress:
-                    on_progress(progress)
-            except RPCError:
-                pass  # between two runs of a continue-as-new, or before the first task: ask again
-            await asyncio.wait([result], timeout=poll_seconds)
+        async with watching_for_worker(client, task_queue, say):
+            while not result.done():
+                try:
+                    progress = await handle.query(SendNewsletterWorkflow.progress)
+                    if on_progress:
+                        on_progress(progress)
+                except RPCError:
+                    pass  # between two runs of a continue-as-new, or before the first task: ask again
+                await asyncio.wait([result], timeout=poll_seconds)
         return result.result()
     except WorkflowFailureError as error:
         cause = error.cause
         raise PressroomError(f"{workflow_id} failed: {getattr(cause, 'message', None) or cause or error}") from None
     finally:
         result.cancel()
+
+
+async def newsletter_status(email_id: str, *, client=None, settings: Settings | None = None) -> dict:
+    """The email's row, its batches and recipients, and its run (with live progress while it runs)."""
+    from datetime import timedelta
+
+    from temporalio.service import RPCError, RPCStatusCode
+
+    from pressroom import database
+    from workflows.newsletter import SendNewsletterWorkflow, newsletter_workflow_id
+
+    settings = settings or get_settings()
+    async with database.connection(settings.require_database()) as conn:
+        email = await conn.fetchrow("SELECT status, error, submitted_at FROM emails WHERE id = $1", email_id)
+        if email is None:
+            raise NotFound(f"email {email_id} does not exist")
+        batches = await conn.fetchrow(
+            "SELECT count(*) AS total, count(*) FILTER (WHERE status = 'submitted') AS submitted, "
+            "count(*) FILTER (WHERE status = 'failed') AS failed FROM email_batches WHERE email_id = $1", email_id)
+        recipients = await conn.fetchval("SELECT count(*) FROM email_recipients WHERE email_id = $1", email_id)
+    client = client or await temporal_client(settings)
+    workflow_id = newsletter_workflow_id(email_id)
+    run = progress = None
+    try:
+        description = await client.get_workflow_handle(workflow_id).describe()
+        run = await run_summary(client, description)
+        if run["worker_polling"]:  # a query needs a worker to answer it
+            progress = (await client.get_workflow_handle_for(SendNewsletterWorkflow.run, workflow_id)
+                        .query(SendNewsletterWorkflow.progress, rpc_timeout=timedelta(seconds=5))).model_dump()
+    except RPCError as error:
+        if error.status not in (RPCStatusCode.NOT_FOUND, RPCStatusCode.DEADLINE_EXCEEDED):
+            raise
+    return {"email_id": email_id, "status": email["status"], "error": email["error"],
+            "submitted_at": email["submitted_at"], "workflow_id": workflow_id, "run": run, "progress": progress,
+            "batches": {"total": batches["total"], "submitted": batches["submitted"], "failed": batches["failed"]},
+            "recipients": recipients}
 
 
 @dataclass(frozen=True)

@@ -5,11 +5,13 @@ from __future__ import annotations
 from datetime import timedelta
 
 from activities.posts import reconcile_scheduled_posts, start_or_move_publication, stop_publication
-from operations.common import temporal_client
+from operations.common import run_summary, temporal_client
+from pressroom import tracing
 from pressroom.errors import BadInput, NotFound, PressroomError
 from pressroom.inputs import entity_id
 from pressroom.settings import Settings, get_settings
 
+@tracing.traced("pressroom posts schedule", "post_id")
 async def schedule_post(post_id: str, at: str, *, client=None, settings: Settings | None = None):
     """Mark the post scheduled for `at` and start or move its workflow, both or neither; a past time
     publishes at once."""
@@ -122,3 +124,44 @@ async def reconcile_at_worker_start(client, settings) -> None:
     """Ensure the schedule and run it once now: posts scheduled while no worker ran get their timers."""
     await ensure_reconcile_schedule(client, settings)
     await client.get_schedule_handle(RECONCILE_SCHEDULE_ID).trigger()
+
+
+async def posts_status(post_id: str | None = None, *, client=None, settings: Settings | None = None) -> dict:
+    """Without a post: counts by state, the next posts due and how many are overdue. With one: its
+    row and its workflow, with the time its timer waits for."""
+    from temporalio.service import RPCError, RPCStatusCode
+
+    from temporalio.client import WorkflowExecutionStatus
+
+    from pressroom import database
+    from pressroom.temporal import PUBLISH_AT
+    from workflows.posts import publish_workflow_id
+
+    settings = settings or get_settings()
+    async with database.connection(settings.require_database()) as conn:
+        if post_id is None:
+            counts = {r["status"]: r["n"] for r in await conn.fetch(
+                "SELECT status, count(*) AS n FROM posts GROUP BY status ORDER BY status")}
+            upcoming = await conn.fetch("SELECT id, published_at FROM posts WHERE status = 'scheduled' "
+                                        "ORDER BY published_at LIMIT 10")
+            overdue = await conn.fetchval("SELECT count(*) FROM posts WHERE status = 'scheduled' "
+                                          "AND published_at < now()")
+            return {"counts": counts, "overdue": overdue,
+                    "next": [{"post_id": r["id"], "publish_at": r["published_at"]} for r in upcoming]}
+        post = await conn.fetchrow("SELECT status, published_at, publish_completed_at FROM posts WHERE id = $1",
+                                   post_id)
+    if post is None:
+        raise NotFound(f"post {post_id} does not exist")
+    client = client or await temporal_client(settings)
+    workflow_id, run = publish_workflow_id(post_id), None
+    try:
+        description = await client.get_workflow_handle(workflow_id).describe()
+        # The time its timer waits for, as the run last recorded it (no worker needed to read it).
+        run = {**await run_summary(client, description),
+               "timer_at": description.typed_search_attributes.get(PUBLISH_AT)
+               if description.status == WorkflowExecutionStatus.RUNNING else None}
+    except RPCError as error:
+        if error.status != RPCStatusCode.NOT_FOUND:
+            raise
+    return {"post_id": post_id, "status": post["status"], "publish_at": post["published_at"],
+            "published_at": post["publish_completed_at"], "workflow_id": workflow_id, "run": run}

@@ -41,15 +41,22 @@ async def _connecting(url: str, opening):
         raise DatabaseUnavailable(f"DATABASE_URL is malformed: {error}") from None
 
 
+def _connection_class() -> type[asyncpg.Connection]:
+    from pressroom import tracing
+
+    # With tracing on, each statement is a span of the activity or command that runs it.
+    return tracing.traced_connection_class() if tracing.enabled() else asyncpg.Connection
+
+
 async def connect(url: str, *, min_size: int = 1, max_size: int = 10) -> asyncpg.Pool:
     """A pool on DATABASE_URL."""
     return await _connecting(url, asyncpg.create_pool(url, min_size=min_size, max_size=max_size, timeout=10,
-                                                      command_timeout=300))
+                                                      command_timeout=300, connection_class=_connection_class()))
 
 
 async def connect_once(url: str) -> asyncpg.Connection:
     """One connection on DATABASE_URL, for commands that make a few queries and leave."""
-    return await _connecting(url, asyncpg.connect(url, timeout=10))
+    return await _connecting(url, asyncpg.connect(url, timeout=10, connection_class=_connection_class()))
 
 
 @asynccontextmanager

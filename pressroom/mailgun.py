@@ -13,6 +13,7 @@ a recipient address ever appears in an exception's text.
 from __future__ import annotations
 
 import base64
+import copy
 import json
 import re
 from collections.abc import AsyncIterator, Mapping, Sequence
@@ -21,7 +22,9 @@ from email.utils import format_datetime, parsedate_to_datetime
 from typing import TYPE_CHECKING, Any
 
 import httpx
+from opentelemetry.trace import SpanKind
 
+from pressroom import tracing
 from pressroom.settings import MAILGUN_MAX_RECIPIENTS
 
 if TYPE_CHECKING:
@@ -60,6 +63,29 @@ class MailgunRejected(MailgunError):
 
 class TooManyRecipients(MailgunRejected):
     """A batch larger than Mailgun takes; refused before any request is made."""
+
+
+class RecipientLimitExceeded(MailgunRejected):
+    """Mailgun refused the batch for its number of recipients: a new or probation account (420
+    "recipient limit exceeded", 403 "not allowed to send large batches yet", 400 "Only N recipients
+    per request"). Nothing was accepted; smaller batches will be. `limit` is N when Mailgun said it."""
+
+    def __init__(self, message: str, *, limit: int | None = None, **kwargs: Any) -> None:
+        super().__init__(message, **kwargs)
+        self.limit = limit
+
+
+_RECIPIENT_LIMIT = re.compile(r"recipient limit|recipients per request|large batches", re.IGNORECASE)
+_STATED_LIMIT = re.compile(r"only (\d+) recipients", re.IGNORECASE)
+
+
+def recipient_limit_refusal(status: int, explanation: str, said: str, what: str) -> RecipientLimitExceeded | None:
+    """The refusal of a batch for its size, told apart from a rate limit by Mailgun's own words."""
+    if status not in (400, 403, 420) or not _RECIPIENT_LIMIT.search(explanation):
+        return None
+    stated = _STATED_LIMIT.search(explanation)
+    return RecipientLimitExceeded(f"Mailgun refused the {what} for its size ({status}): {said}", status_code=status,
+                                  limit=int(stated.group(1)) if stated else None)
 
 
 class MailgunRateLimited(MailgunError):
@@ -186,6 +212,15 @@ class MailgunClient:
     def __repr__(self) -> str:
         return f"MailgunClient(base_url={self.base_url!r}, domain={self.domain!r})"
 
+    def for_domain(self, domain: str) -> MailgunClient:
+        """A client for another domain of the same account (domain warming's fallback), sharing this
+        client's connections; close only the original."""
+        if domain == self.domain:
+            return self
+        sibling = copy.copy(self)
+        sibling.domain = domain
+        return sibling
+
     async def aclose(self) -> None:
         await self._http.aclose()
 
@@ -308,7 +343,11 @@ class MailgunClient:
 
     async def _request(self, method: str, url: str, *, what: str, **kwargs: Any) -> httpx.Response:
         try:
-            response = await self._http.request(method, url, **kwargs)
+            with tracing.span(f"Mailgun {method}", {"http.request.method": method, "url.path": httpx.URL(url).path,
+                                                    "server.address": self._origin.host, "mailgun.request": what},
+                              kind=SpanKind.CLIENT) as span:
+                response = await self._http.request(method, url, **kwargs)
+                span.set_attribute("http.response.status_code", response.status_code)
         except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout, httpx.UnsupportedProtocol) as error:
             raise MailgunUnavailable(
                 f"Mailgun could not be reached at {self.base_url} ({type(error).__name__}); "
@@ -336,6 +375,8 @@ class MailgunClient:
             return MailgunRejected(
                 f"Mailgun answered 404 for domain {self.domain!r}: {said} "
                 "(check MAILGUN_DOMAIN, and MAILGUN_BASE_URL for an EU domain)", status_code=status)
+        if refusal := recipient_limit_refusal(status, explanation, said, what):
+            return refusal
         if status in (420, 429):
             retry_after = _retry_after(response, explanation, datetime.now(timezone.utc))
             wait = f"; retry after {retry_after:.0f} s" if retry_after is not None else ""

@@ -10,9 +10,9 @@ from __future__ import annotations
 import json
 from functools import lru_cache
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
-from pydantic import Field, SecretStr, ValidationError, field_validator
+from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 MAILGUN_MAX_RECIPIENTS = 1000  # Mailgun refuses a message with more recipients than this.
@@ -62,8 +62,7 @@ class Settings(BaseSettings):
     temporal_tls_key: str = Field(default="", validation_alias="TEMPORAL_TLS_KEY")
 
     # --- newsletter sending (seed 001) ---
-    batch_size: int = Field(default=MAILGUN_MAX_RECIPIENTS, ge=1, le=MAILGUN_MAX_RECIPIENTS,
-                            validation_alias="PRESSROOM_BATCH_SIZE")
+    batch_size: int = Field(default=MAILGUN_MAX_RECIPIENTS, ge=1, validation_alias="PRESSROOM_BATCH_SIZE")
     send_concurrency: int = Field(default=2, ge=1, le=100, validation_alias="PRESSROOM_SEND_CONCURRENCY")
     mailgun_retries: int = Field(default=6, ge=0, validation_alias="PRESSROOM_MAILGUN_RETRIES")
     mailgun_retry_seconds: float = Field(default=10.0, gt=0, validation_alias="PRESSROOM_MAILGUN_RETRY_SECONDS")
@@ -74,6 +73,18 @@ class Settings(BaseSettings):
     from_address: str = Field(default="Pressroom <noreply@example.com>", validation_alias="PRESSROOM_FROM_ADDRESS")
     # Rendered bodies a worker keeps, per email and segment, so batches reuse one rendering.
     body_cache_bytes: int = Field(default=32 * 1024 * 1024, ge=0, validation_alias="PRESSROOM_BODY_CACHE_BYTES")
+
+    # --- the provider's limits: domain warming and send caps ---
+    # With both set, a growing share of each email goes through MAILGUN_DOMAIN, the rest through this
+    # domain of the same Mailgun account, from this address.
+    fallback_domain: str = Field(default="", validation_alias="MAILGUN_FALLBACK_DOMAIN")
+    fallback_address: str = Field(default="", validation_alias="MAILGUN_FALLBACK_ADDRESS")
+    # Messages (recipients) per sending domain per clock hour / UTC day: "N" for every domain, or
+    # "mg.example.com=N,fallback.example.com=M". Unset: no cap.
+    hourly_send_limit: Annotated[dict[str, int], NoDecode] = Field(
+        default={}, validation_alias="PRESSROOM_HOURLY_SEND_LIMIT")
+    daily_send_limit: Annotated[dict[str, int], NoDecode] = Field(
+        default={}, validation_alias="PRESSROOM_DAILY_SEND_LIMIT")
 
     # --- outbox (seeds 000 and 002) ---
     welcome_emails: bool = Field(default=True, validation_alias="PRESSROOM_WELCOME_EMAILS")
@@ -104,6 +115,14 @@ class Settings(BaseSettings):
     metrics_host: str = Field(default="127.0.0.1", validation_alias="PRESSROOM_METRICS_HOST")
     encryption_key: SecretStr = Field(default=SecretStr(""), validation_alias="PRESSROOM_ENCRYPTION_KEY")
     codec_token: SecretStr = Field(default=SecretStr(""), validation_alias="PRESSROOM_CODEC_TOKEN")
+    log_format: Literal["text", "json"] = Field(default="text", validation_alias="PRESSROOM_LOG_FORMAT")
+
+    @field_validator("batch_size")
+    @classmethod
+    def _within_mailgun_maximum(cls, value: int) -> int:
+        if value > MAILGUN_MAX_RECIPIENTS:
+            raise ValueError(f"{value} is above Mailgun's maximum of {MAILGUN_MAX_RECIPIENTS} recipients per message")
+        return value
 
     @field_validator("outbox_backoff_sec", mode="before")
     @classmethod
@@ -120,6 +139,54 @@ class Settings(BaseSettings):
         if not value or any(v <= 0 for v in value):
             raise ValueError("must be a list of positive seconds, such as 5,10,20")
         return value
+
+    @field_validator("hourly_send_limit", "daily_send_limit", mode="before")
+    @classmethod
+    def _parse_send_limit(cls, value: object) -> object:
+        if not isinstance(value, str):
+            return value
+        limits: dict[str, int] = {}
+        for part in (p.strip() for p in value.split(",")):
+            if not part:
+                continue
+            domain, _, number = part.rpartition("=")
+            try:
+                limits[domain.strip() or "*"] = int(number)
+            except ValueError:
+                raise ValueError(f"{part!r} is not a number of messages: use N, or domain=N joined by commas") from None
+        return limits
+
+    @field_validator("hourly_send_limit", "daily_send_limit")
+    @classmethod
+    def _positive_send_limit(cls, value: dict[str, int]) -> dict[str, int]:
+        for domain, limit in value.items():
+            if limit <= 0:
+                where = "" if domain == "*" else f" for {domain}"
+                raise ValueError(f"a cap of {limit}{where} would never send; give a positive number of messages, "
+                                 "or leave it unset for no cap")
+        return value
+
+    @model_validator(mode="after")
+    def _fallback_complete(self) -> Settings:
+        if self.fallback_domain and "@" not in self.fallback_address:
+            raise ValueError("MAILGUN_FALLBACK_DOMAIN is set but MAILGUN_FALLBACK_ADDRESS is not an address: domain "
+                             "warming needs both (for example noreply@" + self.fallback_domain + ")")
+        if self.fallback_address and not self.fallback_domain:
+            raise ValueError("MAILGUN_FALLBACK_ADDRESS is set without MAILGUN_FALLBACK_DOMAIN: domain warming "
+                             "needs both")
+        if self.fallback_domain and self.fallback_domain == self.mailgun_domain:
+            raise ValueError("MAILGUN_FALLBACK_DOMAIN must differ from MAILGUN_DOMAIN: warming sends part of each "
+                             "email through another domain")
+        return self
+
+    def send_limit(self, domain: str, window: str) -> int | None:
+        """The cap of `domain` per "hour" or "day", or None for no cap."""
+        limits = self.hourly_send_limit if window == "hour" else self.daily_send_limit
+        return limits.get(domain, limits.get("*"))
+
+    @property
+    def warming(self) -> bool:
+        return bool(self.fallback_domain)
 
     @field_validator("encryption_key")
     @classmethod
@@ -215,9 +282,11 @@ def load_settings(**overrides: object) -> Settings:
 def describe_validation_error(error: ValidationError) -> str:
     """One line naming the first wrong variable and what is wrong with it."""
     first = error.errors()[0]
-    field = str(first["loc"][0]) if first["loc"] else "?"
-    variable = _ALIASES.get(field, field)
     message = first["msg"].removeprefix("Value error, ")
+    if not first["loc"]:
+        return message  # a rule across variables names them itself
+    field = str(first["loc"][0])
+    variable = _ALIASES.get(field, field)
     return f"{variable} is invalid: {message}"
 
 

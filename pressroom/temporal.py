@@ -95,6 +95,8 @@ async def connect(settings: Settings, runtime: Runtime | None = None) -> Client:
     that later finds it missing answers NOT_FOUND, like a missing workflow would."""
     from temporalio.api.workflowservice.v1 import DescribeNamespaceRequest
 
+    from pressroom import tracing
+
     tls = tls_config(settings)
     where = f"Temporal at {settings.temporal_address} (namespace {settings.temporal_namespace})"
     try:
@@ -105,6 +107,7 @@ async def connect(settings: Settings, runtime: Runtime | None = None) -> Client:
             runtime=runtime or process_runtime(),
             tls=tls,
             api_key=settings.temporal_api_key.get_secret_value() or None,
+            interceptors=tracing.interceptors(),  # with tracing on, it and any worker built on it carry traces
         )
     except (RuntimeError, ValueError) as error:
         raise TemporalUnavailable(f"cannot connect to {where}: {str(error).splitlines()[0]}") from None

@@ -10,6 +10,7 @@ when Temporal suggests it.
 from __future__ import annotations
 
 import asyncio
+from collections import deque
 from datetime import datetime, timedelta, timezone
 
 from pydantic import BaseModel
@@ -21,6 +22,7 @@ with workflow.unsafe.imports_passed_through():
     from activities.newsletter import (BatchCounts, CreateBatchesInput, EmailOutcome, FailBatchInput,
                                        FinishEmailInput, ListUnsentBatchesInput, LockEmailInput, NewsletterActivities,
                                        SendBatchInput, SendPlan)
+    from activities.sending_limits import AdmitBatchInput, SendingLimitsActivities, SplitRefusedBatchInput
     from pressroom.temporal import EMAIL_ID, POST_ID
 
 # The specification's database retries: from 2 s, doubling, 20 times, within 30 minutes.
@@ -30,6 +32,9 @@ DATABASE_TIMEOUT = timedelta(minutes=30)
 # Long activities heartbeat; a worker that dies is noticed this fast and its work retried elsewhere.
 HEARTBEAT_TIMEOUT = timedelta(seconds=15)
 BATCH_PAGE = 100  # batch ids fetched per page: a history holds a few pages at most
+# Runs started before this patch send each batch as it is; later runs first admit it under the
+# provider's limits (learned batch size, hourly and daily caps) and split a batch refused for its size.
+PROVIDER_LIMITS_PATCH = "provider-limits"
 
 
 def newsletter_workflow_id(email_id: str) -> str:
@@ -70,6 +75,7 @@ SendNewsletterInput.model_rebuild()
 class SendNewsletterWorkflow:
     def __init__(self) -> None:
         self._progress = NewsletterProgress(email_id="")
+        self._within_limits = False
 
     @workflow.query
     def progress(self) -> NewsletterProgress:
@@ -83,6 +89,7 @@ class SendNewsletterWorkflow:
                                    f"not {info.workflow_id}: the id keeps it to one send", non_retryable=True)
         self._progress = NewsletterProgress(email_id=input.email_id)
         workflow.upsert_search_attributes([EMAIL_ID.value_set(input.email_id)])
+        self._within_limits = workflow.patched(PROVIDER_LIMITS_PATCH)
 
         if input.resume is None:
             try:
@@ -119,7 +126,10 @@ class SendNewsletterWorkflow:
                 start_to_close_timeout=timedelta(seconds=60), retry_policy=DATABASE_RETRY)
             if not batch_ids:
                 break
-            await self._send_page(batch_ids, resume)
+            if self._within_limits:
+                await self._send_page_within_limits(batch_ids, resume)
+            else:
+                await self._send_page(batch_ids, resume)
             if workflow.info().is_continue_as_new_suggested():
                 resume.progress = self._progress
                 workflow.continue_as_new(SendNewsletterInput(email_id=input.email_id, resume=resume))
@@ -171,6 +181,91 @@ class SendNewsletterWorkflow:
         first = resume.dispatched
         resume.dispatched += len(batch_ids)
         await asyncio.gather(*(send(batch_id, first + n) for n, batch_id in enumerate(batch_ids)))
+
+    async def _send_page_within_limits(self, batch_ids: list[str], resume: Resume) -> None:
+        """Send a page of batches, at most `concurrency` at a time, each admitted under the send caps
+        first when there are any; a batch split into smaller ones (refused for its size, or too large
+        for the room left under a cap) puts its pieces at the front of the queue."""
+        plan = resume.plan
+        queue = deque((batch_id, resume.dispatched + n) for n, batch_id in enumerate(batch_ids))
+        resume.dispatched += len(batch_ids)
+
+        async def sender() -> None:
+            while queue:
+                batch_id, number = queue.popleft()
+                pieces = await self._admit_and_send(batch_id, number, plan, resume)
+                queue.extendleft((piece, number) for piece in reversed(pieces))
+
+        await asyncio.gather(*(sender() for _ in range(min(plan.concurrency, len(queue)))))
+
+    async def _admit_and_send(self, batch_id: str, number: int, plan: SendPlan, resume: Resume) -> list[str]:
+        """Send one batch once it is admitted; the smaller batches to send instead, if it was split."""
+        while plan.send_caps:
+            admission = await workflow.execute_activity_method(
+                SendingLimitsActivities.admit_batch, AdmitBatchInput(batch_id=batch_id, at=workflow.now()),
+                start_to_close_timeout=timedelta(seconds=60), retry_policy=DATABASE_RETRY)
+            if admission.split_into:
+                self._progress.batches_total += len(admission.split_into) - 1
+                self._show()
+                return admission.split_into
+            if admission.send:
+                break
+            # A cap is reached: wait on a durable timer for the next window, not on failing retries.
+            self._show(message=admission.reason)
+            await workflow.sleep(max(admission.resume_at - workflow.now(), timedelta(seconds=1)),
+                                 summary=admission.reason)
+        if self._progress.message.startswith("waiting for"):
+            self._show(message="")
+
+        delivery_time = None
+        if plan.delivery_window_seconds and self._progress.batches_total:
+            share = min(1.0, number / self._progress.batches_total)
+            delivery_time = datetime.fromtimestamp(resume.started_at + plan.delivery_window_seconds * share,
+                                                   timezone.utc)
+        mailgun_retry = RetryPolicy(initial_interval=timedelta(seconds=plan.mailgun_retry_seconds),
+                                    backoff_coefficient=1.0, maximum_attempts=plan.mailgun_retries + 1,
+                                    non_retryable_error_types=["MailgunRejected", "BatchNotFound",
+                                                               "RecipientLimitExceeded", "SendingLimitReached"])
+        try:
+            sent = await workflow.execute_activity_method(
+                NewsletterActivities.send_batch, SendBatchInput(batch_id=batch_id, delivery_time=delivery_time),
+                start_to_close_timeout=timedelta(minutes=2), heartbeat_timeout=HEARTBEAT_TIMEOUT,
+                retry_policy=mailgun_retry, summary=f"batch {batch_id}")
+        except ActivityError as error:
+            cause = error.cause
+            message = str(cause) if cause else str(error)
+            details = list(cause.details) if isinstance(cause, ApplicationError) else []
+            status_code = details[0] if details and isinstance(details[0], int) else None
+            if isinstance(cause, ApplicationError) and cause.type == "SendingLimitReached":
+                # Mailgun refused it and named when to come back (its own hourly or daily cap):
+                # wait on a timer as long as it asks, then send the batch again.
+                wait = details[1] if len(details) > 1 and isinstance(details[1], (int, float)) else None
+                resume_at = workflow.now() + timedelta(seconds=max(1.0, wait or plan.mailgun_retry_seconds))
+                reason = f"waiting for Mailgun's sending limit, resumes at {resume_at:%Y-%m-%d %H:%M:%S} UTC"
+                self._show(message=reason)
+                await workflow.sleep(resume_at - workflow.now(), summary=reason)
+                return [batch_id]
+            if isinstance(cause, ApplicationError) and cause.type == "RecipientLimitExceeded" and len(details) >= 2:
+                pieces = await workflow.execute_activity_method(
+                    SendingLimitsActivities.split_refused_batch,
+                    SplitRefusedBatchInput(batch_id=batch_id, status_code=status_code, message=message,
+                                           refused_size=details[1], stated_limit=details[2] if len(details) > 2
+                                           else None),
+                    start_to_close_timeout=timedelta(seconds=60), retry_policy=DATABASE_RETRY)
+                if pieces:
+                    self._progress.batches_total += len(pieces) - 1
+                    self._show()
+                    return pieces
+            await workflow.execute_activity_method(
+                NewsletterActivities.fail_batch,
+                FailBatchInput(batch_id=batch_id, status_code=status_code, message=message),
+                start_to_close_timeout=timedelta(seconds=60), retry_policy=DATABASE_RETRY)
+            self._progress.batches_failed += 1
+        else:
+            self._progress.batches_sent += 1
+            self._progress.recipients_sent += sent.recipients
+        self._show()
+        return []
 
     @staticmethod
     def _from_counts(email_id: str, counts: BatchCounts) -> NewsletterProgress:

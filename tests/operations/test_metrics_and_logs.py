@@ -59,3 +59,31 @@ def test_log_lines_carry_run_fields_and_hide_addresses_and_secrets():
     assert "bob@example.com" not in line and "key-sekret" not in line
     assert "sent to <address> with key ***" in line
     assert line.endswith("workflow_id=newsletter-e1 run_id=r1 activity=send_batch attempt=2")
+
+
+def test_json_log_lines_carry_the_same_fields_and_the_same_redaction():
+    import json
+
+    from pressroom.logs import JsonFormatter
+
+    record = logging.LogRecord("pressroom.activities", logging.WARNING, __file__, 1,
+                               "sent to %s with key %s", ("bob@example.com", "key-sekret"), None)
+    record.temporal_activity = {"workflow_id": "newsletter-e1", "run_id": "r1", "activity_type": "send_batch",
+                                "attempt": 2, "workflow_type": "SendNewsletterWorkflow"}
+    RedactingFilter(["key-sekret"]).filter(record)
+    line = JsonFormatter().format(record)
+    assert "\n" not in line and "bob@example.com" not in line and "key-sekret" not in line
+    entry = json.loads(line)
+    assert entry.pop("time")
+    assert entry == {"level": "WARNING", "logger": "pressroom.activities", "message": "sent to <address> with key ***",
+                     "workflow": "SendNewsletterWorkflow", "workflow_id": "newsletter-e1", "run_id": "r1",
+                     "activity": "send_batch", "attempt": 2}
+    # The text format carries the very same fields.
+    text = RunFormatter().format(record)
+    assert text.endswith("workflow=SendNewsletterWorkflow workflow_id=newsletter-e1 run_id=r1 activity=send_batch "
+                         "attempt=2")
+
+
+def test_the_log_format_is_a_setting():
+    assert load_settings().log_format == "text"
+    assert load_settings(log_format="json").log_format == "json"

@@ -1,0 +1,265 @@
+"""The provider's limits: domain warming's schedule, the batch size each domain takes, and send caps.
+
+A new or probation Mailgun account refuses large batches, and a small plan caps messages per hour
+or per day. Pressroom learns the first and respects the second, in PostgreSQL, so that every email
+and every worker share them:
+
+* `sending_domain_limits` keeps the batch size a domain takes, learned from its refusals; a
+  refused batch is retired and its recipients move to smaller batches (`split_refused_batch`).
+* `sending_quota_reservations` counts the recipients reserved per domain in the current clock hour
+  and UTC day; `admit_batch` reserves a batch's recipients before it is sent, or says how long to
+  wait, or splits it to fit the room that is left.
+
+Why a table and not a per-domain task queue with `max_task_queue_activities_per_second`: that
+setting paces activity *starts* per second, whatever their size, while Mailgun counts messages (a
+batch is 1 to 1,000 of them) per hour and per day; it cannot express "500 today", it is set by
+whichever worker polls last, and a capped email would sit in a queue with no time to show. A table
+reserves exactly what Mailgun counts, and the workflow waits on a timer until the window it names.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+from typing import TYPE_CHECKING
+
+from pydantic import BaseModel
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+if TYPE_CHECKING:
+    import asyncpg
+
+    from pressroom.dependencies import Dependencies
+    from pressroom.settings import Settings
+
+# The reference platform's warm-up: 200 recipients through the custom domain on the first day,
+# growing geometrically to 200,000 on day 41; from day 42 on, all of them.
+WARMUP_START = 200
+WARMUP_END = 200_000
+WARMUP_DAYS = 42
+RESERVATIONS_KEPT = timedelta(days=7)  # a week of reservations for `pressroom limits show` and audits
+
+
+def warmup_limit(day: int) -> int | None:
+    """How many of an email's recipients go through the custom domain on `day` of warming; None: all."""
+    if day >= WARMUP_DAYS:
+        return None
+    return round(WARMUP_START * (WARMUP_END / WARMUP_START) ** (max(0, day) / (WARMUP_DAYS - 1)))
+
+
+def sending_domain(settings: Settings, fallback: bool) -> str:
+    """The domain a batch goes through: the fallback one for a fallback batch while it is configured."""
+    return settings.fallback_domain if fallback and settings.fallback_domain else settings.mailgun_domain
+
+
+async def learned_batch_sizes(conn: asyncpg.Connection, domains: list[str]) -> dict[str, int]:
+    rows = await conn.fetch("SELECT domain, batch_size FROM sending_domain_limits WHERE domain = ANY($1::text[])",
+                            domains)
+    return {row["domain"]: row["batch_size"] for row in rows}
+
+
+# --- inputs and results ---------------------------------------------------------------------------
+
+class AdmitBatchInput(BaseModel):
+    batch_id: str
+    at: datetime  # the workflow's clock: a window ends when the workflow's timer says so
+
+
+class Admission(BaseModel):
+    """One of: send it now; send these smaller batches instead; or wait until `resume_at`."""
+
+    batch_id: str
+    send: bool = False
+    split_into: list[str] = []
+    resume_at: datetime | None = None
+    reason: str = ""
+
+
+class SplitRefusedBatchInput(BaseModel):
+    batch_id: str
+    status_code: int | None
+    message: str
+    refused_size: int
+    stated_limit: int | None = None  # "Only N recipients per request", when Mailgun said it
+
+
+# --- splitting a batch ----------------------------------------------------------------------------
+
+# Recipients of $1 into new batches "$1.0000", "$1.0001", ...: the first $2, then $3 each.
+_SPLIT = """
+WITH numbered AS (
+    SELECT id, row_number() OVER (ORDER BY id) - 1 AS n FROM email_recipients WHERE batch_id = $1),
+placed AS (
+    SELECT id, $1 || '.' || lpad((CASE WHEN n < $2 THEN 0 ELSE 1 + (n - $2) / $3 END)::text, 4, '0') AS piece
+    FROM numbered),
+pieces AS (
+    INSERT INTO email_batches (id, email_id, member_segment, fallback_sending_domain)
+    SELECT DISTINCT piece, $4::text, $5::text, $6::boolean FROM placed)
+UPDATE email_recipients r SET batch_id = p.piece FROM placed p WHERE r.id = p.id"""
+
+# The direct pieces of a retired batch still to send (a retired piece has pieces of its own).
+_PIECES = """
+SELECT id FROM email_batches
+WHERE email_id = $2 AND left(id, length($1) + 1) = $1 || '.' AND strpos(substr(id, length($1) + 2), '.') = 0
+  AND status IN ('pending', 'submitting', 'retired')
+ORDER BY id"""
+
+
+async def split_batch(conn: asyncpg.Connection, batch_id: str, *, first: int, size: int,
+                      status_code: int | None, reason: str) -> list[str]:
+    """Move a batch's recipients into new batches (`first` of them, then `size` each) and retire it.
+
+    Safe to repeat: a retired batch answers with its pieces still to send. Runs in the caller's
+    transaction; every recipient stays in exactly one batch.
+    """
+    batch = await conn.fetchrow("SELECT email_id, member_segment, fallback_sending_domain, status "
+                                "FROM email_batches WHERE id = $1 FOR UPDATE", batch_id)
+    if batch is None:
+        raise ApplicationError(f"batch {batch_id} does not exist", type="BatchNotFound", non_retryable=True)
+    if batch["status"] == "retired":
+        return [row["id"] for row in await conn.fetch(_PIECES, batch_id, batch["email_id"])]
+    if batch["status"] == "submitted":
+        return []
+    await conn.execute(_SPLIT, batch_id, max(1, first), max(1, size), batch["email_id"], batch["member_segment"],
+                       batch["fallback_sending_domain"])
+    await conn.execute(
+        "UPDATE email_batches SET status = 'retired', error_status_code = $2, error_message = $3, "
+        "error_data = jsonb_build_object('message', $3::text), updated_at = now() WHERE id = $1",
+        batch_id, status_code, reason[:2000])
+    await conn.execute("DELETE FROM sending_quota_reservations WHERE batch_id = $1", batch_id)
+    return [row["id"] for row in await conn.fetch(_PIECES, batch_id, batch["email_id"])]
+
+
+class SendingLimitsActivities:
+    def __init__(self, deps: Dependencies) -> None:
+        self.pool = deps.pool
+        self.settings = deps.settings
+
+    @activity.defn
+    async def split_refused_batch(self, input: SplitRefusedBatchInput) -> list[str]:
+        """Mailgun refused the batch for its size: remember a smaller size for its domain and split it.
+
+        Safe to repeat: the size only ever shrinks, and a retired batch answers with its pieces.
+        An empty answer means it cannot be split (one recipient): the caller fails it instead.
+        """
+        async with self.pool.acquire() as conn, conn.transaction():
+            batch = await conn.fetchrow(
+                "SELECT b.fallback_sending_domain, b.status, (SELECT count(*) FROM email_recipients "
+                "WHERE batch_id = b.id) AS n FROM email_batches b WHERE b.id = $1", input.batch_id)
+            if batch is None:
+                raise ApplicationError(f"batch {input.batch_id} does not exist", type="BatchNotFound",
+                                       non_retryable=True)
+            if batch["status"] != "retired" and batch["n"] <= 1:
+                return []
+            domain = sending_domain(self.settings, batch["fallback_sending_domain"])
+            refused = max(1, input.refused_size)
+            size = min(input.stated_limit, refused - 1) if input.stated_limit else refused // 2
+            size = await conn.fetchval(
+                """INSERT INTO sending_domain_limits (domain, batch_size, refused_size, reason)
+                   VALUES ($1, $2, $3, $4)
+                   ON CONFLICT (domain) DO UPDATE SET
+                       batch_size = least(sending_domain_limits.batch_size, EXCLUDED.batch_size),
+                       refused_size = least(sending_domain_limits.refused_size, EXCLUDED.refused_size),
+                       reason = EXCLUDED.reason, refused_at = now(), updated_at = now()
+                   RETURNING batch_size""", domain, max(1, size), refused, input.message[:2000])
+            pieces = await split_batch(conn, input.batch_id, first=size, size=size, status_code=input.status_code,
+                                       reason=f"refused for its size; split into batches of {size}: {input.message}")
+        activity.logger.info("batch %s of %d refused by %s for its size; %d batches of %d instead",
+                             input.batch_id, refused, domain, len(pieces), size)
+        return pieces
+
+    @activity.defn
+    async def admit_batch(self, input: AdmitBatchInput) -> Admission:
+        """May the batch go now? Splits it to its domain's learned size, reserves its recipients
+        under the domain's caps, or says when the next window opens.
+
+        Safe to repeat: a reservation is one row per batch, and a retired batch answers with its pieces.
+        """
+        at = input.at.astimezone(timezone.utc)
+        async with self.pool.acquire() as conn, conn.transaction():
+            batch = await conn.fetchrow(
+                "SELECT b.email_id, b.status, b.fallback_sending_domain, (SELECT count(*) FROM email_recipients "
+                "WHERE batch_id = b.id) AS n FROM email_batches b WHERE b.id = $1 FOR UPDATE", input.batch_id)
+            if batch is None:
+                raise ApplicationError(f"batch {input.batch_id} does not exist", type="BatchNotFound",
+                                       non_retryable=True)
+            if batch["status"] == "retired":
+                pieces = await conn.fetch(_PIECES, input.batch_id, batch["email_id"])
+                return Admission(batch_id=input.batch_id, split_into=[row["id"] for row in pieces])
+            count = batch["n"]
+            # A batch interrupted mid-send may already be with Mailgun: send_batch reconciles it whole.
+            if batch["status"] in ("submitted", "submitting") or count == 0:
+                return Admission(batch_id=input.batch_id, send=True)
+            domain = sending_domain(self.settings, batch["fallback_sending_domain"])
+            learned = (await learned_batch_sizes(conn, [domain])).get(domain)
+            if learned and count > learned:
+                pieces = await split_batch(conn, input.batch_id, first=learned, size=learned, status_code=None,
+                                           reason=f"split into batches of {learned}, the size {domain} takes")
+                return Admission(batch_id=input.batch_id, split_into=pieces)
+            return await self._reserve(conn, input.batch_id, domain, count, at)
+
+    async def _reserve(self, conn: asyncpg.Connection, batch_id: str, domain: str, count: int,
+                       at: datetime) -> Admission:
+        caps = {window: self.settings.send_limit(domain, window) for window in ("hour", "day")}
+        if not any(caps.values()):
+            return Admission(batch_id=batch_id, send=True)
+        # One domain's reservations one at a time, across every worker and every email.
+        await conn.execute("SELECT pg_advisory_xact_lock(hashtext('pressroom-send-cap:' || $1))", domain)
+        if await conn.fetchval("SELECT EXISTS (SELECT 1 FROM sending_quota_reservations WHERE batch_id = $1)",
+                               batch_id):
+            return Admission(batch_id=batch_id, send=True)
+        starts = {"hour": at.replace(minute=0, second=0, microsecond=0),
+                  "day": at.replace(hour=0, minute=0, second=0, microsecond=0)}
+        used = await conn.fetchrow(
+            """SELECT coalesce(sum(recipients) FILTER (WHERE reserved_at >= $2), 0) AS hour,
+                      coalesce(sum(recipients), 0) AS day
+               FROM sending_quota_reservations WHERE domain = $1 AND reserved_at >= $3""",
+            domain, starts["hour"], starts["day"])
+        rooms = {window: cap - used[window] for window, cap in caps.items() if cap}
+        room = min(rooms.values())
+        if room >= count:
+            await conn.execute("DELETE FROM sending_quota_reservations WHERE domain = $1 AND reserved_at < $2",
+                               domain, starts["day"] - RESERVATIONS_KEPT)
+            await conn.execute("INSERT INTO sending_quota_reservations (batch_id, domain, recipients, reserved_at) "
+                               "VALUES ($1, $2, $3, $4)", batch_id, domain, count, at)
+            return Admission(batch_id=batch_id, send=True)
+        if room > 0:
+            window = min(rooms, key=rooms.get)
+            pieces = await split_batch(conn, batch_id, first=room, size=count, status_code=None,
+                                       reason=f"split to fit the {room} messages left under the "
+                                              f"{'hourly' if window == 'hour' else 'daily'} limit of {domain}")
+            return Admission(batch_id=batch_id, split_into=pieces)
+        window = "day" if rooms.get("day", 1) <= 0 else "hour"
+        resume_at = starts[window] + (timedelta(days=1) if window == "day" else timedelta(hours=1))
+        reason = (f"waiting for the {'daily' if window == 'day' else 'hourly'} limit of {domain} "
+                  f"({caps[window]:,} messages), resumes at {resume_at:%Y-%m-%d %H:%M} UTC")
+        return Admission(batch_id=batch_id, resume_at=resume_at, reason=reason)
+
+
+# --- what an operator sees and resets (`pressroom limits`) -----------------------------------------
+
+async def describe_limits(conn: asyncpg.Connection, settings: Settings, now: datetime | None = None) -> list[dict]:
+    """Per sending domain: the learned batch size, the caps and what they used this hour and today."""
+    now = (now or datetime.now(timezone.utc)).astimezone(timezone.utc)
+    domains = [settings.mailgun_domain] + ([settings.fallback_domain] if settings.fallback_domain else [])
+    learned = {row["domain"]: dict(row) for row in await conn.fetch(
+        "SELECT domain, batch_size, refused_size, reason, refused_at FROM sending_domain_limits ORDER BY domain")}
+    used = {row["domain"]: row for row in await conn.fetch(
+        """SELECT domain, coalesce(sum(recipients) FILTER (WHERE reserved_at >= $1), 0) AS hour,
+                  coalesce(sum(recipients), 0) AS day
+           FROM sending_quota_reservations WHERE reserved_at >= $2 GROUP BY domain""",
+        now.replace(minute=0, second=0, microsecond=0), now.replace(hour=0, minute=0, second=0, microsecond=0))}
+    out = []
+    for domain in dict.fromkeys([d for d in domains if d] + list(learned)):
+        row = learned.get(domain, {})
+        out.append({"domain": domain, "batch_size": row.get("batch_size"), "refused_size": row.get("refused_size"),
+                    "refused_at": row.get("refused_at"), "reason": row.get("reason"),
+                    "hourly_limit": settings.send_limit(domain, "hour"), "daily_limit": settings.send_limit(domain, "day"),
+                    "sent_this_hour": used[domain]["hour"] if domain in used else 0,
+                    "sent_today": used[domain]["day"] if domain in used else 0})
+    return out
+
+
+async def reset_learned_limit(conn: asyncpg.Connection, domain: str) -> bool:
+    """Forget the batch size learned for a domain (its account left probation); True if there was one."""
+    return await conn.fetchval("DELETE FROM sending_domain_limits WHERE domain = $1 RETURNING true", domain) or False
