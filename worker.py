@@ -134,10 +134,14 @@ async def run(settings: Settings | None = None) -> None:
 
 def main() -> None:
     from pressroom import tracing
+    from pressroom.temporal import close_runtime
 
     tracing.configure_from_environment()
     configure_logging(get_settings())
-    asyncio.run(run())
+    try:
+        asyncio.run(run())
+    finally:
+        close_runtime()  # join the runtime's threads before the interpreter shuts down (see starter)
 
 
 def configure_logging(settings: Settings) -> None:

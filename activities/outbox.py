@@ -308,14 +308,19 @@ class OutboxActivities:
 
     @activity.defn
     async def abort_entry(self, input: AbortEntryInput) -> None:
-        """Retries are exhausted or retrying cannot help: ledger failed, outbox aborted with the reason."""
+        """Retries are exhausted or retrying cannot help: ledger failed, outbox aborted with the reason.
+
+        The ledger is the source of truth: a line that succeeded, or that belongs to another payload
+        (the IDEMPOTENCY_CONFLICT case), is left exactly as it is.
+        """
         message = input.message[:ERROR_LIMIT]
         async with self.pool.acquire() as conn, conn.transaction():
             await conn.execute(
                 "INSERT INTO idempotency_ledger (idempotency_key, payload_digest, status, error_code) "
                 "SELECT idempotency_key, payload_digest, 'failed', $2 FROM outbox WHERE id = $1 "
                 "ON CONFLICT (idempotency_key) DO UPDATE SET status = 'failed', error_code = EXCLUDED.error_code, "
-                "updated_at = now() WHERE idempotency_ledger.status <> 'succeeded'", input.outbox_id, input.code)
+                "updated_at = now() WHERE idempotency_ledger.status <> 'succeeded' "
+                "AND idempotency_ledger.payload_digest = EXCLUDED.payload_digest", input.outbox_id, input.code)
             await conn.execute(
                 "UPDATE outbox SET status = 'aborted', last_error_code = $2, last_error_msg = $3, "
                 "processed_at = now(), updated_at = now() WHERE id = $1", input.outbox_id, input.code, message)

@@ -29,8 +29,10 @@ async def start_newsletter(email_id: str, *, client=None, settings: Settings | N
     from temporalio.service import RPCError
 
     from pressroom import database
+    from pressroom.inputs import entity_id
     from workflows.newsletter import SendNewsletterInput, SendNewsletterWorkflow, newsletter_workflow_id
 
+    entity_id(email_id, "email")
     settings = settings or get_settings()
     async with database.connection(settings.require_database()) as conn:
         status = await conn.fetchval("SELECT status FROM emails WHERE id = $1", email_id)

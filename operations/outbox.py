@@ -31,7 +31,9 @@ async def outbox_status(settings: Settings | None = None) -> dict:
 
 async def outbox_entry(outbox_id: str, settings: Settings | None = None) -> dict:
     from pressroom import database
+    from pressroom.inputs import entity_id
 
+    entity_id(outbox_id, "outbox entry")
     settings = settings or get_settings()
     async with database.connection(settings.require_database()) as conn:
         row = await conn.fetchrow(
@@ -46,7 +48,9 @@ async def outbox_entry(outbox_id: str, settings: Settings | None = None) -> dict
 async def requeue_outbox_entry(outbox_id: str, settings: Settings | None = None) -> None:
     """aborted → pending with attempts reset, and its failed ledger line cleared, so it is tried afresh."""
     from pressroom import database
+    from pressroom.inputs import entity_id
 
+    entity_id(outbox_id, "outbox entry")
     settings = settings or get_settings()
     async with database.connection(settings.require_database()) as conn:
         async with conn.transaction():

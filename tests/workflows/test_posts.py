@@ -130,9 +130,8 @@ async def test_a_publish_that_keeps_failing_fails_the_run_after_its_retries(env)
         handle = await start_publication(env, task_queue, post_id(), at, retries=2, retry_seconds=5)
         with pytest.raises(WorkflowFailureError):
             await handle.result()
+    # The interval between attempts is the activity's own (its next_retry_delay), not tested here.
     assert len(fake.calls) == 3, "the first attempt and `retries` more"
-    gaps = [(b - a).total_seconds() for (_, a), (_, b) in zip(fake.calls, fake.calls[1:])]
-    assert all(gap >= 5 for gap in gaps), "retry_seconds apart"
 
 
 class FakeReconcile:
