@@ -2,7 +2,7 @@
 
 The commands live in commands/ (one module per job): they parse, call one operation and print.
 Everything a command does, the demo, the benchmarks and the tests do through the same operations.
-Every command has --help; every operator error is one line on stderr and exit status 1.
+Every command has --help; every error is one line on stderr, exit status 1 (2 for a usage error).
 """
 
 from __future__ import annotations
@@ -13,12 +13,7 @@ import typer
 from rich.console import Console
 
 from commands import analytics, dev, limits, members, newsletter, operate, outbox, posts
-from devstack.servers import DevStackError
 from pressroom import tracing
-from pressroom.database import DatabaseUnavailable
-from pressroom.errors import PressroomError
-from pressroom.settings import ConfigurationError
-from pressroom.temporal import TemporalUnavailable
 
 app = typer.Typer(help="Pressroom: durable background jobs for newsletter publishing, on Temporal.",
                   no_args_is_help=True, pretty_exceptions_enable=False, add_completion=False)
@@ -31,20 +26,61 @@ app.add_typer(posts.app, name="posts")
 app.add_typer(limits.app, name="limits")
 app.add_typer(operate.app)
 
-# Errors the operator can act on: printed as one line, exit status 1.
-OPERATOR_ERRORS = (PressroomError, ConfigurationError, DatabaseUnavailable, TemporalUnavailable, DevStackError)
+
+def main(args: list[str] | None = None) -> None:
+    """Run the CLI: an error is one line on stderr and exit status 1 (2 for a usage error)."""
+    sys.exit(run_command(sys.argv[1:] if args is None else args))
 
 
-def main() -> None:
-    """Run the CLI; an operator error becomes one line on stderr and exit status 1."""
+def run_command(args: list[str]) -> int:
+    """Run one command and answer its exit status; the Temporal runtime is shut down before we return.
+
+    pressroom/failures.py turns any exception into the one line printed (and its status).
+    """
+    import os
+
+    from typer._click.exceptions import ClickException, NoArgsIsHelpError, UsageError  # Typer's own click
+
+    from pressroom.failures import EXIT_USAGE, explain
+    from pressroom.temporal import close_runtime
+
     tracing.configure_from_environment()  # OTEL_* variables; off when unset
     try:
-        app()
-    except OPERATOR_ERRORS as error:
-        Console(stderr=True).print(f"[red]error:[/red] {error}", highlight=False, soft_wrap=True)
-        sys.exit(1)
-    except KeyboardInterrupt:
-        sys.exit(130)
+        try:
+            app(args=args, prog_name="pressroom", standalone_mode=False)
+            return 0
+        except NoArgsIsHelpError as error:
+            error.show()  # `pressroom dev` alone: the group's help
+            return EXIT_USAGE
+        except UsageError as error:
+            where = f" (see `{error.ctx.command_path} --help`)" if error.ctx else ""
+            print_error(f"{error.format_message()}{where}")
+            return EXIT_USAGE
+        except ClickException as error:
+            print_error(error.format_message())
+            return error.exit_code
+        except typer.Exit as done:
+            return done.exit_code
+        except (KeyboardInterrupt, typer.Abort):
+            return 130
+        except Exception as error:
+            if os.environ.get("PRESSROOM_DEBUG"):
+                raise
+            failure = explain(error)
+            print_error(failure.line)
+            return failure.status
+    finally:
+        # Join the Temporal runtime's threads now, while the interpreter is whole: a thread left
+        # finishing an RPC callback during finalisation aborts the process after its work succeeded.
+        close_runtime()
+
+
+def print_error(line: str) -> None:
+    from rich.markup import escape
+
+    from pressroom.errors import one_line
+
+    Console(stderr=True, soft_wrap=True).print(f"[red]error:[/red] {escape(one_line(line))}", highlight=False)
 
 
 if __name__ == "__main__":

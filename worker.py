@@ -1,4 +1,4 @@
-"""The Pressroom worker: registers every workflow in `workflows/` and every activity in `activities/`.
+"""The Pressroom worker: registers the workflows and activities it lists below.
 
 Run it with `pressroom worker` (or `python worker.py`). Any number of workers may share the task
 queue; nothing in a worker's memory is needed after it stops.
@@ -7,10 +7,7 @@ queue; nothing in a worker's memory is needed after it stops.
 from __future__ import annotations
 
 import asyncio
-import importlib
-import inspect
 import logging
-import pkgutil
 import signal
 from contextlib import asynccontextmanager
 from datetime import timedelta
@@ -20,48 +17,49 @@ from temporalio.client import Client
 from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
 from temporalio.worker import Worker
 
-import activities
-import workflows
+from activities.analytics import AnalyticsActivities
+from activities.newsletter import NewsletterActivities
+from activities.outbox import OutboxActivities
+from activities.posts import PostsActivities
+from activities.sending_limits import SendingLimitsActivities
 from operations.analytics import ensure_schedule as ensure_analytics_schedule
 from operations.outbox import ensure_relay as ensure_outbox_relay
 from operations.posts import reconcile_at_worker_start
 from pressroom import database
 from pressroom.dependencies import Dependencies
 from pressroom.settings import Settings, get_settings
+from workflows.analytics import FetchEmailAnalyticsWorkflow
+from workflows.newsletter import SendNewsletterWorkflow
+from workflows.outbox import DeliverOutboxEntryWorkflow, OutboxRelayWorkflow
+from workflows.posts import PublishPostWorkflow, ReconcilePostsWorkflow
 
 log = logging.getLogger("pressroom.worker")
 
 
-def _modules(package) -> list:
-    return [importlib.import_module(f"{package.__name__}.{info.name}")
-            for info in pkgutil.iter_modules(package.__path__)]
+# Everything this worker runs, in one place (as the samples' run_worker.py lists it).
+WORKFLOWS: list[type] = [
+    SendNewsletterWorkflow,
+    OutboxRelayWorkflow, DeliverOutboxEntryWorkflow,
+    FetchEmailAnalyticsWorkflow,
+    PublishPostWorkflow, ReconcilePostsWorkflow,
+]
 
 
-def discover_workflows() -> list[type]:
-    """Every class in workflows/ decorated with @workflow.defn."""
-    found = []
-    for module in _modules(workflows):
-        for _, cls in inspect.getmembers(module, inspect.isclass):
-            if cls.__module__ == module.__name__ and hasattr(cls, "__temporal_workflow_definition"):
-                found.append(cls)
-    return found
-
-
-def discover_activities(deps: Dependencies) -> list[Callable]:
-    """The bound @activity.defn methods of every `*Activities` class in activities/.
-
-    Each class is built once with the process's dependencies, as the samples build theirs.
-    """
-    found = []
-    for module in _modules(activities):
-        for name, cls in inspect.getmembers(module, inspect.isclass):
-            if cls.__module__ != module.__name__ or not name.endswith("Activities"):
-                continue
-            instance = cls(deps)
-            for _, method in inspect.getmembers(instance, inspect.ismethod):
-                if hasattr(method, "__temporal_activity_definition"):
-                    found.append(method)
-    return found
+def build_activities(deps: Dependencies) -> list[Callable]:
+    """The activities this worker runs: each class built once with the process's dependencies."""
+    newsletter = NewsletterActivities(deps)
+    outbox = OutboxActivities(deps)
+    analytics = AnalyticsActivities(deps)
+    posts = PostsActivities(deps)
+    sending_limits = SendingLimitsActivities(deps)
+    return [
+        newsletter.lock_email, newsletter.create_batches, newsletter.list_unsent_batches, newsletter.send_batch,
+        newsletter.fail_batch, newsletter.finish_email,
+        sending_limits.admit_batch, sending_limits.split_refused_batch,
+        outbox.relay_outbox, outbox.handle_entry, outbox.complete_entry, outbox.abort_entry,
+        analytics.fetch_phase, analytics.aggregate_stats, analytics.record_run,
+        posts.publish_post, posts.reconcile_posts,
+    ]
 
 
 @asynccontextmanager
@@ -82,8 +80,8 @@ def build_worker(client: Client, deps: Dependencies, *, task_queue: str | None =
     return Worker(
         client,
         task_queue=task_queue or deps.settings.task_queue,
-        workflows=discover_workflows(),
-        activities=discover_activities(deps),
+        workflows=WORKFLOWS,
+        activities=build_activities(deps),
         # On SIGTERM in-flight activities get this long to finish before they are handed back.
         graceful_shutdown_timeout=timedelta(seconds=20),
         max_concurrent_activities=deps.settings.worker_max_activities,
@@ -136,10 +134,14 @@ async def run(settings: Settings | None = None) -> None:
 
 def main() -> None:
     from pressroom import tracing
+    from pressroom.temporal import close_runtime
 
     tracing.configure_from_environment()
     configure_logging(get_settings())
-    asyncio.run(run())
+    try:
+        asyncio.run(run())
+    finally:
+        close_runtime()  # join the runtime's threads before the interpreter shuts down (see starter)
 
 
 def configure_logging(settings: Settings) -> None:

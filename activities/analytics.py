@@ -20,6 +20,7 @@ from pydantic import BaseModel, Field
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from activities.heartbeat import heartbeating
 from pressroom.mailgun import MAILGUN_MAX_EVENTS_PAGE, MailgunClient, MailgunError
 
 if TYPE_CHECKING:
@@ -403,6 +404,7 @@ class AnalyticsActivities:
             await self._apply(batch, result, job, {"resume_url": None, "window_end": _epoch(end),
                                                    "cursor": _epoch(end)})
             return await self._finish(result, job, phase, now, started)
+        checkpoint: dict[str, Any] | None = resumed
         pending: asyncio.Task | None = asyncio.create_task(page(url))
         exhausted = False
         try:
@@ -410,6 +412,9 @@ class AnalyticsActivities:
                 items, next_url = await pending
                 pending = None
                 result.pages += 1
+                # Every page is a sign of life; the details stay those of the last batch applied,
+                # where a retry can resume without skipping an event.
+                activity.heartbeat(*([checkpoint] if checkpoint else []))
                 result.events += len(items)
                 if items:
                     stamp = items[-1].get("timestamp")
@@ -427,8 +432,9 @@ class AnalyticsActivities:
                               "cursor": _epoch(end) if exhausted else (last_moment or state.get("cursor"))}
                     await self._apply(batch, result, job, cursor)
                     batch = _Batch()
-                    activity.heartbeat({"job": job, "url": next_url, "end": _epoch(end),
-                                        "result": result.model_dump(mode="json")})
+                    checkpoint = {"job": job, "url": next_url, "end": _epoch(end),
+                                  "result": result.model_dump(mode="json")}
+                    activity.heartbeat(checkpoint)
         except MailgunError as error:
             raise ApplicationError(f"email analytics {phase}: {error}", type=type(error).__name__,
                                    non_retryable=not error.retryable) from None
@@ -490,7 +496,7 @@ class AnalyticsActivities:
     async def aggregate_stats(self, input: AggregateInput) -> AggregateResult:
         """Recount the emails and members whose events changed; a recount is always safe to repeat."""
         started = time.monotonic()
-        async with self.deps.pool.acquire() as conn, conn.transaction():
+        async with heartbeating(), self.deps.pool.acquire() as conn, conn.transaction():
             emails = _rows(await conn.execute(_AGGREGATE_EMAILS))
             members = _rows(await conn.execute(_AGGREGATE_MEMBERS))
         result = AggregateResult(emails=emails, members=members, seconds=round(time.monotonic() - started, 3))

@@ -28,6 +28,7 @@ from pressroom.dependencies import Dependencies
 from pressroom.mailgun import ACCEPTED, UNCERTAIN, MailgunError, MailgunRejected
 
 NOTIFY_CHANNEL = "pressroom_outbox"
+RELAY_HEARTBEAT_SECONDS = 2.0  # well inside the relay workflow's 10 s heartbeat timeout
 ERROR_LIMIT = 2000  # the seed caps stored error text at 2,000 characters
 OUTBOX_MARK = "pressroom-outbox"  # the v: variable that proves which entry a welcome email carried
 
@@ -151,15 +152,24 @@ class OutboxActivities:
                 claimed = await self._claim_and_start()
                 started += claimed
                 if claimed < self.settings.outbox_batch:
-                    try:
-                        await asyncio.wait_for(wake.wait(), self.settings.outbox_poll_interval_sec)
-                    except TimeoutError:
-                        pass
-                    wake.clear()
+                    await self._wait_for_work(wake, min(self.settings.outbox_poll_interval_sec,
+                                                        deadline - time.monotonic()), started)
         finally:
             shutdown.cancel()
             await listener.close()
         return RelayResult(started=started)
+
+    @staticmethod
+    async def _wait_for_work(wake: asyncio.Event, seconds: float, started: int) -> None:
+        """Until a NOTIFY or `seconds` pass, heartbeating every RELAY_HEARTBEAT_SECONDS meanwhile, so
+        that the relay's heartbeat timeout holds however long OUTBOX_POLL_INTERVAL_SEC is set."""
+        until = time.monotonic() + seconds
+        while not wake.is_set() and (left := until - time.monotonic()) > 0:
+            try:
+                await asyncio.wait_for(wake.wait(), min(left, RELAY_HEARTBEAT_SECONDS))
+            except TimeoutError:
+                activity.heartbeat(started)
+        wake.clear()
 
     async def _claim_and_start(self) -> int:
         from temporalio.common import SearchAttributePair, TypedSearchAttributes, WorkflowIDConflictPolicy
@@ -298,14 +308,19 @@ class OutboxActivities:
 
     @activity.defn
     async def abort_entry(self, input: AbortEntryInput) -> None:
-        """Retries are exhausted or retrying cannot help: ledger failed, outbox aborted with the reason."""
+        """Retries are exhausted or retrying cannot help: ledger failed, outbox aborted with the reason.
+
+        The ledger is the source of truth: a line that succeeded, or that belongs to another payload
+        (the IDEMPOTENCY_CONFLICT case), is left exactly as it is.
+        """
         message = input.message[:ERROR_LIMIT]
         async with self.pool.acquire() as conn, conn.transaction():
             await conn.execute(
                 "INSERT INTO idempotency_ledger (idempotency_key, payload_digest, status, error_code) "
                 "SELECT idempotency_key, payload_digest, 'failed', $2 FROM outbox WHERE id = $1 "
                 "ON CONFLICT (idempotency_key) DO UPDATE SET status = 'failed', error_code = EXCLUDED.error_code, "
-                "updated_at = now() WHERE idempotency_ledger.status <> 'succeeded'", input.outbox_id, input.code)
+                "updated_at = now() WHERE idempotency_ledger.status <> 'succeeded' "
+                "AND idempotency_ledger.payload_digest = EXCLUDED.payload_digest", input.outbox_id, input.code)
             await conn.execute(
                 "UPDATE outbox SET status = 'aborted', last_error_code = $2, last_error_msg = $3, "
                 "processed_at = now(), updated_at = now() WHERE id = $1", input.outbox_id, input.code, message)

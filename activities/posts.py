@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import asyncio
 import time
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from pydantic import BaseModel
 from temporalio import activity
+from temporalio.exceptions import ApplicationError
 
+from activities.heartbeat import heartbeating
 from pressroom.dependencies import Dependencies
 
 # The worker's clock and Temporal's agree to milliseconds in practice (NTP); this bounds the local
@@ -46,6 +48,9 @@ class PublishPostActivityInput(BaseModel):
     post_id: str
     publish_at: datetime
     lead_seconds: float
+    # Set by runs that retry a dead worker's attempt at once: a failure raised here then waits this
+    # long before the next attempt (the seed's 503 rule), instead of the retry policy's interval.
+    retry_seconds: float | None = None
 
 
 class PublishResult(BaseModel):
@@ -90,7 +95,7 @@ class DueTogether:
         if future is None:
             future = waiting[post_id] = asyncio.get_running_loop().create_future()
         try:
-            while not (await asyncio.wait({future}, timeout=2.0))[0]:
+            while not (await asyncio.wait({future}, timeout=0.5))[0]:  # well within the heartbeat timeout
                 if activity.in_activity():
                     activity.heartbeat()
         except asyncio.CancelledError:
@@ -141,11 +146,26 @@ class PostsActivities:
     async def publish_post(self, input: PublishPostActivityInput) -> PublishResult:
         """scheduled → published at the time, only if the post is still scheduled for that time.
 
-        Safe to repeat: a post already published is "not_scheduled", never published twice.
+        Safe to repeat: a post is never published twice, and an attempt that finds it already
+        published for this time (an earlier attempt's worker died before reporting) answers
+        "published" so the newsletter still follows.
         """
+        if input.retry_seconds is None:
+            return await self._publish_post(input)
+        try:
+            return await self._publish_post(input)
+        except (asyncio.CancelledError, ApplicationError):
+            raise
+        except Exception as error:
+            raise ApplicationError(f"{type(error).__name__}: {error}", type=type(error).__name__,
+                                   next_retry_delay=timedelta(seconds=input.retry_seconds)) from None
+
+    async def _publish_post(self, input: PublishPostActivityInput) -> PublishResult:
         post = await self.pool.fetchrow("SELECT status, published_at FROM posts WHERE id = $1", input.post_id)
         if post is None:
             return PublishResult(status="not_found")
+        if post["status"] == "published" and post["published_at"] == input.publish_at:
+            return await self._already_published(input)
         if post["status"] != "scheduled":
             return PublishResult(status="not_scheduled")
         if post["published_at"] != input.publish_at:
@@ -166,10 +186,21 @@ class PostsActivities:
         activity.logger.info("published post %s %.0f ms after its time", input.post_id, lateness)
         return PublishResult(status="published", email_id=email_id, lateness_ms=lateness)
 
+    async def _already_published(self, input: PublishPostActivityInput) -> PublishResult:
+        row = await self.pool.fetchrow(
+            "SELECT p.publish_completed_at, (SELECT e.id FROM emails e WHERE e.post_id = p.id "
+            "AND p.newsletter_id IS NOT NULL AND e.status = 'pending') AS email_id FROM posts p WHERE p.id = $1",
+            input.post_id)
+        lateness = (row["publish_completed_at"] - input.publish_at).total_seconds() * 1000 \
+            if row["publish_completed_at"] else None
+        return PublishResult(status="published", email_id=row["email_id"], lateness_ms=lateness)
+
     async def _changed(self, input: PublishPostActivityInput) -> PublishResult:
         post = await self.pool.fetchrow("SELECT status, published_at FROM posts WHERE id = $1", input.post_id)
         if post is None:
             return PublishResult(status="not_found")
+        if post["status"] == "published" and post["published_at"] == input.publish_at:
+            return await self._already_published(input)
         if post["status"] != "scheduled":
             return PublishResult(status="not_scheduled")
         return PublishResult(status="moved", publish_at=post["published_at"])
@@ -180,7 +211,8 @@ class PostsActivities:
 
         Safe to repeat: starting or moving a workflow to the time it already has changes nothing.
         """
-        result = await reconcile_scheduled_posts(self.temporal, self.pool, self.settings)
+        async with heartbeating():
+            result = await reconcile_scheduled_posts(self.temporal, self.pool, self.settings)
         activity.logger.info("reconciled posts: %d started or moved, %d stopped", result.started_or_moved,
                              result.stopped)
         return result

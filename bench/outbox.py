@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from temporalio import activity, workflow  # noqa: E402
 from temporalio.worker import Worker  # noqa: E402
 
-from activities.outbox import enqueue, payload_digest
+from activities.outbox import NOTIFY_CHANNEL, enqueue, payload_digest
 from operations.outbox import ensure_relay  # noqa: E402
 from bench.servers import bench_servers  # noqa: E402
 from pressroom import database  # noqa: E402
@@ -75,7 +75,7 @@ async def main(args: argparse.Namespace) -> None:
                 "INSERT INTO outbox (event_type, payload, idempotency_key, payload_digest) "
                 "SELECT 'NoopEvent', '{}', 'burst-' || k, $2 FROM generate_series(1, $1) k; ",
                 n, payload_digest({}))
-            await pool.execute("SELECT pg_notify('pressroom_outbox', '')")
+            await pool.execute("SELECT pg_notify($1, '')", NOTIFY_CHANNEL)
             await wait_for_ledger(pool, "burst-%", n)
             burst = time.perf_counter() - started
             burst_latency = [float(r["ms"]) for r in await pool.fetch(LATENCY, "burst-%")]

@@ -8,7 +8,7 @@ from rich.console import Console
 from commands import JSON_OPTION, console, print_json, run_async, warn
 from operations.analytics import (analytics_backfill, analytics_pause, analytics_run, analytics_schedule,
                                   analytics_status)
-from pressroom.errors import PressroomError
+from pressroom.errors import PressroomError, cause_of
 
 app = typer.Typer(help="Email analytics: the schedule that fetches Mailgun events into statistics.",
                             no_args_is_help=True)
@@ -30,7 +30,7 @@ def analytics_run_command(wait: bool = typer.Option(False, "--wait", help="Follo
     try:
         result = run_async(analytics_run(wait=wait, say=warn))
     except WorkflowFailureError as error:
-        raise PressroomError(f"the analytics run failed: {getattr(error.cause, 'message', error.cause)}") from None
+        raise PressroomError(f"the analytics run failed: {cause_of(error).message}") from None
     if result is None:
         return console.print("triggered one email-analytics run")
     if as_json:

@@ -113,9 +113,13 @@ async def analytics_backfill(begin: str, end: str, settings: Settings | None = N
     from pressroom import database
     from pressroom.errors import BadInput
 
-    start, stop = parse_moment(begin, "--from"), parse_moment(end, "--to")
+    from pressroom.errors import shorten
+    from pressroom.inputs import past_time
+
+    # A window in the future has no events yet: the run would mark it finished, empty.
+    start, stop = past_time(begin, "--from"), past_time(end, "--to")
     if start >= stop:
-        raise BadInput(f"--from {begin!r} must come before --to {end!r}")
+        raise BadInput(f"--from {shorten(begin)!r} must come before --to {shorten(end)!r}")
     settings = settings or get_settings()
     name = f"{BACKFILL_PREFIX}{uuid.uuid4().hex[:12]}"
     pool = await database.connect(settings.require_database(), max_size=1)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from pressroom.errors import BadInput
 from pressroom.settings import Settings, get_settings
 
 
@@ -24,11 +23,7 @@ async def run_summary(client, description) -> dict:
 
 
 def parse_moment(text: str, option: str) -> datetime:
-    """An ISO 8601 time with its offset (2026-11-01T00:00:00+00:00 or ...Z), else one-line BadInput."""
-    try:
-        moment = datetime.fromisoformat(text.strip())
-    except ValueError:
-        raise BadInput(f"{option} {text!r} is not an ISO 8601 time (such as 2026-11-01T00:00:00+00:00)") from None
-    if moment.tzinfo is None:
-        raise BadInput(f"{option} {text!r} needs a UTC offset (such as +00:00 or Z)")
-    return moment
+    """An ISO 8601 time with its offset, in this century (pressroom/inputs.py), else one-line BadInput."""
+    from pressroom.inputs import moment
+
+    return moment(text, option)

@@ -26,9 +26,9 @@ async def add_member(email: str, name: str | None = None, *, status: str = "free
 
     if status not in WELCOME_EMAIL_SLUGS:
         raise BadInput(f"member status {status!r} is not one of {', '.join(WELCOME_EMAIL_SLUGS)}")
-    email = email.strip()
-    if email.count("@") != 1 or email.startswith("@") or "." not in email.rpartition("@")[2]:
-        raise BadInput(f"{email!r} is not an e-mail address")
+    from pressroom.inputs import email_address, free_text
+
+    email, name = email_address(email), free_text(name, "name")
     settings = settings or get_settings()
     async with database.connection(settings.require_database()) as conn:
         async with conn.transaction():

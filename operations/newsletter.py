@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from operations.common import run_summary, temporal_client
 from pressroom import tracing
-from pressroom.errors import BadInput, NotFound, PressroomError
+from pressroom.errors import BadInput, NotFound, PressroomError, cause_of
 from pressroom.settings import Settings, get_settings
 
 
@@ -29,8 +29,10 @@ async def start_newsletter(email_id: str, *, client=None, settings: Settings | N
     from temporalio.service import RPCError
 
     from pressroom import database
+    from pressroom.inputs import entity_id
     from workflows.newsletter import SendNewsletterInput, SendNewsletterWorkflow, newsletter_workflow_id
 
+    entity_id(email_id, "email")
     settings = settings or get_settings()
     async with database.connection(settings.require_database()) as conn:
         status = await conn.fetchval("SELECT status FROM emails WHERE id = $1", email_id)
@@ -93,8 +95,7 @@ async def follow_newsletter(workflow_id: str, *, client=None, on_progress=None, 
                 await asyncio.wait([result], timeout=poll_seconds)
         return result.result()
     except WorkflowFailureError as error:
-        cause = error.cause
-        raise PressroomError(f"{workflow_id} failed: {getattr(cause, 'message', None) or cause or error}") from None
+        raise PressroomError(f"{workflow_id} failed: {cause_of(error).message}") from None
     finally:
         result.cancel()
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from activities.outbox import RelayInput
+from activities.outbox import NOTIFY_CHANNEL, RelayInput
 from pressroom.errors import BadInput, NotFound
 from pressroom.settings import Settings, get_settings
 from workflows.outbox import RELAY_WORKFLOW_ID, OutboxRelayWorkflow
@@ -31,7 +31,9 @@ async def outbox_status(settings: Settings | None = None) -> dict:
 
 async def outbox_entry(outbox_id: str, settings: Settings | None = None) -> dict:
     from pressroom import database
+    from pressroom.inputs import entity_id
 
+    entity_id(outbox_id, "outbox entry")
     settings = settings or get_settings()
     async with database.connection(settings.require_database()) as conn:
         row = await conn.fetchrow(
@@ -46,7 +48,9 @@ async def outbox_entry(outbox_id: str, settings: Settings | None = None) -> dict
 async def requeue_outbox_entry(outbox_id: str, settings: Settings | None = None) -> None:
     """aborted → pending with attempts reset, and its failed ledger line cleared, so it is tried afresh."""
     from pressroom import database
+    from pressroom.inputs import entity_id
 
+    entity_id(outbox_id, "outbox entry")
     settings = settings or get_settings()
     async with database.connection(settings.require_database()) as conn:
         async with conn.transaction():
@@ -67,4 +71,4 @@ async def requeue_outbox_entry(outbox_id: str, settings: Settings | None = None)
             await conn.execute(
                 "UPDATE outbox SET status = 'pending', attempts = 0, next_run_at = now(), last_error_code = NULL, "
                 "last_error_msg = NULL, processed_at = NULL, updated_at = now() WHERE id = $1", outbox_id)
-            await conn.execute("SELECT pg_notify('pressroom_outbox', '')")
+            await conn.execute("SELECT pg_notify($1, '')", NOTIFY_CHANNEL)

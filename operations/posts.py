@@ -5,46 +5,89 @@ from __future__ import annotations
 from datetime import timedelta
 
 from activities.posts import reconcile_scheduled_posts, start_or_move_publication, stop_publication
-from operations.common import parse_moment, run_summary, temporal_client
+from operations.common import run_summary, temporal_client
 from pressroom import tracing
-from pressroom.errors import BadInput, NotFound
+from pressroom.errors import BadInput, NotFound, PressroomError
+from pressroom.inputs import entity_id
 from pressroom.settings import Settings, get_settings
 
 @tracing.traced("pressroom posts schedule", "post_id")
 async def schedule_post(post_id: str, at: str, *, client=None, settings: Settings | None = None):
-    """Mark the post scheduled for `at` and start or move its workflow; a past time publishes at once."""
-    from pressroom import database
+    """Mark the post scheduled for `at` and start or move its workflow, both or neither; a past time
+    publishes at once."""
+    from pressroom.inputs import publish_time
 
-    publish_at = parse_moment(at, "--at")
+    entity_id(post_id, "post")
+    publish_at = publish_time(at)
     settings = settings or get_settings()
-    async with database.connection(settings.require_database()) as conn:
-        status = await conn.fetchval("SELECT status FROM posts WHERE id = $1", post_id)
-        if status is None:
-            raise NotFound(f"post {post_id} does not exist")
-        if status not in ("draft", "scheduled"):
-            raise BadInput(f"post {post_id} is already {status}; only a draft or scheduled post can be scheduled")
-        await conn.execute("UPDATE posts SET status = 'scheduled', published_at = $2, updated_at = now() "
-                           "WHERE id = $1 AND status IN ('draft', 'scheduled')", post_id, publish_at)
-    # Should this call fail, the post is scheduled in the database and `posts reconcile` (run by
-    # every worker at start and every 10 minutes) starts its workflow.
-    await start_or_move_publication(client or await temporal_client(settings), settings, post_id, publish_at)
+    await change_post(post_id, publish_at, client or await temporal_client(settings), settings)
     return publish_at
 
 
 async def unschedule_post(post_id: str, *, client=None, settings: Settings | None = None) -> None:
-    """Back to draft, and the post's workflow ends without publishing."""
-    from pressroom import database
-
+    """Back to draft, and the post's workflow ends without publishing; both or neither."""
+    entity_id(post_id, "post")
     settings = settings or get_settings()
+    await change_post(post_id, None, client or await temporal_client(settings), settings)
+
+
+async def change_post(post_id: str, publish_at, client, settings: Settings) -> None:
+    """Schedule the post for `publish_at` (None: back to draft) and tell its workflow, as one change.
+
+    The row is updated in a transaction and the workflow told before it commits: a refused call
+    rolls the row back. Should the commit fail once the workflow was told, the workflow is put
+    back as the row still is. Either way the error says what happened, in one line.
+    """
+    from temporalio.service import RPCError
+
+    from pressroom import database
+    from pressroom.temporal import describe_rpc_error
+
     async with database.connection(settings.require_database()) as conn:
-        status = await conn.fetchval("SELECT status FROM posts WHERE id = $1", post_id)
-        if status is None:
-            raise NotFound(f"post {post_id} does not exist")
-        if status != "scheduled":
-            raise BadInput(f"post {post_id} is {status}, not scheduled")
-        await conn.execute("UPDATE posts SET status = 'draft', updated_at = now() WHERE id = $1 "
-                           "AND status = 'scheduled'", post_id)
-    await stop_publication(client or await temporal_client(settings), post_id)
+        transaction = conn.transaction()
+        await transaction.start()
+        try:
+            before = await conn.fetchrow("SELECT status, published_at FROM posts WHERE id = $1 FOR UPDATE", post_id)
+            if before is None:
+                raise NotFound(f"post {post_id} does not exist")
+            if publish_at is None and before["status"] != "scheduled":
+                raise BadInput(f"post {post_id} is {before['status']}, not scheduled")
+            if publish_at is not None and before["status"] not in ("draft", "scheduled"):
+                raise BadInput(f"post {post_id} is already {before['status']}; only a draft or scheduled post can "
+                               "be scheduled")
+            await conn.execute("UPDATE posts SET status = $2, published_at = coalesce($3, published_at), "
+                               "updated_at = now() WHERE id = $1", post_id,
+                               "draft" if publish_at is None else "scheduled", publish_at)
+            try:
+                await tell_post_workflow(client, settings, post_id, publish_at)
+            except RPCError as error:
+                raise PressroomError(f"post {post_id} was not changed (it is still {before['status']}): "
+                                     f"{describe_rpc_error(error, settings)}") from None
+        except BaseException:
+            try:
+                await transaction.rollback()
+            except Exception:
+                pass  # the connection is gone, and the server rolled back with it
+            raise
+        try:
+            await transaction.commit()
+        except Exception as error:
+            back = before["published_at"] if before["status"] == "scheduled" else None
+            try:
+                await tell_post_workflow(client, settings, post_id, back)
+                repair = "its workflow was put back"
+            except Exception:
+                repair = "its workflow could not be put back: run `pressroom posts reconcile`"
+            raise PressroomError(f"post {post_id} was not changed (it is still {before['status']}): the database "
+                                 f"did not commit ({type(error).__name__}: {error}); {repair}") from None
+
+
+async def tell_post_workflow(client, settings: Settings, post_id: str, publish_at) -> None:
+    """Start or move the post's workflow to `publish_at`, or stop it (None)."""
+    if publish_at is None:
+        await stop_publication(client, post_id)
+    else:
+        await start_or_move_publication(client, settings, post_id, publish_at)
 
 
 async def reconcile_posts(*, client=None, settings: Settings | None = None):

@@ -39,6 +39,7 @@ async def check_postgres(settings: Settings) -> CheckResult:
 
 async def check_temporal(settings: Settings) -> CheckResult:
     from temporalio.api.operatorservice.v1 import ListSearchAttributesRequest
+    from temporalio.service import RPCError, RPCStatusCode
 
     from pressroom.temporal import SEARCH_ATTRIBUTES, connect
 
@@ -47,8 +48,10 @@ async def check_temporal(settings: Settings) -> CheckResult:
     try:
         listed = await client.operator_service.list_search_attributes(
             ListSearchAttributesRequest(namespace=settings.temporal_namespace))
-    except Exception as error:  # Temporal Cloud does not offer this call to API keys
-        return CheckResult("Temporal", True, f"{where} (search attributes not checked: {type(error).__name__})")
+    except RPCError as error:  # Temporal Cloud does not offer this call to API keys
+        if error.status not in (RPCStatusCode.UNIMPLEMENTED, RPCStatusCode.PERMISSION_DENIED):
+            raise
+        return CheckResult("Temporal", True, f"{where} (search attributes not checked: {error.status.name})")
     missing = [key.name for key in SEARCH_ATTRIBUTES if key.name not in listed.custom_attributes]
     if missing:
         return CheckResult("Temporal", False, f"{where}: search attributes {', '.join(missing)} are not registered; "
@@ -66,15 +69,19 @@ async def check_mailgun(settings: Settings) -> CheckResult:
 
 async def run_checks(settings: Settings) -> list[CheckResult]:
     """Every check, side by side; a failure becomes a result that names its service."""
+    from temporalio.service import RPCError
+
     from pressroom.mailgun import MailgunError
     from pressroom.database import DatabaseUnavailable
-    from pressroom.temporal import TemporalUnavailable
+    from pressroom.temporal import TemporalUnavailable, describe_rpc_error
 
     async def guarded(service: str, check) -> CheckResult:
         try:
             return await asyncio.wait_for(check(settings), CHECK_TIMEOUT_SECONDS)
         except (ConfigurationError, DatabaseUnavailable, TemporalUnavailable, MailgunError) as error:
             return CheckResult(service, False, str(error))
+        except RPCError as error:
+            return CheckResult(service, False, describe_rpc_error(error, settings))
         except TimeoutError:
             return CheckResult(service, False, f"no answer within {CHECK_TIMEOUT_SECONDS} s")
 

@@ -16,6 +16,7 @@ from google.protobuf import json_format
 from temporalio.api.common.v1 import Payloads
 
 from pressroom.codec import EncryptionCodec, EncryptionKeyError
+from pressroom.errors import PressroomError
 
 _ALLOWED_HEADERS = "Content-Type, X-Namespace, Authorization"
 
@@ -52,7 +53,22 @@ def build_app(codec: EncryptionCodec, *, ui_origin: str, token: str = "") -> web
     return app
 
 
+def is_loopback(host: str) -> bool:
+    import ipaddress
+
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False  # a host name other than localhost may resolve to any interface
+
+
 async def serve(codec: EncryptionCodec, *, host: str, port: int, ui_origin: str, token: str = "") -> web.AppRunner:
+    """Listen on host:port; beyond loopback only with a token, since CORS binds browsers but not curl."""
+    if not token and not is_loopback(host):
+        raise PressroomError(f"the codec server will not listen on {host} without PRESSROOM_CODEC_TOKEN: anyone who "
+                             "can reach it could decrypt every history (set a token, or keep --host 127.0.0.1)")
     runner = web.AppRunner(build_app(codec, ui_origin=ui_origin, token=token), access_log=None)
     await runner.setup()
     await web.TCPSite(runner, host, port).start()

@@ -12,7 +12,9 @@ import logging
 import re
 from collections.abc import Iterable
 
-_ADDRESS = re.compile(r"[\w.+-]+@[\w-]+(?:\.[\w-]+)+")
+# Anything shaped like an e-mail address, the dotless `user@localhost` too; the Mailgun client
+# masks its error texts with the same pattern.
+ADDRESS = re.compile(r"[^\s<>\"',;:()]+@[^\s<>\"',;:()]+")
 # Which details of a run each line carries, in this order.
 _FIELDS = (("workflow_type", "workflow"), ("workflow_id", "workflow_id"), ("run_id", "run_id"),
            ("activity_type", "activity"), ("attempt", "attempt"))
@@ -29,7 +31,7 @@ class RedactingFilter(logging.Filter):
         message = record.getMessage()
         for secret in self._secrets:
             message = message.replace(secret, "***")
-        record.msg, record.args = _ADDRESS.sub("<address>", message), None
+        record.msg, record.args = ADDRESS.sub("<address>", message), None
         return True
 
 

@@ -24,6 +24,8 @@ from email.utils import format_datetime, parsedate_to_datetime
 from typing import TYPE_CHECKING, Any
 
 import httpx
+
+from pressroom.logs import ADDRESS
 from opentelemetry.trace import SpanKind
 
 from pressroom import tracing
@@ -42,7 +44,6 @@ NOT_ACCEPTED = "not_accepted"  # certainly not queued: sending again cannot make
 UNCERTAIN = "uncertain"  # may be queued: look it up before sending again
 
 _TRY_AGAIN_AFTER = re.compile(r"try again after (.+?)\s*\.?\s*$", re.IGNORECASE)
-_ADDRESS = re.compile(r"[^\s<>\"',;:()]+@[^\s<>\"',;:()]+")
 
 
 class MailgunError(Exception):
@@ -136,7 +137,7 @@ def _one_line(text: str, secrets: Sequence[str]) -> str:
     for secret in secrets:
         if secret:
             text = text.replace(secret, "***")
-    text = _ADDRESS.sub("<address>", " ".join(text.split()))
+    text = ADDRESS.sub("<address>", " ".join(text.split()))
     return text if len(text) <= _MESSAGE_LIMIT else text[:_MESSAGE_LIMIT - 1] + "…"
 
 

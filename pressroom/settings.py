@@ -227,9 +227,28 @@ class Settings(BaseSettings):
         host, _, port = value.rpartition(":")
         if not host or not port.isdigit():
             raise ValueError("must be host:port, such as 127.0.0.1:7233")
+        if not 1 <= int(port) <= 65535:
+            raise ValueError(f"port {port} is out of range (1 to 65535)")
+        return value
+
+    @field_validator("temporal_namespace", "task_queue")
+    @classmethod
+    def _a_name(cls, value: str) -> str:
+        # Temporal accepts almost any string here, but an empty or padded one is always a slip.
+        if not value.strip():
+            raise ValueError("is empty")
+        if value != value.strip() or not value.isprintable():
+            raise ValueError(f"{value!r} has spaces around it or control characters")
+        if len(value) > 255:
+            raise ValueError("is longer than 255 characters")
         return value
 
     def require_database(self) -> str:
+        import os
+
+        if not self.database_url and os.environ.get("DATABASE_URL") == "":
+            raise ConfigurationError("DATABASE_URL is set but empty (unset it to use the development stack, "
+                                     "or set a postgresql:// URL)")
         if not self.database_url:
             raise ConfigurationError(
                 "DATABASE_URL is not set and the development stack is not running "

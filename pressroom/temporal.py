@@ -8,10 +8,10 @@ from temporalio.client import Client
 from temporalio.common import SearchAttributeKey
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.converter import DataConverter, DefaultFailureConverterWithEncodedAttributes
-from temporalio.runtime import Runtime
+from temporalio.runtime import Runtime, TelemetryConfig
 from temporalio.service import RPCError, RPCStatusCode, TLSConfig
 
-from pressroom.settings import Settings
+from pressroom.settings import ConfigurationError, Settings
 
 # Custom search attributes every Pressroom run may carry, so the Web UI finds runs by domain ids.
 EMAIL_ID = SearchAttributeKey.for_keyword("EmailId")
@@ -25,6 +25,40 @@ class TemporalUnavailable(Exception):
     """The Temporal frontend cannot be reached; the message names the address."""
 
 
+# The Rust runtime behind every client this process makes (its Tokio thread pool). It is ours,
+# not the SDK's lazily made default, so that `close_runtime` can shut it down before the
+# interpreter finalises: a Tokio thread still finishing an RPC's callback while Python tears down
+# aborts the process ("PyGILState_Release ... finalizing", exit 134 or 139).
+_runtime: Runtime | None = None
+
+
+def process_runtime() -> Runtime:
+    global _runtime
+    if _runtime is None:
+        _runtime = Runtime(telemetry=TelemetryConfig())
+    return _runtime
+
+
+def close_runtime() -> bool:
+    """Drop the process's runtime and join its threads, while the interpreter is fully alive.
+
+    Call it when no client is in use any more (after the event loop has closed). The SDK drops the
+    last reference to the core runtime with the GIL released and waits for its threads, so a thread
+    inside an RPC's completion callback finishes before we return. True when the runtime is gone;
+    False when a client (or its runtime) is still referenced somewhere and its threads live on.
+    """
+    import gc
+    import weakref
+
+    global _runtime
+    if _runtime is None:
+        return True
+    gone = weakref.ref(_runtime)
+    _runtime = None
+    gc.collect()  # clients caught in reference cycles (exceptions, closed coroutines) go now
+    return gone() is None
+
+
 def data_converter(settings: Settings | None = None) -> DataConverter:
     """The pydantic converter; with an encryption key, payloads and failure messages are sealed."""
     key = settings.encryption_key.get_secret_value() if settings else ""
@@ -36,31 +70,78 @@ def data_converter(settings: Settings | None = None) -> DataConverter:
                                failure_converter_class=DefaultFailureConverterWithEncodedAttributes)
 
 
+def _read_tls_file(variable: str, path: str) -> bytes:
+    try:
+        with open(path, "rb") as file:
+            return file.read()
+    except OSError as error:
+        raise ConfigurationError(f"{variable} {path!r} cannot be read: {error.strerror}") from None
+
+
+def tls_config(settings: Settings) -> TLSConfig | bool:
+    """Mutual TLS from the certificate files, server-only TLS, or none; unreadable files are one line."""
+    if settings.temporal_tls_cert or settings.temporal_tls_key:
+        if not (settings.temporal_tls_cert and settings.temporal_tls_key):
+            missing = "TEMPORAL_TLS_KEY" if settings.temporal_tls_cert else "TEMPORAL_TLS_CERT"
+            raise ConfigurationError(f"{missing} is not set: mutual TLS needs both TEMPORAL_TLS_CERT and "
+                                     "TEMPORAL_TLS_KEY")
+        return TLSConfig(client_cert=_read_tls_file("TEMPORAL_TLS_CERT", settings.temporal_tls_cert),
+                         client_private_key=_read_tls_file("TEMPORAL_TLS_KEY", settings.temporal_tls_key))
+    return bool(settings.temporal_tls or settings.temporal_api_key.get_secret_value())
+
+
 async def connect(settings: Settings, runtime: Runtime | None = None) -> Client:
-    """A client on the configured Temporal; with tracing on, it and any worker built on it carry traces."""
+    """A client on the namespace, which must exist: connecting alone does not look at it, and a call
+    that later finds it missing answers NOT_FOUND, like a missing workflow would."""
+    from temporalio.api.workflowservice.v1 import DescribeNamespaceRequest
+
     from pressroom import tracing
 
-    tls: TLSConfig | bool = False
-    if settings.temporal_tls_cert:
-        with open(settings.temporal_tls_cert, "rb") as cert, open(settings.temporal_tls_key, "rb") as key:
-            tls = TLSConfig(client_cert=cert.read(), client_private_key=key.read())
-    elif settings.temporal_tls or settings.temporal_api_key.get_secret_value():
-        tls = True
+    tls = tls_config(settings)
+    where = f"Temporal at {settings.temporal_address} (namespace {settings.temporal_namespace})"
     try:
-        return await Client.connect(
+        client = await Client.connect(
             settings.temporal_address,
             namespace=settings.temporal_namespace,
             data_converter=data_converter(settings),
-            runtime=runtime,
+            runtime=runtime or process_runtime(),
             tls=tls,
             api_key=settings.temporal_api_key.get_secret_value() or None,
-            interceptors=tracing.interceptors(),
+            interceptors=tracing.interceptors(),  # with tracing on, it and any worker built on it carry traces
         )
-    except RuntimeError as error:
-        raise TemporalUnavailable(
-            f"cannot connect to Temporal at {settings.temporal_address} "
-            f"(namespace {settings.temporal_namespace}): {str(error).splitlines()[0]}"
-        ) from None
+    except (RuntimeError, ValueError) as error:
+        raise TemporalUnavailable(f"cannot connect to {where}: {str(error).splitlines()[0]}") from None
+    try:
+        await client.workflow_service.describe_namespace(
+            DescribeNamespaceRequest(namespace=settings.temporal_namespace))
+    except RPCError as error:
+        if error.status == RPCStatusCode.NOT_FOUND:
+            raise TemporalUnavailable(f"{where}: {error.message} (check TEMPORAL_NAMESPACE)") from None
+        if error.status != RPCStatusCode.PERMISSION_DENIED:  # a key scoped to the namespace may not describe it
+            raise
+    return client
+
+
+# What to check, by the status of a refused call (the SDK's RPCError carries gRPC's status).
+_RPC_HINTS = {
+    RPCStatusCode.NOT_FOUND: "check TEMPORAL_NAMESPACE",
+    RPCStatusCode.UNAVAILABLE: "is the server running? check TEMPORAL_ADDRESS",
+    RPCStatusCode.DEADLINE_EXCEEDED: "the server did not answer in time; check TEMPORAL_ADDRESS and its load",
+    RPCStatusCode.UNAUTHENTICATED: "check TEMPORAL_API_KEY or the TLS certificate",
+    RPCStatusCode.PERMISSION_DENIED: "check TEMPORAL_API_KEY or the TLS certificate",
+    RPCStatusCode.INVALID_ARGUMENT: "a value sent was refused",
+    RPCStatusCode.RESOURCE_EXHAUSTED: "the server is rate limiting; try again shortly",
+}
+
+
+def describe_rpc_error(error: RPCError, settings: Settings) -> str:
+    """One line: where the call went, what Temporal answered, and what to check."""
+    message = (error.message or str(error)).splitlines()[0] if (error.message or str(error)) else "no message"
+    hint = _RPC_HINTS.get(error.status)
+    if error.status == RPCStatusCode.NOT_FOUND and "namespace" not in message.lower():
+        hint = None  # a workflow or schedule that is not there; the message says which
+    return (f"Temporal at {settings.temporal_address} (namespace {settings.temporal_namespace}) refused the call: "
+            f"{error.status.name if error.status else 'error'}: {message}" + (f" ({hint})" if hint else ""))
 
 
 def search_attribute_kinds() -> dict[str, str]:

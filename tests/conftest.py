@@ -50,7 +50,14 @@ def postgres_server() -> Postgres:
 @pytest.fixture(scope="session")
 async def postgres_url(postgres_server: Postgres) -> str:
     """A fresh, migrated database for this test session."""
-    admin = await asyncpg.connect(postgres_server.url)
+    import asyncio
+
+    for _ in range(300):  # the port opens a moment before the server accepts sessions, longer under load
+        try:
+            admin = await asyncpg.connect(postgres_server.url)
+            break
+        except asyncpg.CannotConnectNowError:
+            await asyncio.sleep(0.1)
     await admin.execute("CREATE DATABASE pressroom_test")
     await admin.close()
     url = postgres_server.url.rsplit("/", 1)[0] + "/pressroom_test"

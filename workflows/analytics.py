@@ -14,6 +14,7 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
+    from pressroom.errors import cause_of
     from activities.analytics import (AggregateInput, AnalyticsActivities, FetchEmailAnalyticsInput,
                                       FetchEmailAnalyticsResult, FetchPhaseInput, RecordRunInput)
 
@@ -43,9 +44,10 @@ class FetchEmailAnalyticsWorkflow:
             phase = "aggregates"
             result.aggregate = await workflow.execute_activity_method(
                 AnalyticsActivities.aggregate_stats, AggregateInput(), start_to_close_timeout=timedelta(minutes=10),
-                retry_policy=FETCH_RETRY)
+                # A worker that dies mid-recount is noticed in a minute, not at the 10-minute timeout.
+                heartbeat_timeout=timedelta(minutes=1), retry_policy=FETCH_RETRY)
         except ActivityError as error:
-            cause = error.cause.message if isinstance(error.cause, ApplicationError) else str(error.cause or error)
+            cause = cause_of(error).message
             result.error = f"email analytics failed in phase {phase}: {cause}"
             await self._record(result)
             raise ApplicationError(result.error, type="EmailAnalyticsFailed", non_retryable=True) from None

@@ -19,6 +19,7 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
+    from pressroom.errors import cause_of
     from activities.newsletter import (BatchCounts, CreateBatchesInput, EmailOutcome, FailBatchInput,
                                        FinishEmailInput, ListUnsentBatchesInput, LockEmailInput, NewsletterActivities,
                                        SendBatchInput, SendPlan)
@@ -105,7 +106,7 @@ class SendNewsletterWorkflow:
             except ActivityError as error:
                 # Bad input (unknown email, unparseable filter, nobody to send to): the run fails
                 # with the reason itself, so the Web UI and the CLI show it in one line.
-                reason = error.cause.message if isinstance(error.cause, ApplicationError) else str(error)
+                reason = cause_of(error).message
                 self._show(status="failed", message=reason)
                 raise ApplicationError(reason, type="NewsletterRefused", non_retryable=True) from None
             if not lock.acquired:
@@ -169,10 +170,9 @@ class SendNewsletterWorkflow:
                         retry_policy=mailgun_retry,
                         summary=f"batch {number + 1} of {self._progress.batches_total}")
                 except ActivityError as error:
-                    cause = error.cause
-                    message = str(cause) if cause else str(error)
-                    status_code = (cause.details[0] if isinstance(cause, ApplicationError) and cause.details
-                                   and isinstance(cause.details[0], int) else None)
+                    cause = cause_of(error)
+                    message = str(cause)
+                    status_code = cause.details[0] if cause.details and isinstance(cause.details[0], int) else None
                     await workflow.execute_activity_method(
                         NewsletterActivities.fail_batch,
                         FailBatchInput(batch_id=batch_id, status_code=status_code, message=message),
@@ -250,11 +250,11 @@ class SendNewsletterWorkflow:
                     NewsletterActivities.send_batch, batch, start_to_close_timeout=timedelta(minutes=2),
                     heartbeat_timeout=HEARTBEAT_TIMEOUT, retry_policy=mailgun_retry, summary=f"batch {batch_id}")
         except ActivityError as error:
-            cause = error.cause
-            message = str(cause) if cause else str(error)
-            details = list(cause.details) if isinstance(cause, ApplicationError) else []
+            cause = cause_of(error)
+            message = str(cause)
+            details = list(cause.details)
             status_code = details[0] if details and isinstance(details[0], int) else None
-            if isinstance(cause, ApplicationError) and cause.type == "SendingLimitReached":
+            if cause.type == "SendingLimitReached":
                 # Mailgun refused it and named when to come back (its own hourly or daily cap):
                 # wait on a timer as long as it asks, then send the batch again.
                 wait = details[1] if len(details) > 1 and isinstance(details[1], (int, float)) else None
@@ -263,7 +263,7 @@ class SendNewsletterWorkflow:
                 self._show(message=reason)
                 await workflow.sleep(resume_at - workflow.now(), summary=reason)
                 return [batch_id]
-            if isinstance(cause, ApplicationError) and cause.type == "RecipientLimitExceeded" and len(details) >= 2:
+            if cause.type == "RecipientLimitExceeded" and len(details) >= 2:
                 pieces = await workflow.execute_activity_method(
                     SendingLimitsActivities.split_refused_batch,
                     SplitRefusedBatchInput(batch_id=batch_id, status_code=status_code, message=message,
@@ -288,7 +288,8 @@ class SendNewsletterWorkflow:
     @staticmethod
     def _from_counts(email_id: str, counts: BatchCounts) -> NewsletterProgress:
         return NewsletterProgress(email_id=email_id, batches_total=counts.batches_total,
-                                  batches_sent=counts.batches_submitted, recipients_total=counts.recipients_total,
+                                  batches_sent=counts.batches_submitted, batches_failed=counts.batches_failed,
+                                  recipients_total=counts.recipients_total,
                                   recipients_sent=counts.recipients_submitted)
 
     def _show(self, *, status: str | None = None, message: str | None = None) -> None:

@@ -12,11 +12,12 @@ from datetime import timedelta
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
-from temporalio.exceptions import ActivityError, ApplicationError
+from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
     from activities.outbox import (AbortEntryInput, CompleteEntryInput, EntryInput, EntryResult,
                                    OutboxActivities, RelayInput)
+    from pressroom.errors import cause_of
 
 RELAY_WORKFLOW_ID = "outbox-relay"
 DATABASE_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=30))
@@ -79,9 +80,8 @@ class DeliverOutboxEntryWorkflow:
             retry_policy=RetryPolicy(maximum_attempts=input.max_attempts), summary="handle")
 
     async def _abort(self, input: EntryInput, error: ActivityError) -> str:
-        cause = error.cause
-        code = cause.type if isinstance(cause, ApplicationError) and cause.type else "HANDLER_FAILED"
-        message = cause.message if isinstance(cause, ApplicationError) else str(error)
+        cause = cause_of(error)
+        code, message = cause.type or "HANDLER_FAILED", cause.message
         await workflow.execute_activity_method(
             OutboxActivities.abort_entry, AbortEntryInput(outbox_id=input.outbox_id, code=code, message=message),
             start_to_close_timeout=timedelta(seconds=30), retry_policy=DATABASE_RETRY)

@@ -24,6 +24,11 @@ with workflow.unsafe.imports_passed_through():
     from workflows.newsletter import SendNewsletterInput, SendNewsletterWorkflow, newsletter_workflow_id
 
 
+# Runs of 0.1.0 retried a dead worker's publish only after a 10 s heartbeat timeout plus 5 s.
+PROMPT_RETRY_PATCH = "publish-prompt-retry"
+PUBLISH_HEARTBEAT_TIMEOUT = timedelta(seconds=2)
+
+
 class PublishOutcome(BaseModel):
     post_id: str
     status: str  # published | unscheduled | not_found | not_scheduled
@@ -74,11 +79,26 @@ class PublishPostWorkflow:
                     pass
             if self._unscheduled:
                 return self._end(input, "unscheduled")
-            result: PublishResult = await workflow.execute_activity_method(
-                PostsActivities.publish_post,
-                PublishPostActivityInput(post_id=input.post_id, publish_at=target, lead_seconds=input.lead_seconds),
-                start_to_close_timeout=timedelta(seconds=input.lead_seconds + 60),
-                heartbeat_timeout=timedelta(seconds=10), retry_policy=retry, summary="publish")
+            if workflow.patched(PROMPT_RETRY_PATCH):
+                # A worker that dies while the activity waits out the lead time is noticed within
+                # PUBLISH_HEARTBEAT_TIMEOUT and the activity is retried at once on any other worker,
+                # which still publishes on time; failures the activity reports keep their own
+                # interval (it raises them with retry_seconds as next_retry_delay).
+                result: PublishResult = await workflow.execute_activity_method(
+                    PostsActivities.publish_post,
+                    PublishPostActivityInput(post_id=input.post_id, publish_at=target,
+                                             lead_seconds=input.lead_seconds, retry_seconds=input.retry_seconds),
+                    start_to_close_timeout=timedelta(seconds=input.lead_seconds + 60),
+                    heartbeat_timeout=PUBLISH_HEARTBEAT_TIMEOUT, summary="publish",
+                    retry_policy=RetryPolicy(initial_interval=timedelta(milliseconds=100), backoff_coefficient=1.0,
+                                             maximum_attempts=input.retries + 1))
+            else:
+                result = await workflow.execute_activity_method(
+                    PostsActivities.publish_post,
+                    PublishPostActivityInput(post_id=input.post_id, publish_at=target,
+                                             lead_seconds=input.lead_seconds),
+                    start_to_close_timeout=timedelta(seconds=input.lead_seconds + 60),
+                    heartbeat_timeout=timedelta(seconds=10), retry_policy=retry, summary="publish")
             if result.status == "moved":
                 self._publish_at = result.publish_at  # changed in the database: follow it
                 continue
@@ -111,4 +131,5 @@ class ReconcilePostsWorkflow:
     async def run(self) -> ReconcileResult:
         return await workflow.execute_activity_method(
             PostsActivities.reconcile_posts, start_to_close_timeout=timedelta(minutes=10),
-            retry_policy=RetryPolicy(maximum_attempts=5))
+            # A worker that dies mid-reconcile is noticed in a minute, not at the 10-minute timeout.
+            heartbeat_timeout=timedelta(minutes=1), retry_policy=RetryPolicy(maximum_attempts=5))

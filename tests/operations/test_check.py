@@ -33,6 +33,7 @@ async def test_a_healthy_configuration_passes(healthy_env):
 @pytest.mark.parametrize("variable, value, service, words", [
     ("DATABASE_URL", "postgresql://pressroom@127.0.0.1:{port}/x", "PostgreSQL", "cannot connect to PostgreSQL"),
     ("TEMPORAL_ADDRESS", "127.0.0.1:{port}", "Temporal", "cannot connect to Temporal"),
+    ("TEMPORAL_NAMESPACE", "no-such-namespace", "Temporal", "Namespace no-such-namespace is not found"),
     ("MAILGUN_BASE_URL", "http://127.0.0.1:{port}", "Mailgun", "Mailgun could not be reached"),
     ("MAILGUN_API_KEY", "key-wrong", "Mailgun", "API key was refused"),
 ])

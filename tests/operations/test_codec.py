@@ -100,3 +100,32 @@ def test_malformed_key_is_one_line_naming_the_variable(text, words):
 def test_a_key_entry_round_trips():
     entry = new_key_entry("k9")
     assert list(parse_keys(entry)) == ["k9"]
+
+
+def test_the_codec_server_refuses_to_listen_beyond_loopback_without_a_token():
+    from tests.foundation.test_cli import assert_one_line_error, pressroom
+
+    result = pressroom("codec-server", "--host", "0.0.0.0", "--port", str(free_port()),
+                       env={"PRESSROOM_ENCRYPTION_KEY": new_key_entry(), "PRESSROOM_CODEC_TOKEN": ""})
+    assert_one_line_error(result, "will not listen on 0.0.0.0 without PRESSROOM_CODEC_TOKEN", "decrypt")
+
+
+async def test_the_codec_server_answers_401_to_a_wrong_token_and_decodes_for_the_right_one():
+    codec = EncryptionCodec.from_text(new_key_entry())
+    port = free_port()
+    runner = await serve(codec, host="127.0.0.1", port=port, ui_origin="http://localhost:8233", token="right-token")
+    sealed = await codec.encode([data_converter().payload_converter.to_payloads([ADDRESS])[0]])
+    from google.protobuf import json_format
+    from temporalio.api.common.v1 import Payloads
+
+    body = json_format.MessageToJson(Payloads(payloads=sealed))
+    try:
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as http:
+            for headers in ({}, {"Authorization": "Bearer wrong-token"}, {"Authorization": "right-token"}):
+                refused = await http.post("/decode", content=body, headers=headers)
+                assert refused.status_code == 401 and ADDRESS not in refused.text
+            decoded = await http.post("/decode", content=body, headers={"Authorization": "Bearer right-token"})
+            assert decoded.status_code == 200 and base64.b64encode(json.dumps(ADDRESS).encode()).decode() \
+                in decoded.text
+    finally:
+        await runner.cleanup()

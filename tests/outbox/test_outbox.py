@@ -181,6 +181,23 @@ async def test_w105_a_key_already_succeeded_is_not_handled_again(db, mailgun, re
     assert mailgun.stats()["messages"] == 0
 
 
+LEDGER_ROW = "SELECT row_to_json(l)::text FROM idempotency_ledger l WHERE idempotency_key = $1"
+
+
+async def test_a_conflict_with_a_failed_ledger_line_never_changes_it(db, mailgun, relay):
+    """The ledger is the source of truth: aborting the outbox row for a conflict leaves it byte for byte."""
+    await db.execute("INSERT INTO idempotency_ledger (idempotency_key, payload_digest, status, error_code, "
+                     "updated_at) VALUES ('failed-before', 'another-digest', 'failed', 'MAILGUN_REJECTED', "
+                     "'2026-01-02T03:04:05.678901+00')")
+    before = await db.fetchval(LEDGER_ROW, "failed-before")
+    async with db.acquire() as conn, conn.transaction():
+        await enqueue(conn, "NoopEvent", {"n": 2}, idempotency_key="failed-before")
+    await settled(db, "failed-before", "aborted")
+    assert await db.fetchval("SELECT last_error_code FROM outbox WHERE idempotency_key = 'failed-before'") \
+        == "IDEMPOTENCY_CONFLICT"
+    assert await db.fetchval(LEDGER_ROW, "failed-before") == before
+
+
 async def test_a_rolled_back_transaction_leaves_no_entry(db):
     with pytest.raises(RuntimeError, match="the member change failed"):
         async with db.acquire() as conn, conn.transaction():

@@ -18,7 +18,7 @@ from temporalio.client import WorkflowHistory
 from temporalio.worker import Replayer
 
 from pressroom.temporal import data_converter
-from worker import discover_workflows
+from worker import WORKFLOWS
 
 HISTORIES = Path(__file__).resolve().parents[1] / "histories"
 
@@ -35,7 +35,7 @@ def test_every_release_has_a_corpus_covering_every_workflow_type():
     releases = {path.parent.name for path, _ in stored_histories()}
     assert "0.1.0" in releases
     covered = {entry["workflow_type"] for _, entry in stored_histories()}
-    registered = {cls.__name__ for cls in discover_workflows()}  # each registered under its class name
+    registered = {cls.__name__ for cls in WORKFLOWS}  # each registered under its class name
     assert registered <= covered, f"no stored history for {sorted(registered - covered)}"
 
 
@@ -43,7 +43,7 @@ def test_every_release_has_a_corpus_covering_every_workflow_type():
                          ids=[f"{p.parent.name}/{p.stem}" for p, _ in stored_histories()])
 async def test_stored_history_replays_with_todays_code(path: Path, entry: dict[str, str]):
     history = WorkflowHistory.from_json(entry["workflow_id"], path.read_text())
-    replayer = Replayer(workflows=discover_workflows(), data_converter=data_converter())
+    replayer = Replayer(workflows=WORKFLOWS, data_converter=data_converter())
     result = await replayer.replay_workflow(history, raise_on_replay_failure=False)
     if result.replay_failure is not None:
         pytest.fail(f"{path.relative_to(HISTORIES.parent.parent)} ({entry['state']}) no longer replays: "

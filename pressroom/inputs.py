@@ -1,0 +1,88 @@
+"""What commands accept, each refused in one line that names the input and what is wrong with it.
+
+Checked before anything is written. Bounds:
+- ids (posts, emails, outbox entries): 1 to 100 printable characters without spaces;
+- member addresses: a valid address by `email-validator` (through pydantic), at most 191 characters;
+- member names: at most 191 printable characters (191 is Ghost's column width for both);
+- times: ISO 8601 with a UTC offset, in this century (2000-01-01 to 2099-12-31, UTC): outside it a
+  time is a slip of the keyboard (0001 for 2001, 2206 for 2026); a backfill window also not in
+  the future, since it has no events yet.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+from pressroom.errors import BadInput, shorten
+
+MAX_ID = 100
+MAX_TEXT = 191
+EARLIEST = datetime(2000, 1, 1, tzinfo=timezone.utc)
+LATEST = datetime(2100, 1, 1, tzinfo=timezone.utc)
+
+
+def entity_id(value: str, what: str) -> str:
+    """`post_id`, `email_id`, …: not empty, no spaces or control characters, at most 100 characters."""
+    if not value or not value.strip():
+        raise BadInput(f"the {what} id is empty")
+    if len(value) > MAX_ID:
+        raise BadInput(f"the {what} id {shorten(value, 40)!r} is {len(value):,} characters long; at most {MAX_ID}")
+    if not value.isprintable() or any(c.isspace() for c in value):
+        raise BadInput(f"the {what} id {shorten(value, 40)!r} contains spaces or control characters")
+    return value
+
+
+def email_address(value: str) -> str:
+    """A deliverable-looking address (syntax only: no DNS lookup), normalised as email-validator does."""
+    from pydantic import EmailStr, TypeAdapter, ValidationError
+
+    text = value.strip()
+    if len(text) > MAX_TEXT:
+        raise BadInput(f"the address {shorten(text, 40)!r} is {len(text):,} characters long; at most {MAX_TEXT}")
+    try:
+        return TypeAdapter(EmailStr).validate_python(text)
+    except ValidationError as error:
+        reason = error.errors()[0]["msg"].removeprefix("value is not a valid email address: ")
+        raise BadInput(f"{shorten(text, 60)!r} is not an e-mail address: {reason}") from None
+
+
+def free_text(value: str | None, what: str, limit: int = MAX_TEXT) -> str | None:
+    """A name or similar: trimmed, at most `limit` characters, no control characters; empty is None."""
+    if value is None or not value.strip():
+        return None
+    text = value.strip()
+    if len(text) > limit:
+        raise BadInput(f"the {what} is {len(text):,} characters long; at most {limit}")
+    if not text.isprintable():
+        raise BadInput(f"the {what} {shorten(text, 40)!r} contains control characters")
+    return text
+
+
+def moment(text: str, option: str, *, latest: datetime | None = None, latest_words: str = "") -> datetime:
+    """An ISO 8601 time with its offset, in this century and not after `latest`."""
+    shown = shorten(text.strip(), 40)
+    try:
+        value = datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise BadInput(f"{option} {shown!r} is not an ISO 8601 time (such as 2026-11-01T00:00:00+00:00)") from None
+    if value.tzinfo is None:
+        raise BadInput(f"{option} {shown!r} needs a UTC offset (such as +00:00 or Z)")
+    try:
+        utc = value.astimezone(timezone.utc)
+    except OverflowError:  # year 1 with a positive offset is before the first representable instant
+        utc = None
+    if utc is None or utc < EARLIEST:
+        raise BadInput(f"{option} {shown!r} is before {EARLIEST.date().isoformat()}")
+    if utc >= LATEST:
+        raise BadInput(f"{option} {shown!r} is after 2099")
+    if latest is not None and utc > latest:
+        raise BadInput(f"{option} {shown!r} is {latest_words or 'too late'} (after {latest.isoformat(timespec='seconds')})")
+    return value
+
+
+def publish_time(text: str, option: str = "--at") -> datetime:
+    return moment(text, option)
+
+
+def past_time(text: str, option: str) -> datetime:
+    return moment(text, option, latest=datetime.now(timezone.utc), latest_words="in the future")

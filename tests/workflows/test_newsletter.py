@@ -1,0 +1,202 @@
+"""SendNewsletterWorkflow's decisions: lock, batches page by page with bounded concurrency, a failed
+batch recorded and the rest still sent, delivery times spread, a resumed run, refusals."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from datetime import datetime, timedelta
+
+import pytest
+from temporalio import activity
+from temporalio.client import WorkflowFailureError
+from temporalio.exceptions import ApplicationError
+
+from activities.newsletter import (BatchCounts, BatchSent, CreateBatchesInput, EmailLock, EmailOutcome,
+                                   FailBatchInput, FinishEmailInput, ListUnsentBatchesInput, LockEmailInput,
+                                   SendBatchInput, SendPlan)
+from tests.workflows.conftest import worker_for
+from workflows.newsletter import (BATCH_PAGE, NewsletterProgress, Resume, SendNewsletterInput,
+                                  SendNewsletterWorkflow, newsletter_workflow_id)
+
+
+def plan(**overrides) -> SendPlan:
+    return SendPlan(**{"batch_size": 1000, "concurrency": 2, "mailgun_retries": 2, "mailgun_retry_seconds": 1.0,
+                       "delivery_window_seconds": 0, **overrides})
+
+
+class FakeSending:
+    """The newsletter activities over an in-memory list of batches of 10 recipients each."""
+
+    def __init__(self, batches: int, *, lock: EmailLock | Exception | None = None,
+                 failures: dict[str, Exception] | None = None) -> None:
+        self.batch_ids = [f"b{n:04d}" for n in range(batches)]
+        self.lock = lock if lock is not None else EmailLock(acquired=True, post_id="p1", plan=plan())
+        self.failures = failures or {}
+        self.status = {batch_id: "pending" for batch_id in self.batch_ids}
+        self.calls: list[str] = []
+        self.attempts: dict[str, int] = {}
+        self.delivery_times: dict[str, datetime | None] = {}
+        self.failed: list[FailBatchInput] = []
+        self.in_flight = self.most_in_flight = 0
+
+    def counts(self) -> BatchCounts:
+        sent = sum(1 for status in self.status.values() if status == "submitted")
+        failed = sum(1 for status in self.status.values() if status == "failed")
+        return BatchCounts(batches_total=len(self.batch_ids), batches_submitted=sent, batches_failed=failed,
+                           recipients_total=10 * len(self.batch_ids), recipients_submitted=10 * sent)
+
+    @activity.defn(name="lock_email")
+    async def lock_email(self, input: LockEmailInput) -> EmailLock:
+        self.calls.append("lock_email")
+        if isinstance(self.lock, Exception):
+            raise self.lock
+        return self.lock
+
+    @activity.defn(name="create_batches")
+    async def create_batches(self, input: CreateBatchesInput) -> BatchCounts:
+        self.calls.append(f"create_batches retry_failed={input.retry_failed}")
+        return self.counts()
+
+    @activity.defn(name="list_unsent_batches")
+    async def list_unsent_batches(self, input: ListUnsentBatchesInput) -> list[str]:
+        self.calls.append(f"list_unsent_batches limit={input.limit}")
+        return [b for b in self.batch_ids if self.status[b] == "pending"][:input.limit]
+
+    @activity.defn(name="send_batch")
+    async def send_batch(self, input: SendBatchInput) -> BatchSent:
+        self.attempts[input.batch_id] = self.attempts.get(input.batch_id, 0) + 1
+        self.delivery_times[input.batch_id] = input.delivery_time
+        self.in_flight += 1
+        self.most_in_flight = max(self.most_in_flight, self.in_flight)
+        try:
+            await asyncio.sleep(0.005)  # long enough for the others in flight to overlap
+            if input.batch_id in self.failures:
+                raise self.failures[input.batch_id]
+            self.status[input.batch_id] = "submitted"
+            return BatchSent(batch_id=input.batch_id, recipients=10, provider_id=f"<{input.batch_id}@mg>",
+                             reconciled=False)
+        finally:
+            self.in_flight -= 1
+
+    @activity.defn(name="fail_batch")
+    async def fail_batch(self, input: FailBatchInput) -> None:
+        self.status[input.batch_id] = "failed"
+        self.failed.append(input)
+
+    @activity.defn(name="finish_email")
+    async def finish_email(self, input: FinishEmailInput) -> EmailOutcome:
+        self.calls.append("finish_email")
+        counts = self.counts()
+        status = "submitted" if counts.batches_submitted == counts.batches_total else "failed"
+        return EmailOutcome(email_id=input.email_id, status=status, counts=counts)
+
+    def activities(self) -> list:
+        return [self.lock_email, self.create_batches, self.list_unsent_batches, self.send_batch, self.fail_batch,
+                self.finish_email]
+
+
+async def send(env, fake: FakeSending, *, email_id: str | None = None, workflow_id: str | None = None,
+               resume: Resume | None = None):
+    """Run a send to its end; returns (outcome, the progress query's last answer)."""
+    email_id = email_id or f"e-{uuid.uuid4().hex[:8]}"
+    async with worker_for(env, [SendNewsletterWorkflow], fake.activities()) as task_queue:
+        handle = await env.client.start_workflow(
+            SendNewsletterWorkflow.run, SendNewsletterInput(email_id=email_id, resume=resume),
+            id=workflow_id or newsletter_workflow_id(email_id), task_queue=task_queue)
+        outcome = await handle.result()
+        return outcome, await handle.query(SendNewsletterWorkflow.progress)
+
+
+async def test_every_batch_is_sent_page_by_page_with_bounded_concurrency(env):
+    fake = FakeSending(BATCH_PAGE + 5, lock=EmailLock(acquired=True, plan=plan(concurrency=3)))
+    outcome, progress = await send(env, fake)
+    assert outcome.status == "submitted"
+    assert all(status == "submitted" for status in fake.status.values())
+    assert set(fake.attempts.values()) == {1}, "no batch is sent twice"
+    assert fake.most_in_flight == 3, "at most `concurrency` batches at once, and that many are used"
+    assert fake.calls == ["lock_email", "create_batches retry_failed=True", f"list_unsent_batches limit={BATCH_PAGE}",
+                          f"list_unsent_batches limit={BATCH_PAGE}", f"list_unsent_batches limit={BATCH_PAGE}",
+                          "finish_email"]
+    assert progress == NewsletterProgress(email_id=outcome.email_id, status="submitted",
+                                          batches_total=BATCH_PAGE + 5, batches_sent=BATCH_PAGE + 5,
+                                          recipients_total=10 * (BATCH_PAGE + 5),
+                                          recipients_sent=10 * (BATCH_PAGE + 5))
+
+
+async def test_a_refused_batch_is_recorded_with_its_status_code_and_the_rest_still_go(env):
+    refused = ApplicationError("Mailgun refused the batch: 'to' parameter is not a valid address", 400,
+                               type="MailgunRejected", non_retryable=True)
+    fake = FakeSending(4, failures={"b0001": refused})
+    outcome, progress = await send(env, fake)
+    assert fake.attempts["b0001"] == 1, "a refusal is not retried"
+    assert [(f.batch_id, f.status_code, f.message) for f in fake.failed] == [
+        ("b0001", 400, "MailgunRejected: Mailgun refused the batch: 'to' parameter is not a valid address")]
+    assert [fake.status[b] for b in fake.batch_ids] == ["submitted", "failed", "submitted", "submitted"]
+    assert outcome.status == "failed"
+    assert (progress.batches_sent, progress.batches_failed) == (3, 1)
+
+
+async def test_a_transient_failure_is_retried_as_planned_then_recorded(env):
+    unavailable = ApplicationError("Mailgun answered 503", 503, type="MailgunUnavailable")
+    fake = FakeSending(2, lock=EmailLock(acquired=True, plan=plan(mailgun_retries=3, mailgun_retry_seconds=30)),
+                       failures={"b0000": unavailable})
+    outcome, _ = await send(env, fake)
+    assert fake.attempts == {"b0000": 4, "b0001": 1}, "mailgun_retries retries after the first attempt"
+    assert [(f.batch_id, f.status_code, f.message) for f in fake.failed] == [("b0000", 503, "MailgunUnavailable: Mailgun answered 503")]
+    assert outcome.status == "failed"
+
+
+async def test_delivery_times_spread_the_batches_over_the_window(env):
+    fake = FakeSending(4, lock=EmailLock(acquired=True, plan=plan(delivery_window_seconds=3600)))
+    await send(env, fake)
+    times = [fake.delivery_times[b] for b in fake.batch_ids]
+    assert all(times)
+    assert [(t - times[0]).total_seconds() for t in times] == [0, 900, 1800, 2700]
+
+
+async def test_without_a_window_no_delivery_time_is_asked(env):
+    fake = FakeSending(2)
+    await send(env, fake)
+    assert list(fake.delivery_times.values()) == [None, None]
+
+
+async def test_a_lock_held_elsewhere_skips_the_send_without_touching_batches(env):
+    fake = FakeSending(3, lock=EmailLock(acquired=False, reason="email e1 is already submitted"))
+    outcome, progress = await send(env, fake)
+    assert (outcome.status, outcome.message) == ("skipped", "email e1 is already submitted")
+    assert fake.calls == ["lock_email"] and not fake.attempts
+    assert progress.status == "skipped"
+
+
+async def test_a_refused_lock_fails_the_run_with_the_reason_in_one_line(env):
+    fake = FakeSending(3, lock=ApplicationError("email e404 does not exist", type="EmailNotFound",
+                                                non_retryable=True))
+    with pytest.raises(WorkflowFailureError) as failed:
+        await send(env, fake, email_id="e404")
+    cause = failed.value.cause
+    assert isinstance(cause, ApplicationError)
+    assert (cause.type, cause.message, cause.non_retryable) == ("NewsletterRefused", "email e404 does not exist", True)
+    assert fake.calls == ["lock_email"]
+
+
+async def test_a_run_under_another_id_is_refused_before_any_activity(env):
+    fake = FakeSending(1)
+    with pytest.raises(WorkflowFailureError) as failed:
+        await send(env, fake, email_id="e1", workflow_id=f"not-the-newsletter-id-{uuid.uuid4().hex[:6]}")
+    assert "must run as newsletter-e1" in failed.value.cause.message
+    assert fake.calls == []
+
+
+async def test_a_continued_run_resumes_without_locking_or_creating_batches(env):
+    fake = FakeSending(5)
+    for batch_id in fake.batch_ids[:2]:
+        fake.status[batch_id] = "submitted"  # sent by the run before
+    started = (await env.get_current_time() - timedelta(hours=1)).timestamp()
+    resume = Resume(plan=plan(), progress=NewsletterProgress(email_id="e1", status="sending", batches_total=5,
+                                                             batches_sent=2, recipients_total=50, recipients_sent=20),
+                    started_at=started, dispatched=2)
+    outcome, progress = await send(env, fake, email_id="e1", resume=resume)
+    assert "lock_email" not in fake.calls and not any(c.startswith("create_batches") for c in fake.calls)
+    assert sorted(fake.attempts) == ["b0002", "b0003", "b0004"]
+    assert outcome.status == "submitted" and progress.batches_sent == 5

@@ -1,0 +1,128 @@
+"""OutboxRelayWorkflow and DeliverOutboxEntryWorkflow's decisions: the relay keeps calling its
+activity and continues as new; a delivery completes, trusts the ledger, or aborts with the reason."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from temporalio import activity
+from temporalio.client import WorkflowFailureError
+from temporalio.exceptions import ApplicationError
+
+from activities.outbox import (AbortEntryInput, CompleteEntryInput, EntryInput, EntryResult, RelayInput,
+                               RelayResult)
+from tests.workflows.conftest import worker_for, workflow_id
+from workflows.outbox import DeliverOutboxEntryWorkflow, OutboxRelayWorkflow
+
+
+class FakeDelivery:
+    """The delivery activities: `handle` answers or raises; completions and aborts are recorded."""
+
+    def __init__(self, handle: EntryResult | BaseException) -> None:
+        self.handle = handle
+        self.attempts = 0
+        self.completed: list[CompleteEntryInput] = []
+        self.aborted: list[AbortEntryInput] = []
+
+    @activity.defn(name="handle_entry")
+    async def handle_entry(self, input: EntryInput) -> EntryResult:
+        self.attempts += 1
+        if isinstance(self.handle, BaseException):
+            raise self.handle
+        return self.handle
+
+    @activity.defn(name="complete_entry")
+    async def complete_entry(self, input: CompleteEntryInput) -> None:
+        self.completed.append(input)
+
+    @activity.defn(name="abort_entry")
+    async def abort_entry(self, input: AbortEntryInput) -> None:
+        self.aborted.append(input)
+
+    def activities(self) -> list:
+        return [self.handle_entry, self.complete_entry, self.abort_entry]
+
+
+async def deliver(env, fake: FakeDelivery, *, max_attempts: int = 6) -> str:
+    async with worker_for(env, [DeliverOutboxEntryWorkflow], fake.activities()) as task_queue:
+        return await env.client.execute_workflow(
+            DeliverOutboxEntryWorkflow.run, EntryInput(outbox_id="o1", max_attempts=max_attempts),
+            id=workflow_id("outbox"), task_queue=task_queue)
+
+
+async def test_a_handled_entry_is_completed_with_the_handlers_result(env):
+    fake = FakeDelivery(EntryResult(result={"provider_id": "welcome-1@mg"}))
+    assert await deliver(env, fake) == "succeeded"
+    assert fake.completed == [CompleteEntryInput(outbox_id="o1", result={"provider_id": "welcome-1@mg"})]
+    assert fake.aborted == [] and fake.attempts == 1
+
+
+async def test_an_entry_the_ledger_already_holds_is_not_completed_again(env):
+    fake = FakeDelivery(EntryResult(result={"provider_id": "welcome-1@mg"}, already_succeeded=True))
+    assert await deliver(env, fake) == "succeeded"
+    assert fake.completed == [] and fake.aborted == []
+
+
+async def test_a_refusal_aborts_at_once_with_its_code_and_words(env):
+    fake = FakeDelivery(ApplicationError("MemberCreatedEvent payload is invalid: member_id: Field required",
+                                         type="INVALID_PAYLOAD", non_retryable=True))
+    assert await deliver(env, fake) == "aborted"
+    assert fake.attempts == 1 and fake.completed == []
+    assert fake.aborted == [AbortEntryInput(outbox_id="o1", code="INVALID_PAYLOAD",
+                                            message="MemberCreatedEvent payload is invalid: member_id: Field required")]
+
+
+async def test_a_failing_handler_is_tried_max_attempts_times_then_aborted(env):
+    fake = FakeDelivery(ApplicationError("Mailgun answered 500", type="MailgunUnavailable",
+                                         next_retry_delay=timedelta(seconds=40)))
+    assert await deliver(env, fake, max_attempts=3) == "aborted"
+    assert fake.attempts == 3
+    assert fake.aborted == [AbortEntryInput(outbox_id="o1", code="MailgunUnavailable", message="Mailgun answered 500")]
+
+
+class FakeRelay:
+    """relay_outbox that records each call's run and input; call `until` ends the relay.
+
+    It ends by a refusal the workflow cannot retry, so that no activity is left in flight: the
+    time-skipping server stops skipping time while one is, which would slow every later test.
+    """
+
+    def __init__(self, until: int, *, fail_first: bool = False) -> None:
+        self.until = until
+        self.fail_first = fail_first
+        self.calls: list[tuple[str, float, timedelta | None]] = []
+
+    @activity.defn(name="relay_outbox")
+    async def relay_outbox(self, input: RelayInput) -> RelayResult:
+        info = activity.info()
+        self.calls.append((info.workflow_run_id, input.run_seconds, info.heartbeat_timeout))
+        if len(self.calls) >= self.until:
+            raise ApplicationError("the test has seen enough", type="TestDone", non_retryable=True)
+        if self.fail_first and len(self.calls) == 1:
+            raise RuntimeError("database restarting")
+        return RelayResult(started=1)
+
+
+async def run_relay(env, fake: FakeRelay) -> None:
+    async with worker_for(env, [OutboxRelayWorkflow], [fake.relay_outbox]) as task_queue:
+        handle = await env.client.start_workflow(OutboxRelayWorkflow.run, RelayInput(run_seconds=7),
+                                                 id=workflow_id("outbox-relay"), task_queue=task_queue)
+        with pytest.raises(WorkflowFailureError):
+            await handle.result()
+
+
+async def test_the_relay_calls_its_activity_again_and_continues_as_new_with_its_input(env):
+    fake = FakeRelay(until=22)
+    await run_relay(env, fake)
+    runs = [run_id for run_id, _, _ in fake.calls]
+    assert len(set(runs[:20])) == 1 and runs[20] != runs[0], "20 calls per run, then a new run"
+    assert {seconds for _, seconds, _ in fake.calls} == {7}, "the input carries over"
+    assert all(timeout is not None and timeout <= timedelta(seconds=30) for _, _, timeout in fake.calls), \
+        "a dead relay is noticed by its heartbeat timeout"
+
+
+async def test_a_failed_relay_activity_is_retried(env):
+    fake = FakeRelay(until=2, fail_first=True)
+    await run_relay(env, fake)
+    assert len(fake.calls) == 2 and fake.calls[0][0] == fake.calls[1][0], "the same run tried again"
