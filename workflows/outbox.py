@@ -58,18 +58,9 @@ class DeliverOutboxEntryWorkflow:
             return await self._abort(input, error)
         if handled.already_succeeded:
             return "succeeded"
-        complete = CompleteEntryInput(outbox_id=input.outbox_id, result=handled.result)
-        if workflow.patched("outbox-complete-locally"):
-            # Two database statements need no trip through the task queue: as a local activity the
-            # entry costs the engine what a one-activity workflow costs, and the handler's result
-            # is still recorded before the ledger is written, so a retry never handles it again.
-            await workflow.execute_local_activity_method(
-                OutboxActivities.complete_entry, complete, start_to_close_timeout=timedelta(seconds=30),
-                retry_policy=DATABASE_RETRY)
-        else:
-            await workflow.execute_activity_method(
-                OutboxActivities.complete_entry, complete, start_to_close_timeout=timedelta(seconds=30),
-                retry_policy=DATABASE_RETRY)
+        await workflow.execute_activity_method(
+            OutboxActivities.complete_entry, CompleteEntryInput(outbox_id=input.outbox_id, result=handled.result),
+            start_to_close_timeout=timedelta(seconds=30), retry_policy=DATABASE_RETRY)
         return "succeeded"
 
     @staticmethod
