@@ -64,12 +64,14 @@ async def test_w104_an_entry_out_of_attempts_is_aborted_and_a_requeue_goes_throu
         db, mailgun, traced, dev_env, outbox_settings):
     settings = outbox_settings(outbox_max_attempts=2)
     await db.execute(WELCOME)
-    mailgun.set_faults(error_rate=1.0)
+    # A refusal Mailgun documents as certain (429): each attempt is a plain retry, with no look-up
+    # round in between, so the trace shows exactly the attempts the setting allows.
+    mailgun.set_faults(rate_limit_rate=1.0, retry_after_seconds=0)
     async with running_worker(dev_env.client, settings):
         await ensure_relay(dev_env.client, settings)
         added = await add_member("requeued@example.com", settings=settings)
         await settled(db, added.welcome_key, "aborted")
-        mailgun.set_faults(error_rate=0.0)
+        mailgun.set_faults(rate_limit_rate=0.0)
         await requeue_outbox_entry(await db.fetchval("SELECT id FROM outbox WHERE idempotency_key = $1",
                                                      added.welcome_key), settings=settings)
         await settled(db, added.welcome_key)
