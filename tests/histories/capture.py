@@ -56,7 +56,8 @@ class Capture:
     def settings(self, name: str, **overrides):
         return load_settings(database_url=self.database_url, mailgun_base_url=self.sim.base_url,
                              mailgun_api_key=self.sim.api_key, mailgun_domain=self.sim.domain,
-                             task_queue=f"capture-{name}", analytics_end_margin_seconds=0, **overrides)
+                             task_queue=f"capture-{name}", analytics_end_margin_seconds=0,
+                             **{"send_confirm_window_seconds": 3, "send_confirm_poll_seconds": 0.5, **overrides})
 
     def save(self, name: str, workflow_id: str, run_id: str | None, state: str) -> None:
         """Export one run's history exactly as `temporal workflow show --output json` prints it."""
@@ -134,6 +135,52 @@ class Capture:
         await self.pool.execute("UPDATE members SET email = 'reader-restored@demo.pressroom.test' WHERE id = $1",
                                 member)
 
+    async def newsletter_limits(self) -> None:
+        """States that exist from 0.2.0 on: confirming an uncertain batch, splitting a batch refused for
+        its size, waiting for a daily cap."""
+        from operations.newsletter import start_newsletter
+
+        # Lost answers and events stored late: the batches are uncertain and wait on a timer.
+        settings = self.settings("newsletter-confirming", batch_size=60, send_confirm_window_seconds=120)
+        site = await seed_site(self.pool, members=120, run_tag="confirming")
+        async with running_worker(self.client, settings):
+            self.sim.set_faults(lost_response_rate=1.0, storage_delay_seconds=3)
+            start = await start_newsletter(site.email_id, client=self.client, settings=settings)
+            await self.until("SELECT count(*) >= 1 FROM email_batches WHERE email_id = $1 AND status = 'submitting'",
+                             site.email_id)
+            await asyncio.sleep(2)
+            self.save("newsletter-confirming", start.workflow_id, None,
+                      "running: answers lost, the batches' events not visible yet, confirming on a timer")
+            self.sim.set_faults(lost_response_rate=0.0)
+            await self.client.get_workflow_handle(start.workflow_id).result()
+            self.sim.set_faults(storage_delay_seconds=0)
+            self.save("newsletter-confirmed", start.workflow_id, None,
+                      "completed: every uncertain batch found accepted by its own mark, none sent twice")
+
+        # A probation account: more than 10 recipients in one request are refused (420).
+        settings = self.settings("newsletter-split", batch_size=60)
+        site = await seed_site(self.pool, members=120, run_tag="split")
+        async with running_worker(self.client, settings):
+            self.sim.set_limits(recipient_limit=10)
+            start = await start_newsletter(site.email_id, client=self.client, settings=settings)
+            await self.client.get_workflow_handle(start.workflow_id).result()
+            self.sim.set_limits(recipient_limit=0)
+            await self.pool.execute("DELETE FROM sending_domain_limits")
+            self.save("newsletter-split", start.workflow_id, start.run_id,
+                      "first run: batches refused for their size split into smaller ones and sent")
+
+        # A daily cap below the list: the send waits for the next day on a timer.
+        settings = self.settings("newsletter-capped", batch_size=20, daily_send_limit={"*": 40})
+        site = await seed_site(self.pool, members=120, run_tag="capped")
+        async with running_worker(self.client, settings):
+            start = await start_newsletter(site.email_id, client=self.client, settings=settings)
+            await self.until("SELECT count(*) >= 2 FROM email_batches WHERE email_id = $1 AND status = 'submitted'",
+                             site.email_id)
+            await asyncio.sleep(2)
+            self.save("newsletter-daily-cap", start.workflow_id, None,
+                      "running: 40 sent, waiting on a timer for the next day's cap")
+            await self.client.get_workflow_handle(start.workflow_id).terminate("captured")
+
     # --- scheduled posts ---
 
     async def posts(self) -> None:
@@ -202,9 +249,10 @@ class Capture:
             await ensure_relay(self.client, settings)
             self.sim.set_faults(error_rate=1.0)
             added = await add_member("newcomer-retry@capture.example", "Retry", settings=settings)
-            await self.until("SELECT attempts >= 2 FROM outbox WHERE idempotency_key = $1", added.welcome_key)
+            await self.until("SELECT status = 'failed' FROM outbox WHERE idempotency_key = $1", added.welcome_key)
+            await asyncio.sleep(2)
             self.save("outbox-mid-retry", f"outbox-{added.welcome_key}", None,
-                      "running: the handler failed twice and waits for its next attempt")
+                      "running: the handler failed and waits for its next attempt")
             self.sim.set_faults(error_rate=0.0)
             await self.client.get_workflow_handle(f"outbox-{added.welcome_key}").result()
             self.save("outbox-succeeded-after-retry", f"outbox-{added.welcome_key}", None,
@@ -262,7 +310,7 @@ async def main() -> None:
         stack.push_async_callback(pool.close)
         capture = Capture(env.client, f"127.0.0.1:{port}", pool, simulator, postgres.url, out)
         print(f"capturing release {version} into {out.relative_to(ROOT)}")
-        for job in (capture.newsletters, capture.posts, capture.outbox, capture.analytics):
+        for job in (capture.newsletters, capture.newsletter_limits, capture.posts, capture.outbox, capture.analytics):
             await job()
         (out / "manifest.json").write_text(json.dumps(capture.manifest, indent=2, sort_keys=True) + "\n")
     print(f"{len(capture.manifest)} histories")
