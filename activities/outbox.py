@@ -31,6 +31,7 @@ NOTIFY_CHANNEL = "pressroom_outbox"
 RELAY_HEARTBEAT_SECONDS = 2.0  # well inside the relay workflow's 10 s heartbeat timeout
 ERROR_LIMIT = 2000  # the seed caps stored error text at 2,000 characters
 OUTBOX_MARK = "pressroom-outbox"  # the v: variable that proves which entry a welcome email carried
+OUTBOX_WORKFLOW_PREFIX = "outbox-"
 
 
 # --- event types and their handlers -------------------------------------------------------------
@@ -49,6 +50,11 @@ EVENT_TYPES: dict[str, type[BaseModel]] = {"MemberCreatedEvent": MemberCreatedEv
 # they get the paid one, as the reference platform does.
 WELCOME_EMAIL_SLUGS = {"free": "member-welcome-email-free", "paid": "member-welcome-email-paid",
                        "comped": "member-welcome-email-paid"}
+
+
+def outbox_workflow_id(idempotency_key: str) -> str:
+    """The delivery workflow's id: the entry's idempotency key, so one entry is delivered by one run."""
+    return f"{OUTBOX_WORKFLOW_PREFIX}{idempotency_key}"
 
 
 def payload_digest(payload: dict[str, Any]) -> str:
@@ -195,7 +201,7 @@ class OutboxActivities:
                     await self.temporal.start_workflow(
                         "DeliverOutboxEntryWorkflow",
                         EntryInput(outbox_id=row["id"], max_attempts=self.settings.outbox_max_attempts),
-                        id=f"outbox-{row['idempotency_key']}", task_queue=activity.info().task_queue,
+                        id=outbox_workflow_id(row['idempotency_key']), task_queue=activity.info().task_queue,
                         id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
                         search_attributes=TypedSearchAttributes([SearchAttributePair(OUTBOX_EVENT_TYPE,
                                                                                      row["event_type"])]),

@@ -40,8 +40,11 @@ CONFIRM_UNCERTAIN_PATCH = "confirm-uncertain-batches"
 PROVIDER_LIMITS_PATCH = "provider-limits"
 
 
+NEWSLETTER_WORKFLOW_PREFIX = "newsletter-"
+
+
 def newsletter_workflow_id(email_id: str) -> str:
-    return f"newsletter-{email_id}"
+    return f"{NEWSLETTER_WORKFLOW_PREFIX}{email_id}"
 
 
 class SendNewsletterInput(BaseModel):
