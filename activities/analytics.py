@@ -21,6 +21,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.heartbeat import heartbeating
+from activities.metrics import Instruments
 from pressroom.mailgun import MAILGUN_MAX_EVENTS_PAGE, MailgunClient, MailgunError
 
 if TYPE_CHECKING:
@@ -315,6 +316,7 @@ def _rows(status: str) -> int:
 class AnalyticsActivities:
     def __init__(self, deps: Dependencies) -> None:
         self.deps = deps
+        self.metrics = Instruments()
 
     @property
     def _settings(self) -> Settings:
@@ -458,11 +460,10 @@ class AnalyticsActivities:
             "analytics %s: %d events (%s), %d applied, %d unknown, %d malformed, %.0f events/s, lag %s s%s",
             phase, result.events, dict(result.by_type), result.applied, result.unknown, result.malformed,
             result.events_per_second, result.lag_seconds, ", capped" if result.capped else "")
-        meter = activity.metric_meter()
-        meter.create_counter("pressroom_analytics_events", "events read from Mailgun").add(
+        self.metrics.counter("pressroom_analytics_events", "events read from Mailgun").add(
             result.events, {"phase": phase})
         if result.lag_seconds is not None:
-            meter.create_gauge_float("pressroom_analytics_cursor_lag_seconds", "cursor lag behind now", "s").set(
+            self.metrics.gauge_float("pressroom_analytics_cursor_lag_seconds", "cursor lag behind now", "s").set(
                 result.lag_seconds, {"phase": phase})
         return result
 

@@ -23,6 +23,7 @@ from temporalio.exceptions import ApplicationError
 
 from activities.confirm import StillConfirming, confirm_wait, lookup_window, uncertain_sends_exhausted
 from activities.heartbeat import heartbeating
+from activities.metrics import Instruments
 from pressroom import tracing
 from pressroom.dependencies import Dependencies
 from pressroom.mailgun import ACCEPTED, UNCERTAIN, MailgunError, MailgunRejected
@@ -128,6 +129,7 @@ class OutboxActivities:
         self.mailgun = deps.mailgun
         self.settings = deps.settings
         self.temporal = deps.temporal
+        self.metrics = Instruments()
         self.handlers: dict[str, Callable[[BaseModel, str, EntryInput], Awaitable[dict[str, Any]]]] = {
             "MemberCreatedEvent": self._welcome_member, "NoopEvent": self._noop}
 
@@ -210,9 +212,8 @@ class OutboxActivities:
             await asyncio.gather(*(start(row) for row in rows))
             await conn.execute("UPDATE outbox SET status = 'sending', dispatched_at = now(), updated_at = now() "
                                "WHERE id = ANY($1::text[])", [row["id"] for row in rows])
-        meter = activity.metric_meter()
-        meter.create_counter("pressroom_outbox_claimed", "Outbox entries claimed by a relay").add(len(rows))
-        latency = meter.create_histogram_float("pressroom_outbox_latency", "Outbox latency by phase", "ms")
+        self.metrics.counter("pressroom_outbox_claimed", "Outbox entries claimed by a relay").add(len(rows))
+        latency = self.metrics.histogram_float("pressroom_outbox_latency", "Outbox latency by phase", "ms")
         now = time.time()
         for row in rows:
             latency.with_additional_attributes({"phase": "commit_to_dispatch"}).record(
@@ -284,7 +285,7 @@ class OutboxActivities:
                 "UPDATE outbox SET status = 'failed', attempts = $2, last_error_code = $3, last_error_msg = $4, "
                 "next_run_at = now() + make_interval(secs => $5), updated_at = now() WHERE id = $1",
                 input.outbox_id, attempt, code, message, float(delay))
-            activity.metric_meter().create_counter("pressroom_outbox_retries", "Failed handler attempts").add(1)
+            self.metrics.counter("pressroom_outbox_retries", "Failed handler attempts").add(1)
             raise ApplicationError(message, type=code, non_retryable=isinstance(error, MailgunRejected),
                                    next_retry_delay=timedelta(seconds=delay)) from None
 
@@ -332,10 +333,8 @@ class OutboxActivities:
                 "processed_at = now(), updated_at = now() WHERE id = $1", input.outbox_id, input.code, message)
         self._count("aborted")
 
-    @staticmethod
-    def _count(outcome: str) -> None:
-        activity.metric_meter().create_counter("pressroom_outbox_processed", "Outbox entries by outcome") \
-            .with_additional_attributes({"outcome": outcome}).add(1)
+    def _count(self, outcome: str) -> None:
+        self.metrics.counter("pressroom_outbox_processed", "Outbox entries by outcome").add(1, {"outcome": outcome})
 
     # --- handlers ---
 

@@ -17,6 +17,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.heartbeat import heartbeating
+from activities.metrics import Instruments
 from pressroom.dependencies import Dependencies
 
 # The worker's clock and Temporal's agree to milliseconds in practice (NTP); this bounds the local
@@ -71,6 +72,7 @@ class PostsActivities:
         self.temporal = deps.temporal
         self.settings = deps.settings
 
+        self.metrics = Instruments()
     @activity.defn
     async def publish_post(self, input: PublishPostActivityInput) -> PublishResult:
         """scheduled → published at the time, only if the post is still scheduled for that time.
@@ -122,7 +124,7 @@ class PostsActivities:
             return await self._changed(input)
         email_id = published["email_id"]
         lateness = (published["publish_completed_at"] - input.publish_at).total_seconds() * 1000
-        activity.metric_meter().create_histogram_float(
+        self.metrics.histogram_float(
             "pressroom_publish_lateness", "How late posts were published", "ms").record(max(lateness, 0.0))
         activity.logger.info("published post %s %.0f ms after its time", input.post_id, lateness)
         return PublishResult(status="published", email_id=email_id, lateness_ms=lateness)
