@@ -1,4 +1,4 @@
-"""Email analytics (seed 003): page Mailgun's events into email_recipients, then aggregate.
+"""Email analytics: page Mailgun's events into email_recipients, then aggregate.
 
 Each phase (latest opened, latest others, missing, backfills) keeps its own cursor in the jobs
 table. A phase reads its window page by page, applies a batch of pages with a few set-based
@@ -38,7 +38,7 @@ PHASE_JOBS = {"latest-opened": "email-analytics-latest-opened", "latest": "email
 PHASE_EVENTS = {"latest-opened": "opened", "latest": "delivered OR failed OR unsubscribed OR complained",
                 "missing": None, "backfill": None}
 APPLIED_KINDS = ("delivered", "opened", "failed", "unsubscribed", "complained")
-# The seed names no codes; these are the SMTP hard-bounce codes (no such mailbox, domain, policy)
+# Codes that suppress an address: the SMTP hard-bounce codes (no such mailbox, domain, policy)
 # and Mailgun's own 605/607 ("previously bounced" / "marked as spam") after which Ghost suppresses.
 BOUNCE_SUPPRESSION_CODES = [550, 551, 553, 554, 605, 607]
 FIRST_LOOKBACK = timedelta(hours=24)  # where a phase with no cursor yet starts
@@ -454,7 +454,7 @@ class AnalyticsActivities:
         if phase.startswith("latest") and result.lag_seconds is not None \
                 and result.lag_seconds > 2 * self._settings.analytics_interval_seconds \
                 + self._settings.analytics_end_margin_seconds:
-            # The seed's openedJobLagWarningMinutes: the cursor falls behind more than two runs.
+            # A cursor more than two runs behind means the fetch cannot keep up: worth a warning.
             activity.logger.warning("analytics %s cursor lags %.0f s behind now", phase, result.lag_seconds)
         activity.logger.info(
             "analytics %s: %d events (%s), %d applied, %d unknown, %d malformed, %.0f events/s, lag %s s%s",

@@ -1,4 +1,4 @@
-"""The transactional outbox (seeds 000 and 002): enqueue in the caller's transaction, relay, deliver.
+"""The transactional outbox: enqueue in the caller's transaction, relay, deliver.
 
 Service → job → per-entry processing → handler, as in Ghost: `enqueue` writes an entry beside the
 domain change; `relay_outbox` claims due entries and starts one DeliverOutboxEntryWorkflow each;
@@ -30,7 +30,7 @@ from pressroom.mailgun import ACCEPTED, UNCERTAIN, MailgunError, MailgunRejected
 
 NOTIFY_CHANNEL = "pressroom_outbox"
 RELAY_HEARTBEAT_SECONDS = 2.0  # well inside the relay workflow's 10 s heartbeat timeout
-ERROR_LIMIT = 2000  # the seed caps stored error text at 2,000 characters
+ERROR_LIMIT = 2000  # stored error text is capped: enough to diagnose, and a row stays small
 OUTBOX_MARK = "pressroom-outbox"  # the v: variable that proves which entry a welcome email carried
 OUTBOX_WORKFLOW_PREFIX = "outbox-"
 
@@ -103,7 +103,7 @@ class EntryInput(BaseModel):
 
 class EntryResult(BaseModel):
     result: dict[str, Any]
-    already_succeeded: bool = False  # the ledger had it (W-105): nothing was handled
+    already_succeeded: bool = False  # the ledger had it (W-105, README "The outbox"): nothing was handled
     # Set when an uncertain send is not in Mailgun's events yet: nothing was sent; handle again then.
     confirm_in_seconds: float | None = None
 

@@ -1,4 +1,4 @@
-"""Scheduled posts (seed 004): publish a post exactly at its time, and keep workflows and rows in step.
+"""Scheduled posts: publish a post exactly at its time, and keep workflows and rows in step.
 
 The timer fires a lead time early (see workflows/posts.py) and `publish_post` waits out the rest
 with a local sleep, so Temporal's work is done before the deadline and many posts due at the same
@@ -50,7 +50,8 @@ class PublishPostActivityInput(BaseModel):
     publish_at: datetime
     lead_seconds: float
     # Set by runs that retry a dead worker's attempt at once: a failure raised here then waits this
-    # long before the next attempt (the seed's 503 rule), instead of the retry policy's interval.
+    # long before the next attempt (a steady PRESSROOM_PUBLISH_RETRY_SECONDS, as an unavailable
+    # database is tried again), instead of the retry policy's interval.
     retry_seconds: float | None = None
 
 
@@ -71,8 +72,8 @@ class PostsActivities:
         self.pool = deps.pool
         self.temporal = deps.temporal
         self.settings = deps.settings
-
         self.metrics = Instruments()
+
     @activity.defn
     async def publish_post(self, input: PublishPostActivityInput) -> PublishResult:
         """scheduled → published at the time, only if the post is still scheduled for that time.

@@ -1,8 +1,8 @@
 """Pressroom's configuration: environment variables read once into one settings object.
 
-The variable names are a contract (DESIGN.md "Configuration"). A variable that is not set falls
+The variable names are a contract (README "Configuration"): deployments set them. A variable that is not set falls
 back to the development stack started by `pressroom dev up` when it runs, and otherwise to the
-specification's default; a value that is missing or malformed is one line naming the variable.
+documented default; a value that is missing or malformed is one line naming the variable.
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ def read_dev_stack() -> dict[str, str]:
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(extra="ignore", frozen=True)
 
-    # --- the contract of DESIGN.md ---
+    # --- the contract: README "Configuration" ---
     database_url: str = Field(default="", validation_alias="DATABASE_URL")
     temporal_address: str = Field(default="127.0.0.1:7233", validation_alias="TEMPORAL_ADDRESS")
     temporal_namespace: str = Field(default="default", validation_alias="TEMPORAL_NAMESPACE")
@@ -61,7 +61,7 @@ class Settings(BaseSettings):
     temporal_tls_cert: str = Field(default="", validation_alias="TEMPORAL_TLS_CERT")
     temporal_tls_key: str = Field(default="", validation_alias="TEMPORAL_TLS_KEY")
 
-    # --- newsletter sending (seed 001) ---
+    # --- newsletter sending ---
     batch_size: int = Field(default=MAILGUN_MAX_RECIPIENTS, ge=1, validation_alias="PRESSROOM_BATCH_SIZE")
     send_concurrency: int = Field(default=2, ge=1, le=100, validation_alias="PRESSROOM_SEND_CONCURRENCY")
     mailgun_retries: int = Field(default=6, ge=0, validation_alias="PRESSROOM_MAILGUN_RETRIES")
@@ -93,7 +93,7 @@ class Settings(BaseSettings):
     daily_send_limit: Annotated[dict[str, int], NoDecode] = Field(
         default={}, validation_alias="PRESSROOM_DAILY_SEND_LIMIT")
 
-    # --- outbox (seeds 000 and 002) ---
+    # --- outbox ---
     welcome_emails: bool = Field(default=True, validation_alias="PRESSROOM_WELCOME_EMAILS")
     outbox_batch: int = Field(default=32, ge=1, le=10_000, validation_alias="OUTBOX_BATCH")
     outbox_max_attempts: int = Field(default=6, ge=1, validation_alias="OUTBOX_MAX_ATTEMPTS")
@@ -103,20 +103,20 @@ class Settings(BaseSettings):
     outbox_max_open_deliveries: int = Field(default=500, ge=1, validation_alias="OUTBOX_MAX_OPEN_DELIVERIES")
     outbox_delete_on_success: bool = Field(default=False, validation_alias="OUTBOX_DELETE_ON_SUCCESS")
 
-    # --- email analytics (seed 003) ---
+    # --- email analytics ---
     analytics_interval_seconds: int = Field(default=300, ge=10, validation_alias="PRESSROOM_ANALYTICS_INTERVAL_SECONDS")
     analytics_max_opened_events: int = Field(default=10_000, ge=1, validation_alias="PRESSROOM_ANALYTICS_MAX_OPENED_EVENTS")
     analytics_trust_threshold_seconds: int = Field(default=30 * 60, ge=0,
                                                    validation_alias="PRESSROOM_ANALYTICS_TRUST_THRESHOLD_SECONDS")
     analytics_end_margin_seconds: int = Field(default=60, ge=0, validation_alias="PRESSROOM_ANALYTICS_END_MARGIN_SECONDS")
 
-    # --- scheduled posts (seed 004) ---
+    # --- scheduled posts ---
     publish_lead_seconds: float = Field(default=10.0, ge=0, validation_alias="PRESSROOM_PUBLISH_LEAD_SECONDS")
     publish_retries: int = Field(default=30, ge=0, validation_alias="PRESSROOM_PUBLISH_RETRIES")
     publish_retry_seconds: float = Field(default=5.0, gt=0, validation_alias="PRESSROOM_PUBLISH_RETRY_SECONDS")
 
     # --- worker ---
-    # Publish activities mostly sleep out their last seconds; many may wait at once (seed 004).
+    # Publish activities mostly sleep out their last seconds; many may wait at once when posts share a time.
     worker_max_activities: int = Field(default=1000, ge=1, validation_alias="PRESSROOM_WORKER_MAX_ACTIVITIES")
     metrics_port: int = Field(default=0, ge=0, le=65535, validation_alias="PRESSROOM_METRICS_PORT")
     metrics_host: str = Field(default="127.0.0.1", validation_alias="PRESSROOM_METRICS_HOST")
@@ -134,7 +134,7 @@ class Settings(BaseSettings):
     @field_validator("outbox_backoff_sec", mode="before")
     @classmethod
     def _parse_backoff(cls, value: object) -> object:
-        # Accept the specification's own spelling, "[5,10,20]", and a plain "5,10,20".
+        # Accept a JSON list, "[5,10,20]", and a plain "5,10,20".
         if isinstance(value, str):
             text = value.strip().strip("[]")
             return [int(part) for part in text.split(",") if part.strip()]
