@@ -56,8 +56,15 @@ class Settings(BaseSettings):
     mailgun_base_url: str = Field(default=MAILGUN_US, validation_alias="MAILGUN_BASE_URL")
 
     # --- Temporal connection for clusters and Temporal Cloud ---
+    # The SDK's standard client settings (temporalio.envconfig): these variables, and under them the
+    # profile TEMPORAL_PROFILE of the file TEMPORAL_CONFIG_FILE (see `load_settings`).
     temporal_api_key: SecretStr = Field(default=SecretStr(""), validation_alias="TEMPORAL_API_KEY")
     temporal_tls: bool = Field(default=False, validation_alias="TEMPORAL_TLS")
+    temporal_tls_client_cert: str = Field(default="", validation_alias="TEMPORAL_TLS_CLIENT_CERT_PATH")
+    temporal_tls_client_key: str = Field(default="", validation_alias="TEMPORAL_TLS_CLIENT_KEY_PATH")
+    temporal_tls_server_ca_cert: str = Field(default="", validation_alias="TEMPORAL_TLS_SERVER_CA_CERT_PATH")
+    temporal_tls_server_name: str = Field(default="", validation_alias="TEMPORAL_TLS_SERVER_NAME")
+    # Pressroom's own names for the client certificate, from before the standard ones; they still win.
     temporal_tls_cert: str = Field(default="", validation_alias="TEMPORAL_TLS_CERT")
     temporal_tls_key: str = Field(default="", validation_alias="TEMPORAL_TLS_KEY")
 
@@ -265,10 +272,45 @@ class Settings(BaseSettings):
 _ALIASES = {name: field.validation_alias for name, field in Settings.model_fields.items()}
 
 
-def load_settings(**overrides: object) -> Settings:
-    """Read the environment once; fall back to the development stack for what is not set.
+def temporal_profile():
+    """The SDK's standard Temporal client settings: the profile TEMPORAL_PROFILE (default "default")
+    of TEMPORAL_CONFIG_FILE (default ~/.config/temporalio/temporal.toml), the TEMPORAL_* variables over it."""
+    import os
 
-    Overrides (field names) win over both; tests use them instead of mutating os.environ.
+    from temporalio.envconfig import ClientConfigProfile
+
+    path = os.environ.get("TEMPORAL_CONFIG_FILE")
+    if path and not os.path.isfile(path):  # the SDK would quietly use no file at all
+        raise ConfigurationError(f"TEMPORAL_CONFIG_FILE {path!r} cannot be read: no such file")
+    try:
+        return ClientConfigProfile.load()
+    except Exception as error:  # the SDK core's ConfigError (an unknown profile, a malformed file)
+        message = " ".join(str(error).split())
+        raise ConfigurationError(f"the Temporal client configuration cannot be loaded: {message} "
+                                 "(check TEMPORAL_PROFILE and TEMPORAL_CONFIG_FILE)") from None
+
+
+def _profile_values(profile) -> dict[str, object]:
+    """The profile's settings by field; a certificate given as data (…_DATA) is kept as its PEM text."""
+    def source(value: object) -> str | None:
+        return value.decode() if isinstance(value, bytes) else None if value is None else str(value)
+
+    values: dict[str, object] = {"temporal_address": profile.address, "temporal_namespace": profile.namespace,
+                                 "temporal_api_key": profile.api_key}
+    if profile.tls is not None:
+        values.update(temporal_tls=True if profile.tls.disabled is False else None,
+                      temporal_tls_client_cert=source(profile.tls.client_cert),
+                      temporal_tls_client_key=source(profile.tls.client_private_key),
+                      temporal_tls_server_ca_cert=source(profile.tls.server_root_ca_cert),
+                      temporal_tls_server_name=profile.tls.server_name)
+    return {field: value for field, value in values.items() if value is not None}
+
+
+def load_settings(**overrides: object) -> Settings:
+    """Read the environment once; fall back to the Temporal profile file, then to the development
+    stack, for what is not set.
+
+    Overrides (field names) win over all; tests use them instead of mutating os.environ.
     """
     import os
 
@@ -279,6 +321,9 @@ def load_settings(**overrides: object) -> Settings:
                             ("mailgun_domain", "MAILGUN_DOMAIN")):
         if variable not in os.environ and stack.get(field):
             fallback[_ALIASES[field]] = stack[field]
+    for field, value in _profile_values(temporal_profile()).items():
+        if _ALIASES[field] not in os.environ:  # a value from the profile file: it names the cluster to use
+            fallback[_ALIASES[field]] = value
     values = {**fallback, **{_ALIASES[k]: v for k, v in overrides.items()}}
     try:
         return Settings(**values)
