@@ -1,4 +1,4 @@
-"""Email analytics (seed 003): page Mailgun's events into email_recipients, then aggregate.
+"""Email analytics: page Mailgun's events into email_recipients, then aggregate.
 
 Each phase (latest opened, latest others, missing, backfills) keeps its own cursor in the jobs
 table. A phase reads its window page by page, applies a batch of pages with a few set-based
@@ -21,6 +21,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.heartbeat import heartbeating
+from activities.metrics import Instruments
 from pressroom.mailgun import MAILGUN_MAX_EVENTS_PAGE, MailgunClient, MailgunError
 
 if TYPE_CHECKING:
@@ -37,7 +38,7 @@ PHASE_JOBS = {"latest-opened": "email-analytics-latest-opened", "latest": "email
 PHASE_EVENTS = {"latest-opened": "opened", "latest": "delivered OR failed OR unsubscribed OR complained",
                 "missing": None, "backfill": None}
 APPLIED_KINDS = ("delivered", "opened", "failed", "unsubscribed", "complained")
-# The seed names no codes; these are the SMTP hard-bounce codes (no such mailbox, domain, policy)
+# Codes that suppress an address: the SMTP hard-bounce codes (no such mailbox, domain, policy)
 # and Mailgun's own 605/607 ("previously bounced" / "marked as spam") after which Ghost suppresses.
 BOUNCE_SUPPRESSION_CODES = [550, 551, 553, 554, 605, 607]
 FIRST_LOOKBACK = timedelta(hours=24)  # where a phase with no cursor yet starts
@@ -315,6 +316,7 @@ def _rows(status: str) -> int:
 class AnalyticsActivities:
     def __init__(self, deps: Dependencies) -> None:
         self.deps = deps
+        self.metrics = Instruments()
 
     @property
     def _settings(self) -> Settings:
@@ -452,17 +454,16 @@ class AnalyticsActivities:
         if phase.startswith("latest") and result.lag_seconds is not None \
                 and result.lag_seconds > 2 * self._settings.analytics_interval_seconds \
                 + self._settings.analytics_end_margin_seconds:
-            # The seed's openedJobLagWarningMinutes: the cursor falls behind more than two runs.
+            # A cursor more than two runs behind means the fetch cannot keep up: worth a warning.
             activity.logger.warning("analytics %s cursor lags %.0f s behind now", phase, result.lag_seconds)
         activity.logger.info(
             "analytics %s: %d events (%s), %d applied, %d unknown, %d malformed, %.0f events/s, lag %s s%s",
             phase, result.events, dict(result.by_type), result.applied, result.unknown, result.malformed,
             result.events_per_second, result.lag_seconds, ", capped" if result.capped else "")
-        meter = activity.metric_meter()
-        meter.create_counter("pressroom_analytics_events", "events read from Mailgun").add(
+        self.metrics.counter("pressroom_analytics_events", "events read from Mailgun").add(
             result.events, {"phase": phase})
         if result.lag_seconds is not None:
-            meter.create_gauge_float("pressroom_analytics_cursor_lag_seconds", "cursor lag behind now", "s").set(
+            self.metrics.gauge_float("pressroom_analytics_cursor_lag_seconds", "cursor lag behind now", "s").set(
                 result.lag_seconds, {"phase": phase})
         return result
 

@@ -1,4 +1,4 @@
-"""Newsletter sending (seed 001): the status lock, batches of recipients, one Mailgun call per batch.
+"""Newsletter sending: the status lock, batches of recipients, one Mailgun call per batch.
 
 Each activity is one unit of I/O that is safe to run again: the lock recognises its own holder,
 batches are created in one transaction or not at all, a batch already submitted is never sent
@@ -299,7 +299,7 @@ class NewsletterActivities:
                                WHERE r.email_id = $1 AND NOT b.fallback_sending_domain) WHERE id = $1""",
                         input.email_id)
             counts = await self._counts(conn, input.email_id)
-            # The specification's email_count check: the count is whatever was really written.
+            # email_count is set from the rows really written, not the count planned, so reports match the send.
             await conn.execute("UPDATE emails SET email_count = $2, updated_at = now() WHERE id = $1",
                                input.email_id, counts.recipients_total)
         return counts
@@ -518,7 +518,7 @@ class NewsletterActivities:
 
     @activity.defn
     async def finish_email(self, input: FinishEmailInput) -> EmailOutcome:
-        """submitted when every batch is; failed with the specification's message otherwise."""
+        """submitted when every batch is; failed otherwise, the message saying how many batches failed."""
         async with self.pool.acquire() as conn, conn.transaction():
             counts = await self._counts(conn, input.email_id)
             if counts.batches_submitted == counts.batches_total:

@@ -1,4 +1,4 @@
-"""The transactional outbox (seeds 000 and 002): enqueue in the caller's transaction, relay, deliver.
+"""The transactional outbox: enqueue in the caller's transaction, relay, deliver.
 
 Service → job → per-entry processing → handler, as in Ghost: `enqueue` writes an entry beside the
 domain change; `relay_outbox` claims due entries and starts one DeliverOutboxEntryWorkflow each;
@@ -23,14 +23,16 @@ from temporalio.exceptions import ApplicationError
 
 from activities.confirm import StillConfirming, confirm_wait, lookup_window, uncertain_sends_exhausted
 from activities.heartbeat import heartbeating
+from activities.metrics import Instruments
 from pressroom import tracing
 from pressroom.dependencies import Dependencies
 from pressroom.mailgun import ACCEPTED, UNCERTAIN, MailgunError, MailgunRejected
 
 NOTIFY_CHANNEL = "pressroom_outbox"
 RELAY_HEARTBEAT_SECONDS = 2.0  # well inside the relay workflow's 10 s heartbeat timeout
-ERROR_LIMIT = 2000  # the seed caps stored error text at 2,000 characters
+ERROR_LIMIT = 2000  # stored error text is capped: enough to diagnose, and a row stays small
 OUTBOX_MARK = "pressroom-outbox"  # the v: variable that proves which entry a welcome email carried
+OUTBOX_WORKFLOW_PREFIX = "outbox-"
 
 
 # --- event types and their handlers -------------------------------------------------------------
@@ -49,6 +51,11 @@ EVENT_TYPES: dict[str, type[BaseModel]] = {"MemberCreatedEvent": MemberCreatedEv
 # they get the paid one, as the reference platform does.
 WELCOME_EMAIL_SLUGS = {"free": "member-welcome-email-free", "paid": "member-welcome-email-paid",
                        "comped": "member-welcome-email-paid"}
+
+
+def outbox_workflow_id(idempotency_key: str) -> str:
+    """The delivery workflow's id: the entry's idempotency key, so one entry is delivered by one run."""
+    return f"{OUTBOX_WORKFLOW_PREFIX}{idempotency_key}"
 
 
 def payload_digest(payload: dict[str, Any]) -> str:
@@ -96,7 +103,7 @@ class EntryInput(BaseModel):
 
 class EntryResult(BaseModel):
     result: dict[str, Any]
-    already_succeeded: bool = False  # the ledger had it (W-105): nothing was handled
+    already_succeeded: bool = False  # the ledger had it (W-105, README "The outbox"): nothing was handled
     # Set when an uncertain send is not in Mailgun's events yet: nothing was sent; handle again then.
     confirm_in_seconds: float | None = None
 
@@ -122,6 +129,7 @@ class OutboxActivities:
         self.mailgun = deps.mailgun
         self.settings = deps.settings
         self.temporal = deps.temporal
+        self.metrics = Instruments()
         self.handlers: dict[str, Callable[[BaseModel, str, EntryInput], Awaitable[dict[str, Any]]]] = {
             "MemberCreatedEvent": self._welcome_member, "NoopEvent": self._noop}
 
@@ -195,7 +203,7 @@ class OutboxActivities:
                     await self.temporal.start_workflow(
                         "DeliverOutboxEntryWorkflow",
                         EntryInput(outbox_id=row["id"], max_attempts=self.settings.outbox_max_attempts),
-                        id=f"outbox-{row['idempotency_key']}", task_queue=activity.info().task_queue,
+                        id=outbox_workflow_id(row['idempotency_key']), task_queue=activity.info().task_queue,
                         id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
                         search_attributes=TypedSearchAttributes([SearchAttributePair(OUTBOX_EVENT_TYPE,
                                                                                      row["event_type"])]),
@@ -204,9 +212,8 @@ class OutboxActivities:
             await asyncio.gather(*(start(row) for row in rows))
             await conn.execute("UPDATE outbox SET status = 'sending', dispatched_at = now(), updated_at = now() "
                                "WHERE id = ANY($1::text[])", [row["id"] for row in rows])
-        meter = activity.metric_meter()
-        meter.create_counter("pressroom_outbox_claimed", "Outbox entries claimed by a relay").add(len(rows))
-        latency = meter.create_histogram_float("pressroom_outbox_latency", "Outbox latency by phase", "ms")
+        self.metrics.counter("pressroom_outbox_claimed", "Outbox entries claimed by a relay").add(len(rows))
+        latency = self.metrics.histogram_float("pressroom_outbox_latency", "Outbox latency by phase", "ms")
         now = time.time()
         for row in rows:
             latency.with_additional_attributes({"phase": "commit_to_dispatch"}).record(
@@ -278,7 +285,7 @@ class OutboxActivities:
                 "UPDATE outbox SET status = 'failed', attempts = $2, last_error_code = $3, last_error_msg = $4, "
                 "next_run_at = now() + make_interval(secs => $5), updated_at = now() WHERE id = $1",
                 input.outbox_id, attempt, code, message, float(delay))
-            activity.metric_meter().create_counter("pressroom_outbox_retries", "Failed handler attempts").add(1)
+            self.metrics.counter("pressroom_outbox_retries", "Failed handler attempts").add(1)
             raise ApplicationError(message, type=code, non_retryable=isinstance(error, MailgunRejected),
                                    next_retry_delay=timedelta(seconds=delay)) from None
 
@@ -326,10 +333,8 @@ class OutboxActivities:
                 "processed_at = now(), updated_at = now() WHERE id = $1", input.outbox_id, input.code, message)
         self._count("aborted")
 
-    @staticmethod
-    def _count(outcome: str) -> None:
-        activity.metric_meter().create_counter("pressroom_outbox_processed", "Outbox entries by outcome") \
-            .with_additional_attributes({"outcome": outcome}).add(1)
+    def _count(self, outcome: str) -> None:
+        self.metrics.counter("pressroom_outbox_processed", "Outbox entries by outcome").add(1, {"outcome": outcome})
 
     # --- handlers ---
 

@@ -1,4 +1,4 @@
-"""Scheduled posts (seed 004): publish a post exactly at its time, and keep workflows and rows in step.
+"""Scheduled posts: publish a post exactly at its time, and keep workflows and rows in step.
 
 The timer fires a lead time early (see workflows/posts.py) and `publish_post` waits out the rest
 with a local sleep, so Temporal's work is done before the deadline; the posts due at the same
@@ -17,6 +17,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.heartbeat import heartbeating
+from activities.metrics import Instruments
 from pressroom.dependencies import Dependencies
 
 # The worker's clock and Temporal's agree to milliseconds in practice (NTP); this bounds the local
@@ -49,7 +50,8 @@ class PublishPostActivityInput(BaseModel):
     publish_at: datetime
     lead_seconds: float
     # Set by runs that retry a dead worker's attempt at once: a failure raised here then waits this
-    # long before the next attempt (the seed's 503 rule), instead of the retry policy's interval.
+    # long before the next attempt (a steady PRESSROOM_PUBLISH_RETRY_SECONDS, as an unavailable
+    # database is tried again), instead of the retry policy's interval.
     retry_seconds: float | None = None
 
 
@@ -141,6 +143,7 @@ class PostsActivities:
         self.temporal = deps.temporal
         self.settings = deps.settings
         self._due_together = DueTogether(deps.pool)
+        self.metrics = Instruments()
 
     @activity.defn
     async def publish_post(self, input: PublishPostActivityInput) -> PublishResult:
@@ -181,7 +184,7 @@ class PostsActivities:
             return await self._changed(input)
         email_id = published["email_id"]
         lateness = (published["publish_completed_at"] - input.publish_at).total_seconds() * 1000
-        activity.metric_meter().create_histogram_float(
+        self.metrics.histogram_float(
             "pressroom_publish_lateness", "How late posts were published", "ms").record(max(lateness, 0.0))
         activity.logger.info("published post %s %.0f ms after its time", input.post_id, lateness)
         return PublishResult(status="published", email_id=email_id, lateness_ms=lateness)

@@ -26,11 +26,13 @@ from pressroom.settings import load_settings
 
 
 async def run_demo(console: Console, *, members: int, publish_in: float, keep_running: bool) -> None:
+    from activities.outbox import outbox_workflow_id
     from activities.posts import publish_workflow_id
     from devstack import stack
     from pressroom.temporal import connect
     from worker import running_worker
     from workflows.analytics import FetchEmailAnalyticsWorkflow
+    from workflows.newsletter import newsletter_workflow_id
 
     status = await asyncio.to_thread(stack.up)
     console.print(f"[bold]Development stack[/bold]: started {', '.join(status.started) or 'nothing new'}"
@@ -55,7 +57,7 @@ async def run_demo(console: Console, *, members: int, publish_in: float, keep_ru
             await _wait_for(pool, "SELECT status = 'succeeded' FROM outbox WHERE idempotency_key = $1",
                             added.welcome_key, what="the welcome email")
             console.print(f"[bold]Outbox[/bold]: member {added.member_id} joined; welcome email sent "
-                          f"(workflow outbox-{added.welcome_key})")
+                          f"(workflow {outbox_workflow_id(added.welcome_key)})")
 
             publish_at = datetime.now(timezone.utc).replace(microsecond=0) + timedelta(seconds=publish_in)
             await schedule_post(site.post_id, publish_at.isoformat(), client=client, settings=settings)
@@ -67,7 +69,7 @@ async def run_demo(console: Console, *, members: int, publish_in: float, keep_ru
                                        "FROM posts WHERE id = $1", site.post_id)
             console.print(f"[bold]Post[/bold]: published {float(late):.0f} ms after its time")
 
-            newsletter_id = f"newsletter-{site.email_id}"
+            newsletter_id = newsletter_workflow_id(site.email_id)
             await _wait_for_workflow(client, newsletter_id)
             with Progress(TextColumn("[bold]Newsletter"), BarColumn(), MofNCompleteColumn(),
                           TextColumn("batches · {task.fields[recipients]} recipients"), TimeElapsedColumn(),
@@ -98,7 +100,7 @@ async def run_demo(console: Console, *, members: int, publish_in: float, keep_ru
             ui = status.values.get("temporal_ui", "your Temporal Web UI")
             console.print(f"\nOpen [bold]{ui}[/bold] and search for [bold]EmailId=\"{site.email_id}\"[/bold], or "
                           f"open the workflows {publish_workflow_id(site.post_id)}, {newsletter_id}, "
-                          f"outbox-{added.welcome_key} and {analytics_id}.", highlight=False)
+                          f"{outbox_workflow_id(added.welcome_key)} and {analytics_id}.", highlight=False)
             if keep_running:
                 console.print("The worker keeps running; press Ctrl-C to stop.")
                 await asyncio.Event().wait()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import typer
 
 from commands import JSON_OPTION, console, print_json, run_async, warn
+from activities.posts import publish_workflow_id
 from operations.posts import posts_status, reconcile_posts, schedule_post, unschedule_post
 from pressroom.waiting import no_worker_message
 
@@ -17,7 +18,7 @@ def posts_schedule(post_id: str = typer.Argument(..., help="The post (posts.id).
                    ) -> None:
     """Schedule a post (or move it); a time in the past publishes it at once."""
     publish_at = run_async(schedule_post(post_id, at))
-    console.print(f"post {post_id} publishes at {publish_at.isoformat()} (workflow post-publish-{post_id})",
+    console.print(f"post {post_id} publishes at {publish_at.isoformat()} (workflow {publish_workflow_id(post_id)})",
                   highlight=False)
 
 

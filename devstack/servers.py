@@ -16,12 +16,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from pressroom.errors import DevStackError
+
 # PostgreSQL refuses to run as root; as root we run it as this unprivileged user.
 POSTGRES_SYSTEM_USER = "pressroom-pg"
-
-
-class DevStackError(Exception):
-    """A development server could not start; the message says which and why, in one line."""
 
 
 def find_binary(name: str) -> str:

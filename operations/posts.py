@@ -135,7 +135,7 @@ async def posts_status(post_id: str | None = None, *, client=None, settings: Set
 
     from pressroom import database
     from pressroom.temporal import PUBLISH_AT
-    from workflows.posts import publish_workflow_id
+    from activities.posts import publish_workflow_id
 
     settings = settings or get_settings()
     async with database.connection(settings.require_database()) as conn:

@@ -18,6 +18,10 @@ class BadInput(PressroomError):
     """A command or workflow input is malformed; nothing was written."""
 
 
+class DevStackError(Exception):
+    """A development server could not start; the message says which and why, in one line."""
+
+
 # Arguments are echoed in messages; one of 130 KB must not flood the terminal.
 LONGEST_WORD = 80
 

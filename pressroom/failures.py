@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pressroom.errors import PressroomError, one_line
+from pressroom.errors import DevStackError, PressroomError, one_line
 from pressroom.settings import ConfigurationError, Settings
 
 EXIT_ERROR = 1
@@ -43,7 +43,6 @@ def explain(error: BaseException) -> Failure:
     from temporalio.client import WorkflowFailureError
     from temporalio.service import RPCError
 
-    from devstack.servers import DevStackError
     from pressroom.database import DatabaseUnavailable
     from pressroom.temporal import TemporalUnavailable, describe_rpc_error
 

@@ -1,8 +1,8 @@
 """Pressroom's configuration: environment variables read once into one settings object.
 
-The variable names are a contract (DESIGN.md "Configuration"). A variable that is not set falls
+The variable names are a contract (README "Configuration"): deployments set them. A variable that is not set falls
 back to the development stack started by `pressroom dev up` when it runs, and otherwise to the
-specification's default; a value that is missing or malformed is one line naming the variable.
+documented default; a value that is missing or malformed is one line naming the variable.
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ def read_dev_stack() -> dict[str, str]:
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(extra="ignore", frozen=True)
 
-    # --- the contract of DESIGN.md ---
+    # --- the contract: README "Configuration" ---
     database_url: str = Field(default="", validation_alias="DATABASE_URL")
     temporal_address: str = Field(default="127.0.0.1:7233", validation_alias="TEMPORAL_ADDRESS")
     temporal_namespace: str = Field(default="default", validation_alias="TEMPORAL_NAMESPACE")
@@ -56,12 +56,19 @@ class Settings(BaseSettings):
     mailgun_base_url: str = Field(default=MAILGUN_US, validation_alias="MAILGUN_BASE_URL")
 
     # --- Temporal connection for clusters and Temporal Cloud ---
+    # The SDK's standard client settings (temporalio.envconfig): these variables, and under them the
+    # profile TEMPORAL_PROFILE of the file TEMPORAL_CONFIG_FILE (see `load_settings`).
     temporal_api_key: SecretStr = Field(default=SecretStr(""), validation_alias="TEMPORAL_API_KEY")
     temporal_tls: bool = Field(default=False, validation_alias="TEMPORAL_TLS")
+    temporal_tls_client_cert: str = Field(default="", validation_alias="TEMPORAL_TLS_CLIENT_CERT_PATH")
+    temporal_tls_client_key: str = Field(default="", validation_alias="TEMPORAL_TLS_CLIENT_KEY_PATH")
+    temporal_tls_server_ca_cert: str = Field(default="", validation_alias="TEMPORAL_TLS_SERVER_CA_CERT_PATH")
+    temporal_tls_server_name: str = Field(default="", validation_alias="TEMPORAL_TLS_SERVER_NAME")
+    # Pressroom's own names for the client certificate, from before the standard ones; they still win.
     temporal_tls_cert: str = Field(default="", validation_alias="TEMPORAL_TLS_CERT")
     temporal_tls_key: str = Field(default="", validation_alias="TEMPORAL_TLS_KEY")
 
-    # --- newsletter sending (seed 001) ---
+    # --- newsletter sending ---
     batch_size: int = Field(default=MAILGUN_MAX_RECIPIENTS, ge=1, validation_alias="PRESSROOM_BATCH_SIZE")
     send_concurrency: int = Field(default=2, ge=1, le=100, validation_alias="PRESSROOM_SEND_CONCURRENCY")
     mailgun_retries: int = Field(default=6, ge=0, validation_alias="PRESSROOM_MAILGUN_RETRIES")
@@ -93,7 +100,7 @@ class Settings(BaseSettings):
     daily_send_limit: Annotated[dict[str, int], NoDecode] = Field(
         default={}, validation_alias="PRESSROOM_DAILY_SEND_LIMIT")
 
-    # --- outbox (seeds 000 and 002) ---
+    # --- outbox ---
     welcome_emails: bool = Field(default=True, validation_alias="PRESSROOM_WELCOME_EMAILS")
     outbox_batch: int = Field(default=32, ge=1, le=10_000, validation_alias="OUTBOX_BATCH")
     outbox_max_attempts: int = Field(default=6, ge=1, validation_alias="OUTBOX_MAX_ATTEMPTS")
@@ -103,20 +110,20 @@ class Settings(BaseSettings):
     outbox_max_open_deliveries: int = Field(default=500, ge=1, validation_alias="OUTBOX_MAX_OPEN_DELIVERIES")
     outbox_delete_on_success: bool = Field(default=False, validation_alias="OUTBOX_DELETE_ON_SUCCESS")
 
-    # --- email analytics (seed 003) ---
+    # --- email analytics ---
     analytics_interval_seconds: int = Field(default=300, ge=10, validation_alias="PRESSROOM_ANALYTICS_INTERVAL_SECONDS")
     analytics_max_opened_events: int = Field(default=10_000, ge=1, validation_alias="PRESSROOM_ANALYTICS_MAX_OPENED_EVENTS")
     analytics_trust_threshold_seconds: int = Field(default=30 * 60, ge=0,
                                                    validation_alias="PRESSROOM_ANALYTICS_TRUST_THRESHOLD_SECONDS")
     analytics_end_margin_seconds: int = Field(default=60, ge=0, validation_alias="PRESSROOM_ANALYTICS_END_MARGIN_SECONDS")
 
-    # --- scheduled posts (seed 004) ---
+    # --- scheduled posts ---
     publish_lead_seconds: float = Field(default=10.0, ge=0, validation_alias="PRESSROOM_PUBLISH_LEAD_SECONDS")
     publish_retries: int = Field(default=30, ge=0, validation_alias="PRESSROOM_PUBLISH_RETRIES")
     publish_retry_seconds: float = Field(default=5.0, gt=0, validation_alias="PRESSROOM_PUBLISH_RETRY_SECONDS")
 
     # --- worker ---
-    # Publish activities mostly sleep out their last seconds; many may wait at once (seed 004).
+    # Publish activities mostly sleep out their last seconds; many may wait at once when posts share a time.
     worker_max_activities: int = Field(default=1000, ge=1, validation_alias="PRESSROOM_WORKER_MAX_ACTIVITIES")
     metrics_port: int = Field(default=0, ge=0, le=65535, validation_alias="PRESSROOM_METRICS_PORT")
     metrics_host: str = Field(default="127.0.0.1", validation_alias="PRESSROOM_METRICS_HOST")
@@ -134,7 +141,7 @@ class Settings(BaseSettings):
     @field_validator("outbox_backoff_sec", mode="before")
     @classmethod
     def _parse_backoff(cls, value: object) -> object:
-        # Accept the specification's own spelling, "[5,10,20]", and a plain "5,10,20".
+        # Accept a JSON list, "[5,10,20]", and a plain "5,10,20".
         if isinstance(value, str):
             text = value.strip().strip("[]")
             return [int(part) for part in text.split(",") if part.strip()]
@@ -265,10 +272,45 @@ class Settings(BaseSettings):
 _ALIASES = {name: field.validation_alias for name, field in Settings.model_fields.items()}
 
 
-def load_settings(**overrides: object) -> Settings:
-    """Read the environment once; fall back to the development stack for what is not set.
+def temporal_profile():
+    """The SDK's standard Temporal client settings: the profile TEMPORAL_PROFILE (default "default")
+    of TEMPORAL_CONFIG_FILE (default ~/.config/temporalio/temporal.toml), the TEMPORAL_* variables over it."""
+    import os
 
-    Overrides (field names) win over both; tests use them instead of mutating os.environ.
+    from temporalio.envconfig import ClientConfigProfile
+
+    path = os.environ.get("TEMPORAL_CONFIG_FILE")
+    if path and not os.path.isfile(path):  # the SDK would quietly use no file at all
+        raise ConfigurationError(f"TEMPORAL_CONFIG_FILE {path!r} cannot be read: no such file")
+    try:
+        return ClientConfigProfile.load()
+    except Exception as error:  # the SDK core's ConfigError (an unknown profile, a malformed file)
+        message = " ".join(str(error).split())
+        raise ConfigurationError(f"the Temporal client configuration cannot be loaded: {message} "
+                                 "(check TEMPORAL_PROFILE and TEMPORAL_CONFIG_FILE)") from None
+
+
+def _profile_values(profile) -> dict[str, object]:
+    """The profile's settings by field; a certificate given as data (…_DATA) is kept as its PEM text."""
+    def source(value: object) -> str | None:
+        return value.decode() if isinstance(value, bytes) else None if value is None else str(value)
+
+    values: dict[str, object] = {"temporal_address": profile.address, "temporal_namespace": profile.namespace,
+                                 "temporal_api_key": profile.api_key}
+    if profile.tls is not None:
+        values.update(temporal_tls=True if profile.tls.disabled is False else None,
+                      temporal_tls_client_cert=source(profile.tls.client_cert),
+                      temporal_tls_client_key=source(profile.tls.client_private_key),
+                      temporal_tls_server_ca_cert=source(profile.tls.server_root_ca_cert),
+                      temporal_tls_server_name=profile.tls.server_name)
+    return {field: value for field, value in values.items() if value is not None}
+
+
+def load_settings(**overrides: object) -> Settings:
+    """Read the environment once; fall back to the Temporal profile file, then to the development
+    stack, for what is not set.
+
+    Overrides (field names) win over all; tests use them instead of mutating os.environ.
     """
     import os
 
@@ -279,6 +321,9 @@ def load_settings(**overrides: object) -> Settings:
                             ("mailgun_domain", "MAILGUN_DOMAIN")):
         if variable not in os.environ and stack.get(field):
             fallback[_ALIASES[field]] = stack[field]
+    for field, value in _profile_values(temporal_profile()).items():
+        if _ALIASES[field] not in os.environ:  # a value from the profile file: it names the cluster to use
+            fallback[_ALIASES[field]] = value
     values = {**fallback, **{_ALIASES[k]: v for k, v in overrides.items()}}
     try:
         return Settings(**values)

@@ -71,6 +71,8 @@ def data_converter(settings: Settings | None = None) -> DataConverter:
 
 
 def _read_tls_file(variable: str, path: str) -> bytes:
+    if "-----BEGIN" in path:  # the PEM itself, from a profile's …_data or TEMPORAL_TLS_…_DATA; never echoed
+        return path.encode()
     try:
         with open(path, "rb") as file:
             return file.read()
@@ -79,14 +81,24 @@ def _read_tls_file(variable: str, path: str) -> bytes:
 
 
 def tls_config(settings: Settings) -> TLSConfig | bool:
-    """Mutual TLS from the certificate files, server-only TLS, or none; unreadable files are one line."""
-    if settings.temporal_tls_cert or settings.temporal_tls_key:
-        if not (settings.temporal_tls_cert and settings.temporal_tls_key):
-            missing = "TEMPORAL_TLS_KEY" if settings.temporal_tls_cert else "TEMPORAL_TLS_CERT"
-            raise ConfigurationError(f"{missing} is not set: mutual TLS needs both TEMPORAL_TLS_CERT and "
-                                     "TEMPORAL_TLS_KEY")
-        return TLSConfig(client_cert=_read_tls_file("TEMPORAL_TLS_CERT", settings.temporal_tls_cert),
-                         client_private_key=_read_tls_file("TEMPORAL_TLS_KEY", settings.temporal_tls_key))
+    """TLS as the settings ask: a client certificate (mutual TLS), a CA certificate and server name
+    (a private cluster), TLS with the system's roots, or none; unreadable files are one line."""
+    if settings.temporal_tls_cert or settings.temporal_tls_key:  # Pressroom's own names win
+        names = ("TEMPORAL_TLS_CERT", "TEMPORAL_TLS_KEY")
+        cert, key = settings.temporal_tls_cert, settings.temporal_tls_key
+    else:
+        names = ("TEMPORAL_TLS_CLIENT_CERT_PATH", "TEMPORAL_TLS_CLIENT_KEY_PATH")
+        cert, key = settings.temporal_tls_client_cert, settings.temporal_tls_client_key
+    if bool(cert) != bool(key):
+        missing = names[1] if cert else names[0]
+        raise ConfigurationError(f"{missing} is not set: mutual TLS needs both {names[0]} and {names[1]}")
+    ca, server_name = settings.temporal_tls_server_ca_cert, settings.temporal_tls_server_name
+    if cert or ca or server_name:
+        return TLSConfig(
+            server_root_ca_cert=_read_tls_file("TEMPORAL_TLS_SERVER_CA_CERT_PATH", ca) if ca else None,
+            domain=server_name or None,
+            client_cert=_read_tls_file(names[0], cert) if cert else None,
+            client_private_key=_read_tls_file(names[1], key) if key else None)
     return bool(settings.temporal_tls or settings.temporal_api_key.get_secret_value())
 
 

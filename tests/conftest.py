@@ -106,11 +106,16 @@ async def mailgun(simulator: "MailgunSimulator") -> "MailgunSimulator":
 @pytest.fixture(scope="session")
 async def time_skipping_env() -> AsyncIterator[WorkflowEnvironment]:
     """Temporal's time-skipping test server: workflow logic and long timers in no time."""
+    env = await start_time_skipping_server()
+    yield env
+    await env.shutdown()
+
+
+async def start_time_skipping_server() -> WorkflowEnvironment:
     env = await WorkflowEnvironment.start_time_skipping(
         test_server_existing_path=find_binary("temporal-test-server"), data_converter=data_converter())
     await register_search_attributes(env.client)
-    yield env
-    await env.shutdown()
+    return env
 
 
 @pytest.fixture(scope="session")

@@ -1,8 +1,9 @@
-"""FetchEmailAnalyticsWorkflow: one run of the email analytics fetch (seed 003), started by the schedule.
+"""FetchEmailAnalyticsWorkflow: one run of the email analytics fetch, started by the schedule.
 
-Reads like the seed's flowchart: latest opened events first (capped; a capped run restarts at
+In the order of the work: latest opened events first (capped; a capped run restarts at
 once through continue-as-new), then the other latest events, the missing window, the scheduled
-backfills, and the aggregates. The seed's "already running" flag is the schedule's overlap policy.
+backfills, and the aggregates. The schedule's overlap policy keeps two runs from fetching at once,
+so no "already running" flag is kept in the database.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ with workflow.unsafe.imports_passed_through():
     from activities.analytics import (AggregateInput, AnalyticsActivities, FetchEmailAnalyticsInput,
                                       FetchEmailAnalyticsResult, FetchPhaseInput, RecordRunInput)
 
-# The seed retries at the next scheduled run; a few quick attempts ride out a blip first.
+# A failed run is tried again by the next scheduled run; a few quick attempts ride out a blip first.
 FETCH_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), backoff_coefficient=2.0,
                           maximum_attempts=3, non_retryable_error_types=["MailgunRejected"])
 PHASES = ("latest-opened", "latest", "missing", "backfill")
@@ -40,7 +41,7 @@ class FetchEmailAnalyticsWorkflow:
                 result.phases.append(fetched)
                 if fetched.capped:
                     result.capped = True
-                    break  # the seed: at the cap, restart at once with opened events first
+                    break  # at the cap, restart at once with opened events first: opens are what authors watch
             phase = "aggregates"
             result.aggregate = await workflow.execute_activity_method(
                 AnalyticsActivities.aggregate_stats, AggregateInput(), start_to_close_timeout=timedelta(minutes=10),

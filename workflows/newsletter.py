@@ -1,8 +1,8 @@
 """SendNewsletterWorkflow: one run per email sends it to every recipient exactly once.
 
-It reads like seed 001's flowchart: take the status lock, create (or reuse) the batches, send them
-with bounded concurrency, and mark the email submitted or failed. Temporal replaces the seed's
-retry loops; the workflow id `newsletter-{email_id}` makes a second start find the first run.
+It reads in the order of the work: take the status lock, create (or reuse) the batches, send them
+with bounded concurrency, and mark the email submitted or failed. Temporal's retry policies
+replace hand-written retry loops; the workflow id `newsletter-{email_id}` makes a second start find the first run.
 Histories stay small for any list: batch ids come a page at a time and the run continues as new
 when Temporal suggests it.
 """
@@ -26,7 +26,8 @@ with workflow.unsafe.imports_passed_through():
     from activities.sending_limits import AdmitBatchInput, SendingLimitsActivities, SplitRefusedBatchInput
     from pressroom.temporal import EMAIL_ID, POST_ID
 
-# The specification's database retries: from 2 s, doubling, 20 times, within 30 minutes.
+# Database retries: from 2 s, doubling, 20 times, within 30 minutes: a database restart or failover
+# has half an hour to come back before the send is given up.
 DATABASE_RETRY = RetryPolicy(initial_interval=timedelta(seconds=2), backoff_coefficient=2.0,
                              maximum_interval=timedelta(minutes=2), maximum_attempts=20)
 DATABASE_TIMEOUT = timedelta(minutes=30)
@@ -40,8 +41,11 @@ CONFIRM_UNCERTAIN_PATCH = "confirm-uncertain-batches"
 PROVIDER_LIMITS_PATCH = "provider-limits"
 
 
+NEWSLETTER_WORKFLOW_PREFIX = "newsletter-"
+
+
 def newsletter_workflow_id(email_id: str) -> str:
-    return f"newsletter-{email_id}"
+    return f"{NEWSLETTER_WORKFLOW_PREFIX}{email_id}"
 
 
 class SendNewsletterInput(BaseModel):

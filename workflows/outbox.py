@@ -1,8 +1,9 @@
-"""The outbox relay and one delivery workflow per entry (seed 002's worker protocol on Temporal).
+"""The outbox relay and one delivery workflow per entry (the outbox worker protocol on Temporal).
 
-The seed's lease column and heartbeat become the relay activity's heartbeat timeout: a dead relay
-is replaced by Temporal's retry. Its backoff table becomes the handler activity's retry delays,
-and its state machine reads in DeliverOutboxEntryWorkflow: handle (the ledger is asked first), then
+A lease column refreshed by a heartbeat is not needed: the relay activity's heartbeat timeout
+notices a dead relay and Temporal's retry replaces it. The backoff table (OUTBOX_BACKOFF_SEC)
+becomes the handler activity's retry delays, and the entry's state machine reads in
+DeliverOutboxEntryWorkflow: handle (the ledger is asked first), then
 record succeeded, or aborted with the last error once the attempts are spent.
 """
 

@@ -1,4 +1,4 @@
-"""PublishPostWorkflow: one durable timer per scheduled post (seed 004).
+"""PublishPostWorkflow: one durable timer per scheduled post.
 
 No wake-up loop and no look-ahead window: the run sleeps until its post is due, however far ahead,
 and a reschedule moves the timer in place. The timer fires `lead_seconds` early so the publish

@@ -1,4 +1,4 @@
-"""Settings: the contract's variables, the specification's defaults, one-line errors."""
+"""Settings: the contract's variables, the documented defaults, one-line errors."""
 
 import json
 

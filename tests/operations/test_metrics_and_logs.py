@@ -11,6 +11,7 @@ from temporalio import activity, workflow
 from temporalio.client import Client
 from temporalio.worker import Worker
 
+from activities.metrics import Instruments
 from devstack.servers import free_port
 from pressroom.logs import RedactingFilter, RunFormatter
 from pressroom.settings import load_settings
@@ -18,17 +19,39 @@ from pressroom.temporal import data_converter
 from worker import metrics_runtime
 
 
-@activity.defn
-async def count_a_send() -> None:
-    activity.metric_meter().create_counter("pressroom_test_sends", "sends counted by the test").add(1)
-    activity.logger.info("sent to bob@example.com with key key-sekret")
+class CountingActivities:
+    """Two activity types sharing one Instruments, as the activities classes do."""
+
+    def __init__(self) -> None:
+        self.metrics = Instruments()
+
+    @activity.defn
+    async def count_a_send(self) -> None:
+        self.metrics.counter("pressroom_test_sends", "sends counted by the test").add(1)
+        activity.logger.info("sent to bob@example.com with key key-sekret")
+
+    @activity.defn
+    async def count_a_resend(self) -> None:
+        self.metrics.counter("pressroom_test_sends", "sends counted by the test").add(1)
 
 
 @workflow.defn(sandboxed=False)  # a test-only workflow; this module imports httpx
 class CountingWorkflow:
     @workflow.run
     async def run(self) -> None:
-        await workflow.execute_activity(count_a_send, start_to_close_timeout=timedelta(seconds=10))
+        for _ in range(2):
+            await workflow.execute_activity_method(CountingActivities.count_a_send,
+                                                   start_to_close_timeout=timedelta(seconds=10))
+        await workflow.execute_activity_method(CountingActivities.count_a_resend,
+                                               start_to_close_timeout=timedelta(seconds=10))
+
+
+def _sends(text: str, activity_type: str) -> float:
+    """The pressroom_test_sends value labelled with this activity type, from Prometheus' text format."""
+    for line in text.splitlines():
+        if line.startswith("pressroom_test_sends{") and f'activity_type="{activity_type}"' in line:
+            return float(line.rsplit(" ", 1)[1])
+    raise AssertionError(f"no pressroom_test_sends for {activity_type} in the metrics")
 
 
 async def test_metrics_endpoint_serves_sdk_and_pressroom_metrics(dev_env):
@@ -37,12 +60,15 @@ async def test_metrics_endpoint_serves_sdk_and_pressroom_metrics(dev_env):
     client = await Client.connect(dev_env.client.service_client.config.target_host, runtime=runtime,
                                   data_converter=data_converter())
     queue = f"metrics-{uuid.uuid4().hex[:8]}"
-    async with Worker(client, task_queue=queue, workflows=[CountingWorkflow], activities=[count_a_send]):
+    counting = CountingActivities()
+    async with Worker(client, task_queue=queue, workflows=[CountingWorkflow],
+                      activities=[counting.count_a_send, counting.count_a_resend]):
         await client.execute_workflow(CountingWorkflow.run, id=f"metrics-{queue}", task_queue=queue)
         async with httpx.AsyncClient() as http:
             text = (await http.get(f"http://127.0.0.1:{port}/metrics")).text
     assert "temporal_workflow_completed" in text
-    assert "pressroom_test_sends" in text
+    # One instrument per activity type, made once and reused: each carries its own type's label.
+    assert (_sends(text, "count_a_send"), _sends(text, "count_a_resend")) == (2, 1)
 
 
 def test_metrics_are_off_without_a_port():

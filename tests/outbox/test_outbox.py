@@ -1,4 +1,7 @@
-"""The outbox end to end: enqueue in a transaction, relay, delivery, ledger (seed 002's W-101…W-105)."""
+"""The outbox end to end: enqueue in a transaction, relay, delivery, ledger.
+
+The tests are named after the protocol's cases W-101…W-105 (README "The outbox").
+"""
 
 from __future__ import annotations
 

@@ -34,6 +34,17 @@ def dev_env():
     pytest.fail("the fast tier (tests/workflows) runs on the time-skipping server only")
 
 
+@pytest.fixture(scope="session")
+async def time_skipping_env() -> AsyncIterator[WorkflowEnvironment]:
+    """A time-skipping server of the fast tier's own: its tests skip years ahead (long timers, daily
+    caps), and the other folders' tests compute times from the shared server's clock."""
+    from tests.conftest import start_time_skipping_server
+
+    env = await start_time_skipping_server()
+    yield env
+    await env.shutdown()
+
+
 @pytest.fixture
 def env(time_skipping_env: WorkflowEnvironment) -> WorkflowEnvironment:
     return time_skipping_env
