@@ -416,7 +416,7 @@ class AnalyticsActivities:
                 result.pages += 1
                 # Every page is a sign of life; the details stay those of the last batch applied,
                 # where a retry can resume without skipping an event.
-                activity.heartbeat(*([checkpoint] if checkpoint else []))
+                activity.heartbeat(checkpoint)  # every heartbeat carries the last checkpoint (None before the first)
                 result.events += len(items)
                 if items:
                     stamp = items[-1].get("timestamp")

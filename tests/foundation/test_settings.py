@@ -24,7 +24,7 @@ def test_defaults_are_the_specifications(monkeypatch):
     ("DATABASE_URL", "mysql://db/x", "must start with postgresql://"),
     ("TEMPORAL_ADDRESS", "no-port", "host:port"),
     ("MAILGUN_BASE_URL", "api.mailgun.net", "http"),
-    ("PRESSROOM_BATCH_SIZE", "1001", "less than or equal to 1000"),
+    ("PRESSROOM_BATCH_SIZE", "1001", "above Mailgun's maximum of 1000"),
     ("PRESSROOM_SEND_CONCURRENCY", "two", "integer"),
     ("OUTBOX_BACKOFF_SEC", "[5,-1]", "positive"),
 ])
