@@ -122,7 +122,7 @@ async def main(events: int, aggregate_members: int) -> None:
         print(f"  fetch+apply      {fetched - began:8.2f} s  ({sum(p.pages for p in phases):,} pages)")
         print(f"  aggregate        {aggregate.seconds:8.2f} s  ({aggregate.emails} emails, {aggregate.members:,} members)")
         print(f"  total            {total:8.2f} s  -> {per_minute:,.0f} events/min applied "
-              f"(target 250,000; seed 2,500)")
+              f"(target 250,000; the specified minimum is 2,500)")
         print(f"  raw one UPDATE   {raw:8.2f} s  -> {raw_per_minute:,.0f} events/min")
         print(f"  ratio pipeline/raw: {per_minute / raw_per_minute:.3f}")
         print(f"aggregates for {members_result.members:,} members: {agg:.2f} s (target < 10 s)")
