@@ -53,7 +53,8 @@ async def run_demo(console: Console, *, members: int, publish_in: float, keep_ru
             console.print("[bold]Worker[/bold]: running in this process on task queue "
                           f"{settings.task_queue}")
 
-            added = await add_member(f"newcomer-{tag}@demo.pressroom.test", "Newcomer", settings=settings)
+            # A real-looking domain: address validation refuses the reserved .test names people type by mistake.
+            added = await add_member(f"newcomer-{tag}@example.com", "Newcomer", settings=settings)
             await _wait_for(pool, "SELECT status = 'succeeded' FROM outbox WHERE idempotency_key = $1",
                             added.welcome_key, what="the welcome email")
             console.print(f"[bold]Outbox[/bold]: member {added.member_id} joined; welcome email sent "

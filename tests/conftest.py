@@ -118,6 +118,18 @@ async def start_time_skipping_server() -> WorkflowEnvironment:
     return env
 
 
+def time_skipping_server_of_its_own():
+    """A `time_skipping_env` fixture for one folder's conftest: a server whose clock no other folder
+    has skipped ahead (tests there skip years: long timers, daily caps; a folder that schedules
+    by that clock wants times the CLI accepts)."""
+    @pytest.fixture(scope="session")
+    async def time_skipping_env() -> AsyncIterator[WorkflowEnvironment]:
+        env = await start_time_skipping_server()
+        yield env
+        await env.shutdown()
+    return time_skipping_env
+
+
 @pytest.fixture(scope="session")
 async def dev_env() -> AsyncIterator[WorkflowEnvironment]:
     """Temporal's dev server: real persistence and real timing, with our search attributes."""

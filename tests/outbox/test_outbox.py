@@ -50,7 +50,7 @@ async def entry_state(db, key: str) -> str | None:
     return await db.fetchval("SELECT status FROM outbox WHERE idempotency_key = $1", key)
 
 
-async def settled(db, key: str, state: str = "succeeded", timeout: float = 30) -> None:
+async def settled(db, key: str, state: str = "succeeded", timeout: float = 90) -> None:
     async def done() -> bool:
         return await entry_state(db, key) == state
     await wait_until(done, timeout)

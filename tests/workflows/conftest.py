@@ -16,6 +16,8 @@ import pytest
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
+from tests.conftest import time_skipping_server_of_its_own
+
 
 # The session's servers are started lazily, by the first test that asks for them. In this folder
 # asking is a mistake: these overrides make it fail loudly instead of making the tier slow.
@@ -34,15 +36,8 @@ def dev_env():
     pytest.fail("the fast tier (tests/workflows) runs on the time-skipping server only")
 
 
-@pytest.fixture(scope="session")
-async def time_skipping_env() -> AsyncIterator[WorkflowEnvironment]:
-    """A time-skipping server of the fast tier's own: its tests skip years ahead (long timers, daily
-    caps), and the other folders' tests compute times from the shared server's clock."""
-    from tests.conftest import start_time_skipping_server
-
-    env = await start_time_skipping_server()
-    yield env
-    await env.shutdown()
+# Its tests skip years ahead (long timers, daily caps): a clock of their own.
+time_skipping_env = time_skipping_server_of_its_own()
 
 
 @pytest.fixture
