@@ -47,10 +47,15 @@ def newsletter_send(email_id: str = typer.Argument(..., help="The email to send 
 
     outcome = run_async(work())
     if outcome is not None:
-        console.print(f"email {email_id}: {outcome.status}" + (f" — {outcome.message}" if outcome.message else ""),
-                      highlight=False)
+        print_outcome(email_id, outcome)
         if outcome.status == "failed":
             raise PressroomError(f"email {email_id} failed: {outcome.message}")
+
+
+def print_outcome(email_id: str, outcome) -> None:
+    """An ended send in one line; a failed one then becomes an error (exit 1)."""
+    console.print(f"email {email_id}: {outcome.status}" + (f" — {outcome.message}" if outcome.message else ""),
+                  highlight=False)
 
 
 @app.command("status")
@@ -95,8 +100,7 @@ def newsletter_follow(email_id: str = typer.Argument(..., help="The email (email
     if as_json:
         print_json(outcome.model_dump())
     else:
-        console.print(f"email {email_id}: {outcome.status}" + (f" — {outcome.message}" if outcome.message else ""),
-                      highlight=False)
+        print_outcome(email_id, outcome)
     if outcome.status == "failed":
         raise PressroomError(f"email {email_id} failed: {outcome.message}")
 
