@@ -38,6 +38,7 @@ PHASE_JOBS = {"latest-opened": "email-analytics-latest-opened", "latest": "email
 PHASE_EVENTS = {"latest-opened": "opened", "latest": "delivered OR failed OR unsubscribed OR complained",
                 "missing": None, "backfill": None}
 APPLIED_KINDS = ("delivered", "opened", "failed", "unsubscribed", "complained")
+RECORDED_KINDS = frozenset(("failed", "unsubscribed", "complained"))
 # Codes that suppress an address: the SMTP hard-bounce codes (no such mailbox, domain, policy)
 # and Mailgun's own 605/607 ("previously bounced" / "marked as spam") after which Ghost suppresses.
 BOUNCE_SUPPRESSION_CODES = [550, 551, 553, 554, 605, 607]
@@ -176,8 +177,60 @@ class _Batch:
         return (self.ids, self.kinds, self.severities, self.times, self.email_ids, self.provider_ids,
                 self.addresses, self.codes, self.enhanced, self.messages)
 
+    def time_columns(self) -> tuple:
+        return self.kinds, self.severities, self.times, self.email_ids, self.provider_ids, self.addresses
 
-# --- SQL: one statement per kind of change, for a whole batch ------------------------------------
+    def records(self) -> tuple | None:
+        """The columns of the events that leave a record beyond a time (failures, unsubscribes,
+        complaints), or None when there are none: most pages hold only deliveries and opens."""
+        rows = [n for n, kind in enumerate(self.kinds) if kind in RECORDED_KINDS]
+        if not rows:
+            return None
+        return tuple([column[n] for n in rows] for column in self.columns())
+
+
+# --- SQL: a batch's times in one statement; failures, unsubscribes and complaints by kind ---------
+
+# The times every event sets and the dirty marks, in one statement. The batch's events are reduced
+# to one row per (email, address); each recipient row is found once, by its address, and updated
+# only when a time is still empty. When every row changed (the common case: new events), those
+# rows are the matched ones; only otherwise (re-read events, unknown recipients, events that set
+# no time) are the rows looked up again to count and mark them. The answer: events matched.
+_APPLY_TIMES = """
+WITH ev AS (
+    SELECT * FROM unnest($1::text[], $2::text[], $3::float8[], $4::text[], $5::text[], $6::text[])
+           AS t(kind, severity, ts, email_id, provider_id, address)
+), grouped AS (
+    SELECT COALESCE(ev.email_id, b.email_id) AS email_id, ev.address, count(*) AS events,
+           to_timestamp(min(ev.ts) FILTER (WHERE ev.kind = 'delivered')) AS delivered,
+           to_timestamp(min(ev.ts) FILTER (WHERE ev.kind = 'opened')) AS opened,
+           to_timestamp(min(ev.ts) FILTER (WHERE ev.kind = 'failed' AND ev.severity = 'permanent')) AS failed
+    FROM ev LEFT JOIN email_batches b ON ev.email_id IS NULL AND b.provider_id = ev.provider_id
+    WHERE COALESCE(ev.email_id, b.email_id) IS NOT NULL
+    GROUP BY 1, 2
+), changed AS (
+    UPDATE email_recipients er SET
+        delivered_at = COALESCE(er.delivered_at, g.delivered),
+        opened_at = COALESCE(er.opened_at, g.opened),
+        failed_at = COALESCE(er.failed_at, g.failed)
+    FROM grouped g
+    WHERE er.email_id = g.email_id AND er.member_email = g.address
+      AND ((er.delivered_at IS NULL AND g.delivered IS NOT NULL) OR (er.opened_at IS NULL AND g.opened IS NOT NULL)
+           OR (er.failed_at IS NULL AND g.failed IS NOT NULL))
+    RETURNING er.email_id, er.member_id, g.events
+), matched AS MATERIALIZED (
+    SELECT er.email_id, er.member_id, g.events
+    FROM grouped g JOIN email_recipients er ON er.email_id = g.email_id AND er.member_email = g.address
+    WHERE (SELECT count(*) FROM changed) < (SELECT count(*) FROM grouped)  -- else not even run
+), dirty_emails AS (
+    INSERT INTO email_analytics_dirty_emails
+    SELECT email_id FROM changed UNION SELECT email_id FROM matched ON CONFLICT DO NOTHING
+), dirty_members AS (
+    INSERT INTO email_analytics_dirty_members
+    SELECT member_id FROM changed UNION ALL SELECT member_id FROM matched ON CONFLICT DO NOTHING
+)
+SELECT CASE WHEN (SELECT count(*) FROM changed) = (SELECT count(*) FROM grouped)
+            THEN (SELECT sum(events) FROM grouped) ELSE (SELECT sum(events) FROM matched) END::bigint"""
 
 _MATCHED_TABLE = """
 CREATE TEMP TABLE IF NOT EXISTS analytics_matched (
@@ -198,20 +251,6 @@ INSERT INTO analytics_matched
 SELECT r.event_id, r.kind, r.severity, to_timestamp(r.ts), er.email_id, er.id, er.member_id, r.address,
        r.code, r.enhanced_code, r.message
 FROM resolved r JOIN email_recipients er ON er.email_id = r.resolved_email_id AND er.member_email = r.address"""
-
-_SET_TIMES = """
-UPDATE email_recipients er SET
-    delivered_at = COALESCE(er.delivered_at, m.delivered),
-    opened_at = COALESCE(er.opened_at, m.opened),
-    failed_at = COALESCE(er.failed_at, m.failed)
-FROM (SELECT recipient_id,
-             min(at) FILTER (WHERE kind = 'delivered') AS delivered,
-             min(at) FILTER (WHERE kind = 'opened') AS opened,
-             min(at) FILTER (WHERE kind = 'failed' AND severity = 'permanent') AS failed
-      FROM analytics_matched WHERE kind IN ('delivered', 'opened', 'failed') GROUP BY recipient_id) m
-WHERE er.id = m.recipient_id
-  AND ((er.delivered_at IS NULL AND m.delivered IS NOT NULL) OR (er.opened_at IS NULL AND m.opened IS NOT NULL)
-       OR (er.failed_at IS NULL AND m.failed IS NOT NULL))"""
 
 # One failure row per recipient of an email, as Ghost keeps it: a later temporary failure replaces
 # a temporary one, a permanent one replaces a temporary one, nothing replaces a permanent one. A
@@ -255,12 +294,6 @@ SELECT address, email_id, CASE WHEN kind = 'complained' THEN 'spam' ELSE 'bounce
 FROM analytics_matched
 WHERE kind = 'complained' OR (kind = 'failed' AND severity = 'permanent' AND code = ANY($1::int[]))
 ON CONFLICT (email) DO NOTHING"""
-
-_DIRTY = """
-WITH e AS (INSERT INTO email_analytics_dirty_emails SELECT DISTINCT email_id FROM analytics_matched
-           ON CONFLICT DO NOTHING)
-INSERT INTO email_analytics_dirty_members SELECT DISTINCT member_id FROM analytics_matched
-ON CONFLICT DO NOTHING"""
 
 _SAVE_JOB = """
 INSERT INTO jobs (name, status, started_at, metadata) VALUES ($1, 'started', now(), $2::jsonb)
@@ -408,12 +441,17 @@ class AnalyticsActivities:
             return await self._finish(result, job, phase, now, started)
         checkpoint: dict[str, Any] | None = resumed
         pending: asyncio.Task | None = asyncio.create_task(page(url))
+        # The batch being applied while the next pages are read and parsed: PostgreSQL and this
+        # process work at the same time. One at a time, in order, so the cursor only moves forward.
+        applying: asyncio.Task | None = None
         exhausted = False
         try:
             while pending is not None:
                 items, next_url = await pending
                 pending = None
                 result.pages += 1
+                if applying is not None and applying.done():
+                    checkpoint, applying = applying.result(), None
                 # Every page is a sign of life; the details stay those of the last batch applied,
                 # where a retry can resume without skipping an event.
                 activity.heartbeat(checkpoint)  # every heartbeat carries the last checkpoint (None before the first)
@@ -432,17 +470,23 @@ class AnalyticsActivities:
                 if len(batch) + batch.malformed >= APPLY_EVENTS or pending is None:
                     cursor = {"resume_url": None if exhausted else next_url, "window_end": _epoch(end),
                               "cursor": _epoch(end) if exhausted else (last_moment or state.get("cursor"))}
-                    await self._apply(batch, result, job, cursor)
+                    if applying is not None:
+                        checkpoint = await applying
+                    resume = {"job": job, "url": next_url, "end": _epoch(end)}
+                    applying = asyncio.create_task(
+                        self._apply_and_checkpoint(batch, result, job, cursor, resume, result.pages, result.events))
                     batch = _Batch()
-                    checkpoint = {"job": job, "url": next_url, "end": _epoch(end),
-                                  "result": result.model_dump(mode="json")}
-                    activity.heartbeat(checkpoint)
+            if applying is not None:
+                checkpoint, applying = await applying, None
         except MailgunError as error:
+            if applying is not None:
+                await applying  # keep the batch read before the failure: a retry resumes after it
             raise ApplicationError(f"email analytics {phase}: {error}", type=type(error).__name__,
                                    non_retryable=not error.retryable) from None
         finally:
-            if pending is not None:
-                pending.cancel()
+            for task in (pending, applying):
+                if task is not None and not task.done():
+                    task.cancel()
         return await self._finish(result, job, phase, now, started)
 
     async def _finish(self, result: PhaseResult, job: str, phase: str, now: datetime, started: float) -> PhaseResult:
@@ -467,20 +511,29 @@ class AnalyticsActivities:
                 result.lag_seconds, {"phase": phase})
         return result
 
+    async def _apply_and_checkpoint(self, batch: _Batch, result: PhaseResult, job: str, cursor: dict[str, Any],
+                                    resume: dict[str, Any], pages: int, events: int) -> dict[str, Any]:
+        """Apply a batch, then heartbeat where a retry resumes: the page after this batch, with the
+        figures as they were when the batch was cut (pages read since are not applied yet)."""
+        await self._apply(batch, result, job, cursor)
+        checkpoint = {**resume, "result": result.model_dump(mode="json") | {"pages": pages, "events": events}}
+        activity.heartbeat(checkpoint)
+        return checkpoint
+
     async def _apply(self, batch: _Batch, result: PhaseResult, job: str, cursor: dict[str, Any]) -> None:
-        """One transaction: match, set times, failures, unsubscribes, complaints, suppressions, cursor."""
+        """One transaction: times and dirty marks, failures, unsubscribes, complaints, suppressions, cursor."""
         async with self.deps.pool.acquire() as conn, conn.transaction():
             matched = 0
             if len(batch):
-                await conn.execute(_MATCHED_TABLE)
-                matched = _rows(await conn.execute(_MATCH, *batch.columns()))
-                if matched:
-                    await conn.execute(_SET_TIMES)
-                    await conn.execute(_FAILURES)
-                    await conn.execute(_UNSUBSCRIBE)
-                    await conn.execute(_COMPLAINTS)
-                    await conn.execute(_SUPPRESS, BOUNCE_SUPPRESSION_CODES)
-                    await conn.execute(_DIRTY)
+                matched = await conn.fetchval(_APPLY_TIMES, *batch.time_columns()) or 0
+                records = batch.records()
+                if records and matched:
+                    await conn.execute(_MATCHED_TABLE)
+                    if _rows(await conn.execute(_MATCH, *records)):
+                        await conn.execute(_FAILURES)
+                        await conn.execute(_UNSUBSCRIBE)
+                        await conn.execute(_COMPLAINTS)
+                        await conn.execute(_SUPPRESS, BOUNCE_SUPPRESSION_CODES)
             await conn.execute(_SAVE_JOB, job, json.dumps(cursor))
         result.applied += matched
         result.unknown += len(batch) - matched

@@ -1,0 +1,94 @@
+"""Applying a batch: first times win, every matched event is counted and marked, re-reads change nothing."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+from activities.analytics import PhaseResult, _Batch
+
+from .conftest import activities_for, address, seed_newsletter
+
+T0 = 1_700_000_000.0
+
+
+def event(n: int, kind: str, at: float, **extra) -> dict:
+    """A Mailgun event for member n of email e0 (or of no email we know, with `email_id=None`)."""
+    email_id = extra.pop("email_id", "e0")
+    variables = {"email-id": email_id} if email_id else {}
+    return {"id": f"{kind}-{n}-{at}", "event": kind, "timestamp": at, "recipient": extra.pop("to", address(n)),
+            "user-variables": variables, "message": {"headers": {"message-id": extra.pop("message_id", "<x@mg>")}},
+            **extra}
+
+
+def failed(n: int, at: float, severity: str, code: int) -> dict:
+    return event(n, "failed", at, severity=severity,
+                 **{"delivery-status": {"code": code, "message": "No such mailbox", "description": ""}})
+
+
+async def apply(activities, items: list[dict]) -> PhaseResult:
+    batch, result = _Batch(), PhaseResult(phase="latest")
+    batch.add(items)
+    await activities._apply(batch, result, "email-analytics-test", {"cursor": T0})
+    return result
+
+
+async def times(db) -> dict[str, tuple]:
+    rows = await db.fetch("SELECT member_id, delivered_at, opened_at, failed_at FROM email_recipients")
+    return {r["member_id"]: (r["delivered_at"], r["opened_at"], r["failed_at"]) for r in rows}
+
+
+async def dirty(db) -> tuple[set, set]:
+    emails = {r[0] for r in await db.fetch("SELECT email_id FROM email_analytics_dirty_emails")}
+    members = {r[0] for r in await db.fetch("SELECT member_id FROM email_analytics_dirty_members")}
+    return emails, members
+
+
+def at(epoch: float) -> datetime:
+    return datetime.fromtimestamp(epoch, tz=timezone.utc)
+
+
+async def test_a_batch_sets_first_times_and_counts_every_matched_event_once(db, client, analytics_settings):
+    await seed_newsletter(db, members=6, emails=1)
+    await db.execute("UPDATE email_batches SET provider_id = 'p0@mg' WHERE email_id = 'e0'")
+    activities = activities_for(analytics_settings, db, client)
+    items = [event(0, "delivered", T0), event(0, "opened", T0 + 10), event(0, "opened", T0 + 5),
+             failed(1, T0, "temporary", 421), failed(2, T0, "permanent", 550),
+             event(3, "delivered", T0, email_id=None, message_id="<p0@mg>"),  # found by its message id
+             event(4, "unsubscribed", T0),
+             event(9, "delivered", T0, to="nobody@example.com"),  # not a recipient of e0
+             event(5, "delivered", T0, email_id="e-unknown")]
+    result = await apply(activities, items)
+    assert (result.applied, result.unknown) == (7, 2)
+    assert await times(db) == {
+        "m0": (at(T0), at(T0 + 5), None), "m1": (None, None, None), "m2": (None, None, at(T0)),
+        "m3": (at(T0), None, None), "m4": (None, None, None), "m5": (None, None, None)}
+    # Every member with a matched event is recounted, also when no time changed (m1, m4).
+    assert await dirty(db) == ({"e0"}, {"m0", "m1", "m2", "m3", "m4"})
+    failures = await db.fetch("SELECT member_id, severity FROM email_recipient_failures ORDER BY member_id")
+    assert [tuple(r) for r in failures] == [("m1", "temporary"), ("m2", "permanent")]
+    assert await db.fetchval("SELECT count(*) FROM suppressions WHERE email = $1", address(2)) == 1
+    assert await db.fetchval("SELECT count(*) FROM members_newsletters WHERE member_id = 'm4'") == 0
+
+    # The same events read again, later copies of them, and one new open: only the open changes a
+    # row; every matched event is counted and its member marked again.
+    before = await times(db)
+    await db.execute("TRUNCATE email_analytics_dirty_emails, email_analytics_dirty_members")
+    again = [{**item, "id": item["id"] + "-again"} for item in items] + [event(3, "opened", T0 + 60)]
+    again += [event(0, "opened", T0 + 1000), event(2, "delivered", T0 + 1000)]
+    result = await apply(activities, again)
+    assert (result.applied, result.unknown) == (10, 2)
+    after = await times(db)
+    assert after == {**before, "m3": (at(T0), at(T0 + 60), None), "m2": (at(T0 + 1000), None, at(T0))}
+    assert await dirty(db) == ({"e0"}, {"m0", "m1", "m2", "m3", "m4"})
+
+
+async def test_a_batch_of_new_events_marks_exactly_the_rows_it_changed(db, client, analytics_settings):
+    await seed_newsletter(db, members=5, emails=2)
+    activities = activities_for(analytics_settings, db, client)
+    result = await apply(activities, [event(0, "delivered", T0), event(1, "opened", T0),
+                                      event(2, "delivered", T0, email_id="e1")])
+    assert (result.applied, result.unknown) == (3, 0)
+    assert await dirty(db) == ({"e0", "e1"}, {"m0", "m1", "m2"})
+    rows = await db.fetch("SELECT email_id, member_id FROM email_recipients "
+                          "WHERE delivered_at IS NOT NULL OR opened_at IS NOT NULL ORDER BY 1, 2")
+    assert [tuple(r) for r in rows] == [("e0", "m0"), ("e0", "m1"), ("e1", "m2")]
