@@ -115,29 +115,29 @@ class RecordRunInput(BaseModel):
 # --- parsing a page ------------------------------------------------------------------------------
 
 class _Batch:
-    """Columns of the events to apply, as arrays for one unnest."""
+    """The events to apply: the columns every event fills, as arrays for one unnest, and the whole
+    event for the few kinds that leave a record beyond a time (failures, unsubscribes, complaints)."""
 
-    __slots__ = ("ids", "kinds", "severities", "times", "email_ids", "provider_ids", "addresses", "codes",
-                 "enhanced", "messages", "by_type", "malformed")
+    __slots__ = ("kinds", "severities", "times", "email_ids", "provider_ids", "addresses", "recorded", "by_type",
+                 "malformed")
 
     def __init__(self) -> None:
-        self.ids: list[str] = []
         self.kinds: list[str] = []
         self.severities: list[str | None] = []
         self.times: list[float] = []
         self.email_ids: list[str | None] = []
         self.provider_ids: list[str | None] = []
         self.addresses: list[str] = []
-        self.codes: list[int | None] = []
-        self.enhanced: list[str | None] = []
-        self.messages: list[str | None] = []
+        self.recorded: list[tuple] = []  # (id, kind, severity, time, email id, provider id, address, code,
+        #                                    enhanced code, message) of failures, unsubscribes, complaints
         self.by_type: Counter[str] = Counter()
         self.malformed = 0
 
     def __len__(self) -> int:
-        return len(self.ids)
+        return len(self.kinds)
 
     def add(self, items: list[dict]) -> None:
+        # Once per event of hundreds of thousands: only what every event needs is read here.
         for item in items:
             try:
                 event_id, kind, recipient = item["id"], item["event"], item["recipient"]
@@ -156,37 +156,37 @@ class _Batch:
             self.by_type[kind] += 1
             if kind not in APPLIED_KINDS:
                 continue  # accepted, clicked, stored: nothing of ours to update
-            status = item.get("delivery-status") if kind == "failed" else None
-            status = status if isinstance(status, dict) else {}
-            code = status.get("code")
-            self.ids.append(event_id)
+            severity = item.get("severity") if kind == "failed" else None
+            severity = severity if isinstance(severity, str) else None
+            email_id = email_id if isinstance(email_id, str) else None
+            provider_id = provider_id.strip("<> ") if isinstance(provider_id, str) else None
             self.kinds.append(kind)
-            self.severities.append(item.get("severity") if isinstance(item.get("severity"), str) else None)
+            self.severities.append(severity)
             self.times.append(moment)
-            self.email_ids.append(email_id if isinstance(email_id, str) else None)
-            self.provider_ids.append(provider_id.strip("<> ") if isinstance(provider_id, str) else None)
+            self.email_ids.append(email_id)
+            self.provider_ids.append(provider_id)
             self.addresses.append(recipient)
-            self.codes.append(code if isinstance(code, int) and not isinstance(code, bool) else None)
-            enhanced = status.get("enhanced-code")
-            self.enhanced.append(enhanced if isinstance(enhanced, str) else None)
-            message = next((text.strip() for text in (status.get("message"), status.get("description"))
-                            if isinstance(text, str) and text.strip()), None)
-            self.messages.append(message[:2000] if message else None)
+            if kind in RECORDED_KINDS:
+                failure = self._failure(item) if kind == "failed" else (None, None, None)
+                self.recorded.append((event_id, kind, severity, moment, email_id, provider_id, recipient, *failure))
 
-    def columns(self) -> tuple:
-        return (self.ids, self.kinds, self.severities, self.times, self.email_ids, self.provider_ids,
-                self.addresses, self.codes, self.enhanced, self.messages)
+    @staticmethod
+    def _failure(item: dict) -> tuple[int | None, str | None, str | None]:
+        """A failure's SMTP code, enhanced code and explanation, as far as Mailgun gave them."""
+        status = item.get("delivery-status")
+        status = status if isinstance(status, dict) else {}
+        code, enhanced = status.get("code"), status.get("enhanced-code")
+        message = next((text.strip() for text in (status.get("message"), status.get("description"))
+                        if isinstance(text, str) and text.strip()), None)
+        return (code if isinstance(code, int) and not isinstance(code, bool) else None,
+                enhanced if isinstance(enhanced, str) else None, message[:2000] if message else None)
 
     def time_columns(self) -> tuple:
         return self.kinds, self.severities, self.times, self.email_ids, self.provider_ids, self.addresses
 
     def records(self) -> tuple | None:
-        """The columns of the events that leave a record beyond a time (failures, unsubscribes,
-        complaints), or None when there are none: most pages hold only deliveries and opens."""
-        rows = [n for n, kind in enumerate(self.kinds) if kind in RECORDED_KINDS]
-        if not rows:
-            return None
-        return tuple([column[n] for n in rows] for column in self.columns())
+        """The recorded events as columns for one unnest, or None: most pages hold none."""
+        return tuple(list(column) for column in zip(*self.recorded)) if self.recorded else None
 
 
 # --- SQL: a batch's times in one statement; failures, unsubscribes and complaints by kind ---------
