@@ -92,3 +92,41 @@ async def test_a_batch_of_new_events_marks_exactly_the_rows_it_changed(db, clien
     rows = await db.fetch("SELECT email_id, member_id FROM email_recipients "
                           "WHERE delivered_at IS NOT NULL OR opened_at IS NOT NULL ORDER BY 1, 2")
     assert [tuple(r) for r in rows] == [("e0", "m0"), ("e0", "m1"), ("e1", "m2")]
+
+
+async def test_pages_are_read_while_a_batch_is_applied_and_checkpoints_hold_the_figures_at_its_cut(
+        db, mailgun, client, analytics_settings):
+    import asyncio
+
+    from temporalio.testing import ActivityEnvironment
+
+    from activities.analytics import FetchPhaseInput
+
+    from .conftest import sim_now
+
+    await seed_newsletter(db, members=4500, emails=1)
+    mailgun.add_synthetic_events(email_id="e0", recipients=[address(n) for n in range(4500)], events=["delivered"])
+    activities = activities_for(analytics_settings, db, client)
+    requests_during: list[tuple[int, int]] = []
+    apply = activities._apply
+
+    async def slow_apply(*args):
+        before = mailgun.request_counts["events"]
+        await asyncio.sleep(0.5)  # a slow database: the next pages should arrive meanwhile
+        await apply(*args)
+        requests_during.append((before, mailgun.request_counts["events"]))
+
+    activities._apply = slow_apply
+    env = ActivityEnvironment()
+    heartbeats = []
+    env.on_heartbeat = lambda *details: heartbeats.append(details[0])
+    result = await env.run(activities.fetch_phase, FetchPhaseInput(phase="latest", now=sim_now(mailgun)))
+
+    assert result.events == 4500 and result.applied == 4500 and result.pages == 16
+    first_before, first_after = requests_during[0]
+    assert first_after - first_before >= 3  # pages were read while the first batch was applied
+    checkpoints = [h for h in heartbeats if h is not None]
+    # The first checkpoint is the first batch's: 10 pages, 3,000 events, though more were read.
+    assert checkpoints[0]["result"]["pages"] == 10 and checkpoints[0]["result"]["events"] == 3000
+    assert checkpoints[0]["result"]["applied"] == 3000
+    assert await db.fetchval("SELECT count(delivered_at) FROM email_recipients") == 4500
