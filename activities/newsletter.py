@@ -21,8 +21,8 @@ from activities.email_content import LoadedEmail, load_email
 from activities.heartbeat import heartbeating
 from activities.sending_limits import learned_batch_sizes, sending_domain, warmup_limit
 from pressroom.dependencies import Dependencies
-from pressroom.mailgun import (ACCEPTED, UNCERTAIN, MailgunClient, MailgunError, MailgunRateLimited, MailgunRejected,
-                               RecipientLimitExceeded)
+from pressroom.mailgun import (ACCEPTED, NOT_ACCEPTED, UNCERTAIN, MailgunClient, MailgunError, MailgunRateLimited, MailgunRejected,
+                               MessageFields, RecipientLimitExceeded, message_fields)
 from pressroom.email_rendering import (FREE, NOT_FREE, BodyCache, ContentError, Rendered, member_values,
                                        recipient_statuses, render, segments_needed)
 
@@ -119,6 +119,31 @@ RECIPIENTS = """
     JOIN members_newsletters mn ON mn.member_id = m.id AND mn.newsletter_id = $1
     WHERE m.status = ANY($2::text[]) AND NOT m.email_disabled AND m.created_at <= $3
       AND NOT EXISTS (SELECT 1 FROM suppressions s WHERE s.email = m.email)
+"""
+
+
+# Claims a batch not yet submitted ($1) and returns its recipients in order. Unless the last send
+# was uncertain, the same statement records this attempt as one (as `_record_outcome` would with
+# sending=True); the returned send_outcome is the one before this attempt.
+CLAIM_BATCH = """
+    WITH old AS (SELECT id, status, send_outcome FROM email_batches WHERE id = $1 FOR UPDATE),
+    claimed AS (
+        UPDATE email_batches b
+        SET status = 'submitting', updated_at = now(),
+            send_outcome = 'uncertain',
+            send_attempts = b.send_attempts + CASE WHEN old.send_outcome = 'uncertain' THEN 0 ELSE 1 END,
+            first_uncertain_at = CASE WHEN old.send_outcome = 'uncertain' THEN b.first_uncertain_at ELSE now() END,
+            last_uncertain_at = CASE WHEN old.send_outcome = 'uncertain' THEN b.last_uncertain_at ELSE now() END
+        FROM old WHERE b.id = old.id AND old.status <> 'submitted'
+        RETURNING b.id, b.email_id, b.member_segment, b.fallback_sending_domain, old.send_outcome, b.send_attempts,
+                  b.first_uncertain_at, now() AS now,
+                  extract(epoch FROM now() - b.last_uncertain_at)::float8 AS uncertain_for)
+    SELECT claimed.*, r.emails, r.names, r.uuids, r.statuses
+    FROM claimed, LATERAL (
+        SELECT array_agg(r.member_email ORDER BY r.id) AS emails, array_agg(r.member_name ORDER BY r.id) AS names,
+               array_agg(r.member_uuid::text ORDER BY r.id) AS uuids,
+               array_agg(coalesce(m.status, '') ORDER BY r.id) AS statuses
+        FROM email_recipients r LEFT JOIN members m ON m.id = r.member_id WHERE r.batch_id = claimed.id) r
 """
 
 
@@ -358,76 +383,66 @@ class NewsletterActivities:
             return await self._send_batch(input)
 
     async def _send_batch(self, input: SendBatchInput) -> BatchSent:
-        async with self.pool.acquire() as conn:
-            batch = await conn.fetchrow(
-                """UPDATE email_batches b SET status = 'submitting', updated_at = now()
-                   FROM (SELECT id, status AS before FROM email_batches WHERE id = $1 FOR UPDATE) old
-                   WHERE b.id = old.id AND old.before <> 'submitted'
-                   RETURNING b.email_id, b.member_segment, b.fallback_sending_domain, b.send_outcome,
-                             b.send_attempts, b.first_uncertain_at, now() AS now,
-                             extract(epoch FROM now() - b.last_uncertain_at)::float8 AS uncertain_for""",
-                input.batch_id)
-            if batch is None:
-                done = await conn.fetchrow("SELECT provider_id, (SELECT count(*) FROM email_recipients "
-                                           "WHERE batch_id = $1) AS n FROM email_batches WHERE id = $1",
-                                           input.batch_id)
-                if done is None:
-                    raise _non_retryable(f"batch {input.batch_id} does not exist", "BatchNotFound")
-                return BatchSent(batch_id=input.batch_id, recipients=done["n"], provider_id=done["provider_id"],
-                                 reconciled=True)
-            recipients = await conn.fetch(
-                "SELECT r.member_email, r.member_name, r.member_uuid, coalesce(m.status, '') AS status "
-                "FROM email_recipients r LEFT JOIN members m ON m.id = r.member_id WHERE r.batch_id = $1 "
-                "ORDER BY r.id", input.batch_id)
+        # One statement claims the batch, reads its recipients and, unless its last send was
+        # uncertain (then it is looked up first), records this attempt as uncertain: committed
+        # before the request goes out, so a worker killed mid-send leaves "uncertain" behind.
+        batch = await self.pool.fetchrow(CLAIM_BATCH, input.batch_id)
+        if batch is None:
+            done = await self.pool.fetchrow("SELECT provider_id, (SELECT count(*) FROM email_recipients "
+                                            "WHERE batch_id = $1) AS n FROM email_batches WHERE id = $1",
+                                            input.batch_id)
+            if done is None:
+                raise _non_retryable(f"batch {input.batch_id} does not exist", "BatchNotFound")
+            return BatchSent(batch_id=input.batch_id, recipients=done["n"], provider_id=done["provider_id"],
+                             reconciled=True)
+        addresses = batch["emails"] or []
         # The batch's domain decides the request URL, the From address and where its events are.
         mailgun = self.mailgun.for_domain(sending_domain(self.settings, batch["fallback_sending_domain"]))
         message_id = f"{input.batch_id}@{mailgun.domain}"
         if batch["send_outcome"] == UNCERTAIN:
-            provider_id = await self._find_accepted(mailgun, input.batch_id, recipients[0]["member_email"], message_id,
+            provider_id = await self._find_accepted(mailgun, input.batch_id, addresses[0], message_id,
                                                     *lookup_window(batch["first_uncertain_at"], batch["now"]))
             if provider_id is not None:
                 activity.logger.info("batch %s was accepted by an earlier attempt; not sending it again",
                                      input.batch_id)
                 await self._record_submitted(input.batch_id, provider_id)
-                return BatchSent(batch_id=input.batch_id, recipients=len(recipients), provider_id=provider_id,
+                return BatchSent(batch_id=input.batch_id, recipients=len(addresses), provider_id=provider_id,
                                  reconciled=True)
             wait = confirm_wait(batch["uncertain_for"], self.settings, input.confirm)
             if wait is not None:
                 activity.logger.info("batch %s may have been accepted and is not in Mailgun's events yet; "
                                      "looking again in %.0f s", input.batch_id, wait)
-                return BatchSent(batch_id=input.batch_id, recipients=len(recipients), provider_id="",
+                return BatchSent(batch_id=input.batch_id, recipients=len(addresses), provider_id="",
                                  reconciled=False, confirm_in_seconds=wait)
             if batch["send_attempts"] >= self.settings.mailgun_retries + 1:
                 raise uncertain_sends_exhausted(f"batch {input.batch_id}", batch["send_attempts"])
+            await self._record_outcome(input.batch_id, UNCERTAIN, sending=True)  # until the answer says otherwise
 
-        body, headers = await self._body(batch["email_id"], batch["member_segment"])
+        try:
+            body, fields = await self._message(batch["email_id"], batch["member_segment"], mailgun.domain)
+        except Exception:
+            # Nothing went out: a retry need not look this attempt up in Mailgun's events.
+            await self._record_outcome(input.batch_id, NOT_ACCEPTED)
+            raise
         # Each reader's personalisation, resolved here so that no address enters a workflow history.
+        site_url, email_id = self.settings.site_url, batch["email_id"]
         variables = {
-            r["member_email"]: body.recipient_variables(member_values(
-                name=r["member_name"], email=r["member_email"], uuid=str(r["member_uuid"]), status=r["status"],
-                site_url=self.settings.site_url, email_id=batch["email_id"]))
-            for r in recipients}
-        subject, html, text = body.subject, body.html, body.text
-        tags = ["bulk-email", *([self.settings.email_tag] if self.settings.email_tag else [])]
-        from_address, track_opens = headers.pop("From"), headers.pop("X-Track-Opens") == "yes"
-        if mailgun.domain != self.mailgun.domain:
-            from_address = fallback_sender(from_address, self.settings.fallback_address)
-        activity.logger.info("sending batch %s (%d recipients)", input.batch_id, len(recipients))
-        await self._record_outcome(input.batch_id, UNCERTAIN, sending=True)  # until the answer says otherwise
+            address: body.recipient_variables(member_values(
+                name=name, email=address, uuid=uuid, status=status, site_url=site_url, email_id=email_id))
+            for address, name, uuid, status in zip(addresses, batch["names"], batch["uuids"], batch["statuses"])}
+        activity.logger.info("sending batch %s (%d recipients)", input.batch_id, len(addresses))
         try:
             try:
-                provider_id = await mailgun.send_batch(
-                    from_address=from_address, to=list(variables), subject=subject, html=html, text=text,
-                    recipient_variables=variables, tags=tags,
-                    variables={"email-id": batch["email_id"], BATCH_MARK: input.batch_id},
-                    headers={**headers, "Message-Id": f"<{message_id}>"}, delivery_time=input.delivery_time,
-                    tracking_opens=track_opens)
+                provider_id = await mailgun.send_fields(
+                    fields, to=list(variables), recipient_variables=variables,
+                    variables={"email-id": email_id, BATCH_MARK: input.batch_id},
+                    headers={"Message-Id": f"<{message_id}>"}, delivery_time=input.delivery_time)
             except MailgunError as error:
                 await self._record_outcome(input.batch_id, error.outcome)
                 raise
         except RecipientLimitExceeded as error:
             # Certainly not accepted; the workflow splits the batch into smaller ones.
-            raise ApplicationError(str(error), error.status_code, len(recipients), error.limit,
+            raise ApplicationError(str(error), error.status_code, len(addresses), error.limit,
                                    type="RecipientLimitExceeded", non_retryable=True) from None
         except MailgunRejected as error:
             raise ApplicationError(str(error), error.status_code, type="MailgunRejected", non_retryable=True) from None
@@ -442,7 +457,7 @@ class NewsletterActivities:
         except MailgunError as error:
             raise ApplicationError(str(error), error.status_code, type=type(error).__name__) from None
         await self._record_submitted(input.batch_id, provider_id)
-        return BatchSent(batch_id=input.batch_id, recipients=len(recipients), provider_id=provider_id,
+        return BatchSent(batch_id=input.batch_id, recipients=len(addresses), provider_id=provider_id,
                          reconciled=False)
 
     async def _find_accepted(self, mailgun: MailgunClient, batch_id: str, first_recipient: str, message_id: str,
@@ -465,12 +480,13 @@ class NewsletterActivities:
                WHERE id = $1""", batch_id, outcome, 1 if sending else 0)
 
     async def _record_submitted(self, batch_id: str, provider_id: str) -> None:
-        async with self.pool.acquire() as conn, conn.transaction():
-            await conn.execute(
-                "UPDATE email_batches SET status = 'submitted', provider_id = $2, send_outcome = $3, "
-                "error_status_code = NULL, error_message = NULL, error_data = NULL, updated_at = now() "
-                "WHERE id = $1", batch_id, provider_id, ACCEPTED)
-            await conn.execute("UPDATE email_recipients SET processed_at = now() WHERE batch_id = $1", batch_id)
+        # One statement, so one transaction: the batch and its recipients are marked together.
+        await self.pool.execute(
+            """WITH batch AS (
+                   UPDATE email_batches SET status = 'submitted', provider_id = $2, send_outcome = $3,
+                          error_status_code = NULL, error_message = NULL, error_data = NULL, updated_at = now()
+                   WHERE id = $1)
+               UPDATE email_recipients SET processed_at = now() WHERE batch_id = $1""", batch_id, provider_id, ACCEPTED)
 
     async def _load(self, conn, email_id: str) -> LoadedEmail:
         loaded = await load_email(conn, email_id, self.settings)
@@ -487,9 +503,10 @@ class NewsletterActivities:
         except ContentError as error:
             raise _non_retryable(str(error), "BadContent") from None
 
-    async def _body(self, email_id: str, segment: str | None) -> tuple[Rendered, dict[str, str]]:
-        """The segment's rendering and the message headers, made once per worker within the cache's size."""
-        cached = self._bodies.get((email_id, segment))
+    async def _message(self, email_id: str, segment: str | None, domain: str) -> tuple[Rendered, MessageFields]:
+        """The segment's rendering and its message fields through `domain`, encoded once per worker
+        within the cache's size: every batch of the segment shares them."""
+        cached = self._bodies.get((email_id, segment, domain))
         if cached is None:
             async with self.pool.acquire() as conn:
                 loaded = await self._load(conn, email_id)
@@ -497,14 +514,17 @@ class NewsletterActivities:
                 body = render(loaded.content, segment)
             except ContentError as error:
                 raise _non_retryable(str(error), "BadContent") from None
-            headers = {"From": loaded.from_address, "Reply-To": loaded.reply_to,
-                       "List-Unsubscribe": "<%recipient.unsubscribe_url%>",
-                       "List-Unsubscribe-Post": "List-Unsubscribe=One-Click",
-                       "X-Track-Opens": "yes" if loaded.track_opens else "no"}
-            cached = (body, headers)
-            self._bodies.put((email_id, segment), cached, body.size)
-        body, headers = cached
-        return body, dict(headers)
+            from_address = loaded.from_address
+            if domain != self.mailgun.domain:
+                from_address = fallback_sender(from_address, self.settings.fallback_address)
+            tags = ["bulk-email", *([self.settings.email_tag] if self.settings.email_tag else [])]
+            headers = {"Reply-To": loaded.reply_to, "List-Unsubscribe": "<%recipient.unsubscribe_url%>",
+                       "List-Unsubscribe-Post": "List-Unsubscribe=One-Click"}
+            fields = message_fields(from_address=from_address, subject=body.subject, html=body.html, text=body.text,
+                                    tags=tags, headers=headers, tracking_opens=loaded.track_opens)
+            cached = (body, fields)
+            self._bodies.put((email_id, segment, domain), cached, body.size + len(fields.data))
+        return cached
 
     @activity.defn
     async def fail_batch(self, input: FailBatchInput) -> None:

@@ -81,6 +81,23 @@ async def raw_posts(base_url: str, members: int, concurrency: int) -> float:
         return time.perf_counter() - started
 
 
+async def creation_times(client, workflow_id: str, run_id: str) -> tuple[float, float]:
+    """From the first run's history: seconds from its start until the last batch-creating activity
+    completed, and until the first batch send was scheduled (how long sending waited for creation)."""
+    started, names, created, first_send = None, {}, None, None
+    async for event in client.get_workflow_handle(workflow_id, run_id=run_id).fetch_history_events():
+        moment = event.event_time.ToDatetime().timestamp()
+        started = moment if started is None else started
+        if event.HasField("activity_task_scheduled_event_attributes"):
+            names[event.event_id] = name = event.activity_task_scheduled_event_attributes.activity_type.name
+            if name == "send_batch" and first_send is None:
+                first_send = moment
+        elif event.HasField("activity_task_completed_event_attributes"):
+            if names.get(event.activity_task_completed_event_attributes.scheduled_event_id, "").startswith("create_"):
+                created = moment
+    return (created or started) - started, (first_send or started) - started
+
+
 async def main(args: argparse.Namespace) -> None:
     async with bench_servers(simulator=True) as servers:
         base_url, env = servers.simulator_url, servers.env
@@ -98,6 +115,7 @@ async def main(args: argparse.Namespace) -> None:
             start = await start_newsletter("e1", client=env.client, settings=settings)
             outcome = await follow_newsletter(start.workflow_id, client=env.client, poll_seconds=0.2)
             pipeline = time.perf_counter() - started
+            created, first_send = await creation_times(env.client, start.workflow_id, start.run_id)
         stats = httpx.get(f"{base_url}/_sim/stats").json()
         await pool.close()
 
@@ -107,12 +125,13 @@ async def main(args: argparse.Namespace) -> None:
     print(f"newsletter send: N={n:,} members, simulator latency {args.latency_ms} ms, concurrency {args.concurrency}")
     print(f"  pipeline (start → submitted)  {pipeline:7.2f} s  {n / pipeline:>10,.0f} recipients/s  "
           f"({outcome.status}, {outcome.counts.batches_submitted} batches)")
+    print(f"    batches created after {created:.2f} s; first batch sent after {first_send:.2f} s")
     print(f"  raw COPY of {n:,} rows          {copy_seconds:7.2f} s  {n / copy_seconds:>10,.0f} rows/s")
     print(f"  raw {(n + 999) // 1000} posts to the simulator  {post_seconds:7.2f} s  {n / post_seconds:>10,.0f} "
           f"recipients/s")
-    print(f"  pipeline / larger raw figure: {pipeline / raw:.2f}x (target ≤ 1.5x)")
+    print(f"  pipeline / larger raw figure: {pipeline / raw:.2f}x (target ≤ {1.5 if n >= 1_000_000 else 1.2}x)")
     print(f"  duplicates at the simulator: {stats['duplicate_recipients']}")
-    print(f"  peak memory of this process (worker + client): {peak_mb:,.0f} MB")
+    print(f"  peak memory of this process (worker + client): {peak_mb:,.0f} MB (target: worker < 500 MB)")
 
 
 if __name__ == "__main__":
