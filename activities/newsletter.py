@@ -62,6 +62,9 @@ class EmailLock(BaseModel):
 class CreateBatchesInput(BaseModel):
     email_id: str
     retry_failed: bool  # a new send of a failed email sends its failed batches again
+    # One chunk of batches per call, each committed whole, until `BatchCounts.creating` is False:
+    # sending starts while the rest are written. False (runs started before chunks): all at once.
+    chunked: bool = False
 
 
 class BatchCounts(BaseModel):
@@ -71,6 +74,8 @@ class BatchCounts(BaseModel):
     recipients_total: int
     recipients_submitted: int
     batches_uncertain: int = 0  # failed batches whose last send may have reached Mailgun
+    # More batches are still to be written (chunked creation); the totals are then the planned ones.
+    creating: bool = False
 
 
 class ListUnsentBatchesInput(BaseModel):
@@ -145,6 +150,50 @@ CLAIM_BATCH = """
                array_agg(coalesce(m.status, '') ORDER BY r.id) AS statuses
         FROM email_recipients r LEFT JOIN members m ON m.id = r.member_id WHERE r.batch_id = claimed.id) r
 """
+
+
+CHUNK_BATCHES = 10  # batches per chunk of a chunked creation: the first go out while the next are written
+SEGMENT_NAMES = {FREE: "free", NOT_FREE: "paid"}  # in batch ids; an unsegmented email's batches say "all"
+# A member's place in the warming order (open rate highest first, none last; then member id) as
+# one ascending key.
+RANK_KEY = "coalesce(-m.email_open_rate::float8, 'Infinity'::float8)"
+
+
+def falls_back(rate: str, member_id: str) -> str:
+    """Whether a member is at or past the first one who falls back (NULLs: nobody does)."""
+    return f"coalesce(({RANK_KEY}, m.id) >= ({rate}::float8, {member_id}::text), false)"
+
+
+# One chunk of a group: $4 segment (NULL: unsegmented), $5-$6 warming's first fallback, $7 the
+# group's domain, $8 the last member written in the group, $9 how many, $10 the batch id prefix,
+# $11 the first batch's number, $12 the batch size, $13 the email. `after` is formatted in as a plain
+# range condition (not "$8 IS NULL OR ..."), so that every chunk is an index range scan.
+WRITE_CHUNK = f"""
+    WITH chosen AS (
+        SELECT m.id, m.uuid, m.email, m.name
+        {RECIPIENTS}
+          AND ($4::text IS NULL OR (m.status = 'free') = ($4::text = 'status:free'))
+          AND {falls_back('$5', '$6')} = $7
+          {{after}}
+        ORDER BY m.id LIMIT $9),
+    numbered AS (
+        SELECT chosen.*, $10 || '-' || lpad(($11 + (row_number() OVER (ORDER BY id) - 1) / $12)::text, 5, '0')
+                         AS batch_id
+        FROM chosen),
+    batches AS (
+        INSERT INTO email_batches (id, email_id, member_segment, fallback_sending_domain)
+        SELECT DISTINCT batch_id, $13, $4, $7 FROM numbered),
+    recipients AS (
+        INSERT INTO email_recipients (email_id, member_id, batch_id, member_uuid, member_email, member_name)
+        SELECT $13, id, batch_id, uuid, email, name FROM numbered)
+    SELECT count(*) AS n, max(id) AS last FROM numbered
+"""
+
+
+def creation_groups(segmented: bool, warming: bool) -> list[tuple[str | None, bool]]:
+    """The groups a chunked creation writes in turn: (segment, through the fallback domain)."""
+    return [(segment, fallback) for segment in ((FREE, NOT_FREE) if segmented else (None,))
+            for fallback in ((False, True) if warming else (False,))]
 
 
 def fallback_sender(from_address: str, fallback_address: str) -> str:
@@ -272,14 +321,20 @@ class NewsletterActivities:
 
     @activity.defn
     async def create_batches(self, input: CreateBatchesInput) -> BatchCounts:
-        """Every recipient in exactly one batch, written in one transaction; existing batches are reused."""
+        """Every recipient in exactly one batch; existing batches are reused. Written in one
+        transaction, or chunked: one chunk per call, each in its own (see `_create_chunk`)."""
         async with heartbeating(), self.pool.acquire() as conn, conn.transaction():
             email = await conn.fetchrow(
                 "SELECT newsletter_id, recipient_filter, created_at FROM emails WHERE id = $1 FOR UPDATE",
                 input.email_id)
             if email is None:
                 raise _non_retryable(f"email {input.email_id} does not exist", "EmailNotFound")
-            if await conn.fetchval("SELECT EXISTS (SELECT 1 FROM email_batches WHERE email_id = $1)", input.email_id):
+            has_batches = await conn.fetchval("SELECT EXISTS (SELECT 1 FROM email_batches WHERE email_id = $1)",
+                                              input.email_id)
+            creation = await conn.fetchrow("SELECT * FROM email_batch_creation WHERE email_id = $1", input.email_id)
+            if creation is not None or (input.chunked and not has_batches):
+                return await self._create_chunk(conn, input, email, creation)
+            if has_batches:
                 if input.retry_failed:
                     # The send outcome stays: an uncertain batch is looked up before it is sent again.
                     await conn.execute("UPDATE email_batches SET status = 'pending', send_attempts = 0, "
@@ -328,6 +383,85 @@ class NewsletterActivities:
             await conn.execute("UPDATE emails SET email_count = $2, updated_at = now() WHERE id = $1",
                                input.email_id, counts.recipients_total)
         return counts
+
+    async def _create_chunk(self, conn, input: CreateBatchesInput, email, creation) -> BatchCounts:
+        """Plan the creation on the first call, then write the next chunk (chunked) or every chunk
+        left; the totals are the planned ones until the last chunk is written."""
+        if creation is None:
+            creation = await self._plan_creation(conn, input.email_id, email)
+        elif input.retry_failed:
+            await conn.execute("UPDATE email_batches SET status = 'pending', send_attempts = 0, "
+                               "updated_at = now() WHERE email_id = $1 AND status = 'failed'", input.email_id)
+        while not creation["done"]:
+            creation = await self._write_chunk(conn, input.email_id, email, creation)
+            if input.chunked:
+                break
+        if not creation["done"]:
+            return BatchCounts(batches_total=creation["planned_batches"], batches_submitted=0, batches_failed=0,
+                               recipients_total=creation["planned_recipients"], recipients_submitted=0,
+                               creating=True)
+        if self.settings.warming:
+            await conn.execute(
+                """UPDATE emails SET csd_email_count = (
+                       SELECT count(*) FROM email_recipients r JOIN email_batches b ON b.id = r.batch_id
+                       WHERE r.email_id = $1 AND NOT b.fallback_sending_domain) WHERE id = $1""", input.email_id)
+        counts = await self._counts(conn, input.email_id)
+        await conn.execute("UPDATE emails SET email_count = $2, updated_at = now() WHERE id = $1",
+                           input.email_id, counts.recipients_total)
+        return counts
+
+    async def _plan_creation(self, conn, email_id: str, email):
+        """Fix what every chunk must agree on: segments, batch sizes, where warming falls back; and
+        count the audience per group for the planned totals."""
+        activity.logger.info("creating batches for email %s in chunks", email_id)
+        segmented = segments_needed((await self._load(conn, email_id)).content)
+        custom_limit = await self._warmup_limit(conn) if self.settings.warming else None
+        sizes = await self._batch_sizes(conn)
+        audience = (email["newsletter_id"], recipient_statuses(email["recipient_filter"]), email["created_at"])
+        rate, first_id = None, None
+        if custom_limit is not None:
+            # Domain warming: the first `custom_limit` recipients, most engaged first (a new
+            # domain's reputation grows on opens), go through the custom domain, the rest through
+            # the fallback one, in batches of their own.
+            row = await conn.fetchrow(f"SELECT {RANK_KEY} AS rate, m.id {RECIPIENTS} "
+                                      "ORDER BY m.email_open_rate DESC NULLS LAST, m.id OFFSET $4 LIMIT 1",
+                                      *audience, custom_limit)
+            rate, first_id = (row["rate"], row["id"]) if row else (None, None)
+        planned = await conn.fetch(
+            f"""SELECT m.status = 'free' AS free, {falls_back('$4', '$5')} AS fallback, count(*) AS n {RECIPIENTS}
+                GROUP BY 1, 2""", *audience, rate, first_id)
+        batches = sum(-(-row["n"] // sizes[row["fallback"]]) for row in planned) if segmented else sum(
+            -(-sum(row["n"] for row in planned if row["fallback"] == fallback) // sizes[fallback])
+            for fallback in (False, True))
+        return await conn.fetchrow(
+            """INSERT INTO email_batch_creation (email_id, segmented, batch_size, fallback_batch_size,
+                   fallback_from_rate, fallback_from_id, planned_batches, planned_recipients)
+               VALUES ($1, $2, $3, $4, $5, $6, $7, $8) RETURNING *""",
+            email_id, segmented, sizes[False], sizes[True], rate, first_id, batches,
+            sum(row["n"] for row in planned))
+
+    async def _write_chunk(self, conn, email_id: str, email, creation):
+        """The next chunk of the current group's recipients in member id order, as whole batches,
+        and the cursor moved past it, in the caller's transaction; an exhausted group moves the
+        cursor to the next one."""
+        groups = creation_groups(creation["segmented"], creation["fallback_from_id"] is not None)
+        segment, fallback = groups[creation["group_index"]]
+        size = creation["fallback_batch_size"] if fallback else creation["batch_size"]
+        limit = CHUNK_BATCHES * size
+        prefix = (f"{email_id}-{SEGMENT_NAMES.get(segment, 'all')}{'-fallback' if fallback else ''}")
+        after = "AND m.id > $8::text" if creation["after_member_id"] is not None else "AND $8::text IS NULL"
+        written = await conn.fetchrow(
+            WRITE_CHUNK.format(after=after), email["newsletter_id"], recipient_statuses(email["recipient_filter"]), email["created_at"],
+            segment, creation["fallback_from_rate"], creation["fallback_from_id"], fallback,
+            creation["after_member_id"], limit, prefix, creation["written_in_group"] // size, size, email_id)
+        if written["n"] < limit:  # the group is exhausted: the next chunk starts the next group
+            group, after, in_group = creation["group_index"] + 1, None, 0
+        else:
+            group, after, in_group = creation["group_index"], written["last"], creation["written_in_group"] + limit
+        return await conn.fetchrow(
+            """UPDATE email_batch_creation SET group_index = $2, after_member_id = $3, written_in_group = $4,
+                      done = $5, updated_at = now()
+               WHERE email_id = $1 RETURNING *""", email_id, group, after, in_group, group >= len(groups))
 
     async def _warmup_limit(self, conn) -> int | None:
         """Today's warm-up limit, counting days from the first email sent with warming."""
