@@ -449,7 +449,9 @@ class NewsletterActivities:
         size = creation["fallback_batch_size"] if fallback else creation["batch_size"]
         limit = CHUNK_BATCHES * size
         prefix = (f"{email_id}-{SEGMENT_NAMES.get(segment, 'all')}{'-fallback' if fallback else ''}")
-        after = "AND m.id > $8::text" if creation["after_member_id"] is not None else "AND $8::text IS NULL"
+        # The bound on both sides of the join, so that neither index is read from its start.
+        after = "AND m.id > $8::text AND mn.member_id > $8::text" if creation["after_member_id"] is not None \
+            else "AND $8::text IS NULL"
         written = await conn.fetchrow(
             WRITE_CHUNK.format(after=after), email["newsletter_id"], recipient_statuses(email["recipient_filter"]), email["created_at"],
             segment, creation["fallback_from_rate"], creation["fallback_from_id"], fallback,
