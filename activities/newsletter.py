@@ -21,8 +21,8 @@ from activities.email_content import LoadedEmail, load_email
 from activities.heartbeat import heartbeating
 from activities.sending_limits import learned_batch_sizes, sending_domain, warmup_limit
 from pressroom.dependencies import Dependencies
-from pressroom.mailgun import (ACCEPTED, NOT_ACCEPTED, UNCERTAIN, MailgunClient, MailgunError, MailgunRateLimited, MailgunRejected,
-                               MessageFields, RecipientLimitExceeded, message_fields)
+from pressroom.mailgun import (ACCEPTED, NOT_ACCEPTED, UNCERTAIN, MailgunClient, MailgunError, MailgunRateLimited,
+                               MailgunRejected, MessageFields, RecipientLimitExceeded, message_fields)
 from pressroom.email_rendering import (FREE, NOT_FREE, BodyCache, ContentError, Rendered, member_values,
                                        recipient_statuses, render, segments_needed)
 
@@ -448,13 +448,13 @@ class NewsletterActivities:
         segment, fallback = groups[creation["group_index"]]
         size = creation["fallback_batch_size"] if fallback else creation["batch_size"]
         limit = CHUNK_BATCHES * size
-        prefix = (f"{email_id}-{SEGMENT_NAMES.get(segment, 'all')}{'-fallback' if fallback else ''}")
+        prefix = f"{email_id}-{SEGMENT_NAMES.get(segment, 'all')}{'-fallback' if fallback else ''}"
         # The bound on both sides of the join, so that neither index is read from its start.
         after = "AND m.id > $8::text AND mn.member_id > $8::text" if creation["after_member_id"] is not None \
             else "AND $8::text IS NULL"
         written = await conn.fetchrow(
-            WRITE_CHUNK.format(after=after), email["newsletter_id"], recipient_statuses(email["recipient_filter"]), email["created_at"],
-            segment, creation["fallback_from_rate"], creation["fallback_from_id"], fallback,
+            WRITE_CHUNK.format(after=after), email["newsletter_id"], recipient_statuses(email["recipient_filter"]),
+            email["created_at"], segment, creation["fallback_from_rate"], creation["fallback_from_id"], fallback,
             creation["after_member_id"], limit, prefix, creation["written_in_group"] // size, size, email_id)
         if written["n"] < limit:  # the group is exhausted: the next chunk starts the next group
             group, after, in_group = creation["group_index"] + 1, None, 0
@@ -535,6 +535,12 @@ class NewsletterActivities:
         # The batch's domain decides the request URL, the From address and where its events are.
         mailgun = self.mailgun.for_domain(sending_domain(self.settings, batch["fallback_sending_domain"]))
         message_id = f"{input.batch_id}@{mailgun.domain}"
+        try:
+            body, fields = await self._message(batch["email_id"], batch["member_segment"], mailgun.domain)
+        except Exception:
+            if batch["send_outcome"] != UNCERTAIN:  # marked by the claim, yet nothing went out
+                await self._record_outcome(input.batch_id, NOT_ACCEPTED)
+            raise
         if batch["send_outcome"] == UNCERTAIN:
             provider_id = await self._find_accepted(mailgun, input.batch_id, addresses[0], message_id,
                                                     *lookup_window(batch["first_uncertain_at"], batch["now"]))
@@ -554,18 +560,13 @@ class NewsletterActivities:
                 raise uncertain_sends_exhausted(f"batch {input.batch_id}", batch["send_attempts"])
             await self._record_outcome(input.batch_id, UNCERTAIN, sending=True)  # until the answer says otherwise
 
-        try:
-            body, fields = await self._message(batch["email_id"], batch["member_segment"], mailgun.domain)
-        except Exception:
-            # Nothing went out: a retry need not look this attempt up in Mailgun's events.
-            await self._record_outcome(input.batch_id, NOT_ACCEPTED)
-            raise
         # Each reader's personalisation, resolved here so that no address enters a workflow history.
         site_url, email_id = self.settings.site_url, batch["email_id"]
         variables = {
             address: body.recipient_variables(member_values(
                 name=name, email=address, uuid=uuid, status=status, site_url=site_url, email_id=email_id))
-            for address, name, uuid, status in zip(addresses, batch["names"], batch["uuids"], batch["statuses"])}
+            for address, name, uuid, status in zip(addresses, batch["names"] or [], batch["uuids"] or [],
+                                                   batch["statuses"] or [])}
         activity.logger.info("sending batch %s (%d recipients)", input.batch_id, len(addresses))
         try:
             try:
@@ -622,7 +623,8 @@ class NewsletterActivities:
                    UPDATE email_batches SET status = 'submitted', provider_id = $2, send_outcome = $3,
                           error_status_code = NULL, error_message = NULL, error_data = NULL, updated_at = now()
                    WHERE id = $1)
-               UPDATE email_recipients SET processed_at = now() WHERE batch_id = $1""", batch_id, provider_id, ACCEPTED)
+               UPDATE email_recipients SET processed_at = now() WHERE batch_id = $1""",
+            batch_id, provider_id, ACCEPTED)
 
     async def _load(self, conn, email_id: str) -> LoadedEmail:
         loaded = await load_email(conn, email_id, self.settings)
