@@ -26,6 +26,7 @@ from temporalio.worker import Worker  # noqa: E402
 
 from activities.outbox import NOTIFY_CHANNEL, enqueue, payload_digest
 from operations.outbox import ensure_relay  # noqa: E402
+from bench.processes import cpu_seconds_by_family  # noqa: E402
 from bench.servers import bench_servers  # noqa: E402
 from pressroom import database  # noqa: E402
 from pressroom.settings import load_settings  # noqa: E402
@@ -86,35 +87,52 @@ async def pipeline_burst(pool, n: int) -> tuple[float, list[float], float]:
     return seconds, latency, sum(open_counts) / max(1, len(open_counts))
 
 
-async def raw_burst(client, n: int) -> float:
-    """N trivial one-activity workflows started (64 at a time) and awaited, on their own worker."""
+async def raw_burst(client, n: int, open_at_most: int) -> float:
+    """N trivial one-activity workflows started (64 at a time) and awaited, on their own worker; at
+    most `open_at_most` open at once, as the relay keeps deliveries (and the server limits waits)."""
     async with Worker(client, task_queue="raw", workflows=[TrivialWorkflow], activities=[nothing],
                       max_concurrent_activities=1000):
         started = time.perf_counter()
-        slots = asyncio.Semaphore(64)
+        starting, running = asyncio.Semaphore(64), asyncio.Semaphore(open_at_most)
 
         async def one(k: int) -> None:
-            async with slots:
-                handle = await client.start_workflow(TrivialWorkflow.run, id=f"raw{n}-{k}", task_queue="raw")
-            await handle.result()
+            async with running:
+                async with starting:
+                    handle = await client.start_workflow(TrivialWorkflow.run, id=f"raw{n}-{k}", task_queue="raw")
+                await handle.result()
         await asyncio.gather(*(one(k) for k in range(n)))
         return time.perf_counter() - started
 
 
 async def main(args: argparse.Namespace) -> None:
-    results = []
     async with bench_servers() as servers:
         env = servers.env
         settings = load_settings(database_url=servers.database_url, mailgun_api_key="unused", mailgun_domain="unused",
                                  task_queue="bench", outbox_poll_interval_sec=0.5)
         pool = await database.connect(servers.database_url, max_size=10)
+        print(f"outbox: bursts of NoopEvent entries, relay batch {settings.outbox_batch}, "
+              f"at most {settings.outbox_max_open_deliveries} open deliveries (and raw workflows)", flush=True)
         for n in args.entries:
             # Each burst beside its raw figure, measured right after it on the same servers.
             async with running_worker(env.client, settings):
                 await ensure_relay(env.client, settings)
-                burst = await pipeline_burst(pool, n)
-            raw = await raw_burst(env.client, n)
-            results.append((n, burst, raw))
+                before = cpu_seconds_by_family()
+                seconds, latency, open_mean = await pipeline_burst(pool, n)
+                burst_cpu = cpu_seconds_by_family() - before
+            before = cpu_seconds_by_family()
+            raw = await raw_burst(env.client, n, settings.outbox_max_open_deliveries)
+            raw_cpu = cpu_seconds_by_family() - before
+            print(f"  N={n:,}")
+            print(f"    pipeline (first commit → last ledger row)  {seconds:7.2f} s  {n / seconds:8,.0f} entries/s  "
+                  f"p50 {percentile(latency, 0.5):,.0f} ms  p99 {percentile(latency, 0.99):,.0f} ms  "
+                  f"open deliveries {open_mean:,.0f} on average")
+            print(f"    raw: {n:,} one-activity workflows{' ' * (13 - len(f'{n:,}'))}  {raw:7.2f} s  "
+                  f"{n / raw:8,.0f} workflows/s")
+            print(f"    pipeline / raw rate: {raw / seconds:.2f}x (target ≥ 0.9x)")
+            for name, cpu in (("pipeline", burst_cpu), ("raw", raw_cpu)):
+                print(f"    CPU ms per {'entry   ' if name == 'pipeline' else 'workflow'} ({name}): "
+                      + "  ".join(f"{family} {cpu[family] * 1000 / n:5.1f}"
+                                  for family in ("python", "temporal", "postgres")), flush=True)
 
         async with running_worker(env.client, settings):
             for k in range(int(args.steady_seconds * 10)):
@@ -124,17 +142,6 @@ async def main(args: argparse.Namespace) -> None:
             await wait_for_ledger(pool, "steady-%", int(args.steady_seconds * 10))
         steady = [float(r["ms"]) for r in await pool.fetch(LATENCY, "steady-%")]
         await pool.close()
-
-    print(f"outbox: bursts of NoopEvent entries, relay batch {settings.outbox_batch}, "
-          f"at most {settings.outbox_max_open_deliveries} open deliveries")
-    for n, (seconds, latency, open_mean), raw in results:
-        print(f"  N={n:,}")
-        print(f"    pipeline (first commit → last ledger row)  {seconds:7.2f} s  {n / seconds:8,.0f} entries/s  "
-              f"p50 {percentile(latency, 0.5):,.0f} ms  p99 {percentile(latency, 0.99):,.0f} ms  "
-              f"open deliveries {open_mean:,.0f} on average")
-        print(f"    raw: {n:,} one-activity workflows{' ' * (13 - len(f'{n:,}'))}  {raw:7.2f} s  "
-              f"{n / raw:8,.0f} workflows/s")
-        print(f"    pipeline / raw rate: {raw / seconds:.2f}x (target ≥ 0.9x)")
     print(f"  steady 10 entries/s for {args.steady_seconds:.0f} s: p50 {percentile(steady, 0.5):,.0f} ms  "
           f"p99 {percentile(steady, 0.99):,.0f} ms (target p99 < 1,000 ms)")
 
