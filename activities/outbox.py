@@ -213,8 +213,8 @@ class OutboxActivities:
                 "LIMIT $1 FOR UPDATE SKIP LOCKED", room)
             if not rows:
                 return 0, False
-            # The rows stay locked until every start returns: the starts go out together, as many
-            # at once as the raw client benchmark uses, however large OUTBOX_BATCH is set.
+            # The rows stay locked until every start returns: the starts go out together, a bounded
+            # number at once however large OUTBOX_BATCH is set.
             slots = asyncio.Semaphore(RELAY_CONCURRENT_STARTS)
 
             async def start(row) -> None:

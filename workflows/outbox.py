@@ -46,10 +46,11 @@ CONFIRM_UNCERTAIN_PATCH = "confirm-uncertain-welcome"
 COMPLETE_LOCALLY_PATCH = "outbox-complete-locally"
 
 
-# Outside the sandbox: one run per outbox entry, and a sandboxed run re-imports this module in a
-# fresh sandbox when it starts, about half the worker's CPU for an entry that takes two activities
-# (bench/outbox.py). The code below calls nothing but the workflow API and the models above; the
-# stored histories of every release replay against it (tests/upgrade).
+# Outside the sandbox: there is one run per outbox entry, and a sandboxed run re-imports this
+# module in a fresh sandbox when it starts, the largest single cost of an entry in the worker
+# (about 12 ms of CPU each under py-spy, bench/outbox.py). The code below calls nothing but the
+# workflow API and the models above; the stored histories of every release replay against it
+# (tests/upgrade).
 @workflow.defn(sandboxed=False)
 class DeliverOutboxEntryWorkflow:
     @workflow.run
