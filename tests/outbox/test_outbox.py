@@ -184,6 +184,21 @@ async def test_w105_a_key_already_succeeded_is_not_handled_again(db, mailgun, re
     assert mailgun.stats()["messages"] == 0
 
 
+async def test_a_succeeded_entry_is_deleted_when_asked_and_its_ledger_line_kept(db, dev_env, outbox_settings):
+    settings = outbox_settings(outbox_delete_on_success=True)
+    async with running_worker(dev_env.client, settings):
+        await ensure_relay(dev_env.client, settings)
+        async with db.acquire() as conn, conn.transaction():
+            key = await enqueue(conn, "NoopEvent", {"n": 3})
+
+        async def deleted() -> bool:
+            return await db.fetchval("SELECT count(*) FROM outbox WHERE idempotency_key = $1", key) == 0
+        await wait_until(deleted, timeout=90)
+        await dev_env.client.get_workflow_handle(f"{RELAY_WORKFLOW_ID}-{settings.task_queue}").terminate()
+    assert await db.fetchval("SELECT status FROM idempotency_ledger WHERE idempotency_key = $1", key) == "succeeded"
+    assert await dev_env.client.get_workflow_handle(f"outbox-{key}").result() == "succeeded"
+
+
 LEDGER_ROW = "SELECT row_to_json(l)::text FROM idempotency_ledger l WHERE idempotency_key = $1"
 
 
