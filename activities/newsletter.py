@@ -21,8 +21,8 @@ from activities.email_content import LoadedEmail, load_email
 from activities.heartbeat import heartbeating
 from activities.sending_limits import learned_batch_sizes, sending_domain, warmup_limit
 from pressroom.dependencies import Dependencies
-from pressroom.mailgun import (ACCEPTED, UNCERTAIN, MailgunClient, MailgunError, MailgunRateLimited, MailgunRejected,
-                               RecipientLimitExceeded)
+from pressroom.mailgun import (ACCEPTED, NOT_ACCEPTED, UNCERTAIN, MailgunClient, MailgunError, MailgunRateLimited,
+                               MailgunRejected, MessageFields, RecipientLimitExceeded, message_fields)
 from pressroom.email_rendering import (FREE, NOT_FREE, BodyCache, ContentError, Rendered, member_values,
                                        recipient_statuses, render, segments_needed)
 
@@ -62,6 +62,9 @@ class EmailLock(BaseModel):
 class CreateBatchesInput(BaseModel):
     email_id: str
     retry_failed: bool  # a new send of a failed email sends its failed batches again
+    # One chunk of batches per call, each committed whole, until `BatchCounts.creating` is False:
+    # sending starts while the rest are written. False (runs started before chunks): all at once.
+    chunked: bool = False
 
 
 class BatchCounts(BaseModel):
@@ -71,6 +74,8 @@ class BatchCounts(BaseModel):
     recipients_total: int
     recipients_submitted: int
     batches_uncertain: int = 0  # failed batches whose last send may have reached Mailgun
+    # More batches are still to be written (chunked creation); the totals are then the planned ones.
+    creating: bool = False
 
 
 class ListUnsentBatchesInput(BaseModel):
@@ -120,6 +125,75 @@ RECIPIENTS = """
     WHERE m.status = ANY($2::text[]) AND NOT m.email_disabled AND m.created_at <= $3
       AND NOT EXISTS (SELECT 1 FROM suppressions s WHERE s.email = m.email)
 """
+
+
+# Claims a batch not yet submitted ($1) and returns its recipients in order. Unless the last send
+# was uncertain, the same statement records this attempt as one (as `_record_outcome` would with
+# sending=True); the returned send_outcome is the one before this attempt.
+CLAIM_BATCH = """
+    WITH old AS (SELECT id, status, send_outcome FROM email_batches WHERE id = $1 FOR UPDATE),
+    claimed AS (
+        UPDATE email_batches b
+        SET status = 'submitting', updated_at = now(),
+            send_outcome = 'uncertain',
+            send_attempts = b.send_attempts + CASE WHEN old.send_outcome = 'uncertain' THEN 0 ELSE 1 END,
+            first_uncertain_at = CASE WHEN old.send_outcome = 'uncertain' THEN b.first_uncertain_at ELSE now() END,
+            last_uncertain_at = CASE WHEN old.send_outcome = 'uncertain' THEN b.last_uncertain_at ELSE now() END
+        FROM old WHERE b.id = old.id AND old.status <> 'submitted'
+        RETURNING b.id, b.email_id, b.member_segment, b.fallback_sending_domain, old.send_outcome, b.send_attempts,
+                  b.first_uncertain_at, now() AS now,
+                  extract(epoch FROM now() - b.last_uncertain_at)::float8 AS uncertain_for)
+    SELECT claimed.*, r.emails, r.names, r.uuids, r.statuses
+    FROM claimed, LATERAL (
+        SELECT array_agg(r.member_email ORDER BY r.id) AS emails, array_agg(r.member_name ORDER BY r.id) AS names,
+               array_agg(r.member_uuid::text ORDER BY r.id) AS uuids,
+               array_agg(coalesce(m.status, '') ORDER BY r.id) AS statuses
+        FROM email_recipients r LEFT JOIN members m ON m.id = r.member_id WHERE r.batch_id = claimed.id) r
+"""
+
+
+CHUNK_BATCHES = 10  # batches per chunk of a chunked creation: the first go out while the next are written
+SEGMENT_NAMES = {FREE: "free", NOT_FREE: "paid"}  # in batch ids; an unsegmented email's batches say "all"
+# A member's place in the warming order (open rate highest first, none last; then member id) as
+# one ascending key.
+RANK_KEY = "coalesce(-m.email_open_rate::float8, 'Infinity'::float8)"
+
+
+def falls_back(rate: str, member_id: str) -> str:
+    """Whether a member is at or past the first one who falls back (NULLs: nobody does)."""
+    return f"coalesce(({RANK_KEY}, m.id) >= ({rate}::float8, {member_id}::text), false)"
+
+
+# One chunk of a group: $4 segment (NULL: unsegmented), $5-$6 warming's first fallback, $7 the
+# group's domain, $8 the last member written in the group, $9 how many, $10 the batch id prefix,
+# $11 the first batch's number, $12 the batch size, $13 the email. `after` is formatted in as a plain
+# range condition (not "$8 IS NULL OR ..."), so that every chunk is an index range scan.
+WRITE_CHUNK = f"""
+    WITH chosen AS (
+        SELECT m.id, m.uuid, m.email, m.name
+        {RECIPIENTS}
+          AND ($4::text IS NULL OR (m.status = 'free') = ($4::text = 'status:free'))
+          AND {falls_back('$5', '$6')} = $7
+          {{after}}
+        ORDER BY m.id LIMIT $9),
+    numbered AS (
+        SELECT chosen.*, $10 || '-' || lpad(($11 + (row_number() OVER (ORDER BY id) - 1) / $12)::text, 5, '0')
+                         AS batch_id
+        FROM chosen),
+    batches AS (
+        INSERT INTO email_batches (id, email_id, member_segment, fallback_sending_domain)
+        SELECT DISTINCT batch_id, $13, $4, $7 FROM numbered),
+    recipients AS (
+        INSERT INTO email_recipients (email_id, member_id, batch_id, member_uuid, member_email, member_name)
+        SELECT $13, id, batch_id, uuid, email, name FROM numbered)
+    SELECT count(*) AS n, max(id) AS last FROM numbered
+"""
+
+
+def creation_groups(segmented: bool, warming: bool) -> list[tuple[str | None, bool]]:
+    """The groups a chunked creation writes in turn: (segment, through the fallback domain)."""
+    return [(segment, fallback) for segment in ((FREE, NOT_FREE) if segmented else (None,))
+            for fallback in ((False, True) if warming else (False,))]
 
 
 def fallback_sender(from_address: str, fallback_address: str) -> str:
@@ -247,14 +321,20 @@ class NewsletterActivities:
 
     @activity.defn
     async def create_batches(self, input: CreateBatchesInput) -> BatchCounts:
-        """Every recipient in exactly one batch, written in one transaction; existing batches are reused."""
+        """Every recipient in exactly one batch; existing batches are reused. Written in one
+        transaction, or chunked: one chunk per call, each in its own (see `_create_chunk`)."""
         async with heartbeating(), self.pool.acquire() as conn, conn.transaction():
             email = await conn.fetchrow(
                 "SELECT newsletter_id, recipient_filter, created_at FROM emails WHERE id = $1 FOR UPDATE",
                 input.email_id)
             if email is None:
                 raise _non_retryable(f"email {input.email_id} does not exist", "EmailNotFound")
-            if await conn.fetchval("SELECT EXISTS (SELECT 1 FROM email_batches WHERE email_id = $1)", input.email_id):
+            has_batches = await conn.fetchval("SELECT EXISTS (SELECT 1 FROM email_batches WHERE email_id = $1)",
+                                              input.email_id)
+            creation = await conn.fetchrow("SELECT * FROM email_batch_creation WHERE email_id = $1", input.email_id)
+            if creation is not None or (input.chunked and not has_batches):
+                return await self._create_chunk(conn, input, email, creation)
+            if has_batches:
                 if input.retry_failed:
                     # The send outcome stays: an uncertain batch is looked up before it is sent again.
                     await conn.execute("UPDATE email_batches SET status = 'pending', send_attempts = 0, "
@@ -303,6 +383,87 @@ class NewsletterActivities:
             await conn.execute("UPDATE emails SET email_count = $2, updated_at = now() WHERE id = $1",
                                input.email_id, counts.recipients_total)
         return counts
+
+    async def _create_chunk(self, conn, input: CreateBatchesInput, email, creation) -> BatchCounts:
+        """Plan the creation on the first call, then write the next chunk (chunked) or every chunk
+        left; the totals are the planned ones until the last chunk is written."""
+        if creation is None:
+            creation = await self._plan_creation(conn, input.email_id, email)
+        elif input.retry_failed:
+            await conn.execute("UPDATE email_batches SET status = 'pending', send_attempts = 0, "
+                               "updated_at = now() WHERE email_id = $1 AND status = 'failed'", input.email_id)
+        while not creation["done"]:
+            creation = await self._write_chunk(conn, input.email_id, email, creation)
+            if input.chunked:
+                break
+        if not creation["done"]:
+            return BatchCounts(batches_total=creation["planned_batches"], batches_submitted=0, batches_failed=0,
+                               recipients_total=creation["planned_recipients"], recipients_submitted=0,
+                               creating=True)
+        if self.settings.warming:
+            await conn.execute(
+                """UPDATE emails SET csd_email_count = (
+                       SELECT count(*) FROM email_recipients r JOIN email_batches b ON b.id = r.batch_id
+                       WHERE r.email_id = $1 AND NOT b.fallback_sending_domain) WHERE id = $1""", input.email_id)
+        counts = await self._counts(conn, input.email_id)
+        await conn.execute("UPDATE emails SET email_count = $2, updated_at = now() WHERE id = $1",
+                           input.email_id, counts.recipients_total)
+        return counts
+
+    async def _plan_creation(self, conn, email_id: str, email):
+        """Fix what every chunk must agree on: segments, batch sizes, where warming falls back; and
+        count the audience per group for the planned totals."""
+        activity.logger.info("creating batches for email %s in chunks", email_id)
+        segmented = segments_needed((await self._load(conn, email_id)).content)
+        custom_limit = await self._warmup_limit(conn) if self.settings.warming else None
+        sizes = await self._batch_sizes(conn)
+        audience = (email["newsletter_id"], recipient_statuses(email["recipient_filter"]), email["created_at"])
+        rate, first_id = None, None
+        if custom_limit is not None:
+            # Domain warming: the first `custom_limit` recipients, most engaged first (a new
+            # domain's reputation grows on opens), go through the custom domain, the rest through
+            # the fallback one, in batches of their own.
+            row = await conn.fetchrow(f"SELECT {RANK_KEY} AS rate, m.id {RECIPIENTS} "
+                                      "ORDER BY m.email_open_rate DESC NULLS LAST, m.id OFFSET $4 LIMIT 1",
+                                      *audience, custom_limit)
+            rate, first_id = (row["rate"], row["id"]) if row else (None, None)
+        planned = await conn.fetch(
+            f"""SELECT m.status = 'free' AS free, {falls_back('$4', '$5')} AS fallback, count(*) AS n {RECIPIENTS}
+                GROUP BY 1, 2""", *audience, rate, first_id)
+        batches = sum(-(-row["n"] // sizes[row["fallback"]]) for row in planned) if segmented else sum(
+            -(-sum(row["n"] for row in planned if row["fallback"] == fallback) // sizes[fallback])
+            for fallback in (False, True))
+        return await conn.fetchrow(
+            """INSERT INTO email_batch_creation (email_id, segmented, batch_size, fallback_batch_size,
+                   fallback_from_rate, fallback_from_id, planned_batches, planned_recipients)
+               VALUES ($1, $2, $3, $4, $5, $6, $7, $8) RETURNING *""",
+            email_id, segmented, sizes[False], sizes[True], rate, first_id, batches,
+            sum(row["n"] for row in planned))
+
+    async def _write_chunk(self, conn, email_id: str, email, creation):
+        """The next chunk of the current group's recipients in member id order, as whole batches,
+        and the cursor moved past it, in the caller's transaction; an exhausted group moves the
+        cursor to the next one."""
+        groups = creation_groups(creation["segmented"], creation["fallback_from_id"] is not None)
+        segment, fallback = groups[creation["group_index"]]
+        size = creation["fallback_batch_size"] if fallback else creation["batch_size"]
+        limit = CHUNK_BATCHES * size
+        prefix = f"{email_id}-{SEGMENT_NAMES.get(segment, 'all')}{'-fallback' if fallback else ''}"
+        # The bound on both sides of the join, so that neither index is read from its start.
+        after = "AND m.id > $8::text AND mn.member_id > $8::text" if creation["after_member_id"] is not None \
+            else "AND $8::text IS NULL"
+        written = await conn.fetchrow(
+            WRITE_CHUNK.format(after=after), email["newsletter_id"], recipient_statuses(email["recipient_filter"]),
+            email["created_at"], segment, creation["fallback_from_rate"], creation["fallback_from_id"], fallback,
+            creation["after_member_id"], limit, prefix, creation["written_in_group"] // size, size, email_id)
+        if written["n"] < limit:  # the group is exhausted: the next chunk starts the next group
+            group, after, in_group = creation["group_index"] + 1, None, 0
+        else:
+            group, after, in_group = creation["group_index"], written["last"], creation["written_in_group"] + limit
+        return await conn.fetchrow(
+            """UPDATE email_batch_creation SET group_index = $2, after_member_id = $3, written_in_group = $4,
+                      done = $5, updated_at = now()
+               WHERE email_id = $1 RETURNING *""", email_id, group, after, in_group, group >= len(groups))
 
     async def _warmup_limit(self, conn) -> int | None:
         """Today's warm-up limit, counting days from the first email sent with warming."""
@@ -358,76 +519,67 @@ class NewsletterActivities:
             return await self._send_batch(input)
 
     async def _send_batch(self, input: SendBatchInput) -> BatchSent:
-        async with self.pool.acquire() as conn:
-            batch = await conn.fetchrow(
-                """UPDATE email_batches b SET status = 'submitting', updated_at = now()
-                   FROM (SELECT id, status AS before FROM email_batches WHERE id = $1 FOR UPDATE) old
-                   WHERE b.id = old.id AND old.before <> 'submitted'
-                   RETURNING b.email_id, b.member_segment, b.fallback_sending_domain, b.send_outcome,
-                             b.send_attempts, b.first_uncertain_at, now() AS now,
-                             extract(epoch FROM now() - b.last_uncertain_at)::float8 AS uncertain_for""",
-                input.batch_id)
-            if batch is None:
-                done = await conn.fetchrow("SELECT provider_id, (SELECT count(*) FROM email_recipients "
-                                           "WHERE batch_id = $1) AS n FROM email_batches WHERE id = $1",
-                                           input.batch_id)
-                if done is None:
-                    raise _non_retryable(f"batch {input.batch_id} does not exist", "BatchNotFound")
-                return BatchSent(batch_id=input.batch_id, recipients=done["n"], provider_id=done["provider_id"],
-                                 reconciled=True)
-            recipients = await conn.fetch(
-                "SELECT r.member_email, r.member_name, r.member_uuid, coalesce(m.status, '') AS status "
-                "FROM email_recipients r LEFT JOIN members m ON m.id = r.member_id WHERE r.batch_id = $1 "
-                "ORDER BY r.id", input.batch_id)
+        # One statement claims the batch, reads its recipients and, unless its last send was
+        # uncertain (then it is looked up first), records this attempt as uncertain: committed
+        # before the request goes out, so a worker killed mid-send leaves "uncertain" behind.
+        batch = await self.pool.fetchrow(CLAIM_BATCH, input.batch_id)
+        if batch is None:
+            done = await self.pool.fetchrow("SELECT provider_id, (SELECT count(*) FROM email_recipients "
+                                            "WHERE batch_id = $1) AS n FROM email_batches WHERE id = $1",
+                                            input.batch_id)
+            if done is None:
+                raise _non_retryable(f"batch {input.batch_id} does not exist", "BatchNotFound")
+            return BatchSent(batch_id=input.batch_id, recipients=done["n"], provider_id=done["provider_id"],
+                             reconciled=True)
+        addresses = batch["emails"] or []
         # The batch's domain decides the request URL, the From address and where its events are.
         mailgun = self.mailgun.for_domain(sending_domain(self.settings, batch["fallback_sending_domain"]))
         message_id = f"{input.batch_id}@{mailgun.domain}"
+        try:
+            body, fields = await self._message(batch["email_id"], batch["member_segment"], mailgun.domain)
+        except Exception:
+            if batch["send_outcome"] != UNCERTAIN:  # marked by the claim, yet nothing went out
+                await self._record_outcome(input.batch_id, NOT_ACCEPTED)
+            raise
         if batch["send_outcome"] == UNCERTAIN:
-            provider_id = await self._find_accepted(mailgun, input.batch_id, recipients[0]["member_email"], message_id,
+            provider_id = await self._find_accepted(mailgun, input.batch_id, addresses[0], message_id,
                                                     *lookup_window(batch["first_uncertain_at"], batch["now"]))
             if provider_id is not None:
                 activity.logger.info("batch %s was accepted by an earlier attempt; not sending it again",
                                      input.batch_id)
                 await self._record_submitted(input.batch_id, provider_id)
-                return BatchSent(batch_id=input.batch_id, recipients=len(recipients), provider_id=provider_id,
+                return BatchSent(batch_id=input.batch_id, recipients=len(addresses), provider_id=provider_id,
                                  reconciled=True)
             wait = confirm_wait(batch["uncertain_for"], self.settings, input.confirm)
             if wait is not None:
                 activity.logger.info("batch %s may have been accepted and is not in Mailgun's events yet; "
                                      "looking again in %.0f s", input.batch_id, wait)
-                return BatchSent(batch_id=input.batch_id, recipients=len(recipients), provider_id="",
+                return BatchSent(batch_id=input.batch_id, recipients=len(addresses), provider_id="",
                                  reconciled=False, confirm_in_seconds=wait)
             if batch["send_attempts"] >= self.settings.mailgun_retries + 1:
                 raise uncertain_sends_exhausted(f"batch {input.batch_id}", batch["send_attempts"])
+            await self._record_outcome(input.batch_id, UNCERTAIN, sending=True)  # until the answer says otherwise
 
-        body, headers = await self._body(batch["email_id"], batch["member_segment"])
         # Each reader's personalisation, resolved here so that no address enters a workflow history.
+        site_url, email_id = self.settings.site_url, batch["email_id"]
         variables = {
-            r["member_email"]: body.recipient_variables(member_values(
-                name=r["member_name"], email=r["member_email"], uuid=str(r["member_uuid"]), status=r["status"],
-                site_url=self.settings.site_url, email_id=batch["email_id"]))
-            for r in recipients}
-        subject, html, text = body.subject, body.html, body.text
-        tags = ["bulk-email", *([self.settings.email_tag] if self.settings.email_tag else [])]
-        from_address, track_opens = headers.pop("From"), headers.pop("X-Track-Opens") == "yes"
-        if mailgun.domain != self.mailgun.domain:
-            from_address = fallback_sender(from_address, self.settings.fallback_address)
-        activity.logger.info("sending batch %s (%d recipients)", input.batch_id, len(recipients))
-        await self._record_outcome(input.batch_id, UNCERTAIN, sending=True)  # until the answer says otherwise
+            address: body.recipient_variables(member_values(
+                name=name, email=address, uuid=uuid, status=status, site_url=site_url, email_id=email_id))
+            for address, name, uuid, status in zip(addresses, batch["names"] or [], batch["uuids"] or [],
+                                                   batch["statuses"] or [])}
+        activity.logger.info("sending batch %s (%d recipients)", input.batch_id, len(addresses))
         try:
             try:
-                provider_id = await mailgun.send_batch(
-                    from_address=from_address, to=list(variables), subject=subject, html=html, text=text,
-                    recipient_variables=variables, tags=tags,
-                    variables={"email-id": batch["email_id"], BATCH_MARK: input.batch_id},
-                    headers={**headers, "Message-Id": f"<{message_id}>"}, delivery_time=input.delivery_time,
-                    tracking_opens=track_opens)
+                provider_id = await mailgun.send_fields(
+                    fields, to=list(variables), recipient_variables=variables,
+                    variables={"email-id": email_id, BATCH_MARK: input.batch_id},
+                    headers={"Message-Id": f"<{message_id}>"}, delivery_time=input.delivery_time)
             except MailgunError as error:
                 await self._record_outcome(input.batch_id, error.outcome)
                 raise
         except RecipientLimitExceeded as error:
             # Certainly not accepted; the workflow splits the batch into smaller ones.
-            raise ApplicationError(str(error), error.status_code, len(recipients), error.limit,
+            raise ApplicationError(str(error), error.status_code, len(addresses), error.limit,
                                    type="RecipientLimitExceeded", non_retryable=True) from None
         except MailgunRejected as error:
             raise ApplicationError(str(error), error.status_code, type="MailgunRejected", non_retryable=True) from None
@@ -442,7 +594,7 @@ class NewsletterActivities:
         except MailgunError as error:
             raise ApplicationError(str(error), error.status_code, type=type(error).__name__) from None
         await self._record_submitted(input.batch_id, provider_id)
-        return BatchSent(batch_id=input.batch_id, recipients=len(recipients), provider_id=provider_id,
+        return BatchSent(batch_id=input.batch_id, recipients=len(addresses), provider_id=provider_id,
                          reconciled=False)
 
     async def _find_accepted(self, mailgun: MailgunClient, batch_id: str, first_recipient: str, message_id: str,
@@ -465,12 +617,14 @@ class NewsletterActivities:
                WHERE id = $1""", batch_id, outcome, 1 if sending else 0)
 
     async def _record_submitted(self, batch_id: str, provider_id: str) -> None:
-        async with self.pool.acquire() as conn, conn.transaction():
-            await conn.execute(
-                "UPDATE email_batches SET status = 'submitted', provider_id = $2, send_outcome = $3, "
-                "error_status_code = NULL, error_message = NULL, error_data = NULL, updated_at = now() "
-                "WHERE id = $1", batch_id, provider_id, ACCEPTED)
-            await conn.execute("UPDATE email_recipients SET processed_at = now() WHERE batch_id = $1", batch_id)
+        # One statement, so one transaction: the batch and its recipients are marked together.
+        await self.pool.execute(
+            """WITH batch AS (
+                   UPDATE email_batches SET status = 'submitted', provider_id = $2, send_outcome = $3,
+                          error_status_code = NULL, error_message = NULL, error_data = NULL, updated_at = now()
+                   WHERE id = $1)
+               UPDATE email_recipients SET processed_at = now() WHERE batch_id = $1""",
+            batch_id, provider_id, ACCEPTED)
 
     async def _load(self, conn, email_id: str) -> LoadedEmail:
         loaded = await load_email(conn, email_id, self.settings)
@@ -487,9 +641,10 @@ class NewsletterActivities:
         except ContentError as error:
             raise _non_retryable(str(error), "BadContent") from None
 
-    async def _body(self, email_id: str, segment: str | None) -> tuple[Rendered, dict[str, str]]:
-        """The segment's rendering and the message headers, made once per worker within the cache's size."""
-        cached = self._bodies.get((email_id, segment))
+    async def _message(self, email_id: str, segment: str | None, domain: str) -> tuple[Rendered, MessageFields]:
+        """The segment's rendering and its message fields through `domain`, encoded once per worker
+        within the cache's size: every batch of the segment shares them."""
+        cached = self._bodies.get((email_id, segment, domain))
         if cached is None:
             async with self.pool.acquire() as conn:
                 loaded = await self._load(conn, email_id)
@@ -497,14 +652,17 @@ class NewsletterActivities:
                 body = render(loaded.content, segment)
             except ContentError as error:
                 raise _non_retryable(str(error), "BadContent") from None
-            headers = {"From": loaded.from_address, "Reply-To": loaded.reply_to,
-                       "List-Unsubscribe": "<%recipient.unsubscribe_url%>",
-                       "List-Unsubscribe-Post": "List-Unsubscribe=One-Click",
-                       "X-Track-Opens": "yes" if loaded.track_opens else "no"}
-            cached = (body, headers)
-            self._bodies.put((email_id, segment), cached, body.size)
-        body, headers = cached
-        return body, dict(headers)
+            from_address = loaded.from_address
+            if domain != self.mailgun.domain:
+                from_address = fallback_sender(from_address, self.settings.fallback_address)
+            tags = ["bulk-email", *([self.settings.email_tag] if self.settings.email_tag else [])]
+            headers = {"Reply-To": loaded.reply_to, "List-Unsubscribe": "<%recipient.unsubscribe_url%>",
+                       "List-Unsubscribe-Post": "List-Unsubscribe=One-Click"}
+            fields = message_fields(from_address=from_address, subject=body.subject, html=body.html, text=body.text,
+                                    tags=tags, headers=headers, tracking_opens=loaded.track_opens)
+            cached = (body, fields)
+            self._bodies.put((email_id, segment, domain), cached, body.size + len(fields.data))
+        return cached
 
     @activity.defn
     async def fail_batch(self, input: FailBatchInput) -> None:

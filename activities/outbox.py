@@ -30,6 +30,9 @@ from pressroom.mailgun import ACCEPTED, UNCERTAIN, MailgunError, MailgunRejected
 
 NOTIFY_CHANNEL = "pressroom_outbox"
 RELAY_HEARTBEAT_SECONDS = 2.0  # well inside the relay workflow's 10 s heartbeat timeout
+RELAY_CAP_RECHECK_SECONDS = 0.1  # at the open-deliveries cap, how soon the relay counts again
+RELAY_CONCURRENT_STARTS = 64  # workflow starts in flight at once
+HANDLE_FIRST_HEARTBEAT_SECONDS = 2.0  # well inside handle_entry's 10 s heartbeat timeout
 ERROR_LIMIT = 2000  # stored error text is capped: enough to diagnose, and a row stays small
 OUTBOX_MARK = "pressroom-outbox"  # the v: variable that proves which entry a welcome email carried
 OUTBOX_WORKFLOW_PREFIX = "outbox-"
@@ -119,6 +122,14 @@ class AbortEntryInput(BaseModel):
     message: str
 
 
+# The ledger's line for a handled entry ($1 the outbox id, $2 the handler's result), and the entry's state.
+LEDGER_SUCCEEDED = ("INSERT INTO idempotency_ledger (idempotency_key, payload_digest, status, result) "
+                    "SELECT idempotency_key, payload_digest, 'succeeded', $2::jsonb FROM outbox WHERE id = $1 "
+                    "ON CONFLICT (idempotency_key) DO UPDATE SET status = 'succeeded', result = EXCLUDED.result, "
+                    "updated_at = now()")
+ENTRY_SUCCEEDED = "UPDATE outbox SET status = 'succeeded', processed_at = now(), updated_at = now() WHERE id = $1"
+
+
 def _abort(code: str, message: str) -> ApplicationError:
     return ApplicationError(message, type=code, non_retryable=True)
 
@@ -157,9 +168,14 @@ class OutboxActivities:
         try:
             while time.monotonic() < deadline and not activity.is_worker_shutdown():
                 activity.heartbeat(started)
-                claimed = await self._claim_and_start()
+                claimed, at_cap = await self._claim_and_start()
                 started += claimed
-                if claimed < self.settings.outbox_batch:
+                if at_cap:
+                    # Open deliveries finishing send no NOTIFY: look again soon, not a poll interval
+                    # later, so that a burst keeps the engine busy at the cap.
+                    await self._wait_for_work(wake, min(RELAY_CAP_RECHECK_SECONDS, deadline - time.monotonic()),
+                                              started)
+                elif claimed < self.settings.outbox_batch:
                     await self._wait_for_work(wake, min(self.settings.outbox_poll_interval_sec,
                                                         deadline - time.monotonic()), started)
         finally:
@@ -179,63 +195,64 @@ class OutboxActivities:
                 activity.heartbeat(started)
         wake.clear()
 
-    async def _claim_and_start(self) -> int:
+    async def _claim_and_start(self) -> tuple[int, bool]:
+        """Claim up to a batch of due entries and start their deliveries; (started, at the open-deliveries cap)."""
         from temporalio.common import SearchAttributePair, TypedSearchAttributes, WorkflowIDConflictPolicy
 
         from pressroom.temporal import OUTBOX_EVENT_TYPE
 
         async with self.pool.acquire() as conn, conn.transaction():
             open_deliveries = await conn.fetchval("SELECT count(*) FROM outbox WHERE status = 'sending'")
-            room = min(self.settings.outbox_batch, self.settings.outbox_max_open_deliveries - open_deliveries)
+            cap_room = self.settings.outbox_max_open_deliveries - open_deliveries
+            room = min(self.settings.outbox_batch, cap_room)
             if room <= 0:
-                return 0
+                return 0, True
             rows = await conn.fetch(
                 "SELECT id, idempotency_key, event_type, created_at, trace_context::text FROM outbox "
                 "WHERE status = 'pending' AND next_run_at <= now() ORDER BY next_run_at, created_at "
                 "LIMIT $1 FOR UPDATE SKIP LOCKED", room)
             if not rows:
-                return 0
+                return 0, False
+            # The rows stay locked until every start returns: the starts go out together, a bounded
+            # number at once however large OUTBOX_BATCH is set.
+            slots = asyncio.Semaphore(RELAY_CONCURRENT_STARTS)
 
             async def start(row) -> None:
                 # Each delivery continues the trace of the transaction that enqueued it.
-                with tracing.continued_from(json.loads(row["trace_context"]) if row["trace_context"] else None):
-                    # By its registered name: activities do not import workflow code.
-                    await self.temporal.start_workflow(
-                        "DeliverOutboxEntryWorkflow",
-                        EntryInput(outbox_id=row["id"], max_attempts=self.settings.outbox_max_attempts),
-                        id=outbox_workflow_id(row['idempotency_key']), task_queue=activity.info().task_queue,
-                        id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
-                        search_attributes=TypedSearchAttributes([SearchAttributePair(OUTBOX_EVENT_TYPE,
-                                                                                     row["event_type"])]),
-                        static_summary=f"Deliver {row['event_type']} (outbox {row['id']})")
+                carrier = json.loads(row["trace_context"]) if row["trace_context"] else None
+                async with slots:
+                    with tracing.continued_from(carrier):
+                        # By its registered name: activities do not import workflow code.
+                        await self.temporal.start_workflow(
+                            "DeliverOutboxEntryWorkflow",
+                            EntryInput(outbox_id=row["id"], max_attempts=self.settings.outbox_max_attempts),
+                            id=outbox_workflow_id(row['idempotency_key']), task_queue=activity.info().task_queue,
+                            id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+                            search_attributes=TypedSearchAttributes([SearchAttributePair(OUTBOX_EVENT_TYPE,
+                                                                                         row["event_type"])]),
+                            static_summary=f"Deliver {row['event_type']} (outbox {row['id']})")
 
             await asyncio.gather(*(start(row) for row in rows))
             await conn.execute("UPDATE outbox SET status = 'sending', dispatched_at = now(), updated_at = now() "
                                "WHERE id = ANY($1::text[])", [row["id"] for row in rows])
         self.metrics.counter("pressroom_outbox_claimed", "Outbox entries claimed by a relay").add(len(rows))
         latency = self.metrics.histogram_float("pressroom_outbox_latency", "Outbox latency by phase", "ms")
+        dispatch = latency.with_additional_attributes({"phase": "commit_to_dispatch"})
         now = time.time()
         for row in rows:
-            latency.with_additional_attributes({"phase": "commit_to_dispatch"}).record(
-                (now - row["created_at"].timestamp()) * 1000)
-        return len(rows)
+            dispatch.record((now - row["created_at"].timestamp()) * 1000)
+        return len(rows), len(rows) == cap_room
 
     # --- one entry ---
 
-    async def _ledger_decides(self, outbox_id: str) -> EntryResult | None:
+    async def _ledger_decides(self, outbox_id: str, entry: asyncpg.Record) -> EntryResult | None:
         """The ledger decides first: a key that succeeded is not handled again (W-105), and a digest
         that differs is IDEMPOTENCY_CONFLICT. None: go on and handle the entry."""
-        row = await self.pool.fetchrow(
-            "SELECT o.payload_digest, l.status, l.payload_digest AS ledger_digest, l.result::text AS result "
-            "FROM outbox o LEFT JOIN idempotency_ledger l ON l.idempotency_key = o.idempotency_key "
-            "WHERE o.id = $1", outbox_id)
-        if row is None:
-            raise _abort("ENTRY_NOT_FOUND", f"outbox entry {outbox_id} does not exist")
-        if row["ledger_digest"] is not None and row["ledger_digest"] != row["payload_digest"]:
+        if entry["ledger_digest"] is not None and entry["ledger_digest"] != entry["payload_digest"]:
             raise _abort("IDEMPOTENCY_CONFLICT", "the ledger holds this idempotency key with a different payload")
-        if row["status"] == "succeeded":
+        if entry["ledger_status"] == "succeeded":
             await self._finish(outbox_id)
-            return EntryResult(result=json.loads(row["result"] or "{}"), already_succeeded=True)
+            return EntryResult(result=json.loads(entry["ledger_result"] or "{}"), already_succeeded=True)
         return None
 
     @staticmethod
@@ -254,14 +271,20 @@ class OutboxActivities:
     async def handle_entry(self, input: EntryInput) -> EntryResult:
         """Ask the ledger, then run the event type's handler; a failure is recorded and retried on the
         protocol's backoff. An unknown type or an invalid payload is aborted at once."""
-        async with heartbeating():
-            return await self._ledger_decides(input.outbox_id) or await self._handle_entry(input)
+        # Most entries are handled in milliseconds: the first heartbeat waits, so that they cost
+        # the engine no heartbeat request (the timeout is 10 s; a slow handler still beats).
+        async with heartbeating(first_after=HANDLE_FIRST_HEARTBEAT_SECONDS):
+            # The entry and its ledger line in one statement (one snapshot, one round trip).
+            row = await self.pool.fetchrow(
+                "SELECT o.event_type, o.payload::text AS payload, o.idempotency_key, o.status, o.payload_digest, "
+                "l.status AS ledger_status, l.payload_digest AS ledger_digest, l.result::text AS ledger_result "
+                "FROM outbox o LEFT JOIN idempotency_ledger l ON l.idempotency_key = o.idempotency_key "
+                "WHERE o.id = $1", input.outbox_id)
+            if row is None:
+                raise _abort("ENTRY_NOT_FOUND", f"outbox entry {input.outbox_id} does not exist")
+            return await self._ledger_decides(input.outbox_id, row) or await self._handle_entry(input, row)
 
-    async def _handle_entry(self, input: EntryInput) -> EntryResult:
-        row = await self.pool.fetchrow("SELECT event_type, payload::text AS payload, idempotency_key, status "
-                                       "FROM outbox WHERE id = $1", input.outbox_id)
-        if row is None:
-            raise _abort("ENTRY_NOT_FOUND", f"outbox entry {input.outbox_id} does not exist")
+    async def _handle_entry(self, input: EntryInput, row: asyncpg.Record) -> EntryResult:
         event = self._event(row["event_type"], row["payload"])
         attempt = activity.info().attempt
         if row["status"] == "failed":
@@ -291,14 +314,16 @@ class OutboxActivities:
 
     @activity.defn
     async def complete_entry(self, input: CompleteEntryInput) -> None:
-        """Ledger first, then the outbox row: succeeded, or deleted (completed if the delete fails)."""
-        async with self.pool.acquire() as conn, conn.transaction():
-            await conn.execute(
-                "INSERT INTO idempotency_ledger (idempotency_key, payload_digest, status, result) "
-                "SELECT idempotency_key, payload_digest, 'succeeded', $2::jsonb FROM outbox WHERE id = $1 "
-                "ON CONFLICT (idempotency_key) DO UPDATE SET status = 'succeeded', result = EXCLUDED.result, "
-                "updated_at = now()", input.outbox_id, json.dumps(input.result))
-        await self._finish(input.outbox_id)
+        """Ledger first, then the outbox row: succeeded, or deleted (completed if the delete fails).
+
+        Kept rows: the ledger line and the row's state in one statement, so both commit or neither.
+        """
+        if self.settings.outbox_delete_on_success:
+            await self.pool.execute(LEDGER_SUCCEEDED, input.outbox_id, json.dumps(input.result))
+            await self._finish(input.outbox_id)
+        else:
+            await self.pool.execute(f"WITH ledger AS ({LEDGER_SUCCEEDED}) {ENTRY_SUCCEEDED}", input.outbox_id,
+                                    json.dumps(input.result))
         self._count("succeeded")
 
     async def _finish(self, outbox_id: str) -> None:
@@ -310,8 +335,7 @@ class OutboxActivities:
                 await self.pool.execute("UPDATE outbox SET status = 'completed', processed_at = now(), "
                                         "updated_at = now() WHERE id = $1", outbox_id)
                 return
-        await self.pool.execute("UPDATE outbox SET status = 'succeeded', processed_at = now(), updated_at = now() "
-                                "WHERE id = $1", outbox_id)
+        await self.pool.execute(ENTRY_SUCCEEDED, outbox_id)
 
     @activity.defn
     async def abort_entry(self, input: AbortEntryInput) -> None:

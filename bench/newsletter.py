@@ -5,7 +5,9 @@ Mailgun is) with a per-request latency, seeds N members, and times SendNewslette
 start to "email submitted". Next to it, in the same run on the same machine, two raw figures: the
 same N recipient rows written with COPY, and the same N/1,000 batch requests posted straight to
 the simulator at the same concurrency. It prints recipients per second and the ratio of the
-pipeline to the larger raw figure, and the worker's peak memory.
+pipeline to the larger raw figure, and the worker's peak memory. For context it also prints how
+long the same COPY takes into email_recipients itself (the indexes and foreign keys batch creation
+pays), and when the run's batches were all created and its first batch sent.
 
     .venv/bin/python bench/newsletter.py --members 100000 --latency-ms 200 --concurrency 10
 """
@@ -60,6 +62,30 @@ async def raw_copy(pool, members: int) -> float:
     return elapsed
 
 
+async def table_copy(pool, members: int) -> float:
+    """The same rows written with COPY into email_recipients itself (its indexes and foreign keys,
+    which batch creation pays and the raw COPY does not), rolled back afterwards."""
+    rows = ((f"r{n}", "raw", f"m{n}", f"raw-{n // 1000:05d}", f"00000000-0000-0000-0000-{n:012d}",
+             f"member{n}@example.com", f"Member {n}") for n in range(members))
+    async with pool.acquire() as conn:
+        transaction = conn.transaction()
+        await transaction.start()
+        try:
+            await conn.execute("INSERT INTO posts (id, title, slug, html, newsletter_id) "
+                               "VALUES ('raw', 'Raw', 'raw', '<p>Raw</p>', 'nl1')")
+            await conn.execute("INSERT INTO emails (id, post_id, newsletter_id, subject, html, plaintext) "
+                               "VALUES ('raw', 'raw', 'nl1', 'Raw', '<p>Raw</p>', 'Raw')")
+            await conn.execute("INSERT INTO email_batches (id, email_id) "
+                               "SELECT 'raw-' || lpad(n::text, 5, '0'), 'raw' FROM generate_series(0, $1) n",
+                               (members - 1) // 1000)
+            started = time.perf_counter()
+            await conn.copy_records_to_table("email_recipients", records=rows, columns=[
+                "id", "email_id", "member_id", "batch_id", "member_uuid", "member_email", "member_name"])
+            return time.perf_counter() - started
+        finally:
+            await transaction.rollback()
+
+
 async def raw_posts(base_url: str, members: int, concurrency: int) -> float:
     """N/1,000 batch requests straight to the simulator, `concurrency` at a time."""
     batches = (members + 999) // 1000
@@ -81,6 +107,23 @@ async def raw_posts(base_url: str, members: int, concurrency: int) -> float:
         return time.perf_counter() - started
 
 
+async def creation_times(client, workflow_id: str, run_id: str) -> tuple[float, float]:
+    """From the first run's history: seconds from its start until the last batch-creating activity
+    completed, and until the first batch send was scheduled (how long sending waited for creation)."""
+    started, names, created, first_send = None, {}, None, None
+    async for event in client.get_workflow_handle(workflow_id, run_id=run_id).fetch_history_events():
+        moment = event.event_time.ToDatetime().timestamp()
+        started = moment if started is None else started
+        if event.HasField("activity_task_scheduled_event_attributes"):
+            names[event.event_id] = name = event.activity_task_scheduled_event_attributes.activity_type.name
+            if name == "send_batch" and first_send is None:
+                first_send = moment
+        elif event.HasField("activity_task_completed_event_attributes"):
+            if names.get(event.activity_task_completed_event_attributes.scheduled_event_id, "").startswith("create_"):
+                created = moment
+    return (created or started) - started, (first_send or started) - started
+
+
 async def main(args: argparse.Namespace) -> None:
     async with bench_servers(simulator=True) as servers:
         base_url, env = servers.simulator_url, servers.env
@@ -91,6 +134,7 @@ async def main(args: argparse.Namespace) -> None:
         await pool.execute(SEED.format(members=args.members, tag="b"))
 
         copy_seconds = await raw_copy(pool, args.members)
+        table_seconds = await table_copy(pool, args.members)
         post_seconds = await raw_posts(base_url, args.members, args.concurrency)
 
         async with running_worker(env.client, settings):
@@ -98,6 +142,7 @@ async def main(args: argparse.Namespace) -> None:
             start = await start_newsletter("e1", client=env.client, settings=settings)
             outcome = await follow_newsletter(start.workflow_id, client=env.client, poll_seconds=0.2)
             pipeline = time.perf_counter() - started
+            created, first_send = await creation_times(env.client, start.workflow_id, start.run_id)
         stats = httpx.get(f"{base_url}/_sim/stats").json()
         await pool.close()
 
@@ -107,12 +152,15 @@ async def main(args: argparse.Namespace) -> None:
     print(f"newsletter send: N={n:,} members, simulator latency {args.latency_ms} ms, concurrency {args.concurrency}")
     print(f"  pipeline (start → submitted)  {pipeline:7.2f} s  {n / pipeline:>10,.0f} recipients/s  "
           f"({outcome.status}, {outcome.counts.batches_submitted} batches)")
+    print(f"    batches created after {created:.2f} s; first batch sent after {first_send:.2f} s")
     print(f"  raw COPY of {n:,} rows          {copy_seconds:7.2f} s  {n / copy_seconds:>10,.0f} rows/s")
+    print(f"    (into email_recipients itself, its indexes and foreign keys: {table_seconds:.2f} s, "
+          f"{n / table_seconds:,.0f} rows/s)")
     print(f"  raw {(n + 999) // 1000} posts to the simulator  {post_seconds:7.2f} s  {n / post_seconds:>10,.0f} "
           f"recipients/s")
-    print(f"  pipeline / larger raw figure: {pipeline / raw:.2f}x (target ≤ 1.5x)")
+    print(f"  pipeline / larger raw figure: {pipeline / raw:.2f}x (target ≤ {1.5 if n >= 1_000_000 else 1.2}x)")
     print(f"  duplicates at the simulator: {stats['duplicate_recipients']}")
-    print(f"  peak memory of this process (worker + client): {peak_mb:,.0f} MB")
+    print(f"  peak memory of this process (worker + client): {peak_mb:,.0f} MB (target: worker < 500 MB)")
 
 
 if __name__ == "__main__":

@@ -6,14 +6,24 @@ from the posts' own records (publish_completed_at - published_at): p50, p99, max
 were published early (must be 0). Prints the worker's peak memory while the N posts wait.
 
     .venv/bin/python bench/scheduling.py --posts 1000 --ahead 60
+
+With `--waiting N` it measures the other end instead: N posts scheduled `--days` ahead, each a
+PublishPostWorkflow waiting on its durable timer, and a worker started as its own process
+(`python -m worker`, as deployed): how long scheduling the N takes, how long until every one is
+waiting on its timer, and that worker process's peak memory (VmHWM) and memory once they all wait.
+
+    .venv/bin/python bench/scheduling.py --waiting 10000 --days 30
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import resource
+import subprocess
 import sys
+import tempfile
 import time
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -22,6 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 
 from activities.posts import start_or_move_publication  # noqa: E402
+from bench.processes import peak_rss_mb, rss_mb  # noqa: E402
 from bench.servers import bench_servers  # noqa: E402
 from pressroom import database  # noqa: E402
 from pressroom.settings import load_settings  # noqa: E402
@@ -70,9 +81,91 @@ async def main(args: argparse.Namespace) -> None:
     print(f"  peak memory of this process (worker + client) while they waited: {waiting_mb:,.0f} MB")
 
 
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def spawn_worker(servers, task_queue: str, log: Path) -> subprocess.Popen:
+    """`python -m worker` on the bench servers. No Mailgun (nothing here sends), and the analytics
+    schedule set a day apart so that none of its runs falls inside the measurement."""
+    env = {**os.environ, "DATABASE_URL": servers.database_url,
+           "TEMPORAL_ADDRESS": servers.env.client.service_client.config.target_host,
+           "PRESSROOM_TASK_QUEUE": task_queue, "MAILGUN_API_KEY": "unused", "MAILGUN_DOMAIN": "bench.example",
+           "MAILGUN_BASE_URL": "http://127.0.0.1:9", "PRESSROOM_ANALYTICS_INTERVAL_SECONDS": "86400"}
+    return subprocess.Popen([sys.executable, "-m", "worker"], cwd=ROOT, env=env, stdout=log.open("w"),
+                            stderr=subprocess.STDOUT)
+
+
+async def waiting(args: argparse.Namespace) -> None:
+    from pressroom.temporal import PUBLISH_AT
+
+    n = args.waiting
+    async with bench_servers() as servers:
+        env = servers.env
+        settings = load_settings(database_url=servers.database_url, mailgun_api_key="unused",
+                                 mailgun_domain="bench.example", task_queue="bench-waiting")
+        pool = await database.connect(servers.database_url, max_size=10)
+        log = Path(tempfile.mkstemp(prefix="pressroom-bench-worker-", suffix=".log")[1])
+        worker = spawn_worker(servers, settings.task_queue, log)
+        samples: list[float] = []
+        try:
+            while "worker started" not in log.read_text():
+                if worker.poll() is not None:
+                    raise SystemExit(f"the worker exited ({worker.returncode}); its log: {log}")
+                await asyncio.sleep(0.2)
+            idle_mb = rss_mb(worker.pid)
+
+            async def sample_memory() -> None:
+                while True:
+                    samples.append(rss_mb(worker.pid))
+                    await asyncio.sleep(0.5)
+            sampler = asyncio.create_task(sample_memory())
+
+            at = datetime.now(timezone.utc).replace(microsecond=0) + timedelta(days=args.days)
+            await pool.execute("INSERT INTO posts (id, title, slug, status, published_at) "
+                               "SELECT 'p' || n, 'Post ' || n, 'post-' || n, 'scheduled', $2 "
+                               "FROM generate_series(1, $1) n", n, at)
+            started = time.perf_counter()
+            slots = asyncio.Semaphore(20)  # as the reconcile schedules them
+
+            async def schedule(k: int) -> None:
+                async with slots:
+                    await start_or_move_publication(env.client, settings, f"p{k}", at)
+            await asyncio.gather(*(schedule(k) for k in range(1, n + 1)))
+            scheduling = time.perf_counter() - started
+            # Each run records its time (PublishAt) in its first workflow task: then it waits on its timer.
+            query = f"WorkflowType = 'PublishPostWorkflow' AND {PUBLISH_AT.name} IS NOT NULL"
+            while (waiting_now := (await env.client.count_workflows(query)).count) < n:
+                if time.perf_counter() - started > 1800:
+                    raise TimeoutError(f"only {waiting_now:,} of {n:,} waiting after 30 minutes")
+                await asyncio.sleep(1)
+            all_waiting = time.perf_counter() - started
+            await asyncio.sleep(args.settle)  # the worker holds them, idle: what it keeps
+            settled_mb = rss_mb(worker.pid)
+            peak_mb = peak_rss_mb(worker.pid)
+            sampler.cancel()
+            published = await pool.fetchval("SELECT count(*) FROM posts WHERE status = 'published'")
+        finally:
+            worker.terminate()
+            worker.wait(60)
+            await pool.close()
+
+    print(f"waiting posts: N={n:,} scheduled {args.days:g} days ahead, each a PublishPostWorkflow on its timer")
+    print(f"  scheduling the {n:,} (start with signal, 20 at a time, from this process) took {scheduling:.1f} s "
+          f"({n / scheduling:,.0f}/s)")
+    print(f"  all {n:,} waiting on their timer (first workflow task done) {all_waiting:.1f} s after the first "
+          f"was scheduled; published meanwhile: {published} (must be 0)")
+    print(f"  worker process (python -m worker, pid {worker.pid}): idle {idle_mb:,.0f} MB, peak {peak_mb:,.0f} MB, "
+          f"{settled_mb:,.0f} MB {args.settle:g} s after all were waiting (target < 300 MB)")
+
+
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--posts", type=int, default=1000)
     parser.add_argument("--ahead", type=float, default=60)
     parser.add_argument("--lead", type=float, default=10)
-    asyncio.run(main(parser.parse_args()))
+    parser.add_argument("--waiting", type=int, default=0,
+                        help="instead: schedule this many posts --days ahead and measure the worker's memory")
+    parser.add_argument("--days", type=float, default=30)
+    parser.add_argument("--settle", type=float, default=10, help="seconds to wait once all are waiting")
+    arguments = parser.parse_args()
+    asyncio.run(waiting(arguments) if arguments.waiting else main(arguments))

@@ -16,14 +16,16 @@ from __future__ import annotations
 
 import base64
 import copy
-import json
 import re
-from collections.abc import AsyncIterator, Mapping, Sequence
+import secrets
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from email.utils import format_datetime, parsedate_to_datetime
 from typing import TYPE_CHECKING, Any
 
 import httpx
+import pydantic_core
 
 from pressroom.logs import ADDRESS
 from opentelemetry.trace import SpanKind
@@ -175,20 +177,44 @@ def _retry_after(response: httpx.Response, explanation: str, now: datetime) -> f
     return None
 
 
-# application/x-www-form-urlencoded by table: each UTF-8 byte maps to itself, "+" or "%XX" in C.
-# urllib's urlencode quotes byte by byte in Python, which dominated a 1,000-recipient send.
-_SAFE = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-~")
-_QUOTE = {byte: chr(byte) if byte in _SAFE else "+" if byte == 0x20 else f"%{byte:02X}" for byte in range(256)}
-_FORM = {"Content-Type": "application/x-www-form-urlencoded"}
+# multipart/form-data, the format Mailgun documents for sending: each value goes as its UTF-8 bytes
+# between boundaries, with nothing to escape (url-encoding a 1,000-recipient batch byte by byte
+# dominated a send). The boundary is random per process; a value that holds it is refused.
+_BOUNDARY = f"pressroom-{secrets.token_hex(16)}"
+_FORM = {"Content-Type": f"multipart/form-data; boundary={_BOUNDARY}"}
+_CLOSE = f"--{_BOUNDARY}--\r\n".encode()
 
 
-def _quote(value: str) -> str:
-    return value.encode("utf-8").decode("latin-1").translate(_QUOTE)
+def _form_data(fields: Iterable[tuple[str, str]]) -> bytes:
+    """Form fields as multipart/form-data parts, to be joined and closed by `_CLOSE`."""
+    parts = []
+    for name, value in fields:
+        if _BOUNDARY in value or '"' in name or "\r" in name or "\n" in name:
+            raise MailgunRejected(f"the message's {name.splitlines()[0][:40]!r} field cannot be sent as form data")
+        parts.append(f'--{_BOUNDARY}\r\nContent-Disposition: form-data; name="{name}"\r\n\r\n{value}\r\n')
+    return "".join(parts).encode("utf-8")
 
 
-def _form_urlencoded(form: Mapping[str, str | list[str]]) -> bytes:
-    pairs = ((name, item) for name, value in form.items() for item in ([value] if isinstance(value, str) else value))
-    return "&".join(f"{_quote(name)}={_quote(item)}" for name, item in pairs).encode("ascii")
+@dataclass(frozen=True)
+class MessageFields:
+    """What every batch of one message carries alike (sender, subject, bodies, tags, headers,
+    tracking), encoded once: a newsletter's batches differ only in recipients and marks."""
+
+    data: bytes
+
+
+def message_fields(*, from_address: str, subject: str, html: str, text: str, tags: Sequence[str] = (),
+                   headers: Mapping[str, str] = {}, tracking_opens: bool | None = None,
+                   tracking_clicks: bool | None = None, test_mode: bool = False) -> MessageFields:
+    if len(tags) > MAILGUN_MAX_TAGS:
+        raise MailgunRejected(f"a message takes at most {MAILGUN_MAX_TAGS} tags, got {len(tags)}")
+    fields = [("from", from_address), ("subject", subject), ("html", html), ("text", text),
+              *(("o:tag", tag) for tag in tags), *((f"h:{name}", value) for name, value in headers.items())]
+    for option, value in (("tracking-opens", tracking_opens), ("tracking-clicks", tracking_clicks),
+                          ("testmode", test_mode or None)):
+        if value is not None:
+            fields.append((f"o:{option}", "yes" if value else "no"))
+    return MessageFields(_form_data(fields))
 
 
 def _rfc2822(moment: datetime) -> str:
@@ -264,33 +290,36 @@ class MailgunClient:
                          delivery_time: datetime | None = None, tracking_opens: bool | None = None,
                          tracking_clicks: bool | None = None, test_mode: bool = False) -> str:
         """Queue one message for a batch of recipients; returns Mailgun's message id without <>."""
+        fields = message_fields(from_address=from_address, subject=subject, html=html, text=text, tags=tags,
+                                headers=headers, tracking_opens=tracking_opens, tracking_clicks=tracking_clicks,
+                                test_mode=test_mode)
+        return await self.send_fields(fields, to=to, recipient_variables=recipient_variables, variables=variables,
+                                      delivery_time=delivery_time)
+
+    async def send_fields(self, fields: MessageFields, *, to: list[str],
+                          recipient_variables: dict[str, dict[str, str]], variables: Mapping[str, str] = {},
+                          headers: Mapping[str, str] = {}, delivery_time: datetime | None = None) -> str:
+        """`send_batch` with the shared fields encoded beforehand (`message_fields`); `variables`
+        (v:) and `headers` (h:) here are this batch's own."""
         what = f"batch of {len(to)} recipients"
         if len(to) > MAILGUN_MAX_RECIPIENTS:
             raise TooManyRecipients(f"a {what} exceeds Mailgun's limit of {MAILGUN_MAX_RECIPIENTS} per message")
         if not to:
             raise MailgunRejected("a batch needs at least one recipient")
-        if len(tags) > MAILGUN_MAX_TAGS:
-            raise MailgunRejected(f"a message takes at most {MAILGUN_MAX_TAGS} tags, got {len(tags)}")
-
-        form: dict[str, str | list[str]] = {
-            "from": from_address, "to": list(to), "subject": subject, "html": html, "text": text,
-            "recipient-variables": json.dumps(recipient_variables, separators=(",", ":")),
-        }
-        if tags:
-            form["o:tag"] = list(tags)
-        form.update({f"v:{name}": value for name, value in variables.items()})
-        form.update({f"h:{name}": value for name, value in headers.items()})
+        # pydantic's JSON encoder (in Rust) writes a batch's variables several times faster than json.dumps.
+        # One `to` field, addresses separated by commas (as Mailgun documents): a thousand form
+        # parts cost a multipart parser far more than one. Member addresses are bare and
+        # validated, so none holds a comma.
+        if any("," in address for address in to):
+            raise MailgunRejected("a recipient address holds a comma, which Mailgun would read as two addresses")
+        own = [("to", ",".join(to)),
+               ("recipient-variables", pydantic_core.to_json(recipient_variables).decode()),
+               *((f"v:{name}", value) for name, value in variables.items()),
+               *((f"h:{name}", value) for name, value in headers.items())]
         if delivery_time is not None:
-            form["o:deliverytime"] = _rfc2822(delivery_time)
-        if tracking_opens is not None:
-            form["o:tracking-opens"] = "yes" if tracking_opens else "no"
-        if tracking_clicks is not None:
-            form["o:tracking-clicks"] = "yes" if tracking_clicks else "no"
-        if test_mode:
-            form["o:testmode"] = "yes"
-
+            own.append(("o:deliverytime", _rfc2822(delivery_time)))
         response = await self._request("POST", f"/v3/{self.domain}/messages", what=what,
-                                       content=_form_urlencoded(form), headers=_FORM)
+                                       content=b"".join((fields.data, _form_data(own), _CLOSE)), headers=_FORM)
         body = self._json(response, what)
         message_id = body.get("id") if isinstance(body, dict) else None
         if not isinstance(message_id, str) or not message_id.strip("<> "):

@@ -39,6 +39,9 @@ CONFIRM_UNCERTAIN_PATCH = "confirm-uncertain-batches"
 # Runs started before this patch send each batch as it is; later runs first admit it under the
 # provider's limits (learned batch size, hourly and daily caps) and split a batch refused for its size.
 PROVIDER_LIMITS_PATCH = "provider-limits"
+# Runs started before this patch create every batch before sending any; later runs create them in
+# chunks, sending the batches already written while the rest are created.
+PIPELINED_BATCHES_PATCH = "pipelined-batches"
 
 
 NEWSLETTER_WORKFLOW_PREFIX = "newsletter-"
@@ -86,6 +89,8 @@ class SendNewsletterWorkflow:
     def __init__(self) -> None:
         self._progress = NewsletterProgress(email_id="")
         self._within_limits = False
+        self._creating = False  # batches are still being written, chunk by chunk
+        self._chunks = 0  # chunks written so far: the send loop waits for the next one
 
     @workflow.query
     def progress(self) -> NewsletterProgress:
@@ -101,6 +106,7 @@ class SendNewsletterWorkflow:
         workflow.upsert_search_attributes([EMAIL_ID.value_set(input.email_id)])
         self._within_limits = workflow.patched(PROVIDER_LIMITS_PATCH)
 
+        creation: asyncio.Task | None = None
         if input.resume is None:
             try:
                 lock = await workflow.execute_activity_method(
@@ -118,29 +124,39 @@ class SendNewsletterWorkflow:
                 return EmailOutcome(email_id=input.email_id, status="skipped", message=lock.reason)
             if lock.post_id:
                 workflow.upsert_search_attributes([POST_ID.value_set(lock.post_id)])
-            counts = await workflow.execute_activity_method(
-                NewsletterActivities.create_batches, CreateBatchesInput(email_id=input.email_id, retry_failed=True),
-                start_to_close_timeout=DATABASE_TIMEOUT, heartbeat_timeout=HEARTBEAT_TIMEOUT,
-                retry_policy=DATABASE_RETRY, summary="create batches")
+            chunked = workflow.patched(PIPELINED_BATCHES_PATCH)
+            counts = await self._create_batches(input.email_id, retry_failed=True, chunked=chunked)
             resume = Resume(plan=lock.plan, progress=self._from_counts(input.email_id, counts),
                             started_at=workflow.now().timestamp(), dispatched=0)
+            if counts.creating:
+                self._creating = True
+                creation = asyncio.create_task(self._create_the_rest(input.email_id))
         else:
             resume = input.resume
         self._progress = resume.progress
         self._show(status="sending")
 
         while True:
+            chunks = self._chunks
             batch_ids = await workflow.execute_activity_method(
                 NewsletterActivities.list_unsent_batches,
                 ListUnsentBatchesInput(email_id=input.email_id, limit=BATCH_PAGE),
                 start_to_close_timeout=timedelta(seconds=60), retry_policy=DATABASE_RETRY)
             if not batch_ids:
+                if self._creating:  # everything written so far is sent: wait for the next chunk
+                    await workflow.wait_condition(lambda: self._chunks != chunks or not self._creating)
+                    continue
+                if creation is not None:
+                    await creation  # raises what stopped the creation, if anything did
+                    creation = None
+                    if self._chunks != chunks:
+                        continue  # its last chunk was written after the listing
                 break
             if self._within_limits:
                 await self._send_page_within_limits(batch_ids, resume)
             else:
                 await self._send_page(batch_ids, resume)
-            if workflow.info().is_continue_as_new_suggested():
+            if not self._creating and workflow.info().is_continue_as_new_suggested():
                 resume.progress = self._progress
                 workflow.continue_as_new(SendNewsletterInput(email_id=input.email_id, resume=resume))
 
@@ -151,6 +167,28 @@ class SendNewsletterWorkflow:
             self._progress = self._from_counts(input.email_id, outcome.counts)
         self._show(status=outcome.status, message=outcome.message)
         return outcome
+
+    async def _create_batches(self, email_id: str, *, retry_failed: bool, chunked: bool) -> BatchCounts:
+        return await workflow.execute_activity_method(
+            NewsletterActivities.create_batches,
+            CreateBatchesInput(email_id=email_id, retry_failed=retry_failed, chunked=chunked),
+            start_to_close_timeout=DATABASE_TIMEOUT, heartbeat_timeout=HEARTBEAT_TIMEOUT,
+            retry_policy=DATABASE_RETRY, summary="create batches")
+
+    async def _create_the_rest(self, email_id: str) -> None:
+        """Write the remaining chunks one after another while the send loop sends what exists."""
+        try:
+            while True:
+                counts = await self._create_batches(email_id, retry_failed=False, chunked=True)
+                self._chunks += 1
+                if not counts.creating:
+                    # The totals were planned; now they are what was written.
+                    self._progress.batches_total = counts.batches_total
+                    self._progress.recipients_total = counts.recipients_total
+                    self._show()
+                    return
+        finally:
+            self._creating = False
 
     async def _send_page(self, batch_ids: list[str], resume: Resume) -> None:
         """Send a page of batches, at most `concurrency` at a time."""

@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from pressroom.mailgun import (MailgunBadResponse, MailgunClient, MailgunError, MailgunRateLimited,
-                                MailgunRejected, MailgunUnavailable, TooManyRecipients)
+                                MailgunRejected, MailgunUnavailable, TooManyRecipients, message_fields)
 from devstack.mailgun_simulator import MailgunSimulator
 from pressroom.settings import load_settings
 
@@ -70,6 +70,34 @@ async def test_a_batch_of_1000_is_one_message_with_each_recipient_once(client, s
     recipients = stored[0]["recipients"]
     assert len(recipients) == 1000
     assert {r["address"]: r["variables"] for r in recipients} == expected
+
+
+async def test_shared_fields_encoded_once_carry_any_text_intact(client, sim: MailgunSimulator):
+    """multipart/form-data: bodies with CRLF, '&', '=', '%', '+' and non-ASCII arrive as written,
+    for every batch sent with the same encoded fields."""
+    html = "<p>Grüße & 100% = 1+1\r\n--not-a-boundary</p>"
+    fields = message_fields(from_address=FROM, subject="Ünïcode & more", html=html, text="a=b&c\r\nd",
+                            tags=["newsletter"], headers={"Reply-To": "reply@example.com"}, tracking_opens=False)
+    for start in (0, 3):
+        to, variables = members(3, start)
+        variables[to[0]]["name"] = "Zoë \"Q\" & co"
+        await client.send_fields(fields, to=to, recipient_variables=variables, variables={"email-id": "e1"},
+                                 headers={"Message-Id": f"<b{start}@{DOMAIN}>"})
+
+    assert [list(m.recipients) for m in sim.messages] == [members(3, 0)[0], members(3, 3)[0]]
+    for message in sim.messages:
+        assert (message.html, message.text, message.subject) == (html, "a=b&c\r\nd", "Ünïcode & more")
+        assert message.headers["Reply-To"] == "reply@example.com" and message.tags == ("newsletter",)
+        assert message.options["tracking-opens"] == "no"
+        assert message.recipient_variables()[message.recipients[0]]["name"] == "Zoë \"Q\" & co"
+
+
+async def test_an_address_with_a_comma_is_refused_before_any_request(client, sim: MailgunSimulator):
+    with pytest.raises(MailgunRejected, match="comma"):
+        await client.send_batch(
+            from_address=FROM, to=["a@example.com", '"b,c"@example.com'], subject="s", html="h", text="t",
+            recipient_variables={})
+    assert sim.request_counts["messages"] == 0
 
 
 async def test_message_options_reach_mailgun(client, sim: MailgunSimulator):

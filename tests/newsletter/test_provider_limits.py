@@ -221,7 +221,13 @@ async def test_an_hourly_cap_shared_by_two_emails(db, mailgun, time_skipping_env
     first, second = await seed_email(db, members=250), await seed_email(db, members=250)
     client = time_skipping_env.client
     async with running_worker(client, settings):
-        outcomes = await asyncio.gather(*(run_send(client, settings, s.email_id) for s in (first, second)))
+        handles = [await client.start_workflow(
+            SendNewsletterWorkflow.run, SendNewsletterInput(email_id=s.email_id),
+            id=newsletter_workflow_id(s.email_id), task_queue=settings.task_queue) for s in (first, second)]
+        # Both run together; their results are awaited one after the other. Two result waits at
+        # once, each unlocking and relocking the test server's time skipping, were seen to leave
+        # it locked while the second email waited on its hour-long timer in real time, for ever.
+        outcomes = [await handle.result() for handle in handles]
     assert [o.status for o in outcomes] == ["submitted", "submitted"]
     hours = await db.fetch("SELECT date_trunc('hour', reserved_at) AS hour, sum(recipients) AS n "
                            "FROM sending_quota_reservations GROUP BY 1 ORDER BY 1")

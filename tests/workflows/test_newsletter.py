@@ -200,3 +200,74 @@ async def test_a_continued_run_resumes_without_locking_or_creating_batches(env):
     assert "lock_email" not in fake.calls and not any(c.startswith("create_batches") for c in fake.calls)
     assert sorted(fake.attempts) == ["b0002", "b0003", "b0004"]
     assert outcome.status == "submitted" and progress.batches_sent == 5
+
+
+class FakeChunkedCreation(FakeSending):
+    """Batches that appear `chunk` at a time, one chunk per create_batches call, as a chunked
+    creation writes them; `log` records when each chunk was written and each batch sent."""
+
+    def __init__(self, batches: int, chunk: int, **kwargs) -> None:
+        super().__init__(batches, **kwargs)
+        self.chunk = chunk
+        self.written = 0
+        self.log: list[str] = []
+
+    def counts(self) -> BatchCounts:
+        counts = super().counts()
+        counts.creating = self.written < len(self.batch_ids)
+        return counts
+
+    @activity.defn(name="create_batches")
+    async def create_batches(self, input: CreateBatchesInput) -> BatchCounts:
+        self.calls.append(f"create_batches retry_failed={input.retry_failed} chunked={input.chunked}")
+        await asyncio.sleep(0.05)  # writing a chunk takes a while: sends of the last one overlap it
+        self.written = min(len(self.batch_ids), self.written + self.chunk)
+        self.log.append(f"written {self.written}")
+        return self.counts()
+
+    @activity.defn(name="list_unsent_batches")
+    async def list_unsent_batches(self, input: ListUnsentBatchesInput) -> list[str]:
+        self.calls.append(f"list_unsent_batches limit={input.limit}")
+        return [b for b in self.batch_ids[:self.written] if self.status[b] == "pending"][:input.limit]
+
+    @activity.defn(name="send_batch")
+    async def send_batch(self, input: SendBatchInput) -> BatchSent:
+        assert self.batch_ids.index(input.batch_id) < self.written, "a batch is sent only once it is written"
+        self.log.append(f"sent {input.batch_id}")
+        return await super().send_batch(input)
+
+    def activities(self) -> list:
+        return [self.lock_email, self.create_batches, self.list_unsent_batches, self.send_batch, self.fail_batch,
+                self.finish_email]
+
+
+async def test_sending_starts_on_the_first_chunk_while_the_rest_are_written(env):
+    fake = FakeChunkedCreation(25, chunk=10, lock=EmailLock(acquired=True, plan=plan(concurrency=3)))
+    outcome, progress = await send(env, fake)
+
+    assert outcome.status == "submitted"
+    assert set(fake.attempts) == set(fake.batch_ids) and set(fake.attempts.values()) == {1}
+    creates = [call for call in fake.calls if call.startswith("create_batches")]
+    # The failed batches of an earlier send are retried once, by the first call; each call writes one chunk.
+    assert creates == ["create_batches retry_failed=True chunked=True"] + \
+        ["create_batches retry_failed=False chunked=True"] * 2
+    # Sending did not wait for the whole creation: a batch went out before the last chunk was written.
+    assert fake.log.index("sent b0000") < fake.log.index("written 25")
+    assert fake.calls[-1] == "finish_email"
+    assert (progress.batches_total, progress.batches_sent) == (25, 25)
+
+
+async def test_a_creation_that_fails_fails_the_send_after_what_was_written_is_sent(env):
+    class FailsOnSecondChunk(FakeChunkedCreation):
+        @activity.defn(name="create_batches")
+        async def create_batches(self, input: CreateBatchesInput) -> BatchCounts:
+            if self.written:
+                raise ApplicationError("email e1 does not exist", type="EmailNotFound", non_retryable=True)
+            return await super().create_batches(input)
+
+    fake = FailsOnSecondChunk(25, chunk=10)
+    with pytest.raises(WorkflowFailureError) as failure:
+        await send(env, fake)
+    assert "does not exist" in str(failure.value.cause.cause)
+    assert sorted(fake.attempts) == fake.batch_ids[:10], "the first chunk was sent, nothing else"
+    assert "finish_email" not in fake.calls

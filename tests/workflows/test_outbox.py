@@ -58,6 +58,23 @@ async def test_a_handled_entry_is_completed_with_the_handlers_result(env):
     assert fake.aborted == [] and fake.attempts == 1
 
 
+async def test_a_new_delivery_completes_its_entry_in_a_local_activity(env):
+    """Runs started with the outbox-complete-locally patch: one task-queue activity per entry (as a
+    raw one-activity workflow has), the completion recorded as a local activity's marker."""
+    fake = FakeDelivery(EntryResult(result={}))
+    async with worker_for(env, [DeliverOutboxEntryWorkflow], fake.activities()) as task_queue:
+        handle = await env.client.start_workflow(DeliverOutboxEntryWorkflow.run, EntryInput(outbox_id="o1"),
+                                                 id=workflow_id("outbox"), task_queue=task_queue)
+        assert await handle.result() == "succeeded"
+        history = await handle.fetch_history()
+    scheduled = [e.activity_task_scheduled_event_attributes.activity_type.name for e in history.events
+                 if e.HasField("activity_task_scheduled_event_attributes")]
+    markers = [e.marker_recorded_event_attributes.marker_name for e in history.events
+               if e.HasField("marker_recorded_event_attributes")]
+    assert scheduled == ["handle_entry"] and "core_local_activity" in markers
+    assert fake.completed == [CompleteEntryInput(outbox_id="o1", result={})]
+
+
 async def test_an_entry_the_ledger_already_holds_is_not_completed_again(env):
     fake = FakeDelivery(EntryResult(result={"provider_id": "welcome-1@mg"}, already_succeeded=True))
     assert await deliver(env, fake) == "succeeded"

@@ -1,0 +1,140 @@
+"""Chunked batch creation against real PostgreSQL: the same batches as the one-statement creation
+(segments, domain warming, batch numbering), each chunk committed whole, and a creation stopped
+mid-chunk continuing after the last chunk written, with every member exactly once."""
+
+from __future__ import annotations
+
+import pytest
+from temporalio.testing import ActivityEnvironment
+
+from activities.newsletter import CHUNK_BATCHES, CreateBatchesInput, NewsletterActivities
+from pressroom.dependencies import Dependencies
+
+from .conftest import seed_email
+
+SEGMENTED = '<p data-gh-segment="status:free">Upgrade?</p><p>Hello %recipient.name%</p>'
+BATCH_SIZE = 7  # 70 members a chunk: a few hundred members make chunks in every group
+
+
+def activities_for(settings, db) -> NewsletterActivities:
+    return NewsletterActivities(Dependencies(settings=settings, pool=db, mailgun=None, temporal=None))
+
+
+async def second_email(db, email_id: str) -> str:
+    """Another email of the same post's newsletter: the same audience, batched the other way."""
+    post_id = await db.fetchval(
+        "INSERT INTO posts (title, slug, html, newsletter_id) SELECT title || ' again', slug || '-again', html, "
+        "newsletter_id FROM posts WHERE id = (SELECT post_id FROM emails WHERE id = $1) RETURNING id", email_id)
+    return await db.fetchval(
+        "INSERT INTO emails (post_id, newsletter_id, subject, html, plaintext, recipient_filter) "
+        "SELECT $2, newsletter_id, subject, html, plaintext, recipient_filter FROM emails WHERE id = $1 RETURNING id",
+        email_id, post_id)
+
+
+async def assignment(db, email_id: str) -> dict[str, tuple[str, str | None, bool]]:
+    """Each recipient's batch (its id without the email's), segment and domain."""
+    rows = await db.fetch(
+        "SELECT r.member_id, substr(b.id, length($1) + 1) AS batch, b.member_segment, b.fallback_sending_domain "
+        "FROM email_recipients r JOIN email_batches b ON b.id = r.batch_id WHERE r.email_id = $1", email_id)
+    return {row["member_id"]: (row["batch"], row["member_segment"], row["fallback_sending_domain"]) for row in rows}
+
+
+async def create_in_chunks(env: ActivityEnvironment, activities: NewsletterActivities, email_id: str) -> int:
+    """Call create_batches as the workflow does until nothing is left; returns how many calls."""
+    calls = 0
+    while True:
+        counts = await env.run(activities.create_batches,
+                               CreateBatchesInput(email_id=email_id, retry_failed=calls == 0, chunked=True))
+        calls += 1
+        if not counts.creating:
+            return calls
+
+
+@pytest.mark.parametrize("segmented, warming", [(False, False), (True, False), (False, True), (True, True)])
+async def test_chunks_write_the_same_batches_as_one_statement(db, mailgun, newsletter_settings, segmented, warming):
+    mailgun.add_domain("fallback.test.example")
+    settings = newsletter_settings(batch_size=BATCH_SIZE, **(
+        {"fallback_domain": "fallback.test.example", "fallback_address": "noreply@fallback.test.example"}
+        if warming else {}))
+    seeded = await seed_email(db, members=1000, paid_every=3, html=SEGMENTED if segmented else "<p>Hello</p>")
+    # Open rates with ties and gaps: warming ranks by them, then by member id.
+    await db.execute("UPDATE members SET email_open_rate = CASE WHEN random() < 0.2 THEN NULL "
+                     "ELSE floor(random() * 5)::int * 20 END")
+    chunked = await second_email(db, seeded.email_id)
+    env, activities = ActivityEnvironment(), activities_for(settings, db)
+
+    whole = await env.run(activities.create_batches, CreateBatchesInput(email_id=seeded.email_id, retry_failed=True))
+    calls = await create_in_chunks(env, activities, chunked)
+
+    assert await assignment(db, chunked) == await assignment(db, seeded.email_id)
+    assert len(await assignment(db, chunked)) == 1000
+    assert calls >= 1000 // (CHUNK_BATCHES * BATCH_SIZE)
+    counts = await env.run(activities.create_batches, CreateBatchesInput(email_id=chunked, retry_failed=True,
+                                                                         chunked=True))
+    assert counts == whole  # the totals, once creation is done, are what was written
+    assert await db.fetchval("SELECT email_count FROM emails WHERE id = $1", chunked) == 1000
+    if warming:
+        assert await db.fetchval("SELECT csd_email_count FROM emails WHERE id = $1", chunked) == \
+            await db.fetchval("SELECT csd_email_count FROM emails WHERE id = $1", seeded.email_id) == 200
+
+
+async def test_a_chunk_that_fails_leaves_nothing_and_the_next_call_continues(db, mailgun, newsletter_settings):
+    settings = newsletter_settings(batch_size=BATCH_SIZE)
+    seeded = await seed_email(db, members=500, paid_every=2, html=SEGMENTED)
+    reference = await second_email(db, seeded.email_id)
+    env, activities = ActivityEnvironment(), activities_for(settings, db)
+    await env.run(activities.create_batches, CreateBatchesInput(email_id=reference, retry_failed=True))
+    # A member of the third chunk cannot be written for this email (a stand-in for a crash mid-chunk).
+    doomed = (await db.fetch("SELECT member_id FROM email_recipients WHERE email_id = $1 ORDER BY batch_id",
+                             reference))[2 * CHUNK_BATCHES * BATCH_SIZE + 5]["member_id"]
+    await db.execute(f"""
+        CREATE FUNCTION refuse_doomed() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN
+            IF NEW.email_id = '{seeded.email_id}' AND NEW.member_id = '{doomed}' THEN
+                RAISE EXCEPTION 'the worker died';
+            END IF;
+            RETURN NEW;
+        END $$;
+        CREATE TRIGGER refuse_doomed BEFORE INSERT ON email_recipients FOR EACH ROW EXECUTE FUNCTION refuse_doomed();
+    """)
+    try:
+        for call in range(2):
+            await env.run(activities.create_batches,
+                          CreateBatchesInput(email_id=seeded.email_id, retry_failed=call == 0, chunked=True))
+        with pytest.raises(Exception, match="the worker died"):
+            await env.run(activities.create_batches,
+                          CreateBatchesInput(email_id=seeded.email_id, retry_failed=False, chunked=True))
+        # Two chunks, whole; of the third, nothing: no batch, no recipient, the cursor where it was.
+        assert await db.fetchval("SELECT count(*) FROM email_recipients WHERE email_id = $1",
+                                 seeded.email_id) == 2 * CHUNK_BATCHES * BATCH_SIZE
+        assert await db.fetchval("SELECT count(*) FROM email_batches WHERE email_id = $1",
+                                 seeded.email_id) == 2 * CHUNK_BATCHES
+        assert await db.fetchval("SELECT written_in_group FROM email_batch_creation WHERE email_id = $1",
+                                 seeded.email_id) == 2 * CHUNK_BATCHES * BATCH_SIZE
+    finally:
+        await db.execute("DROP TRIGGER refuse_doomed ON email_recipients; DROP FUNCTION refuse_doomed()")
+
+    await create_in_chunks(env, activities, seeded.email_id)
+
+    assert await assignment(db, seeded.email_id) == await assignment(db, reference)
+    assert await db.fetchval("SELECT count(*) FROM (SELECT member_id FROM email_recipients WHERE email_id = $1 "
+                             "GROUP BY member_id HAVING count(*) > 1) twice", seeded.email_id) == 0
+
+
+async def test_a_send_of_batches_made_at_once_reuses_them(db, mailgun, newsletter_settings):
+    """Batches written by a run of the release before chunks are reused as they are, failed ones reset."""
+    settings = newsletter_settings(batch_size=BATCH_SIZE)
+    seeded = await seed_email(db, members=100)
+    env, activities = ActivityEnvironment(), activities_for(settings, db)
+    whole = await env.run(activities.create_batches, CreateBatchesInput(email_id=seeded.email_id, retry_failed=True))
+    before = await assignment(db, seeded.email_id)
+    await db.execute("UPDATE email_batches SET status = 'failed' WHERE id = $1 || '-all-00003'", seeded.email_id)
+
+    counts = await env.run(activities.create_batches,
+                           CreateBatchesInput(email_id=seeded.email_id, retry_failed=True, chunked=True))
+
+    assert not counts.creating and counts.batches_total == whole.batches_total == 15
+    assert await assignment(db, seeded.email_id) == before
+    assert await db.fetchval("SELECT status FROM email_batches WHERE id = $1 || '-all-00003'",
+                             seeded.email_id) == "pending"
+    assert await db.fetchval("SELECT count(*) FROM email_batch_creation") == 0
