@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import shutil
 import sys
 import tempfile
@@ -28,6 +27,7 @@ from temporalio.testing import ActivityEnvironment  # noqa: E402
 
 from activities.analytics import AggregateInput, AnalyticsActivities, FetchPhaseInput  # noqa: E402
 from pressroom.mailgun import MailgunClient  # noqa: E402
+from bench.processes import cpu_seconds_by_family  # noqa: E402
 from devstack.servers import Postgres, free_port, start_simulator, stop_process  # noqa: E402
 from pressroom import database  # noqa: E402
 from pressroom.dependencies import Dependencies  # noqa: E402
@@ -61,30 +61,16 @@ FROM unnest($1::text[], $2::float8[]) AS x(address, ts)
 WHERE er.email_id = 'e0' AND er.member_email = x.address"""
 
 
-def cpu_seconds(pid: int, children: bool = False) -> float:
-    """CPU time (user + system) of a process, with its children's when asked: what a part cost
-    whatever else the machine was doing. Linux /proc; 0 where it cannot be read."""
-    tick, total = os.sysconf("SC_CLK_TCK"), 0.0
-    for entry in os.listdir("/proc") if children else [str(pid)]:
-        try:
-            with open(f"/proc/{entry}/stat") as stat:
-                fields = stat.read().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
-            continue
-        if entry == str(pid) or int(fields[1]) == pid:
-            total += (int(fields[11]) + int(fields[12])) / tick
-    return total
-
-
 class Cpu:
     """CPU seconds of this process, the simulator and the PostgreSQL server since the last mark."""
 
-    def __init__(self, simulator: int, postgres: int) -> None:
-        self.simulator, self.postgres = simulator, postgres
+    def __init__(self, simulator: int) -> None:
+        self.simulator = simulator
         self.last = self.now()
 
     def now(self) -> tuple[float, float, float]:
-        return time.process_time(), cpu_seconds(self.simulator), cpu_seconds(self.postgres, children=True)
+        ours, simulator = cpu_seconds_by_family(), cpu_seconds_by_family(self.simulator)["python"]
+        return ours["python"] - simulator, simulator, ours["postgres"]
 
     def mark(self) -> list[float]:
         now = self.now()
@@ -122,7 +108,7 @@ async def main(events: int, aggregate_members: int) -> None:
         async with MailgunClient.from_settings(settings) as mailgun:
             deps = Dependencies(settings=settings, pool=pool, mailgun=mailgun, temporal=None)
             acts, env = AnalyticsActivities(deps), ActivityEnvironment()
-            cpu = Cpu(simulator.pid, postgres.process.pid)
+            cpu = Cpu(simulator.pid)
             began = time.perf_counter()
             phases = [await env.run(acts.fetch_phase, FetchPhaseInput(phase=p, now=now))
                       for p in ("latest-opened", "latest", "missing", "backfill")]
