@@ -336,9 +336,7 @@ class NewsletterActivities:
                 return await self._create_chunk(conn, input, email, creation)
             if has_batches:
                 if input.retry_failed:
-                    # The send outcome stays: an uncertain batch is looked up before it is sent again.
-                    await conn.execute("UPDATE email_batches SET status = 'pending', send_attempts = 0, "
-                                       "updated_at = now() WHERE email_id = $1 AND status = 'failed'", input.email_id)
+                    await self._retry_failed_batches(conn, input.email_id)
             else:
                 activity.logger.info("creating batches for email %s", input.email_id)
                 segmented = segments_needed((await self._load(conn, input.email_id)).content)
@@ -372,16 +370,26 @@ class NewsletterActivities:
                     SELECT $4, id, batch_id, uuid, email, name FROM numbered""",
                     email["newsletter_id"], recipient_statuses(email["recipient_filter"]), email["created_at"],
                     input.email_id, segmented, sizes[False], custom_limit, sizes[True])
-                if self.settings.warming:
-                    await conn.execute(
-                        """UPDATE emails SET csd_email_count = (
-                               SELECT count(*) FROM email_recipients r JOIN email_batches b ON b.id = r.batch_id
-                               WHERE r.email_id = $1 AND NOT b.fallback_sending_domain) WHERE id = $1""",
-                        input.email_id)
-            counts = await self._counts(conn, input.email_id)
-            # email_count is set from the rows really written, not the count planned, so reports match the send.
-            await conn.execute("UPDATE emails SET email_count = $2, updated_at = now() WHERE id = $1",
-                               input.email_id, counts.recipients_total)
+            return await self._record_written(conn, input.email_id, created=not has_batches)
+
+    async def _retry_failed_batches(self, conn, email_id: str) -> None:
+        """A new send of a failed email sends its failed batches again. The send outcome stays: an
+        uncertain batch is looked up before it is sent again."""
+        await conn.execute("UPDATE email_batches SET status = 'pending', send_attempts = 0, updated_at = now() "
+                           "WHERE email_id = $1 AND status = 'failed'", email_id)
+
+    async def _record_written(self, conn, email_id: str, *, created: bool) -> BatchCounts:
+        """The email's counts from the rows really written, not the ones planned, so reports match
+        the send; with warming, a creation just finished also records how many go through the
+        custom domain."""
+        if created and self.settings.warming:
+            await conn.execute(
+                """UPDATE emails SET csd_email_count = (
+                       SELECT count(*) FROM email_recipients r JOIN email_batches b ON b.id = r.batch_id
+                       WHERE r.email_id = $1 AND NOT b.fallback_sending_domain) WHERE id = $1""", email_id)
+        counts = await self._counts(conn, email_id)
+        await conn.execute("UPDATE emails SET email_count = $2, updated_at = now() WHERE id = $1",
+                           email_id, counts.recipients_total)
         return counts
 
     async def _create_chunk(self, conn, input: CreateBatchesInput, email, creation) -> BatchCounts:
@@ -390,8 +398,7 @@ class NewsletterActivities:
         if creation is None:
             creation = await self._plan_creation(conn, input.email_id, email)
         elif input.retry_failed:
-            await conn.execute("UPDATE email_batches SET status = 'pending', send_attempts = 0, "
-                               "updated_at = now() WHERE email_id = $1 AND status = 'failed'", input.email_id)
+            await self._retry_failed_batches(conn, input.email_id)
         while not creation["done"]:
             creation = await self._write_chunk(conn, input.email_id, email, creation)
             if input.chunked:
@@ -400,15 +407,7 @@ class NewsletterActivities:
             return BatchCounts(batches_total=creation["planned_batches"], batches_submitted=0, batches_failed=0,
                                recipients_total=creation["planned_recipients"], recipients_submitted=0,
                                creating=True)
-        if self.settings.warming:
-            await conn.execute(
-                """UPDATE emails SET csd_email_count = (
-                       SELECT count(*) FROM email_recipients r JOIN email_batches b ON b.id = r.batch_id
-                       WHERE r.email_id = $1 AND NOT b.fallback_sending_domain) WHERE id = $1""", input.email_id)
-        counts = await self._counts(conn, input.email_id)
-        await conn.execute("UPDATE emails SET email_count = $2, updated_at = now() WHERE id = $1",
-                           input.email_id, counts.recipients_total)
-        return counts
+        return await self._record_written(conn, input.email_id, created=True)
 
     async def _plan_creation(self, conn, email_id: str, email):
         """Fix what every chunk must agree on: segments, batch sizes, where warming falls back; and
