@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -178,6 +179,7 @@ async def test_history_stays_bounded_with_continue_as_new_and_replays(db, mailgu
 
 
 def spawn_worker(settings, dev_env, **extra_env: str) -> subprocess.Popen:
+    """A worker in its own process (so a test can SIGKILL it); its log goes to a file that `wait_until` shows."""
     env = {**os.environ, "DATABASE_URL": settings.database_url,
            "TEMPORAL_ADDRESS": dev_env.client.service_client.config.target_host,
            "PRESSROOM_TASK_QUEUE": settings.task_queue, "MAILGUN_BASE_URL": settings.mailgun_base_url,
@@ -186,15 +188,30 @@ def spawn_worker(settings, dev_env, **extra_env: str) -> subprocess.Popen:
            "PRESSROOM_MAILGUN_RETRY_SECONDS": "0.5",
            "PRESSROOM_SEND_CONFIRM_WINDOW_SECONDS": str(settings.send_confirm_window_seconds),
            "PRESSROOM_SEND_CONFIRM_POLL_SECONDS": str(settings.send_confirm_poll_seconds), **extra_env}
-    return subprocess.Popen([sys.executable, "-m", "worker"], cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
+    log = tempfile.NamedTemporaryFile(prefix="pressroom-worker-", suffix=".log", delete=False)
+    worker = subprocess.Popen([sys.executable, "-m", "worker"], cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
+                              stderr=log)
+    log.close()
+    worker.log_path = log.name  # type: ignore[attr-defined]
+    return worker
 
 
-async def wait_until(check, timeout: float = 60) -> None:
+def worker_log(worker: subprocess.Popen | None, lines: int = 20) -> str:
+    """The last lines a spawned worker wrote, for a failure message."""
+    path = getattr(worker, "log_path", None)
+    if path is None:
+        return ""
+    tail = Path(path).read_text(errors="replace").splitlines()[-lines:]
+    return "\nworker log:\n" + "\n".join(tail)
+
+
+async def wait_until(check, timeout: float = 90, worker: subprocess.Popen | None = None) -> None:
+    """Poll `check` until it is true; fail at once if the given worker process died, and show its log."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
     while not await check():
-        assert loop.time() < deadline, "timed out waiting"
+        assert worker is None or worker.poll() is None, f"the worker exited ({worker.returncode}){worker_log(worker)}"
+        assert loop.time() < deadline, f"timed out waiting{worker_log(worker)}"
         await asyncio.sleep(0.05)
 
 
@@ -214,7 +231,7 @@ async def test_a_worker_killed_while_creating_batches_and_while_sending(db, mail
                 "SELECT count(*) FROM pg_stat_activity WHERE query LIKE '%WITH chosen%' AND state = 'active' "
                 "AND pid <> pg_backend_pid()")) or bool(await db.fetchval(
                 "SELECT count(*) FROM email_batches WHERE email_id = $1", seeded.email_id))
-        await wait_until(creating)
+        await wait_until(creating, worker=worker)
         worker.send_signal(signal.SIGKILL)
         worker.wait()
         # Killed mid-statement or just after: each chunk commits whole or not at all.
@@ -226,7 +243,7 @@ async def test_a_worker_killed_while_creating_batches_and_while_sending(db, mail
         async def sending() -> bool:
             return bool(await db.fetchval("SELECT count(*) FROM email_batches WHERE email_id = $1 "
                                           "AND status = 'submitted'", seeded.email_id))
-        await wait_until(sending)
+        await wait_until(sending, worker=worker)
         worker.send_signal(signal.SIGKILL)
         worker.wait()
         worker = spawn_worker(settings, dev_env)
@@ -255,7 +272,7 @@ async def test_a_worker_killed_mid_send_under_each_adversary(adversary, db, mail
             return await db.fetchval(
                 "SELECT bool_or(status = 'submitted') AND bool_or(status = 'submitting' AND send_outcome = 'uncertain') "
                 "FROM email_batches WHERE email_id = $1", seeded.email_id) or False
-        await wait_until(mid_send)
+        await wait_until(mid_send, worker=worker)
         worker.send_signal(signal.SIGKILL)
         worker.wait()
         worker = spawn_worker(settings, dev_env)

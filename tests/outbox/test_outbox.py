@@ -147,7 +147,7 @@ async def test_w103_a_worker_killed_mid_delivery_another_completes(db, mailgun, 
     worker = spawn_worker(settings, dev_env, OUTBOX_BACKOFF_SEC="1", OUTBOX_POLL_INTERVAL_SEC="0.2")
     try:
         added = await add_member("slow@example.com", settings=settings)
-        await wait_until(lambda: asyncio.sleep(0, mailgun.request_counts["messages"] > 0), timeout=30)
+        await wait_until(lambda: asyncio.sleep(0, mailgun.request_counts["messages"] > 0), timeout=30, worker=worker)
         worker.send_signal(signal.SIGKILL)
         worker.wait()
         mailgun.set_faults(latency_ms=0)
