@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
-from activities.outbox import NOTIFY_CHANNEL, RelayInput
-from pressroom.errors import BadInput, NotFound
+import asyncio
+
+from activities.outbox import NOTIFY_CHANNEL, RelayInput, outbox_workflow_id
+from operations.common import temporal_client
+from pressroom.errors import BadInput, NotFound, PressroomError
 from pressroom.settings import Settings, get_settings
 from workflows.outbox import RELAY_WORKFLOW_ID, OutboxRelayWorkflow
 
@@ -45,20 +48,34 @@ async def outbox_entry(outbox_id: str, settings: Settings | None = None) -> dict
     return dict(row)
 
 
-async def requeue_outbox_entry(outbox_id: str, settings: Settings | None = None) -> None:
-    """aborted → pending with attempts reset, and its failed ledger line cleared, so it is tried afresh."""
+# How long a requeue waits for the entry's delivery run to close before refusing.
+REQUEUE_WAIT_SECONDS = 10.0
+
+
+async def requeue_outbox_entry(outbox_id: str, *, client=None, settings: Settings | None = None,
+                               wait_seconds: float = REQUEUE_WAIT_SECONDS) -> None:
+    """aborted → pending with attempts reset, and its failed ledger line cleared, so it is tried afresh.
+
+    Its delivery run must have closed first. The row reads aborted a moment before that run closes,
+    and the relay starts deliveries keeping an open run of the same id (the entry's idempotency
+    key): requeued inside that moment, the entry would be claimed by the closing run and wait in
+    `sending` for ever. A run still open after `wait_seconds` is refused, and nothing is written.
+    """
     from pressroom import database
     from pressroom.inputs import entity_id
 
     entity_id(outbox_id, "outbox entry")
     settings = settings or get_settings()
     async with database.connection(settings.require_database()) as conn:
+        entry = await conn.fetchrow("SELECT status, idempotency_key FROM outbox WHERE id = $1", outbox_id)
+    _requeueable(outbox_id, entry["status"] if entry else None)
+    await _delivery_closed(client or await temporal_client(settings), outbox_id, entry["idempotency_key"],
+                           wait_seconds)
+    async with database.connection(settings.require_database()) as conn:
         async with conn.transaction():
-            status = await conn.fetchval("SELECT status FROM outbox WHERE id = $1 FOR UPDATE", outbox_id)
-            if status is None:
-                raise NotFound(f"outbox entry {outbox_id} does not exist")
-            if status != "aborted":
-                raise BadInput(f"outbox entry {outbox_id} is {status}; only an aborted entry can be requeued")
+            # Read again under the lock: while the run closed, the entry may have been requeued.
+            _requeueable(outbox_id, await conn.fetchval("SELECT status FROM outbox WHERE id = $1 FOR UPDATE",
+                                                        outbox_id))
             await conn.execute(
                 "DELETE FROM idempotency_ledger WHERE status = 'failed' AND idempotency_key = "
                 "(SELECT idempotency_key FROM outbox WHERE id = $1)", outbox_id)
@@ -72,3 +89,32 @@ async def requeue_outbox_entry(outbox_id: str, settings: Settings | None = None)
                 "UPDATE outbox SET status = 'pending', attempts = 0, next_run_at = now(), last_error_code = NULL, "
                 "last_error_msg = NULL, processed_at = NULL, updated_at = now() WHERE id = $1", outbox_id)
             await conn.execute("SELECT pg_notify($1, '')", NOTIFY_CHANNEL)
+
+
+def _requeueable(outbox_id: str, status: str | None) -> None:
+    if status is None:
+        raise NotFound(f"outbox entry {outbox_id} does not exist")
+    if status != "aborted":
+        raise BadInput(f"outbox entry {outbox_id} is {status}; only an aborted entry can be requeued")
+
+
+async def _delivery_closed(client, outbox_id: str, idempotency_key: str, wait_seconds: float) -> None:
+    """Returns once the entry's delivery run has closed (or none exists), waiting up to `wait_seconds`."""
+    from temporalio.client import WorkflowExecutionStatus, WorkflowFailureError
+    from temporalio.service import RPCError, RPCStatusCode
+
+    handle = client.get_workflow_handle(outbox_workflow_id(idempotency_key))
+    try:
+        if (await handle.describe()).status != WorkflowExecutionStatus.RUNNING:
+            return
+    except RPCError as error:
+        if error.status == RPCStatusCode.NOT_FOUND:  # never started, or past the namespace's retention
+            return
+        raise
+    try:
+        await asyncio.wait_for(handle.result(), wait_seconds)
+    except WorkflowFailureError:  # closed all the same (failed, terminated, cancelled or timed out)
+        pass
+    except TimeoutError:
+        raise PressroomError(f"outbox entry {outbox_id} was not requeued: its delivery (workflow {handle.id}) "
+                             f"is still running after {wait_seconds:g} s; requeue it once it has closed") from None

@@ -12,7 +12,7 @@ import signal
 import pytest
 from temporalio.worker import Replayer
 
-from activities.outbox import enqueue, outbox_workflow_id, payload_digest
+from activities.outbox import enqueue, payload_digest
 from operations.outbox import ensure_relay
 from pressroom.temporal import data_converter
 from operations.members import add_member
@@ -121,10 +121,7 @@ async def test_a_lost_welcome_email_aborted_then_requeued_is_sent_once(adversary
         outbox_id = await db.fetchval("SELECT id FROM outbox WHERE idempotency_key = $1", added.welcome_key)
         play(mailgun, adversary)
         for _ in range(5):
-            # The aborted run writes its state a moment before it closes; a requeue inside that
-            # moment would be claimed by the closing run (known race, see README "The outbox").
-            await dev_env.client.get_workflow_handle(outbox_workflow_id(added.welcome_key)).result()
-            await requeue_outbox_entry(outbox_id, settings=settings)
+            await requeue_outbox_entry(outbox_id, client=dev_env.client, settings=settings)
             await wait_until(lambda: settled_in(db, added.welcome_key, ("succeeded", "aborted")), timeout=90)
             # With one attempt allowed, the rate-limiting adversary may refuse the requeued send
             # too (429, certainly not accepted): the operator requeues it again.
@@ -176,7 +173,7 @@ async def test_w104_max_attempts_then_requeue_then_success(db, mailgun, dev_env,
         assert aborted["attempts"] == 3 and aborted["last_error_code"] == "MailgunUnavailable"
         assert aborted["ledger"] == "failed" and "500" in aborted["last_error_msg"]
         mailgun.set_faults(error_rate=0.0)
-        await requeue_outbox_entry(outbox_id, settings=settings)
+        await requeue_outbox_entry(outbox_id, client=dev_env.client, settings=settings)
         await settled(db, added.welcome_key)
         await dev_env.client.get_workflow_handle(f"{RELAY_WORKFLOW_ID}-{settings.task_queue}").terminate()
     assert sum("unlucky@example.com" in m.recipients for m in mailgun.messages) == 1

@@ -73,7 +73,7 @@ async def test_w104_an_entry_out_of_attempts_is_aborted_and_a_requeue_goes_throu
         await settled(db, added.welcome_key, "aborted")
         mailgun.set_faults(rate_limit_rate=0.0)
         await requeue_outbox_entry(await db.fetchval("SELECT id FROM outbox WHERE idempotency_key = $1",
-                                                     added.welcome_key), settings=settings)
+                                                     added.welcome_key), client=dev_env.client, settings=settings)
         await settled(db, added.welcome_key)
         await dev_env.client.get_workflow_handle(f"{RELAY_WORKFLOW_ID}-{settings.task_queue}").terminate()
     assert await trace(db, added.welcome_key) == ["pending", "sending", "failed", "sending", "failed", "aborted",

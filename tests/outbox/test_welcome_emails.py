@@ -77,7 +77,7 @@ async def test_welcome_email_switched_off_after_queueing_is_not_sent(db, mailgun
     on = outbox_settings()
     async with running_worker(dev_env.client, on):
         await ensure_relay(dev_env.client, on)
-        await requeue_outbox_entry(outbox_id, settings=on)
+        await requeue_outbox_entry(outbox_id, client=dev_env.client, settings=on)
         await settled(db, queued.welcome_key)
         await dev_env.client.get_workflow_handle(f"{RELAY_WORKFLOW_ID}-{on.task_queue}").terminate()
     assert len(sent_to(mailgun, "queued.before@example.com")) == 1
