@@ -55,7 +55,7 @@ COMMANDS = [
     (["members", "add", "walk@example.com", "--name", "Walk"], {"postgres"}),
     (["outbox", "status"], {"postgres"}),
     (["outbox", "show", "{outbox}"], {"postgres"}),
-    (["outbox", "requeue", "{outbox}"], {"postgres"}),
+    (["outbox", "requeue", "{outbox}"], {"postgres", "temporal"}),
     (["analytics", "schedule"], {"temporal"}),
     (["analytics", "run"], {"temporal"}),
     (["analytics", "pause"], {"temporal"}),
