@@ -193,7 +193,7 @@ class Matrix:
                               "AND status = 'aborted'", keys, count)
             self.faults(adversary)
             for outbox_id in await pool.fetch("SELECT id FROM outbox WHERE idempotency_key = ANY($1::text[])", keys):
-                await requeue_outbox_entry(outbox_id["id"], settings=settings)
+                await requeue_outbox_entry(outbox_id["id"], client=self.servers.env.client, settings=settings)
             await until(pool, "SELECT count(*) = $2 FROM outbox WHERE idempotency_key = ANY($1::text[]) "
                               "AND status = 'succeeded'", keys, count, timeout=600)
         finally:
