@@ -39,6 +39,9 @@ class PublishPostInput(BaseModel):
     lead_seconds: float = 10.0
     retries: int = 30  # a 503 is retried every 5 s, 30 times, then the run fails visibly
     retry_seconds: float = 5.0
+    # How soon a worker that dies while the publish waits is noticed (its activity's heartbeat
+    # timeout); runs started before this field existed use 2 s.
+    heartbeat_seconds: float | None = None
 
 
 class RescheduleInput(BaseModel):
@@ -65,6 +68,14 @@ class PublishResult(BaseModel):
 class ReconcileResult(BaseModel):
     started_or_moved: int
     stopped: int
+
+
+def heartbeat_interval() -> float:
+    """How often a waiting publish heartbeats: a quarter of its heartbeat timeout (the SDK sends at
+    most one heartbeat per 80% of it anyway), so a thousand waiting posts do not wake the worker
+    more often than the server needs to hear from them."""
+    timeout = activity.info().heartbeat_timeout if activity.in_activity() else None
+    return min(max(timeout.total_seconds() / 4, 0.25), 2.5) if timeout else 2.0
 
 
 class DueTogether:
@@ -97,7 +108,7 @@ class DueTogether:
         if future is None:
             future = waiting[post_id] = asyncio.get_running_loop().create_future()
         try:
-            while not (await asyncio.wait({future}, timeout=0.5))[0]:  # well within the heartbeat timeout
+            while not (await asyncio.wait({future}, timeout=heartbeat_interval()))[0]:
                 if activity.in_activity():
                     activity.heartbeat()
         except asyncio.CancelledError:
@@ -230,7 +241,8 @@ async def start_or_move_publication(client, settings, post_id: str, publish_at: 
     await client.start_workflow(
         "PublishPostWorkflow",
         PublishPostInput(post_id=post_id, publish_at=publish_at, lead_seconds=settings.publish_lead_seconds,
-                         retries=settings.publish_retries, retry_seconds=settings.publish_retry_seconds),
+                         retries=settings.publish_retries, retry_seconds=settings.publish_retry_seconds,
+                         heartbeat_seconds=settings.publish_heartbeat_seconds),
         id=publish_workflow_id(post_id), task_queue=settings.task_queue,
         start_signal="reschedule", start_signal_args=[RescheduleInput(publish_at=publish_at)],
         static_summary=f"Publish post {post_id} at its scheduled time")

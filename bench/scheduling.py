@@ -32,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 
 from activities.posts import start_or_move_publication  # noqa: E402
-from bench.processes import peak_rss_mb, rss_mb  # noqa: E402
+from bench.processes import cpu_seconds_by_family, peak_rss_mb, rss_mb  # noqa: E402
 from bench.servers import bench_servers  # noqa: E402
 from pressroom import database  # noqa: E402
 from pressroom.settings import load_settings  # noqa: E402
@@ -48,7 +48,8 @@ async def main(args: argparse.Namespace) -> None:
     async with bench_servers() as servers:
         env = servers.env
         settings = load_settings(database_url=servers.database_url, mailgun_api_key="unused", mailgun_domain="unused",
-                                 task_queue="bench", publish_lead_seconds=args.lead)
+                                 task_queue="bench", publish_lead_seconds=args.lead,
+                                 publish_heartbeat_seconds=args.heartbeat)
         pool = await database.connect(servers.database_url, max_size=10)
         at = datetime.now(timezone.utc).replace(microsecond=0) + timedelta(seconds=args.ahead)
         await pool.execute("INSERT INTO posts (id, title, slug, status, published_at) "
@@ -64,21 +65,74 @@ async def main(args: argparse.Namespace) -> None:
             await asyncio.gather(*(schedule(n) for n in range(1, args.posts + 1)))
             scheduling = time.perf_counter() - started
             waiting_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+            # From the moment the timers fire to the last publication: what each process spent.
+            await asyncio.sleep(max(0.0, (at - timedelta(seconds=args.lead) - datetime.now(timezone.utc)).total_seconds()))
+            cpu_before, window_started = cpu_seconds_by_family(), time.perf_counter()
             while await pool.fetchval("SELECT count(*) FROM posts WHERE status = 'scheduled'"):
                 if datetime.now(timezone.utc) > at + timedelta(seconds=120):
                     break
-                await asyncio.sleep(0.5)
+                await asyncio.sleep(0.1)
+            window = time.perf_counter() - window_started
+            cpu = cpu_seconds_by_family() - cpu_before
+            phases = await phase_times(env.client, args.posts, at, args.lead)
         rows = await pool.fetch("SELECT extract(epoch FROM publish_completed_at - published_at) * 1000 AS late "
                                 "FROM posts WHERE status = 'published'")
         await pool.close()
 
     late = [float(r["late"]) for r in rows]
-    print(f"scheduled posts: N={args.posts:,} due at the same instant, {args.ahead:.0f} s ahead, lead {args.lead} s")
+    print(f"scheduled posts: N={args.posts:,} due at the same instant, {args.ahead:.0f} s ahead, lead {args.lead:g} s, "
+          f"heartbeat timeout {args.heartbeat:g} s")
     print(f"  scheduling the {args.posts:,} workflows took {scheduling:.1f} s")
     print(f"  published {len(late):,} of {args.posts:,}; early: {sum(v < 0 for v in late)}")
     if late:
         print(f"  lateness ms: p50 {percentile(late, 0.5):.0f}  p99 {percentile(late, 0.99):.0f}  max {max(late):.0f}")
     print(f"  peak memory of this process (worker + client) while they waited: {waiting_mb:,.0f} MB")
+    print(f"  CPU from the timers firing to the last publication ({window:.1f} s): Temporal server "
+          f"{cpu['temporal']:.1f} s, this process (worker + client) {cpu['python']:.1f} s, "
+          f"PostgreSQL {cpu['postgres']:.1f} s")
+    print("  where the time went, from the runs' histories (ms after the post's time; the timer is due at "
+          f"-{args.lead * 1000:,.0f}):")
+    for phase, values in phases.items():
+        if values:
+            print(f"    {phase:<34} p50 {percentile(values, 0.5):>8,.0f}  p99 {percentile(values, 0.99):>8,.0f}  "
+                  f"max {max(values):>8,.0f}  (n={len(values):,})")
+
+
+async def phase_times(client, n: int, at: datetime, lead: float) -> dict[str, list[float]]:
+    """Per run: when its timer fired, when the publish activity was scheduled and (last) started, and
+    how many attempts it took; read from the histories, so it costs nothing during the measurement."""
+    from temporalio.api.enums.v1 import EventType
+
+    from activities.posts import publish_workflow_id
+
+    phases: dict[str, list[float]] = {"timer fired": [], "its workflow task started": [],
+                                      "its workflow task completed": [], "activity scheduled": [],
+                                      "activity started (last attempt)": [], "attempts (count, not ms)": []}
+    slots = asyncio.Semaphore(20)
+
+    def ms(event) -> float:
+        return (event.event_time.ToDatetime(timezone.utc) - at).total_seconds() * 1000
+
+    async def read(k: int) -> None:
+        async with slots:
+            history = await client.get_workflow_handle(publish_workflow_id(f"p{k}")).fetch_history()
+        fired = False
+        for event in history.events:
+            if event.event_type == EventType.EVENT_TYPE_TIMER_FIRED:
+                phases["timer fired"].append(ms(event))
+                fired = True
+            elif fired and event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_STARTED:
+                phases["its workflow task started"].append(ms(event))
+            elif fired and event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED:
+                phases["its workflow task completed"].append(ms(event))
+                fired = False
+            elif event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
+                phases["activity scheduled"].append(ms(event))
+            elif event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED:
+                phases["activity started (last attempt)"].append(ms(event))
+                phases["attempts (count, not ms)"].append(event.activity_task_started_event_attributes.attempt)
+    await asyncio.gather(*(read(k) for k in range(1, n + 1)))
+    return phases
 
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -163,6 +217,8 @@ if __name__ == "__main__":
     parser.add_argument("--posts", type=int, default=1000)
     parser.add_argument("--ahead", type=float, default=60)
     parser.add_argument("--lead", type=float, default=10)
+    parser.add_argument("--heartbeat", type=float, default=2,
+                        help="the publish activity's heartbeat timeout (PRESSROOM_PUBLISH_HEARTBEAT_SECONDS)")
     parser.add_argument("--waiting", type=int, default=0,
                         help="instead: schedule this many posts --days ahead and measure the worker's memory")
     parser.add_argument("--days", type=float, default=30)

@@ -121,6 +121,8 @@ class Settings(BaseSettings):
     publish_lead_seconds: float = Field(default=10.0, ge=0, validation_alias="PRESSROOM_PUBLISH_LEAD_SECONDS")
     publish_retries: int = Field(default=30, ge=0, validation_alias="PRESSROOM_PUBLISH_RETRIES")
     publish_retry_seconds: float = Field(default=5.0, gt=0, validation_alias="PRESSROOM_PUBLISH_RETRY_SECONDS")
+    publish_heartbeat_seconds: float = Field(default=2.0, ge=1, le=60,
+                                             validation_alias="PRESSROOM_PUBLISH_HEARTBEAT_SECONDS")
 
     # --- worker ---
     # Publish activities mostly sleep out their last seconds; many may wait at once when posts share a time.

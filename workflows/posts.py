@@ -26,7 +26,11 @@ with workflow.unsafe.imports_passed_through():
 
 # Runs of 0.1.0 retried a dead worker's publish only after a 10 s heartbeat timeout plus 5 s.
 PROMPT_RETRY_PATCH = "publish-prompt-retry"
-PUBLISH_HEARTBEAT_TIMEOUT = timedelta(seconds=2)
+# Runs of 0.3.0 and before asked for the prompt retry when their timer fired, which recorded a patch
+# marker (and a search-attribute update) just when every post due at that instant needs Temporal at
+# once; runs started since ask once, at their start, when there is time to spare.
+PROMPT_RETRY_AT_START_PATCH = "publish-prompt-retry-at-start"
+PUBLISH_HEARTBEAT_TIMEOUT = timedelta(seconds=2)  # for runs whose input does not set it
 
 
 class PublishOutcome(BaseModel):
@@ -58,6 +62,7 @@ class PublishPostWorkflow:
     async def run(self, input: PublishPostInput) -> PublishOutcome:
         if self._publish_at is None:  # a signal that came with the start has already set it
             self._publish_at = input.publish_at
+        prompt_retry = workflow.patched(PROMPT_RETRY_AT_START_PATCH)
         workflow.upsert_search_attributes([POST_ID.value_set(input.post_id)])
         retry = RetryPolicy(initial_interval=timedelta(seconds=input.retry_seconds), backoff_coefficient=1.0,
                             maximum_attempts=input.retries + 1)
@@ -79,9 +84,9 @@ class PublishPostWorkflow:
                     pass
             if self._unscheduled:
                 return self._end(input, "unscheduled")
-            if workflow.patched(PROMPT_RETRY_PATCH):
-                # A worker that dies while the activity waits out the lead time is noticed within
-                # PUBLISH_HEARTBEAT_TIMEOUT and the activity is retried at once on any other worker,
+            if prompt_retry or workflow.patched(PROMPT_RETRY_PATCH):
+                # A worker that dies while the activity waits out the lead time is noticed within the
+                # heartbeat timeout and the activity is retried at once on any other worker,
                 # which still publishes on time; failures the activity reports keep their own
                 # interval (it raises them with retry_seconds as next_retry_delay).
                 result: PublishResult = await workflow.execute_activity_method(
@@ -89,7 +94,8 @@ class PublishPostWorkflow:
                     PublishPostActivityInput(post_id=input.post_id, publish_at=target,
                                              lead_seconds=input.lead_seconds, retry_seconds=input.retry_seconds),
                     start_to_close_timeout=timedelta(seconds=input.lead_seconds + 60),
-                    heartbeat_timeout=PUBLISH_HEARTBEAT_TIMEOUT, summary="publish",
+                    heartbeat_timeout=timedelta(seconds=input.heartbeat_seconds) if input.heartbeat_seconds
+                    else PUBLISH_HEARTBEAT_TIMEOUT, summary="publish",
                     retry_policy=RetryPolicy(initial_interval=timedelta(milliseconds=100), backoff_coefficient=1.0,
                                              maximum_attempts=input.retries + 1))
             else:

@@ -134,6 +134,40 @@ async def test_a_publish_that_keeps_failing_fails_the_run_after_its_retries(env)
     assert len(fake.calls) == 3, "the first attempt and `retries` more"
 
 
+@pytest.mark.parametrize("heartbeat_seconds, expected", [(None, 2.0), (10.0, 10.0)])
+async def test_the_waiting_publish_is_watched_by_the_runs_heartbeat_timeout(env, heartbeat_seconds, expected):
+    """The heartbeat timeout is how soon a dead worker's waiting publish is retried elsewhere; runs
+    started before it was a setting (no value in their input) keep 2 s."""
+    seen: list[timedelta | None] = []
+
+    @activity.defn(name="publish_post")
+    async def publish_post(input: PublishPostActivityInput) -> PublishResult:
+        seen.append(activity.info().heartbeat_timeout)
+        return PublishResult(status="published")
+
+    at = await env.get_current_time() + timedelta(minutes=5)
+    async with worker_for(env, [PublishPostWorkflow], [publish_post]) as task_queue:
+        handle = await start_publication(env, task_queue, post_id(), at, heartbeat_seconds=heartbeat_seconds)
+        await handle.result()
+    assert seen == [timedelta(seconds=expected)]
+
+
+async def test_nothing_but_the_publish_is_asked_of_temporal_when_the_timer_fires(env):
+    """Every post due at one instant needs Temporal at once when its timer fires: the run's patch
+    marker (and the search-attribute update that comes with one) is recorded at its start instead."""
+    fake = FakePublishing(env)
+    at = await env.get_current_time() + timedelta(minutes=5)
+    async with worker_for(env, [PublishPostWorkflow], [fake.publish_post]) as task_queue:
+        handle = await start_publication(env, task_queue, post_id(), at)
+        await handle.result()
+    events = [event.WhichOneof("attributes") for event in (await handle.fetch_history()).events]
+    fired = events.index("timer_fired_event_attributes")
+    assert "marker_recorded_event_attributes" in events[:fired]
+    after = events[fired:events.index("activity_task_scheduled_event_attributes")]
+    assert "marker_recorded_event_attributes" not in after
+    assert "upsert_workflow_search_attributes_event_attributes" not in after
+
+
 class FakeReconcile:
     def __init__(self, failures: int = 0) -> None:
         self.failures = failures
