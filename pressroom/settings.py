@@ -109,6 +109,8 @@ class Settings(BaseSettings):
     outbox_poll_interval_sec: float = Field(default=0.5, gt=0, validation_alias="OUTBOX_POLL_INTERVAL_SEC")
     outbox_max_open_deliveries: int = Field(default=500, ge=1, validation_alias="OUTBOX_MAX_OPEN_DELIVERIES")
     outbox_delete_on_success: bool = Field(default=False, validation_alias="OUTBOX_DELETE_ON_SUCCESS")
+    # How often the relay looks for entries whose delivery run closed without finishing them.
+    outbox_orphan_check_sec: float = Field(default=60, gt=0, validation_alias="OUTBOX_ORPHAN_CHECK_SEC")
 
     # --- email analytics ---
     analytics_interval_seconds: int = Field(default=300, ge=10, validation_alias="PRESSROOM_ANALYTICS_INTERVAL_SECONDS")

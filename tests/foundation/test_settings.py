@@ -27,6 +27,7 @@ def test_defaults_are_the_specifications(monkeypatch):
     ("PRESSROOM_BATCH_SIZE", "1001", "above Mailgun's maximum of 1000"),
     ("PRESSROOM_SEND_CONCURRENCY", "two", "integer"),
     ("OUTBOX_BACKOFF_SEC", "[5,-1]", "positive"),
+    ("OUTBOX_ORPHAN_CHECK_SEC", "0", "greater than 0"),
     ("PRESSROOM_PUBLISH_HEARTBEAT_SECONDS", "0.2", "greater than or equal to 1"),
 ])
 def test_a_malformed_value_is_one_line_naming_the_variable(monkeypatch, variable, value, words):
