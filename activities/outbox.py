@@ -36,6 +36,9 @@ HANDLE_FIRST_HEARTBEAT_SECONDS = 2.0  # well inside handle_entry's 10 s heartbea
 ERROR_LIMIT = 2000  # stored error text is capped: enough to diagnose, and a row stays small
 OUTBOX_MARK = "pressroom-outbox"  # the v: variable that proves which entry a welcome email carried
 OUTBOX_WORKFLOW_PREFIX = "outbox-"
+ORPHAN_CHECK_LIMIT = 100  # entries looked at per orphan check: a bounded number of describes each time
+ORPHAN_CONCURRENT_DESCRIBES = 8
+ORPHAN_DESCRIBE_TIMEOUT = timedelta(seconds=10)
 
 
 # --- event types and their handlers -------------------------------------------------------------
@@ -128,6 +131,13 @@ LEDGER_SUCCEEDED = ("INSERT INTO idempotency_ledger (idempotency_key, payload_di
                     "ON CONFLICT (idempotency_key) DO UPDATE SET status = 'succeeded', result = EXCLUDED.result, "
                     "updated_at = now()")
 ENTRY_SUCCEEDED = "UPDATE outbox SET status = 'succeeded', processed_at = now(), updated_at = now() WHERE id = $1"
+# The ledger's line for an aborted entry ($1 the outbox id, $2 the error code). A line that succeeded,
+# or that belongs to another payload (the IDEMPOTENCY_CONFLICT case), is left exactly as it is.
+LEDGER_FAILED = ("INSERT INTO idempotency_ledger (idempotency_key, payload_digest, status, error_code) "
+                 "SELECT idempotency_key, payload_digest, 'failed', $2 FROM outbox WHERE id = $1 "
+                 "ON CONFLICT (idempotency_key) DO UPDATE SET status = 'failed', error_code = EXCLUDED.error_code, "
+                 "updated_at = now() WHERE idempotency_ledger.status <> 'succeeded' "
+                 "AND idempotency_ledger.payload_digest = EXCLUDED.payload_digest")
 
 
 def _abort(code: str, message: str) -> ApplicationError:
@@ -164,6 +174,7 @@ class OutboxActivities:
         # A stopping worker hands the relay back at once (the workflow calls it again, on another
         # worker) instead of holding the shutdown for the whole grace period.
         shutdown = asyncio.create_task(wake_at_worker_shutdown())
+        orphans = asyncio.create_task(self._watch_for_orphans())
         started, deadline = 0, time.monotonic() + input.run_seconds
         try:
             while time.monotonic() < deadline and not activity.is_worker_shutdown():
@@ -179,6 +190,7 @@ class OutboxActivities:
                     await self._wait_for_work(wake, min(self.settings.outbox_poll_interval_sec,
                                                         deadline - time.monotonic()), started)
         finally:
+            orphans.cancel()
             shutdown.cancel()
             await listener.close()
         return RelayResult(started=started)
@@ -242,6 +254,92 @@ class OutboxActivities:
         for row in rows:
             dispatch.record((now - row["created_at"].timestamp()) * 1000)
         return len(rows), len(rows) == cap_room
+
+    # --- entries whose delivery run closed without finishing them ---
+
+    async def _watch_for_orphans(self) -> None:
+        """Every OUTBOX_ORPHAN_CHECK_SEC, abort the entries whose delivery run has closed unfinished.
+
+        A run that an operator terminated, or that failed or timed out in a way the workflow does
+        not handle, leaves its entry `sending` (or `failed`, in a retry's backoff) for ever: nothing
+        retries it, requeue refuses it and, `sending`, it counts against the open-deliveries cap.
+        Aborted, not pending: a terminated delivery may have been meant to stop. It shows in
+        `outbox status` and is one `outbox requeue` from being sent, once (the ledger and the
+        uncertain-send look-up see to that). This runs beside the relay's loop, not in it, and
+        a failure only waits for the next check: a slow or unreachable Temporal never holds up
+        claims or heartbeats.
+        """
+        after = None  # (updated_at, id) of the last entry looked at: the next check goes on from there
+        while True:
+            try:
+                after = await self._abort_orphans(after)
+            except Exception as error:
+                activity.logger.warning("looking for outbox entries whose delivery closed failed (%s: %s); "
+                                        "looking again in %g s", type(error).__name__, error,
+                                        self.settings.outbox_orphan_check_sec)
+            await asyncio.sleep(self.settings.outbox_orphan_check_sec)
+
+    async def _abort_orphans(self, after: tuple[datetime, str] | None) -> tuple[datetime, str] | None:
+        """One check of the oldest unfinished entries after `after`; returns where the next one goes on.
+
+        An entry is looked at once it has not changed for a check interval (a delivery that just
+        started is running), a bounded number per check; the next checks go on from the last one,
+        so that old entries whose runs are still waiting do not hide newer ones.
+        """
+        rows = await self.pool.fetch(
+            "SELECT id, idempotency_key, status, updated_at FROM outbox WHERE status IN ('sending', 'failed') "
+            "AND updated_at < now() - make_interval(secs => $1) "
+            "AND ($2::timestamptz IS NULL OR (updated_at, id) > ($2, $3)) ORDER BY updated_at, id LIMIT $4",
+            float(self.settings.outbox_orphan_check_sec), after[0] if after else None, after[1] if after else "",
+            ORPHAN_CHECK_LIMIT)
+        slots = asyncio.Semaphore(ORPHAN_CONCURRENT_DESCRIBES)
+
+        async def check(row) -> None:
+            async with slots:
+                closed = await self._delivery_closed_as(outbox_workflow_id(row["idempotency_key"]))
+            if closed is not None:
+                await self._abort_orphan(row, closed)
+
+        await asyncio.gather(*(check(row) for row in rows))
+        return (rows[-1]["updated_at"], rows[-1]["id"]) if len(rows) == ORPHAN_CHECK_LIMIT else None
+
+    async def _delivery_closed_as(self, workflow_id: str) -> str | None:
+        """How the delivery run closed (TERMINATED, FAILED, …; NOT_FOUND past retention), or None
+        while it runs or when Temporal cannot say now (logged; the next check asks again)."""
+        from temporalio.client import WorkflowExecutionStatus
+        from temporalio.service import RPCError, RPCStatusCode
+
+        try:
+            run = await self.temporal.get_workflow_handle(workflow_id).describe(rpc_timeout=ORPHAN_DESCRIBE_TIMEOUT)
+        except RPCError as error:
+            if error.status == RPCStatusCode.NOT_FOUND:
+                return "NOT_FOUND"
+            activity.logger.warning("cannot ask Temporal about %s (%s); looking again at the next check",
+                                    workflow_id, error.message)
+            return None
+        if run.status is None or run.status == WorkflowExecutionStatus.RUNNING:
+            return None
+        return run.status.name
+
+    async def _abort_orphan(self, row: asyncpg.Record, closed_as: str) -> None:
+        workflow_id = outbox_workflow_id(row["idempotency_key"])
+        how = "does not exist (closed longer ago than the namespace keeps runs)" if closed_as == "NOT_FOUND" \
+            else f"closed as {closed_as}"
+        message = f"its delivery run (workflow {workflow_id}) {how} without finishing the entry; requeue it to send it"
+        async with self.pool.acquire() as conn, conn.transaction():
+            # Only the row as it was read: an entry its run moved on since then is that run's.
+            aborted = await conn.fetchval(
+                "UPDATE outbox SET status = 'aborted', last_error_code = 'DELIVERY_CLOSED', last_error_msg = $4, "
+                "processed_at = now(), updated_at = now() WHERE id = $1 AND status = $2 AND updated_at = $3 "
+                "RETURNING id", row["id"], row["status"], row["updated_at"], message)
+            if aborted is None:
+                return
+            await conn.execute(LEDGER_FAILED, row["id"], "DELIVERY_CLOSED")
+        activity.logger.warning("outbox entry %s aborted: %s", row["id"], message)
+        self.metrics.counter("pressroom_outbox_delivery_closed",
+                             "Outbox entries aborted because their delivery run closed unfinished").add(
+            1, {"closed_as": closed_as})
+        self._count("aborted")
 
     # --- one entry ---
 
@@ -346,12 +444,7 @@ class OutboxActivities:
         """
         message = input.message[:ERROR_LIMIT]
         async with self.pool.acquire() as conn, conn.transaction():
-            await conn.execute(
-                "INSERT INTO idempotency_ledger (idempotency_key, payload_digest, status, error_code) "
-                "SELECT idempotency_key, payload_digest, 'failed', $2 FROM outbox WHERE id = $1 "
-                "ON CONFLICT (idempotency_key) DO UPDATE SET status = 'failed', error_code = EXCLUDED.error_code, "
-                "updated_at = now() WHERE idempotency_ledger.status <> 'succeeded' "
-                "AND idempotency_ledger.payload_digest = EXCLUDED.payload_digest", input.outbox_id, input.code)
+            await conn.execute(LEDGER_FAILED, input.outbox_id, input.code)
             await conn.execute(
                 "UPDATE outbox SET status = 'aborted', last_error_code = $2, last_error_msg = $3, "
                 "processed_at = now(), updated_at = now() WHERE id = $1", input.outbox_id, input.code, message)
