@@ -108,7 +108,7 @@ async def test_a_delivery_still_sending_is_left_alone(db, mailgun, dev_env, outb
     settings = outbox_settings(outbox_orphan_check_sec=CHECK_SEC)
     address = "slow@example.com"
     await db.execute(WELCOME)
-    mailgun.set_faults(latency_ms=8000)  # the send is in flight through several checks
+    mailgun.set_faults(latency_ms=12_000)  # the send is in flight through several checks
     async with running_worker(dev_env.client, settings):
         await ensure_relay(dev_env.client, settings)
         added = await add_member(address, settings=settings)
