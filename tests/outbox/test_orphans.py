@@ -9,6 +9,7 @@ long: a run that is closed, or that does not exist, has its entry aborted with D
 from __future__ import annotations
 
 import asyncio
+import uuid
 
 from temporalio.client import WorkflowExecutionStatus
 from temporalio.service import RPCError, RPCStatusCode
@@ -45,7 +46,7 @@ async def an_entry_without_a_run(db) -> str:
     """A `sending` entry whose delivery run does not exist (as after the namespace's retention):
     committed `sending`, so that no relay claims it. Its abort shows that a check has run."""
     async with db.acquire() as conn, conn.transaction():
-        key = await enqueue(conn, "NoopEvent", {"n": 1})
+        key = await enqueue(conn, "NoopEvent", {"entry": uuid.uuid4().hex})
         await conn.execute("UPDATE outbox SET status = 'sending', updated_at = now() - interval '1 minute' "
                            "WHERE idempotency_key = $1", key)
     return key
