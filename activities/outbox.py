@@ -64,6 +64,24 @@ def outbox_workflow_id(idempotency_key: str) -> str:
     return f"{OUTBOX_WORKFLOW_PREFIX}{idempotency_key}"
 
 
+async def delivery_closed_as(client, workflow_id: str, rpc_timeout: timedelta | None = None) -> str | None:
+    """How a delivery run closed: its status (COMPLETED, TERMINATED, FAILED, …), NOT_FOUND when Temporal
+    holds no such run (never started, or closed longer ago than the namespace keeps runs), or None while
+    it runs. Any other answer from Temporal is raised."""
+    from temporalio.client import WorkflowExecutionStatus
+    from temporalio.service import RPCError, RPCStatusCode
+
+    try:
+        run = await client.get_workflow_handle(workflow_id).describe(rpc_timeout=rpc_timeout)
+    except RPCError as error:
+        if error.status == RPCStatusCode.NOT_FOUND:
+            return "NOT_FOUND"
+        raise
+    if run.status is None or run.status == WorkflowExecutionStatus.RUNNING:
+        return None
+    return run.status.name
+
+
 def payload_digest(payload: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(payload, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
@@ -304,22 +322,15 @@ class OutboxActivities:
         return (rows[-1]["updated_at"], rows[-1]["id"]) if len(rows) == ORPHAN_CHECK_LIMIT else None
 
     async def _delivery_closed_as(self, workflow_id: str) -> str | None:
-        """How the delivery run closed (TERMINATED, FAILED, …; NOT_FOUND past retention), or None
-        while it runs or when Temporal cannot say now (logged; the next check asks again)."""
-        from temporalio.client import WorkflowExecutionStatus
-        from temporalio.service import RPCError, RPCStatusCode
+        """As `delivery_closed_as`, or None when Temporal cannot say now (logged; the next check asks again)."""
+        from temporalio.service import RPCError
 
         try:
-            run = await self.temporal.get_workflow_handle(workflow_id).describe(rpc_timeout=ORPHAN_DESCRIBE_TIMEOUT)
+            return await delivery_closed_as(self.temporal, workflow_id, rpc_timeout=ORPHAN_DESCRIBE_TIMEOUT)
         except RPCError as error:
-            if error.status == RPCStatusCode.NOT_FOUND:
-                return "NOT_FOUND"
             activity.logger.warning("cannot ask Temporal about %s (%s); looking again at the next check",
                                     workflow_id, error.message)
             return None
-        if run.status is None or run.status == WorkflowExecutionStatus.RUNNING:
-            return None
-        return run.status.name
 
     async def _abort_orphan(self, row: asyncpg.Record, closed_as: str) -> None:
         workflow_id = outbox_workflow_id(row["idempotency_key"])

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from activities.outbox import NOTIFY_CHANNEL, RelayInput, outbox_workflow_id
+from activities.outbox import NOTIFY_CHANNEL, RelayInput, delivery_closed_as, outbox_workflow_id
 from operations.common import temporal_client
 from pressroom.errors import BadInput, NotFound, PressroomError
 from pressroom.settings import Settings, get_settings
@@ -100,17 +100,11 @@ def _requeueable(outbox_id: str, status: str | None) -> None:
 
 async def _delivery_closed(client, outbox_id: str, idempotency_key: str, wait_seconds: float) -> None:
     """Returns once the entry's delivery run has closed (or none exists), waiting up to `wait_seconds`."""
-    from temporalio.client import WorkflowExecutionStatus, WorkflowFailureError
-    from temporalio.service import RPCError, RPCStatusCode
+    from temporalio.client import WorkflowFailureError
 
     handle = client.get_workflow_handle(outbox_workflow_id(idempotency_key))
-    try:
-        if (await handle.describe()).status != WorkflowExecutionStatus.RUNNING:
-            return
-    except RPCError as error:
-        if error.status == RPCStatusCode.NOT_FOUND:  # never started, or past the namespace's retention
-            return
-        raise
+    if await delivery_closed_as(client, handle.id) is not None:
+        return
     try:
         await asyncio.wait_for(handle.result(), wait_seconds)
     except WorkflowFailureError:  # closed all the same (failed, terminated, cancelled or timed out)
