@@ -16,7 +16,8 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from operations.demo_site import seed_site
+from operations.demo_site import (DemoOutcome, demo_outcome, seed_site, wait_for_publication,
+                                  wait_for_welcome_email)
 from operations.members import add_member
 from operations.newsletter import follow_newsletter
 from operations.outbox import ensure_relay
@@ -55,8 +56,7 @@ async def run_demo(console: Console, *, members: int, publish_in: float, keep_ru
 
             # A real-looking domain: address validation refuses the reserved .test names people type by mistake.
             added = await add_member(f"newcomer-{tag}@example.com", "Newcomer", settings=settings)
-            await _wait_for(pool, "SELECT status = 'succeeded' FROM outbox WHERE idempotency_key = $1",
-                            added.welcome_key, what="the welcome email")
+            await wait_for_welcome_email(pool, added.welcome_key)
             console.print(f"[bold]Outbox[/bold]: member {added.member_id} joined; welcome email sent "
                           f"(workflow {outbox_workflow_id(added.welcome_key)})")
 
@@ -64,11 +64,8 @@ async def run_demo(console: Console, *, members: int, publish_in: float, keep_ru
             await schedule_post(site.post_id, publish_at.isoformat(), client=client, settings=settings)
             console.print(f"[bold]Post[/bold]: scheduled for {publish_at:%H:%M:%S} UTC "
                           f"(workflow {publish_workflow_id(site.post_id)}); waiting…")
-            await _wait_for(pool, "SELECT status = 'published' FROM posts WHERE id = $1", site.post_id,
-                            what="the post", timeout=publish_in + 60)
-            late = await pool.fetchval("SELECT extract(epoch FROM publish_completed_at - published_at) * 1000 "
-                                       "FROM posts WHERE id = $1", site.post_id)
-            console.print(f"[bold]Post[/bold]: published {float(late):.0f} ms after its time")
+            late = await wait_for_publication(pool, site.post_id, timeout=publish_in + 60)
+            console.print(f"[bold]Post[/bold]: published {late:.0f} ms after its time")
 
             newsletter_id = newsletter_workflow_id(site.email_id)
             await _wait_for_workflow(client, newsletter_id)
@@ -97,7 +94,7 @@ async def run_demo(console: Console, *, members: int, publish_in: float, keep_ru
             await client.execute_workflow(FetchEmailAnalyticsWorkflow.run, FetchEmailAnalyticsInput(),
                                                 id=analytics_id, task_queue=settings.task_queue)
             console.print(f"[bold]Analytics[/bold]: fetched events (workflow {analytics_id})")
-            await _closing_table(console, pool, site.email_id)
+            _closing_table(console, site.email_id, await demo_outcome(pool, site.email_id))
             ui = status.values.get("temporal_ui", "your Temporal Web UI")
             console.print(f"\nOpen [bold]{ui}[/bold] and search for [bold]EmailId=\"{site.email_id}\"[/bold], or "
                           f"open the workflows {publish_workflow_id(site.post_id)}, {newsletter_id}, "
@@ -107,16 +104,6 @@ async def run_demo(console: Console, *, members: int, publish_in: float, keep_ru
                 await asyncio.Event().wait()
     finally:
         await pool.close()
-
-
-async def _wait_for(pool, query: str, *args, what: str, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while not await pool.fetchval(query, *args):
-        if time.monotonic() > deadline:
-            from pressroom.errors import PressroomError
-
-            raise PressroomError(f"the demo waited {timeout:.0f} s for {what}; check the worker's log")
-        await asyncio.sleep(0.1)
 
 
 async def _wait_for_workflow(client, workflow_id: str, timeout: float = 30) -> None:
@@ -133,21 +120,16 @@ async def _wait_for_workflow(client, workflow_id: str, timeout: float = 30) -> N
             await asyncio.sleep(0.1)
 
 
-async def _closing_table(console: Console, pool, email_id: str) -> None:
-    email = await pool.fetchrow("SELECT status, email_count, delivered_count, opened_count, failed_count "
-                                "FROM emails WHERE id = $1", email_id)
-    members = await pool.fetchrow(
-        "SELECT count(*) FILTER (WHERE email_count > 0) AS reached, round(avg(email_open_rate)) AS open_rate, "
-        "count(*) FILTER (WHERE email_open_rate IS NOT NULL) AS rated FROM members")
+def _closing_table(console: Console, email_id: str, outcome: DemoOutcome) -> None:
     table = Table(title=f"Email {email_id}")
     for column in ("status", "recipients", "delivered", "opened", "failed"):
         table.add_column(column, justify="right")
-    table.add_row(email["status"], f"{email['email_count']:,}", f"{email['delivered_count']:,}",
-                  f"{email['opened_count']:,}", f"{email['failed_count']:,}")
+    table.add_row(outcome.status, f"{outcome.recipients:,}", f"{outcome.delivered:,}", f"{outcome.opened:,}",
+                  f"{outcome.failed:,}")
     console.print(table)
     stats = Table(title="Members")
     for column in ("reached by email", "with an open rate (≥5 emails)", "average open rate"):
         stats.add_column(column, justify="right")
-    stats.add_row(f"{members['reached']:,}", f"{members['rated']:,}",
-                  "-" if members["open_rate"] is None else f"{members['open_rate']}%")
+    stats.add_row(f"{outcome.members_reached:,}", f"{outcome.members_rated:,}",
+                  "-" if outcome.average_open_rate is None else f"{outcome.average_open_rate}%")
     console.print(stats)

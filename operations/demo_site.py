@@ -7,9 +7,13 @@ each run adds one new post, so every demo has a fresh newsletter to send.
 
 from __future__ import annotations
 
+import asyncio
+import time
 from dataclasses import dataclass
 
 import asyncpg
+
+from pressroom.errors import PressroomError
 
 DEMO_NEWSLETTER_SLUG = "pressroom-weekly"
 DEMO_MEMBER_ADDRESS = "reader{n}@demo.pressroom.test"
@@ -65,3 +69,49 @@ async def seed_site(pool: asyncpg.Pool, *, members: int, run_tag: str) -> DemoSi
         subscribed = await conn.fetchval(
             "SELECT count(*) FROM members_newsletters WHERE newsletter_id = $1", newsletter_id)
     return DemoSite(newsletter_id=newsletter_id, post_id=post_id, email_id=email_id, members=subscribed)
+
+
+async def wait_for_welcome_email(pool: asyncpg.Pool, idempotency_key: str, timeout: float = 60) -> None:
+    await _wait_for(pool, "SELECT status = 'succeeded' FROM outbox WHERE idempotency_key = $1", idempotency_key,
+                    what="the welcome email", timeout=timeout)
+
+
+async def wait_for_publication(pool: asyncpg.Pool, post_id: str, timeout: float) -> float:
+    """Waits for the post to be published; returns how late it went out, in milliseconds."""
+    await _wait_for(pool, "SELECT status = 'published' FROM posts WHERE id = $1", post_id, what="the post",
+                    timeout=timeout)
+    return float(await pool.fetchval("SELECT extract(epoch FROM publish_completed_at - published_at) * 1000 "
+                                     "FROM posts WHERE id = $1", post_id))
+
+
+@dataclass(frozen=True)
+class DemoOutcome:
+    """The demo's closing figures: the email's statistics and what analytics made of the members."""
+    status: str
+    recipients: int
+    delivered: int
+    opened: int
+    failed: int
+    members_reached: int
+    members_rated: int
+    average_open_rate: int | None
+
+
+async def demo_outcome(pool: asyncpg.Pool, email_id: str) -> DemoOutcome:
+    email = await pool.fetchrow("SELECT status, email_count, delivered_count, opened_count, failed_count "
+                                "FROM emails WHERE id = $1", email_id)
+    members = await pool.fetchrow(
+        "SELECT count(*) FILTER (WHERE email_count > 0) AS reached, round(avg(email_open_rate)) AS open_rate, "
+        "count(*) FILTER (WHERE email_open_rate IS NOT NULL) AS rated FROM members")
+    return DemoOutcome(status=email["status"], recipients=email["email_count"], delivered=email["delivered_count"],
+                       opened=email["opened_count"], failed=email["failed_count"], members_reached=members["reached"],
+                       members_rated=members["rated"],
+                       average_open_rate=None if members["open_rate"] is None else int(members["open_rate"]))
+
+
+async def _wait_for(pool: asyncpg.Pool, query: str, *args, what: str, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while not await pool.fetchval(query, *args):
+        if time.monotonic() > deadline:
+            raise PressroomError(f"the demo waited {timeout:.0f} s for {what}; check the worker's log")
+        await asyncio.sleep(0.1)
