@@ -62,7 +62,7 @@ CREATE TABLE emails (
     newsletter_id     text REFERENCES newsletters (id) ON DELETE SET NULL,
     status            text NOT NULL DEFAULT 'pending'
                       CHECK (status IN ('pending', 'submitting', 'submitted', 'failed')),
-    -- The Temporal run that holds the "submitting" lock (seed 001's updateStatusLock).
+    -- The Temporal run that holds the "submitting" lock: only that run may send this email's batches.
     locked_by         text,
     recipient_filter  text NOT NULL DEFAULT 'all',
     subject           text NOT NULL,
@@ -149,7 +149,8 @@ CREATE TABLE suppressions (
     created_at  timestamptz NOT NULL DEFAULT now()
 );
 
--- The transactional outbox (seed 000) with the worker protocol's columns (seed 002).
+-- The transactional outbox: events written in the same transaction as the change that caused them,
+-- with the columns of the delivery protocol (state, attempts, next run, last error).
 CREATE TABLE outbox (
     id               text PRIMARY KEY DEFAULT gen_random_uuid()::text,
     event_type       text NOT NULL,

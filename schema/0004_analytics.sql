@@ -1,4 +1,4 @@
--- Email analytics (seed 003): the emails and members whose events were applied but whose
+-- Email analytics: the emails and members whose events were applied but whose
 -- aggregates are not yet recomputed. Rows are written in the same transaction as the events,
 -- so a crash between applying and aggregating loses nothing: the next aggregation picks them up.
 CREATE TABLE email_analytics_dirty_emails (

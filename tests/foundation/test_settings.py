@@ -7,7 +7,7 @@ import pytest
 from pressroom.settings import ConfigurationError, load_settings
 
 
-def test_defaults_are_the_specifications(monkeypatch):
+def test_defaults_are_the_documented_ones(monkeypatch):
     settings = load_settings()
     assert settings.temporal_address == "127.0.0.1:7233"
     assert settings.temporal_namespace == "default"
@@ -40,7 +40,7 @@ def test_a_malformed_value_is_one_line_naming_the_variable(monkeypatch, variable
     assert "\n" not in message
 
 
-def test_backoff_accepts_the_specifications_spelling(monkeypatch):
+def test_backoff_accepts_a_json_list_as_the_readme_spells_it(monkeypatch):
     monkeypatch.setenv("OUTBOX_BACKOFF_SEC", "[1, 2,3]")
     assert load_settings().outbox_backoff_sec == [1, 2, 3]
 
