@@ -40,7 +40,7 @@ def test_a_malformed_value_is_one_line_naming_the_variable(monkeypatch, variable
     assert "\n" not in message
 
 
-def test_backoff_accepts_a_json_list_as_the_readme_spells_it(monkeypatch):
+def test_backoff_accepts_a_json_list(monkeypatch):
     monkeypatch.setenv("OUTBOX_BACKOFF_SEC", "[1, 2,3]")
     assert load_settings().outbox_backoff_sec == [1, 2, 3]
 
