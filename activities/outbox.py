@@ -413,9 +413,12 @@ class OutboxActivities:
             message = str(error)[:ERROR_LIMIT] or code
             backoff = self.settings.outbox_backoff_sec
             delay = backoff[min(attempt - 1, len(backoff) - 1)]
+            # Only an entry still open: an attempt that outlived its run (terminated, then the entry
+            # aborted by the relay's check, or requeued and sent by another run) must not reopen it.
             await self.pool.execute(
                 "UPDATE outbox SET status = 'failed', attempts = $2, last_error_code = $3, last_error_msg = $4, "
-                "next_run_at = now() + make_interval(secs => $5), updated_at = now() WHERE id = $1",
+                "next_run_at = now() + make_interval(secs => $5), updated_at = now() "
+                "WHERE id = $1 AND status IN ('sending', 'failed')",
                 input.outbox_id, attempt, code, message, float(delay))
             self.metrics.counter("pressroom_outbox_retries", "Failed handler attempts").add(1)
             raise ApplicationError(message, type=code, non_retryable=isinstance(error, MailgunRejected),

@@ -11,11 +11,13 @@ from __future__ import annotations
 import asyncio
 import uuid
 
+import pytest
 from temporalio.client import WorkflowExecutionStatus
+from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 from temporalio.testing import ActivityEnvironment
 
-from activities.outbox import OutboxActivities, enqueue, outbox_workflow_id
+from activities.outbox import EntryInput, OutboxActivities, enqueue, outbox_workflow_id
 from operations.members import add_member
 from operations.outbox import ensure_relay, requeue_outbox_entry
 from pressroom.dependencies import Dependencies
@@ -169,3 +171,23 @@ async def test_a_check_that_cannot_reach_temporal_skips_the_entry(db, db_pool, o
                                                temporal=UnreachableTemporal()))
     assert await ActivityEnvironment().run(activities._abort_orphans, None) is None
     assert await entry_state(db, key) == "sending"
+
+
+async def test_an_attempt_that_outlived_its_run_does_not_reopen_the_entry(db, db_pool, outbox_settings):
+    """One piece: a handler still running after its run was terminated fails once the check has
+    aborted its entry; the entry stays aborted, with the check's reason."""
+    key = await an_entry_without_a_run(db)
+    outbox_id = (await entry(db, key))["id"]
+    activities = OutboxActivities(Dependencies(settings=outbox_settings(), pool=db_pool, mailgun=None,
+                                               temporal=UnreachableTemporal()))
+
+    async def aborted_meanwhile_then_fails(event, key, input) -> dict:
+        await db.execute("UPDATE outbox SET status = 'aborted', last_error_code = 'DELIVERY_CLOSED' WHERE id = $1",
+                         input.outbox_id)
+        raise ConnectionError("the provider went away")
+
+    activities.handlers["NoopEvent"] = aborted_meanwhile_then_fails
+    with pytest.raises(ApplicationError, match="the provider went away"):
+        await ActivityEnvironment().run(activities.handle_entry, EntryInput(outbox_id=outbox_id))
+    row = await entry(db, key)
+    assert (row["status"], row["last_error_code"], row["attempts"]) == ("aborted", "DELIVERY_CLOSED", 0)
