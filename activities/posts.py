@@ -12,6 +12,7 @@ import asyncio
 import time
 from datetime import datetime, timedelta
 
+import asyncpg
 from pydantic import BaseModel
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
@@ -176,14 +177,8 @@ class PostsActivities:
 
     async def _publish_post(self, input: PublishPostActivityInput) -> PublishResult:
         post = await self.pool.fetchrow("SELECT status, published_at FROM posts WHERE id = $1", input.post_id)
-        if post is None:
-            return PublishResult(status="not_found")
-        if post["status"] == "published" and post["published_at"] == input.publish_at:
-            return await self._already_published(input)
-        if post["status"] != "scheduled":
-            return PublishResult(status="not_scheduled")
-        if post["published_at"] != input.publish_at:
-            return PublishResult(status="moved", publish_at=post["published_at"])
+        if (not_due := await self._not_due(input, post)) is not None:
+            return not_due
 
         remaining = input.publish_at.timestamp() - time.time()
         if remaining > input.lead_seconds + MAX_CLOCK_SKEW_SECONDS:
@@ -211,13 +206,19 @@ class PostsActivities:
 
     async def _changed(self, input: PublishPostActivityInput) -> PublishResult:
         post = await self.pool.fetchrow("SELECT status, published_at FROM posts WHERE id = $1", input.post_id)
+        return await self._not_due(input, post) or PublishResult(status="moved", publish_at=post["published_at"])
+
+    async def _not_due(self, input: PublishPostActivityInput, post: asyncpg.Record | None) -> PublishResult | None:
+        """What to report when the post is not (or no longer) scheduled for this run's time; None when it is."""
         if post is None:
             return PublishResult(status="not_found")
         if post["status"] == "published" and post["published_at"] == input.publish_at:
             return await self._already_published(input)
         if post["status"] != "scheduled":
             return PublishResult(status="not_scheduled")
-        return PublishResult(status="moved", publish_at=post["published_at"])
+        if post["published_at"] != input.publish_at:
+            return PublishResult(status="moved", publish_at=post["published_at"])
+        return None
 
     @activity.defn
     async def reconcile_posts(self) -> ReconcileResult:

@@ -20,7 +20,7 @@ from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     from pressroom.errors import cause_of
-    from activities.newsletter import (BatchCounts, CreateBatchesInput, EmailOutcome, FailBatchInput,
+    from activities.newsletter import (BatchCounts, BatchSent, CreateBatchesInput, EmailOutcome, FailBatchInput,
                                        FinishEmailInput, ListUnsentBatchesInput, LockEmailInput, NewsletterActivities,
                                        SendBatchInput, SendPlan)
     from activities.sending_limits import AdmitBatchInput, SendingLimitsActivities, SplitRefusedBatchInput
@@ -215,15 +215,9 @@ class SendNewsletterWorkflow:
                     cause = cause_of(error)
                     message = str(cause)
                     status_code = cause.details[0] if cause.details and isinstance(cause.details[0], int) else None
-                    await workflow.execute_activity_method(
-                        NewsletterActivities.fail_batch,
-                        FailBatchInput(batch_id=batch_id, status_code=status_code, message=message),
-                        start_to_close_timeout=timedelta(seconds=60), retry_policy=DATABASE_RETRY)
-                    self._progress.batches_failed += 1
+                    await self._batch_failed(batch_id, status_code, message)
                 else:
-                    self._progress.batches_sent += 1
-                    self._progress.recipients_sent += sent.recipients
-                self._show()
+                    self._batch_sent(sent)
 
         first = resume.dispatched
         resume.dispatched += len(batch_ids)
@@ -316,16 +310,23 @@ class SendNewsletterWorkflow:
                     self._progress.batches_total += len(pieces) - 1
                     self._show()
                     return pieces
-            await workflow.execute_activity_method(
-                NewsletterActivities.fail_batch,
-                FailBatchInput(batch_id=batch_id, status_code=status_code, message=message),
-                start_to_close_timeout=timedelta(seconds=60), retry_policy=DATABASE_RETRY)
-            self._progress.batches_failed += 1
+            await self._batch_failed(batch_id, status_code, message)
         else:
-            self._progress.batches_sent += 1
-            self._progress.recipients_sent += sent.recipients
-        self._show()
+            self._batch_sent(sent)
         return []
+
+    async def _batch_failed(self, batch_id: str, status_code: int | None, message: str) -> None:
+        await workflow.execute_activity_method(
+            NewsletterActivities.fail_batch,
+            FailBatchInput(batch_id=batch_id, status_code=status_code, message=message),
+            start_to_close_timeout=timedelta(seconds=60), retry_policy=DATABASE_RETRY)
+        self._progress.batches_failed += 1
+        self._show()
+
+    def _batch_sent(self, sent: BatchSent) -> None:
+        self._progress.batches_sent += 1
+        self._progress.recipients_sent += sent.recipients
+        self._show()
 
     @staticmethod
     def _from_counts(email_id: str, counts: BatchCounts) -> NewsletterProgress:
