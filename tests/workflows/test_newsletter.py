@@ -4,6 +4,7 @@ batch recorded and the rest still sent, delivery times spread, a resumed run, re
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import uuid
 from datetime import datetime, timedelta
 
@@ -39,6 +40,10 @@ class FakeSending:
         self.delivery_times: dict[str, datetime | None] = {}
         self.failed: list[FailBatchInput] = []
         self.in_flight = self.most_in_flight = 0
+        # The first batches wait until as many as the plan allows are in flight (at most 5 s), so the
+        # overlap shows however slowly a loaded machine hands them out.
+        self.overlap = self.lock.plan.concurrency if isinstance(self.lock, EmailLock) and self.lock.plan else 1
+        self.overlapped = asyncio.Event()
 
     def counts(self) -> BatchCounts:
         sent = sum(1 for status in self.status.values() if status == "submitted")
@@ -69,8 +74,13 @@ class FakeSending:
         self.delivery_times[input.batch_id] = input.delivery_time
         self.in_flight += 1
         self.most_in_flight = max(self.most_in_flight, self.in_flight)
+        if self.in_flight >= self.overlap:
+            self.overlapped.set()
         try:
-            await asyncio.sleep(0.005)  # long enough for the others in flight to overlap
+            if not self.overlapped.is_set():
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self.overlapped.wait(), 5)
+            await asyncio.sleep(0.005)
             if input.batch_id in self.failures:
                 raise self.failures[input.batch_id]
             self.status[input.batch_id] = "submitted"
