@@ -12,7 +12,7 @@ import sys
 import typer
 from rich.console import Console
 
-from commands import analytics, dev, limits, members, newsletter, operate, outbox, posts
+from commands import analytics, dev, limits, members, newsletter, operate, outbox, posts, webhooks
 from pressroom import tracing
 
 app = typer.Typer(help="Pressroom: durable background jobs for newsletter publishing, on Temporal.",
@@ -24,6 +24,7 @@ app.add_typer(outbox.app, name="outbox")
 app.add_typer(analytics.app, name="analytics")
 app.add_typer(posts.app, name="posts")
 app.add_typer(limits.app, name="limits")
+app.add_typer(webhooks.app, name="webhooks")
 app.add_typer(operate.app)
 
 

@@ -92,11 +92,12 @@ def stop_process(pid: int, sig: int = signal.SIGTERM, timeout: float = 15) -> No
         pass
 
 
-def _spawn(args: list[str], log: Path, *, user: str | None = None, detach: bool = False) -> subprocess.Popen:
+def _spawn(args: list[str], log: Path, *, user: str | None = None, detach: bool = False,
+           env: dict[str, str] | None = None) -> subprocess.Popen:
     log.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "ab") as out:
         return subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                user=user, start_new_session=detach)
+                                user=user, start_new_session=detach, env=env)
 
 
 @dataclass
@@ -219,9 +220,12 @@ def start_temporal_dev_server(*, port: int, ui_port: int, db_file: Path, log: Pa
     return process
 
 
-def start_simulator(*, port: int, api_key: str, domain: str, log: Path, detach: bool = False) -> subprocess.Popen:
+def start_simulator(*, port: int, api_key: str, domain: str, log: Path, detach: bool = False,
+                    webhook_signing_key: str = "") -> subprocess.Popen:
     require_free_port(port, "the Mailgun simulator")
+    # The webhook signing key through the environment: a command line is readable by every local user.
+    env = {**os.environ, "MAILGUN_WEBHOOK_SIGNING_KEY": webhook_signing_key} if webhook_signing_key else None
     process = _spawn([sys.executable, "-m", "devstack.mailgun_simulator", "--host", "127.0.0.1",
-                      "--port", str(port), "--api-key", api_key, "--domain", domain], log, detach=detach)
+                      "--port", str(port), "--api-key", api_key, "--domain", domain], log, detach=detach, env=env)
     wait_for_port(port, "the Mailgun simulator", process, log)
     return process
