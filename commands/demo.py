@@ -9,6 +9,7 @@ report (`newsletter report`) shows what happened. Every step is a real workflow 
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from datetime import datetime, timedelta, timezone
 
@@ -20,7 +21,7 @@ from operations.members import add_member
 from operations.newsletter import follow_newsletter
 from operations.outbox import ensure_relay
 from operations.posts import schedule_post
-from pressroom import database
+from pressroom import database, logs
 from pressroom.settings import load_settings
 
 
@@ -33,6 +34,9 @@ async def run_demo(console: Console, *, members: int, publish_in: float, keep_ru
     from workflows.analytics import FetchEmailAnalyticsWorkflow
     from workflows.newsletter import newsletter_workflow_id
 
+    # The worker runs in this process: its retried failures are part of the show, not errors to print;
+    # a real error is one line (a traceback only with PRESSROOM_DEBUG=1).
+    logs.configure(level=logging.ERROR)
     status = await asyncio.to_thread(stack.up)
     console.print(f"[bold]Development stack[/bold]: started {', '.join(status.started) or 'nothing new'}"
                   + (f"; already running: {', '.join(status.running)}" if status.running else ""))

@@ -32,6 +32,11 @@ class RedactingFilter(logging.Filter):
         for secret in self._secrets:
             message = message.replace(secret, "***")
         record.msg, record.args = ADDRESS.sub("<address>", message), None
+        error = error_field(record)
+        if error is not None:
+            for secret in self._secrets:
+                error = error.replace(secret, "***")
+            record.error_text = ADDRESS.sub("<address>", error)
         return True
 
 
@@ -47,24 +52,46 @@ def run_fields(record: logging.LogRecord) -> dict[str, object]:
     return fields
 
 
-class RunFormatter(logging.Formatter):
-    """`time level logger message workflow=… workflow_id=… run_id=… activity=… attempt=…`."""
+def error_field(record: logging.LogRecord) -> str | None:
+    """The exception of a record as `Type: message` on one line (its traceback only when debugging)."""
+    if not record.exc_info or record.exc_info[1] is None:
+        return None
+    error = record.exc_info[1]
+    return " ".join(f"{type(error).__name__}: {error}".split())
 
-    def __init__(self) -> None:
+
+class RunFormatter(logging.Formatter):
+    """`time level logger message workflow=… workflow_id=… run_id=… activity=… attempt=… error=…`:
+    one line per event; the traceback follows only with `tracebacks` (PRESSROOM_DEBUG=1 or DEBUG)."""
+
+    def __init__(self, tracebacks: bool = False) -> None:
         super().__init__("%(asctime)s %(levelname)s %(name)s %(message)s", "%Y-%m-%dT%H:%M:%S%z")
+        self.tracebacks = tracebacks
 
     def format(self, record: logging.LogRecord) -> str:
-        line = super().format(record)
-        fields = " ".join(f"{label}={value}" for label, value in run_fields(record).items())
-        return f"{line} {fields}" if fields else line
+        if self.tracebacks:
+            line = super().format(record)
+        else:
+            line = self.formatMessage(self._with_time(record))
+        fields = dict(run_fields(record))
+        if not self.tracebacks and record.exc_info:
+            fields["error"] = repr(getattr(record, "error_text", None) or ADDRESS.sub("<address>", error_field(record) or ""))
+        text = " ".join(f"{label}={value}" for label, value in fields.items())
+        return f"{line} {text}" if text else line
+
+    def _with_time(self, record: logging.LogRecord) -> logging.LogRecord:
+        record.message = record.getMessage()
+        record.asctime = self.formatTime(record, self.datefmt)
+        return record
 
 
 class JsonFormatter(logging.Formatter):
     """One JSON object per line with the fields of RunFormatter: time, level, logger, message, then
     workflow, workflow_id, run_id, activity, attempt (and trace_id) when the record has them."""
 
-    def __init__(self) -> None:
+    def __init__(self, tracebacks: bool = False) -> None:
         super().__init__(datefmt="%Y-%m-%dT%H:%M:%S%z")
+        self.tracebacks = tracebacks
 
     def format(self, record: logging.LogRecord) -> str:
         import json
@@ -72,7 +99,9 @@ class JsonFormatter(logging.Formatter):
         entry: dict[str, object] = {"time": self.formatTime(record, self.datefmt), "level": record.levelname,
                                     "logger": record.name, "message": record.getMessage(), **run_fields(record)}
         if record.exc_info:
-            entry["exception"] = self.formatException(record.exc_info)
+            entry["error"] = getattr(record, "error_text", None) or ADDRESS.sub("<address>", error_field(record) or "")
+            if self.tracebacks:
+                entry["exception"] = self.formatException(record.exc_info)
         return json.dumps(entry, default=str, ensure_ascii=False)
 
 
@@ -86,9 +115,15 @@ def configure(secrets: Iterable[str] = (), level: int = logging.INFO, log_format
     # The run's details go in fields (RunFormatter), not appended to the message as a dict.
     activity.logger.activity_info_on_message = False
     workflow.logger.workflow_info_on_message = False
+    import os
+
     handler = logging.StreamHandler()
-    handler.setFormatter(FORMATTERS[log_format]())
+    tracebacks = level <= logging.DEBUG or bool(os.environ.get("PRESSROOM_DEBUG"))
+    handler.setFormatter(FORMATTERS[log_format](tracebacks=tracebacks))
     handler.addFilter(RedactingFilter(secrets))
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level)
+    # One line per event: not one per HTTP request to Mailgun (the send's own lines say what was sent).
+    for chatty in ("httpx", "httpcore"):
+        logging.getLogger(chatty).setLevel(max(level, logging.WARNING))
