@@ -256,9 +256,13 @@ class _ServiceUser:
         try:
             entry = pwd.getpwnam(POSTGRES_SYSTEM_USER)
         except KeyError:
-            subprocess.run(["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin",
-                            POSTGRES_SYSTEM_USER], check=True, capture_output=True)
-            entry = pwd.getpwnam(POSTGRES_SYSTEM_USER)
+            made = subprocess.run(["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin",
+                                   POSTGRES_SYSTEM_USER], capture_output=True, text=True)
+            try:  # another process (a second test worker) may have added it a moment before
+                entry = pwd.getpwnam(POSTGRES_SYSTEM_USER)
+            except KeyError:
+                raise DevStackError(f"PostgreSQL refuses to run as root and the user {POSTGRES_SYSTEM_USER} "
+                                    f"could not be added: {made.stderr.strip() or 'useradd failed'}") from None
         return cls(POSTGRES_SYSTEM_USER, entry.pw_uid, entry.pw_gid)
 
     def owned_folder(self, path: Path) -> Path:
