@@ -20,6 +20,7 @@ from activities.confirm import confirm_wait, lookup_window, uncertain_sends_exha
 from activities.email_content import LoadedEmail, load_email
 from activities.heartbeat import heartbeating
 from activities.sending_limits import learned_batch_sizes, sending_domain, warmup_limit
+from activities.watchdog import SEND_FAILED, ClosedRun, Job, Watched
 from pressroom.dependencies import Dependencies
 from pressroom.mailgun import (ACCEPTED, NOT_ACCEPTED, UNCERTAIN, MailgunClient, MailgunError, MailgunRateLimited,
                                MailgunRejected, MessageFields, RecipientLimitExceeded, message_fields)
@@ -203,6 +204,16 @@ def fallback_sender(from_address: str, fallback_address: str) -> str:
     return formataddr((name, fallback_address)) if name else fallback_address
 
 
+def lock_holder(locked_by: str, namespace: str, workflow_id: str) -> tuple[str, str, str]:
+    """(namespace, workflow id, first run id) of an email's lock, stored as `namespace/workflow
+    id/first run id`; a bare run id, as 0.1.0 wrote it, is a run of `workflow_id` in `namespace`."""
+    if "/" in locked_by:
+        holder_namespace, _, rest = locked_by.partition("/")
+        holder_workflow_id, _, run_id = rest.rpartition("/")  # a workflow id may itself hold a slash
+        return holder_namespace, holder_workflow_id, run_id
+    return namespace, workflow_id, locked_by
+
+
 def _is_run_id(text: str) -> bool:
     try:
         uuid.UUID(text)
@@ -286,11 +297,7 @@ class NewsletterActivities:
         from temporalio.client import WorkflowExecutionStatus
 
         info = activity.info()
-        if "/" in locked_by:
-            namespace, _, rest = locked_by.partition("/")
-            workflow_id, _, run_id = rest.rpartition("/")  # a workflow id may itself hold a slash
-        else:  # a bare run id, as 0.1.0 wrote it: a run of this workflow id in this namespace
-            namespace, workflow_id, run_id = info.namespace, info.workflow_id, locked_by
+        namespace, workflow_id, run_id = lock_holder(locked_by, info.namespace, info.workflow_id)
         refused = f"email {email_id} is being sent by {locked_by}"
         if namespace != info.namespace or not workflow_id or not _is_run_id(run_id):
             raise _non_retryable(f"{refused}, which cannot be checked from namespace {info.namespace}; "
@@ -693,3 +700,48 @@ class NewsletterActivities:
                 "submitted_at = CASE WHEN $2 = 'submitted' THEN now() ELSE submitted_at END WHERE id = $1",
                 input.email_id, status, message)
         return EmailOutcome(email_id=input.email_id, status=status, message=message, counts=counts)
+
+
+# --- emails whose send closed without finishing them (the watchdog's newsletter job) --------------
+
+async def _unfinished_emails(pool, older_than: float, after, limit: int) -> list[Watched]:
+    """Emails `submitting`, unchanged for `older_than` seconds, oldest first after `after`, whose lock
+    names a run of this namespace (one of another cannot be asked about from here)."""
+    namespace = activity.info().namespace
+    rows = await pool.fetch(
+        "SELECT id, locked_by, updated_at FROM emails WHERE status = 'submitting' AND locked_by IS NOT NULL "
+        "AND updated_at < now() - make_interval(secs => $1) "
+        "AND ($2::timestamptz IS NULL OR (updated_at, id) > ($2, $3)) ORDER BY updated_at, id LIMIT $4",
+        older_than, after[0] if after else None, after[1] if after else "", limit)
+    watched = []
+    for row in rows:
+        holder_namespace, workflow_id, run_id = lock_holder(row["locked_by"], namespace,
+                                                            f"newsletter-{row['id']}")
+        if holder_namespace == namespace and workflow_id and _is_run_id(run_id):
+            watched.append(Watched(row, workflow_id, first_run_id=run_id))
+    return watched
+
+
+def closed_send_error(workflow_id: str, closed: ClosedRun) -> str:
+    """What an email whose send closed unfinished stores: a failed run's own message, as the reference
+    platform stores it (or its words when there is none); otherwise how the run closed."""
+    if closed.status == "FAILED":
+        return closed.message or SEND_FAILED
+    return f"{SEND_FAILED}: its send (workflow {workflow_id}) {closed.how()} before it finished. Send it again to retry."
+
+
+async def _fail_unfinished_email(pool, watched: Watched, closed: ClosedRun) -> str | None:
+    """Failed with the run's reason, the lock released: `newsletter send` sends what is left (batches
+    already submitted are not sent again; an uncertain one is looked up first)."""
+    error = closed_send_error(watched.workflow_id, closed)[:2000]
+    row = watched.row
+    # Only the row as it was read: a lock taken over or an email finished since then is left alone.
+    failed = await pool.fetchval(
+        "UPDATE emails SET status = 'failed', error = $4, locked_by = NULL, updated_at = now() "
+        "WHERE id = $1 AND status = 'submitting' AND locked_by = $2 AND updated_at = $3 RETURNING id",
+        row["id"], row["locked_by"], row["updated_at"], error)
+    return error if failed is not None else None
+
+
+UNFINISHED_EMAILS = Job("email", _unfinished_emails, _fail_unfinished_email,
+                        cursor=lambda watched: (watched.row["updated_at"], watched.row["id"]))

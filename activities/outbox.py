@@ -24,6 +24,7 @@ from temporalio.exceptions import ApplicationError
 from activities.confirm import StillConfirming, confirm_wait, lookup_window, uncertain_sends_exhausted
 from activities.heartbeat import heartbeating
 from activities.metrics import Instruments
+from activities.watchdog import ClosedRun, Job, Watchdog, Watched, run_closed
 from pressroom import tracing
 from pressroom.dependencies import Dependencies
 from pressroom.mailgun import ACCEPTED, UNCERTAIN, MailgunError, MailgunRejected
@@ -36,9 +37,6 @@ HANDLE_FIRST_HEARTBEAT_SECONDS = 2.0  # well inside handle_entry's 10 s heartbea
 ERROR_LIMIT = 2000  # stored error text is capped: enough to diagnose, and a row stays small
 OUTBOX_MARK = "pressroom-outbox"  # the v: variable that proves which entry a welcome email carried
 OUTBOX_WORKFLOW_PREFIX = "outbox-"
-ORPHAN_CHECK_LIMIT = 100  # entries looked at per orphan check: a bounded number of describes each time
-ORPHAN_CONCURRENT_DESCRIBES = 8
-ORPHAN_DESCRIBE_TIMEOUT = timedelta(seconds=10)
 
 
 # --- event types and their handlers -------------------------------------------------------------
@@ -68,18 +66,8 @@ async def delivery_closed_as(client, workflow_id: str, rpc_timeout: timedelta | 
     """How a delivery run closed: its status (COMPLETED, TERMINATED, FAILED, …), NOT_FOUND when Temporal
     holds no such run (never started, or closed longer ago than the namespace keeps runs), or None while
     it runs. Any other answer from Temporal is raised."""
-    from temporalio.client import WorkflowExecutionStatus
-    from temporalio.service import RPCError, RPCStatusCode
-
-    try:
-        run = await client.get_workflow_handle(workflow_id).describe(rpc_timeout=rpc_timeout)
-    except RPCError as error:
-        if error.status == RPCStatusCode.NOT_FOUND:
-            return "NOT_FOUND"
-        raise
-    if run.status is None or run.status == WorkflowExecutionStatus.RUNNING:
-        return None
-    return run.status.name
+    closed = await run_closed(client, workflow_id, rpc_timeout=rpc_timeout)
+    return closed.status if closed is not None else None
 
 
 def payload_digest(payload: dict[str, Any]) -> str:
@@ -192,7 +180,9 @@ class OutboxActivities:
         # A stopping worker hands the relay back at once (the workflow calls it again, on another
         # worker) instead of holding the shutdown for the whole grace period.
         shutdown = asyncio.create_task(wake_at_worker_shutdown())
-        orphans = asyncio.create_task(self._watch_for_orphans())
+        # Rows of every job whose run closed without finishing them (activities/watchdog.py).
+        orphans = asyncio.create_task(Watchdog(self.pool, self.temporal,
+                                               self.settings.outbox_orphan_check_sec).watch())
         started, deadline = 0, time.monotonic() + input.run_seconds
         try:
             while time.monotonic() < deadline and not activity.is_worker_shutdown():
@@ -272,85 +262,6 @@ class OutboxActivities:
         for row in rows:
             dispatch.record((now - row["created_at"].timestamp()) * 1000)
         return len(rows), len(rows) == cap_room
-
-    # --- entries whose delivery run closed without finishing them ---
-
-    async def _watch_for_orphans(self) -> None:
-        """Every OUTBOX_ORPHAN_CHECK_SEC, abort the entries whose delivery run has closed unfinished.
-
-        A run that an operator terminated, or that failed or timed out in a way the workflow does
-        not handle, leaves its entry `sending` (or `failed`, in a retry's backoff) for ever: nothing
-        retries it, requeue refuses it and, `sending`, it counts against the open-deliveries cap.
-        Aborted, not pending: a terminated delivery may have been meant to stop. It shows in
-        `outbox status` and is one `outbox requeue` from being sent, once (the ledger and the
-        uncertain-send look-up see to that). This runs beside the relay's loop, not in it, and
-        a failure only waits for the next check: a slow or unreachable Temporal never holds up
-        claims or heartbeats.
-        """
-        after = None  # (updated_at, id) of the last entry looked at: the next check goes on from there
-        while True:
-            try:
-                after = await self._abort_orphans(after)
-            except Exception as error:
-                activity.logger.warning("looking for outbox entries whose delivery closed failed (%s: %s); "
-                                        "looking again in %g s", type(error).__name__, error,
-                                        self.settings.outbox_orphan_check_sec)
-            await asyncio.sleep(self.settings.outbox_orphan_check_sec)
-
-    async def _abort_orphans(self, after: tuple[datetime, str] | None) -> tuple[datetime, str] | None:
-        """One check of the oldest unfinished entries after `after`; returns where the next one goes on.
-
-        An entry is looked at once it has not changed for a check interval (a delivery that just
-        started is running), a bounded number per check; the next checks go on from the last one,
-        so that old entries whose runs are still waiting do not hide newer ones.
-        """
-        rows = await self.pool.fetch(
-            "SELECT id, idempotency_key, status, updated_at FROM outbox WHERE status IN ('sending', 'failed') "
-            "AND updated_at < now() - make_interval(secs => $1) "
-            "AND ($2::timestamptz IS NULL OR (updated_at, id) > ($2, $3)) ORDER BY updated_at, id LIMIT $4",
-            float(self.settings.outbox_orphan_check_sec), after[0] if after else None, after[1] if after else "",
-            ORPHAN_CHECK_LIMIT)
-        slots = asyncio.Semaphore(ORPHAN_CONCURRENT_DESCRIBES)
-
-        async def check(row) -> None:
-            async with slots:
-                closed = await self._delivery_closed_as(outbox_workflow_id(row["idempotency_key"]))
-            if closed is not None:
-                await self._abort_orphan(row, closed)
-
-        await asyncio.gather(*(check(row) for row in rows))
-        return (rows[-1]["updated_at"], rows[-1]["id"]) if len(rows) == ORPHAN_CHECK_LIMIT else None
-
-    async def _delivery_closed_as(self, workflow_id: str) -> str | None:
-        """As `delivery_closed_as`, or None when Temporal cannot say now (logged; the next check asks again)."""
-        from temporalio.service import RPCError
-
-        try:
-            return await delivery_closed_as(self.temporal, workflow_id, rpc_timeout=ORPHAN_DESCRIBE_TIMEOUT)
-        except RPCError as error:
-            activity.logger.warning("cannot ask Temporal about %s (%s); looking again at the next check",
-                                    workflow_id, error.message)
-            return None
-
-    async def _abort_orphan(self, row: asyncpg.Record, closed_as: str) -> None:
-        workflow_id = outbox_workflow_id(row["idempotency_key"])
-        how = "does not exist (closed longer ago than the namespace keeps runs)" if closed_as == "NOT_FOUND" \
-            else f"closed as {closed_as}"
-        message = f"its delivery run (workflow {workflow_id}) {how} without finishing the entry; requeue it to send it"
-        async with self.pool.acquire() as conn, conn.transaction():
-            # Only the row as it was read: an entry its run moved on since then is that run's.
-            aborted = await conn.fetchval(
-                "UPDATE outbox SET status = 'aborted', last_error_code = 'DELIVERY_CLOSED', last_error_msg = $4, "
-                "processed_at = now(), updated_at = now() WHERE id = $1 AND status = $2 AND updated_at = $3 "
-                "RETURNING id", row["id"], row["status"], row["updated_at"], message)
-            if aborted is None:
-                return
-            await conn.execute(LEDGER_FAILED, row["id"], "DELIVERY_CLOSED")
-        activity.logger.warning("outbox entry %s aborted: %s", row["id"], message)
-        self.metrics.counter("pressroom_outbox_delivery_closed",
-                             "Outbox entries aborted because their delivery run closed unfinished").add(
-            1, {"closed_as": closed_as})
-        self._count("aborted")
 
     # --- one entry ---
 
@@ -564,3 +475,39 @@ class OutboxActivities:
             tags=["welcome-email"], variables={"automated-email-id": welcome["id"], OUTBOX_MARK: key},
             headers={"Message-Id": f"<{message_id}>",
                      **({"Reply-To": welcome["sender_reply_to"]} if welcome["sender_reply_to"] else {})})
+
+
+# --- entries whose delivery run closed without finishing them (the watchdog's outbox job) ---------
+
+async def _unfinished_entries(pool, older_than: float, after, limit: int) -> list[Watched]:
+    """Entries `sending`, or `failed` in a retry's backoff, unchanged for `older_than` seconds (a
+    delivery that just started is running), oldest first after `after`."""
+    rows = await pool.fetch(
+        "SELECT id, idempotency_key, status, updated_at FROM outbox WHERE status IN ('sending', 'failed') "
+        "AND updated_at < now() - make_interval(secs => $1) "
+        "AND ($2::timestamptz IS NULL OR (updated_at, id) > ($2, $3)) ORDER BY updated_at, id LIMIT $4",
+        older_than, after[0] if after else None, after[1] if after else "", limit)
+    return [Watched(row, outbox_workflow_id(row["idempotency_key"])) for row in rows]
+
+
+async def _abort_unfinished_entry(pool, watched: Watched, closed: ClosedRun) -> str | None:
+    """Aborted with DELIVERY_CLOSED, not retried: whoever terminated its delivery may have meant to
+    stop it, and, `sending`, it would hold a place under OUTBOX_MAX_OPEN_DELIVERIES for ever. `outbox
+    requeue` sends it, once (the ledger and the look-up of an uncertain send see to that)."""
+    row = watched.row
+    message = (f"its delivery run (workflow {watched.workflow_id}) {closed.how()} without finishing the entry; "
+               "requeue it to send it")[:ERROR_LIMIT]
+    async with pool.acquire() as conn, conn.transaction():
+        # Only the row as it was read: an entry its run moved on since then is that run's.
+        aborted = await conn.fetchval(
+            "UPDATE outbox SET status = 'aborted', last_error_code = 'DELIVERY_CLOSED', last_error_msg = $4, "
+            "processed_at = now(), updated_at = now() WHERE id = $1 AND status = $2 AND updated_at = $3 "
+            "RETURNING id", row["id"], row["status"], row["updated_at"], message)
+        if aborted is None:
+            return None
+        await conn.execute(LEDGER_FAILED, row["id"], "DELIVERY_CLOSED")
+    return message
+
+
+UNFINISHED_ENTRIES = Job("outbox entry", _unfinished_entries, _abort_unfinished_entry,
+                         cursor=lambda watched: (watched.row["updated_at"], watched.row["id"]))

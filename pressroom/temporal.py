@@ -60,13 +60,16 @@ def close_runtime() -> bool:
 
 
 def data_converter(settings: Settings | None = None) -> DataConverter:
-    """The pydantic converter; with an encryption key, payloads and failure messages are sealed."""
+    """The pydantic converter; with an encryption key, payloads and failure messages are sealed and
+    payloads nobody sealed are refused (unless PRESSROOM_CODEC_ALLOW_PLAINTEXT); without one, an
+    encrypted payload is an error naming the missing key."""
+    from pressroom.codec import EncryptionCodec, KeylessCodec
+
     key = settings.encryption_key.get_secret_value() if settings else ""
     if not key:
-        return pydantic_data_converter
-    from pressroom.codec import EncryptionCodec
-
-    return dataclasses.replace(pydantic_data_converter, payload_codec=EncryptionCodec.from_text(key),
+        return dataclasses.replace(pydantic_data_converter, payload_codec=KeylessCodec())
+    codec = EncryptionCodec.from_text(key, allow_plaintext=settings.codec_allow_plaintext)
+    return dataclasses.replace(pydantic_data_converter, payload_codec=codec,
                                failure_converter_class=DefaultFailureConverterWithEncodedAttributes)
 
 
@@ -194,8 +197,24 @@ async def create_or_update_schedule(client: Client, schedule_id: str, schedule) 
         pass
 
     def update(previous):
+        _refuse_to_unseal(client, previous.description.schedule.action)
         schedule.state = previous.description.schedule.state
         return ScheduleUpdate(schedule=schedule)
 
     await client.get_schedule_handle(schedule_id).update(update)
     return "updated"
+
+
+def _refuse_to_unseal(client: Client, action) -> None:
+    """A process without the key must not replace an encrypted schedule's input with plaintext
+    (a worker started without PRESSROOM_ENCRYPTION_KEY would, at its start, for every schedule)."""
+    from temporalio.api.common.v1 import Payload
+
+    from pressroom.codec import EncryptionKeyError, KeylessCodec
+
+    stored = [arg for arg in getattr(action, "args", ()) if isinstance(arg, Payload)]
+    if isinstance(client.data_converter.payload_codec, KeylessCodec):
+        try:
+            KeylessCodec.refuse_encrypted(stored)
+        except EncryptionKeyError as error:
+            raise ConfigurationError(f"this namespace's schedules are encrypted: {error}") from None

@@ -17,10 +17,18 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 
+# A joined thread is still listed in /proc for a moment after pthread_join returns (the kernel
+# wakes the joiner before it releases the task; longer on a loaded machine): count the threads
+# until only the main one is left, up to a deadline, and name any that stay.
 AFTER_COMMAND = """
-import os, sys, starter
+import os, sys, time, starter
 status = starter.run_command(sys.argv[1:])
-print("status", status, "threads", len(os.listdir("/proc/self/task")))
+deadline = time.monotonic() + 20
+while len(os.listdir("/proc/self/task")) > 1 and time.monotonic() < deadline:
+    time.sleep(0.05)
+tasks = os.listdir("/proc/self/task")
+names = [open(f"/proc/self/task/{tid}/comm").read().strip() for tid in tasks if tid != str(os.getpid())]
+print("status", status, "threads", len(tasks), "others", names)
 """
 
 
@@ -29,6 +37,7 @@ def run_in_process(args: list[str], env: dict[str, str]) -> tuple[int, int]:
     result = subprocess.run([sys.executable, "-c", AFTER_COMMAND, *args], cwd=ROOT, capture_output=True,
                             text=True, env={**os.environ, **env}, timeout=300)
     assert result.returncode == 0, result.stderr
+    print(result.stdout)  # the names of any thread left, shown when an assertion below fails
     words = result.stdout.split()
     return int(words[words.index("status") + 1]), int(words[words.index("threads") + 1])
 

@@ -1,4 +1,4 @@
-"""An entry whose delivery run closed without finishing it is aborted by the relay's check, not lost.
+"""An entry whose delivery run closed without finishing it is aborted by the watchdog, not lost.
 
 A delivery terminated by an operator (or failed, or timed out, in a way the workflow does not
 handle) leaves its entry `sending`, or `failed` in a retry's backoff. Every
@@ -17,7 +17,8 @@ from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 from temporalio.testing import ActivityEnvironment
 
-from activities.outbox import EntryInput, OutboxActivities, enqueue, outbox_workflow_id
+from activities.outbox import UNFINISHED_ENTRIES, EntryInput, OutboxActivities, enqueue, outbox_workflow_id
+from activities.watchdog import Watchdog
 from operations.members import add_member
 from operations.outbox import ensure_relay, requeue_outbox_entry
 from pressroom.dependencies import Dependencies
@@ -88,6 +89,7 @@ async def test_a_delivery_terminated_mid_send_is_aborted_and_a_requeue_sends_it_
         aborted = await entry(db, added.welcome_key)
         assert aborted["last_error_code"] == "DELIVERY_CLOSED"
         assert aborted["last_error_msg"] == (f"its delivery run (workflow {delivery.id}) closed as TERMINATED "
+                                             "(an operator stops it) "
                                              "without finishing the entry; requeue it to send it")
         assert address not in aborted["last_error_msg"]
         assert await db.fetchval("SELECT error_code FROM idempotency_ledger WHERE idempotency_key = $1",
@@ -156,7 +158,7 @@ async def test_a_delivery_in_its_backoff_is_left_alone_and_aborted_once_terminat
 class UnreachableTemporal:
     """A client whose every describe fails as an unreachable frontend does."""
 
-    def get_workflow_handle(self, workflow_id: str):
+    def get_workflow_handle(self, workflow_id: str, **_):
         return self
 
     async def describe(self, **_):
@@ -167,9 +169,8 @@ async def test_a_check_that_cannot_reach_temporal_skips_the_entry(db, db_pool, o
     """One piece, with a stand-in Temporal: the entry is not aborted, and nothing is raised."""
     settings = outbox_settings(outbox_orphan_check_sec=CHECK_SEC)
     key = await an_entry_without_a_run(db)
-    activities = OutboxActivities(Dependencies(settings=settings, pool=db_pool, mailgun=None,
-                                               temporal=UnreachableTemporal()))
-    assert await ActivityEnvironment().run(activities._abort_orphans, None) is None
+    watchdog = Watchdog(db_pool, UnreachableTemporal(), settings.outbox_orphan_check_sec)
+    assert await ActivityEnvironment().run(watchdog.check, UNFINISHED_ENTRIES) is None
     assert await entry_state(db, key) == "sending"
 
 
