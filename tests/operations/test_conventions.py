@@ -79,7 +79,8 @@ def test_a_log_event_is_one_line_and_its_traceback_only_when_debugging(capfd, mo
     monkeypatch.delenv("PRESSROOM_DEBUG", raising=False)
     logs.configure(secrets=["key-secret"])
     [line] = log_a_failure()
-    assert line.endswith("batch failed error='ValueError: refused for <address> with ***'"), line
+    assert line.startswith(tuple("0123456789")) and "WARNING pressroom.test batch failed error='ValueError: refused " \
+        "for <address> with ***'" in line, line
     monkeypatch.setenv("PRESSROOM_DEBUG", "1")
     logs.configure(secrets=["key-secret"])
     lines = log_a_failure()
