@@ -37,9 +37,11 @@ RUNS_JOB = "email-analytics"
 BACKFILL_PREFIX = "email-analytics-backfill-"
 PHASE_JOBS = {"latest-opened": "email-analytics-latest-opened", "latest": "email-analytics-latest",
               "missing": "email-analytics-missing"}
-PHASE_EVENTS = {"latest-opened": "opened", "latest": "delivered OR failed OR unsubscribed OR complained",
-                "missing": None, "backfill": None}
 APPLIED_KINDS = ("delivered", "opened", "failed", "unsubscribed", "complained")
+# Each phase asks only for the events it applies (the reference's filter); missing and backfill read
+# every kind that is applied, and never the `accepted` events that make up a third of a send's.
+PHASE_EVENTS = {"latest-opened": "opened", "latest": "delivered OR failed OR unsubscribed OR complained",
+                "missing": " OR ".join(APPLIED_KINDS), "backfill": " OR ".join(APPLIED_KINDS)}
 RECORDED_KINDS = frozenset(("failed", "unsubscribed", "complained"))
 # Codes that suppress an address: the SMTP hard-bounce codes (no such mailbox, domain, policy)
 # and Mailgun's own 605/607 ("previously bounced" / "marked as spam") after which Ghost suppresses.
@@ -430,10 +432,15 @@ class AnalyticsActivities:
             begin = end
         limit = MAILGUN_MAX_EVENTS_PAGE if cap is None else min(MAILGUN_MAX_EVENTS_PAGE, cap)
         event = PHASE_EVENTS[phase]
+        # On a Mailgun domain shared with other senders, only this site's newsletters (tagged so by
+        # the send), as the reference filters them.
+        tag = self.deps.settings.email_tag
+        tags = f"bulk-email AND {tag}" if tag else None
         mailgun = mailgun or self.deps.mailgun
 
         async def page(at: str | None) -> tuple[list[dict], str | None]:
-            return await mailgun.events_page(at, begin=begin, end=end, ascending=True, limit=limit, event=event)
+            return await mailgun.events_page(at, begin=begin, end=end, ascending=True, limit=limit, event=event,
+                                             tags=tags)
 
         batch, last_moment = _Batch(), None
         if url is None and begin >= end:

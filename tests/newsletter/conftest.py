@@ -41,7 +41,8 @@ async def seed_email(pool: asyncpg.Pool, *, members: int, paid_every: int = 0, r
             "SELECT id, $1 FROM members WHERE email LIKE '%' || $2 || '%' OR email LIKE 'broken%'",
             newsletter_id, tag)
         post_id = await conn.fetchval(
-            "INSERT INTO posts (title, slug, html, newsletter_id) VALUES ('Issue', $1, $2, $3) RETURNING id",
+            "INSERT INTO posts (title, slug, html, newsletter_id, status, published_at) "
+            "VALUES ('Issue', $1, $2, $3, 'published', now()) RETURNING id",
             f"issue-{tag}", html, newsletter_id)
         email_id = await conn.fetchval(
             "INSERT INTO emails (post_id, newsletter_id, subject, html, plaintext, recipient_filter) "
