@@ -22,6 +22,7 @@ from pydantic import BaseModel, Field
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from activities.delivery_events import EventBatch, aggregate, apply_batch
 from activities.heartbeat import heartbeating
 from activities.metrics import Instruments
 from pressroom.mailgun import MAILGUN_MAX_EVENTS_PAGE, MailgunClient, MailgunError
@@ -37,15 +38,11 @@ RUNS_JOB = "email-analytics"
 BACKFILL_PREFIX = "email-analytics-backfill-"
 PHASE_JOBS = {"latest-opened": "email-analytics-latest-opened", "latest": "email-analytics-latest",
               "missing": "email-analytics-missing"}
-APPLIED_KINDS = ("delivered", "opened", "failed", "unsubscribed", "complained")
 # Each phase asks only for the events it applies (the reference's filter); missing and backfill read
 # every kind that is applied, and never the `accepted` events that make up a third of a send's.
+APPLIED_EVENTS = "delivered OR opened OR failed OR unsubscribed OR complained"
 PHASE_EVENTS = {"latest-opened": "opened", "latest": "delivered OR failed OR unsubscribed OR complained",
-                "missing": " OR ".join(APPLIED_KINDS), "backfill": " OR ".join(APPLIED_KINDS)}
-RECORDED_KINDS = frozenset(("failed", "unsubscribed", "complained"))
-# Codes that suppress an address: the SMTP hard-bounce codes (no such mailbox, domain, policy)
-# and Mailgun's own 605/607 ("previously bounced" / "marked as spam") after which Ghost suppresses.
-BOUNCE_SUPPRESSION_CODES = [550, 551, 553, 554, 605, 607]
+                "missing": APPLIED_EVENTS, "backfill": APPLIED_EVENTS}
 FIRST_LOOKBACK = timedelta(hours=24)  # where a phase with no cursor yet starts
 APPLY_EVENTS = 3000  # events applied per transaction (10 pages)
 RUNS_KEPT = 20
@@ -70,7 +67,7 @@ class PhaseResult(BaseModel):
     events: int = 0  # read from Mailgun
     applied: int = 0  # matched to a recipient and applied
     unknown: int = 0  # for an email or recipient we do not know
-    malformed: int = 0  # missing id, type, time or recipient
+    malformed: int = 0  # set aside with their reason (delivery_events_rejected): unusable, never applied
     by_type: dict[str, int] = {}
     pages: int = 0
     seconds: float = 0.0
@@ -116,216 +113,9 @@ class RecordRunInput(BaseModel):
     result: FetchEmailAnalyticsResult
 
 
-# --- parsing a page ------------------------------------------------------------------------------
-
-class _Batch:
-    """The events to apply: the columns every event fills, as arrays for one unnest, and the whole
-    event for the few kinds that leave a record beyond a time (failures, unsubscribes, complaints)."""
-
-    __slots__ = ("kinds", "severities", "times", "email_ids", "provider_ids", "addresses", "recorded", "by_type",
-                 "malformed")
-
-    def __init__(self) -> None:
-        self.kinds: list[str] = []
-        self.severities: list[str | None] = []
-        self.times: list[float] = []
-        self.email_ids: list[str | None] = []
-        self.provider_ids: list[str | None] = []
-        self.addresses: list[str] = []
-        self.recorded: list[tuple] = []  # (id, kind, severity, time, email id, provider id, address, code,
-        #                                    enhanced code, message) of failures, unsubscribes, complaints
-        self.by_type: Counter[str] = Counter()
-        self.malformed = 0
-
-    def __len__(self) -> int:
-        return len(self.kinds)
-
-    def add(self, items: list[dict]) -> None:
-        # Once per event of hundreds of thousands: only what every event needs is read here.
-        for item in items:
-            try:
-                event_id, kind, recipient = item["id"], item["event"], item["recipient"]
-                moment = float(item["timestamp"])
-                if not (isinstance(event_id, str) and isinstance(kind, str) and isinstance(recipient, str)):
-                    raise TypeError
-                variables = item.get("user-variables") or {}
-                email_id = variables.get("email-id") if isinstance(variables, dict) else None
-                headers = (item.get("message") or {}).get("headers") or {}
-                provider_id = headers.get("message-id")
-                if not isinstance(email_id, str) and not isinstance(provider_id, str):
-                    raise TypeError
-            except (KeyError, TypeError, ValueError, AttributeError):
-                self.malformed += 1
-                continue
-            self.by_type[kind] += 1
-            if kind not in APPLIED_KINDS:
-                continue  # accepted, clicked, stored: nothing of ours to update
-            severity = item.get("severity") if kind == "failed" else None
-            severity = severity if isinstance(severity, str) else None
-            email_id = email_id if isinstance(email_id, str) else None
-            provider_id = provider_id.strip("<> ") if isinstance(provider_id, str) else None
-            self.kinds.append(kind)
-            self.severities.append(severity)
-            self.times.append(moment)
-            self.email_ids.append(email_id)
-            self.provider_ids.append(provider_id)
-            self.addresses.append(recipient)
-            if kind in RECORDED_KINDS:
-                failure = self._failure(item) if kind == "failed" else (None, None, None)
-                self.recorded.append((event_id, kind, severity, moment, email_id, provider_id, recipient, *failure))
-
-    @staticmethod
-    def _failure(item: dict) -> tuple[int | None, str | None, str | None]:
-        """A failure's SMTP code, enhanced code and explanation, as far as Mailgun gave them."""
-        status = item.get("delivery-status")
-        status = status if isinstance(status, dict) else {}
-        code, enhanced = status.get("code"), status.get("enhanced-code")
-        message = next((text.strip() for text in (status.get("message"), status.get("description"))
-                        if isinstance(text, str) and text.strip()), None)
-        return (code if isinstance(code, int) and not isinstance(code, bool) else None,
-                enhanced if isinstance(enhanced, str) else None, message[:2000] if message else None)
-
-    def time_columns(self) -> tuple:
-        return self.kinds, self.severities, self.times, self.email_ids, self.provider_ids, self.addresses
-
-    def records(self) -> tuple | None:
-        """The recorded events as columns for one unnest, or None: most pages hold none."""
-        return tuple(list(column) for column in zip(*self.recorded)) if self.recorded else None
-
-
-# --- SQL: a batch's times in one statement; failures, unsubscribes and complaints by kind ---------
-
-# The times every event sets and the dirty marks, in one statement. The batch's events are reduced
-# to one row per (email, address); each recipient row is found once, by its address, and updated
-# only when a time is still empty. When every row changed (the common case: new events), those
-# rows are the matched ones; only otherwise (re-read events, unknown recipients, events that set
-# no time) are the rows looked up again to count and mark them. The answer: events matched.
-_APPLY_TIMES = """
-WITH ev AS (
-    SELECT * FROM unnest($1::text[], $2::text[], $3::float8[], $4::text[], $5::text[], $6::text[])
-           AS t(kind, severity, ts, email_id, provider_id, address)
-), grouped AS (
-    SELECT COALESCE(ev.email_id, b.email_id) AS email_id, ev.address, count(*) AS events,
-           to_timestamp(min(ev.ts) FILTER (WHERE ev.kind = 'delivered')) AS delivered,
-           to_timestamp(min(ev.ts) FILTER (WHERE ev.kind = 'opened')) AS opened,
-           to_timestamp(min(ev.ts) FILTER (WHERE ev.kind = 'failed' AND ev.severity = 'permanent')) AS failed
-    FROM ev LEFT JOIN email_batches b ON ev.email_id IS NULL AND b.provider_id = ev.provider_id
-    WHERE COALESCE(ev.email_id, b.email_id) IS NOT NULL
-    GROUP BY 1, 2
-), changed AS (
-    UPDATE email_recipients er SET
-        delivered_at = COALESCE(er.delivered_at, g.delivered),
-        opened_at = COALESCE(er.opened_at, g.opened),
-        failed_at = COALESCE(er.failed_at, g.failed)
-    FROM grouped g
-    WHERE er.email_id = g.email_id AND er.member_email = g.address
-      AND ((er.delivered_at IS NULL AND g.delivered IS NOT NULL) OR (er.opened_at IS NULL AND g.opened IS NOT NULL)
-           OR (er.failed_at IS NULL AND g.failed IS NOT NULL))
-    RETURNING er.email_id, er.member_id, g.events
-), matched AS MATERIALIZED (
-    SELECT er.email_id, er.member_id, g.events
-    FROM grouped g JOIN email_recipients er ON er.email_id = g.email_id AND er.member_email = g.address
-    WHERE (SELECT count(*) FROM changed) < (SELECT count(*) FROM grouped)  -- else not even run
-), dirty_emails AS (
-    INSERT INTO email_analytics_dirty_emails
-    SELECT email_id FROM changed UNION SELECT email_id FROM matched ON CONFLICT DO NOTHING
-), dirty_members AS (
-    INSERT INTO email_analytics_dirty_members
-    SELECT member_id FROM changed UNION ALL SELECT member_id FROM matched ON CONFLICT DO NOTHING
-)
-SELECT CASE WHEN (SELECT count(*) FROM changed) = (SELECT count(*) FROM grouped)
-            THEN (SELECT sum(events) FROM grouped) ELSE (SELECT sum(events) FROM matched) END::bigint"""
-
-_MATCHED_TABLE = """
-CREATE TEMP TABLE IF NOT EXISTS analytics_matched (
-    event_id text, kind text, severity text, at timestamptz, email_id text, recipient_id text,
-    member_id text, address text, code integer, enhanced_code text, message text
-) ON COMMIT DELETE ROWS"""
-
-_MATCH = """
-WITH ev AS (
-    SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::float8[], $5::text[], $6::text[],
-                         $7::text[], $8::int[], $9::text[], $10::text[])
-           AS t(event_id, kind, severity, ts, email_id, provider_id, address, code, enhanced_code, message)
-), resolved AS (
-    SELECT ev.*, COALESCE(ev.email_id, b.email_id) AS resolved_email_id
-    FROM ev LEFT JOIN email_batches b ON ev.email_id IS NULL AND b.provider_id = ev.provider_id
-)
-INSERT INTO analytics_matched
-SELECT r.event_id, r.kind, r.severity, to_timestamp(r.ts), er.email_id, er.id, er.member_id, r.address,
-       r.code, r.enhanced_code, r.message
-FROM resolved r JOIN email_recipients er ON er.email_id = r.resolved_email_id AND er.member_email = r.address"""
-
-# One failure row per recipient of an email, as Ghost keeps it: a later temporary failure replaces
-# a temporary one, a permanent one replaces a temporary one, nothing replaces a permanent one. A
-# batch is first reduced to the event that would stand had its events come one by one in time
-# order (the first permanent one, else the latest temporary one), then merged with the stored row.
-# A failure Mailgun explains with nothing is stored as "Error <code>".
-_FAILURES = """
-WITH failed AS (
-    SELECT email_id, member_id, recipient_id, code, enhanced_code, message, at, event_id,
-           CASE WHEN severity = 'permanent' THEN 'permanent' ELSE 'temporary' END AS severity
-    FROM analytics_matched WHERE kind = 'failed'
-), standing AS (
-    SELECT DISTINCT ON (recipient_id) *
-    FROM failed
-    ORDER BY recipient_id, severity = 'permanent' DESC, CASE WHEN severity = 'permanent' THEN at END,
-             at DESC, event_id
-)
-INSERT INTO email_recipient_failures AS f (email_id, member_id, email_recipient_id, code, enhanced_code, message,
-                                           severity, failed_at, event_id)
-SELECT email_id, member_id, recipient_id, COALESCE(code, 0), enhanced_code,
-       COALESCE(message, 'Error ' || COALESCE(code::text, enhanced_code, 'without a code')), severity, at, event_id
-FROM standing
-ON CONFLICT (email_recipient_id) DO UPDATE SET
-    code = EXCLUDED.code, enhanced_code = EXCLUDED.enhanced_code, message = EXCLUDED.message,
-    severity = EXCLUDED.severity, failed_at = EXCLUDED.failed_at, event_id = EXCLUDED.event_id
-WHERE f.severity = 'temporary' AND (EXCLUDED.severity = 'permanent' OR EXCLUDED.failed_at > f.failed_at)"""
-
-_UNSUBSCRIBE = """
-DELETE FROM members_newsletters mn
-USING analytics_matched m JOIN emails e ON e.id = m.email_id
-WHERE m.kind = 'unsubscribed' AND mn.member_id = m.member_id AND mn.newsletter_id = e.newsletter_id"""
-
-_COMPLAINTS = """
-INSERT INTO email_spam_complaint_events (member_id, email_id, email_address)
-SELECT member_id, email_id, address FROM analytics_matched WHERE kind = 'complained'
-ON CONFLICT (email_id, member_id) DO NOTHING"""
-
-_SUPPRESS = """
-INSERT INTO suppressions (email, email_id, reason)
-SELECT address, email_id, CASE WHEN kind = 'complained' THEN 'spam' ELSE 'bounce' END
-FROM analytics_matched
-WHERE kind = 'complained' OR (kind = 'failed' AND severity = 'permanent' AND code = ANY($1::int[]))
-ON CONFLICT (email) DO NOTHING"""
-
 _SAVE_JOB = """
 INSERT INTO jobs (name, status, started_at, metadata) VALUES ($1, 'started', now(), $2::jsonb)
 ON CONFLICT (name) DO UPDATE SET metadata = jobs.metadata || EXCLUDED.metadata, updated_at = now()"""
-
-_AGGREGATE_EMAILS = """
-WITH dirty AS (DELETE FROM email_analytics_dirty_emails RETURNING email_id),
-counts AS (
-    SELECT er.email_id, count(er.delivered_at) AS delivered, count(er.opened_at) AS opened,
-           count(er.failed_at) AS failed
-    FROM email_recipients er WHERE er.email_id IN (SELECT email_id FROM dirty) GROUP BY er.email_id)
-UPDATE emails e SET delivered_count = c.delivered, opened_count = c.opened, failed_count = c.failed,
-                    updated_at = now()
-FROM counts c WHERE e.id = c.email_id"""
-
-# Open rate as Ghost computes it: opened / emails with open tracking, only from 5 tracked emails.
-_AGGREGATE_MEMBERS = """
-WITH dirty AS (DELETE FROM email_analytics_dirty_members RETURNING member_id),
-counts AS (
-    SELECT er.member_id, count(*) AS received, count(er.opened_at) AS opened,
-           count(*) FILTER (WHERE e.track_opens) AS tracked
-    FROM email_recipients er JOIN emails e ON e.id = er.email_id
-    WHERE er.member_id IN (SELECT member_id FROM dirty) GROUP BY er.member_id)
-UPDATE members m SET email_count = c.received, email_opened_count = c.opened,
-    email_open_rate = CASE WHEN c.tracked >= 5 THEN LEAST(100, round(100.0 * c.opened / c.tracked))::int END,
-    updated_at = now()
-FROM counts c WHERE m.id = c.member_id"""
-
 
 def _epoch(moment: datetime) -> float:
     return moment.timestamp()
@@ -344,10 +134,6 @@ def _add(total: PhaseResult, part: PhaseResult) -> None:
     total.pages += part.pages
     total.seconds += part.seconds
     total.by_type = dict(Counter(total.by_type) + Counter(part.by_type))
-
-
-def _rows(status: str) -> int:
-    return int(status.rsplit(" ", 1)[-1]) if status and status[-1].isdigit() else 0
 
 
 class AnalyticsActivities:
@@ -442,7 +228,7 @@ class AnalyticsActivities:
             return await mailgun.events_page(at, begin=begin, end=end, ascending=True, limit=limit, event=event,
                                              tags=tags)
 
-        batch, last_moment = _Batch(), None
+        batch, last_moment = EventBatch(), None
         if url is None and begin >= end:
             # An empty window (the first missing window, or a clock that has not moved): nothing to ask.
             await self._apply(batch, result, job, {"resume_url": None, "window_end": _epoch(end),
@@ -484,7 +270,7 @@ class AnalyticsActivities:
                     resume = {"job": job, "url": next_url, "end": _epoch(end)}
                     applying = asyncio.create_task(
                         self._apply_and_checkpoint(batch, result, job, cursor, resume, result.pages, result.events))
-                    batch = _Batch()
+                    batch = EventBatch()
             if applying is not None:
                 checkpoint, applying = await applying, None
         except MailgunError as error:
@@ -520,7 +306,7 @@ class AnalyticsActivities:
                 result.lag_seconds, {"phase": phase})
         return result
 
-    async def _apply_and_checkpoint(self, batch: _Batch, result: PhaseResult, job: str, cursor: dict[str, Any],
+    async def _apply_and_checkpoint(self, batch: EventBatch, result: PhaseResult, job: str, cursor: dict[str, Any],
                                     resume: dict[str, Any], pages: int, events: int) -> dict[str, Any]:
         """Apply a batch, then heartbeat where a retry resumes: the page after this batch, with the
         figures as they were when the batch was cut (pages read since are not applied yet)."""
@@ -529,24 +315,16 @@ class AnalyticsActivities:
         activity.heartbeat(checkpoint)
         return checkpoint
 
-    async def _apply(self, batch: _Batch, result: PhaseResult, job: str, cursor: dict[str, Any]) -> None:
-        """One transaction: times and dirty marks, failures, unsubscribes, complaints, suppressions, cursor."""
-        async with self.deps.pool.acquire() as conn, conn.transaction():
-            matched = 0
-            if len(batch):
-                matched = await conn.fetchval(_APPLY_TIMES, *batch.time_columns()) or 0
-                records = batch.records()
-                if records and matched:
-                    await conn.execute(_MATCHED_TABLE)
-                    if _rows(await conn.execute(_MATCH, *records)):
-                        await conn.execute(_FAILURES)
-                        await conn.execute(_UNSUBSCRIBE)
-                        await conn.execute(_COMPLAINTS)
-                        await conn.execute(_SUPPRESS, BOUNCE_SUPPRESSION_CODES)
+    async def _apply(self, batch: EventBatch, result: PhaseResult, job: str, cursor: dict[str, Any]) -> None:
+        """One transaction: the events (times, failures, unsubscribes, complaints, suppressions), the
+        events set aside, and the cursor."""
+        async def save_cursor(conn) -> None:
             await conn.execute(_SAVE_JOB, job, json.dumps(cursor))
-        result.applied += matched
-        result.unknown += len(batch) - matched
-        result.malformed += batch.malformed
+
+        applied = await apply_batch(self.deps.pool, batch, "poll", save_cursor)
+        result.applied += applied.matched
+        result.unknown += applied.unknown
+        result.malformed += applied.rejected
         result.by_type = dict(Counter(result.by_type) + batch.by_type)
 
     async def _job_metadata(self, name: str) -> dict[str, Any]:
@@ -560,8 +338,7 @@ class AnalyticsActivities:
         """Recount the emails and members whose events changed; a recount is always safe to repeat."""
         started = time.monotonic()
         async with heartbeating(), self.deps.pool.acquire() as conn, conn.transaction():
-            emails = _rows(await conn.execute(_AGGREGATE_EMAILS))
-            members = _rows(await conn.execute(_AGGREGATE_MEMBERS))
+            emails, members = await aggregate(conn)
         result = AggregateResult(emails=emails, members=members, seconds=round(time.monotonic() - started, 3))
         activity.logger.info("analytics aggregates: %d emails, %d members in %.3f s", emails, members,
                              result.seconds)

@@ -7,7 +7,7 @@ from rich.console import Console
 
 from commands import JSON_OPTION, console, print_json, run_async, warn
 from operations.analytics import (analytics_backfill, analytics_pause, analytics_run, analytics_schedule,
-                                  analytics_status)
+                                  analytics_status, rejected_events)
 from pressroom.errors import PressroomError, cause_of
 
 app = typer.Typer(help="Email analytics: the schedule that fetches Mailgun events into statistics.",
@@ -37,7 +37,7 @@ def analytics_run_command(wait: bool = typer.Option(False, "--wait", help="Follo
         return print_json(result.model_dump())
     for phase in result.phases:
         console.print(f"{phase.phase:<14} fetched {phase.events:>7,} events, applied {phase.applied:>7,} "
-                      f"({phase.unknown} unknown, {phase.malformed} malformed) {dict(phase.by_type)}"
+                      f"({phase.unknown} unknown, {phase.malformed} set aside) {dict(phase.by_type)}"
                       f"{' capped' if phase.capped else ''}", highlight=False)
     if result.aggregate:
         console.print(f"aggregates     {result.aggregate.emails:,} emails, {result.aggregate.members:,} members "
@@ -69,6 +69,21 @@ def analytics_backfill_command(
     console.print(f"backfill recorded as {name}; the next run reads it")
 
 
+@app.command("rejected")
+def analytics_rejected_command(limit: int = typer.Option(50, "--limit", min=1, max=10_000, help="How many to list."),
+                               as_json: bool = JSON_OPTION) -> None:
+    """The delivery events set aside (unusable, never applied, never retried), newest first, with their reason."""
+    rejected = run_async(rejected_events(limit=limit))
+    if as_json:
+        return print_json(rejected)
+    console.print(f"{rejected['total']:,} events set aside", highlight=False)
+    for reason, count in rejected["by_reason"].items():
+        console.print(f"{count:>8,}  {reason}", highlight=False)
+    for event in rejected["events"]:
+        console.print(f"#{event['id']} {event['rejected_at']:%Y-%m-%d %H:%M:%S} {event['provider']} {event['source']} "
+                      f"event {event['event_id'] or '(no id)'}: {event['reason']}", highlight=False, markup=False)
+
+
 @app.command("status")
 def analytics_status_command(as_json: bool = JSON_OPTION) -> None:
     """The schedule's state, the last runs, the cursors and their lag."""
@@ -88,6 +103,10 @@ def print_analytics_status(status: dict, console: Console = console) -> None:
         console.print(f"running: {name}", highlight=False)
     for name, cursor in status["cursors"].items():
         console.print(f"cursor {name}: {cursor['cursor']} (lag {cursor['lag_seconds']} s)", highlight=False)
+    rejected = status.get("rejected") or {}
+    if rejected.get("total"):
+        console.print(f"events set aside: {rejected['total']:,} (`pressroom analytics rejected` lists them)",
+                      highlight=False)
     for backfill in status["backfills"]:
         console.print(f"backfill {backfill['name']}: {backfill['status']}", highlight=False)
     for run in status["runs"][:5]:

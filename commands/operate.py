@@ -82,7 +82,13 @@ def temporal_setup() -> None:
 def codec_server(
     port: int = typer.Option(8081, help="Port to listen on."),
     host: str = typer.Option("127.0.0.1", help="Address to bind; keep it private."),
-    ui_origin: str = typer.Option("http://localhost:8233", help="The Web UI's origin, allowed by CORS."),
+    ui_origin: str = typer.Option("http://localhost:8233", help="The Web UI's origin, the only one a browser may "
+                                                                "call from."),
+    server_name: list[str] = typer.Option([], "--server-name", help="Another name this server is reached by (a "
+                                                                     "reverse proxy's host); repeat for more."),
+    allow_no_token: bool = typer.Option(False, "--allow-no-token", help="On loopback only: run without "
+                                                                        "PRESSROOM_CODEC_TOKEN (every local "
+                                                                        "process can decrypt)."),
     new_key: bool = typer.Option(False, "--new-key", help="Print a fresh key entry for PRESSROOM_ENCRYPTION_KEY "
                                                           "and exit."),
 ) -> None:
@@ -98,10 +104,17 @@ def codec_server(
         raise PressroomError("PRESSROOM_ENCRYPTION_KEY is not set: there is nothing to decode "
                              "(make a key with `pressroom codec-server --new-key`)")
 
+    from pressroom import logs
+
+    logs.configure(secrets=[settings.codec_token.get_secret_value(), settings.encryption_key.get_secret_value()],
+                   log_format=settings.log_format)
+
     async def work():
-        codec = EncryptionCodec.from_text(settings.encryption_key.get_secret_value())
+        codec = EncryptionCodec.from_text(settings.encryption_key.get_secret_value(),
+                                          allow_plaintext=settings.codec_allow_plaintext)
         runner = await serve(codec, host=host, port=port, ui_origin=ui_origin.rstrip("/"),
-                             token=settings.codec_token.get_secret_value())
+                             token=settings.codec_token.get_secret_value(), allow_no_token=allow_no_token,
+                             server_names=server_name)
         console.print(f"codec server on http://{host}:{port} for the Web UI at {ui_origin} "
                       "(set it as the UI's codec endpoint)", highlight=False)
         try:

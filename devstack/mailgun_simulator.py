@@ -45,6 +45,9 @@ Admin API (no auth; a loopback tool)
 * `POST /_sim/domains {"domain": "fallback.example"}` — serve another sending domain of the same
   account (domain warming); each domain has its own events and its own caps.
 * `POST /_sim/reset` — forget messages and events, restore default faults, rates and clock.
+* `POST /_sim/hostile {"email_id", "recipients": [...], "cases": [...]}` — events no provider should
+  send (`HOSTILE_CASES`: a NUL or a lone surrogate in the recipient, a code beyond int32, no id, a
+  huge nested field, a timestamp that is not a number, repeated ids), served and pushed like others.
 * `POST /_sim/events` — synthetic events for load tests, see `add_synthetic_events`:
   `{"email_id": "e1", "recipients": ["a@x", ...]}` or `{"email_id": "e1", "count": 500000,
   "address_pattern": "member{n}@example.com"}`, plus optional `"events": ["delivered", "opened"]`
@@ -104,6 +107,8 @@ _FAILURES = {
     "temporary": {"code": 452, "enhanced-code": "4.2.2", "reason": "generic",
                   "message": "4.2.2 The email account that you tried to reach is over quota"},
 }
+HOSTILE_CASES = ("nul-recipient", "huge-code", "no-id", "huge-nested", "bad-timestamp", "surrogate-recipient",
+                 "repeated-id")
 _TEMPLATE = re.compile(r"%recipient\.([A-Za-z0-9_.-]+)%")
 _VALID_ADDRESS = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")  # Mailgun refuses a domain without a dot
 
@@ -260,6 +265,7 @@ class _Group:
     message: StoredMessage
     members: Sequence[int]  # indices into message.recipients: array('I') or range
     delivery_status: dict[str, Any] | None = None  # a failure's own delivery-status, instead of the stock one
+    raw: dict[str, Any] | None = None  # a hostile event, served exactly as it is (one member)
 
 
 @dataclass(frozen=True, slots=True)
@@ -357,6 +363,9 @@ class MailgunSimulator:
         self._keys: list[tuple[float, int]] = []  # (timestamp, seq), sorted; parallel to _groups
         self._groups: list[_Group] = []
         self._seq = itertools.count(1)  # never reset: event ids stay unique for the process
+        # …and a prefix of this process's own, as Mailgun's ids are unique: a simulator started
+        # again (`dev down` / `dev up`) does not reuse the ids a database already holds.
+        self.id_prefix = secrets.token_hex(3)
         self._runner: web.AppRunner | None = None
         self._auth = "Basic " + base64.b64encode(f"api:{api_key}".encode()).decode()
 
@@ -471,6 +480,30 @@ class MailgunSimulator:
                                     delivery_status if kind == "failed" else None))
         return {"message_id": message.id, "events": len(recipients) * len(kinds)}
 
+    def add_hostile_events(self, *, email_id: str, recipients: Sequence[str], cases: Sequence[str] = HOSTILE_CASES,
+                           timestamp: float | None = None) -> dict[str, Any]:
+        """Events a provider should never send and a receiver must survive, one per case and
+        recipient (in the events API, and pushed like any other): see HOSTILE_CASES."""
+        unknown = set(cases) - set(HOSTILE_CASES)
+        if unknown:
+            raise ValueError(f"unknown case {sorted(unknown)[0]!r}; known: {', '.join(HOSTILE_CASES)}")
+        start = self.now() - 60 if timestamp is None else float(timestamp)
+        message = StoredMessage(
+            id=f"{uuid.uuid4().hex}@{self.domain}", from_address=f"hostile@{self.domain}", subject="hostile events",
+            tags=(), variables={"email-id": email_id}, headers={}, recipients=tuple(recipients),
+            recipient_variables_json="{}", accepted_at=start, synthetic=True, domain=self.domain)
+        self.messages.append(message)
+        count = 0
+        for number, address in enumerate(recipients):
+            for case in cases:
+                for raw in _hostile(case, f"hostile{self.id_prefix}{next(self._seq):x}", address, email_id, message.id,
+                                    start + number * 0.001):
+                    kind = raw.get("event") if raw.get("event") in KINDS else "delivered"
+                    self._insert(_Group(next(self._seq), start + number * 0.001, start + number * 0.001, kind,
+                                        raw.get("severity"), message, range(1), raw=raw))
+                    count += 1
+        return {"message_id": message.id, "events": count}
+
     # --- lifecycle ---
 
     async def start(self, host: str = "127.0.0.1", port: int = 0) -> str:
@@ -492,6 +525,7 @@ class MailgunSimulator:
             web.post("/_sim/limits", self._admin_limits),
             web.post("/_sim/domains", self._admin_domains),
             web.post("/_sim/events", self._admin_events),
+            web.post("/_sim/hostile", self._admin_hostile),
         ])
         self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
         await self._runner.setup()
@@ -782,12 +816,15 @@ class MailgunSimulator:
                 shared[group.seq] = self._shared_fields(group)
             common, sender, templated = shared[group.seq]
             message = group.message
+            if group.raw is not None:
+                out.append(json.dumps(group.raw))
+                continue
             index = group.members[position]
             address = message.recipients[index]
             to = json.dumps(address)
             domain = json.dumps(address.rpartition("@")[2])
             variables = f'"user-variables":{json.dumps(message.user_variables(index))},' if templated else ""
-            out.append(f'{{"id":"sim{group.seq:x}x{position:x}","recipient":{to},"recipient-domain":{domain},'
+            out.append(f'{{"id":"sim{self.id_prefix}{group.seq:x}x{position:x}","recipient":{to},"recipient-domain":{domain},'
                        f'{variables}'
                        f'"envelope":{{"targets":{to},"sender":{sender},"transport":"smtp"}},'
                        f'"message":{{"headers":{{"to":{to},{common}')
@@ -882,6 +919,15 @@ class MailgunSimulator:
         self.reset()
         return web.json_response({"message": "reset"})
 
+    async def _admin_hostile(self, request: web.Request) -> web.Response:
+        try:
+            body = await request.json()
+            if not isinstance(body, dict):
+                raise ValueError("send a JSON object")
+            return web.json_response(self.add_hostile_events(**body))
+        except (ValueError, TypeError) as error:
+            return web.json_response({"message": str(error)}, status=400)
+
     async def _admin_events(self, request: web.Request) -> web.Response:
         try:
             body = await request.json()
@@ -890,6 +936,33 @@ class MailgunSimulator:
             return web.json_response(self.add_synthetic_events(**body))
         except (ValueError, TypeError) as error:
             return web.json_response({"message": str(error)}, status=400)
+
+
+def _hostile(case: str, event_id: str, address: str, email_id: str, message_id: str,
+             moment: float) -> list[dict[str, Any]]:
+    """The raw events of one hostile case for one recipient."""
+    base = {"id": event_id, "event": "delivered", "timestamp": moment, "recipient": address,
+            "user-variables": {"email-id": email_id}, "message": {"headers": {"message-id": message_id}},
+            "delivery-status": {"code": 250, "message": "OK"}}
+    if case == "nul-recipient":
+        return [{**base, "recipient": address.replace("@", "\x00@", 1)}]
+    if case == "surrogate-recipient":
+        return [{**base, "recipient": "\ud800" + address}]
+    if case == "huge-code":
+        return [{**base, "event": "failed", "severity": "permanent",
+                 "delivery-status": {"code": 2**40, "message": "5.1.1 no such mailbox"}}]
+    if case == "no-id":
+        return [{key: value for key, value in base.items() if key != "id"}]
+    if case == "huge-nested":
+        nested: Any = "deep"
+        for _ in range(50):
+            nested = {"next": nested, "padding": "x" * 1000}
+        return [{**base, "user-variables": {"email-id": email_id, "extra": nested}}]
+    if case == "bad-timestamp":
+        return [{**base, "timestamp": "yesterday"}]
+    # repeated-id: the same open twice, and a second event reusing its id
+    opened = {**base, "event": "opened"}
+    return [opened, dict(opened), {**opened, "event": "delivered"}]
 
 
 def _position(entry: tuple[_Group, int]) -> tuple[tuple[float, int], int]:

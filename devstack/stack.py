@@ -79,7 +79,8 @@ def up() -> StackStatus:
                                             db_file=home / "temporal.db", log=home / "temporal.log",
                                             search_attributes=search_attribute_kinds(), detach=True,
                                             # With encrypted histories, the UI decodes through
-                                            # `pressroom codec-server` on its default port.
+                                            # `pressroom codec-server --allow-no-token` on its
+                                            # default port (the dev UI has no token to pass).
                                             codec_endpoint="http://localhost:8081"
                                             if os.environ.get("PRESSROOM_ENCRYPTION_KEY") else "")
         state.update(temporal_pid=process.pid, temporal_address=f"127.0.0.1:{temporal_port}",

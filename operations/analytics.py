@@ -152,6 +152,7 @@ async def analytics_status(settings: Settings | None = None, client=None) -> dic
               "cursors": {}, "runs": [], "backfills": []}
     pool = await database.connect(settings.require_database(), max_size=1)
     try:
+        status["rejected"] = await _rejected_counts(pool)
         for row in await pool.fetch("SELECT name, status, metadata FROM jobs WHERE name LIKE 'email-analytics%'"
                                     " ORDER BY name"):
             metadata = json.loads(row["metadata"])
@@ -168,3 +169,29 @@ async def analytics_status(settings: Settings | None = None, client=None) -> dic
     finally:
         await pool.close()
     return status
+
+
+async def _rejected_counts(pool) -> dict:
+    rows = await pool.fetch("SELECT reason, count(*) AS n, max(rejected_at) AS last_at FROM delivery_events_rejected "
+                            "GROUP BY reason ORDER BY n DESC, reason")
+    return {"total": sum(r["n"] for r in rows), "by_reason": {r["reason"]: r["n"] for r in rows},
+            "last_at": max((r["last_at"] for r in rows), default=None)}
+
+
+async def rejected_events(settings: Settings | None = None, limit: int = 50) -> dict:
+    """The delivery events set aside, newest first: when, from where, the event's id and why; never
+    the event itself (it holds an address: read it in the database, `delivery_events_rejected.event`)."""
+    from pressroom import database
+    from pressroom.logs import ADDRESS
+
+    settings = settings or get_settings()
+    pool = await database.connect(settings.require_database(), max_size=1)
+    try:
+        counts = await _rejected_counts(pool)
+        rows = await pool.fetch("SELECT id, rejected_at, provider, source, event_id, reason "
+                                "FROM delivery_events_rejected ORDER BY id DESC LIMIT $1", limit)
+    finally:
+        await pool.close()
+    # An event id is the provider's text, checked but not trusted: masked where it looks like an address.
+    return {**counts, "events": [{**dict(r), "event_id": ADDRESS.sub("<address>", r["event_id"]) if r["event_id"]
+                                  else None} for r in rows]}

@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import base64
 import binascii
+import logging
 import os
+import re
 from collections.abc import Sequence
 
 from cryptography.exceptions import InvalidTag
@@ -25,28 +27,59 @@ from temporalio.converter import PayloadCodec
 ENCODING = b"binary/encrypted"
 KEY_ID = "encryption-key-id"
 _NONCE_BYTES = 12
+_TAG_BYTES = 16
+
+logger = logging.getLogger(__name__)
 
 
 class EncryptionKeyError(ValueError):
     """PRESSROOM_ENCRYPTION_KEY is malformed, or a payload names a key we do not have."""
 
 
+class PlaintextPayloadError(EncryptionKeyError):
+    """A process with a key met a payload nobody encrypted, outside a migration window."""
+
+
+# A key id is a short name; anything else (a key pasted before its id, a stray value) is never echoed.
+_KEY_ID = re.compile(r"[A-Za-z0-9_.-]{1,16}")
+
+
+def _looks_like_key(text: str) -> bool:
+    try:
+        return len(base64.b64decode(text, validate=True)) == 32
+    except (binascii.Error, ValueError):
+        return False
+
+
+def _parse_entry(position: int, entry: str) -> tuple[str, bytes]:
+    """One `id:base64key` entry; errors name its position and the problem, never its text."""
+    where = f"entry {position}"
+    key_id, sep, encoded = (part.strip() for part in entry.partition(":"))
+    if not sep:
+        raise EncryptionKeyError(f"{where} has no ':'; write each key as id:base64key (for example k1:…)")
+    if not _KEY_ID.fullmatch(key_id):
+        if _looks_like_key(key_id) and _KEY_ID.fullmatch(encoded):
+            raise EncryptionKeyError(f"{where} is written base64key:id; write it id:base64key (for example k1:…)")
+        raise EncryptionKeyError(f"{where}: the key id before ':' must be 1 to 16 letters, digits, '.', '_' or '-'")
+    try:
+        key = base64.b64decode(encoded, validate=True)
+    except (binascii.Error, ValueError):
+        raise EncryptionKeyError(f"{where} (id {key_id!r}): the key after ':' is not valid base64") from None
+    if len(key) != 32:
+        raise EncryptionKeyError(f"{where} (id {key_id!r}): the key must be 32 bytes (AES-256), got {len(key)}")
+    return key_id, key
+
+
 def parse_keys(text: str) -> dict[str, bytes]:
     """`id:base64key,...` → {id: key}, in the order given (the first one encrypts)."""
     keys: dict[str, bytes] = {}
-    for entry in (part.strip() for part in text.split(",")):
+    for position, entry in enumerate((part.strip() for part in text.split(",")), start=1):
         if not entry:
             continue
-        key_id, sep, encoded = entry.partition(":")
-        if not sep or not key_id.strip():
-            raise EncryptionKeyError("each key must be written id:base64key (for example k1:…)")
-        try:
-            key = base64.b64decode(encoded.strip(), validate=True)
-        except (binascii.Error, ValueError):
-            raise EncryptionKeyError(f"key {key_id.strip()!r} is not valid base64") from None
-        if len(key) != 32:
-            raise EncryptionKeyError(f"key {key_id.strip()!r} must be 32 bytes (AES-256), got {len(key)}")
-        keys[key_id.strip()] = key
+        key_id, key = _parse_entry(position, entry)
+        if key_id in keys:
+            raise EncryptionKeyError(f"entry {position} repeats the key id {key_id!r}; each id names one key")
+        keys[key_id] = key
     if not keys:
         raise EncryptionKeyError("no key given")
     return keys
@@ -57,16 +90,31 @@ def new_key_entry(key_id: str = "k1") -> str:
     return f"{key_id}:{base64.b64encode(os.urandom(32)).decode()}"
 
 
-class EncryptionCodec(PayloadCodec):
-    """AES-GCM over each serialised payload; the key id is authenticated as associated data."""
+def _key_id_of(payload: Payload) -> str:
+    key_id = payload.metadata.get(KEY_ID, b"").decode(errors="replace")
+    if not _KEY_ID.fullmatch(key_id):
+        raise EncryptionKeyError("an encrypted payload's key id is missing or malformed: it was altered")
+    return key_id
 
-    def __init__(self, keys: dict[str, bytes]) -> None:
+
+class EncryptionCodec(PayloadCodec):
+    """AES-GCM over each serialised payload; the key id is authenticated as associated data.
+
+    A payload that is not encrypted is refused: in a keyed deployment it was written by a process
+    started without the key, and taking it would let plaintext in unnoticed. `allow_plaintext`
+    (PRESSROOM_CODEC_ALLOW_PLAINTEXT) opens a migration window for runs started before encryption,
+    and logs it the first time it lets one through.
+    """
+
+    def __init__(self, keys: dict[str, bytes], *, allow_plaintext: bool = False) -> None:
         self._ciphers = {key_id: AESGCM(key) for key_id, key in keys.items()}
         self._current = next(iter(keys))
+        self._allow_plaintext = allow_plaintext
+        self._plaintext_logged = False
 
     @classmethod
-    def from_text(cls, text: str) -> EncryptionCodec:
-        return cls(parse_keys(text))
+    def from_text(cls, text: str, *, allow_plaintext: bool = False) -> EncryptionCodec:
+        return cls(parse_keys(text), allow_plaintext=allow_plaintext)
 
     async def encode(self, payloads: Sequence[Payload]) -> list[Payload]:
         key_id = self._current
@@ -79,20 +127,48 @@ class EncryptionCodec(PayloadCodec):
         return sealed
 
     async def decode(self, payloads: Sequence[Payload]) -> list[Payload]:
-        opened = []
+        return [self._open(payload) if payload.metadata.get("encoding") == ENCODING else self._plaintext(payload)
+                for payload in payloads]
+
+    def _plaintext(self, payload: Payload) -> Payload:
+        if not self._allow_plaintext:
+            raise PlaintextPayloadError(
+                "a payload is not encrypted although PRESSROOM_ENCRYPTION_KEY is set: a process without the key "
+                "wrote it (set the key on every worker and CLI), or it predates encryption (set "
+                "PRESSROOM_CODEC_ALLOW_PLAINTEXT=true while such runs finish)")
+        if not self._plaintext_logged:
+            self._plaintext_logged = True
+            logger.warning("PRESSROOM_CODEC_ALLOW_PLAINTEXT is on: accepting payloads that are not encrypted "
+                           "(a migration window; turn it off once no run started without the key remains)")
+        return payload
+
+    def _open(self, payload: Payload) -> Payload:
+        key_id = _key_id_of(payload)
+        cipher = self._ciphers.get(key_id)
+        if cipher is None:
+            raise EncryptionKeyError(f"a payload is encrypted with key {key_id!r}, which "
+                                     "PRESSROOM_ENCRYPTION_KEY does not list")
+        if len(payload.data) < _NONCE_BYTES + _TAG_BYTES:
+            raise EncryptionKeyError(f"a payload encrypted with key {key_id!r} is too short: it was altered")
+        nonce, sealed = payload.data[:_NONCE_BYTES], payload.data[_NONCE_BYTES:]
+        try:
+            return Payload.FromString(cipher.decrypt(nonce, sealed, key_id.encode()))
+        except InvalidTag:
+            raise EncryptionKeyError(f"a payload does not decrypt with key {key_id!r}: "
+                                     "it was altered, or that id names a different key") from None
+
+
+class KeylessCodec(PayloadCodec):
+    """For a process without PRESSROOM_ENCRYPTION_KEY: writes plaintext, and names the missing key
+    when it meets an encrypted payload instead of failing on an unknown encoding."""
+
+    async def encode(self, payloads: Sequence[Payload]) -> list[Payload]:
+        return list(payloads)
+
+    async def decode(self, payloads: Sequence[Payload]) -> list[Payload]:
         for payload in payloads:
-            if payload.metadata.get("encoding") != ENCODING:
-                opened.append(payload)  # written before encryption was turned on
-                continue
-            key_id = payload.metadata.get(KEY_ID, b"").decode()
-            cipher = self._ciphers.get(key_id)
-            if cipher is None:
-                raise EncryptionKeyError(f"a payload is encrypted with key {key_id!r}, which "
-                                         "PRESSROOM_ENCRYPTION_KEY does not list")
-            nonce, sealed = payload.data[:_NONCE_BYTES], payload.data[_NONCE_BYTES:]
-            try:
-                opened.append(Payload.FromString(cipher.decrypt(nonce, sealed, key_id.encode())))
-            except InvalidTag:
-                raise EncryptionKeyError(f"a payload does not decrypt with key {key_id!r}: "
-                                         "it was altered, or that id names a different key") from None
-        return opened
+            if payload.metadata.get("encoding") == ENCODING:
+                raise EncryptionKeyError(
+                    f"a payload is encrypted (key {_key_id_of(payload)!r}) but PRESSROOM_ENCRYPTION_KEY is not set "
+                    "on this process: set it as on the other workers, or this process writes plaintext")
+        return list(payloads)

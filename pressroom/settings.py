@@ -140,6 +140,8 @@ class Settings(BaseSettings):
     metrics_host: str = Field(default="127.0.0.1", validation_alias="PRESSROOM_METRICS_HOST")
     encryption_key: SecretStr = Field(default=SecretStr(""), validation_alias="PRESSROOM_ENCRYPTION_KEY")
     codec_token: SecretStr = Field(default=SecretStr(""), validation_alias="PRESSROOM_CODEC_TOKEN")
+    # With a key, payloads nobody encrypted are refused; true opens a migration window (and logs it).
+    codec_allow_plaintext: bool = Field(default=False, validation_alias="PRESSROOM_CODEC_ALLOW_PLAINTEXT")
     log_format: Literal["text", "json"] = Field(default="text", validation_alias="PRESSROOM_LOG_FORMAT")
 
     @field_validator("batch_size")

@@ -60,13 +60,16 @@ def close_runtime() -> bool:
 
 
 def data_converter(settings: Settings | None = None) -> DataConverter:
-    """The pydantic converter; with an encryption key, payloads and failure messages are sealed."""
+    """The pydantic converter; with an encryption key, payloads and failure messages are sealed and
+    payloads nobody sealed are refused (unless PRESSROOM_CODEC_ALLOW_PLAINTEXT); without one, an
+    encrypted payload is an error naming the missing key."""
+    from pressroom.codec import EncryptionCodec, KeylessCodec
+
     key = settings.encryption_key.get_secret_value() if settings else ""
     if not key:
-        return pydantic_data_converter
-    from pressroom.codec import EncryptionCodec
-
-    return dataclasses.replace(pydantic_data_converter, payload_codec=EncryptionCodec.from_text(key),
+        return dataclasses.replace(pydantic_data_converter, payload_codec=KeylessCodec())
+    codec = EncryptionCodec.from_text(key, allow_plaintext=settings.codec_allow_plaintext)
+    return dataclasses.replace(pydantic_data_converter, payload_codec=codec,
                                failure_converter_class=DefaultFailureConverterWithEncodedAttributes)
 
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from datetime import datetime, timezone
 
-from activities.analytics import PhaseResult, _Batch
+from activities.analytics import PhaseResult
+from activities.delivery_events import EventBatch
 
 from .conftest import activities_for, address, seed_newsletter
 
@@ -26,7 +27,7 @@ def failed(n: int, at: float, severity: str, code: int) -> dict:
 
 
 async def apply(activities, items: list[dict]) -> PhaseResult:
-    batch, result = _Batch(), PhaseResult(phase="latest")
+    batch, result = EventBatch(), PhaseResult(phase="latest")
     batch.add(items)
     await activities._apply(batch, result, "email-analytics-test", {"cursor": T0})
     return result
@@ -130,3 +131,23 @@ async def test_pages_are_read_while_a_batch_is_applied_and_checkpoints_hold_the_
     assert checkpoints[0]["result"]["pages"] == 10 and checkpoints[0]["result"]["events"] == 3000
     assert checkpoints[0]["result"]["applied"] == 3000
     assert await db.fetchval("SELECT count(delivered_at) FROM email_recipients") == 4500
+
+
+async def test_an_event_postgresql_refuses_is_found_by_halving_and_set_aside_alone(db, client, analytics_settings):
+    """The parser lets nothing through that PostgreSQL refuses; should one slip by, it is found and
+    set aside, and the events around it and the cursor are applied all the same."""
+    from pressroom.delivery_events import DeliveryEvent
+
+    await seed_newsletter(db, members=6, emails=1)
+    activities = activities_for(analytics_settings, db, client)
+    batch, result = EventBatch(), PhaseResult(phase="latest")
+    batch.add([failed(n, T0, "permanent", 550) for n in range(6)])
+    bad = batch.events[3]
+    batch.events[3] = DeliveryEvent.model_construct(**{**dict(bad), "code": 2**40})  # past the parser's check
+    await activities._apply(batch, result, "email-analytics-test", {"cursor": T0 + 1})
+    assert (result.applied, result.malformed) == (5, 1)
+    assert await db.fetchval("SELECT count(*) FROM email_recipient_failures") == 5
+    reason = await db.fetchval("SELECT reason FROM delivery_events_rejected")
+    assert reason.startswith("PostgreSQL refused it (22")
+    saved = await db.fetchval("SELECT metadata->>'cursor' FROM jobs WHERE name = 'email-analytics-test'")
+    assert float(saved) == T0 + 1

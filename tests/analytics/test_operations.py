@@ -17,7 +17,8 @@ from temporalio.client import ScheduleOverlapPolicy
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
-from activities.analytics import SCHEDULE_ID, AggregateInput, FetchPhaseInput, _Batch
+from activities.analytics import SCHEDULE_ID, AggregateInput, FetchPhaseInput
+from activities.delivery_events import EventBatch
 from pressroom.mailgun import MailgunClient, MailgunUnavailable
 from pressroom.errors import BadInput
 from commands.analytics import print_analytics_status
@@ -138,8 +139,8 @@ async def test_a_backfill_rereads_an_old_range(dev_env, db, mailgun, client, ana
 
 
 def test_malformed_events_are_counted_and_skipped():
-    batch = _Batch()
-    good = {"id": "a", "event": "opened", "timestamp": 1.5, "recipient": "x@example.com",
+    batch = EventBatch()
+    good = {"id": "a", "event": "opened", "timestamp": 1_700_000_000.5, "recipient": "x@example.com",
             "user-variables": {"email-id": "e0"}}
     batch.add([good, {"event": "opened"}, {**good, "timestamp": "soon"}, {**good, "user-variables": None},
                {**good, "recipient": 7}, {**good, "event": "clicked"}])

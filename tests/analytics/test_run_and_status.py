@@ -82,7 +82,8 @@ async def test_a_paused_schedule_says_paused(dev_env, db, mailgun, analytics_set
         assert "next run: none while paused" in out and "next run: 2" not in out
         code, out, err = await cli("analytics", "status", "--json", env=env)
         status = json.loads(out)
-        assert set(status) == {"paused", "note", "next", "recent", "running", "cursors", "runs", "backfills"}
+        assert set(status) == {"paused", "note", "next", "recent", "running", "cursors", "runs", "backfills", "rejected"}
+        assert status["rejected"] == {"total": 0, "by_reason": {}, "last_at": None}
         assert status["paused"] is True and status["next"] == []
 
         await analytics_pause(False, analytics_settings, client)
