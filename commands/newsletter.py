@@ -7,9 +7,9 @@ import typer
 from commands import (AFTER_OPTION, JSON_OPTION, LIMIT_OPTION, SINCE_OPTION, console, plural, print_json, print_page,
                       print_rows, run_async, warn, when)
 from operations.common import temporal_client
-from operations.newsletter import (follow_newsletter, newsletter_status, preview_email, send_test_email,
-                                   start_newsletter)
-from pressroom.waiting import no_worker_message
+from operations.newsletter import (follow_newsletter, newsletter_status, preview_email, progress_words,
+                                   send_test_email, start_newsletter)
+from pressroom.waiting import no_answer_message, no_worker_message
 from pressroom.errors import PressroomError
 
 app = typer.Typer(help="Send newsletters: one durable run per email.", no_args_is_help=True)
@@ -32,14 +32,22 @@ def newsletter_send(email_id: str = typer.Argument(..., help="The email to send 
                       console=console) as bar:
             task = bar.add_task(f"email {email_id}", total=None, recipients="0")
 
+            waiting = {"words": None}
+
+            def describe() -> str:
+                return f"email {email_id}" + (f" · {waiting['words']}" if waiting["words"] else "")
+
             def show(progress) -> None:
-                confirming = (f" · confirming batch {', '.join(map(str, sorted(progress.confirming)))}"
-                              if progress.confirming else "")
                 bar.update(task, total=progress.batches_total or None, completed=progress.batches_sent
-                           + progress.batches_failed, description=f"email {email_id}{confirming}",
+                           + progress.batches_failed, description=describe(),
                            recipients=f"{progress.recipients_sent:,}/{progress.recipients_total:,}")
 
-            outcome = await follow_newsletter(start.workflow_id, client=client, on_progress=show, say=warn)
+            def wait_for(words) -> None:
+                waiting["words"] = words
+                bar.update(task, description=describe())
+
+            outcome = await follow_newsletter(start.workflow_id, client=client, on_progress=show, say=warn,
+                                              on_waiting=wait_for)
             if outcome.counts:
                 c = outcome.counts
                 bar.update(task, total=c.batches_total, completed=c.batches_submitted + c.batches_failed,
@@ -84,8 +92,17 @@ def newsletter_status_command(email_id: str = typer.Argument(..., help="The emai
     console.print(f"run: {status['workflow_id']} " + (f"{run['status']} (run {run['run_id']}, task queue "
                                                       f"{run['task_queue']})" if run else "never started"),
                   highlight=False)
+    if status["progress"]:
+        from workflows.newsletter import NewsletterProgress
+
+        console.print(f"now: {progress_words(NewsletterProgress(**status['progress']))}", highlight=False)
+    if run and run["status"] == "running":
+        console.print(f"waits for: {status['waiting_for'] or 'nothing (its batches are being sent)'}",
+                      highlight=False)
     if run and run["worker_polling"] is False:
         warn(no_worker_message(run["task_queue"]))
+    elif run and run["worker_answering"] is False:
+        warn(no_answer_message(run["task_queue"]))
 
 
 @app.command("follow")
@@ -98,13 +115,19 @@ def newsletter_follow(email_id: str = typer.Argument(..., help="The email (email
         client = await temporal_client()
         last = {}
 
+        def line(text: str) -> None:
+            if not as_json and last.get("line") != text:
+                console.print(text, highlight=False)
+                last["line"] = text
+
         def show(progress) -> None:
-            line = f"{progress.status}: {progress.batches_sent}/{progress.batches_total} batches"
-            if not as_json and last.get("line") != line:
-                console.print(line, highlight=False)
-                last["line"] = line
+            line(progress_words(progress))
+
+        def wait_for(words) -> None:
+            if words and words.startswith("no worker"):
+                line(f"waits for: {words}")
         return await follow_newsletter(newsletter_workflow_id(email_id), client=client, on_progress=show,
-                                       say=warn)
+                                       say=warn, on_waiting=wait_for)
 
     outcome = run_async(work())
     if as_json:

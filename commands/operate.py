@@ -106,8 +106,7 @@ def codec_server(
 
     from pressroom import logs
 
-    logs.configure(secrets=[settings.codec_token.get_secret_value(), settings.encryption_key.get_secret_value()],
-                   log_format=settings.log_format)
+    logs.configure_from(settings)  # every key and token the settings hold is masked
 
     async def work():
         codec = EncryptionCodec.from_text(settings.encryption_key.get_secret_value(),

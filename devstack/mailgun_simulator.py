@@ -1,7 +1,8 @@
 """A local Mailgun of our own, over real HTTP: the messages and events API, with faults on demand.
 
 Tests start it in-process on a random port (`running_simulator()`); `pressroom dev up` runs it as
-`python -m devstack.mailgun_simulator --host 127.0.0.1 --port N --api-key K --domain D`.
+`MAILGUN_SIMULATOR_API_KEY=K python -m devstack.mailgun_simulator --host 127.0.0.1 --port N --domain D`
+(the key in the environment, never on the command line).
 
 What it models
 --------------
@@ -73,6 +74,7 @@ import hashlib
 import itertools
 import json
 import math
+import os
 import random
 import re
 import secrets
@@ -982,6 +984,9 @@ async def running_simulator(*, api_key: str = "key-simulator", domain: str = "mg
         await simulator.stop()
 
 
+API_KEY_VARIABLE = "MAILGUN_SIMULATOR_API_KEY"
+
+
 async def _serve(args: argparse.Namespace) -> None:
     simulator = MailgunSimulator(api_key=args.api_key, domain=args.domain, seed=args.seed)
     url = await simulator.start(args.host, args.port)
@@ -999,10 +1004,14 @@ def main(argv: Sequence[str] | None = None) -> None:
                                      description="A local Mailgun (messages and events API) for development.")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8089)
-    parser.add_argument("--api-key", required=True)
     parser.add_argument("--domain", required=True)
     parser.add_argument("--seed", type=int, default=0)
-    asyncio.run(_serve(parser.parse_args(argv)))
+    args = parser.parse_args(argv)
+    # The key comes from the environment: a command line is readable by every local account.
+    args.api_key = os.environ.get(API_KEY_VARIABLE, "")
+    if not args.api_key:
+        parser.error(f"{API_KEY_VARIABLE} is not set: the API key the simulator accepts")
+    asyncio.run(_serve(args))
 
 
 if __name__ == "__main__":

@@ -14,7 +14,6 @@ a recipient address ever appears in an exception's text.
 
 from __future__ import annotations
 
-import base64
 import copy
 import re
 import secrets
@@ -28,7 +27,7 @@ import httpx
 import pydantic
 import pydantic_core
 
-from pressroom.logs import ADDRESS
+from pressroom.logs import Mask
 from opentelemetry.trace import SpanKind
 
 from pressroom import tracing
@@ -137,12 +136,9 @@ class MailgunBadResponse(MailgunError):
     may_have_been_accepted = True
 
 
-def _one_line(text: str, secrets: Sequence[str]) -> str:
+def _one_line(text: str, secrets: Mask) -> str:
     """Mailgun's explanation as one short line without the key or any e-mail address."""
-    for secret in secrets:
-        if secret:
-            text = text.replace(secret, "***")
-    text = ADDRESS.sub("<address>", " ".join(text.split()))
+    text = secrets(" ".join(text.split()))
     return text if len(text) <= _MESSAGE_LIMIT else text[:_MESSAGE_LIMIT - 1] + "…"
 
 
@@ -239,6 +235,13 @@ def _event_message_id(event: dict) -> str:
     headers = message.get("headers") if isinstance(message, dict) else None
     value = headers.get("message-id") if isinstance(headers, dict) else None
     return value.strip().strip("<>") if isinstance(value, str) else ""
+
+
+def _span_path(url: str) -> str:
+    """A request's path for its span, without the query string, and with a paging link's token
+    (opaque, but it encodes the query, a recipient's address among it) as `{page}`."""
+    head, paging, _ = httpx.URL(url).path.partition("/events/")
+    return f"{head}/events/{{page}}" if paging else head
 
 
 # --- events, as DeliveryEvents ------------------------------------------------------------------
@@ -386,8 +389,8 @@ class MailgunClient:
         """`transport` is for tests (httpx.MockTransport); production uses httpx's own."""
         self.base_url = base_url.rstrip("/")
         self.domain = domain
-        # What must never be echoed back: the key, raw and as sent in the Authorization header.
-        self._secrets = (api_key, base64.b64encode(f"api:{api_key}".encode()).decode()) if api_key else ()
+        # What must never be echoed back: the key, raw or encoded (the Authorization header), and addresses.
+        self._secrets = Mask([api_key])
         self._origin = httpx.URL(self.base_url)
         self._http = httpx.AsyncClient(
             base_url=self.base_url, auth=httpx.BasicAuth("api", api_key),
@@ -564,7 +567,7 @@ class MailgunClient:
 
     async def _request(self, method: str, url: str, *, what: str, **kwargs: Any) -> httpx.Response:
         try:
-            with tracing.span(f"Mailgun {method}", {"http.request.method": method, "url.path": httpx.URL(url).path,
+            with tracing.span(f"Mailgun {method}", {"http.request.method": method, "url.path": _span_path(url),
                                                     "server.address": self._origin.host, "mailgun.request": what},
                               kind=SpanKind.CLIENT) as span:
                 response = await self._http.request(method, url, **kwargs)

@@ -197,8 +197,24 @@ async def create_or_update_schedule(client: Client, schedule_id: str, schedule) 
         pass
 
     def update(previous):
+        _refuse_to_unseal(client, previous.description.schedule.action)
         schedule.state = previous.description.schedule.state
         return ScheduleUpdate(schedule=schedule)
 
     await client.get_schedule_handle(schedule_id).update(update)
     return "updated"
+
+
+def _refuse_to_unseal(client: Client, action) -> None:
+    """A process without the key must not replace an encrypted schedule's input with plaintext
+    (a worker started without PRESSROOM_ENCRYPTION_KEY would, at its start, for every schedule)."""
+    from temporalio.api.common.v1 import Payload
+
+    from pressroom.codec import EncryptionKeyError, KeylessCodec
+
+    stored = [arg for arg in getattr(action, "args", ()) if isinstance(arg, Payload)]
+    if isinstance(client.data_converter.payload_codec, KeylessCodec):
+        try:
+            KeylessCodec.refuse_encrypted(stored)
+        except EncryptionKeyError as error:
+            raise ConfigurationError(f"this namespace's schedules are encrypted: {error}") from None

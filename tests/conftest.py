@@ -39,8 +39,7 @@ SIMULATOR_DOMAIN = "mg.test.example"
 def postgres_server() -> Postgres:
     """One PostgreSQL for the session (or TEST_POSTGRES_URL's server, when set)."""
     folder = Path(tempfile.mkdtemp(prefix="pressroom-pg-"))
-    os.chmod(folder, 0o755)
-    server = Postgres(folder / "data", free_port())
+    server = Postgres(folder, free_port())
     server.start(durable=False)
     yield server
     server.stop()

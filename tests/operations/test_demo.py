@@ -7,7 +7,7 @@ import re
 import pytest
 
 from devstack.servers import free_port
-from tests.foundation.test_cli import pressroom
+from tests.foundation.test_cli import dev_down_and_forget, pressroom
 
 
 @pytest.fixture
@@ -15,7 +15,7 @@ def demo_env(tmp_path):
     env = {f"PRESSROOM_DEV_{name}_PORT": str(free_port()) for name in ("POSTGRES", "TEMPORAL", "UI", "SIMULATOR")}
     env["PRESSROOM_HOME"] = str(tmp_path / "home")
     yield env
-    pressroom("dev", "down", env=env)
+    dev_down_and_forget(env)
 
 
 def test_the_demo_runs_to_its_closing_table_and_again_on_the_same_data(demo_env):

@@ -13,7 +13,7 @@ from tests.operations.test_waiting import cli, cli_env
 from worker import running_worker
 
 NEWSLETTER_STATUS = {"email_id", "status", "error", "submitted_at", "workflow_id", "run", "progress", "batches",
-                     "recipients", "recipients_expected"}
+                     "waiting_for", "recipients", "recipients_expected"}
 
 
 async def json_of(*args: str, env) -> dict:
@@ -41,7 +41,7 @@ async def test_newsletter_status_and_follow(dev_env, settings, db, mailgun):
     assert set(after) == NEWSLETTER_STATUS
     assert after["status"] == "submitted" and after["recipients"] == 5
     assert after["batches"] == {"total": 1, "submitted": 1, "failed": 0}
-    assert set(after["run"]) == {"run_id", "status", "task_queue", "worker_polling"}
+    assert set(after["run"]) == {"run_id", "status", "task_queue", "worker_polling", "worker_answering"}
     assert after["run"]["status"] == "completed" and after["run"]["worker_polling"] is None
     datetime.fromisoformat(after["submitted_at"])
 
