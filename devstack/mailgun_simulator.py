@@ -19,7 +19,7 @@ What it models
 * `GET /v3/{domain}/events` with begin (inclusive) / end (exclusive), as RFC 2822 or epoch
   seconds; `ascending` yes/no (default no, like Mailgun; descending reads from `begin` back to
   `end`); `limit` ≤ 300; `event` as "opened", "delivered OR failed" or "NOT opened";
-  `message-id`; `recipient` (unless `ignore_filters`). `paging.next` is an absolute URL carrying an opaque position; following it later
+  `message-id`; `recipient`; `tags` as "a", "a AND b" or "a OR b" (unless `ignore_filters`). `paging.next` is an absolute URL carrying an opaque position; following it later
   picks up what became visible since (Mailgun's event polling). An event is visible once its
   timestamp + storage delay (+ the lateness of a "late" event) has passed.
 
@@ -279,6 +279,7 @@ class _Query:
     event: str | None
     message_id: str | None
     recipient: str | None = None
+    tags: str | None = None
 
 
 class _Invalid(Exception):
@@ -311,6 +312,19 @@ def _event_matcher(expression: str | None) -> Callable[[str], bool]:
     if not names <= set(KINDS) | {"rejected", "clicked", "stored"}:
         raise _Invalid(f"'{expression}' is not a valid event filter")
     return (lambda kind: kind not in names) if negate else (lambda kind: kind in names)
+
+
+def _tags_matcher(expression: str | None) -> Callable[[Sequence[str]], bool]:
+    """The `tags` filter, the part we need: "a", "a AND b" (every one), "a OR b" (any one)."""
+    if not expression or not expression.strip():
+        return lambda tags: True
+    if " AND " in expression and " OR " in expression:
+        raise _Invalid(f"'{expression}' is not a valid tags filter")
+    every = " AND " in expression
+    names = frozenset(part.strip() for part in expression.split(" AND " if every else " OR "))
+    if not all(names):
+        raise _Invalid(f"'{expression}' is not a valid tags filter")
+    return (lambda tags: names <= set(tags)) if every else (lambda tags: bool(names & set(tags)))
 
 
 def _addresses(values: Iterable[str]) -> list[str]:
@@ -704,7 +718,7 @@ class MailgunSimulator:
         last = (page[-1][0], page[-1][1]) if page else None
         first = (page[0][0], page[0][1]) if page else None
         flipped = _Query(query.begin, query.end, not query.ascending, query.limit, query.event, query.message_id,
-                         query.recipient)
+                         query.recipient, query.tags)
         paging = {
             "next": origin + self._encode(query, _position(last) if last else after),
             "previous": origin + self._encode(flipped, _position(first) if first else after),
@@ -729,7 +743,9 @@ class MailgunSimulator:
         up = ascending in ("yes", "true")
         if begin is not None and end is not None and (begin > end if up else begin < end):
             raise _Invalid("begin must come before end when ascending, after it when descending")
-        return _Query(begin, end, up, limit, params.get("event"), params.get("message-id"), params.get("recipient"))
+        _tags_matcher(params.get("tags"))  # a malformed expression is refused now, as Mailgun does
+        return _Query(begin, end, up, limit, params.get("event"), params.get("message-id"), params.get("recipient"),
+                      params.get("tags"))
 
     def _page(self, query: _Query, after: tuple[tuple[float, int], int] | None,
               match: Callable[[str], bool], now: float, domain: str | None = None) -> list[tuple[_Group, int]]:
@@ -738,9 +754,10 @@ class MailgunSimulator:
         out: list[tuple[_Group, int]] = []
         message_id, recipient = (None, None) if self.faults.ignore_filters else (query.message_id, query.recipient)
         recipient = recipient.casefold() if recipient else None
+        tagged = _tags_matcher(None if self.faults.ignore_filters else query.tags)
 
         def wanted(group: _Group) -> bool:
-            return (group.visible_at <= now and match(group.kind)
+            return (group.visible_at <= now and match(group.kind) and tagged(group.message.tags)
                     and (message_id is None or group.message.id == message_id)
                     and (domain is None or group.message.domain in ("", domain)))
 
@@ -841,7 +858,7 @@ class MailgunSimulator:
     @staticmethod
     def _encode(query: _Query, after: tuple[tuple[float, int], int] | None) -> str:
         state = {"q": [query.begin, query.end, query.ascending, query.limit, query.event, query.message_id,
-                       query.recipient],
+                       query.recipient, query.tags],
                  "a": [after[0][0], after[0][1], after[1]] if after else None}
         return base64.urlsafe_b64encode(json.dumps(state, separators=(",", ":")).encode()).decode().rstrip("=")
 

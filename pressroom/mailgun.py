@@ -489,7 +489,7 @@ class MailgunClient:
     async def events_page(self, url_or_none: str | None, *, begin: datetime | None = None,
                           end: datetime | None = None, ascending: bool = True,
                           limit: int = MAILGUN_MAX_EVENTS_PAGE, event: str | None = None,
-                          message_id: str | None = None, recipient: str | None = None,
+                          message_id: str | None = None, recipient: str | None = None, tags: str | None = None,
                           ) -> tuple[list[dict], str | None]:
         """One page and the next page's URL; a saved URL resumes where a previous attempt stopped."""
         what = "events query"
@@ -508,6 +508,8 @@ class MailgunClient:
                 params["message-id"] = message_id
             if recipient:
                 params["recipient"] = recipient
+            if tags:
+                params["tags"] = tags
             response = await self._request("GET", f"/v3/{self.domain}/events", what=what, params=params)
         else:
             self._check_same_origin(url_or_none)

@@ -67,7 +67,7 @@ async def test_lists_page_newest_first_with_filters(dev_env, settings, db):
     assert (await json_of("newsletter", "list", "--status", "submitted", env=env))["items"] == []
     posts = await json_of("posts", "list", env=env)
     assert [(row["post_id"], row["email_id"], row["status"]) for row in posts["items"]] == [
-        (seeded.post_id, seeded.email_id, "draft")]
+        (seeded.post_id, seeded.email_id, "published")]
 
     code, _, err = await cli("members", "list", "--status", "gold", env=env)
     assert code == 1 and "--status 'gold' is not one of free, paid, comped" in err

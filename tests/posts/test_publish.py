@@ -149,7 +149,7 @@ async def test_the_database_down_at_the_time_is_retried_until_it_is_back(db, dev
 
 async def test_a_published_post_with_a_newsletter_sends_it_once(db, mailgun, dev_env, postgres_url):
     settings = make_settings(postgres_url, mailgun, publish_lead_seconds=0.2)
-    seeded = await seed_email(db, members=25)
+    seeded = await seed_email(db, members=25, post_status="draft")
     async with running_worker(dev_env.client, settings):
         await schedule_post(seeded.post_id, soon(1), client=dev_env.client, settings=settings)
         result = await outcome(dev_env, seeded.post_id)
