@@ -84,7 +84,7 @@ import struct
 import time
 import uuid
 from array import array
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import asdict, dataclass, field, fields
@@ -353,6 +353,8 @@ class MailgunSimulator:
         self.api_key = api_key
         self.domain = domain
         self.domains = {domain}  # the account's sending domains; `add_domain` adds more
+        # Suppression lists per (domain, list): bounces, unsubscribes, complaints.
+        self.suppressed: dict[tuple[str, str], set[str]] = defaultdict(set)
         self.limits = AccountLimits()
         self.seed = seed
         self.base_url = ""
@@ -392,6 +394,7 @@ class MailgunSimulator:
         self.rates = Rates()
         self.limits = AccountLimits()
         self.domains = {self.domain}
+        self.suppressed.clear()
         self.clock_offset = 0.0
         self._rng = random.Random(self.seed)
 
@@ -515,6 +518,7 @@ class MailgunSimulator:
             web.post("/v3/{domain}/messages", self._post_message),
             web.get("/v3/{domain}/events", self._get_events),
             web.get("/v3/{domain}/events/{token}", self._get_events),
+            web.delete("/v3/{domain}/{table:bounces|unsubscribes|complaints}/{address}", self._delete_suppression),
             web.get("/_sim/messages", self._admin_messages),
             web.get("/_sim/stats", self._admin_stats),
             web.get("/_sim/faults", self._admin_faults),
@@ -555,6 +559,22 @@ class MailgunSimulator:
         if request.match_info["domain"] not in self.domains:
             return web.json_response({"message": f"Domain not found: {request.match_info['domain']}"}, status=404)
         return None
+
+    def suppress(self, table: str, address: str, domain: str | None = None) -> None:
+        """Put an address on a domain's suppression list (bounces, unsubscribes or complaints)."""
+        if table not in ("bounces", "unsubscribes", "complaints"):
+            raise ValueError(f"unknown suppression list {table!r}")
+        self.suppressed[(domain or self.domain, table)].add(address.casefold())
+
+    async def _delete_suppression(self, request: web.Request) -> web.StreamResponse:
+        if refusal := await self._guard(request, "suppressions"):
+            return refusal
+        table, address = request.match_info["table"], request.match_info["address"]
+        entries = self.suppressed[(request.match_info["domain"], table)]
+        if address.casefold() not in entries:
+            return web.json_response({"message": f"Address not found in {table} table"}, status=404)
+        entries.discard(address.casefold())
+        return web.json_response({"message": f"Address has been removed from {table}", "address": address})
 
     async def _post_message(self, request: web.Request) -> web.StreamResponse:
         if refusal := await self._guard(request, "messages"):
