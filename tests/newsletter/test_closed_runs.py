@@ -14,7 +14,8 @@ from temporalio.testing import ActivityEnvironment
 
 from activities.newsletter import UNFINISHED_EMAILS
 from activities.watchdog import SEND_FAILED, Watchdog
-from operations.newsletter import newsletter_status
+from operations.newsletter import follow_newsletter, newsletter_status
+from pressroom.errors import PressroomError
 from operations.outbox import ensure_relay
 from tests.newsletter.test_failures import send_and_follow, wait_until
 from tests.outbox.test_orphans import stop_relay
@@ -65,6 +66,9 @@ async def test_batch_creation_failing_on_every_attempt_fails_the_email_with_its_
     finally:
         await drop_failing_trigger(db)
     assert (await email_row(db, seeded.email_id))["status"] == "submitting"  # what the run left behind
+    if message:  # `newsletter follow` names the database's error, not "Activity task failed"
+        with pytest.raises(PressroomError, match=f"failed: {message}$"):
+            await follow_newsletter(newsletter_workflow_id(seeded.email_id), client=client)
 
     watchdog = Watchdog(db_pool, client, interval=0)
     await ActivityEnvironment().run(watchdog.check, UNFINISHED_EMAILS)
