@@ -12,11 +12,27 @@ import sys
 import typer
 from rich.console import Console
 
-from commands import analytics, dev, limits, members, newsletter, operate, outbox, posts, webhooks
+from commands import (analytics, dev, limits, members, newsletter, operate, outbox, posts, readable_help_types,
+                      webhooks)
 from pressroom import tracing
 
 app = typer.Typer(help="Pressroom: durable background jobs for newsletter publishing, on Temporal.",
-                  no_args_is_help=True, pretty_exceptions_enable=False, add_completion=False)
+                  no_args_is_help=True, pretty_exceptions_enable=False)
+readable_help_types()
+
+
+def _version(shown: bool) -> None:
+    if shown:
+        from importlib.metadata import version
+
+        print(f"pressroom {version('pressroom')}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                          help="Print the version and exit.")) -> None:
+    """Pressroom: durable background jobs for newsletter publishing, on Temporal."""
 app.add_typer(dev.app, name="dev")
 app.add_typer(newsletter.app, name="newsletter")
 app.add_typer(members.app, name="members")
@@ -46,6 +62,7 @@ def run_command(args: list[str]) -> int:
     from pressroom.temporal import close_runtime
 
     tracing.configure_from_environment()  # OTEL_* variables; off when unset
+    configure_command_logging()
     try:
         try:
             app(args=args, prog_name="pressroom", standalone_mode=False)
@@ -74,6 +91,23 @@ def run_command(args: list[str]) -> int:
         # Join the Temporal runtime's threads now, while the interpreter is whole: a thread left
         # finishing an RPC callback during finalisation aborts the process after its work succeeded.
         close_runtime()
+
+
+def configure_command_logging() -> None:
+    """A command's log lines: warnings and errors only (libraries' too), masked as the worker's are.
+    `pressroom worker` sets the worker's levels itself."""
+    import logging
+
+    from pressroom import logs
+    from pressroom.settings import ConfigurationError, load_settings
+
+    try:
+        settings = load_settings()  # not get_settings(): `dev up` may change what a later read finds
+    except ConfigurationError:  # the command itself reports it, in one line
+        logs.configure(level=logging.WARNING)
+        return
+    logs.configure(settings.secret_values(), logging.WARNING, settings.log_format,
+                   max(logging.WARNING, logs.level_number(settings.library_log_level)))
 
 
 def print_error(line: str) -> None:

@@ -152,10 +152,10 @@ def main() -> None:
 
 
 def configure_logging(settings: Settings) -> None:
-    """Structured lines that never carry the Mailgun key or a member's address."""
+    """Structured lines that never carry a key or a member's address."""
     from pressroom import logs
 
-    logs.configure(secrets=[settings.mailgun_api_key.get_secret_value()], log_format=settings.log_format)
+    logs.configure_from(settings)
 
 
 if __name__ == "__main__":

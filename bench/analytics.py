@@ -86,7 +86,7 @@ class Cpu:
 async def main(events: int, aggregate_members: int) -> None:
     recipients = events // 2
     folder = Path(tempfile.mkdtemp(prefix="pressroom-bench-"))
-    postgres = Postgres(folder / "data", free_port())
+    postgres = Postgres(folder / "postgres", free_port())
     postgres.start(durable=False)
     sim_port = free_port()
     simulator = start_simulator(port=sim_port, api_key=KEY, domain=DOMAIN, log=folder / "simulator.log")

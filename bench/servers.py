@@ -29,8 +29,7 @@ class BenchServers:
 async def bench_servers(*, simulator: bool = False) -> AsyncIterator[BenchServers]:
     """Fresh, migrated PostgreSQL; a Temporal dev server; and the simulator as its own process."""
     folder = Path(tempfile.mkdtemp(prefix="pressroom-bench-"))
-    folder.chmod(0o755)
-    postgres = Postgres(folder / "data", free_port())
+    postgres = Postgres(folder / "postgres", free_port())
     postgres.start(durable=False)
     sim = None
     env = None

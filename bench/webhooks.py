@@ -85,8 +85,8 @@ class Bench:
     async def start(self) -> None:
         self.postgres.start(durable=False)
         await database.migrate(self.postgres.url)
-        os.environ["MAILGUN_WEBHOOK_SIGNING_KEY"] = SIGNING_KEY  # read by the simulator's process
-        self.sim = start_simulator(port=self.sim_port, api_key=KEY, domain=DOMAIN, log=self.folder / "simulator.log")
+        self.sim = start_simulator(port=self.sim_port, api_key=KEY, domain=DOMAIN, log=self.folder / "simulator.log",
+                                   webhook_signing_key=SIGNING_KEY)
         self.env = await WorkflowEnvironment.start_local(
             dev_server_existing_path=find_binary("temporal"), data_converter=data_converter(),
             search_attributes=SEARCH_ATTRIBUTES, dev_server_extra_args=["--log-level", "error"])

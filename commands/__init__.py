@@ -11,7 +11,7 @@ from typing import Awaitable, TypeVar
 import typer
 from rich.console import Console
 
-console = Console()
+console = Console(soft_wrap=True)  # a line is never broken: ids stay whole for copy and grep
 T = TypeVar("T")
 
 
@@ -25,11 +25,98 @@ def warn(message: str) -> None:
 
 
 def print_json(data: object) -> None:
-    """The --json answer: one JSON document on stdout; times as ISO 8601 strings."""
+    """The --json answer: one JSON document on stdout; times as ISO 8601 strings with their offset."""
     import json
+    from datetime import datetime, timezone
+
+    def plain(value):
+        if isinstance(value, datetime):
+            return (value if value.tzinfo else value.replace(tzinfo=timezone.utc)).isoformat()
+        if hasattr(value, "model_dump"):
+            return value.model_dump()
+        return str(value)
+
+    print(json.dumps(data, indent=2, default=plain))
+
+
+def when(moment) -> str:
+    """A time as people read it, the same in every command: `2026-11-25 15:34:10 UTC`; `-` for none."""
+    from datetime import datetime, timezone
+
+    if moment is None:
+        return "-"
+    if isinstance(moment, str):
+        moment = datetime.fromisoformat(moment)
+    return moment.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def plural(count: int, word: str, many: str | None = None) -> str:
+    """`1 scheduled post`, `2 scheduled posts`, with the count grouped by thousands."""
+    return f"{count:,} {word if count == 1 else many or word + 's'}"
+
+
+def print_page(page: dict, columns: dict[str, str], *, empty: str, more: str) -> None:
+    """A list as aligned columns, one line per row, never wrapped (ids stay whole for copy and grep):
+    `columns` maps a row key to its header; a time reads as `when`, a missing value as `-`."""
+    if not page["items"]:
+        console.print(empty, highlight=False)
+        return
+    print_rows([list(columns.values())] + [[_cell(row[key]) for key in columns] for row in page["items"]])
+    if page["next_after"]:
+        console.print(f"more: {more} --after {page['next_after']}", highlight=False)
+
+
+def print_rows(rows: list[list[str]]) -> None:
+    """Rows of cells as aligned columns (the first row is the header), one line each."""
+    import re
+
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    figure = re.compile(r"-|[\d,.]+%?")
+    # A column of figures is aligned right, as figures are read.
+    right = [all(figure.fullmatch(row[i]) for row in rows[1:] if row[i]) for i in range(len(widths))]
+    for number, row in enumerate(rows):
+        line = "  ".join(cell.rjust(width) if right[i] else cell.ljust(width)
+                         for i, (cell, width) in enumerate(zip(row, widths))).rstrip()
+        console.print(line, highlight=False, markup=False, soft_wrap=True, style="bold" if number == 0 else None)
+
+
+def _cell(value) -> str:
     from datetime import datetime
 
-    print(json.dumps(data, indent=2, default=lambda v: v.isoformat() if isinstance(v, datetime) else str(v)))
+    if value is None:
+        return "-"
+    if isinstance(value, datetime):
+        return when(value)
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, int):
+        return f"{value:,}"
+    return str(value)
 
 
 JSON_OPTION = typer.Option(False, "--json", help="Print one JSON document (its shape is in the README).")
+LIMIT_OPTION = typer.Option(50, "--limit", min=1, max=1000, help="Rows per page.")
+AFTER_OPTION = typer.Option(None, "--after", metavar="ID", help="The next page: rows after this id (the last one "
+                                                                  "shown; the command prints it).")
+SINCE_OPTION = typer.Option(None, "--since", metavar="TIME",
+                            help="Created since: 30m, 24h, 7d ago, or ISO 8601 with offset.")
+
+
+_TYPE_WORDS = {"str": "TEXT", "int": "INTEGER", "int range": "INTEGER", "float": "NUMBER", "float range": "NUMBER"}
+
+
+def readable_help_types() -> None:
+    """--help shows a value's kind in words (TEXT, INTEGER) or the metavar each option names, and
+    nothing for a flag, instead of Typer's `<bool>`, `<str>` and `<int range>`."""
+    from typer.core import TyperArgument, TyperOption
+
+    def display(param, ctx):
+        if getattr(param, "is_flag", False):
+            return None
+        if param.metavar is not None:
+            return param.metavar
+        label = param.display_type(ctx)
+        return _TYPE_WORDS.get(label.strip("<>"), label.strip("<>").upper())
+
+    TyperOption.display_type_rich = display
+    TyperArgument.display_type_rich = display

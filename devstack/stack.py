@@ -13,7 +13,8 @@ import secrets
 import signal
 from dataclasses import dataclass, field
 
-from devstack.servers import (Postgres, start_simulator, start_temporal_dev_server, stop_process)
+from devstack.servers import (Postgres, private_file, private_folder, start_simulator, start_temporal_dev_server,
+                              stop_process)
 from pressroom.settings import dev_stack_file, project_home, read_dev_stack
 from pressroom.temporal import search_attribute_kinds
 
@@ -55,8 +56,9 @@ def up() -> StackStatus:
     temporal_port = _port("PRESSROOM_DEV_TEMPORAL_PORT", 7233)
     ui_port = _port("PRESSROOM_DEV_UI_PORT", 8233)
     simulator_port = _port("PRESSROOM_DEV_SIMULATOR_PORT", 8089)
-    home = project_home()
-    home.mkdir(parents=True, exist_ok=True)
+    home = private_folder(project_home())  # its files hold the stack's passwords and data: the owner's alone
+    for existing in home.glob("temporal.db*"):  # written before the stack made its files private
+        existing.chmod(0o600)
     state = read_dev_stack()
     status = StackStatus()
 
@@ -65,9 +67,9 @@ def up() -> StackStatus:
     elif _alive(state.get("postgres_pid")):
         status.running.append("PostgreSQL")
     else:
-        postgres = Postgres(home / "postgres" / "data", postgres_port)
+        postgres = Postgres(home / "postgres", postgres_port)
         postgres.start(detach=True)
-        state.update(postgres_pid=postgres.process.pid, database_url=postgres.url)
+        state.update(postgres_pid=postgres.process.pid, database_url=postgres.url, postgres_data=str(postgres.data_dir))
         status.started.append("PostgreSQL")
 
     if "TEMPORAL_ADDRESS" in os.environ:
@@ -100,8 +102,7 @@ def up() -> StackStatus:
                      mailgun_api_key=api_key, mailgun_domain=SIMULATOR_DOMAIN, webhook_signing_key=signing_key)
         status.started.append("Mailgun simulator")
 
-    dev_stack_file().write_text(json.dumps(state, indent=2))
-    os.chmod(dev_stack_file(), 0o600)  # it holds the simulator's key
+    private_file(dev_stack_file(), json.dumps(state, indent=2))  # it holds the database's password and the simulator's key
     status.values = {k: str(v) for k, v in state.items() if not k.endswith("_pid")}
     return status
 

@@ -92,7 +92,10 @@ async def analytics_run(*, wait: bool, settings: Settings | None = None, client=
         raise PressroomError(f"schedule {SCHEDULE_ID} took no action on the trigger")
     say(f"following {workflow_id}" + ("" if fresh else " (a run was already going; the trigger was skipped)"))
     run = client.get_workflow_handle_for(FetchEmailAnalyticsWorkflow.run, workflow_id)
-    async with watching_for_worker(client, (await run.describe()).task_queue, say):
+    description = await run.describe()
+    if description.status is not None and description.status.name != "RUNNING":
+        return await run.result()  # closed: its result is in its history, no worker needed
+    async with watching_for_worker(client, description.task_queue, say, workflow_id=workflow_id):
         return await run.result()
 
 

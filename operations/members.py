@@ -48,3 +48,124 @@ async def add_member(email: str, name: str | None = None, *, status: str = "free
                 key = await enqueue(conn, "MemberCreatedEvent", {"member_id": member_id},
                                     idempotency_key=f"member-created-{member_id}")
     return MemberAdded(member_id, key)
+
+
+# A member's last emails and what became of each: sent (its batch), delivered, opened, failed (the
+# failure that stands), complained. Newest first, by the email's creation.
+_MEMBER_EMAILS = """
+SELECT e.id AS email_id, e.subject, e.status AS email_status, b.status AS batch_status, e.created_at,
+       b.updated_at AS sent_at, er.delivered_at, er.opened_at, er.failed_at, f.severity AS failure,
+       f.code AS failure_code, f.message AS failure_message, c.created_at AS complained_at
+FROM email_recipients er
+JOIN emails e ON e.id = er.email_id
+JOIN email_batches b ON b.id = er.batch_id
+LEFT JOIN email_recipient_failures f ON f.email_recipient_id = er.id
+LEFT JOIN email_spam_complaint_events c ON c.email_id = er.email_id AND c.member_id = er.member_id
+WHERE er.member_id = $1
+ORDER BY e.created_at DESC, e.id DESC LIMIT $2"""
+
+_MEMBER_SUBSCRIPTIONS = """
+SELECT n.id AS newsletter_id, n.slug, n.name, n.status, mn.id IS NOT NULL AS subscribed
+FROM newsletters n LEFT JOIN members_newsletters mn ON mn.newsletter_id = n.id AND mn.member_id = $1
+ORDER BY n.created_at, n.id"""
+
+_MEMBER_OUTBOX = """
+SELECT o.id AS outbox_id, o.event_type, o.status, o.attempts, o.last_error_code, o.created_at, o.processed_at
+FROM outbox o WHERE o.payload->>'member_id' = $1
+ORDER BY o.created_at DESC, o.id DESC LIMIT 20"""
+
+_MEMBER_AUTOMATED = """
+SELECT a.slug, r.send_outcome, r.created_at
+FROM automated_email_recipients r JOIN automated_emails a ON a.id = r.automated_email_id
+WHERE r.member_id = $1 ORDER BY r.created_at DESC"""
+
+
+def email_outcome(row) -> str:
+    """What became of one email for one member, in a word or two."""
+    if row["complained_at"]:
+        return "complained"
+    if row["failure"]:
+        return f"failed ({row['failure']})"
+    if row["opened_at"]:
+        return "opened"
+    if row["delivered_at"]:
+        return "delivered"
+    if row["batch_status"] == "submitted":
+        return "sent"
+    return {"failed": "batch failed", "retired": "batch retired"}.get(row["batch_status"], "not sent yet")
+
+
+async def member_profile(member: str, *, emails: int = 10, settings: Settings | None = None) -> dict:
+    """A member by id or address: status, subscriptions, suppression (and why), the outbox entries
+    about them, and their last emails with what became of each."""
+    from pressroom import database
+    from pressroom.errors import NotFound
+    from pressroom.inputs import entity_id
+
+    by_address = "@" in member
+    if not by_address:
+        entity_id(member, "member")
+    settings = settings or get_settings()
+    async with database.connection(settings.require_database()) as conn:
+        row = await conn.fetchrow(
+            "SELECT m.id AS member_id, m.email, m.name, m.status, m.email_disabled, m.email_count, "
+            "m.email_opened_count, m.email_open_rate, m.created_at FROM members m "
+            + ("WHERE lower(m.email) = lower($1)" if by_address else "WHERE m.id = $1"), member.strip())
+        if row is None:
+            raise NotFound("no member has that address" if by_address else f"member {member} does not exist")
+        member_id = row["member_id"]
+        suppression = await conn.fetchrow(
+            "SELECT reason, email_id, created_at FROM suppressions WHERE email = $1", row["email"])
+        subscriptions = await conn.fetch(_MEMBER_SUBSCRIPTIONS, member_id)
+        outbox = await conn.fetch(_MEMBER_OUTBOX, member_id)
+        automated = await conn.fetch(_MEMBER_AUTOMATED, member_id)
+        last = await conn.fetch(_MEMBER_EMAILS, member_id, emails)
+    return {**dict(row),
+            "suppression": dict(suppression) if suppression else None,
+            "subscriptions": [dict(s) for s in subscriptions],
+            "outbox": [dict(o) for o in outbox],
+            "automated_emails": [dict(a) for a in automated],
+            "emails": [{**{k: v for k, v in dict(e).items() if k != "batch_status"}, "outcome": email_outcome(e)}
+                       for e in last]}
+
+
+@dataclass(frozen=True)
+class Resubscribed:
+    member_id: str
+    removed: dict[str, list[str]]  # per sending domain, the Mailgun lists the address was taken off
+    suppression: str | None  # the reason of Pressroom's own suppression that was lifted, if any
+
+
+@tracing.traced("pressroom members resubscribe")
+async def resubscribe_member(member_id: str, *, settings: Settings | None = None, mailgun=None) -> Resubscribed:
+    """Mail a member again who bounced, unsubscribed or complained and whom the site has subscribed again.
+
+    Mailgun first: the address is taken off each sending domain's bounces, unsubscribes and
+    complaints lists (otherwise Mailgun keeps dropping their mail); then Pressroom's own suppression
+    is lifted and the address enabled, in one transaction. A refusal from Mailgun writes nothing.
+    Safe to repeat. Which newsletters they receive stays the site's to say (members_newsletters).
+    """
+    from pressroom import database
+    from pressroom.errors import NotFound, PressroomError
+    from pressroom.inputs import entity_id
+    from pressroom.mailgun import MailgunClient, MailgunError
+
+    entity_id(member_id, "member")
+    settings = settings or get_settings()
+    async with database.connection(settings.require_database()) as conn:
+        address = await conn.fetchval("SELECT email FROM members WHERE id = $1", member_id)
+    if address is None:
+        raise NotFound(f"member {member_id} does not exist")
+    client = mailgun or MailgunClient.from_settings(settings)
+    domains = [settings.mailgun_domain, *([settings.fallback_domain] if settings.fallback_domain else [])]
+    try:
+        removed = {domain: await client.for_domain(domain).remove_suppressions(address) for domain in domains}
+    except MailgunError as error:
+        raise PressroomError(f"member {member_id} was not resubscribed: {error}") from None
+    finally:
+        if mailgun is None:
+            await client.aclose()
+    async with database.connection(settings.require_database()) as conn, conn.transaction():
+        lifted = await conn.fetchval("DELETE FROM suppressions WHERE email = $1 RETURNING reason", address)
+        await conn.execute("UPDATE members SET email_disabled = false, updated_at = now() WHERE id = $1", member_id)
+    return Resubscribed(member_id, removed, lifted)

@@ -62,56 +62,105 @@ async def start_newsletter(email_id: str, *, client=None, settings: Settings | N
                            f"started {workflow_id}")
 
 
+def progress_words(progress) -> str:
+    """A running send's progress and what it waits for, in the words of its Web UI details."""
+    from pressroom.waiting import as_words
+
+    p = progress
+    details = (f"{p.status}: {p.batches_sent}/{p.batches_total} batches sent, {p.batches_failed} failed; "
+               f"{p.recipients_sent:,}/{p.recipients_total:,} recipients")
+    if p.confirming:
+        details += (f"\n\nconfirming batch {', '.join(map(str, sorted(p.confirming)))}: Mailgun may have accepted it; "
+                    "waiting for its events before sending it again")
+    return as_words(f"{details}\n\n{p.message}" if p.message else details)
+
+
+async def _ask_progress(handle):
+    """The run's progress, or None when no worker answered within QUERY_TIMEOUT; another refusal
+    (between two runs of a continue-as-new, before the first task) raises."""
+    from temporalio.service import RPCError
+
+    from pressroom.waiting import QUERY_TIMEOUT, is_unanswered
+    from workflows.newsletter import SendNewsletterWorkflow
+
+    try:
+        return await handle.query(SendNewsletterWorkflow.progress, rpc_timeout=QUERY_TIMEOUT)
+    except RPCError as error:
+        if is_unanswered(error):
+            return None
+        raise
+
+
 async def follow_newsletter(workflow_id: str, *, client=None, on_progress=None, poll_seconds: float = 0.5,
-                            say=lambda message: None):
+                            say=lambda message: None, on_waiting=lambda words: None):
     """Query the run's progress until it ends; returns its outcome (following continue-as-new).
 
-    Says (through `say`) when no worker polls the run's task queue, and keeps waiting.
+    A closed run answers at once from its history (no worker needed). While it runs, says (through
+    `say`) when no worker polls its task queue or none answers, and keeps waiting; `on_waiting`
+    gets what the run waits for, in words (None while it just sends).
     """
-    from temporalio.client import WorkflowFailureError
+    from temporalio.client import WorkflowExecutionStatus, WorkflowFailureError
     from temporalio.service import RPCError, RPCStatusCode
 
-    from pressroom.waiting import watching_for_worker
+    from pressroom.waiting import no_answer_message, open_timer, watching_for_worker
     from workflows.newsletter import SendNewsletterWorkflow
 
     client = client or await temporal_client()
     handle = client.get_workflow_handle_for(SendNewsletterWorkflow.run, workflow_id)
     try:
-        task_queue = (await handle.describe()).task_queue
+        description = await handle.describe()
     except RPCError as error:
         if error.status == RPCStatusCode.NOT_FOUND:
             raise NotFound(f"{workflow_id} was never started") from None
         raise
-    result = asyncio.ensure_future(handle.result())
     try:
-        async with watching_for_worker(client, task_queue, say):
-            while not result.done():
-                try:
-                    progress = await handle.query(SendNewsletterWorkflow.progress)
-                    if on_progress:
-                        on_progress(progress)
-                except RPCError:
-                    pass  # between two runs of a continue-as-new, or before the first task: ask again
-                await asyncio.wait([result], timeout=poll_seconds)
-        return result.result()
+        if description.status != WorkflowExecutionStatus.RUNNING:
+            return await handle.result()
+        result = asyncio.ensure_future(handle.result())
+        unanswered = 0
+        try:
+            async with watching_for_worker(client, description.task_queue, say):
+                while not result.done():
+                    try:
+                        progress = await _ask_progress(handle)
+                    except Exception:
+                        progress = False  # between two runs of a continue-as-new, or before the first task
+                    if progress:
+                        if unanswered >= 2:
+                            say(f"a worker is answering again on task queue {description.task_queue}")
+                        unanswered = 0
+                        if on_progress:
+                            on_progress(progress)
+                        on_waiting(progress.message or (f"confirming batch {', '.join(map(str, progress.confirming))}"
+                                                        if progress.confirming else None))
+                    elif progress is None and not result.done():
+                        unanswered += 1
+                        if unanswered == 2:  # twice, so that one slow answer on a loaded machine is not a death
+                            say(no_answer_message(description.task_queue))
+                        if unanswered >= 2:
+                            timer = await open_timer(client, workflow_id)
+                            on_waiting("no worker is answering" + (f"; {timer}" if timer else ""))
+                    await asyncio.wait([result], timeout=poll_seconds)
+            return result.result()
+        finally:
+            result.cancel()
     except WorkflowFailureError as error:
         raise PressroomError(f"{workflow_id} failed: {cause_of(error).message}") from None
-    finally:
-        result.cancel()
 
 
 async def newsletter_status(email_id: str, *, client=None, settings: Settings | None = None) -> dict:
-    """The email's row, its batches and recipients, and its run (with live progress while it runs)."""
-    from datetime import timedelta
-
+    """The email's row, its batches and recipients, and its run: while it runs, its live progress
+    when a worker answers within QUERY_TIMEOUT, and in any case what it waits for (`waiting_for`)."""
     from temporalio.service import RPCError, RPCStatusCode
 
     from pressroom import database
+    from pressroom.waiting import open_timer
     from workflows.newsletter import SendNewsletterWorkflow, newsletter_workflow_id
 
     settings = settings or get_settings()
     async with database.connection(settings.require_database()) as conn:
-        email = await conn.fetchrow("SELECT status, error, submitted_at FROM emails WHERE id = $1", email_id)
+        email = await conn.fetchrow("SELECT status, error, submitted_at, email_count_expected FROM emails "
+                                    "WHERE id = $1", email_id)
         if email is None:
             raise NotFound(f"email {email_id} does not exist")
         batches = await conn.fetchrow(
@@ -120,20 +169,38 @@ async def newsletter_status(email_id: str, *, client=None, settings: Settings | 
         recipients = await conn.fetchval("SELECT count(*) FROM email_recipients WHERE email_id = $1", email_id)
     client = client or await temporal_client(settings)
     workflow_id = newsletter_workflow_id(email_id)
-    run = progress = None
+    run = progress = waiting_for = None
     try:
         description = await client.get_workflow_handle(workflow_id).describe()
-        run = await run_summary(client, description)
-        if run["worker_polling"]:  # a query needs a worker to answer it
-            progress = (await client.get_workflow_handle_for(SendNewsletterWorkflow.run, workflow_id)
-                        .query(SendNewsletterWorkflow.progress, rpc_timeout=timedelta(seconds=5))).model_dump()
+        run = {**await run_summary(client, description), "worker_answering": None}
+        if run["status"] == "running":
+            handle = client.get_workflow_handle_for(SendNewsletterWorkflow.run, workflow_id)
+            try:
+                answer = await _ask_progress(handle)
+            except Exception:
+                answer = False  # refused (before the first task): neither an answer nor a silence
+            run["worker_answering"] = answer is not None if run["worker_polling"] is not False else False
+            progress = answer.model_dump() if answer else None
+            waiting_for = _waiting_words(answer, await open_timer(client, workflow_id), run)
     except RPCError as error:
-        if error.status not in (RPCStatusCode.NOT_FOUND, RPCStatusCode.DEADLINE_EXCEEDED):
+        if error.status != RPCStatusCode.NOT_FOUND:
             raise
     return {"email_id": email_id, "status": email["status"], "error": email["error"],
             "submitted_at": email["submitted_at"], "workflow_id": workflow_id, "run": run, "progress": progress,
             "batches": {"total": batches["total"], "submitted": batches["submitted"], "failed": batches["failed"]},
-            "recipients": recipients}
+            "recipients": recipients, "recipients_expected": email["email_count_expected"],
+            "waiting_for": waiting_for}
+
+
+def _waiting_words(progress, timer: str | None, run: dict) -> str | None:
+    """What a running send waits for, in the Web UI's words: a worker, a cap, a batch's events."""
+    if run["worker_polling"] is False:
+        return "no worker is polling its task queue" + (f"; {timer}" if timer else "")
+    if run["worker_answering"] is False:
+        return "no worker is answering" + (f"; {timer}" if timer else "")
+    if progress and progress.message:
+        return progress.message
+    return timer  # "confirming batch N until T", or None while it just sends
 
 
 @dataclass(frozen=True)

@@ -32,19 +32,31 @@ async def outbox_status(settings: Settings | None = None) -> dict:
     return {"counts": counts, "oldest_pending_seconds": float(oldest) if oldest is not None else None}
 
 
-async def outbox_entry(outbox_id: str, settings: Settings | None = None) -> dict:
+# An entry as operators name it: its id, its idempotency key, its delivery's workflow id, or the
+# member it is about (their newest entry).
+_FIND_ENTRY = """
+SELECT o.id, o.event_type, o.idempotency_key, o.status, o.attempts, o.next_run_at, o.last_error_code,
+       o.last_error_msg, o.created_at, o.dispatched_at, o.processed_at, l.status AS ledger,
+       o.payload->>'member_id' AS member_id
+FROM outbox o LEFT JOIN idempotency_ledger l USING (idempotency_key)
+WHERE o.id = $1 OR o.idempotency_key = $1 OR o.idempotency_key = $2
+   OR (o.payload ? 'member_id' AND o.payload->>'member_id' = $1)
+ORDER BY o.id = $1 DESC, o.idempotency_key IN ($1, $2) DESC, o.created_at DESC, o.id DESC LIMIT 1"""
+
+
+async def outbox_entry(name: str, settings: Settings | None = None) -> dict:
+    """One entry, found by its id, idempotency key, workflow id (outbox-KEY) or member id."""
     from pressroom import database
     from pressroom.inputs import entity_id
 
-    entity_id(outbox_id, "outbox entry")
+    entity_id(name, "outbox entry")
     settings = settings or get_settings()
+    key = name.removeprefix(outbox_workflow_id(""))
     async with database.connection(settings.require_database()) as conn:
-        row = await conn.fetchrow(
-            "SELECT o.id, o.event_type, o.idempotency_key, o.status, o.attempts, o.next_run_at, o.last_error_code, "
-            "o.last_error_msg, o.created_at, o.dispatched_at, o.processed_at, l.status AS ledger "
-            "FROM outbox o LEFT JOIN idempotency_ledger l USING (idempotency_key) WHERE o.id = $1", outbox_id)
+        row = await conn.fetchrow(_FIND_ENTRY, name, key)
     if row is None:
-        raise NotFound(f"outbox entry {outbox_id} does not exist")
+        raise NotFound(f"outbox entry {name} does not exist (no entry has that id, key or member id; "
+                       "`pressroom outbox list` shows them)")
     return dict(row)
 
 

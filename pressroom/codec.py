@@ -166,9 +166,14 @@ class KeylessCodec(PayloadCodec):
         return list(payloads)
 
     async def decode(self, payloads: Sequence[Payload]) -> list[Payload]:
+        self.refuse_encrypted(payloads)
+        return list(payloads)
+
+    @staticmethod
+    def refuse_encrypted(payloads: Sequence[Payload]) -> None:
+        """EncryptionKeyError naming the key when one of `payloads` is encrypted."""
         for payload in payloads:
             if payload.metadata.get("encoding") == ENCODING:
                 raise EncryptionKeyError(
                     f"a payload is encrypted (key {_key_id_of(payload)!r}) but PRESSROOM_ENCRYPTION_KEY is not set "
                     "on this process: set it as on the other workers, or this process writes plaintext")
-        return list(payloads)

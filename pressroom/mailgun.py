@@ -14,7 +14,6 @@ a recipient address ever appears in an exception's text.
 
 from __future__ import annotations
 
-import base64
 import copy
 import hashlib
 import hmac
@@ -30,7 +29,7 @@ import httpx
 import pydantic
 import pydantic_core
 
-from pressroom.logs import ADDRESS
+from pressroom.logs import Mask
 from opentelemetry.trace import SpanKind
 
 from pressroom import tracing
@@ -47,6 +46,7 @@ _MESSAGE_LIMIT = 300  # characters of Mailgun's own explanation kept in our mess
 
 # What one send attempt achieved, as senders persist it (email_batches, automated_email_recipients).
 ACCEPTED = "accepted"  # a 2xx with a message id
+SUPPRESSION_LISTS = ("bounces", "unsubscribes", "complaints")  # Mailgun's per-domain suppression lists
 NOT_ACCEPTED = "not_accepted"  # certainly not queued: sending again cannot make a second copy
 UNCERTAIN = "uncertain"  # may be queued: look it up before sending again
 
@@ -139,12 +139,9 @@ class MailgunBadResponse(MailgunError):
     may_have_been_accepted = True
 
 
-def _one_line(text: str, secrets: Sequence[str]) -> str:
+def _one_line(text: str, secrets: Mask) -> str:
     """Mailgun's explanation as one short line without the key or any e-mail address."""
-    for secret in secrets:
-        if secret:
-            text = text.replace(secret, "***")
-    text = ADDRESS.sub("<address>", " ".join(text.split()))
+    text = secrets(" ".join(text.split()))
     return text if len(text) <= _MESSAGE_LIMIT else text[:_MESSAGE_LIMIT - 1] + "…"
 
 
@@ -250,6 +247,13 @@ def _event_message_id(event: dict) -> str:
     headers = message.get("headers") if isinstance(message, dict) else None
     value = headers.get("message-id") if isinstance(headers, dict) else None
     return value.strip().strip("<>") if isinstance(value, str) else ""
+
+
+def _span_path(url: str) -> str:
+    """A request's path for its span, without the query string, and with a paging link's token
+    (opaque, but it encodes the query, a recipient's address among it) as `{page}`."""
+    head, paging, _ = httpx.URL(url).path.partition("/events/")
+    return f"{head}/events/{{page}}" if paging else head
 
 
 # --- events, as DeliveryEvents ------------------------------------------------------------------
@@ -436,8 +440,8 @@ class MailgunClient:
         """`transport` is for tests (httpx.MockTransport); production uses httpx's own."""
         self.base_url = base_url.rstrip("/")
         self.domain = domain
-        # What must never be echoed back: the key, raw and as sent in the Authorization header.
-        self._secrets = (api_key, base64.b64encode(f"api:{api_key}".encode()).decode()) if api_key else ()
+        # What must never be echoed back: the key, raw or encoded (the Authorization header), and addresses.
+        self._secrets = Mask([api_key])
         self._origin = httpx.URL(self.base_url)
         self._http = httpx.AsyncClient(
             base_url=self.base_url, auth=httpx.BasicAuth("api", api_key),
@@ -471,6 +475,25 @@ class MailgunClient:
 
     async def __aexit__(self, *exc_info: object) -> None:
         await self.aclose()
+
+    # --- suppressions ---
+
+    async def remove_suppressions(self, address: str) -> list[str]:
+        """Delete the address from this domain's bounces, unsubscribes and complaints lists; the lists
+        it was on (a 404 means it was not on that one). Safe to repeat."""
+        from urllib.parse import quote
+
+        removed = []
+        for table in SUPPRESSION_LISTS:
+            try:
+                await self._request("DELETE", f"/v3/{self.domain}/{table}/{quote(address, safe='@')}",
+                                    what=f"removal from the {table} list")
+            except MailgunRejected as error:
+                if error.status_code == 404 and "address not found" in str(error).lower():
+                    continue  # not on this list (an unknown domain is a 404 too, and is raised)
+                raise
+            removed.append(table)
+        return removed
 
     # --- sending ---
 
@@ -536,7 +559,7 @@ class MailgunClient:
     async def events_page(self, url_or_none: str | None, *, begin: datetime | None = None,
                           end: datetime | None = None, ascending: bool = True,
                           limit: int = MAILGUN_MAX_EVENTS_PAGE, event: str | None = None,
-                          message_id: str | None = None, recipient: str | None = None,
+                          message_id: str | None = None, recipient: str | None = None, tags: str | None = None,
                           ) -> tuple[list[dict], str | None]:
         """One page and the next page's URL; a saved URL resumes where a previous attempt stopped."""
         what = "events query"
@@ -555,6 +578,8 @@ class MailgunClient:
                 params["message-id"] = message_id
             if recipient:
                 params["recipient"] = recipient
+            if tags:
+                params["tags"] = tags
             response = await self._request("GET", f"/v3/{self.domain}/events", what=what, params=params)
         else:
             self._check_same_origin(url_or_none)
@@ -634,7 +659,7 @@ class MailgunClient:
 
     async def _request(self, method: str, url: str, *, what: str, **kwargs: Any) -> httpx.Response:
         try:
-            with tracing.span(f"Mailgun {method}", {"http.request.method": method, "url.path": httpx.URL(url).path,
+            with tracing.span(f"Mailgun {method}", {"http.request.method": method, "url.path": _span_path(url),
                                                     "server.address": self._origin.host, "mailgun.request": what},
                               kind=SpanKind.CLIENT) as span:
                 response = await self._http.request(method, url, **kwargs)

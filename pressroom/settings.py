@@ -12,12 +12,15 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
+from pydantic import BeforeValidator, Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 MAILGUN_MAX_RECIPIENTS = 1000  # Mailgun refuses a message with more recipients than this.
 MAILGUN_US = "https://api.mailgun.net"
 MAILGUN_EU = "https://api.eu.mailgun.net"
+
+
+LogLevel = Annotated[Literal["DEBUG", "INFO", "WARNING", "ERROR"], BeforeValidator(lambda v: str(v).strip().upper())]
 
 
 class ConfigurationError(Exception):
@@ -73,6 +76,13 @@ class Settings(BaseSettings):
     send_concurrency: int = Field(default=2, ge=1, le=100, validation_alias="PRESSROOM_SEND_CONCURRENCY")
     mailgun_retries: int = Field(default=6, ge=0, validation_alias="PRESSROOM_MAILGUN_RETRIES")
     mailgun_retry_seconds: float = Field(default=10.0, gt=0, validation_alias="PRESSROOM_MAILGUN_RETRY_SECONDS")
+    # Mailgun unreachable (no connection, a request never written, 429) after the retries above: the
+    # send waits on a durable timer, from the first wait doubling to the longest, and carries on by
+    # itself when Mailgun answers again. Only a refusal that will not change fails a batch.
+    mailgun_outage_first_wait_seconds: float = Field(default=60.0, gt=0,
+                                                     validation_alias="PRESSROOM_MAILGUN_OUTAGE_FIRST_WAIT_SECONDS")
+    mailgun_outage_max_wait_seconds: float = Field(default=3600.0, gt=0,
+                                                   validation_alias="PRESSROOM_MAILGUN_OUTAGE_MAX_WAIT_SECONDS")
     mailgun_timeout_seconds: float = Field(default=30.0, gt=0, validation_alias="PRESSROOM_MAILGUN_TIMEOUT_SECONDS")
     delivery_window_seconds: int = Field(default=0, ge=0, validation_alias="PRESSROOM_DELIVERY_WINDOW_SECONDS")
     # An uncertain send (5xx, lost answer) not yet in Mailgun's events is looked up again for this
@@ -146,12 +156,27 @@ class Settings(BaseSettings):
     # With a key, payloads nobody encrypted are refused; true opens a migration window (and logs it).
     codec_allow_plaintext: bool = Field(default=False, validation_alias="PRESSROOM_CODEC_ALLOW_PLAINTEXT")
     log_format: Literal["text", "json"] = Field(default="text", validation_alias="PRESSROOM_LOG_FORMAT")
+    # Pressroom's (and Temporal's) lines from this level; libraries' (httpx logs each request URL at
+    # INFO, query string included) from PRESSROOM_LIBRARY_LOG_LEVEL.
+    log_level: LogLevel = Field(default="INFO", validation_alias="PRESSROOM_LOG_LEVEL")
+    library_log_level: LogLevel = Field(default="WARNING", validation_alias="PRESSROOM_LIBRARY_LOG_LEVEL")
 
     @field_validator("batch_size")
     @classmethod
     def _within_mailgun_maximum(cls, value: int) -> int:
         if value > MAILGUN_MAX_RECIPIENTS:
             raise ValueError(f"{value} is above Mailgun's maximum of {MAILGUN_MAX_RECIPIENTS} recipients per message")
+        return value
+
+    @field_validator("email_tag")
+    @classmethod
+    def _one_plain_tag(cls, value: str) -> str:
+        # It is sent as a Mailgun tag and put in the events query's filter expression (`bulk-email AND
+        # <tag>`): one word, in the characters a tag and an expression both take as they are.
+        import re
+
+        if value and not re.fullmatch(r"[A-Za-z0-9_.:-]{1,128}", value):
+            raise ValueError("must be one tag of at most 128 letters, digits and . _ : - (no spaces)")
         return value
 
     @field_validator("outbox_backoff_sec", mode="before")
@@ -214,6 +239,14 @@ class Settings(BaseSettings):
         limits = self.hourly_send_limit if window == "hour" else self.daily_send_limit
         return limits.get(domain, limits.get("*"))
 
+    def secret_values(self) -> list[str]:
+        """Every secret this process holds, for the log mask: keys, tokens, each encryption key."""
+        values = [self.mailgun_api_key, self.temporal_api_key, self.codec_token, self.encryption_key]
+        found = [value.get_secret_value() for value in values if value.get_secret_value()]
+        for entry in self.encryption_key.get_secret_value().split(","):  # "k2:<base64>,k1:<base64>"
+            found.extend(part.strip() for part in entry.split(":") if len(part.strip()) >= 16)
+        return found
+
     @property
     def warming(self) -> bool:
         return bool(self.fallback_domain)
@@ -229,6 +262,20 @@ class Settings(BaseSettings):
             except EncryptionKeyError as error:  # the message never contains key material
                 raise ValueError(str(error)) from None
         return value
+
+    @field_validator("from_address")
+    @classmethod
+    def _one_mailbox(cls, value: str) -> str:
+        """One `Name <address>` (or a bare address), written again by email.headerregistry."""
+        from email.headerregistry import HeaderRegistry
+
+        if any(not c.isprintable() for c in value):
+            raise ValueError("holds a line break or control character")
+        header = HeaderRegistry()("from", value)
+        if header.defects or len(header.addresses) != 1 or not header.addresses[0].domain:
+            raise ValueError("must be one address, such as Pressroom <noreply@example.com> (quote a name "
+                             'holding commas: "Pressroom, Inc." <noreply@example.com>)')
+        return str(header.addresses[0])
 
     @field_validator("database_url")
     @classmethod

@@ -43,11 +43,14 @@ async def has_worker(client: Client, task_queue: str) -> bool | None:
 
 @asynccontextmanager
 async def watching_for_worker(client: Client, task_queue: str, say: Callable[[str], None], *,
-                              first_check: float = 1.0, every: float = 5.0) -> AsyncIterator[None]:
-    """While the block waits on a run, say when no worker polls its queue (and when one arrives)."""
+                              first_check: float = 1.0, every: float = 5.0,
+                              workflow_id: str | None = None) -> AsyncIterator[None]:
+    """While the block waits on a run, say when no worker polls its queue (and when one arrives);
+    with `workflow_id`, also when the worker that polls does not answer the run's queries (it died)."""
     async def watch() -> None:
         await asyncio.sleep(first_check)
         missing = False
+        unanswered = 0
         while True:
             present = await has_worker(client, task_queue)
             if present is False and not missing:
@@ -56,7 +59,17 @@ async def watching_for_worker(client: Client, task_queue: str, say: Callable[[st
             elif present and missing:
                 say(f"a worker is polling task queue {task_queue} now")
                 missing = False
-            await asyncio.sleep(every)
+            if present and workflow_id:
+                answered = await answers(client, workflow_id)
+                if answered is False:
+                    unanswered += 1
+                    if unanswered == 2:  # twice: one slow answer on a loaded machine is not a death
+                        say(no_answer_message(task_queue))
+                elif answered:
+                    if unanswered >= 2:
+                        say(f"a worker is answering again on task queue {task_queue}")
+                    unanswered = 0
+            await asyncio.sleep(every if not unanswered else 0.5)
 
     task = asyncio.create_task(watch())
     try:
@@ -66,3 +79,92 @@ async def watching_for_worker(client: Client, task_queue: str, say: Callable[[st
         # Let a check in flight end here rather than at interpreter exit, when the SDK's threads
         # must not call back into Python.
         await asyncio.gather(task, return_exceptions=True)
+
+
+async def answers(client: Client, workflow_id: str) -> bool | None:
+    """Does a worker answer the run's built-in metadata query within QUERY_TIMEOUT? None: the run
+    refused it (closed, or before its first task), which says nothing about workers."""
+    from temporalio.api.sdk.v1 import WorkflowMetadata
+
+    try:
+        await client.get_workflow_handle(workflow_id).query("__temporal_workflow_metadata",
+                                                            result_type=WorkflowMetadata, rpc_timeout=QUERY_TIMEOUT)
+        return True
+    except RPCError as error:
+        return False if is_unanswered(error) else None
+    except Exception:
+        return None
+
+
+# A live worker answers a query in milliseconds; one that died is still listed as polling for
+# about a minute, and a query sent to it is never answered. Status and waiting commands bound
+# every query by this and, past it, say so and read PostgreSQL and the run's history instead.
+QUERY_TIMEOUT = timedelta(seconds=3)
+
+
+def no_answer_message(task_queue: str) -> str:
+    return (f"no worker is answering (a query got no answer within {QUERY_TIMEOUT.total_seconds():g} s; the worker "
+            f"last polling task queue {task_queue} may have died); start one with `pressroom worker`")
+
+
+def is_unanswered(error: BaseException) -> bool:
+    """A query that nobody answered in time, or that Temporal would not pass on because no worker
+    polled lately (as against one refused by the run, or a run not there)."""
+    from temporalio.service import RPCStatusCode
+
+    if not isinstance(error, RPCError):
+        return False
+    return error.status in (RPCStatusCode.CANCELLED, RPCStatusCode.DEADLINE_EXCEEDED) or (
+        error.status == RPCStatusCode.FAILED_PRECONDITION and "no poller" in (error.message or ""))
+
+
+def as_words(details: str) -> str:
+    """A run's current details (Markdown in the Web UI) on one line, in the same words."""
+    return "; ".join(part.strip() for part in details.replace("**", "").split("\n\n") if part.strip())
+
+
+# How far back from the end of a run's history a waiting timer is looked for.
+HISTORY_TAIL = 200
+
+
+async def open_timer(client: Client, workflow_id: str, run_id: str | None = None) -> str | None:
+    """What the run waits for on a timer, in the words of the timer's summary (as the Web UI shows
+    it) and until when; read from the end of its history, so no worker is needed. None: no timer."""
+    from temporalio.api.common.v1 import WorkflowExecution
+    from temporalio.api.enums.v1 import EventType
+    from temporalio.api.workflowservice.v1 import GetWorkflowExecutionHistoryReverseRequest
+
+    try:
+        response = await client.workflow_service.get_workflow_execution_history_reverse(
+            GetWorkflowExecutionHistoryReverseRequest(
+                namespace=client.namespace, execution=WorkflowExecution(workflow_id=workflow_id, run_id=run_id or ""),
+                maximum_page_size=HISTORY_TAIL), timeout=QUERY_TIMEOUT)
+    except RPCError:
+        return None
+    closed: set[str] = set()
+    for event in response.history.events:  # newest first
+        if event.event_type == EventType.EVENT_TYPE_TIMER_FIRED:
+            closed.add(event.timer_fired_event_attributes.timer_id)
+        elif event.event_type == EventType.EVENT_TYPE_TIMER_CANCELED:
+            closed.add(event.timer_canceled_event_attributes.timer_id)
+        elif event.event_type == EventType.EVENT_TYPE_TIMER_STARTED:
+            started = event.timer_started_event_attributes
+            if started.timer_id in closed:
+                continue
+            fires = event.event_time.ToDatetime(timezone.utc) + started.start_to_fire_timeout.ToTimedelta()
+            summary = await _summary(client, event)
+            until = fires.strftime("%Y-%m-%d %H:%M:%S UTC")
+            if not summary:
+                return f"a timer until {until}"
+            return summary if "resumes at" in summary else f"{summary} until {until}"
+    return None
+
+
+async def _summary(client: Client, event) -> str:
+    if not event.HasField("user_metadata") or not event.user_metadata.HasField("summary"):
+        return ""
+    try:
+        [text] = await client.data_converter.decode([event.user_metadata.summary], [str])
+    except Exception:  # a summary this process cannot decode (another key): the time alone still says it
+        return ""
+    return str(text)

@@ -16,6 +16,24 @@ def pressroom(*args: str, env: dict[str, str] | None = None, timeout: float = 60
                           env=full_env, timeout=timeout, cwd=os.path.dirname(os.path.dirname(__file__)))
 
 
+def dev_down_and_forget(env: dict[str, str]) -> None:
+    """`pressroom dev down`, then remove the stack's database (as root it lives outside the
+    test's folder, in the PostgreSQL service user's own folder)."""
+    import json
+    import shutil
+    from pathlib import Path
+
+    from devstack.servers import SERVICE_ROOT
+
+    try:
+        data = json.loads((Path(env["PRESSROOM_HOME"]) / "stack.json").read_text()).get("postgres_data")
+    except (FileNotFoundError, ValueError):
+        data = None
+    pressroom("dev", "down", env=env)
+    if data and Path(data).is_relative_to(SERVICE_ROOT):
+        shutil.rmtree(Path(data).parent, ignore_errors=True)
+
+
 def assert_one_line_error(result: subprocess.CompletedProcess, *words: str) -> None:
     assert result.returncode == 1, result.stderr
     lines = [line for line in result.stderr.splitlines() if line.strip()]
@@ -65,7 +83,7 @@ def stack_env(tmp_path):
     env = {f"PRESSROOM_DEV_{name}_PORT": port for name, port in ports.items()}
     env["PRESSROOM_HOME"] = str(tmp_path / "home")
     yield env, ports
-    pressroom("dev", "down", env=env)
+    dev_down_and_forget(env)
 
 
 def test_dev_up_brings_up_the_stack_and_down_stops_it(stack_env):

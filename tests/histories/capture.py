@@ -316,8 +316,7 @@ async def main() -> None:
         shutil.rmtree(out)
     out.mkdir(parents=True, exist_ok=True)
     folder = Path(tempfile.mkdtemp(prefix="pressroom-capture-"))
-    folder.chmod(0o755)
-    postgres = Postgres(folder / "data", free_port())
+    postgres = Postgres(folder / "postgres", free_port())
     postgres.start(durable=False)
     async with AsyncExitStack() as stack:
         stack.callback(shutil.rmtree, folder, ignore_errors=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import json
 import uuid
+from datetime import timedelta
 
 import httpx
 import pytest
@@ -371,3 +372,38 @@ async def test_a_worker_without_the_key_names_it_instead_of_writing_plaintext(de
     message = await run_echo(dev_env, await client_for(dev_env, encryption_key=key), await client_for(dev_env),
                              expect_failure=True)
     assert "encrypted (key 'k3')" in message and "PRESSROOM_ENCRYPTION_KEY is not set" in message
+
+
+async def test_a_process_without_the_key_does_not_replace_an_encrypted_schedule(dev_env):
+    """A worker started without the key updates every schedule at its start: it stops there, naming
+    the variable, instead of storing the schedule's input as plaintext; a keyed process re-seals a
+    plaintext schedule (the way into encryption)."""
+    from temporalio.client import Schedule, ScheduleActionStartWorkflow, ScheduleIntervalSpec, ScheduleSpec
+
+    from pressroom.temporal import create_or_update_schedule
+
+    schedule_id = f"codec-schedule-{uuid.uuid4().hex[:8]}"
+
+    def schedule() -> Schedule:
+        return Schedule(action=ScheduleActionStartWorkflow("NobodyRunsThis", Greeting(member_email=ADDRESS),
+                                                           id=schedule_id, task_queue="nobody"),
+                        spec=ScheduleSpec(intervals=[ScheduleIntervalSpec(every=timedelta(days=1))]))
+
+    async def stored_encoding() -> bytes:
+        description = await dev_env.client.get_schedule_handle(schedule_id).describe()
+        return description.schedule.action.args[0].metadata["encoding"]
+
+    key = new_key_entry("k5")
+    keyed, keyless = await client_for(dev_env, encryption_key=key), await client_for(dev_env)
+    try:
+        assert await create_or_update_schedule(keyless, schedule_id, schedule()) == "created"
+        assert await stored_encoding() == b"json/plain"
+        assert await create_or_update_schedule(keyed, schedule_id, schedule()) == "updated"
+        assert await stored_encoding() == b"binary/encrypted"
+        with pytest.raises(ConfigurationError) as refused:
+            await create_or_update_schedule(keyless, schedule_id, schedule())
+        assert "encrypted (key 'k5')" in str(refused.value) and "PRESSROOM_ENCRYPTION_KEY is not set" in str(
+            refused.value)
+        assert await stored_encoding() == b"binary/encrypted"
+    finally:
+        await dev_env.client.get_schedule_handle(schedule_id).delete()

@@ -13,7 +13,7 @@ from tests.operations.test_waiting import cli, cli_env
 from worker import running_worker
 
 NEWSLETTER_STATUS = {"email_id", "status", "error", "submitted_at", "workflow_id", "run", "progress", "batches",
-                     "recipients"}
+                     "waiting_for", "recipients", "recipients_expected"}
 
 
 async def json_of(*args: str, env) -> dict:
@@ -41,7 +41,7 @@ async def test_newsletter_status_and_follow(dev_env, settings, db, mailgun):
     assert set(after) == NEWSLETTER_STATUS
     assert after["status"] == "submitted" and after["recipients"] == 5
     assert after["batches"] == {"total": 1, "submitted": 1, "failed": 0}
-    assert set(after["run"]) == {"run_id", "status", "task_queue", "worker_polling"}
+    assert set(after["run"]) == {"run_id", "status", "task_queue", "worker_polling", "worker_answering"}
     assert after["run"]["status"] == "completed" and after["run"]["worker_polling"] is None
     datetime.fromisoformat(after["submitted_at"])
 
@@ -57,14 +57,15 @@ async def test_outbox_status_and_show(dev_env, settings, db):
     outbox_id = await db.fetchval("SELECT id FROM outbox WHERE idempotency_key = $1", added.welcome_key)
     entry = await json_of("outbox", "show", outbox_id, env=env)
     assert set(entry) == {"id", "event_type", "idempotency_key", "status", "attempts", "next_run_at",
-                          "last_error_code", "last_error_msg", "created_at", "dispatched_at", "processed_at", "ledger"}
+                          "last_error_code", "last_error_msg", "created_at", "dispatched_at", "processed_at", "ledger",
+                          "member_id"}
     assert entry["id"] == outbox_id and entry["event_type"] == "MemberCreatedEvent" and entry["status"] == "pending"
     assert "json.reader@example.com" not in json.dumps(entry)
 
 
 async def test_posts_status(dev_env, settings, db):
     env = cli_env(settings, dev_env)
-    seeded = await seed_email(db, members=1)
+    seeded = await seed_email(db, members=1, post_status="draft")
     at = datetime.now(timezone.utc) + timedelta(days=2)
     await schedule_post(seeded.post_id, at.isoformat(), client=dev_env.client, settings=settings)
     try:

@@ -13,7 +13,7 @@ from temporalio.worker import Worker
 
 from activities.metrics import Instruments
 from devstack.servers import free_port
-from pressroom.logs import RedactingFilter, RunFormatter
+from pressroom.logs import JsonFormatter, RunFormatter
 from pressroom.settings import load_settings
 from pressroom.temporal import data_converter
 from worker import metrics_runtime
@@ -80,8 +80,7 @@ def test_log_lines_carry_run_fields_and_hide_addresses_and_secrets():
                                "sent to %s with key %s", ("bob@example.com", "key-sekret"), None)
     record.temporal_activity = {"workflow_id": "newsletter-e1", "run_id": "r1", "activity_type": "send_batch",
                                 "attempt": 2}
-    RedactingFilter(["key-sekret"]).filter(record)
-    line = RunFormatter().format(record)
+    line = RunFormatter(["key-sekret"]).format(record)
     assert "bob@example.com" not in line and "key-sekret" not in line
     assert "sent to <address> with key ***" in line
     assert line.endswith("workflow_id=newsletter-e1 run_id=r1 activity=send_batch attempt=2")
@@ -90,14 +89,11 @@ def test_log_lines_carry_run_fields_and_hide_addresses_and_secrets():
 def test_json_log_lines_carry_the_same_fields_and_the_same_redaction():
     import json
 
-    from pressroom.logs import JsonFormatter
-
     record = logging.LogRecord("pressroom.activities", logging.WARNING, __file__, 1,
                                "sent to %s with key %s", ("bob@example.com", "key-sekret"), None)
     record.temporal_activity = {"workflow_id": "newsletter-e1", "run_id": "r1", "activity_type": "send_batch",
                                 "attempt": 2, "workflow_type": "SendNewsletterWorkflow"}
-    RedactingFilter(["key-sekret"]).filter(record)
-    line = JsonFormatter().format(record)
+    line = JsonFormatter(["key-sekret"]).format(record)
     assert "\n" not in line and "bob@example.com" not in line and "key-sekret" not in line
     entry = json.loads(line)
     assert entry.pop("time")
@@ -105,11 +101,13 @@ def test_json_log_lines_carry_the_same_fields_and_the_same_redaction():
                      "workflow": "SendNewsletterWorkflow", "workflow_id": "newsletter-e1", "run_id": "r1",
                      "activity": "send_batch", "attempt": 2}
     # The text format carries the very same fields.
-    text = RunFormatter().format(record)
+    text = RunFormatter(["key-sekret"]).format(record)
     assert text.endswith("workflow=SendNewsletterWorkflow workflow_id=newsletter-e1 run_id=r1 activity=send_batch "
                          "attempt=2")
 
 
-def test_the_log_format_is_a_setting():
+def test_the_log_format_and_levels_are_settings():
     assert load_settings().log_format == "text"
     assert load_settings(log_format="json").log_format == "json"
+    assert (load_settings().log_level, load_settings().library_log_level) == ("INFO", "WARNING")
+    assert load_settings(library_log_level="debug").library_log_level == "DEBUG"

@@ -1,0 +1,131 @@
+"""The operator's lists: emails, posts, members and outbox entries, newest first, a page at a time.
+
+Each list walks its table's (created_at, id) index from the newest row and stops after one page;
+the next page starts after the last row shown (`after`, keyset paging), so page 1,000 costs what
+page 1 does. Filters narrow the walk; each row carries the ids the other commands take.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime, timedelta, timezone
+
+from pressroom.errors import BadInput, NotFound, shorten
+from pressroom.inputs import entity_id
+from pressroom.settings import Settings, get_settings
+
+DEFAULT_PAGE = 50
+LARGEST_PAGE = 1000
+
+EMAIL_STATES = ("pending", "submitting", "submitted", "failed")
+POST_STATES = ("draft", "scheduled", "published", "sent")
+MEMBER_STATES = ("free", "paid", "comped")
+OUTBOX_STATES = ("pending", "sending", "succeeded", "failed", "aborted", "completed")
+
+_EMAILS = """
+SELECT e.id AS email_id, e.post_id, e.newsletter_id, n.slug AS newsletter, e.subject, e.status,
+       e.email_count AS recipients, e.delivered_count AS delivered, e.opened_count AS opened,
+       e.failed_count AS failed, e.created_at, e.submitted_at
+FROM emails e LEFT JOIN newsletters n ON n.id = e.newsletter_id
+WHERE ($1::text IS NULL OR e.status = $1) AND ($2::timestamptz IS NULL OR e.created_at >= $2)
+  AND ($3::text IS NULL OR e.newsletter_id = $3)
+  AND ($4::timestamptz IS NULL OR (e.created_at, e.id) < ($4, $5::text))
+ORDER BY e.created_at DESC, e.id DESC LIMIT $6"""
+
+_POSTS = """
+SELECT p.id AS post_id, p.title, p.status, p.visibility, p.published_at AS publish_at,
+       p.publish_completed_at AS published_at, p.newsletter_id, n.slug AS newsletter, e.id AS email_id,
+       e.status AS email_status, p.created_at
+FROM posts p LEFT JOIN newsletters n ON n.id = p.newsletter_id LEFT JOIN emails e ON e.post_id = p.id
+WHERE ($1::text IS NULL OR p.status = $1) AND ($2::timestamptz IS NULL OR p.created_at >= $2)
+  AND ($3::text IS NULL OR p.newsletter_id = $3)
+  AND ($4::timestamptz IS NULL OR (p.created_at, p.id) < ($4, $5::text))
+ORDER BY p.created_at DESC, p.id DESC LIMIT $6"""
+
+_MEMBERS = """
+SELECT m.id AS member_id, m.email, m.name, m.status, m.email_disabled, s.reason AS suppressed,
+       m.email_count, m.email_opened_count, m.email_open_rate, m.created_at
+FROM members m LEFT JOIN suppressions s ON s.email = m.email
+WHERE ($1::text IS NULL OR m.status = $1) AND ($2::timestamptz IS NULL OR m.created_at >= $2)
+  AND ($3::text IS NULL OR EXISTS (SELECT 1 FROM members_newsletters mn
+                                   WHERE mn.member_id = m.id AND mn.newsletter_id = $3))
+  AND ($4::timestamptz IS NULL OR (m.created_at, m.id) < ($4, $5::text))
+ORDER BY m.created_at DESC, m.id DESC LIMIT $6"""
+
+_OUTBOX = """
+SELECT o.id AS outbox_id, o.event_type, o.status, o.attempts, o.payload->>'member_id' AS member_id,
+       o.idempotency_key, o.last_error_code, o.next_run_at, o.created_at, o.processed_at
+FROM outbox o
+WHERE ($1::text IS NULL OR o.status = $1) AND ($2::timestamptz IS NULL OR o.created_at >= $2)
+  AND ($3::text IS NULL OR o.payload->>'member_id' = $3)
+  AND ($4::timestamptz IS NULL OR (o.created_at, o.id) < ($4, $5::text))
+ORDER BY o.created_at DESC, o.id DESC LIMIT $6"""
+
+_LISTS = {  # what: (statement, table, states)
+    "email": (_EMAILS, "emails", EMAIL_STATES),
+    "post": (_POSTS, "posts", POST_STATES),
+    "member": (_MEMBERS, "members", MEMBER_STATES),
+    "outbox entry": (_OUTBOX, "outbox", OUTBOX_STATES),
+}
+
+
+def since_time(text: str | None, option: str = "--since", *, now: datetime | None = None) -> datetime | None:
+    """`30m`, `24h`, `7d` ago, or an ISO 8601 time with its offset."""
+    from operations.common import parse_moment
+
+    if text is None:
+        return None
+    match = re.fullmatch(r"\s*(\d{1,6})\s*([mhd])\s*", text)
+    if match:
+        unit = {"m": "minutes", "h": "hours", "d": "days"}[match.group(2)]
+        return (now or datetime.now(timezone.utc)) - timedelta(**{unit: int(match.group(1))})
+    return parse_moment(text, option)
+
+
+def _state(value: str | None, states: tuple[str, ...], option: str = "--status") -> str | None:
+    if value is not None and value not in states:
+        raise BadInput(f"{option} {shorten(value, 40)!r} is not one of {', '.join(states)}")
+    return value
+
+
+async def _newsletter_id(conn, newsletter: str | None) -> str | None:
+    """A newsletter named by its id or its slug."""
+    if newsletter is None:
+        return None
+    entity_id(newsletter, "newsletter")
+    found = await conn.fetchval("SELECT id FROM newsletters WHERE id = $1 OR slug = $1 ORDER BY id = $1 DESC LIMIT 1",
+                                newsletter)
+    if found is None:
+        raise NotFound(f"newsletter {newsletter} does not exist (`pressroom newsletter list` shows the emails and "
+                       "their newsletters)")
+    return found
+
+
+async def list_page(what: str, *, status: str | None = None, since: str | None = None, newsletter: str | None = None,
+                    member: str | None = None, after: str | None = None, limit: int = DEFAULT_PAGE,
+                    settings: Settings | None = None) -> dict:
+    """One page of a list, newest first: `{items: [row…], next_after}` (`next_after`: the id to pass
+    as `after` for the next page, None on the last page)."""
+    from pressroom import database
+
+    statement, table, states = _LISTS[what]
+    if not 1 <= limit <= LARGEST_PAGE:
+        raise BadInput(f"--limit {limit} is not between 1 and {LARGEST_PAGE}")
+    state, start = _state(status, states), since_time(since)
+    if member is not None:
+        entity_id(member, "member")
+    settings = settings or get_settings()
+    async with database.connection(settings.require_database()) as conn:
+        newsletter_id = await _newsletter_id(conn, newsletter)
+        cursor = None, None
+        if after is not None:
+            entity_id(after, what)
+            row = await conn.fetchrow(f"SELECT created_at, id FROM {table} WHERE id = $1", after)
+            if row is None:
+                raise NotFound(f"--after {after}: no {what} has that id")
+            cursor = row["created_at"], row["id"]
+        rows = await conn.fetch(statement, state, start, member if what == "outbox entry" else newsletter_id,
+                                *cursor, limit + 1)
+    items = [dict(row) for row in rows[:limit]]
+    key = next(iter(items[0])) if items else None
+    return {"items": items, "next_after": items[-1][key] if len(rows) > limit else None}
