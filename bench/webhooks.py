@@ -83,7 +83,9 @@ class Bench:
         self.worker = self.spawn("worker", log="worker.log")
 
     async def start(self) -> None:
-        self.postgres.start(durable=False)
+        # Durable: a commit is on disk before the receiver answers 200 (the development default,
+        # durable=False, turns that off and a kill -9 of PostgreSQL loses the last commits).
+        self.postgres.start(durable=True)
         await database.migrate(self.postgres.url)
         self.sim = start_simulator(port=self.sim_port, api_key=KEY, domain=DOMAIN, log=self.folder / "simulator.log",
                                    webhook_signing_key=SIGNING_KEY)
@@ -262,7 +264,7 @@ async def crash(bench: Bench, count: int) -> None:
     bench.postgres.process.wait()
     print(f"crash: PostgreSQL killed at {time.time() - began:,.1f} s")
     await asyncio.sleep(1.0)
-    bench.postgres.start(durable=False)
+    bench.postgres.start(durable=True)
 
     deadline = time.time() + 600
     while time.time() < deadline:
