@@ -34,6 +34,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+import asyncpg  # noqa: E402
 import httpx  # noqa: E402
 from temporalio.testing import WorkflowEnvironment  # noqa: E402
 
@@ -195,6 +196,9 @@ async def steady(bench: Bench, rate: int, seconds: int) -> None:
                                           "timestamp": start - 1.0, "spread_seconds": seconds, "chunk": chunk})
     seen = await bench.follow("steady", count, timeout=seconds + 300)
     report(f"steady {rate:,}/s for {seconds} s", await bench.latencies(seen, before))
+    sent = (await bench.http.get(bench.sim_url + "/_sim/push/sent")).json()[before:]
+    print(f"steady: pushes answered 200 at {len(sent) / max(1e-9, sent[-1] - sent[0]):,.0f}/s on average "
+          f"(asked {rate:,}/s); the last {sent[-1] - (start - 1.0 + seconds):+,.1f} s after its due time")
 
 
 async def burst(bench: Bench, count: int) -> None:
@@ -268,7 +272,18 @@ async def crash(bench: Bench, count: int) -> None:
 
     deadline = time.time() + 600
     while time.time() < deadline:
-        rows, counted = await bench.delivered("crash")
+        # As a supervisor would: a process that exited (a worker starting while PostgreSQL restarts
+        # gives up at once) is started again.
+        for name, process, start in (("worker", bench.worker, bench.start_worker),
+                                     ("receiver", bench.receiver, bench.start_receiver)):
+            if process.poll() is not None:
+                print(f"crash: the {name} exited ({process.returncode}); started again at {time.time() - began:,.1f} s")
+                start()
+        try:
+            rows, counted = await bench.delivered("crash")
+        except (OSError, asyncpg.PostgresError):
+            await asyncio.sleep(0.5)  # PostgreSQL still starting
+            continue
         stats = await bench.push_stats()
         if rows == count and counted == count and stats["pending"] == 0:
             break
