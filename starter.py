@@ -12,11 +12,26 @@ import sys
 import typer
 from rich.console import Console
 
-from commands import analytics, dev, limits, members, newsletter, operate, outbox, posts
+from commands import analytics, dev, limits, members, newsletter, operate, outbox, posts, readable_help_types
 from pressroom import tracing
 
 app = typer.Typer(help="Pressroom: durable background jobs for newsletter publishing, on Temporal.",
-                  no_args_is_help=True, pretty_exceptions_enable=False, add_completion=False)
+                  no_args_is_help=True, pretty_exceptions_enable=False)
+readable_help_types()
+
+
+def _version(shown: bool) -> None:
+    if shown:
+        from importlib.metadata import version
+
+        print(f"pressroom {version('pressroom')}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                          help="Print the version and exit.")) -> None:
+    """Pressroom: durable background jobs for newsletter publishing, on Temporal."""
 app.add_typer(dev.app, name="dev")
 app.add_typer(newsletter.app, name="newsletter")
 app.add_typer(members.app, name="members")

@@ -24,15 +24,21 @@ from activities.watchdog import SEND_FAILED, ClosedRun, Job, Watched
 from pressroom.dependencies import Dependencies
 from pressroom.inputs import PLAIN_ADDRESS, SPECIAL_USE_DOMAINS, recipient_problem
 from pressroom.mailgun import (ACCEPTED, NOT_ACCEPTED, UNCERTAIN, MailgunClient, MailgunError, MailgunRateLimited,
-                               MailgunRejected, MessageFields, RecipientLimitExceeded, message_fields)
+                               MailgunRejected, MailgunUnavailable, MessageFields, RecipientLimitExceeded,
+                               message_fields)
 from pressroom.email_rendering import (FREE, NOT_FREE, BodyCache, ContentError, Rendered, member_values,
                                        recipient_statuses, render, segments_needed)
 
 PARTIALLY_SENT = "The email was only partially sent: {failed} of {total} batches failed. Send it again to retry them."
 SENDING_LIMIT_SECONDS = 60
+STOPPED = ("The email was stopped: {why}; {submitted} of {total} batches had been sent and nothing more is. "
+           "Publish the post again, then send it to send the rest.")
 NOT_SENT = "The email failed to send: no batch was accepted by Mailgun. Send it again to retry."
 MAY_HAVE_BEEN_SENT = (" {uncertain} of the failed batches may have reached Mailgun all the same: sending again looks "
                       "them up in Mailgun's events first and sends only those it cannot find.")
+# The last detail of a send_batch failure that is an outage (Mailgun not reached, or asking to slow
+# down), not a verdict on the batch: the workflow waits for Mailgun instead of failing it.
+MAILGUN_UNREACHABLE = "mailgun-unreachable"
 BATCH_MARK = "pressroom-batch"  # the v: variable that proves which batch a message carried
 
 
@@ -52,6 +58,9 @@ class SendPlan(BaseModel):
     mailgun_retry_seconds: float
     delivery_window_seconds: int
     send_caps: bool = False  # an hourly or daily cap applies: each batch is admitted under it first
+    # Mailgun unreachable after the retries: wait this long, doubling up to the longest, and go on.
+    outage_first_wait_seconds: float = 60.0
+    outage_max_wait_seconds: float = 3600.0
 
 
 class EmailLock(BaseModel):
@@ -142,11 +151,14 @@ NOT_SKIPPED = ("AND NOT EXISTS (SELECT 1 FROM email_skipped_recipients x "
                "WHERE x.email_id = ${param} AND x.member_id = m.id)")
 
 
-# Claims a batch not yet submitted ($1) and returns its recipients in order. Unless the last send
+# Claims a batch not yet submitted ($1) whose post is still published (or has none) and returns its
+# recipients in order. Unless the last send
 # was uncertain, the same statement records this attempt as one (as `_record_outcome` would with
 # sending=True); the returned send_outcome is the one before this attempt.
 CLAIM_BATCH = """
-    WITH old AS (SELECT id, status, send_outcome FROM email_batches WHERE id = $1 FOR UPDATE),
+    WITH old AS (SELECT b.id, b.status, b.send_outcome, p.status AS post_status
+                 FROM email_batches b JOIN emails e ON e.id = b.email_id LEFT JOIN posts p ON p.id = e.post_id
+                 WHERE b.id = $1 FOR UPDATE OF b),
     claimed AS (
         UPDATE email_batches b
         SET status = 'submitting', updated_at = now(),
@@ -155,6 +167,7 @@ CLAIM_BATCH = """
             first_uncertain_at = CASE WHEN old.send_outcome = 'uncertain' THEN b.first_uncertain_at ELSE now() END,
             last_uncertain_at = CASE WHEN old.send_outcome = 'uncertain' THEN b.last_uncertain_at ELSE now() END
         FROM old WHERE b.id = old.id AND old.status <> 'submitted'
+          AND coalesce(old.post_status, 'published') IN ('published', 'sent')
         RETURNING b.id, b.email_id, b.member_segment, b.fallback_sending_domain, old.send_outcome, b.send_attempts,
                   b.first_uncertain_at, now() AS now,
                   extract(epoch FROM now() - b.last_uncertain_at)::float8 AS uncertain_for)
@@ -168,6 +181,18 @@ CLAIM_BATCH = """
 
 
 SKIPPED_SHOWN = 20  # members named in the log line of an email's left-out members; the rest are counted
+# The email's count becomes the recipients written ($2); the site's own count is kept when they
+# differ by more than 1% (returned then, NULL otherwise), for the log and `newsletter status`.
+RECORD_EMAIL_COUNT = """
+    WITH old AS (SELECT email_count FROM emails WHERE id = $1),
+    drift AS (SELECT email_count AS expected FROM old
+              WHERE email_count > 0 AND abs($2::int - email_count) > email_count * 0.01)
+    UPDATE emails e SET email_count = $2, updated_at = now(),
+           email_count_expected = coalesce((SELECT expected FROM drift), e.email_count_expected)
+    WHERE e.id = $1 RETURNING (SELECT expected FROM drift)
+"""
+
+
 CHUNK_BATCHES = 10  # batches per chunk of a chunked creation: the first go out while the next are written
 SEGMENT_NAMES = {FREE: "free", NOT_FREE: "paid"}  # in batch ids; an unsegmented email's batches say "all"
 # A member's place in the warming order (open rate highest first, none last; then member id) as
@@ -220,6 +245,10 @@ def fallback_sender(from_address: str, fallback_address: str) -> str:
     return formataddr((name, fallback_address)) if name else fallback_address
 
 
+def unpublished(post_id: str, post_status: str) -> str:
+    return f"its post {post_id} is {post_status}, no longer published"
+
+
 def lock_holder(locked_by: str, namespace: str, workflow_id: str) -> tuple[str, str, str]:
     """(namespace, workflow id, first run id) of an email's lock, stored as `namespace/workflow
     id/first run id`; a bare run id, as 0.1.0 wrote it, is a run of `workflow_id` in `namespace`."""
@@ -256,7 +285,9 @@ class NewsletterActivities:
         return SendPlan(batch_size=s.batch_size, concurrency=s.send_concurrency, mailgun_retries=s.mailgun_retries,
                         mailgun_retry_seconds=s.mailgun_retry_seconds,
                         delivery_window_seconds=s.delivery_window_seconds,
-                        send_caps=bool(s.hourly_send_limit or s.daily_send_limit))
+                        send_caps=bool(s.hourly_send_limit or s.daily_send_limit),
+                        outage_first_wait_seconds=s.mailgun_outage_first_wait_seconds,
+                        outage_max_wait_seconds=s.mailgun_outage_max_wait_seconds)
 
     @activity.defn
     async def lock_email(self, input: LockEmailInput) -> EmailLock:
@@ -267,34 +298,56 @@ class NewsletterActivities:
         """
         async with self.pool.acquire() as conn, conn.transaction():
             email = await conn.fetchrow(
-                "SELECT status, locked_by, post_id, newsletter_id, recipient_filter, created_at "
-                "FROM emails WHERE id = $1 FOR UPDATE", input.email_id)
+                "SELECT e.status, e.locked_by, e.post_id, e.newsletter_id, e.recipient_filter, e.created_at, "
+                "p.status AS post_status FROM emails e LEFT JOIN posts p ON p.id = e.post_id "
+                "WHERE e.id = $1 FOR UPDATE OF e", input.email_id)
             if email is None:
                 raise _non_retryable(f"email {input.email_id} does not exist", "EmailNotFound")
             if email["status"] == "submitted":
                 return EmailLock(acquired=False, reason=f"email {input.email_id} is already submitted")
-            holder = self._holder(input.holder)
-            took_over = ""
-            if email["status"] == "submitting":
-                if email["locked_by"] in (holder, input.holder):  # a bare run id: a lock taken by 0.1.0
-                    return EmailLock(acquired=True, post_id=email["post_id"], plan=self._plan())
-                took_over = await self._take_over(input.email_id, email["locked_by"])
-            try:
-                statuses = recipient_statuses(email["recipient_filter"])
-            except ValueError as error:
-                raise _non_retryable(f"email {input.email_id}: {error}", "BadRecipientFilter") from None
-            if email["newsletter_id"] is None:
-                raise _non_retryable(f"email {input.email_id} has no newsletter to send to", "NoNewsletter")
-            await self._check_content(conn, input.email_id)
-            has_batches = await conn.fetchval("SELECT EXISTS (SELECT 1 FROM email_batches WHERE email_id = $1)",
-                                              input.email_id)
-            if not has_batches and not await conn.fetchval(
-                    f"SELECT EXISTS (SELECT 1 {RECIPIENTS})", email["newsletter_id"], statuses, email["created_at"]):
-                raise _non_retryable(f"email {input.email_id}: newsletter {email['newsletter_id']} has no subscribers "
-                                     f"matching {email['recipient_filter']!r}", "NoRecipients")
-            await conn.execute(
-                "UPDATE emails SET status = 'submitting', locked_by = $2, error = NULL, updated_at = now() "
-                "WHERE id = $1", input.email_id, holder)
+            refused = self._unpublished(email)
+            if refused:
+                # Failed with the reason, whoever held it: a send resumed or taken over after its post
+                # was moved back to draft sends nothing more. Committed, then refused (below).
+                await conn.execute("UPDATE emails SET status = 'failed', error = $2, locked_by = NULL, "
+                                   "updated_at = now() WHERE id = $1", input.email_id, refused)
+            else:
+                return await self._lock(conn, input, email)
+        raise _non_retryable(refused, "PostNotPublished")
+
+    @staticmethod
+    def _unpublished(email) -> str:
+        """Why the email's post stops it (it is a draft or scheduled again), or "" when it may go out."""
+        if email["post_status"] in (None, "published", "sent"):
+            return ""
+        return (f"The email is not sent: {unpublished(email['post_id'], email['post_status'])}. "
+                "Publish the post again, then send it.")
+
+    async def _lock(self, conn, input: LockEmailInput, email) -> EmailLock:
+        """The lock itself, in the caller's transaction: taken over from a sender proved gone, and
+        refused for bad input before anything is written."""
+        holder = self._holder(input.holder)
+        took_over = ""
+        if email["status"] == "submitting":
+            if email["locked_by"] in (holder, input.holder):  # a bare run id: a lock taken by 0.1.0
+                return EmailLock(acquired=True, post_id=email["post_id"], plan=self._plan())
+            took_over = await self._take_over(input.email_id, email["locked_by"])
+        try:
+            statuses = recipient_statuses(email["recipient_filter"])
+        except ValueError as error:
+            raise _non_retryable(f"email {input.email_id}: {error}", "BadRecipientFilter") from None
+        if email["newsletter_id"] is None:
+            raise _non_retryable(f"email {input.email_id} has no newsletter to send to", "NoNewsletter")
+        await self._check_content(conn, input.email_id)
+        has_batches = await conn.fetchval("SELECT EXISTS (SELECT 1 FROM email_batches WHERE email_id = $1)",
+                                          input.email_id)
+        if not has_batches and not await conn.fetchval(
+                f"SELECT EXISTS (SELECT 1 {RECIPIENTS})", email["newsletter_id"], statuses, email["created_at"]):
+            raise _non_retryable(f"email {input.email_id}: newsletter {email['newsletter_id']} has no subscribers "
+                                 f"matching {email['recipient_filter']!r}", "NoRecipients")
+        await conn.execute(
+            "UPDATE emails SET status = 'submitting', locked_by = $2, error = NULL, updated_at = now() "
+            "WHERE id = $1", input.email_id, holder)
         activity.logger.info("locked email %s for sending", input.email_id)
         return EmailLock(acquired=True, reason=took_over, post_id=email["post_id"], plan=self._plan())
 
@@ -412,8 +465,11 @@ class NewsletterActivities:
                        SELECT count(*) FROM email_recipients r JOIN email_batches b ON b.id = r.batch_id
                        WHERE r.email_id = $1 AND NOT b.fallback_sending_domain) WHERE id = $1""", email_id)
         counts = await self._counts(conn, email_id)
-        await conn.execute("UPDATE emails SET email_count = $2, updated_at = now() WHERE id = $1",
-                           email_id, counts.recipients_total)
+        expected = await conn.fetchval(RECORD_EMAIL_COUNT, email_id, counts.recipients_total)
+        if expected is not None:
+            activity.logger.warning("email %s: %d recipients written, not the %d the site counted (%+.1f%%); "
+                                    "email_count corrected", email_id, counts.recipients_total, expected,
+                                    100 * (counts.recipients_total - expected) / expected)
         return counts
 
     async def _create_chunk(self, conn, input: CreateBatchesInput, email, creation) -> BatchCounts:
@@ -567,11 +623,16 @@ class NewsletterActivities:
         # before the request goes out, so a worker killed mid-send leaves "uncertain" behind.
         batch = await self.pool.fetchrow(CLAIM_BATCH, input.batch_id)
         if batch is None:
-            done = await self.pool.fetchrow("SELECT provider_id, (SELECT count(*) FROM email_recipients "
-                                            "WHERE batch_id = $1) AS n FROM email_batches WHERE id = $1",
-                                            input.batch_id)
+            done = await self.pool.fetchrow(
+                "SELECT b.status, b.provider_id, e.post_id, p.status AS post_status, "
+                "(SELECT count(*) FROM email_recipients WHERE batch_id = $1) AS n FROM email_batches b "
+                "JOIN emails e ON e.id = b.email_id LEFT JOIN posts p ON p.id = e.post_id WHERE b.id = $1",
+                input.batch_id)
             if done is None:
                 raise _non_retryable(f"batch {input.batch_id} does not exist", "BatchNotFound")
+            if done["status"] != "submitted":  # not claimed: its post is no longer published
+                raise _non_retryable(f"batch {input.batch_id} is not sent: "
+                                     f"{unpublished(done['post_id'], done['post_status'])}", "PostNotPublished")
             return BatchSent(batch_id=input.batch_id, recipients=done["n"], provider_id=done["provider_id"],
                              reconciled=True)
         addresses = batch["emails"] or []
@@ -632,10 +693,15 @@ class NewsletterActivities:
             # on a workflow timer (SendingLimitReached is not retried by their policy).
             long_wait = error.retry_after is not None and error.retry_after >= SENDING_LIMIT_SECONDS
             raise ApplicationError(str(error), error.status_code, error.retry_after,
+                                   *([] if long_wait else [MAILGUN_UNREACHABLE]),
                                    type="SendingLimitReached" if long_wait else "MailgunRateLimited",
                                    next_retry_delay=delay) from None
         except MailgunError as error:
-            raise ApplicationError(str(error), error.status_code, type=type(error).__name__) from None
+            # Not taken for a reason that will pass (no connection, a request never written): the
+            # workflow waits for Mailgun once the retries are spent. An uncertain one is not marked.
+            unreachable = [MAILGUN_UNREACHABLE] if isinstance(error, MailgunUnavailable) \
+                and error.outcome == NOT_ACCEPTED else []
+            raise ApplicationError(str(error), error.status_code, *unreachable, type=type(error).__name__) from None
         await self._record_submitted(input.batch_id, provider_id)
         return BatchSent(batch_id=input.batch_id, recipients=len(addresses), provider_id=provider_id,
                          reconciled=False)
@@ -646,8 +712,9 @@ class NewsletterActivities:
             return await mailgun.find_accepted(recipient=first_recipient, variables={BATCH_MARK: batch_id},
                                                begin=begin, end=end, message_id=message_id)
         except MailgunError as error:
+            # Mailgun's events cannot be read: nothing is sent until they can, and that is an outage.
             raise ApplicationError(f"cannot check whether batch {batch_id} was accepted: {error}",
-                                   type="MailgunUnavailable") from None
+                                   None, MAILGUN_UNREACHABLE, type="MailgunUnavailable") from None
 
     async def _record_outcome(self, batch_id: str, outcome: str, *, sending: bool = False) -> None:
         """The outcome of the latest attempt; an uncertain one keeps the window's start and restarts its wait."""
@@ -733,6 +800,11 @@ class NewsletterActivities:
                                                 total=counts.batches_total)
             else:
                 status, message = "failed", NOT_SENT
+            post = await conn.fetchrow("SELECT p.id, p.status FROM emails e JOIN posts p ON p.id = e.post_id "
+                                       "WHERE e.id = $1", input.email_id)
+            if status == "failed" and post is not None and post["status"] not in ("published", "sent"):
+                message = STOPPED.format(why=unpublished(post["id"], post["status"]),
+                                         submitted=counts.batches_submitted, total=counts.batches_total)
             if counts.batches_uncertain:
                 message += MAY_HAVE_BEEN_SENT.format(uncertain=counts.batches_uncertain)
             await conn.execute(

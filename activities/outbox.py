@@ -39,6 +39,7 @@ HANDLE_FIRST_HEARTBEAT_SECONDS = 2.0  # well inside handle_entry's 10 s heartbea
 ERROR_LIMIT = 2000  # stored error text is capped: enough to diagnose, and a row stays small
 OUTBOX_MARK = "pressroom-outbox"  # the v: variable that proves which entry a welcome email carried
 OUTBOX_WORKFLOW_PREFIX = "outbox-"
+DELETE_FAILED = "Processed, but failed to delete outbox entry"  # OUTBOX_DELETE_ON_SUCCESS, as the reference says it
 
 
 # --- event types and their handlers -------------------------------------------------------------
@@ -363,9 +364,13 @@ class OutboxActivities:
             try:
                 await self.pool.execute("DELETE FROM outbox WHERE id = $1", outbox_id)
                 return
-            except asyncpg.PostgresError:
-                await self.pool.execute("UPDATE outbox SET status = 'completed', processed_at = now(), "
-                                        "updated_at = now() WHERE id = $1", outbox_id)
+            except asyncpg.PostgresError as error:
+                # Handled all the same: kept as completed, with the reference's words for why it is still here.
+                activity.logger.warning("outbox entry %s: %s (%s: %s)", outbox_id, DELETE_FAILED,
+                                        type(error).__name__, error)
+                await self.pool.execute("UPDATE outbox SET status = 'completed', last_error_msg = $2, "
+                                        "processed_at = now(), updated_at = now() WHERE id = $1",
+                                        outbox_id, DELETE_FAILED)
                 return
         await self.pool.execute(ENTRY_SUCCEEDED, outbox_id)
 

@@ -61,7 +61,8 @@ INSERT INTO members (id, email, name, created_at)
 SELECT '{tag}-' || n, 'member' || n || '-{tag}@example.com', 'Member ' || n, now() - interval '1 hour'
 FROM generate_series(1, {members}) n;
 INSERT INTO members_newsletters (member_id, newsletter_id) SELECT id, 'nl-{tag}' FROM members WHERE id LIKE '{tag}-%';
-INSERT INTO posts (id, title, slug, html, newsletter_id) VALUES ('p-{tag}', 'Issue', 'issue-{tag}', '<p>Hi</p>', 'nl-{tag}');
+INSERT INTO posts (id, title, slug, html, newsletter_id, status, published_at)
+VALUES ('p-{tag}', 'Issue', 'issue-{tag}', '<p>Hi</p>', 'nl-{tag}', 'published', now());
 INSERT INTO emails (id, post_id, newsletter_id, subject, html, plaintext)
 VALUES ('e-{tag}', 'p-{tag}', 'nl-{tag}', 'Issue', '<p>Hello %recipient.name%</p>', 'Hello');
 """

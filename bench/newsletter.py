@@ -40,7 +40,8 @@ INSERT INTO members (id, email, name, created_at)
 SELECT '{tag}-' || n, 'member' || n || '-{tag}@example.com', 'Member ' || n, now() - interval '1 hour'
 FROM generate_series(1, {members}) n;
 INSERT INTO members_newsletters (member_id, newsletter_id) SELECT id, 'nl1' FROM members;
-INSERT INTO posts (id, title, slug, html, newsletter_id) VALUES ('p1', 'Bench', 'bench', '<p>Hello</p>', 'nl1');
+INSERT INTO posts (id, title, slug, html, newsletter_id, status, published_at)
+VALUES ('p1', 'Bench', 'bench', '<p>Hello</p>', 'nl1', 'published', now());
 INSERT INTO emails (id, post_id, newsletter_id, subject, html, plaintext) VALUES
     ('e1', 'p1', 'nl1', 'Bench issue', '<p>Hello %recipient.name%</p>', 'Hello');
 ANALYZE;

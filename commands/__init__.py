@@ -100,3 +100,23 @@ AFTER_OPTION = typer.Option(None, "--after", metavar="ID", help="The next page: 
                                                                   "shown; the command prints it).")
 SINCE_OPTION = typer.Option(None, "--since", metavar="TIME",
                             help="Created since: 30m, 24h, 7d ago, or ISO 8601 with offset.")
+
+
+_TYPE_WORDS = {"str": "TEXT", "int": "INTEGER", "int range": "INTEGER", "float": "NUMBER", "float range": "NUMBER"}
+
+
+def readable_help_types() -> None:
+    """--help shows a value's kind in words (TEXT, INTEGER) or the metavar each option names, and
+    nothing for a flag, instead of Typer's `<bool>`, `<str>` and `<int range>`."""
+    from typer.core import TyperArgument, TyperOption
+
+    def display(param, ctx):
+        if getattr(param, "is_flag", False):
+            return None
+        if param.metavar is not None:
+            return param.metavar
+        label = param.display_type(ctx)
+        return _TYPE_WORDS.get(label.strip("<>"), label.strip("<>").upper())
+
+    TyperOption.display_type_rich = display
+    TyperArgument.display_type_rich = display

@@ -5,7 +5,7 @@ from __future__ import annotations
 import typer
 from rich.console import Console
 
-from commands import JSON_OPTION, console, print_json, run_async, warn
+from commands import JSON_OPTION, console, print_json, run_async, warn, when
 from operations.analytics import (analytics_backfill, analytics_pause, analytics_run, analytics_schedule,
                                   analytics_status, rejected_events)
 from pressroom.errors import PressroomError, cause_of
@@ -80,7 +80,7 @@ def analytics_rejected_command(limit: int = typer.Option(50, "--limit", min=1, m
     for reason, count in rejected["by_reason"].items():
         console.print(f"{count:>8,}  {reason}", highlight=False)
     for event in rejected["events"]:
-        console.print(f"#{event['id']} {event['rejected_at']:%Y-%m-%d %H:%M:%S} {event['provider']} {event['source']} "
+        console.print(f"#{event['id']} {when(event['rejected_at'])} {event['provider']} {event['source']} "
                       f"event {event['event_id'] or '(no id)'}: {event['reason']}", highlight=False, markup=False)
 
 
@@ -98,11 +98,11 @@ def print_analytics_status(status: dict, console: Console = console) -> None:
     if status["paused"]:
         console.print("next run: none while paused (`pressroom analytics unpause` resumes it)", highlight=False)
     elif status["next"]:
-        console.print(f"next run: {status['next'][0]}", highlight=False)
+        console.print(f"next run: {when(status['next'][0])}", highlight=False)
     for name in status["running"]:
         console.print(f"running: {name}", highlight=False)
     for name, cursor in status["cursors"].items():
-        console.print(f"cursor {name}: {cursor['cursor']} (lag {cursor['lag_seconds']} s)", highlight=False)
+        console.print(f"cursor {name}: {when(cursor['cursor'])} (lag {cursor['lag_seconds']} s)", highlight=False)
     rejected = status.get("rejected") or {}
     if rejected.get("total"):
         console.print(f"events set aside: {rejected['total']:,} (`pressroom analytics rejected` lists them)",
@@ -114,7 +114,19 @@ def print_analytics_status(status: dict, console: Console = console) -> None:
         for phase in run["phases"]:
             for kind, n in phase["by_type"].items():
                 counts[kind] = counts.get(kind, 0) + n
-        console.print(f"run {run['started_at']}: {sum(p['events'] for p in run['phases'])} events {counts}, "
+        console.print(f"run {_when_any(run['started_at'])}: {sum(p['events'] for p in run['phases'])} events {counts}, "
                       f"{run.get('events_per_second', 0)} events/s"
                       f"{', capped' if run['capped'] else ''}{', ERROR ' + run['error'] if run['error'] else ''}",
                       highlight=False)
+
+
+def _when_any(moment) -> str:
+    """A run's start as recorded (epoch seconds or ISO 8601), as people read times."""
+    from datetime import datetime, timezone
+
+    if isinstance(moment, (int, float)):
+        return when(datetime.fromtimestamp(moment, timezone.utc))
+    try:
+        return when(moment)
+    except (TypeError, ValueError):
+        return str(moment)

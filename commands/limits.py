@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from commands import console, run_async
+from commands import JSON_OPTION, console, print_json, run_async, when
 from operations.limits import reset_sending_limit, sending_limits
 
 app = typer.Typer(help="The provider's limits: batch sizes learned per sending domain, and send caps.",
@@ -12,11 +12,16 @@ app = typer.Typer(help="The provider's limits: batch sizes learned per sending d
 
 
 @app.command("show")
-def limits_show() -> None:
+def limits_show(as_json: bool = JSON_OPTION) -> None:
     """Per sending domain: the batch size learned from Mailgun's refusals, the caps and their use."""
-    for row in run_async(sending_limits()):
+    rows = run_async(sending_limits())
+    if as_json:
+        return print_json({"domains": rows})
+    if not rows:
+        console.print("no sending domain has a learned batch size or a send cap", highlight=False)
+    for row in rows:
         learned = (f"batches of {row['batch_size']:,} (refused {row['refused_size']:,} at "
-                   f"{row['refused_at']:%Y-%m-%d %H:%M} UTC: {row['reason']})" if row["batch_size"]
+                   f"{when(row['refused_at'])}: {row['reason']})" if row["batch_size"]
                    else "no batch size learned")
         caps = ", ".join(f"{used:,}/{cap:,} {label}" for cap, used, label in (
             (row["hourly_limit"], row["sent_this_hour"], "this hour"), (row["daily_limit"], row["sent_today"], "today"))

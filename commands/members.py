@@ -23,6 +23,19 @@ def members_add(email: str = typer.Argument(..., help="The member's e-mail addre
                                                         if added.welcome_key else ""), highlight=False)
 
 
+@app.command("resubscribe")
+def members_resubscribe(member_id: str = typer.Argument(..., help="The member (members.id).")) -> None:
+    """Mail a member again whom the site subscribed again: off Mailgun's suppression lists, and Pressroom's."""
+    from operations.members import resubscribe_member
+
+    done = run_async(resubscribe_member(member_id))
+    lists = "; ".join(f"{domain}: {', '.join(tables)}" for domain, tables in done.removed.items() if tables)
+    console.print(f"member {done.member_id} resubscribed: "
+                  + (f"removed from Mailgun's {lists}" if lists else "on none of Mailgun's suppression lists")
+                  + (f"; Pressroom's {done.suppression} suppression lifted" if done.suppression else ""),
+                  highlight=False)
+
+
 @app.command("list")
 def members_list(status: str = typer.Option(None, "--status", metavar="free|paid|comped", help="Only this status."),
                  newsletter: str = typer.Option(None, "--newsletter", metavar="ID|SLUG",

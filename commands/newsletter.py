@@ -67,6 +67,15 @@ def print_outcome(email_id: str, outcome) -> None:
                   highlight=False)
 
 
+def drift_note(status: dict) -> str:
+    """The site's own recipient count, when the recipients written differed from it by more than 1%."""
+    expected = status.get("recipients_expected")
+    if not expected:
+        return ""
+    return (f" (the site counted {expected:,}: {100 * (status['recipients'] - expected) / expected:+.1f}%, "
+            "email_count corrected)")
+
+
 @app.command("status")
 def newsletter_status_command(email_id: str = typer.Argument(..., help="The email (emails.id)."),
                               as_json: bool = JSON_OPTION) -> None:
@@ -79,7 +88,7 @@ def newsletter_status_command(email_id: str = typer.Argument(..., help="The emai
                   highlight=False)
     b = status["batches"]
     console.print(f"batches: {b['submitted']}/{b['total']} submitted, {b['failed']} failed; "
-                  f"{status['recipients']:,} recipients", highlight=False)
+                  f"{status['recipients']:,} recipients" + drift_note(status), highlight=False)
     if status["skipped_recipients"]:
         console.print(f"left out: {status['skipped_recipients']:,} members whose address cannot be a recipient "
                       f"(pressroom members list --left-out-of {email_id} --reason unusable-address)",

@@ -6,7 +6,7 @@ import asyncio
 
 import typer
 
-from commands import console, run_async
+from commands import JSON_OPTION, console, print_json, run_async
 from operations.common import temporal_client
 from pressroom import database
 from pressroom.errors import PressroomError
@@ -45,12 +45,15 @@ def demo(members: int = typer.Option(5000, "--members", min=1, max=1_000_000, he
 
 
 @app.command()
-def check() -> None:
+def check(as_json: bool = JSON_OPTION) -> None:
     """Check the configuration and reach PostgreSQL, Temporal and Mailgun; name what is wrong."""
     from pressroom.check import run_checks
 
     results = run_async(run_checks(get_settings()))
-    for result in results:
+    if as_json:
+        print_json({"ok": all(r.ok for r in results),
+                    "services": [{"service": r.service, "ok": r.ok, "detail": r.detail} for r in results]})
+    for result in results if not as_json else ():
         mark = "[green]ok  [/green]" if result.ok else "[red]FAIL[/red]"
         console.print(f"{mark} {result.service}: {result.detail}", highlight=False, soft_wrap=True)
     failed = [result.service for result in results if not result.ok]

@@ -19,7 +19,7 @@ What it models
 * `GET /v3/{domain}/events` with begin (inclusive) / end (exclusive), as RFC 2822 or epoch
   seconds; `ascending` yes/no (default no, like Mailgun; descending reads from `begin` back to
   `end`); `limit` ≤ 300; `event` as "opened", "delivered OR failed" or "NOT opened";
-  `message-id`; `recipient` (unless `ignore_filters`). `paging.next` is an absolute URL carrying an opaque position; following it later
+  `message-id`; `recipient`; `tags` as "a", "a AND b" or "a OR b" (unless `ignore_filters`). `paging.next` is an absolute URL carrying an opaque position; following it later
   picks up what became visible since (Mailgun's event polling). An event is visible once its
   timestamp + storage delay (+ the lateness of a "late" event) has passed.
 
@@ -84,7 +84,7 @@ import struct
 import time
 import uuid
 from array import array
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import asdict, dataclass, field, fields
@@ -279,6 +279,7 @@ class _Query:
     event: str | None
     message_id: str | None
     recipient: str | None = None
+    tags: str | None = None
 
 
 class _Invalid(Exception):
@@ -313,6 +314,19 @@ def _event_matcher(expression: str | None) -> Callable[[str], bool]:
     return (lambda kind: kind not in names) if negate else (lambda kind: kind in names)
 
 
+def _tags_matcher(expression: str | None) -> Callable[[Sequence[str]], bool]:
+    """The `tags` filter, the part we need: "a", "a AND b" (every one), "a OR b" (any one)."""
+    if not expression or not expression.strip():
+        return lambda tags: True
+    if " AND " in expression and " OR " in expression:
+        raise _Invalid(f"'{expression}' is not a valid tags filter")
+    every = " AND " in expression
+    names = frozenset(part.strip() for part in expression.split(" AND " if every else " OR "))
+    if not all(names):
+        raise _Invalid(f"'{expression}' is not a valid tags filter")
+    return (lambda tags: names <= set(tags)) if every else (lambda tags: bool(names & set(tags)))
+
+
 def _addresses(values: Iterable[str]) -> list[str]:
     """Bare addresses from `to` fields; the fast path skips the parser for plain addresses."""
     out: list[str] = []
@@ -339,6 +353,8 @@ class MailgunSimulator:
         self.api_key = api_key
         self.domain = domain
         self.domains = {domain}  # the account's sending domains; `add_domain` adds more
+        # Suppression lists per (domain, list): bounces, unsubscribes, complaints.
+        self.suppressed: dict[tuple[str, str], set[str]] = defaultdict(set)
         self.limits = AccountLimits()
         self.seed = seed
         self.base_url = ""
@@ -378,6 +394,7 @@ class MailgunSimulator:
         self.rates = Rates()
         self.limits = AccountLimits()
         self.domains = {self.domain}
+        self.suppressed.clear()
         self.clock_offset = 0.0
         self._rng = random.Random(self.seed)
 
@@ -501,6 +518,7 @@ class MailgunSimulator:
             web.post("/v3/{domain}/messages", self._post_message),
             web.get("/v3/{domain}/events", self._get_events),
             web.get("/v3/{domain}/events/{token}", self._get_events),
+            web.delete("/v3/{domain}/{table:bounces|unsubscribes|complaints}/{address}", self._delete_suppression),
             web.get("/_sim/messages", self._admin_messages),
             web.get("/_sim/stats", self._admin_stats),
             web.get("/_sim/faults", self._admin_faults),
@@ -541,6 +559,22 @@ class MailgunSimulator:
         if request.match_info["domain"] not in self.domains:
             return web.json_response({"message": f"Domain not found: {request.match_info['domain']}"}, status=404)
         return None
+
+    def suppress(self, table: str, address: str, domain: str | None = None) -> None:
+        """Put an address on a domain's suppression list (bounces, unsubscribes or complaints)."""
+        if table not in ("bounces", "unsubscribes", "complaints"):
+            raise ValueError(f"unknown suppression list {table!r}")
+        self.suppressed[(domain or self.domain, table)].add(address.casefold())
+
+    async def _delete_suppression(self, request: web.Request) -> web.StreamResponse:
+        if refusal := await self._guard(request, "suppressions"):
+            return refusal
+        table, address = request.match_info["table"], request.match_info["address"]
+        entries = self.suppressed[(request.match_info["domain"], table)]
+        if address.casefold() not in entries:
+            return web.json_response({"message": f"Address not found in {table} table"}, status=404)
+        entries.discard(address.casefold())
+        return web.json_response({"message": f"Address has been removed from {table}", "address": address})
 
     async def _post_message(self, request: web.Request) -> web.StreamResponse:
         if refusal := await self._guard(request, "messages"):
@@ -704,7 +738,7 @@ class MailgunSimulator:
         last = (page[-1][0], page[-1][1]) if page else None
         first = (page[0][0], page[0][1]) if page else None
         flipped = _Query(query.begin, query.end, not query.ascending, query.limit, query.event, query.message_id,
-                         query.recipient)
+                         query.recipient, query.tags)
         paging = {
             "next": origin + self._encode(query, _position(last) if last else after),
             "previous": origin + self._encode(flipped, _position(first) if first else after),
@@ -729,7 +763,9 @@ class MailgunSimulator:
         up = ascending in ("yes", "true")
         if begin is not None and end is not None and (begin > end if up else begin < end):
             raise _Invalid("begin must come before end when ascending, after it when descending")
-        return _Query(begin, end, up, limit, params.get("event"), params.get("message-id"), params.get("recipient"))
+        _tags_matcher(params.get("tags"))  # a malformed expression is refused now, as Mailgun does
+        return _Query(begin, end, up, limit, params.get("event"), params.get("message-id"), params.get("recipient"),
+                      params.get("tags"))
 
     def _page(self, query: _Query, after: tuple[tuple[float, int], int] | None,
               match: Callable[[str], bool], now: float, domain: str | None = None) -> list[tuple[_Group, int]]:
@@ -738,9 +774,10 @@ class MailgunSimulator:
         out: list[tuple[_Group, int]] = []
         message_id, recipient = (None, None) if self.faults.ignore_filters else (query.message_id, query.recipient)
         recipient = recipient.casefold() if recipient else None
+        tagged = _tags_matcher(None if self.faults.ignore_filters else query.tags)
 
         def wanted(group: _Group) -> bool:
-            return (group.visible_at <= now and match(group.kind)
+            return (group.visible_at <= now and match(group.kind) and tagged(group.message.tags)
                     and (message_id is None or group.message.id == message_id)
                     and (domain is None or group.message.domain in ("", domain)))
 
@@ -841,7 +878,7 @@ class MailgunSimulator:
     @staticmethod
     def _encode(query: _Query, after: tuple[tuple[float, int], int] | None) -> str:
         state = {"q": [query.begin, query.end, query.ascending, query.limit, query.event, query.message_id,
-                       query.recipient],
+                       query.recipient, query.tags],
                  "a": [after[0][0], after[0][1], after[1]] if after else None}
         return base64.urlsafe_b64encode(json.dumps(state, separators=(",", ":")).encode()).decode().rstrip("=")
 

@@ -84,31 +84,6 @@ async def wait_for_publication(pool: asyncpg.Pool, post_id: str, timeout: float)
                                      "FROM posts WHERE id = $1", post_id))
 
 
-@dataclass(frozen=True)
-class DemoOutcome:
-    """The demo's closing figures: the email's statistics and what analytics made of the members."""
-    status: str
-    recipients: int
-    delivered: int
-    opened: int
-    failed: int
-    members_reached: int
-    members_rated: int
-    average_open_rate: int | None
-
-
-async def demo_outcome(pool: asyncpg.Pool, email_id: str) -> DemoOutcome:
-    email = await pool.fetchrow("SELECT status, email_count, delivered_count, opened_count, failed_count "
-                                "FROM emails WHERE id = $1", email_id)
-    members = await pool.fetchrow(
-        "SELECT count(*) FILTER (WHERE email_count > 0) AS reached, round(avg(email_open_rate)) AS open_rate, "
-        "count(*) FILTER (WHERE email_open_rate IS NOT NULL) AS rated FROM members")
-    return DemoOutcome(status=email["status"], recipients=email["email_count"], delivered=email["delivered_count"],
-                       opened=email["opened_count"], failed=email["failed_count"], members_reached=members["reached"],
-                       members_rated=members["rated"],
-                       average_open_rate=None if members["open_rate"] is None else int(members["open_rate"]))
-
-
 async def _wait_for(pool: asyncpg.Pool, query: str, *args, what: str, timeout: float) -> None:
     deadline = time.monotonic() + timeout
     while not await pool.fetchval(query, *args):

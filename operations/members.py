@@ -127,3 +127,45 @@ async def member_profile(member: str, *, emails: int = 10, settings: Settings | 
             "automated_emails": [dict(a) for a in automated],
             "emails": [{**{k: v for k, v in dict(e).items() if k != "batch_status"}, "outcome": email_outcome(e)}
                        for e in last]}
+
+
+@dataclass(frozen=True)
+class Resubscribed:
+    member_id: str
+    removed: dict[str, list[str]]  # per sending domain, the Mailgun lists the address was taken off
+    suppression: str | None  # the reason of Pressroom's own suppression that was lifted, if any
+
+
+@tracing.traced("pressroom members resubscribe")
+async def resubscribe_member(member_id: str, *, settings: Settings | None = None, mailgun=None) -> Resubscribed:
+    """Mail a member again who bounced, unsubscribed or complained and whom the site has subscribed again.
+
+    Mailgun first: the address is taken off each sending domain's bounces, unsubscribes and
+    complaints lists (otherwise Mailgun keeps dropping their mail); then Pressroom's own suppression
+    is lifted and the address enabled, in one transaction. A refusal from Mailgun writes nothing.
+    Safe to repeat. Which newsletters they receive stays the site's to say (members_newsletters).
+    """
+    from pressroom import database
+    from pressroom.errors import NotFound, PressroomError
+    from pressroom.inputs import entity_id
+    from pressroom.mailgun import MailgunClient, MailgunError
+
+    entity_id(member_id, "member")
+    settings = settings or get_settings()
+    async with database.connection(settings.require_database()) as conn:
+        address = await conn.fetchval("SELECT email FROM members WHERE id = $1", member_id)
+    if address is None:
+        raise NotFound(f"member {member_id} does not exist")
+    client = mailgun or MailgunClient.from_settings(settings)
+    domains = [settings.mailgun_domain, *([settings.fallback_domain] if settings.fallback_domain else [])]
+    try:
+        removed = {domain: await client.for_domain(domain).remove_suppressions(address) for domain in domains}
+    except MailgunError as error:
+        raise PressroomError(f"member {member_id} was not resubscribed: {error}") from None
+    finally:
+        if mailgun is None:
+            await client.aclose()
+    async with database.connection(settings.require_database()) as conn, conn.transaction():
+        lifted = await conn.fetchval("DELETE FROM suppressions WHERE email = $1 RETURNING reason", address)
+        await conn.execute("UPDATE members SET email_disabled = false, updated_at = now() WHERE id = $1", member_id)
+    return Resubscribed(member_id, removed, lifted)

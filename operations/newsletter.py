@@ -159,8 +159,8 @@ async def newsletter_status(email_id: str, *, client=None, settings: Settings | 
 
     settings = settings or get_settings()
     async with database.connection(settings.require_database()) as conn:
-        email = await conn.fetchrow("SELECT status, error, submitted_at, skipped_recipients FROM emails WHERE id = $1",
-                                    email_id)
+        email = await conn.fetchrow("SELECT status, error, submitted_at, email_count_expected, skipped_recipients "
+                                    "FROM emails WHERE id = $1", email_id)
         if email is None:
             raise NotFound(f"email {email_id} does not exist")
         batches = await conn.fetchrow(
@@ -188,8 +188,8 @@ async def newsletter_status(email_id: str, *, client=None, settings: Settings | 
     return {"email_id": email_id, "status": email["status"], "error": email["error"],
             "submitted_at": email["submitted_at"], "workflow_id": workflow_id, "run": run, "progress": progress,
             "batches": {"total": batches["total"], "submitted": batches["submitted"], "failed": batches["failed"]},
-            "recipients": recipients, "waiting_for": waiting_for,
-            "skipped_recipients": email["skipped_recipients"]}
+            "recipients": recipients, "recipients_expected": email["email_count_expected"],
+            "waiting_for": waiting_for, "skipped_recipients": email["skipped_recipients"]}
 
 
 def _waiting_words(progress, timer: str | None, run: dict) -> str | None:

@@ -10,9 +10,26 @@ from pressroom.errors import BadInput, NotFound
 from pressroom.inputs import entity_id
 from pressroom.settings import Settings, get_settings
 
-# Per segment (NULL when the email was not segmented): recipients and what analytics recorded.
-# `unsubscribed` counts recipients no longer subscribed to the email's newsletter (Mailgun's
-# unsubscribe events remove the subscription; when they left is not kept).
+# The figures of the whole email: recipients counted from the email's own index entries; delivered
+# and opened as analytics last aggregated them (the figures `newsletter list` shows); recipients of
+# batches not (yet) accepted, from those batches alone.
+_FIGURES = """
+SELECT (SELECT count(*) FROM email_recipients WHERE email_id = $1) AS recipients,
+       (SELECT count(*) FROM email_recipients er JOIN email_batches b ON b.id = er.batch_id
+        WHERE b.email_id = $1 AND b.status <> 'submitted') AS not_sent,
+       e.delivered_count AS delivered, e.opened_count AS opened
+FROM emails e WHERE e.id = $1"""
+
+# Recipients no longer subscribed to the email's newsletter (Mailgun's unsubscribe events remove
+# the subscription; when they left is not kept): both sides read in member order from their indexes.
+_UNSUBSCRIBED = """
+SELECT count(*) FROM email_recipients er
+WHERE er.email_id = $1
+  AND NOT EXISTS (SELECT 1 FROM members_newsletters mn WHERE mn.newsletter_id = $2 AND mn.member_id = er.member_id)"""
+
+_SEGMENTED = "SELECT EXISTS (SELECT 1 FROM email_batches WHERE email_id = $1 AND member_segment IS NOT NULL)"
+
+# Per segment, for a segmented email only: recipients and what analytics recorded for each.
 _OUTCOMES = """
 SELECT b.member_segment AS segment, count(*) AS recipients,
        count(*) FILTER (WHERE b.status = 'submitted') AS sent,
@@ -53,7 +70,18 @@ LEFT JOIN suppressions s ON s.email = m.email
 LEFT JOIN email_skipped_recipients x ON x.email_id = $1 AND x.member_id = m.id
 WHERE m.created_at <= $3
   AND NOT EXISTS (SELECT 1 FROM email_recipients er WHERE er.email_id = $1 AND er.member_id = m.id)"""
-_LEFT_OUT_COUNTS = f"SELECT {_LEFT_OUT_REASON} AS reason, count(*) AS n {_LEFT_OUT_FROM} GROUP BY 1"
+# The counts start from the members missing from the recipients, both read in id order from their
+# indexes alone; only those few rows are then read to say why.
+_LEFT_OUT_COUNTS = f"""
+WITH missing AS MATERIALIZED (
+    SELECT m.id FROM members m
+    WHERE NOT EXISTS (SELECT 1 FROM email_recipients er WHERE er.email_id = $1 AND er.member_id = m.id))
+SELECT {_LEFT_OUT_REASON} AS reason, count(*) AS n
+FROM missing JOIN members m ON m.id = missing.id
+LEFT JOIN members_newsletters mn ON mn.member_id = m.id AND mn.newsletter_id = $2
+LEFT JOIN suppressions s ON s.email = m.email
+WHERE m.created_at <= $3
+GROUP BY 1"""
 LEFT_OUT_PAGE = f"""
 SELECT m.id AS member_id, m.email, m.name, m.status, {_LEFT_OUT_REASON} AS reason, s.email_id AS suppressed_by,
        m.created_at
@@ -124,18 +152,21 @@ async def newsletter_report(email_id: str, *, reasons: int = 5, settings: Settin
     settings = settings or get_settings()
     async with database.connection(settings.require_database()) as conn:
         email = await _email(conn, email_id)
-        segments = [dict(r) for r in await conn.fetch(_OUTCOMES, email_id, email["newsletter_id"])]
+        figures = dict(await conn.fetchrow(_FIGURES, email_id))
+        figures["unsubscribed"] = await conn.fetchval(_UNSUBSCRIBED, email_id, email["newsletter_id"])
+        segments = ([dict(r) for r in await conn.fetch(_OUTCOMES, email_id, email["newsletter_id"])]
+                    if await conn.fetchval(_SEGMENTED, email_id) else [])
         failures = {r["severity"]: r["n"] for r in await conn.fetch(_FAILURES, email_id)}
         top = [dict(r) for r in await conn.fetch(_TOP_REASONS, email_id, reasons)]
         complained = await conn.fetchval(_COMPLAINTS, email_id)
         left_out = {r["reason"]: r["n"] for r in await conn.fetch(
             _LEFT_OUT_COUNTS, email_id, email["newsletter_id"], email["created_at"], _statuses(email))}
         opens = await _opens(conn, email_id)
-    totals = {key: sum(s[key] for s in segments) for key in ("recipients", "sent", "delivered", "opened",
-                                                             "unsubscribed")}
     permanent, temporary = failures.get("permanent", 0), failures.get("temporary", 0)
-    figures = {**totals, "failed": permanent + temporary, "failed_permanent": permanent,
-               "failed_temporary": temporary, "complained": complained}
+    figures = {"recipients": figures["recipients"], "sent": figures["recipients"] - figures["not_sent"],
+               "delivered": figures["delivered"], "opened": figures["opened"],
+               "unsubscribed": figures["unsubscribed"], "failed": permanent + temporary,
+               "failed_permanent": permanent, "failed_temporary": temporary, "complained": complained}
     whole = figures["recipients"]
     return {"email_id": email["id"], "subject": email["subject"], "status": email["status"],
             "post_id": email["post_id"], "newsletter_id": email["newsletter_id"], "newsletter": email["newsletter"],
@@ -146,7 +177,7 @@ async def newsletter_report(email_id: str, *, reasons: int = 5, settings: Settin
                                                                   "complained")},
             "segments": [{**s, "segment": segment_name(s["segment"]),
                           "rates": {k: _rate(s[k], s["recipients"]) for k in ("delivered", "opened")}}
-                         for s in segments] if any(s["segment"] for s in segments) else [],
+                         for s in segments],
             "top_failures": top,
             "left_out": {reason: left_out.get(reason, 0) for reason in LEFT_OUT_REASONS},
             "opens_over_time": opens}

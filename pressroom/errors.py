@@ -59,9 +59,13 @@ def cause_of(error: BaseException) -> FailureCause:
 
     Pure: safe to call in workflow code.
     """
-    from temporalio.exceptions import ApplicationError, FailureError
+    from temporalio.exceptions import ActivityError, ApplicationError, ChildWorkflowError, FailureError
 
     cause = getattr(error, "cause", None)
+    # A run that failed because an activity (or child) did: the activity's own words, not "Activity
+    # task failed" (`newsletter follow` of a send whose batch creation kept failing).
+    while isinstance(cause, (ActivityError, ChildWorkflowError)) and cause.cause is not None:
+        cause = cause.cause
     if isinstance(cause, ApplicationError):
         return FailureCause(cause.message, cause.type or None, tuple(cause.details))
     if isinstance(cause, FailureError):

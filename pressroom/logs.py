@@ -86,17 +86,34 @@ def run_fields(record: logging.LogRecord) -> dict[str, object]:
     return fields
 
 
-class RunFormatter(logging.Formatter):
-    """`time level logger message workflow=… workflow_id=… run_id=… activity=… attempt=…`, masked whole."""
+def error_field(record: logging.LogRecord) -> str | None:
+    """A record's exception as `Type: message` on one line."""
+    if not record.exc_info or record.exc_info[1] is None:
+        return None
+    error = record.exc_info[1]
+    return " ".join(f"{type(error).__name__}: {error}".split())
 
-    def __init__(self, secrets: Iterable[str] = ()) -> None:
+
+class RunFormatter(logging.Formatter):
+    """`time level logger message workflow=… workflow_id=… run_id=… activity=… attempt=… error=…`,
+    masked whole: one line per event, the traceback below it only with `tracebacks`."""
+
+    def __init__(self, secrets: Iterable[str] = (), tracebacks: bool = False) -> None:
         super().__init__("%(asctime)s %(levelname)s %(name)s %(message)s", "%Y-%m-%dT%H:%M:%S%z")
         self._mask = Mask(secrets)
+        self._tracebacks = tracebacks
 
     def format(self, record: logging.LogRecord) -> str:
-        line = super().format(record)  # the message, then exception text and stack on lines below
-        fields = " ".join(f"{label}={value}" for label, value in run_fields(record).items())
-        return self._mask(f"{line} {fields}" if fields else line)
+        fields = dict(run_fields(record))
+        if self._tracebacks:
+            line = super().format(record)  # the message, then exception text and stack on lines below
+        else:
+            record.message, record.asctime = record.getMessage(), self.formatTime(record, self.datefmt)
+            line = self.formatMessage(record)
+            if error_field(record):
+                fields["error"] = repr(error_field(record))
+        text = " ".join(f"{label}={value}" for label, value in fields.items())
+        return self._mask(f"{line} {text}" if text else line)
 
 
 class JsonFormatter(logging.Formatter):
@@ -104,16 +121,19 @@ class JsonFormatter(logging.Formatter):
     workflow, workflow_id, run_id, activity, attempt (and trace_id) when the record has them; every
     text masked before it is encoded."""
 
-    def __init__(self, secrets: Iterable[str] = ()) -> None:
+    def __init__(self, secrets: Iterable[str] = (), tracebacks: bool = False) -> None:
         super().__init__(datefmt="%Y-%m-%dT%H:%M:%S%z")
         self._mask = Mask(secrets)
+        self._tracebacks = tracebacks
 
     def format(self, record: logging.LogRecord) -> str:
         entry: dict[str, object] = {"time": self.formatTime(record, self.datefmt), "level": record.levelname,
                                     "logger": record.name, "message": record.getMessage(), **run_fields(record)}
         if record.exc_info:
-            entry["exception"] = self.formatException(record.exc_info)
-        if record.stack_info:
+            entry["error"] = error_field(record)
+            if self._tracebacks:
+                entry["exception"] = self.formatException(record.exc_info)
+        if record.stack_info and self._tracebacks:
             entry["stack"] = self.formatStack(record.stack_info)
         masked = {key: self._mask(value) if isinstance(value, str) else value for key, value in entry.items()}
         return json.dumps(masked, default=lambda value: self._mask(str(value)), ensure_ascii=False)
@@ -147,8 +167,12 @@ def configure(secrets: Iterable[str] = (), level: int | str = logging.INFO, log_
     # The run's details go in fields (RunFormatter), not appended to the message as a dict.
     activity.logger.activity_info_on_message = False
     workflow.logger.workflow_info_on_message = False
+    import os
+
     handler = logging.StreamHandler()
-    handler.setFormatter(FORMATTERS[log_format](secrets))
+    # A traceback only for whoever debugs: PRESSROOM_DEBUG=1 or the DEBUG level.
+    tracebacks = level <= logging.DEBUG or bool(os.environ.get("PRESSROOM_DEBUG"))
+    handler.setFormatter(FORMATTERS[log_format](secrets, tracebacks=tracebacks))
     handler.addFilter(LevelByOwner(level, library_level))
     root = logging.getLogger()
     root.handlers[:] = [handler]

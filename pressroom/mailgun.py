@@ -44,6 +44,7 @@ _MESSAGE_LIMIT = 300  # characters of Mailgun's own explanation kept in our mess
 
 # What one send attempt achieved, as senders persist it (email_batches, automated_email_recipients).
 ACCEPTED = "accepted"  # a 2xx with a message id
+SUPPRESSION_LISTS = ("bounces", "unsubscribes", "complaints")  # Mailgun's per-domain suppression lists
 NOT_ACCEPTED = "not_accepted"  # certainly not queued: sending again cannot make a second copy
 UNCERTAIN = "uncertain"  # may be queued: look it up before sending again
 
@@ -425,6 +426,25 @@ class MailgunClient:
     async def __aexit__(self, *exc_info: object) -> None:
         await self.aclose()
 
+    # --- suppressions ---
+
+    async def remove_suppressions(self, address: str) -> list[str]:
+        """Delete the address from this domain's bounces, unsubscribes and complaints lists; the lists
+        it was on (a 404 means it was not on that one). Safe to repeat."""
+        from urllib.parse import quote
+
+        removed = []
+        for table in SUPPRESSION_LISTS:
+            try:
+                await self._request("DELETE", f"/v3/{self.domain}/{table}/{quote(address, safe='@')}",
+                                    what=f"removal from the {table} list")
+            except MailgunRejected as error:
+                if error.status_code == 404 and "address not found" in str(error).lower():
+                    continue  # not on this list (an unknown domain is a 404 too, and is raised)
+                raise
+            removed.append(table)
+        return removed
+
     # --- sending ---
 
     async def send_batch(self, *, from_address: str, to: list[str], subject: str, html: str, text: str,
@@ -489,7 +509,7 @@ class MailgunClient:
     async def events_page(self, url_or_none: str | None, *, begin: datetime | None = None,
                           end: datetime | None = None, ascending: bool = True,
                           limit: int = MAILGUN_MAX_EVENTS_PAGE, event: str | None = None,
-                          message_id: str | None = None, recipient: str | None = None,
+                          message_id: str | None = None, recipient: str | None = None, tags: str | None = None,
                           ) -> tuple[list[dict], str | None]:
         """One page and the next page's URL; a saved URL resumes where a previous attempt stopped."""
         what = "events query"
@@ -508,6 +528,8 @@ class MailgunClient:
                 params["message-id"] = message_id
             if recipient:
                 params["recipient"] = recipient
+            if tags:
+                params["tags"] = tags
             response = await self._request("GET", f"/v3/{self.domain}/events", what=what, params=params)
         else:
             self._check_same_origin(url_or_none)

@@ -76,6 +76,13 @@ class Settings(BaseSettings):
     send_concurrency: int = Field(default=2, ge=1, le=100, validation_alias="PRESSROOM_SEND_CONCURRENCY")
     mailgun_retries: int = Field(default=6, ge=0, validation_alias="PRESSROOM_MAILGUN_RETRIES")
     mailgun_retry_seconds: float = Field(default=10.0, gt=0, validation_alias="PRESSROOM_MAILGUN_RETRY_SECONDS")
+    # Mailgun unreachable (no connection, a request never written, 429) after the retries above: the
+    # send waits on a durable timer, from the first wait doubling to the longest, and carries on by
+    # itself when Mailgun answers again. Only a refusal that will not change fails a batch.
+    mailgun_outage_first_wait_seconds: float = Field(default=60.0, gt=0,
+                                                     validation_alias="PRESSROOM_MAILGUN_OUTAGE_FIRST_WAIT_SECONDS")
+    mailgun_outage_max_wait_seconds: float = Field(default=3600.0, gt=0,
+                                                   validation_alias="PRESSROOM_MAILGUN_OUTAGE_MAX_WAIT_SECONDS")
     mailgun_timeout_seconds: float = Field(default=30.0, gt=0, validation_alias="PRESSROOM_MAILGUN_TIMEOUT_SECONDS")
     delivery_window_seconds: int = Field(default=0, ge=0, validation_alias="PRESSROOM_DELIVERY_WINDOW_SECONDS")
     # An uncertain send (5xx, lost answer) not yet in Mailgun's events is looked up again for this
@@ -149,6 +156,17 @@ class Settings(BaseSettings):
     def _within_mailgun_maximum(cls, value: int) -> int:
         if value > MAILGUN_MAX_RECIPIENTS:
             raise ValueError(f"{value} is above Mailgun's maximum of {MAILGUN_MAX_RECIPIENTS} recipients per message")
+        return value
+
+    @field_validator("email_tag")
+    @classmethod
+    def _one_plain_tag(cls, value: str) -> str:
+        # It is sent as a Mailgun tag and put in the events query's filter expression (`bulk-email AND
+        # <tag>`): one word, in the characters a tag and an expression both take as they are.
+        import re
+
+        if value and not re.fullmatch(r"[A-Za-z0-9_.:-]{1,128}", value):
+            raise ValueError("must be one tag of at most 128 letters, digits and . _ : - (no spaces)")
         return value
 
     @field_validator("outbox_backoff_sec", mode="before")

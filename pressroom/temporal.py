@@ -125,7 +125,8 @@ async def connect(settings: Settings, runtime: Runtime | None = None) -> Client:
             interceptors=tracing.interceptors(),  # with tracing on, it and any worker built on it carry traces
         )
     except (RuntimeError, ValueError) as error:
-        raise TemporalUnavailable(f"cannot connect to {where}: {str(error).splitlines()[0]}") from None
+        raise TemporalUnavailable(f"cannot connect to {where}: {transport_reason(error)}; is it running? "
+                                  "(`pressroom dev up` starts the development stack; check TEMPORAL_ADDRESS)") from None
     try:
         await client.workflow_service.describe_namespace(
             DescribeNamespaceRequest(namespace=settings.temporal_namespace))
@@ -137,10 +138,21 @@ async def connect(settings: Settings, runtime: Runtime | None = None) -> Client:
     return client
 
 
+def transport_reason(error: BaseException) -> str:
+    """The words inside the SDK's transport error (`tonic::transport::Error(Transport, ConnectError(…
+    message: "Connection refused" …))`) rather than the Rust debug print around them."""
+    import re
+
+    text = str(error).splitlines()[0] if str(error) else type(error).__name__
+    messages = re.findall(r'message: "([^"]+)"', text) or re.findall(r'"([^"]{4,})"', text)
+    return "; ".join(dict.fromkeys(messages)) if messages else text
+
+
 # What to check, by the status of a refused call (the SDK's RPCError carries gRPC's status).
 _RPC_HINTS = {
     RPCStatusCode.NOT_FOUND: "check TEMPORAL_NAMESPACE",
-    RPCStatusCode.UNAVAILABLE: "is the server running? check TEMPORAL_ADDRESS",
+    RPCStatusCode.UNAVAILABLE: "is the server running? `pressroom dev up` starts the development stack; "
+                               "check TEMPORAL_ADDRESS",
     RPCStatusCode.DEADLINE_EXCEEDED: "the server did not answer in time; check TEMPORAL_ADDRESS and its load",
     RPCStatusCode.UNAUTHENTICATED: "check TEMPORAL_API_KEY or the TLS certificate",
     RPCStatusCode.PERMISSION_DENIED: "check TEMPORAL_API_KEY or the TLS certificate",

@@ -148,9 +148,11 @@ def make_settings(postgres_url: str, simulator: "MailgunSimulator", **overrides)
     """Settings for one test: its own task queue, the test database and the simulator.
 
     An uncertain send is confirmed within seconds, not Mailgun's 30 minutes: the simulator's
-    late events are late by less than that (tests/adversaries.py).
+    late events are late by less than that (tests/adversaries.py); a send waits seconds, not
+    minutes, for an unreachable Mailgun.
     """
-    overrides = {"send_confirm_window_seconds": 4, "send_confirm_poll_seconds": 0.5, **overrides}
+    overrides = {"send_confirm_window_seconds": 4, "send_confirm_poll_seconds": 0.5,
+                 "mailgun_outage_first_wait_seconds": 1, "mailgun_outage_max_wait_seconds": 4, **overrides}
     return load_settings(database_url=postgres_url, mailgun_base_url=simulator.base_url,
                          mailgun_api_key=simulator.api_key, mailgun_domain=simulator.domain,
                          task_queue=f"test-{uuid.uuid4().hex[:12]}", **overrides)

@@ -20,9 +20,9 @@ from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     from pressroom.errors import cause_of
-    from activities.newsletter import (BatchCounts, BatchSent, CreateBatchesInput, EmailOutcome, FailBatchInput,
-                                       FinishEmailInput, ListUnsentBatchesInput, LockEmailInput, NewsletterActivities,
-                                       SendBatchInput, SendPlan)
+    from activities.newsletter import (MAILGUN_UNREACHABLE, BatchCounts, BatchSent, CreateBatchesInput, EmailOutcome,
+                                       FailBatchInput, FinishEmailInput, ListUnsentBatchesInput, LockEmailInput,
+                                       NewsletterActivities, SendBatchInput, SendPlan)
     from activities.sending_limits import AdmitBatchInput, SendingLimitsActivities, SplitRefusedBatchInput
     from pressroom.temporal import EMAIL_ID, POST_ID
 
@@ -42,6 +42,9 @@ PROVIDER_LIMITS_PATCH = "provider-limits"
 # Runs started before this patch create every batch before sending any; later runs create them in
 # chunks, sending the batches already written while the rest are created.
 PIPELINED_BATCHES_PATCH = "pipelined-batches"
+# Runs started before this patch fail a batch that Mailgun did not take after its retries (no
+# connection, 429); later runs wait for Mailgun on a timer and send it when Mailgun is back.
+MAILGUN_OUTAGE_PATCH = "wait-out-mailgun-outages"
 
 
 NEWSLETTER_WORKFLOW_PREFIX = "newsletter-"
@@ -72,6 +75,14 @@ class NewsletterProgress(BaseModel):
     confirming: list[int] = []
 
 
+class Outage(BaseModel):
+    """Mailgun unreachable: since when, how many waits so far, and when every sender tries next."""
+
+    since: datetime
+    waits: int = 0
+    next_try: datetime | None = None
+
+
 class Resume(BaseModel):
     """What a continued run carries over: the plan and the progress so far."""
 
@@ -91,6 +102,8 @@ class SendNewsletterWorkflow:
         self._within_limits = False
         self._creating = False  # batches are still being written, chunk by chunk
         self._chunks = 0  # chunks written so far: the send loop waits for the next one
+        self._wait_out_outages = False
+        self._outage: Outage | None = None  # Mailgun unreachable: since when, and when to try next
 
     @workflow.query
     def progress(self) -> NewsletterProgress:
@@ -105,6 +118,7 @@ class SendNewsletterWorkflow:
         self._progress = NewsletterProgress(email_id=input.email_id)
         workflow.upsert_search_attributes([EMAIL_ID.value_set(input.email_id)])
         self._within_limits = workflow.patched(PROVIDER_LIMITS_PATCH)
+        self._wait_out_outages = self._within_limits and workflow.patched(MAILGUN_OUTAGE_PATCH)
 
         creation: asyncio.Task | None = None
         if input.resume is None:
@@ -299,6 +313,9 @@ class SendNewsletterWorkflow:
                 self._show(message=reason)
                 await workflow.sleep(resume_at - workflow.now(), summary=reason)
                 return [batch_id]
+            if self._wait_out_outages and MAILGUN_UNREACHABLE in details:
+                await self._wait_for_mailgun(plan, message)
+                return [batch_id]
             if cause.type == "RecipientLimitExceeded" and len(details) >= 2:
                 pieces = await workflow.execute_activity_method(
                     SendingLimitsActivities.split_refused_batch,
@@ -323,7 +340,26 @@ class SendNewsletterWorkflow:
         self._progress.batches_failed += 1
         self._show()
 
+    async def _wait_for_mailgun(self, plan: SendPlan, error: str) -> None:
+        """Mailgun cannot be reached (or asks to slow down) after the batch's retries: an outage, not
+        a verdict on the batch. Wait on a durable timer, from the first wait doubling to the longest;
+        every sender waits for the same next try, then the batch goes out as any other would."""
+        now = workflow.now()
+        outage = self._outage or Outage(since=now)
+        if outage.next_try is None or outage.next_try <= now:
+            wait = min(plan.outage_first_wait_seconds * 2 ** outage.waits, plan.outage_max_wait_seconds)
+            outage = Outage(since=outage.since, waits=outage.waits + 1, next_try=now + timedelta(seconds=wait))
+        self._outage = outage
+        reason = (f"Mailgun unreachable since {outage.since:%Y-%m-%d %H:%M:%S} UTC, next try at "
+                  f"{outage.next_try:%Y-%m-%d %H:%M:%S} UTC ({error})")
+        self._show(message=reason)
+        await workflow.sleep(max(outage.next_try - now, timedelta(seconds=1)), summary=reason[:200])
+
     def _batch_sent(self, sent: BatchSent) -> None:
+        if self._outage is not None:  # Mailgun is back
+            self._outage = None
+            if self._progress.message.startswith("Mailgun unreachable"):
+                self._progress.message = ""
         self._progress.batches_sent += 1
         self._progress.recipients_sent += sent.recipients
         self._show()

@@ -20,8 +20,11 @@ class SeededEmail:
 
 
 async def seed_email(pool: asyncpg.Pool, *, members: int, paid_every: int = 0, recipient_filter: str = "all",
-                     html: str = "<p>Hello %recipient.name%</p>") -> SeededEmail:
-    """A newsletter with `members` subscribers (every `paid_every`-th paid), a post and its pending email."""
+                     html: str = "<p>Hello %recipient.name%</p>", post_status: str = "published") -> SeededEmail:
+    """A newsletter with `members` subscribers (every `paid_every`-th paid), a post and its pending email.
+
+    The post is published (only a published post's email is sent); a test that schedules it asks for a draft.
+    """
     tag = uuid.uuid4().hex[:8]
     async with pool.acquire() as conn, conn.transaction():
         newsletter_id = await conn.fetchval(
@@ -37,8 +40,9 @@ async def seed_email(pool: asyncpg.Pool, *, members: int, paid_every: int = 0, r
             "INSERT INTO members_newsletters (member_id, newsletter_id) "
             "SELECT id, $1 FROM members WHERE email LIKE '%' || $2 || '%'", newsletter_id, tag)
         post_id = await conn.fetchval(
-            "INSERT INTO posts (title, slug, html, newsletter_id) VALUES ('Issue', $1, $2, $3) RETURNING id",
-            f"issue-{tag}", html, newsletter_id)
+            "INSERT INTO posts (title, slug, html, newsletter_id, status, published_at) "
+            "VALUES ('Issue', $1, $2, $3, $4, CASE WHEN $4 = 'published' THEN now() END) RETURNING id",
+            f"issue-{tag}", html, newsletter_id, post_status)
         email_id = await conn.fetchval(
             "INSERT INTO emails (post_id, newsletter_id, subject, html, plaintext, recipient_filter) "
             "VALUES ($1, $2, 'Issue 1', $3, 'Hello', $4) RETURNING id", post_id, newsletter_id, html, recipient_filter)

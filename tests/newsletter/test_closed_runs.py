@@ -5,6 +5,7 @@ marks it `failed` with the run's reason and releases its lock; sending it again 
 from __future__ import annotations
 
 import asyncio
+import uuid
 from datetime import timedelta
 
 import pytest
@@ -13,7 +14,8 @@ from temporalio.testing import ActivityEnvironment
 
 from activities.newsletter import UNFINISHED_EMAILS
 from activities.watchdog import SEND_FAILED, Watchdog
-from operations.newsletter import newsletter_status
+from operations.newsletter import follow_newsletter, newsletter_status
+from pressroom.errors import PressroomError
 from operations.outbox import ensure_relay
 from tests.newsletter.test_failures import send_and_follow, wait_until
 from tests.outbox.test_orphans import stop_relay
@@ -64,6 +66,9 @@ async def test_batch_creation_failing_on_every_attempt_fails_the_email_with_its_
     finally:
         await drop_failing_trigger(db)
     assert (await email_row(db, seeded.email_id))["status"] == "submitting"  # what the run left behind
+    if message:  # `newsletter follow` names the database's error, not "Activity task failed"
+        with pytest.raises(PressroomError, match=f"failed: {message}$"):
+            await follow_newsletter(newsletter_workflow_id(seeded.email_id), client=client)
 
     watchdog = Watchdog(db_pool, client, interval=0)
     await ActivityEnvironment().run(watchdog.check, UNFINISHED_EMAILS)
@@ -145,3 +150,37 @@ async def test_a_send_still_running_is_left_alone(db, mailgun, dev_env, newslett
     assert outcome.status == "submitted"
     assert "submitting" in seen and "failed" not in seen
     assert (await email_row(db, seeded.email_id))["status"] == "submitted"
+
+
+async def test_a_post_moved_back_to_draft_mid_send_is_not_mailed_any_further(db, mailgun, dev_env, newsletter_settings):
+    settings = newsletter_settings(batch_size=2, send_concurrency=1)
+    async with running_worker(dev_env.client, settings):
+        seeded, handle = await sending_slowly(db, mailgun, dev_env, settings)
+        await db.execute("UPDATE posts SET status = 'draft' WHERE id = $1", seeded.post_id)
+        outcome = await handle.result()
+    assert outcome.status == "failed"
+    sent = await db.fetchval("SELECT count(*) FROM email_batches WHERE email_id = $1 AND status = 'submitted'",
+                             seeded.email_id)
+    assert sent <= 1  # at most the batch in flight when the post went back to draft
+    assert outcome.message.startswith(f"The email was stopped: its post {seeded.post_id} is draft, no longer "
+                                      f"published; {sent} of 4 batches had been sent and nothing more is.")
+    assert (await email_row(db, seeded.email_id))["error"] == outcome.message
+    assert len(mailgun.messages_for(seeded.email_id)) == sent
+
+
+async def test_a_send_taken_over_after_its_post_moved_back_to_draft_sends_nothing(db, mailgun, ts_worker):
+    client, settings = ts_worker
+    seeded = await seed_email(db, members=6)
+    # A sender that died mid-send: its lock names a run Temporal does not know; its post is a draft again.
+    await db.execute("UPDATE emails SET status = 'submitting', locked_by = $2 WHERE id = $1", seeded.email_id,
+                     f"default/{newsletter_workflow_id(seeded.email_id)}/{uuid.uuid4()}")
+    await db.execute("UPDATE posts SET status = 'draft' WHERE id = $1", seeded.post_id)
+    with pytest.raises(WorkflowFailureError) as failure:
+        await client.execute_workflow(SendNewsletterWorkflow.run, SendNewsletterInput(email_id=seeded.email_id),
+                                      id=newsletter_workflow_id(seeded.email_id), task_queue=settings.task_queue)
+    reason = (f"The email is not sent: its post {seeded.post_id} is draft, no longer published. "
+              "Publish the post again, then send it.")
+    assert failure.value.cause.message == reason
+    email = await email_row(db, seeded.email_id)
+    assert (email["status"], email["error"], email["locked_by"]) == ("failed", reason, None)
+    assert mailgun.messages_for(seeded.email_id) == []

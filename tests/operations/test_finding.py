@@ -67,7 +67,7 @@ async def test_lists_page_newest_first_with_filters(dev_env, settings, db):
     assert (await json_of("newsletter", "list", "--status", "submitted", env=env))["items"] == []
     posts = await json_of("posts", "list", env=env)
     assert [(row["post_id"], row["email_id"], row["status"]) for row in posts["items"]] == [
-        (seeded.post_id, seeded.email_id, "draft")]
+        (seeded.post_id, seeded.email_id, "published")]
 
     code, _, err = await cli("members", "list", "--status", "gold", env=env)
     assert code == 1 and "--status 'gold' is not one of free, paid, comped" in err
@@ -124,6 +124,11 @@ async def test_report_and_member_say_what_happened_and_who_was_left_out(dev_env,
             "INSERT INTO email_recipient_failures (email_id, member_id, email_recipient_id, code, message, severity, "
             "failed_at, event_id) SELECT email_id, member_id, id, $2, $3 || member_email || '> refused', $4, now(), "
             "$1 FROM email_recipients WHERE id = $1", recipient, code, "mailbox <", severity)
+    # …and its aggregation of the email's figures, with its own statement.
+    from activities.delivery_events import _AGGREGATE_EMAILS
+
+    await db.execute("INSERT INTO email_analytics_dirty_emails (email_id) VALUES ($1)", seeded.email_id)
+    await db.execute(_AGGREGATE_EMAILS)
     complainer = await db.fetchval("SELECT member_id FROM email_recipients WHERE id = $1", recipients[0])
     await db.execute("INSERT INTO email_spam_complaint_events (member_id, email_id, email_address) "
                      "VALUES ($1, $2, 'x')", complainer, seeded.email_id)

@@ -12,8 +12,8 @@ from tests.newsletter.test_failures import wait_until
 from tests.operations.test_waiting import cli, cli_env
 from worker import running_worker
 
-NEWSLETTER_STATUS = {"email_id", "status", "error", "submitted_at", "workflow_id", "run", "progress", "batches", "waiting_for",
-                     "recipients", "skipped_recipients"}
+NEWSLETTER_STATUS = {"email_id", "status", "error", "submitted_at", "workflow_id", "run", "progress", "batches",
+                     "waiting_for", "recipients", "recipients_expected", "skipped_recipients"}
 
 
 async def json_of(*args: str, env) -> dict:
@@ -65,7 +65,7 @@ async def test_outbox_status_and_show(dev_env, settings, db):
 
 async def test_posts_status(dev_env, settings, db):
     env = cli_env(settings, dev_env)
-    seeded = await seed_email(db, members=1)
+    seeded = await seed_email(db, members=1, post_status="draft")
     at = datetime.now(timezone.utc) + timedelta(days=2)
     await schedule_post(seeded.post_id, at.isoformat(), client=dev_env.client, settings=settings)
     try:

@@ -53,7 +53,7 @@ def encodings(value: str) -> list[str]:
 @pytest.mark.parametrize("log_format", ["text", "json"])
 @pytest.mark.parametrize("address", ADDRESSES)
 def test_no_address_in_any_encoding_in_message_or_traceback(log_format, address):
-    formatter = logs.FORMATTERS[log_format]([KEY])
+    formatter = logs.FORMATTERS[log_format]([KEY], tracebacks=True)  # as PRESSROOM_DEBUG=1 prints them
     for form in encodings(address):
         try:
             raise ValueError(f"refused {form} at https://api.example/v3/d/events?recipient={form}&limit=300")

@@ -140,7 +140,7 @@ async def test_an_outbox_entry_is_one_trace_from_enqueue_to_the_welcome_request(
 
 async def test_a_publication_is_one_trace_from_the_command_to_its_newsletter(traced_worker, spans, db, mailgun):
     client, settings = traced_worker
-    seeded = await seed_email(db, members=1500)
+    seeded = await seed_email(db, members=1500, post_status="draft")
     at = (datetime.now(timezone.utc) + timedelta(seconds=1)).isoformat()
     await schedule_post(seeded.post_id, at, client=client, settings=settings)
     outcome = await client.get_workflow_handle_for(PublishPostWorkflow.run, f"post-publish-{seeded.post_id}").result()

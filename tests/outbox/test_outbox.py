@@ -210,6 +210,29 @@ async def test_a_succeeded_entry_is_deleted_when_asked_and_its_ledger_line_kept(
     assert await dev_env.client.get_workflow_handle(f"outbox-{key}").result() == "succeeded"
 
 
+async def test_a_failed_delete_is_completed_with_the_reason_and_logged(db, dev_env, outbox_settings, caplog):
+    settings = outbox_settings(outbox_delete_on_success=True)
+    await db.execute("""
+        CREATE OR REPLACE FUNCTION refuse_outbox_delete() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN RAISE EXCEPTION 'deletes are refused here'; END $$;
+        CREATE TRIGGER refuse_outbox_delete BEFORE DELETE ON outbox FOR EACH ROW
+        EXECUTE FUNCTION refuse_outbox_delete();""")
+    try:
+        async with running_worker(dev_env.client, settings):
+            await ensure_relay(dev_env.client, settings)
+            async with db.acquire() as conn, conn.transaction():
+                key = await enqueue(conn, "NoopEvent", {"n": "undeletable"})
+            await settled(db, key, "completed")
+            await dev_env.client.get_workflow_handle(f"{RELAY_WORKFLOW_ID}-{settings.task_queue}").terminate()
+    finally:
+        await db.execute("DROP TRIGGER refuse_outbox_delete ON outbox")
+    row = await db.fetchrow("SELECT id, last_error_msg FROM outbox WHERE idempotency_key = $1", key)
+    assert row["last_error_msg"] == "Processed, but failed to delete outbox entry"
+    assert any(f"outbox entry {row['id']}: Processed, but failed to delete outbox entry" in record.getMessage()
+               for record in caplog.records)
+    assert await db.fetchval("SELECT status FROM idempotency_ledger WHERE idempotency_key = $1", key) == "succeeded"
+
+
 LEDGER_ROW = "SELECT row_to_json(l)::text FROM idempotency_ledger l WHERE idempotency_key = $1"
 
 

@@ -149,7 +149,7 @@ async def test_the_database_down_at_the_time_is_retried_until_it_is_back(db, dev
 
 async def test_a_published_post_with_a_newsletter_sends_it_once(db, mailgun, dev_env, postgres_url):
     settings = make_settings(postgres_url, mailgun, publish_lead_seconds=0.2)
-    seeded = await seed_email(db, members=25)
+    seeded = await seed_email(db, members=25, post_status="draft")
     async with running_worker(dev_env.client, settings):
         await schedule_post(seeded.post_id, soon(1), client=dev_env.client, settings=settings)
         result = await outcome(dev_env, seeded.post_id)
@@ -175,6 +175,28 @@ async def test_reconcile_starts_posts_scheduled_directly_in_sql(db, dev_env, pos
             assert (await outcome(dev_env, post_id)).status == "published"
     rows = await db.fetch("SELECT published_at, publish_completed_at FROM posts WHERE id = ANY($1)", post_ids)
     assert all(row["publish_completed_at"] >= row["published_at"] for row in rows)  # never early
+
+
+async def test_a_publish_run_terminated_leaves_its_post_scheduled_and_the_reconcile_arms_it_again(
+        db, dev_env, postgres_url, mailgun):
+    """The watchdog's post case (README "Every end is recorded"): the row is true as it is, and the
+    reconcile (every 10 minutes, and at worker start) starts its timer again."""
+    settings = make_settings(postgres_url, mailgun, publish_lead_seconds=0.2)
+    post_id = await seed_post(db)
+    async with running_worker(dev_env.client, settings):
+        await schedule_post(post_id, soon(3), client=dev_env.client, settings=settings)
+        handle = dev_env.client.get_workflow_handle(publish_workflow_id(post_id))
+        await handle.terminate(reason="an operator stops it")
+        assert await db.fetchval("SELECT status FROM posts WHERE id = $1", post_id) == "scheduled"
+
+        async def not_running() -> bool:  # the visibility store, which the reconcile reads, has caught up
+            return not [w async for w in dev_env.client.list_workflows(
+                f"WorkflowId = '{handle.id}' AND ExecutionStatus = 'Running'")]
+        await wait_until(not_running)
+        result = await reconcile_posts(client=dev_env.client, settings=settings)
+        assert result.started_or_moved == 1
+        assert (await outcome(dev_env, post_id)).status == "published"
+    assert await db.fetchval("SELECT status FROM posts WHERE id = $1", post_id) == "published"
 
 
 async def test_reconcile_leaves_a_timer_that_is_right_alone(db, dev_env, postgres_url, mailgun):

@@ -28,3 +28,10 @@ def test_a_timeout_gives_its_own_words_and_no_type():
 
 def test_an_error_without_a_cause_gives_its_own_words():
     assert cause_of(RuntimeError("boom")).message == "boom"
+
+
+def test_a_run_that_failed_because_an_activity_did_gives_the_activitys_own_words():
+    from temporalio.client import WorkflowFailureError
+
+    failed = WorkflowFailureError(cause=activity_error(ApplicationError("Unexpected test error", type="RaiseError")))
+    assert cause_of(failed) == FailureCause("Unexpected test error", "RaiseError")

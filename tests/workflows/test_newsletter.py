@@ -30,8 +30,9 @@ class FakeSending:
     """The newsletter activities over an in-memory list of batches of 10 recipients each."""
 
     def __init__(self, batches: int, *, lock: EmailLock | Exception | None = None,
-                 failures: dict[str, Exception] | None = None) -> None:
+                 failures: dict[str, Exception] | None = None, failing_attempts: int | None = None) -> None:
         self.batch_ids = [f"b{n:04d}" for n in range(batches)]
+        self.failing_attempts = failing_attempts  # a batch in `failures` fails only its first N attempts
         self.lock = lock if lock is not None else EmailLock(acquired=True, post_id="p1", plan=plan())
         self.failures = failures or {}
         self.status = {batch_id: "pending" for batch_id in self.batch_ids}
@@ -81,7 +82,8 @@ class FakeSending:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self.overlapped.wait(), 5)
             await asyncio.sleep(0.005)
-            if input.batch_id in self.failures:
+            if input.batch_id in self.failures and (self.failing_attempts is None
+                                                    or self.attempts[input.batch_id] <= self.failing_attempts):
                 raise self.failures[input.batch_id]
             self.status[input.batch_id] = "submitted"
             return BatchSent(batch_id=input.batch_id, recipients=10, provider_id=f"<{input.batch_id}@mg>",
@@ -147,13 +149,48 @@ async def test_a_refused_batch_is_recorded_with_its_status_code_and_the_rest_sti
     assert (progress.batches_sent, progress.batches_failed) == (3, 1)
 
 
-async def test_a_transient_failure_is_retried_as_planned_then_recorded(env):
-    unavailable = ApplicationError("Mailgun answered 503", 503, type="MailgunUnavailable")
+@pytest.mark.parametrize("kind", ["MailgunUnavailable", "MailgunRateLimited"])
+async def test_a_mailgun_outage_is_waited_out_on_a_timer_with_backoff_and_the_batch_sent_once(env, kind):
+    """Not taken after its retries (no connection, 429): the send waits for Mailgun on durable timers,
+    from the first wait doubling to the longest, says so, and sends the batch when Mailgun is back."""
+    unreachable = ApplicationError("Mailgun could not be reached", None, "mailgun-unreachable", type=kind)
+    fake = FakeSending(2, lock=EmailLock(acquired=True, plan=plan(
+        mailgun_retries=1, mailgun_retry_seconds=10, outage_first_wait_seconds=60, outage_max_wait_seconds=150)),
+        failures={"b0000": unreachable}, failing_attempts=8)  # four rounds of two attempts each
+    email_id = f"e-{uuid.uuid4().hex[:8]}"
+    outcome, progress = await send(env, fake, email_id=email_id)
+    assert outcome.status == "submitted" and fake.failed == []
+    assert fake.attempts == {"b0000": 9, "b0001": 1}
+    assert progress.message == "" and progress.batches_sent == 2
+    history = await env.client.get_workflow_handle(newsletter_workflow_id(email_id)).fetch_history()
+    waits = [event.timer_started_event_attributes.start_to_fire_timeout.ToSeconds() for event in history.events
+             if event.HasField("timer_started_event_attributes")]
+    assert waits == [60, 120, 150, 150]
+    summaries = [event.user_metadata.summary for event in history.events
+                 if event.HasField("timer_started_event_attributes")]
+    assert all(b"Mailgun unreachable since" in summary.data and b"next try at" in summary.data
+               for summary in summaries)
+
+
+async def test_an_uncertain_failure_after_its_retries_keeps_todays_path_and_fails_the_batch(env):
+    """A 5xx may have been queued: not an outage to wait out blindly; the batch fails, marked uncertain,
+    and a later send looks it up first."""
+    uncertain = ApplicationError("Mailgun failed the batch (503)", 503, type="MailgunUnavailable")
     fake = FakeSending(2, lock=EmailLock(acquired=True, plan=plan(mailgun_retries=3, mailgun_retry_seconds=30)),
-                       failures={"b0000": unavailable})
+                       failures={"b0000": uncertain})
     outcome, _ = await send(env, fake)
     assert fake.attempts == {"b0000": 4, "b0001": 1}, "mailgun_retries retries after the first attempt"
-    assert [(f.batch_id, f.status_code, f.message) for f in fake.failed] == [("b0000", 503, "MailgunUnavailable: Mailgun answered 503")]
+    assert [(f.batch_id, f.status_code) for f in fake.failed] == [("b0000", 503)]
+    assert outcome.status == "failed"
+
+
+async def test_a_refusal_that_will_not_change_fails_the_batch_at_once(env):
+    unauthorized = ApplicationError("Mailgun answered 401: the API key was refused", 401, type="MailgunRejected",
+                                    non_retryable=True)
+    fake = FakeSending(2, failures={"b0000": unauthorized})
+    outcome, _ = await send(env, fake)
+    assert fake.attempts == {"b0000": 1, "b0001": 1}
+    assert [(f.batch_id, f.status_code) for f in fake.failed] == [("b0000", 401)]
     assert outcome.status == "failed"
 
 
