@@ -80,6 +80,7 @@ SELECT {_LEFT_OUT_REASON} AS reason, count(*) AS n
 FROM missing JOIN members m ON m.id = missing.id
 LEFT JOIN members_newsletters mn ON mn.member_id = m.id AND mn.newsletter_id = $2
 LEFT JOIN suppressions s ON s.email = m.email
+LEFT JOIN email_skipped_recipients x ON x.email_id = $1 AND x.member_id = m.id
 WHERE m.created_at <= $3
 GROUP BY 1"""
 LEFT_OUT_PAGE = f"""
