@@ -37,7 +37,7 @@ def analytics_run_command(wait: bool = typer.Option(False, "--wait", help="Follo
         return print_json(result.model_dump())
     for phase in result.phases:
         console.print(f"{phase.phase:<14} fetched {phase.events:>7,} events, applied {phase.applied:>7,} "
-                      f"({phase.unknown} unknown, {phase.malformed} set aside) {dict(phase.by_type)}"
+                      f"({phase.unknown} unknown, {phase.malformed} set aside){_kinds(phase.by_type)}"
                       f"{' capped' if phase.capped else ''}", highlight=False)
     if result.aggregate:
         console.print(f"aggregates     {result.aggregate.emails:,} emails, {result.aggregate.members:,} members "
@@ -114,7 +114,8 @@ def print_analytics_status(status: dict, console: Console = console) -> None:
         for phase in run["phases"]:
             for kind, n in phase["by_type"].items():
                 counts[kind] = counts.get(kind, 0) + n
-        console.print(f"run {_when_any(run['started_at'])}: {sum(p['events'] for p in run['phases'])} events {counts}, "
+        events = sum(p["events"] for p in run["phases"])
+        console.print(f"run {_when_any(run['started_at'])}: {events} events{_kinds(counts)}, "
                       f"{run.get('events_per_second', 0)} events/s"
                       f"{', capped' if run['capped'] else ''}{', ERROR ' + run['error'] if run['error'] else ''}",
                       highlight=False)
@@ -130,3 +131,8 @@ def _when_any(moment) -> str:
         return when(moment)
     except (TypeError, ValueError):
         return str(moment)
+
+
+def _kinds(counts: dict) -> str:
+    """Events by kind as words: `: delivered 10, opened 4` (nothing when there are none)."""
+    return (": " + ", ".join(f"{kind} {n:,}" for kind, n in sorted(counts.items()))) if counts else ""
