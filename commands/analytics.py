@@ -5,7 +5,7 @@ from __future__ import annotations
 import typer
 from rich.console import Console
 
-from commands import JSON_OPTION, console, print_json, run_async, warn, when
+from commands import JSON_OPTION, console, plural, print_json, run_async, warn, when
 from operations.analytics import (analytics_backfill, analytics_pause, analytics_run, analytics_schedule,
                                   analytics_status, rejected_events)
 from pressroom.errors import PressroomError, cause_of
@@ -42,7 +42,7 @@ def analytics_run_command(wait: bool = typer.Option(False, "--wait", help="Follo
     if result.aggregate:
         console.print(f"aggregates     {result.aggregate.emails:,} emails, {result.aggregate.members:,} members "
                       "recomputed", highlight=False)
-    console.print(f"run finished: {result.events:,} events" + (", capped (a new run continues at once)"
+    console.print(f"run finished: {plural(result.events, 'event')}" + (", capped (a new run continues at once)"
                                                                 if result.capped else ""), highlight=False)
 
 
@@ -76,7 +76,7 @@ def analytics_rejected_command(limit: int = typer.Option(50, "--limit", min=1, m
     rejected = run_async(rejected_events(limit=limit))
     if as_json:
         return print_json(rejected)
-    console.print(f"{rejected['total']:,} events set aside", highlight=False)
+    console.print(f"{plural(rejected['total'], 'event')} set aside", highlight=False)
     for reason, count in rejected["by_reason"].items():
         console.print(f"{count:>8,}  {reason}", highlight=False)
     for event in rejected["events"]:
@@ -115,7 +115,7 @@ def print_analytics_status(status: dict, console: Console = console) -> None:
             for kind, n in phase["by_type"].items():
                 counts[kind] = counts.get(kind, 0) + n
         events = sum(p["events"] for p in run["phases"])
-        console.print(f"run {_when_any(run['started_at'])}: {events} events{_kinds(counts)}, "
+        console.print(f"run {_when_any(run['started_at'])}: {plural(events, 'event')}{_kinds(counts)}, "
                       f"{run.get('events_per_second', 0)} events/s"
                       f"{', capped' if run['capped'] else ''}{', ERROR ' + run['error'] if run['error'] else ''}",
                       highlight=False)
