@@ -12,7 +12,8 @@ import sys
 import typer
 from rich.console import Console
 
-from commands import analytics, dev, limits, members, newsletter, operate, outbox, posts, readable_help_types
+from commands import (analytics, dev, limits, members, newsletter, operate, outbox, posts, readable_help_types,
+                      webhooks)
 from pressroom import tracing
 
 app = typer.Typer(help="Pressroom: durable background jobs for newsletter publishing, on Temporal.",
@@ -39,6 +40,7 @@ app.add_typer(outbox.app, name="outbox")
 app.add_typer(analytics.app, name="analytics")
 app.add_typer(posts.app, name="posts")
 app.add_typer(limits.app, name="limits")
+app.add_typer(webhooks.app, name="webhooks")
 app.add_typer(operate.app)
 
 

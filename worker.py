@@ -22,9 +22,11 @@ from activities.newsletter import NewsletterActivities
 from activities.outbox import OutboxActivities
 from activities.posts import PostsActivities
 from activities.sending_limits import SendingLimitsActivities
+from activities.webhooks import WebhookActivities
 from operations.analytics import ensure_schedule as ensure_analytics_schedule
 from operations.outbox import ensure_relay as ensure_outbox_relay
 from operations.posts import reconcile_at_worker_start
+from operations.webhooks import ensure_inbox_applier
 from pressroom import database
 from pressroom.dependencies import Dependencies
 from pressroom.settings import Settings, get_settings
@@ -32,6 +34,7 @@ from workflows.analytics import FetchEmailAnalyticsWorkflow
 from workflows.newsletter import SendNewsletterWorkflow
 from workflows.outbox import DeliverOutboxEntryWorkflow, OutboxRelayWorkflow
 from workflows.posts import PublishPostWorkflow, ReconcilePostsWorkflow
+from workflows.webhooks import WebhookInboxWorkflow
 
 log = logging.getLogger("pressroom.worker")
 
@@ -42,6 +45,7 @@ WORKFLOWS: list[type] = [
     OutboxRelayWorkflow, DeliverOutboxEntryWorkflow,
     FetchEmailAnalyticsWorkflow,
     PublishPostWorkflow, ReconcilePostsWorkflow,
+    WebhookInboxWorkflow,
 ]
 
 
@@ -52,6 +56,7 @@ def build_activities(deps: Dependencies) -> list[Callable]:
     analytics = AnalyticsActivities(deps)
     posts = PostsActivities(deps)
     sending_limits = SendingLimitsActivities(deps)
+    webhooks = WebhookActivities(deps)
     return [
         newsletter.lock_email, newsletter.create_batches, newsletter.list_unsent_batches, newsletter.send_batch,
         newsletter.fail_batch, newsletter.finish_email,
@@ -59,6 +64,7 @@ def build_activities(deps: Dependencies) -> list[Callable]:
         outbox.relay_outbox, outbox.handle_entry, outbox.complete_entry, outbox.abort_entry,
         analytics.fetch_phase, analytics.aggregate_stats, analytics.record_run,
         posts.publish_post, posts.reconcile_posts,
+        webhooks.apply_inbox,
     ]
 
 
@@ -126,6 +132,7 @@ async def run(settings: Settings | None = None) -> None:
         await ensure_analytics_schedule(client, settings)  # analytics: the schedule exists, at current settings
         await reconcile_at_worker_start(client, settings)  # posts: every scheduled post has its timer
         await ensure_outbox_relay(client, settings)  # outbox: the relay runs
+        await ensure_inbox_applier(client, settings)  # webhooks: pushed events are applied
         log.info("worker started on task queue %s", settings.task_queue)
         await stop.wait()
         log.info("worker stopping: in-flight activities finish or are handed back")

@@ -23,7 +23,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.confirm import StillConfirming, confirm_wait, lookup_window, uncertain_sends_exhausted
-from activities.heartbeat import heartbeating
+from activities.heartbeat import heartbeating, wait_for_work, woken_by_notify
 from activities.metrics import Instruments
 from activities.watchdog import ClosedRun, Job, Watchdog, Watched, run_closed
 from pressroom import tracing
@@ -32,7 +32,6 @@ from pressroom.email_rendering import ContentError, Rendered, header_text, mailb
 from pressroom.mailgun import ACCEPTED, UNCERTAIN, MailgunError, MailgunRejected
 
 NOTIFY_CHANNEL = "pressroom_outbox"
-RELAY_HEARTBEAT_SECONDS = 2.0  # well inside the relay workflow's 10 s heartbeat timeout
 RELAY_CAP_RECHECK_SECONDS = 0.1  # at the open-deliveries cap, how soon the relay counts again
 RELAY_CONCURRENT_STARTS = 64  # workflow starts in flight at once
 HANDLE_FIRST_HEARTBEAT_SECONDS = 2.0  # well inside handle_entry's 10 s heartbeat timeout
@@ -179,51 +178,27 @@ class OutboxActivities:
         Safe to run several at once and to repeat: rows are claimed with SKIP LOCKED inside the
         transaction that starts their workflows, and a workflow that exists counts as started.
         """
-        wake = asyncio.Event()
-        listener = await asyncpg.connect(self.settings.database_url)
-        await listener.add_listener(NOTIFY_CHANNEL, lambda *_: wake.set())
-
-        async def wake_at_worker_shutdown() -> None:
-            await activity.wait_for_worker_shutdown()
-            wake.set()
-
-        # A stopping worker hands the relay back at once (the workflow calls it again, on another
-        # worker) instead of holding the shutdown for the whole grace period.
-        shutdown = asyncio.create_task(wake_at_worker_shutdown())
         # Rows of every job whose run closed without finishing them (activities/watchdog.py).
         orphans = asyncio.create_task(Watchdog(self.pool, self.temporal,
                                                self.settings.outbox_orphan_check_sec).watch())
         started, deadline = 0, time.monotonic() + input.run_seconds
         try:
-            while time.monotonic() < deadline and not activity.is_worker_shutdown():
-                activity.heartbeat(started)
-                claimed, at_cap = await self._claim_and_start()
-                started += claimed
-                if at_cap:
-                    # Open deliveries finishing send no NOTIFY: look again soon, not a poll interval
-                    # later, so that a burst keeps the engine busy at the cap.
-                    await self._wait_for_work(wake, min(RELAY_CAP_RECHECK_SECONDS, deadline - time.monotonic()),
-                                              started)
-                elif claimed < self.settings.outbox_batch:
-                    await self._wait_for_work(wake, min(self.settings.outbox_poll_interval_sec,
-                                                        deadline - time.monotonic()), started)
+            async with woken_by_notify(self.settings.database_url, NOTIFY_CHANNEL) as wake:
+                while time.monotonic() < deadline and not activity.is_worker_shutdown():
+                    activity.heartbeat(started)
+                    claimed, at_cap = await self._claim_and_start()
+                    started += claimed
+                    if at_cap:
+                        # Open deliveries finishing send no NOTIFY: look again soon, not a poll interval
+                        # later, so that a burst keeps the engine busy at the cap.
+                        await wait_for_work(wake, min(RELAY_CAP_RECHECK_SECONDS, deadline - time.monotonic()),
+                                            started)
+                    elif claimed < self.settings.outbox_batch:
+                        await wait_for_work(wake, min(self.settings.outbox_poll_interval_sec,
+                                                      deadline - time.monotonic()), started)
         finally:
             orphans.cancel()
-            shutdown.cancel()
-            await listener.close()
         return RelayResult(started=started)
-
-    @staticmethod
-    async def _wait_for_work(wake: asyncio.Event, seconds: float, started: int) -> None:
-        """Until a NOTIFY or `seconds` pass, heartbeating every RELAY_HEARTBEAT_SECONDS meanwhile, so
-        that the relay's heartbeat timeout holds however long OUTBOX_POLL_INTERVAL_SEC is set."""
-        until = time.monotonic() + seconds
-        while not wake.is_set() and (left := until - time.monotonic()) > 0:
-            try:
-                await asyncio.wait_for(wake.wait(), min(left, RELAY_HEARTBEAT_SECONDS))
-            except TimeoutError:
-                activity.heartbeat(started)
-        wake.clear()
 
     async def _claim_and_start(self) -> tuple[int, bool]:
         """Claim up to a batch of due entries and start their deliveries; (started, at the open-deliveries cap)."""

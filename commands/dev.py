@@ -40,7 +40,7 @@ def dev_up() -> None:
 # The variables a program needs to use the running stack, as `pressroom dev env` prints them.
 STACK_VARIABLES = (("DATABASE_URL", "database_url"), ("TEMPORAL_ADDRESS", "temporal_address"),
                    ("MAILGUN_BASE_URL", "mailgun_base_url"), ("MAILGUN_DOMAIN", "mailgun_domain"),
-                   ("MAILGUN_API_KEY", "mailgun_api_key"))
+                   ("MAILGUN_API_KEY", "mailgun_api_key"), ("MAILGUN_WEBHOOK_SIGNING_KEY", "webhook_signing_key"))
 
 
 @app.command("env")

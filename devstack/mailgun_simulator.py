@@ -23,6 +23,12 @@ What it models
   picks up what became visible since (Mailgun's event polling). An event is visible once its
   timestamp + storage delay (+ the lateness of a "late" event) has passed.
 
+* Webhooks: `GET|POST /v3/domains/{domain}/webhooks`, `GET|PUT /v3/domains/{domain}/webhooks/{id}`
+  register URLs per kind (form `id`, `url` up to 3); from then on every event of that kind is
+  POSTed there as Mailgun does (`{"signature": {timestamp, token, signature}, "event-data"}`,
+  HMAC-SHA256 with the webhook signing key, `MAILGUN_WEBHOOK_SIGNING_KEY` when run as a process),
+  retried on any answer but 200 or 406 along Mailgun's schedule (`Push`).
+
 The provider's documented worst cases, each a `Faults` switch: answers 500 without storing
 (`error_rate`) or after storing (`error_after_accept_rate`: Mailgun says a 5xx may still have
 sent), drops the connection after storing (`lost_response_rate`), 429 "try again after <date>"
@@ -46,6 +52,9 @@ Admin API (no auth; a loopback tool)
 * `POST /_sim/domains {"domain": "fallback.example"}` — serve another sending domain of the same
   account (domain warming); each domain has its own events and its own caps.
 * `POST /_sim/reset` — forget messages and events, restore default faults, rates and clock.
+* `GET|POST /_sim/push` — `Push` fields (how events are pushed to registered webhooks: delay,
+  reordering, duplicates, wrong signatures, stale timestamps, Mailgun's retry schedule scaled) and
+  the pushes' counts (`push_stats`).
 * `POST /_sim/hostile {"email_id", "recipients": [...], "cases": [...]}` — events no provider should
   send (`HOSTILE_CASES`: a NUL or a lone surrogate in the recipient, a code beyond int32, no id, a
   huge nested field, a timestamp that is not a number, repeated ids), served and pushed like others.
@@ -71,7 +80,10 @@ import base64
 import binascii
 import bisect
 import hashlib
+import heapq
+import hmac
 import itertools
+import os
 import json
 import math
 import os
@@ -93,6 +105,7 @@ from email.utils import format_datetime, getaddresses, parsedate_to_datetime
 from functools import lru_cache
 from typing import Any
 
+import aiohttp
 from aiohttp import web
 
 MAX_RECIPIENTS = 1000
@@ -159,7 +172,30 @@ class AccountLimits:
     daily_limit: float = 0.0
 
 
-def _update(settings: Rates | Faults | AccountLimits, changes: dict[str, Any]) -> None:
+# Mailgun retries a webhook answered with anything but 200 (or 406) after 10 min, 10 min, 15 min,
+# 30 min, 1 h, 2 h and 4 h, then drops it.
+RETRY_SCHEDULE = (600.0, 600.0, 900.0, 1800.0, 3600.0, 7200.0, 14400.0)
+WEBHOOK_IDS = ("accepted", "clicked", "complained", "delivered", "opened", "permanent_fail", "temporary_fail",
+               "unsubscribed")
+
+
+@dataclass
+class Push:
+    """How events are pushed to the registered webhooks: as Mailgun does, and its worst cases."""
+
+    enabled: bool = True
+    delay_seconds: float = 0.0  # after the event happens (an event in the past goes at once)
+    reorder_seconds: float = 0.0  # each push waits a further random share of this: they arrive out of order
+    duplicate_rate: float = 0.0  # pushed twice, each signed afresh (delivery is at least once)
+    wrong_signature_rate: float = 0.0  # signed with another key
+    stale_timestamp_rate: float = 0.0  # signed an hour ago
+    retry_scale: float = 1.0  # Mailgun's retry schedule (RETRY_SCHEDULE) times this: 0.001 makes 8 h 30 s
+    concurrency: int = 32
+    timeout_seconds: float = 10.0
+    record_sends: bool = False  # keep when each push answered 200 was sent (`GET /_sim/push/sent`, benchmarks)
+
+
+def _update(settings: Rates | Faults | AccountLimits | Push, changes: dict[str, Any]) -> None:
     """Apply changes by field name, refusing unknown names and out-of-range shares."""
     known = {f.name: f for f in fields(settings)}
     for name, value in changes.items():
@@ -349,8 +385,19 @@ def _fates(message_id: str, address: str) -> tuple[float, ...]:
 class MailgunSimulator:
     """The simulator's state and HTTP server; tests may read `messages` and call the admin methods."""
 
-    def __init__(self, *, api_key: str, domain: str, seed: int = 0) -> None:
+    def __init__(self, *, api_key: str, domain: str, seed: int = 0,
+                 webhook_signing_key: str = "sim-webhook-signing-key") -> None:
         self.api_key = api_key
+        self.webhook_signing_key = webhook_signing_key
+        self.webhooks: dict[str, dict[str, list[str]]] = {}  # domain → webhook id → URLs
+        self.push = Push()
+        self.push_counts: Counter[str] = Counter()
+        self._pushes: list[tuple[float, int, _Group, int, int, str]] = []  # heap: (due, n, group, position, attempt, url)
+        self._push_n = itertools.count()
+        self._push_wake = asyncio.Event()
+        self._pusher: asyncio.Task | None = None
+        self._in_flight = 0
+        self.sent_at = array("d")  # with Push.record_sends: when each push answered 200 was sent
         self.domain = domain
         self.domains = {domain}  # the account's sending domains; `add_domain` adds more
         # Suppression lists per (domain, list): bounces, unsubscribes, complaints.
@@ -397,6 +444,11 @@ class MailgunSimulator:
         self.suppressed.clear()
         self.clock_offset = 0.0
         self._rng = random.Random(self.seed)
+        self.webhooks.clear()
+        self.push = Push()
+        self.push_counts.clear()
+        self._pushes.clear()
+        self.sent_at = array("d")
 
     def set_faults(self, **changes: Any) -> None:
         if "seed" in changes:
@@ -409,6 +461,20 @@ class MailgunSimulator:
 
     def set_limits(self, **changes: Any) -> None:
         _update(self.limits, changes)
+
+    def set_push(self, **changes: Any) -> None:
+        _update(self.push, changes)
+        self._push_wake.set()
+
+    def push_stats(self) -> dict[str, Any]:
+        """Pushes by outcome: `pushed` (attempts), `answered_<status>`, `errors` (no answer), `retries`
+        (scheduled), `gave_up` (retries spent), `duplicates`; `pending` waiting or in flight."""
+        return {**self.push_counts, "pending": len(self._pushes) + self._in_flight}
+
+    def register_webhook(self, kind: str, urls: Sequence[str], domain: str | None = None) -> None:
+        if kind not in WEBHOOK_IDS:
+            raise ValueError(f"unknown webhook {kind!r}")
+        self.webhooks.setdefault(domain or self.domain, {})[kind] = list(urls)
 
     def add_domain(self, domain: str) -> None:
         """Serve another sending domain of this account (the fallback domain of domain warming)."""
@@ -532,6 +598,13 @@ class MailgunSimulator:
             web.post("/_sim/domains", self._admin_domains),
             web.post("/_sim/events", self._admin_events),
             web.post("/_sim/hostile", self._admin_hostile),
+            web.get("/_sim/push", self._admin_push),
+            web.post("/_sim/push", self._admin_push),
+            web.get("/_sim/push/sent", self._admin_push_sent),
+            web.get("/v3/domains/{domain}/webhooks", self._list_webhooks),
+            web.get("/v3/domains/{domain}/webhooks/{id}", self._list_webhooks),
+            web.post("/v3/domains/{domain}/webhooks", self._save_webhook),
+            web.put("/v3/domains/{domain}/webhooks/{id}", self._save_webhook),
         ])
         self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
         await self._runner.setup()
@@ -540,9 +613,14 @@ class MailgunSimulator:
         sock.bind((host, port))
         await web.SockSite(self._runner, sock, backlog=1024).start()
         self.base_url = f"http://{host}:{sock.getsockname()[1]}"
+        self._push_wake = asyncio.Event()
+        self._pusher = asyncio.create_task(self._push_forever())
         return self.base_url
 
     async def stop(self) -> None:
+        if self._pusher is not None:
+            self._pusher.cancel()
+            self._pusher = None
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
@@ -717,6 +795,125 @@ class MailgunSimulator:
         at = bisect.bisect_left(self._keys, key)
         self._keys.insert(at, key)
         self._groups.insert(at, group)
+        self._schedule_pushes(group)
+
+    # --- webhooks: pushing events ---
+
+    @staticmethod
+    def _webhook_id(group: _Group) -> str | None:
+        if group.kind == "failed":
+            return "permanent_fail" if group.severity == "permanent" else "temporary_fail"
+        return group.kind if group.kind in WEBHOOK_IDS else None
+
+    def _schedule_pushes(self, group: _Group) -> None:
+        """Each event of the group, to every URL registered for its kind, when it happens."""
+        hooks = self.webhooks.get(group.message.domain or self.domain, {})
+        urls = hooks.get(self._webhook_id(group) or "", [])
+        if not urls or not self.push.enabled:
+            return
+        push, rng = self.push, self._rng
+        base = time.monotonic() + max(0.0, group.timestamp - self.now()) + push.delay_seconds
+        for position in range(len(group.members)):
+            copies = 2 if push.duplicate_rate and rng.random() < push.duplicate_rate else 1
+            self.push_counts["duplicates"] += copies - 1
+            for _ in range(copies):
+                for url in urls:
+                    due = base + (rng.random() * push.reorder_seconds if push.reorder_seconds else 0.0)
+                    heapq.heappush(self._pushes, (due, next(self._push_n), group, position, 0, url))
+        self._push_wake.set()
+
+    def _webhook_body(self, group: _Group, position: int) -> bytes:
+        """The POST Mailgun sends: the signature and the event as the events API shows it, signed now."""
+        push, rng = self.push, self._rng
+        stamp = int(time.time()) - (3600 if push.stale_timestamp_rate and rng.random() < push.stale_timestamp_rate
+                                    else 0)
+        token = secrets.token_hex(25)
+        key = self.webhook_signing_key
+        if push.wrong_signature_rate and rng.random() < push.wrong_signature_rate:
+            key = "not-" + key
+        signature = hmac.new(key.encode(), f"{stamp}{token}".encode(), hashlib.sha256).hexdigest()
+        item = self._render_items([(group, position)])[1:-1]
+        return (f'{{"signature":{{"timestamp":"{stamp}","token":"{token}","signature":"{signature}"}},'
+                f'"event-data":{item}}}').encode()
+
+    async def _push_forever(self) -> None:
+        slots = asyncio.Semaphore(max(1, int(self.push.concurrency)))
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=self.push.timeout_seconds)) as session:
+            while True:
+                now = time.monotonic()
+                while self._pushes and self._pushes[0][0] <= now and self.push.enabled:
+                    _, _, group, position, attempt, url = heapq.heappop(self._pushes)
+                    await slots.acquire()
+                    self._in_flight += 1
+                    task = asyncio.create_task(self._push_one(session, group, position, attempt, url))
+                    task.add_done_callback(lambda _: (slots.release(), self._done_one()))
+                    now = time.monotonic()
+                self._push_wake.clear()
+                wait = min(1.0, self._pushes[0][0] - now) if self._pushes else 1.0
+                try:
+                    await asyncio.wait_for(self._push_wake.wait(), max(0.001, wait))
+                except TimeoutError:
+                    pass
+
+    def _done_one(self) -> None:
+        self._in_flight -= 1
+
+    async def _push_one(self, session: aiohttp.ClientSession, group: _Group, position: int, attempt: int,
+                        url: str) -> None:
+        self.push_counts["pushed"] += 1
+        sent = time.time()
+        try:
+            async with session.post(url, data=self._webhook_body(group, position),
+                                    headers={"Content-Type": "application/json"}) as response:
+                await response.read()
+                status = response.status
+        except (aiohttp.ClientError, OSError, asyncio.TimeoutError):
+            status = None
+        self.push_counts[f"answered_{status}" if status else "errors"] += 1
+        if status == 200 and self.push.record_sends:
+            self.sent_at.append(sent)
+        if status in (200, 406):
+            return  # delivered, or refused for good
+        if attempt >= len(RETRY_SCHEDULE):
+            self.push_counts["gave_up"] += 1
+            return
+        self.push_counts["retries"] += 1
+        due = time.monotonic() + RETRY_SCHEDULE[attempt] * self.push.retry_scale
+        heapq.heappush(self._pushes, (due, next(self._push_n), group, position, attempt + 1, url))
+        self._push_wake.set()
+
+    # --- webhooks: the API that registers them ---
+
+    async def _list_webhooks(self, request: web.Request) -> web.Response:
+        if refusal := await self._guard(request, "webhooks"):
+            return refusal
+        hooks = self.webhooks.get(request.match_info["domain"], {})
+        kind = request.match_info.get("id")
+        if kind is not None:
+            if kind not in hooks:
+                return web.json_response({"message": "webhook not found"}, status=404)
+            return web.json_response({"webhook": {"urls": hooks[kind]}})
+        return web.json_response({"webhooks": {k: {"urls": v} for k, v in hooks.items()}})
+
+    async def _save_webhook(self, request: web.Request) -> web.Response:
+        if refusal := await self._guard(request, "webhooks"):
+            return refusal
+        form = await request.post()
+        hooks = self.webhooks.setdefault(request.match_info["domain"], {})
+        kind = request.match_info.get("id") or form.get("id")
+        urls = [u for u in form.getall("url", []) if isinstance(u, str)]
+        if kind not in WEBHOOK_IDS:
+            return web.json_response({"message": "id parameter is invalid"}, status=400)
+        if not urls or len(urls) > 3 or not all(u.startswith(("http://", "https://")) for u in urls):
+            return web.json_response({"message": "url parameter is invalid (1 to 3 URLs)"}, status=400)
+        creating = request.method == "POST"
+        if creating and kind in hooks:
+            return web.json_response({"message": "Webhook already exists"}, status=400)
+        if not creating and kind not in hooks:
+            return web.json_response({"message": "webhook not found"}, status=404)
+        hooks[kind] = urls
+        return web.json_response({"message": f"Webhook has been {'created' if creating else 'updated'}",
+                                  "webhook": {"urls": urls}})
 
     async def _get_events(self, request: web.Request) -> web.StreamResponse:
         if refusal := await self._guard(request, "events"):
@@ -941,6 +1138,12 @@ class MailgunSimulator:
         self.reset()
         return web.json_response({"message": "reset"})
 
+    async def _admin_push(self, request: web.Request) -> web.Response:
+        return await self._admin_update(request, self.set_push, lambda: {**asdict(self.push), **self.push_stats()})
+
+    async def _admin_push_sent(self, request: web.Request) -> web.Response:
+        return web.json_response(sorted(self.sent_at))
+
     async def _admin_hostile(self, request: web.Request) -> web.Response:
         try:
             body = await request.json()
@@ -1008,7 +1211,10 @@ API_KEY_VARIABLE = "MAILGUN_SIMULATOR_API_KEY"
 
 
 async def _serve(args: argparse.Namespace) -> None:
-    simulator = MailgunSimulator(api_key=args.api_key, domain=args.domain, seed=args.seed)
+    # The signing key from the environment, never the command line (other local users read that).
+    simulator = MailgunSimulator(api_key=args.api_key, domain=args.domain, seed=args.seed,
+                                 webhook_signing_key=os.environ.get("MAILGUN_WEBHOOK_SIGNING_KEY")
+                                 or secrets.token_hex(16))
     url = await simulator.start(args.host, args.port)
     print(f"Mailgun simulator for {args.domain} on {url}", flush=True)
     stop = asyncio.Event()

@@ -347,12 +347,16 @@ def start_temporal_dev_server(*, port: int, ui_port: int, db_file: Path, log: Pa
     return process
 
 
-def start_simulator(*, port: int, api_key: str, domain: str, log: Path, detach: bool = False) -> subprocess.Popen:
+def start_simulator(*, port: int, api_key: str, domain: str, log: Path, detach: bool = False,
+                    webhook_signing_key: str = "") -> subprocess.Popen:
     from devstack.mailgun_simulator import API_KEY_VARIABLE
 
     require_free_port(port, "the Mailgun simulator")
-    # The key goes through the environment: a command line is readable by every local account.
+    # The keys go through the environment: a command line is readable by every local account.
+    keys = {API_KEY_VARIABLE: api_key}
+    if webhook_signing_key:
+        keys["MAILGUN_WEBHOOK_SIGNING_KEY"] = webhook_signing_key
     process = _spawn([sys.executable, "-m", "devstack.mailgun_simulator", "--host", "127.0.0.1",
-                      "--port", str(port), "--domain", domain], log, detach=detach, env={API_KEY_VARIABLE: api_key})
+                      "--port", str(port), "--domain", domain], log, detach=detach, env=keys)
     wait_for_port(port, "the Mailgun simulator", process, log)
     return process

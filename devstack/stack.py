@@ -95,10 +95,11 @@ def up() -> StackStatus:
         status.running.append("Mailgun simulator")
     else:
         api_key = state.get("mailgun_api_key") or f"sim-{secrets.token_hex(16)}"
+        signing_key = state.get("webhook_signing_key") or secrets.token_hex(16)  # signs the simulator's webhooks
         process = start_simulator(port=simulator_port, api_key=api_key, domain=SIMULATOR_DOMAIN,
-                                  log=home / "simulator.log", detach=True)
+                                  log=home / "simulator.log", detach=True, webhook_signing_key=signing_key)
         state.update(simulator_pid=process.pid, mailgun_base_url=f"http://127.0.0.1:{simulator_port}",
-                     mailgun_api_key=api_key, mailgun_domain=SIMULATOR_DOMAIN)
+                     mailgun_api_key=api_key, mailgun_domain=SIMULATOR_DOMAIN, webhook_signing_key=signing_key)
         status.started.append("Mailgun simulator")
 
     private_file(dev_stack_file(), json.dumps(state, indent=2))  # it holds the database's password and the simulator's key

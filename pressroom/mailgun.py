@@ -15,6 +15,8 @@ a recipient address ever appears in an exception's text.
 from __future__ import annotations
 
 import copy
+import hashlib
+import hmac
 import re
 import secrets
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
@@ -223,6 +225,15 @@ def _rfc2822(moment: datetime) -> str:
     return format_datetime(moment.astimezone(timezone.utc), usegmt=True)
 
 
+_URLENCODED = {"Content-Type": "application/x-www-form-urlencoded"}
+
+
+def _urlencoded(fields: Sequence[tuple[str, str]]) -> bytes:
+    from urllib.parse import urlencode
+
+    return urlencode(fields).encode()
+
+
 def _epoch(moment: datetime) -> str:
     """Epoch seconds, keeping the fraction: analytics resumes from an event's exact timestamp."""
     if moment.tzinfo is None:
@@ -380,6 +391,45 @@ def parse_event(item: Any) -> DeliveryEvent | EventRejected:
     except pydantic.ValidationError as error:  # checked above already: a second net, never expected to catch
         return EventRejected(provider=PROVIDER, reason=f"the event does not fit its model ({error.error_count()} errors)",
                              event_id=event_id)
+
+
+# --- webhooks ------------------------------------------------------------------------------------
+
+# The webhook kinds Pressroom registers: every one whose events it applies (clicks it does not).
+WEBHOOK_KINDS = ("delivered", "opened", "permanent_fail", "temporary_fail", "unsubscribed", "complained")
+_TOKEN = re.compile(r"[A-Za-z0-9_-]{1,256}")
+_SIGNATURE = re.compile(r"[0-9a-f]{64}")
+_TIMESTAMP = re.compile(r"[0-9]{1,12}")
+
+
+def webhook_signature(signing_key: str, timestamp: str, token: str) -> str:
+    """Mailgun's signature of a webhook request: HMAC-SHA256 of timestamp + token, in hex."""
+    return hmac.new(signing_key.encode(), f"{timestamp}{token}".encode(), hashlib.sha256).hexdigest()
+
+
+@dataclass(frozen=True)
+class WebhookSignature:
+    timestamp: int
+    token: str
+
+
+def verify_webhook(signing_key: str, body: Any, now: float, max_age: float) -> WebhookSignature:
+    """The request's signature checked (compared in constant time) and fresh: its timestamp and token.
+
+    Raises ValueError with the reason to refuse it (one line: "signature does not match", …)."""
+    signature = body.get("signature") if isinstance(body, dict) else None
+    if not isinstance(signature, dict) or not isinstance(body.get("event-data"), dict):
+        raise ValueError("no signature or no event-data")
+    timestamp, token, given = signature.get("timestamp"), signature.get("token"), signature.get("signature")
+    timestamp = str(timestamp) if isinstance(timestamp, int) and not isinstance(timestamp, bool) else timestamp
+    if not (isinstance(timestamp, str) and _TIMESTAMP.fullmatch(timestamp) and isinstance(token, str)
+            and _TOKEN.fullmatch(token) and isinstance(given, str) and _SIGNATURE.fullmatch(given.lower())):
+        raise ValueError("signature fields malformed")
+    if not hmac.compare_digest(webhook_signature(signing_key, timestamp, token), given.lower()):
+        raise ValueError("signature does not match")
+    if abs(now - int(timestamp)) > max_age:
+        raise ValueError("timestamp stale")
+    return WebhookSignature(int(timestamp), token)
 
 
 class MailgunClient:
@@ -576,6 +626,28 @@ class MailgunClient:
                     return found or message_id or ""
             if not items or url is None:
                 return None
+
+    # --- webhooks ---
+
+    async def webhooks(self) -> dict[str, list[str]]:
+        """The domain's webhooks: kind → its URLs."""
+        response = await self._request("GET", f"/v3/domains/{self.domain}/webhooks", what="webhooks query")
+        body = self._json(response, "webhooks query")
+        hooks = body.get("webhooks") if isinstance(body, dict) else None
+        if not isinstance(hooks, dict):
+            raise MailgunBadResponse("Mailgun answered the webhooks query without `webhooks`")
+        return {kind: [u for u in (value or {}).get("urls", []) if isinstance(u, str)]
+                for kind, value in hooks.items() if isinstance(value, dict) or value is None}
+
+    async def set_webhook(self, kind: str, urls: Sequence[str], *, exists: bool) -> None:
+        """Create the kind's webhook with these URLs, or replace the URLs of an existing one."""
+        form = [("url", url) for url in urls]
+        if exists:
+            await self._request("PUT", f"/v3/domains/{self.domain}/webhooks/{kind}", what=f"{kind} webhook update",
+                                content=_urlencoded(form), headers=_URLENCODED)
+        else:
+            await self._request("POST", f"/v3/domains/{self.domain}/webhooks", what=f"{kind} webhook creation",
+                                content=_urlencoded([("id", kind), *form]), headers=_URLENCODED)
 
     def _check_same_origin(self, url: str) -> None:
         """A paging URL must point at our Mailgun: the API key is sent with it."""

@@ -136,6 +136,16 @@ class Settings(BaseSettings):
     publish_heartbeat_seconds: float = Field(default=2.0, ge=1, le=60,
                                              validation_alias="PRESSROOM_PUBLISH_HEARTBEAT_SECONDS")
 
+    # --- webhooks: events pushed by the provider (pressroom webhooks serve) ---
+    # The domain's HTTP webhook signing key (Mailgun: Sending → Webhooks), not the API key.
+    webhook_signing_key: SecretStr = Field(default=SecretStr(""), validation_alias="MAILGUN_WEBHOOK_SIGNING_KEY")
+    # A request signed longer ago (or further ahead) than this is refused as stale; its token is
+    # remembered this long, so a replay is refused either way.
+    webhook_max_age_seconds: int = Field(default=300, ge=10, le=86400, validation_alias="PRESSROOM_WEBHOOK_MAX_AGE_SECONDS")
+    webhook_max_body_bytes: int = Field(default=256 * 1024, ge=1024, le=16 * 1024 * 1024,
+                                        validation_alias="PRESSROOM_WEBHOOK_MAX_BODY_BYTES")
+    webhook_apply_batch: int = Field(default=2000, ge=1, le=20_000, validation_alias="PRESSROOM_WEBHOOK_APPLY_BATCH")
+
     # --- worker ---
     # Publish activities mostly sleep out their last seconds; many may wait at once when posts share a time.
     worker_max_activities: int = Field(default=1000, ge=1, validation_alias="PRESSROOM_WORKER_MAX_ACTIVITIES")
@@ -321,6 +331,13 @@ class Settings(BaseSettings):
         if not self.mailgun_domain:
             raise ConfigurationError("MAILGUN_DOMAIN is not set (required outside the development stack)")
 
+    def require_webhook_signing_key(self) -> str:
+        key = self.webhook_signing_key.get_secret_value()
+        if not key:
+            raise ConfigurationError("MAILGUN_WEBHOOK_SIGNING_KEY is not set: the receiver cannot tell Mailgun's "
+                                     "requests from forged ones (Mailgun: Sending → Webhooks → HTTP webhook signing key)")
+        return key
+
 
 _ALIASES = {name: field.validation_alias for name, field in Settings.model_fields.items()}
 
@@ -371,7 +388,8 @@ def load_settings(**overrides: object) -> Settings:
     fallback = {}
     for field, variable in (("database_url", "DATABASE_URL"), ("temporal_address", "TEMPORAL_ADDRESS"),
                             ("mailgun_base_url", "MAILGUN_BASE_URL"), ("mailgun_api_key", "MAILGUN_API_KEY"),
-                            ("mailgun_domain", "MAILGUN_DOMAIN")):
+                            ("mailgun_domain", "MAILGUN_DOMAIN"),
+                            ("webhook_signing_key", "MAILGUN_WEBHOOK_SIGNING_KEY")):
         if variable not in os.environ and stack.get(field):
             fallback[_ALIASES[field]] = stack[field]
     for field, value in _profile_values(temporal_profile()).items():

@@ -20,7 +20,7 @@ from temporalio.testing import WorkflowEnvironment
 # Tests never read a developer's running stack or environment: each value comes from a fixture.
 os.environ["PRESSROOM_HOME"] = tempfile.mkdtemp(prefix="pressroom-test-home-")
 for variable in ("DATABASE_URL", "TEMPORAL_ADDRESS", "MAILGUN_API_KEY", "MAILGUN_DOMAIN", "MAILGUN_BASE_URL",
-                 "PRESSROOM_ENCRYPTION_KEY"):
+                 "PRESSROOM_ENCRYPTION_KEY", "MAILGUN_WEBHOOK_SIGNING_KEY"):
     os.environ.pop(variable, None)
 
 from devstack.servers import Postgres, find_binary, free_port  # noqa: E402

@@ -1,6 +1,7 @@
 """Capture the workflow histories of this release, for the replay test of every later release.
 
     .venv/bin/python tests/histories/capture.py            # writes tests/histories/<version>/
+    .venv/bin/python tests/histories/capture.py --only webhooks --version 0.5.0   # one job, kept beside the rest
 
 It starts its own servers from the project's wheels (PostgreSQL, the Temporal dev server with an
 early continue-as-new suggestion, the Mailgun simulator), seeds a small site, drives every
@@ -282,12 +283,38 @@ class Capture:
             self.save("analytics-finished", handle.id, None, "completed: every phase and the aggregates")
 
 
+    # --- webhooks ---
+
+    async def webhooks(self) -> None:
+        from activities.webhooks import INBOX_WORKFLOW_ID, NOTIFY_CHANNEL
+        from operations.webhooks import ensure_inbox_applier
+
+        settings = self.settings("webhooks")
+        async with running_worker(self.client, settings):
+            await ensure_inbox_applier(self.client, settings)
+            event = {"id": "capture-pushed-1", "event": "delivered", "timestamp": time.time(),
+                     "recipient": "member0@capture.example", "user-variables": {"email-id": "capture-unknown"}}
+            await self.pool.execute("INSERT INTO webhook_inbox (provider, kind, event) VALUES ('mailgun', 'delivered', $1)",
+                                    json.dumps(event))
+            await self.pool.execute("SELECT pg_notify($1, '')", NOTIFY_CHANNEL)
+            await self.until("SELECT count(*) = 0 FROM webhook_inbox")
+            inbox = self.client.get_workflow_handle(f"{INBOX_WORKFLOW_ID}-{settings.task_queue}")
+            self.save("webhook-inbox", inbox.id, None, "running: the inbox activity applies pushed events")
+            await inbox.terminate("captured")
+
+
 async def main() -> None:
-    version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--only", nargs="*", help="capture these jobs only, keeping the folder's other histories")
+    parser.add_argument("--version", help="the folder to write (default: pyproject's version)")
+    args = parser.parse_args()
+    version = args.version or tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
     out = ROOT / "tests" / "histories" / version
-    if out.exists():
+    if out.exists() and not args.only:
         shutil.rmtree(out)
-    out.mkdir(parents=True)
+    out.mkdir(parents=True, exist_ok=True)
     folder = Path(tempfile.mkdtemp(prefix="pressroom-capture-"))
     postgres = Postgres(folder / "postgres", free_port())
     postgres.start(durable=False)
@@ -309,8 +336,13 @@ async def main() -> None:
         stack.push_async_callback(pool.close)
         capture = Capture(env.client, f"127.0.0.1:{port}", pool, simulator, postgres.url, out)
         print(f"capturing release {version} into {out.relative_to(ROOT)}")
-        for job in (capture.newsletters, capture.newsletter_limits, capture.posts, capture.outbox, capture.analytics):
-            await job()
+        jobs = (capture.newsletters, capture.newsletter_limits, capture.posts, capture.outbox, capture.analytics,
+                capture.webhooks)
+        if args.only:
+            capture.manifest = json.loads((out / "manifest.json").read_text()) if (out / "manifest.json").exists() else {}
+        for job in jobs:
+            if not args.only or job.__name__ in args.only:
+                await job()
         (out / "manifest.json").write_text(json.dumps(capture.manifest, indent=2, sort_keys=True) + "\n")
     print(f"{len(capture.manifest)} histories")
 
