@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pressroom.email_rendering import EmailContent, member_values
+from pressroom.email_rendering import EmailContent, header_text, mailbox, member_values
 from pressroom.settings import Settings
 
 
@@ -21,7 +21,8 @@ class LoadedEmail:
 
 
 async def load_email(conn, email_id: str, settings: Settings) -> LoadedEmail | None:
-    """The email's content and sender, or None when there is no such email."""
+    """The email's content and sender, or None when there is no such email; a ContentError when its
+    subject or sender cannot be a header (checked here, where they enter, for every path)."""
     row = await conn.fetchrow(
         """SELECT e.subject, coalesce(nullif(e.html, ''), p.html) AS html, p.visibility, p.slug, e.track_opens,
                   n.name, n.sender_name, n.sender_email, n.sender_reply_to
@@ -30,10 +31,13 @@ async def load_email(conn, email_id: str, settings: Settings) -> LoadedEmail | N
     if row is None:
         return None
     site = settings.site_url.rstrip("/")
-    sender = row["sender_email"] or settings.from_address
-    from_address = f"{row['sender_name'] or row['name']} <{sender}>" if row["sender_email"] else sender
-    reply_to = sender if row["sender_reply_to"] in (None, "newsletter", "support") else row["sender_reply_to"]
-    content = EmailContent(email_id=email_id, subject=row["subject"], html=row["html"] or "",
+    sender = mailbox(None, row["sender_email"], "sender", email_id) if row["sender_email"] else settings.from_address
+    from_address = mailbox(row["sender_name"] or row["name"], sender, "sender", email_id) \
+        if row["sender_email"] else sender
+    reply_to = sender if row["sender_reply_to"] in (None, "newsletter", "support") \
+        else mailbox(None, row["sender_reply_to"], "reply-to", email_id)
+    content = EmailContent(email_id=email_id, subject=header_text(row["subject"], "subject", email_id),
+                           html=row["html"] or "",
                            visibility=row["visibility"], post_url=f"{site}/{row['slug']}/",
                            upgrade_url=f"{site}/#/portal/account/plans")
     return LoadedEmail(content=content, from_address=from_address, reply_to=reply_to,

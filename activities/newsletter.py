@@ -22,6 +22,7 @@ from activities.heartbeat import heartbeating
 from activities.sending_limits import learned_batch_sizes, sending_domain, warmup_limit
 from activities.watchdog import SEND_FAILED, ClosedRun, Job, Watched
 from pressroom.dependencies import Dependencies
+from pressroom.inputs import PLAIN_ADDRESS, SPECIAL_USE_DOMAINS, recipient_problem
 from pressroom.mailgun import (ACCEPTED, NOT_ACCEPTED, UNCERTAIN, MailgunClient, MailgunError, MailgunRateLimited,
                                MailgunRejected, MailgunUnavailable, MessageFields, RecipientLimitExceeded,
                                message_fields)
@@ -137,6 +138,19 @@ RECIPIENTS = """
 """
 
 
+# Members of the audience ($1-$3 as RECIPIENTS) whose address is not of the plain shape ($4,
+# pressroom.inputs.PLAIN_ADDRESS) or is in a special-use domain ($5): each is checked by
+# email-validator before batches are planned. One pass over the audience; most rows match.
+UNPLAIN_ADDRESSES = f"""
+    SELECT m.id, m.email {RECIPIENTS}
+      AND NOT (m.email ~ $4 AND length(m.email) <= 254 AND strpos(m.email, '@') <= 65
+               AND lower(substring(m.email FROM '[^.]+$')) <> ALL($5::text[]))
+"""
+# Leaves out the members recorded as unusable for the email numbered `param`.
+NOT_SKIPPED = ("AND NOT EXISTS (SELECT 1 FROM email_skipped_recipients x "
+               "WHERE x.email_id = ${param} AND x.member_id = m.id)")
+
+
 # Claims a batch not yet submitted ($1) whose post is still published (or has none) and returns its
 # recipients in order. Unless the last send
 # was uncertain, the same statement records this attempt as one (as `_record_outcome` would with
@@ -166,6 +180,7 @@ CLAIM_BATCH = """
 """
 
 
+SKIPPED_SHOWN = 20  # members named in the log line of an email's left-out members; the rest are counted
 # The email's count becomes the recipients written ($2); the site's own count is kept when they
 # differ by more than 1% (returned then, NULL otherwise), for the log and `newsletter status`.
 RECORD_EMAIL_COUNT = """
@@ -200,6 +215,7 @@ WRITE_CHUNK = f"""
         {RECIPIENTS}
           AND ($4::text IS NULL OR (m.status = 'free') = ($4::text = 'status:free'))
           AND {falls_back('$5', '$6')} = $7
+          {NOT_SKIPPED.format(param=13)}
           {{after}}
         ORDER BY m.id LIMIT $9),
     numbered AS (
@@ -399,6 +415,7 @@ class NewsletterActivities:
                     await self._retry_failed_batches(conn, input.email_id)
             else:
                 activity.logger.info("creating batches for email %s", input.email_id)
+                await self._leave_out_unusable(conn, input.email_id, email)
                 segmented = segments_needed((await self._load(conn, input.email_id)).content)
                 custom_limit = await self._warmup_limit(conn) if self.settings.warming else None
                 sizes = await self._batch_sizes(conn)
@@ -410,7 +427,7 @@ class NewsletterActivities:
                         SELECT m.id, m.uuid, m.email, m.name, m.email_open_rate,
                                CASE WHEN $5 THEN CASE WHEN m.status = 'free' THEN 'status:free'
                                                       ELSE 'status:-free' END END AS segment
-                        {RECIPIENTS}),
+                        {RECIPIENTS} {NOT_SKIPPED.format(param=4)}),
                     ranked AS (
                         SELECT chosen.*, coalesce(row_number() OVER (ORDER BY email_open_rate DESC NULLS LAST, id)
                                                   > $7::int, false) AS fallback
@@ -476,6 +493,7 @@ class NewsletterActivities:
         """Fix what every chunk must agree on: segments, batch sizes, where warming falls back; and
         count the audience per group for the planned totals."""
         activity.logger.info("creating batches for email %s in chunks", email_id)
+        await self._leave_out_unusable(conn, email_id, email)
         segmented = segments_needed((await self._load(conn, email_id)).content)
         custom_limit = await self._warmup_limit(conn) if self.settings.warming else None
         sizes = await self._batch_sizes(conn)
@@ -485,13 +503,13 @@ class NewsletterActivities:
             # Domain warming: the first `custom_limit` recipients, most engaged first (a new
             # domain's reputation grows on opens), go through the custom domain, the rest through
             # the fallback one, in batches of their own.
-            row = await conn.fetchrow(f"SELECT {RANK_KEY} AS rate, m.id {RECIPIENTS} "
+            row = await conn.fetchrow(f"SELECT {RANK_KEY} AS rate, m.id {RECIPIENTS} {NOT_SKIPPED.format(param=5)} "
                                       "ORDER BY m.email_open_rate DESC NULLS LAST, m.id OFFSET $4 LIMIT 1",
-                                      *audience, custom_limit)
+                                      *audience, custom_limit, email_id)
             rate, first_id = (row["rate"], row["id"]) if row else (None, None)
         planned = await conn.fetch(
             f"""SELECT m.status = 'free' AS free, {falls_back('$4', '$5')} AS fallback, count(*) AS n {RECIPIENTS}
-                GROUP BY 1, 2""", *audience, rate, first_id)
+                {NOT_SKIPPED.format(param=6)} GROUP BY 1, 2""", *audience, rate, first_id, email_id)
         batches = sum(-(-row["n"] // sizes[row["fallback"]]) for row in planned) if segmented else sum(
             -(-sum(row["n"] for row in planned if row["fallback"] == fallback) // sizes[fallback])
             for fallback in (False, True))
@@ -501,6 +519,25 @@ class NewsletterActivities:
                VALUES ($1, $2, $3, $4, $5, $6, $7, $8) RETURNING *""",
             email_id, segmented, sizes[False], sizes[True], rate, first_id, batches,
             sum(row["n"] for row in planned))
+
+    async def _leave_out_unusable(self, conn, email_id: str, email) -> None:
+        """Record the members whose stored address cannot be a recipient as left out of the email, by
+        id and reason, and count them on it, in the caller's transaction (with the plan, so every
+        chunk leaves out the same members); one bad row never fails the batch it would have joined."""
+        rows = await conn.fetch(UNPLAIN_ADDRESSES, email["newsletter_id"], recipient_statuses(email["recipient_filter"]),
+                                email["created_at"], PLAIN_ADDRESS, list(SPECIAL_USE_DOMAINS))
+        skipped = [(row["id"], problem) for row in rows if (problem := recipient_problem(row["email"])) is not None]
+        if skipped:
+            await conn.execute(
+                "INSERT INTO email_skipped_recipients (email_id, member_id, reason) "
+                "SELECT $1, id, reason FROM unnest($2::text[], $3::text[]) AS s (id, reason) ON CONFLICT DO NOTHING",
+                email_id, [member for member, _ in skipped], [reason for _, reason in skipped])
+            shown = "; ".join(f"member {member} {reason}" for member, reason in skipped[:SKIPPED_SHOWN])
+            more = f"; and {len(skipped) - SKIPPED_SHOWN} more" if len(skipped) > SKIPPED_SHOWN else ""
+            activity.logger.warning("email %s: %d members left out, their address cannot be a recipient: %s%s",
+                                    email_id, len(skipped), shown, more)
+        await conn.execute("UPDATE emails SET skipped_recipients = (SELECT count(*) FROM email_skipped_recipients "
+                           "WHERE email_id = $1) WHERE id = $1", email_id)
 
     async def _write_chunk(self, conn, email_id: str, email, creation):
         """The next chunk of the current group's recipients in member id order, as whole batches,
@@ -700,7 +737,10 @@ class NewsletterActivities:
             batch_id, provider_id, ACCEPTED)
 
     async def _load(self, conn, email_id: str) -> LoadedEmail:
-        loaded = await load_email(conn, email_id, self.settings)
+        try:
+            loaded = await load_email(conn, email_id, self.settings)
+        except ContentError as error:  # a subject or sender that cannot be a header
+            raise _non_retryable(str(error), "BadContent") from None
         if loaded is None:
             raise _non_retryable(f"email {email_id} does not exist", "EmailNotFound")
         return loaded

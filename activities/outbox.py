@@ -13,6 +13,7 @@ import hashlib
 import json
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -27,6 +28,7 @@ from activities.metrics import Instruments
 from activities.watchdog import ClosedRun, Job, Watchdog, Watched, run_closed
 from pressroom import tracing
 from pressroom.dependencies import Dependencies
+from pressroom.email_rendering import ContentError, Rendered, header_text, mailbox, member_values, render_automated
 from pressroom.mailgun import ACCEPTED, UNCERTAIN, MailgunError, MailgunRejected
 
 NOTIFY_CHANNEL = "pressroom_outbox"
@@ -144,6 +146,13 @@ LEDGER_FAILED = ("INSERT INTO idempotency_ledger (idempotency_key, payload_diges
                  "ON CONFLICT (idempotency_key) DO UPDATE SET status = 'failed', error_code = EXCLUDED.error_code, "
                  "updated_at = now() WHERE idempotency_ledger.status <> 'succeeded' "
                  "AND idempotency_ledger.payload_digest = EXCLUDED.payload_digest")
+
+
+@dataclass(frozen=True)
+class WelcomeMessage:
+    rendered: Rendered
+    from_address: str
+    reply_to: str | None
 
 
 def _abort(code: str, message: str) -> ApplicationError:
@@ -398,6 +407,7 @@ class OutboxActivities:
             welcome["id"], member["id"])
         if sent is not None and sent["provider_id"] is not None:
             return {"provider_id": sent["provider_id"], "already_sent": True}
+        message = self._welcome_message(welcome)
         message_id = f"welcome-{hashlib.sha256(key.encode()).hexdigest()[:24]}@{self.mailgun.domain}"
         # A delivery begun by 0.1.0 recorded nothing before sending: its retries look up as it did.
         begun_by_0_1_0 = sent is None and activity.info().attempt > 1
@@ -419,7 +429,7 @@ class OutboxActivities:
                                                     sent["send_attempts"])
         await self._record_welcome(welcome["id"], member, UNCERTAIN, sending=True)  # until the answer says
         try:
-            provider_id = await self._send_welcome(member, welcome, message_id, key)
+            provider_id = await self._send_welcome(member, welcome, message, message_id, key)
         except MailgunError as error:
             await self._record_welcome(welcome["id"], member, error.outcome)
             raise
@@ -444,17 +454,32 @@ class OutboxActivities:
             automated_email_id, member["id"], member["uuid"], member["email"], member["name"], provider_id, outcome,
             1 if sending else 0)
 
-    async def _send_welcome(self, member, welcome, message_id: str, key: str) -> str:
-        sender = welcome["sender_email"] or self.settings.from_address
-        from_address = f"{welcome['sender_name']} <{sender}>" if welcome["sender_name"] and welcome["sender_email"] \
-            else sender
+    def _welcome_message(self, welcome) -> WelcomeMessage:
+        """The automated email as sent: its replacements through the newsletter's renderer (a member's
+        name is escaped in its HTML), its subject and sender checked as headers; refused otherwise."""
+        try:
+            rendered = render_automated(welcome["id"], welcome["subject"], welcome["html"],
+                                        welcome["plaintext"] or welcome["subject"])
+            sender = mailbox(None, welcome["sender_email"], "sender", welcome["id"]) if welcome["sender_email"] \
+                else self.settings.from_address
+            from_address = mailbox(welcome["sender_name"], sender, "sender", welcome["id"]) \
+                if welcome["sender_name"] and welcome["sender_email"] else sender
+            reply_to = mailbox(None, welcome["sender_reply_to"], "reply-to", welcome["id"]) \
+                if welcome["sender_reply_to"] else None
+            header_text(rendered.subject, "subject", welcome["id"])
+        except ContentError as error:
+            raise _abort("WELCOME_CONTENT", f"the automated {error}; fix it and requeue the entry") from None
+        return WelcomeMessage(rendered, from_address, reply_to)
+
+    async def _send_welcome(self, member, welcome, message: WelcomeMessage, message_id: str, key: str) -> str:
+        rendered = message.rendered
+        values = member_values(name=member["name"], email=member["email"], uuid=str(member["uuid"]),
+                               status=member["status"], site_url=self.settings.site_url, email_id=welcome["id"])
         return await self.mailgun.send_batch(
-            from_address=from_address, to=[member["email"]], subject=welcome["subject"], html=welcome["html"],
-            text=welcome["plaintext"] or welcome["subject"],
-            recipient_variables={member["email"]: {"name": member["name"] or "", "uuid": str(member["uuid"])}},
+            from_address=message.from_address, to=[member["email"]], subject=rendered.subject, html=rendered.html,
+            text=rendered.text, recipient_variables={member["email"]: rendered.recipient_variables(values)},
             tags=["welcome-email"], variables={"automated-email-id": welcome["id"], OUTBOX_MARK: key},
-            headers={"Message-Id": f"<{message_id}>",
-                     **({"Reply-To": welcome["sender_reply_to"]} if welcome["sender_reply_to"] else {})})
+            headers={"Message-Id": f"<{message_id}>", **({"Reply-To": message.reply_to} if message.reply_to else {})})
 
 
 # --- entries whose delivery run closed without finishing them (the watchdog's outbox job) ---------

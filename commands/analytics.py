@@ -5,7 +5,7 @@ from __future__ import annotations
 import typer
 from rich.console import Console
 
-from commands import JSON_OPTION, console, print_json, run_async, warn, when
+from commands import JSON_OPTION, console, plural, print_json, run_async, warn, when
 from operations.analytics import (analytics_backfill, analytics_pause, analytics_run, analytics_schedule,
                                   analytics_status, rejected_events)
 from pressroom.errors import PressroomError, cause_of
@@ -37,12 +37,12 @@ def analytics_run_command(wait: bool = typer.Option(False, "--wait", help="Follo
         return print_json(result.model_dump())
     for phase in result.phases:
         console.print(f"{phase.phase:<14} fetched {phase.events:>7,} events, applied {phase.applied:>7,} "
-                      f"({phase.unknown} unknown, {phase.malformed} set aside) {dict(phase.by_type)}"
+                      f"({phase.unknown} unknown, {phase.malformed} set aside){_kinds(phase.by_type)}"
                       f"{' capped' if phase.capped else ''}", highlight=False)
     if result.aggregate:
         console.print(f"aggregates     {result.aggregate.emails:,} emails, {result.aggregate.members:,} members "
                       "recomputed", highlight=False)
-    console.print(f"run finished: {result.events:,} events" + (", capped (a new run continues at once)"
+    console.print(f"run finished: {plural(result.events, 'event')}" + (", capped (a new run continues at once)"
                                                                 if result.capped else ""), highlight=False)
 
 
@@ -76,7 +76,7 @@ def analytics_rejected_command(limit: int = typer.Option(50, "--limit", min=1, m
     rejected = run_async(rejected_events(limit=limit))
     if as_json:
         return print_json(rejected)
-    console.print(f"{rejected['total']:,} events set aside", highlight=False)
+    console.print(f"{plural(rejected['total'], 'event')} set aside", highlight=False)
     for reason, count in rejected["by_reason"].items():
         console.print(f"{count:>8,}  {reason}", highlight=False)
     for event in rejected["events"]:
@@ -114,7 +114,8 @@ def print_analytics_status(status: dict, console: Console = console) -> None:
         for phase in run["phases"]:
             for kind, n in phase["by_type"].items():
                 counts[kind] = counts.get(kind, 0) + n
-        console.print(f"run {_when_any(run['started_at'])}: {sum(p['events'] for p in run['phases'])} events {counts}, "
+        events = sum(p["events"] for p in run["phases"])
+        console.print(f"run {_when_any(run['started_at'])}: {plural(events, 'event')}{_kinds(counts)}, "
                       f"{run.get('events_per_second', 0)} events/s"
                       f"{', capped' if run['capped'] else ''}{', ERROR ' + run['error'] if run['error'] else ''}",
                       highlight=False)
@@ -130,3 +131,8 @@ def _when_any(moment) -> str:
         return when(moment)
     except (TypeError, ValueError):
         return str(moment)
+
+
+def _kinds(counts: dict) -> str:
+    """Events by kind as words: `: delivered 10, opened 4` (nothing when there are none)."""
+    return (": " + ", ".join(f"{kind} {n:,}" for kind, n in sorted(counts.items()))) if counts else ""

@@ -89,6 +89,10 @@ def newsletter_status_command(email_id: str = typer.Argument(..., help="The emai
     b = status["batches"]
     console.print(f"batches: {b['submitted']}/{b['total']} submitted, {b['failed']} failed; "
                   f"{status['recipients']:,} recipients" + drift_note(status), highlight=False)
+    if status["skipped_recipients"]:
+        console.print(f"left out: {status['skipped_recipients']:,} members whose address cannot be a recipient "
+                      f"(pressroom members list --left-out-of {email_id} --reason unusable-address)",
+                      highlight=False)
     console.print(f"run: {status['workflow_id']} " + (f"{run['status']} (run {run['run_id']}, task queue "
                                                       f"{run['task_queue']})" if run else "never started"),
                   highlight=False)

@@ -159,8 +159,8 @@ async def newsletter_status(email_id: str, *, client=None, settings: Settings | 
 
     settings = settings or get_settings()
     async with database.connection(settings.require_database()) as conn:
-        email = await conn.fetchrow("SELECT status, error, submitted_at, email_count_expected FROM emails "
-                                    "WHERE id = $1", email_id)
+        email = await conn.fetchrow("SELECT status, error, submitted_at, email_count_expected, skipped_recipients "
+                                    "FROM emails WHERE id = $1", email_id)
         if email is None:
             raise NotFound(f"email {email_id} does not exist")
         batches = await conn.fetchrow(
@@ -189,7 +189,7 @@ async def newsletter_status(email_id: str, *, client=None, settings: Settings | 
             "submitted_at": email["submitted_at"], "workflow_id": workflow_id, "run": run, "progress": progress,
             "batches": {"total": batches["total"], "submitted": batches["submitted"], "failed": batches["failed"]},
             "recipients": recipients, "recipients_expected": email["email_count_expected"],
-            "waiting_for": waiting_for}
+            "waiting_for": waiting_for, "skipped_recipients": email["skipped_recipients"]}
 
 
 def _waiting_words(progress, timer: str | None, run: dict) -> str | None:
@@ -224,7 +224,10 @@ async def _render_for(conn, email_id: str, *, member_id: str | None, segment: st
         raise BadInput("give --member or --segment, not both")
     if segment is not None and segment not in SEGMENT_NAMES:
         raise BadInput(f"segment {segment!r} is not one of {', '.join(SEGMENT_NAMES)}")
-    loaded = await load_email(conn, email_id, settings)
+    try:
+        loaded = await load_email(conn, email_id, settings)
+    except ContentError as error:
+        raise BadInput(str(error)) from None
     if loaded is None:
         raise NotFound(f"email {email_id} does not exist")
     if member_id is None and address is not None and segment is None:
@@ -272,9 +275,9 @@ async def send_test_email(email_id: str, to: str, *, segment: str | None = None,
     from pressroom.mailgun import MailgunClient, MailgunError
     from pressroom import database
 
-    to = to.strip()
-    if to.count("@") != 1 or to.startswith("@") or "." not in to.rpartition("@")[2]:
-        raise BadInput(f"{to!r} is not an e-mail address")
+    from pressroom.inputs import email_address
+
+    to = email_address(to)
     settings = settings or get_settings()
     async with database.connection(settings.require_database()) as conn:
         loaded, rendered, values, _ = await _render_for(conn, email_id, member_id=None, segment=segment,

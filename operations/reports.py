@@ -57,15 +57,17 @@ _COMPLAINTS = "SELECT count(*) FROM email_spam_complaint_events WHERE email_id =
 # Why a member who existed when the email was made is not among its recipients: the first reason
 # that applies, in the order the send's audience query excludes them. Members as they are now.
 LEFT_OUT_REASONS = ("suppressed-bounce", "suppressed-complaint", "disabled", "not-subscribed", "not-in-filter",
-                    "other")
+                    "unusable-address", "other")
 _LEFT_OUT_REASON = """
 CASE WHEN s.reason = 'bounce' THEN 'suppressed-bounce' WHEN s.reason = 'spam' THEN 'suppressed-complaint'
      WHEN m.email_disabled THEN 'disabled' WHEN mn.id IS NULL THEN 'not-subscribed'
-     WHEN NOT m.status = ANY($4::text[]) THEN 'not-in-filter' ELSE 'other' END"""
+     WHEN NOT m.status = ANY($4::text[]) THEN 'not-in-filter' WHEN x.member_id IS NOT NULL THEN 'unusable-address'
+     ELSE 'other' END"""
 _LEFT_OUT_FROM = """
 FROM members m
 LEFT JOIN members_newsletters mn ON mn.member_id = m.id AND mn.newsletter_id = $2
 LEFT JOIN suppressions s ON s.email = m.email
+LEFT JOIN email_skipped_recipients x ON x.email_id = $1 AND x.member_id = m.id
 WHERE m.created_at <= $3
   AND NOT EXISTS (SELECT 1 FROM email_recipients er WHERE er.email_id = $1 AND er.member_id = m.id)"""
 # The counts start from the members missing from the recipients, both read in id order from their
@@ -78,6 +80,7 @@ SELECT {_LEFT_OUT_REASON} AS reason, count(*) AS n
 FROM missing JOIN members m ON m.id = missing.id
 LEFT JOIN members_newsletters mn ON mn.member_id = m.id AND mn.newsletter_id = $2
 LEFT JOIN suppressions s ON s.email = m.email
+LEFT JOIN email_skipped_recipients x ON x.email_id = $1 AND x.member_id = m.id
 WHERE m.created_at <= $3
 GROUP BY 1"""
 LEFT_OUT_PAGE = f"""

@@ -127,10 +127,36 @@ def member_values(*, name: str | None, email: str, uuid: str, status: str, site_
                   email_id: str) -> dict[str, str]:
     """What each replacement stands for, for one member."""
     site = site_url.rstrip("/")
-    name = (name or "").strip()
+    name = " ".join((name or "").split())  # a line break in a stored name must not reach a header
     return {"first_name": name.split()[0] if name else "", "name": name, "email": email, "uuid": uuid,
             "status": status, "unsubscribe_url": f"{site}/unsubscribe/?uuid={uuid}&key={email_id}",
             "manage_account_url": f"{site}/#/portal/account"}
+
+
+# --- headers: what goes into Subject, From and Reply-To ---------------------------------------------
+
+def header_text(value: str, field: str, email_id: str) -> str:
+    """A header's text as the email's row gives it, refused when a line break or another control
+    character could end the header or start another."""
+    if any(not c.isprintable() and c != "\t" for c in value):
+        raise ContentError(f"email {email_id}: the {field} holds a line break or control character")
+    return value
+
+
+def mailbox(name: str | None, address: str, field: str, email_id: str) -> str:
+    """`Name <address>` for From or Reply-To, quoted by `email.headerregistry` so that a name with
+    quotes or commas stays one address; the address validated by email-validator."""
+    from email.headerregistry import Address
+
+    from email_validator import EmailNotValidError, validate_email
+
+    name = header_text(name or "", f"{field} name", email_id)
+    try:
+        address = validate_email(header_text(address, f"{field} address", email_id),
+                                 check_deliverability=False).normalized
+        return str(Address(display_name=name, addr_spec=address))
+    except (EmailNotValidError, ValueError) as error:
+        raise ContentError(f"email {email_id}: the {field} address is not an e-mail address ({error})") from None
 
 
 # --- segments and the paywall --------------------------------------------------------------------
@@ -352,6 +378,17 @@ def render(content: EmailContent, segment: str | None) -> Rendered:
     html += FOOTER_HTML
     text = _PLACEHOLDER.sub(lambda m: _plain_twin(m, variables), html_to_text(html))
     return Rendered(subject=subject, html=html, text=text, variables=dict(variables.used))
+
+
+def render_automated(email_id: str, subject: str, html: str, text: str) -> Rendered:
+    """An automated email (a welcome email) with its replacements as a newsletter's are: the same
+    names, and in its HTML the escaped twin, so a member's name is text there, never markup. It has
+    no segments, paywall or footer of ours."""
+    body = _parse(html).body
+    variables = _Variables(email_id)
+    _personalise_tree(body, variables)
+    return Rendered(subject=variables.substitute(subject, escaped=False), html=body.inner_html or "",
+                    text=variables.substitute(text, escaped=False), variables=dict(variables.used))
 
 
 def _plain_twin(match: re.Match, variables: _Variables) -> str:

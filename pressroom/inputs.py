@@ -46,6 +46,41 @@ def email_address(value: str) -> str:
         raise BadInput(f"{shorten(text, 60)!r} is not an e-mail address: {reason}") from None
 
 
+# The plain ASCII shape nearly every address has (dot-atom local part, dotted host names, a letter
+# top-level domain), which email-validator accepts: a stored address of this shape, within the
+# lengths and outside the special-use domains below, is taken as a recipient without a closer look
+# (PostgreSQL matches it over a whole audience at once); any other is checked by email-validator.
+PLAIN_ADDRESS = (r"^[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+(\.[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+)*"
+                 r"@([A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.)+[A-Za-z]{2,63}$")
+SPECIAL_USE_DOMAINS = ("arpa", "invalid", "local", "localhost", "onion")  # email-validator's, less "test"
+
+
+def recipient_problem(address: str) -> str | None:
+    """Why a stored address cannot be a recipient, in words that never repeat it; None when it can.
+
+    email-validator decides (syntax only, no DNS; `.test` domains allowed, as the development stack
+    uses them); a comma or a line break is named first, since each would change the request.
+    """
+    from email_validator import EmailNotValidError, validate_email
+
+    if "," in address:
+        return "holds a comma"
+    if any(not c.isprintable() for c in address):
+        return "holds a line break or control character"
+    if any(c.isspace() for c in address):
+        return "holds a space"
+    if len(address) > 254:
+        return "is longer than 254 characters"
+    try:
+        validate_email(address, check_deliverability=False, test_environment=True)
+    except EmailNotValidError as error:
+        reason = str(error).rstrip(".")
+        parts = [part for part in address.rpartition("@")[::2] if len(part) >= 3]
+        said = "" if any(part.casefold() in reason.casefold() for part in parts) else f": {reason}"
+        return f"is not a valid address{said}"
+    return None
+
+
 def free_text(value: str | None, what: str, limit: int = MAX_TEXT) -> str | None:
     """A name or similar: trimmed, at most `limit` characters, no control characters; empty is None."""
     if value is None or not value.strip():
@@ -54,7 +89,10 @@ def free_text(value: str | None, what: str, limit: int = MAX_TEXT) -> str | None
     if len(text) > limit:
         raise BadInput(f"the {what} is {len(text):,} characters long; at most {limit}")
     if not text.isprintable():
-        raise BadInput(f"the {what} {shorten(text, 40)!r} contains control characters")
+        # Not repeated in the error: a name is personal data, and this one may hide what it holds.
+        at = next(i for i, c in enumerate(text) if not c.isprintable())
+        raise BadInput(f"the {what} contains a control or invisible character (U+{ord(text[at]):04X}, "
+                       f"character {at + 1})")
     return text
 
 

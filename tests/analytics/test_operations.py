@@ -107,7 +107,7 @@ async def test_the_schedule_is_created_once_and_keeps_its_paused_state(dev_env, 
         print_analytics_status(status, out)
         text = out.file.getvalue()
         assert "schedule email-analytics: active" in text and "cursor email-analytics-latest:" in text
-        assert "lag" in text and "2 events {'opened': 1, 'delivered': 1}" in text
+        assert "lag" in text and "2 events: delivered 1, opened 1" in text
     finally:
         await client.get_schedule_handle(SCHEDULE_ID).delete()
 

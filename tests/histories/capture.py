@@ -123,18 +123,18 @@ class Capture:
                 pass
             self.save("newsletter-refused", handle.id, None, "failed: the email does not exist")
 
-        # A batch refused by Mailgun (an address it rejects): the batch fails, the email ends failed.
+        # A batch refused by Mailgun (an address it rejects, changed after the batches were written):
+        # the batch fails, the email ends failed.
+        from tests.newsletter.conftest import refused_by_mailgun
+
         settings = self.settings("newsletter-batch-refused", batch_size=60)
         site = await seed_site(self.pool, members=120, run_tag="batch-refused")
-        member = await self.pool.fetchval("SELECT id FROM members ORDER BY email DESC LIMIT 1")
-        await self.pool.execute("UPDATE members SET email = 'broken-capture@invalid' WHERE id = $1", member)
+        await refused_by_mailgun(self.pool, settings, site.email_id)
         async with running_worker(self.client, settings):
             start = await start_newsletter(site.email_id, client=self.client, settings=settings)
             await self.client.get_workflow_handle(start.workflow_id).result()
             self.save("newsletter-batch-refused", start.workflow_id, None,
                       "completed: one batch refused by Mailgun (400), email failed")
-        await self.pool.execute("UPDATE members SET email = 'reader-restored@demo.pressroom.test' WHERE id = $1",
-                                member)
 
     async def newsletter_limits(self) -> None:
         """States that exist from 0.2.0 on: confirming an uncertain batch, splitting a batch refused for

@@ -20,13 +20,10 @@ class SeededEmail:
 
 
 async def seed_email(pool: asyncpg.Pool, *, members: int, paid_every: int = 0, recipient_filter: str = "all",
-                     html: str = "<p>Hello %recipient.name%</p>", broken_addresses: int = 0,
-                     post_status: str = "published") -> SeededEmail:
+                     html: str = "<p>Hello %recipient.name%</p>", post_status: str = "published") -> SeededEmail:
     """A newsletter with `members` subscribers (every `paid_every`-th paid), a post and its pending email.
 
     The post is published (only a published post's email is sent); a test that schedules it asks for a draft.
-
-    `broken_addresses` members get an address Mailgun refuses (no dot in the domain).
     """
     tag = uuid.uuid4().hex[:8]
     async with pool.acquire() as conn, conn.transaction():
@@ -35,14 +32,13 @@ async def seed_email(pool: asyncpg.Pool, *, members: int, paid_every: int = 0, r
             "RETURNING id", f"weekly-{tag}")
         await conn.execute(
             """INSERT INTO members (email, name, status, created_at)
-               SELECT CASE WHEN n <= $4 THEN 'broken' || n || '@invalid' ELSE 'm' || n || '-' || $1 || '@example.com' END,
+               SELECT 'm' || n || '-' || $1 || '@example.com',
                       'Member ' || n, CASE WHEN $3 > 0 AND n % $3 = 0 THEN 'paid' ELSE 'free' END,
                       now() - interval '1 hour'
-               FROM generate_series(1, $2) n""", tag, members, paid_every, broken_addresses)
+               FROM generate_series(1, $2) n""", tag, members, paid_every)
         await conn.execute(
             "INSERT INTO members_newsletters (member_id, newsletter_id) "
-            "SELECT id, $1 FROM members WHERE email LIKE '%' || $2 || '%' OR email LIKE 'broken%'",
-            newsletter_id, tag)
+            "SELECT id, $1 FROM members WHERE email LIKE '%' || $2 || '%'", newsletter_id, tag)
         post_id = await conn.fetchval(
             "INSERT INTO posts (title, slug, html, newsletter_id, status, published_at) "
             "VALUES ('Issue', $1, $2, $3, $4, CASE WHEN $4 = 'published' THEN now() END) RETURNING id",
@@ -51,6 +47,24 @@ async def seed_email(pool: asyncpg.Pool, *, members: int, paid_every: int = 0, r
             "INSERT INTO emails (post_id, newsletter_id, subject, html, plaintext, recipient_filter) "
             "VALUES ($1, $2, 'Issue 1', $3, 'Hello', $4) RETURNING id", post_id, newsletter_id, html, recipient_filter)
     return SeededEmail(email_id, post_id, newsletter_id)
+
+
+async def refused_by_mailgun(pool: asyncpg.Pool, settings, email_id: str, count: int = 1) -> list[str]:
+    """Write the email's batches, then give `count` recipients an address Mailgun refuses, as if it
+    changed after they were written (creation leaves out every address it can tell is unusable, so
+    a refusal can only come from one that changed meanwhile). Returns the addresses replaced."""
+    from temporalio.testing import ActivityEnvironment
+
+    from activities.newsletter import CreateBatchesInput, NewsletterActivities
+    from pressroom.dependencies import Dependencies
+
+    activities = NewsletterActivities(Dependencies(settings=settings, pool=pool, mailgun=None, temporal=None))
+    await ActivityEnvironment().run(activities.create_batches, CreateBatchesInput(email_id=email_id, retry_failed=False))
+    rows = await pool.fetch(
+        "UPDATE email_recipients r SET member_email = 'broken' || n || '@invalid' FROM ("
+        "  SELECT id, row_number() OVER (ORDER BY id) AS n FROM email_recipients WHERE email_id = $1 "
+        "  ORDER BY id LIMIT $2) o WHERE r.id = o.id RETURNING r.member_email", email_id, count)
+    return [row["member_email"] for row in rows]
 
 
 @pytest.fixture

@@ -23,7 +23,7 @@ from worker import running_worker
 
 from tests.adversaries import each_adversary, play
 
-from .conftest import seed_email
+from .conftest import refused_by_mailgun, seed_email
 from .test_send import delivered
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -131,7 +131,8 @@ async def test_without_a_confirm_window_late_events_make_second_copies(db, mailg
 async def test_a_refused_batch_fails_alone_and_a_rerun_sends_only_it(db, mailgun, ts_worker):
     client, settings = ts_worker
     settings_small = settings.model_copy(update={"batch_size": 10})
-    seeded = await seed_email(db, members=30, broken_addresses=1)
+    seeded = await seed_email(db, members=30)
+    [broken] = await refused_by_mailgun(db, settings_small, seeded.email_id)
     async with running_worker(client, settings_small, task_queue=settings.task_queue + "-small"):
         outcome = await client.execute_workflow(
             SendNewsletterWorkflow.run, {"email_id": seeded.email_id}, id=f"newsletter-{seeded.email_id}",
@@ -146,8 +147,7 @@ async def test_a_refused_batch_fails_alone_and_a_rerun_sends_only_it(db, mailgun
     assert len(delivered(mailgun, seeded.email_id)) == 20
 
     # The operator fixes the address; running the send again sends the failed batch only.
-    await db.execute("UPDATE email_recipients SET member_email = 'fixed1@example.com' "
-                     "WHERE member_email = 'broken1@invalid'")
+    await db.execute("UPDATE email_recipients SET member_email = 'fixed1@example.com' WHERE member_email = $1", broken)
     before = len(mailgun.messages_for(seeded.email_id))
     async with running_worker(client, settings_small, task_queue=settings.task_queue + "-small"):
         rerun = await client.execute_workflow(

@@ -139,7 +139,7 @@ async def test_report_and_member_say_what_happened_and_who_was_left_out(dev_env,
     assert report["complained"] == 1 and report["unsubscribed"] == 0
     assert report["rates"]["delivered"] == round(100 * 5 / 7, 1)
     assert report["left_out"] == {"suppressed-bounce": 1, "suppressed-complaint": 0, "disabled": 1,
-                                  "not-subscribed": 1, "not-in-filter": 0, "other": 0}
+                                  "not-subscribed": 1, "not-in-filter": 0, "unusable-address": 0, "other": 0}
     assert {s["segment"]: s["recipients"] for s in report["segments"]} == {"free": 4, "paid": 3}
     assert sum(b["opens"] for b in report["opens_over_time"]["buckets"]) == 3
     assert [f["message"] for f in report["top_failures"]] == ["mailbox <<address>> refused"] * 2
