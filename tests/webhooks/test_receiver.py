@@ -17,7 +17,7 @@ async def inbox(db) -> int:
 
 
 async def test_a_good_request_is_stored_before_200_and_each_bad_one_is_406(db, receiver, webhook_settings,
-                                                                           mailgun, caplog):
+                                                                           mailgun, caplog, dev_env):
     key = mailgun.webhook_signing_key
     good = signed(delivered(0), key)
     assert await post(receiver.url, good) == 200
@@ -59,6 +59,11 @@ async def test_a_good_request_is_stored_before_200_and_each_bad_one_is_406(db, r
                       "body is not JSON": 2, "body too large": 1}
     assert status["inbox"]["depth"] == 1 and status["inbox"]["oldest_seconds"] >= 0
     assert status["set_aside"] == 1
+
+    from tests.operations.test_waiting import cli, cli_env
+    code, out, err = await cli("webhooks", "status", env=cli_env(webhook_settings, dev_env))
+    assert code == 0, err
+    assert "inbox: 1 waiting" in out and "refused:       2 timestamp stale" in out and "example.com" not in out
 
 
 async def test_a_database_that_cannot_store_gets_503_so_mailgun_retries(db, receiver, mailgun):
