@@ -152,8 +152,9 @@ def mailbox(name: str | None, address: str, field: str, email_id: str) -> str:
 
     name = header_text(name or "", f"{field} name", email_id)
     try:
+        # Syntax only, `.test` allowed: the same rules as a recipient's (pressroom/inputs.py).
         address = validate_email(header_text(address, f"{field} address", email_id),
-                                 check_deliverability=False).normalized
+                                 check_deliverability=False, test_environment=True).normalized
         return str(Address(display_name=name, addr_spec=address))
     except (EmailNotValidError, ValueError) as error:
         raise ContentError(f"email {email_id}: the {field} address is not an e-mail address ({error})") from None

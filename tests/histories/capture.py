@@ -38,7 +38,7 @@ from temporalio.testing import WorkflowEnvironment  # noqa: E402
 from devstack.mailgun_simulator import MailgunSimulator  # noqa: E402
 from devstack.servers import Postgres, find_binary, free_port  # noqa: E402
 from pressroom import database  # noqa: E402
-from operations.demo_site import seed_site  # noqa: E402
+from operations.demo_site import DemoSite, seed_site  # noqa: E402
 from pressroom.settings import load_settings  # noqa: E402
 from pressroom.temporal import SEARCH_ATTRIBUTES, data_converter  # noqa: E402
 from worker import running_worker  # noqa: E402
@@ -74,6 +74,13 @@ class Capture:
         self.manifest[name] = {"workflow_id": workflow_id, "workflow_type": workflow_type, "state": state}
         print(f"  {name}: {workflow_type}, {len(json.loads(text)['events'])} events — {state}")
 
+    async def published_site(self, run_tag: str) -> "DemoSite":
+        """A seeded site whose post is published: only a published post's email is sent."""
+        site = await seed_site(self.pool, members=120, run_tag=run_tag)
+        await self.pool.execute("UPDATE posts SET status = 'published', published_at = now() WHERE id = $1",
+                                site.post_id)
+        return site
+
     async def until(self, query: str, *args, timeout: float = 60) -> None:
         deadline = time.monotonic() + timeout
         while not await self.pool.fetchval(query, *args):
@@ -89,7 +96,7 @@ class Capture:
 
         # Mid-way: slow answers, one batch at a time; captured once two of six batches are sent.
         settings = self.settings("newsletter-midway", batch_size=20, send_concurrency=1)
-        site = await seed_site(self.pool, members=120, run_tag="midway")
+        site = await self.published_site("midway")
         async with running_worker(self.client, settings):
             self.sim.set_faults(latency_ms=700)
             start = await start_newsletter(site.email_id, client=self.client, settings=settings)
@@ -102,7 +109,7 @@ class Capture:
 
         # Continued as new: 120 batches of one; the server suggests continue-as-new after 200 events.
         settings = self.settings("newsletter-continued", batch_size=1, send_concurrency=10)
-        site = await seed_site(self.pool, members=120, run_tag="continued")
+        site = await self.published_site("continued")
         async with running_worker(self.client, settings):
             start = await start_newsletter(site.email_id, client=self.client, settings=settings)
             await self.client.get_workflow_handle(start.workflow_id).result()
@@ -128,7 +135,7 @@ class Capture:
         from tests.newsletter.conftest import refused_by_mailgun
 
         settings = self.settings("newsletter-batch-refused", batch_size=60)
-        site = await seed_site(self.pool, members=120, run_tag="batch-refused")
+        site = await self.published_site("batch-refused")
         await refused_by_mailgun(self.pool, settings, site.email_id)
         async with running_worker(self.client, settings):
             start = await start_newsletter(site.email_id, client=self.client, settings=settings)
@@ -143,7 +150,7 @@ class Capture:
 
         # Lost answers and events stored late: the batches are uncertain and wait on a timer.
         settings = self.settings("newsletter-confirming", batch_size=60, send_confirm_window_seconds=120)
-        site = await seed_site(self.pool, members=120, run_tag="confirming")
+        site = await self.published_site("confirming")
         async with running_worker(self.client, settings):
             self.sim.set_faults(lost_response_rate=1.0, storage_delay_seconds=3)
             start = await start_newsletter(site.email_id, client=self.client, settings=settings)
@@ -160,7 +167,7 @@ class Capture:
 
         # A probation account: more than 10 recipients in one request are refused (420).
         settings = self.settings("newsletter-split", batch_size=60)
-        site = await seed_site(self.pool, members=120, run_tag="split")
+        site = await self.published_site("split")
         async with running_worker(self.client, settings):
             self.sim.set_limits(recipient_limit=10)
             start = await start_newsletter(site.email_id, client=self.client, settings=settings)
@@ -172,7 +179,7 @@ class Capture:
 
         # A daily cap below the list: the send waits for the next day on a timer.
         settings = self.settings("newsletter-capped", batch_size=20, daily_send_limit={"*": 40})
-        site = await seed_site(self.pool, members=120, run_tag="capped")
+        site = await self.published_site("capped")
         async with running_worker(self.client, settings):
             start = await start_newsletter(site.email_id, client=self.client, settings=settings)
             await self.until("SELECT count(*) >= 2 FROM email_batches WHERE email_id = $1 AND status = 'submitted'",
@@ -181,6 +188,26 @@ class Capture:
             self.save("newsletter-daily-cap", start.workflow_id, None,
                       "running: 40 sent, waiting on a timer for the next day's cap")
             await self.client.get_workflow_handle(start.workflow_id).terminate("captured")
+
+        # Mailgun unreachable (nothing listens on its port): after its retries the send waits for
+        # the provider on a timer, and waits again while it stays unreachable.
+        settings = self.settings("newsletter-outage", batch_size=60, mailgun_retries=1, mailgun_retry_seconds=0.5,
+                                 mailgun_outage_first_wait_seconds=1, mailgun_outage_max_wait_seconds=2)
+        settings = settings.model_copy(update={"mailgun_base_url": f"http://127.0.0.1:{free_port()}"})
+        site = await self.published_site("outage")
+        async with running_worker(self.client, settings):
+            start = await start_newsletter(site.email_id, client=self.client, settings=settings)
+            handle = self.client.get_workflow_handle(start.workflow_id)
+            messages: set[str] = set()
+            deadline = time.monotonic() + 120
+            while len({m for m in messages if m.startswith("Mailgun unreachable since")}) < 2:
+                if time.monotonic() > deadline:
+                    raise SystemExit("waited 120 s for the send to wait out Mailgun twice")
+                messages.add((await handle.query("progress")).get("message", ""))
+                await asyncio.sleep(0.2)
+            self.save("newsletter-mailgun-outage", start.workflow_id, None,
+                      "running: Mailgun unreachable, waiting for it on a timer with backoff")
+            await handle.terminate("captured")
 
     # --- scheduled posts ---
 
