@@ -110,7 +110,7 @@ BAD_VALUES = [
     (["members", "add", "a\x01b@example.com"], "is not an e-mail address"),
     (["members", "add", LONG + "@example.com"], "at most 191"),
     (["members", "add", "walk@example.com", "--name", LONG], "the name is 100,000 characters long"),
-    (["members", "add", "walk@example.com", "--name", "Bell\x07"], "control characters"),
+    (["members", "add", "walk@example.com", "--name", "Bell\x07"], "control or invisible character"),
     (["analytics", "backfill", "--from", "{soon}", "--to", "{later}"], "in the future"),
     (["analytics", "backfill", "--from", LONG, "--to", "{later}"], "is not an ISO 8601 time"),
 ]

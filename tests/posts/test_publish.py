@@ -8,6 +8,7 @@ import uuid
 from datetime import datetime, timedelta, timezone
 
 import pytest
+from temporalio.client import WorkflowExecutionStatus
 from temporalio.worker import Replayer
 
 from pressroom.temporal import PUBLISH_AT, data_converter
@@ -213,8 +214,11 @@ async def test_reconcile_leaves_a_timer_that_is_right_alone(db, dev_env, postgre
         await wait_until(visible)
         events = len((await handle.fetch_history()).events)
         result = await reconcile_posts(client=dev_env.client, settings=settings)
-        assert result.started_or_moved == 0 and result.stopped == 0
+        # The reconcile reads every publish run on the session's server: another test's timer whose
+        # post this test's empty database no longer holds may be stopped; this one is left alone.
+        assert result.started_or_moved == 0
         assert len((await handle.fetch_history()).events) == events
+        assert (await handle.describe()).status == WorkflowExecutionStatus.RUNNING
         await handle.terminate()
 
 
