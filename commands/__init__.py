@@ -55,6 +55,13 @@ def plural(count: int, word: str, many: str | None = None) -> str:
     return f"{count:,} {word if count == 1 else many or word + 's'}"
 
 
+def repeated_filters(**filters: str | None) -> str:
+    """The filters given, as the next page's command repeats them (quoted for a shell)."""
+    import shlex
+
+    return "".join(f" --{name} {shlex.quote(value)}" for name, value in filters.items() if value)
+
+
 def print_page(page: dict, columns: dict[str, str], *, empty: str, more: str) -> None:
     """A list as aligned columns, one line per row, never wrapped (ids stay whole for copy and grep):
     `columns` maps a row key to its header; a time reads as `when`, a missing value as `-`."""

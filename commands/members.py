@@ -5,7 +5,7 @@ from __future__ import annotations
 import typer
 
 from commands import (AFTER_OPTION, JSON_OPTION, LIMIT_OPTION, SINCE_OPTION, console, plural, print_json,
-                      print_page, print_rows, run_async, when)
+                      print_page, print_rows, repeated_filters, run_async, when)
 from activities.outbox import outbox_workflow_id
 from operations.members import add_member, member_profile
 
@@ -68,13 +68,8 @@ def members_list(status: str = typer.Option(None, "--status", metavar="free|paid
     print_page(page, {"member_id": "member", "email": "address", "name": "name", "status": "status",
                       "suppressed": "suppressed", "email_disabled": "disabled", "email_count": "emails",
                       "email_open_rate": "open %", "created_at": "joined"},
-               empty="no members match", more="pressroom members list" + _again(status, newsletter, since))
-
-
-def _again(status, newsletter, since) -> str:
-    """The filters, as the next page's command repeats them."""
-    return "".join(f" --{name} {value}" for name, value in (("status", status), ("newsletter", newsletter),
-                                                            ("since", since)) if value)
+               empty="no members match",
+               more="pressroom members list" + repeated_filters(status=status, newsletter=newsletter, since=since))
 
 
 @app.command("show")

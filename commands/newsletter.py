@@ -5,7 +5,7 @@ from __future__ import annotations
 import typer
 
 from commands import (AFTER_OPTION, JSON_OPTION, LIMIT_OPTION, SINCE_OPTION, console, plural, print_json, print_page,
-                      print_rows, run_async, warn, when)
+                      repeated_filters, print_rows, run_async, warn, when)
 from operations.common import temporal_client
 from operations.newsletter import (follow_newsletter, newsletter_status, preview_email, progress_words,
                                    send_test_email, start_newsletter)
@@ -177,8 +177,7 @@ def newsletter_list(status: str = typer.Option(None, "--status", metavar="pendin
     page = run_async(list_page("email", status=status, newsletter=newsletter, since=since, after=after, limit=limit))
     if as_json:
         return print_json(page)
-    again = "".join(f" --{name} {value}" for name, value in (("status", status), ("newsletter", newsletter),
-                                                             ("since", since)) if value)
+    again = repeated_filters(status=status, newsletter=newsletter, since=since)
     print_page(page, {"email_id": "email", "subject": "subject", "status": "status", "newsletter": "newsletter",
                       "post_id": "post", "recipients": "recipients", "delivered": "delivered", "opened": "opened",
                       "failed": "failed", "created_at": "created"},

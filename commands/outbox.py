@@ -5,7 +5,7 @@ from __future__ import annotations
 import typer
 
 from commands import (AFTER_OPTION, JSON_OPTION, LIMIT_OPTION, SINCE_OPTION, console, print_json, print_page,
-                      run_async, when)
+                      repeated_filters, run_async, when)
 from operations.outbox import outbox_entry, outbox_status, requeue_outbox_entry
 
 app = typer.Typer(help="The outbox: events delivered with retries and an idempotency ledger.",
@@ -36,8 +36,7 @@ def outbox_list(status: str = typer.Option(None, "--status", metavar="STATE",
     page = run_async(list_page("outbox entry", status=status, member=member, since=since, after=after, limit=limit))
     if as_json:
         return print_json(page)
-    again = "".join(f" --{name} {value}" for name, value in (("status", status), ("member", member),
-                                                             ("since", since)) if value)
+    again = repeated_filters(status=status, member=member, since=since)
     print_page(page, {"outbox_id": "entry", "event_type": "event", "status": "status", "attempts": "attempts",
                       "member_id": "member", "last_error_code": "last error", "created_at": "created"},
                empty="no outbox entries match", more=f"pressroom outbox list{again}")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import typer
 
 from commands import (AFTER_OPTION, JSON_OPTION, LIMIT_OPTION, SINCE_OPTION, console, plural, print_json, print_page,
-                      run_async, warn, when)
+                      repeated_filters, run_async, warn, when)
 from activities.posts import publish_workflow_id
 from operations.posts import posts_status, reconcile_posts, schedule_post, unschedule_post
 from pressroom.waiting import no_worker_message
@@ -25,8 +25,7 @@ def posts_list(status: str = typer.Option(None, "--status", metavar="draft|sched
     page = run_async(list_page("post", status=status, newsletter=newsletter, since=since, after=after, limit=limit))
     if as_json:
         return print_json(page)
-    again = "".join(f" --{name} {value}" for name, value in (("status", status), ("newsletter", newsletter),
-                                                             ("since", since)) if value)
+    again = repeated_filters(status=status, newsletter=newsletter, since=since)
     print_page(page, {"post_id": "post", "title": "title", "status": "status", "publish_at": "publish at",
                       "newsletter": "newsletter", "email_id": "email", "email_status": "email status",
                       "created_at": "created"},

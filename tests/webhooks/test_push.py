@@ -172,7 +172,11 @@ async def test_a_receiver_killed_mid_burst_loses_nothing_the_simulator_retries(
                 assert await eventually(some_received, seconds=60, every=0.01)
                 os.kill(receiver.pid, signal.SIGKILL)
                 await receiver.wait()
-                await asyncio.sleep(1.5)  # pushes meanwhile find nobody: Mailgun's retries take them
+                refused = mailgun.push_stats().get("errors", 0)
+
+                async def pushes_found_nobody():  # Mailgun's retries take them once the receiver is back
+                    return mailgun.push_stats().get("errors", 0) > refused
+                assert await eventually(pushes_found_nobody, seconds=60, every=0.01)
                 receiver = await serve()
 
                 async def all_applied():
