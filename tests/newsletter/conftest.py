@@ -58,7 +58,7 @@ async def refused_by_mailgun(pool: asyncpg.Pool, settings, email_id: str, count:
     from activities.newsletter import CreateBatchesInput, NewsletterActivities
     from pressroom.dependencies import Dependencies
 
-    activities = NewsletterActivities(Dependencies(settings=settings, pool=pool, mailgun=None, temporal=None))
+    activities = NewsletterActivities(Dependencies(settings=settings, pool=pool, provider=None, temporal=None))
     await ActivityEnvironment().run(activities.create_batches, CreateBatchesInput(email_id=email_id, retry_failed=False))
     rows = await pool.fetch(
         "UPDATE email_recipients r SET member_email = 'broken' || n || '@invalid' FROM ("

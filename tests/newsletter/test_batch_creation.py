@@ -17,7 +17,7 @@ BATCH_SIZE = 7  # 70 members a chunk: a few hundred members make chunks in every
 
 
 def activities_for(settings, db) -> NewsletterActivities:
-    return NewsletterActivities(Dependencies(settings=settings, pool=db, mailgun=None, temporal=None))
+    return NewsletterActivities(Dependencies(settings=settings, pool=db, provider=None, temporal=None))
 
 
 async def second_email(db, email_id: str) -> str:

@@ -179,7 +179,7 @@ async def test_an_attempt_that_outlived_its_run_does_not_reopen_the_entry(db, db
     aborted its entry; the entry stays aborted, with the check's reason."""
     key = await an_entry_without_a_run(db)
     outbox_id = (await entry(db, key))["id"]
-    activities = OutboxActivities(Dependencies(settings=outbox_settings(), pool=db_pool, mailgun=None,
+    activities = OutboxActivities(Dependencies(settings=outbox_settings(), pool=db_pool, provider=None,
                                                temporal=UnreachableTemporal()))
 
     async def aborted_meanwhile_then_fails(event, key, input) -> dict:
