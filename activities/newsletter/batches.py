@@ -15,7 +15,7 @@ from activities.newsletter.audience import NOT_SKIPPED, RECIPIENTS, UNPLAIN_ADDR
 from activities.newsletter.content import load_for_sending
 from activities.newsletter.counts import batch_counts
 from activities.newsletter.models import BatchCounts, CreateBatchesInput
-from activities.sending_limits import learned_batch_sizes, sending_domain, warmup_limit
+from activities.sending_limits import batch_sizes, warmup_limit
 from pressroom.dependencies import Dependencies
 from pressroom.email_rendering import FREE, NOT_FREE, recipient_statuses, segments_needed
 from pressroom.inputs import PLAIN_ADDRESS, SPECIAL_USE_DOMAINS, recipient_problem
@@ -106,7 +106,7 @@ class BatchCreationActivities:
                 await self._leave_out_unusable(conn, input.email_id, email)
                 segmented = segments_needed((await load_for_sending(conn, input.email_id, self.settings)).content)
                 custom_limit = await self._warmup_limit(conn) if self.settings.warming else None
-                sizes = await self._batch_sizes(conn)
+                sizes = await batch_sizes(conn, self.settings)
                 # Domain warming: the first `custom_limit` recipients, most engaged first (a new
                 # domain's reputation grows on opens), go through the custom domain, the rest
                 # through the fallback one, in batches of their own.
@@ -184,7 +184,7 @@ class BatchCreationActivities:
         await self._leave_out_unusable(conn, email_id, email)
         segmented = segments_needed((await load_for_sending(conn, email_id, self.settings)).content)
         custom_limit = await self._warmup_limit(conn) if self.settings.warming else None
-        sizes = await self._batch_sizes(conn)
+        sizes = await batch_sizes(conn, self.settings)
         audience = (email["newsletter_id"], recipient_statuses(email["recipient_filter"]), email["created_at"])
         rate, first_id = None, None
         if custom_limit is not None:
@@ -261,11 +261,3 @@ class BatchCreationActivities:
         activity.logger.info("domain warming day %d: %s recipients through %s", day,
                              "all" if limit is None else limit, self.settings.mailgun_domain)
         return limit
-
-    async def _batch_sizes(self, conn) -> dict[bool, int]:
-        """Batch size per kind of batch (fallback or not): the setting, or less where a domain has
-        refused larger batches."""
-        domains = {fallback: sending_domain(self.settings, fallback) for fallback in (False, True)}
-        learned = await learned_batch_sizes(conn, list(domains.values()))
-        return {fallback: min(self.settings.batch_size, learned.get(domain, self.settings.batch_size))
-                for fallback, domain in domains.items()}

@@ -22,7 +22,7 @@ class LockEmailInput(BaseModel):
 class SendPlan(BaseModel):
     """The settings a send runs with, read once by an activity so the workflow stays pure."""
 
-    batch_size: int
+    batch_size: int  # the setting when the send began; batches are sized by sending_limits.batch_sizes
     concurrency: int
     mailgun_retries: int
     mailgun_retry_seconds: float
