@@ -18,7 +18,10 @@ from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
 from temporalio.worker import Worker
 
 from activities.analytics import AnalyticsActivities
-from activities.newsletter import NewsletterActivities
+from activities.newsletter.batches import BatchCreationActivities
+from activities.newsletter.finish import EmailFinishActivities
+from activities.newsletter.lock import EmailLockActivities
+from activities.newsletter.send import BatchSendActivities
 from activities.outbox import OutboxActivities
 from activities.posts import PostsActivities
 from activities.sending_limits import SendingLimitsActivities
@@ -51,15 +54,19 @@ WORKFLOWS: list[type] = [
 
 def build_activities(deps: Dependencies) -> list[Callable]:
     """The activities this worker runs: each class built once with the process's dependencies."""
-    newsletter = NewsletterActivities(deps)
+    email_lock = EmailLockActivities(deps)
+    batch_creation = BatchCreationActivities(deps)
+    batch_send = BatchSendActivities(deps)
+    email_finish = EmailFinishActivities(deps)
     outbox = OutboxActivities(deps)
     analytics = AnalyticsActivities(deps)
     posts = PostsActivities(deps)
     sending_limits = SendingLimitsActivities(deps)
     webhooks = WebhookActivities(deps)
     return [
-        newsletter.lock_email, newsletter.create_batches, newsletter.list_unsent_batches, newsletter.send_batch,
-        newsletter.fail_batch, newsletter.finish_email,
+        email_lock.lock_email, batch_creation.create_batches,
+        batch_send.list_unsent_batches, batch_send.send_batch, batch_send.fail_batch,
+        email_finish.finish_email,
         sending_limits.admit_batch, sending_limits.split_refused_batch,
         outbox.relay_outbox, outbox.handle_entry, outbox.complete_entry, outbox.abort_entry,
         analytics.fetch_phase, analytics.aggregate_stats, analytics.record_run,

@@ -52,10 +52,25 @@ def sending_domain(settings: Settings, fallback: bool) -> str:
     return settings.fallback_domain if fallback and settings.fallback_domain else settings.mailgun_domain
 
 
-async def learned_batch_sizes(conn: asyncpg.Connection, domains: list[str]) -> dict[str, int]:
+# --- the batch size: the one rule batch creation, admission and splitting read --------------------
+
+async def batch_sizes(conn: asyncpg.Connection, settings: Settings) -> dict[bool, int]:
+    """The batch size per kind of batch (through the fallback domain or not): the setting
+    (PRESSROOM_BATCH_SIZE, at most the provider's limit), or the smaller size learned from that
+    domain's refusals."""
+    domains = {fallback: sending_domain(settings, fallback) for fallback in (False, True)}
     rows = await conn.fetch("SELECT domain, batch_size FROM sending_domain_limits WHERE domain = ANY($1::text[])",
-                            domains)
-    return {row["domain"]: row["batch_size"] for row in rows}
+                            list(set(domains.values())))
+    learned = {row["domain"]: row["batch_size"] for row in rows}
+    return {fallback: min(settings.batch_size, learned.get(domain, settings.batch_size))
+            for fallback, domain in domains.items()}
+
+
+def size_after_refusal(refused: int, stated_limit: int | None) -> int:
+    """The size a domain is taken to accept after refusing a batch of `refused` recipients for its
+    size: the limit it stated (below what it refused), else half; at least one."""
+    refused = max(1, refused)
+    return max(1, min(stated_limit, refused - 1) if stated_limit else refused // 2)
 
 
 # --- inputs and results ---------------------------------------------------------------------------
@@ -153,7 +168,6 @@ class SendingLimitsActivities:
                 return []
             domain = sending_domain(self.settings, batch["fallback_sending_domain"])
             refused = max(1, input.refused_size)
-            size = min(input.stated_limit, refused - 1) if input.stated_limit else refused // 2
             size = await conn.fetchval(
                 """INSERT INTO sending_domain_limits (domain, batch_size, refused_size, reason)
                    VALUES ($1, $2, $3, $4)
@@ -161,7 +175,8 @@ class SendingLimitsActivities:
                        batch_size = least(sending_domain_limits.batch_size, EXCLUDED.batch_size),
                        refused_size = least(sending_domain_limits.refused_size, EXCLUDED.refused_size),
                        reason = EXCLUDED.reason, refused_at = now(), updated_at = now()
-                   RETURNING batch_size""", domain, max(1, size), refused, input.message[:2000])
+                   RETURNING batch_size""",
+                domain, size_after_refusal(refused, input.stated_limit), refused, input.message[:2000])
             pieces = await split_batch(conn, input.batch_id, first=size, size=size, status_code=input.status_code,
                                        reason=f"refused for its size; split into batches of {size}: {input.message}")
         activity.logger.info("batch %s of %d refused by %s for its size; %d batches of %d instead",
@@ -191,10 +206,10 @@ class SendingLimitsActivities:
             if batch["status"] in ("submitted", "submitting") or count == 0:
                 return Admission(batch_id=input.batch_id, send=True)
             domain = sending_domain(self.settings, batch["fallback_sending_domain"])
-            learned = (await learned_batch_sizes(conn, [domain])).get(domain)
-            if learned and count > learned:
-                pieces = await split_batch(conn, input.batch_id, first=learned, size=learned, status_code=None,
-                                           reason=f"split into batches of {learned}, the size {domain} takes")
+            size = (await batch_sizes(conn, self.settings))[batch["fallback_sending_domain"]]
+            if count > size:
+                pieces = await split_batch(conn, input.batch_id, first=size, size=size, status_code=None,
+                                           reason=f"split into batches of {size}, the size {domain} takes")
                 return Admission(batch_id=input.batch_id, split_into=pieces)
             return await self._reserve(conn, input.batch_id, domain, count, at)
 

@@ -182,7 +182,7 @@ async def chain_closed(client, workflow_id: str, first_run_id: str) -> ClosedRun
 
 def watched_jobs() -> list[Job]:
     """The jobs whose rows the watchdog looks after, each defined beside its own activities."""
-    from activities.newsletter import UNFINISHED_EMAILS
+    from activities.newsletter.finish import UNFINISHED_EMAILS
     from activities.outbox import UNFINISHED_ENTRIES
 
     return [UNFINISHED_ENTRIES, UNFINISHED_EMAILS]

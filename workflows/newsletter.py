@@ -20,9 +20,13 @@ from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     from pressroom.errors import cause_of
-    from activities.newsletter import (MAILGUN_UNREACHABLE, BatchCounts, BatchSent, CreateBatchesInput, EmailOutcome,
-                                       FailBatchInput, FinishEmailInput, ListUnsentBatchesInput, LockEmailInput,
-                                       NewsletterActivities, SendBatchInput, SendPlan)
+    from activities.newsletter.batches import BatchCreationActivities
+    from activities.newsletter.finish import EmailFinishActivities
+    from activities.newsletter.lock import EmailLockActivities
+    from activities.newsletter.models import (MAILGUN_UNREACHABLE, BatchCounts, BatchSent, CreateBatchesInput,
+                                              EmailOutcome, FailBatchInput, FinishEmailInput, ListUnsentBatchesInput,
+                                              LockEmailInput, SendBatchInput, SendPlan)
+    from activities.newsletter.send import BatchSendActivities
     from activities.sending_limits import AdmitBatchInput, SendingLimitsActivities, SplitRefusedBatchInput
     from pressroom.temporal import EMAIL_ID, POST_ID
 
@@ -124,7 +128,7 @@ class SendNewsletterWorkflow:
         if input.resume is None:
             try:
                 lock = await workflow.execute_activity_method(
-                    NewsletterActivities.lock_email, LockEmailInput(email_id=input.email_id,
+                    EmailLockActivities.lock_email, LockEmailInput(email_id=input.email_id,
                                                                     holder=info.first_execution_run_id),
                     start_to_close_timeout=timedelta(seconds=60), retry_policy=DATABASE_RETRY)
             except ActivityError as error:
@@ -153,7 +157,7 @@ class SendNewsletterWorkflow:
         while True:
             chunks = self._chunks
             batch_ids = await workflow.execute_activity_method(
-                NewsletterActivities.list_unsent_batches,
+                BatchSendActivities.list_unsent_batches,
                 ListUnsentBatchesInput(email_id=input.email_id, limit=BATCH_PAGE),
                 start_to_close_timeout=timedelta(seconds=60), retry_policy=DATABASE_RETRY)
             if not batch_ids:
@@ -175,7 +179,7 @@ class SendNewsletterWorkflow:
                 workflow.continue_as_new(SendNewsletterInput(email_id=input.email_id, resume=resume))
 
         outcome = await workflow.execute_activity_method(
-            NewsletterActivities.finish_email, FinishEmailInput(email_id=input.email_id),
+            EmailFinishActivities.finish_email, FinishEmailInput(email_id=input.email_id),
             start_to_close_timeout=timedelta(seconds=60), retry_policy=DATABASE_RETRY)
         if outcome.counts:
             self._progress = self._from_counts(input.email_id, outcome.counts)
@@ -184,7 +188,7 @@ class SendNewsletterWorkflow:
 
     async def _create_batches(self, email_id: str, *, retry_failed: bool, chunked: bool) -> BatchCounts:
         return await workflow.execute_activity_method(
-            NewsletterActivities.create_batches,
+            BatchCreationActivities.create_batches,
             CreateBatchesInput(email_id=email_id, retry_failed=retry_failed, chunked=chunked),
             start_to_close_timeout=DATABASE_TIMEOUT, heartbeat_timeout=HEARTBEAT_TIMEOUT,
             retry_policy=DATABASE_RETRY, summary="create batches")
@@ -221,7 +225,7 @@ class SendNewsletterWorkflow:
                         resume.started_at + plan.delivery_window_seconds * share, timezone.utc)
                 try:
                     sent = await workflow.execute_activity_method(
-                        NewsletterActivities.send_batch, SendBatchInput(batch_id=batch_id, delivery_time=delivery_time),
+                        BatchSendActivities.send_batch, SendBatchInput(batch_id=batch_id, delivery_time=delivery_time),
                         start_to_close_timeout=timedelta(minutes=2), heartbeat_timeout=HEARTBEAT_TIMEOUT,
                         retry_policy=mailgun_retry,
                         summary=f"batch {number + 1} of {self._progress.batches_total}")
@@ -287,7 +291,7 @@ class SendNewsletterWorkflow:
                                confirm=workflow.patched(CONFIRM_UNCERTAIN_PATCH))
         try:
             sent = await workflow.execute_activity_method(
-                NewsletterActivities.send_batch, batch, start_to_close_timeout=timedelta(minutes=2),
+                BatchSendActivities.send_batch, batch, start_to_close_timeout=timedelta(minutes=2),
                 heartbeat_timeout=HEARTBEAT_TIMEOUT, retry_policy=mailgun_retry, summary=f"batch {batch_id}")
             while sent.confirm_in_seconds is not None:
                 # Mailgun may have accepted it and its events are not there yet: look again later.
@@ -297,7 +301,7 @@ class SendNewsletterWorkflow:
                                      summary=f"confirming batch {number + 1}")
                 self._progress.confirming.remove(number + 1)
                 sent = await workflow.execute_activity_method(
-                    NewsletterActivities.send_batch, batch, start_to_close_timeout=timedelta(minutes=2),
+                    BatchSendActivities.send_batch, batch, start_to_close_timeout=timedelta(minutes=2),
                     heartbeat_timeout=HEARTBEAT_TIMEOUT, retry_policy=mailgun_retry, summary=f"batch {batch_id}")
         except ActivityError as error:
             cause = cause_of(error)
@@ -334,7 +338,7 @@ class SendNewsletterWorkflow:
 
     async def _batch_failed(self, batch_id: str, status_code: int | None, message: str) -> None:
         await workflow.execute_activity_method(
-            NewsletterActivities.fail_batch,
+            BatchSendActivities.fail_batch,
             FailBatchInput(batch_id=batch_id, status_code=status_code, message=message),
             start_to_close_timeout=timedelta(seconds=60), retry_policy=DATABASE_RETRY)
         self._progress.batches_failed += 1

@@ -13,7 +13,7 @@ import pytest
 from selectolax.lexbor import LexborHTMLParser
 from temporalio.testing import ActivityEnvironment
 
-from activities.newsletter import CreateBatchesInput
+from activities.newsletter.models import CreateBatchesInput
 from operations.members import add_member
 from pressroom.inputs import PLAIN_ADDRESS, recipient_problem
 from tests.hostile.corpus import NAMES, PHISHING_NAME, STRANGE_ADDRESSES, UNUSABLE_ADDRESSES

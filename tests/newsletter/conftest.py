@@ -55,10 +55,11 @@ async def refused_by_mailgun(pool: asyncpg.Pool, settings, email_id: str, count:
     a refusal can only come from one that changed meanwhile). Returns the addresses replaced."""
     from temporalio.testing import ActivityEnvironment
 
-    from activities.newsletter import CreateBatchesInput, NewsletterActivities
+    from activities.newsletter.batches import BatchCreationActivities
+    from activities.newsletter.models import CreateBatchesInput
     from pressroom.dependencies import Dependencies
 
-    activities = NewsletterActivities(Dependencies(settings=settings, pool=pool, mailgun=None, temporal=None))
+    activities = BatchCreationActivities(Dependencies(settings=settings, pool=pool, mailgun=None, temporal=None))
     await ActivityEnvironment().run(activities.create_batches, CreateBatchesInput(email_id=email_id, retry_failed=False))
     rows = await pool.fetch(
         "UPDATE email_recipients r SET member_email = 'broken' || n || '@invalid' FROM ("

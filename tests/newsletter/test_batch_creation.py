@@ -7,7 +7,8 @@ from __future__ import annotations
 import pytest
 from temporalio.testing import ActivityEnvironment
 
-from activities.newsletter import CHUNK_BATCHES, CreateBatchesInput, NewsletterActivities
+from activities.newsletter.batches import CHUNK_BATCHES, BatchCreationActivities
+from activities.newsletter.models import CreateBatchesInput
 from pressroom.dependencies import Dependencies
 
 from .conftest import seed_email
@@ -16,8 +17,8 @@ SEGMENTED = '<p data-gh-segment="status:free">Upgrade?</p><p>Hello %recipient.na
 BATCH_SIZE = 7  # 70 members a chunk: a few hundred members make chunks in every group
 
 
-def activities_for(settings, db) -> NewsletterActivities:
-    return NewsletterActivities(Dependencies(settings=settings, pool=db, mailgun=None, temporal=None))
+def activities_for(settings, db) -> BatchCreationActivities:
+    return BatchCreationActivities(Dependencies(settings=settings, pool=db, mailgun=None, temporal=None))
 
 
 async def second_email(db, email_id: str) -> str:
@@ -39,7 +40,7 @@ async def assignment(db, email_id: str) -> dict[str, tuple[str, str | None, bool
     return {row["member_id"]: (row["batch"], row["member_segment"], row["fallback_sending_domain"]) for row in rows}
 
 
-async def create_in_chunks(env: ActivityEnvironment, activities: NewsletterActivities, email_id: str) -> int:
+async def create_in_chunks(env: ActivityEnvironment, activities: BatchCreationActivities, email_id: str) -> int:
     """Call create_batches as the workflow does until nothing is left; returns how many calls."""
     calls = 0
     while True:

@@ -12,7 +12,7 @@ import pytest
 from temporalio.client import WorkflowFailureError
 from temporalio.testing import ActivityEnvironment
 
-from activities.newsletter import UNFINISHED_EMAILS
+from activities.newsletter.finish import UNFINISHED_EMAILS
 from activities.watchdog import SEND_FAILED, Watchdog
 from operations.newsletter import follow_newsletter, newsletter_status
 from pressroom.errors import PressroomError

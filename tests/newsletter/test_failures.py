@@ -15,7 +15,7 @@ from temporalio.api.sdk.v1 import WorkflowMetadata
 from temporalio.client import Client
 from temporalio.worker import Replayer
 
-from activities.newsletter import CHUNK_BATCHES
+from activities.newsletter.batches import CHUNK_BATCHES
 from pressroom.temporal import data_converter
 from operations.newsletter import follow_newsletter, start_newsletter
 from workflows.newsletter import SendNewsletterWorkflow

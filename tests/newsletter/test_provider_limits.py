@@ -11,7 +11,7 @@ import pytest
 
 from temporalio.worker import Replayer
 
-from activities.sending_limits import warmup_limit
+from activities.sending_limits import batch_sizes, size_after_refusal, warmup_limit
 from operations.limits import reset_sending_limit, sending_limits
 from workflows.newsletter import SendNewsletterInput, SendNewsletterWorkflow, newsletter_workflow_id
 from worker import running_worker
@@ -38,6 +38,23 @@ async def members_of(db, newsletter_id: str) -> set[str]:
 def test_the_warmup_schedule():
     assert [warmup_limit(day) for day in (0, 1, 20, 41, 42, 400)] == [
         200, round(200 * 1000 ** (1 / 41)), round(200 * 1000 ** (20 / 41)), 200_000, None, None]
+
+
+def test_the_size_learned_from_a_refusal():
+    """The provider's stated limit when it is below the refused size, else half; never zero."""
+    assert [size_after_refusal(1000, 300), size_after_refusal(1000, None), size_after_refusal(300, 300),
+            size_after_refusal(1, None), size_after_refusal(0, None)] == [300, 500, 299, 1, 1]
+
+
+async def test_one_batch_size_rule_for_each_kind_of_batch(db, newsletter_settings):
+    """The setting, or the smaller size a domain is known to take; a larger learned size changes nothing."""
+    settings = newsletter_settings(batch_size=500, fallback_domain=FALLBACK_DOMAIN, fallback_address=FALLBACK_ADDRESS)
+    async with db.acquire() as conn:
+        assert await batch_sizes(conn, settings) == {False: 500, True: 500}
+        await conn.execute("INSERT INTO sending_domain_limits (domain, batch_size, refused_size, reason) "
+                           "VALUES ($1, 200, 400, 'test'), ($2, 800, 900, 'test')",
+                           FALLBACK_DOMAIN, settings.mailgun_domain)
+        assert await batch_sizes(conn, settings) == {False: 500, True: 200}
 
 
 @pytest.fixture

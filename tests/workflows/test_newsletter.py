@@ -13,9 +13,9 @@ from temporalio import activity
 from temporalio.client import WorkflowFailureError
 from temporalio.exceptions import ApplicationError
 
-from activities.newsletter import (BatchCounts, BatchSent, CreateBatchesInput, EmailLock, EmailOutcome,
-                                   FailBatchInput, FinishEmailInput, ListUnsentBatchesInput, LockEmailInput,
-                                   SendBatchInput, SendPlan)
+from activities.newsletter.models import (BatchCounts, BatchSent, CreateBatchesInput, EmailLock, EmailOutcome,
+                                          FailBatchInput, FinishEmailInput, ListUnsentBatchesInput, LockEmailInput,
+                                          SendBatchInput, SendPlan)
 from tests.workflows.conftest import worker_for
 from workflows.newsletter import (BATCH_PAGE, NewsletterProgress, Resume, SendNewsletterInput,
                                   SendNewsletterWorkflow, newsletter_workflow_id)

@@ -15,8 +15,8 @@ from worker import WORKFLOWS, build_activities
 
 def classes(package, suffix: str) -> dict[str, type]:
     found = {}
-    for info in pkgutil.iter_modules(package.__path__):
-        module = importlib.import_module(f"{package.__name__}.{info.name}")
+    for info in pkgutil.walk_packages(package.__path__, f"{package.__name__}."):
+        module = importlib.import_module(info.name)
         for name, cls in inspect.getmembers(module, inspect.isclass):
             if cls.__module__ == module.__name__ and name.endswith(suffix):
                 found[name] = cls

@@ -1,0 +1,263 @@
+"""Batch creation: every recipient of the email in exactly one batch.
+
+Written in one transaction, or chunked: one chunk per call, each committed whole, so that the
+first batches go out while the rest are written. Existing batches are reused; a new send of a
+failed email sends its failed batches again. Safe to repeat: a creation resumes from its cursor.
+"""
+
+from __future__ import annotations
+
+from temporalio import activity
+
+from activities.errors import non_retryable
+from activities.heartbeat import heartbeating
+from activities.newsletter.audience import NOT_SKIPPED, RECIPIENTS, UNPLAIN_ADDRESSES
+from activities.newsletter.content import load_for_sending
+from activities.newsletter.counts import batch_counts
+from activities.newsletter.models import BatchCounts, CreateBatchesInput
+from activities.sending_limits import batch_sizes, warmup_limit
+from pressroom.dependencies import Dependencies
+from pressroom.email_rendering import FREE, NOT_FREE, recipient_statuses, segments_needed
+from pressroom.inputs import PLAIN_ADDRESS, SPECIAL_USE_DOMAINS, recipient_problem
+
+SKIPPED_SHOWN = 20  # members named in the log line of an email's left-out members; the rest are counted
+# The email's count becomes the recipients written ($2); the site's own count is kept when they
+# differ by more than 1% (returned then, NULL otherwise), for the log and `newsletter status`.
+RECORD_EMAIL_COUNT = """
+    WITH old AS (SELECT email_count FROM emails WHERE id = $1),
+    drift AS (SELECT email_count AS expected FROM old
+              WHERE email_count > 0 AND abs($2::int - email_count) > email_count * 0.01)
+    UPDATE emails e SET email_count = $2, updated_at = now(),
+           email_count_expected = coalesce((SELECT expected FROM drift), e.email_count_expected)
+    WHERE e.id = $1 RETURNING (SELECT expected FROM drift)
+"""
+
+
+CHUNK_BATCHES = 10  # batches per chunk of a chunked creation: the first go out while the next are written
+SEGMENT_NAMES = {FREE: "free", NOT_FREE: "paid"}  # in batch ids; an unsegmented email's batches say "all"
+# A member's place in the warming order (open rate highest first, none last; then member id) as
+# one ascending key.
+RANK_KEY = "coalesce(-m.email_open_rate::float8, 'Infinity'::float8)"
+
+
+def falls_back(rate: str, member_id: str) -> str:
+    """Whether a member is at or past the first one who falls back (NULLs: nobody does)."""
+    return f"coalesce(({RANK_KEY}, m.id) >= ({rate}::float8, {member_id}::text), false)"
+
+
+# One chunk of a group: $4 segment (NULL: unsegmented), $5-$6 warming's first fallback, $7 the
+# group's domain, $8 the last member written in the group, $9 how many, $10 the batch id prefix,
+# $11 the first batch's number, $12 the batch size, $13 the email. `after` is formatted in as a plain
+# range condition (not "$8 IS NULL OR ..."), so that every chunk is an index range scan.
+WRITE_CHUNK = f"""
+    WITH chosen AS (
+        SELECT m.id, m.uuid, m.email, m.name
+        {RECIPIENTS}
+          AND ($4::text IS NULL OR (m.status = 'free') = ($4::text = 'status:free'))
+          AND {falls_back('$5', '$6')} = $7
+          {NOT_SKIPPED.format(param=13)}
+          {{after}}
+        ORDER BY m.id LIMIT $9),
+    numbered AS (
+        SELECT chosen.*, $10 || '-' || lpad(($11 + (row_number() OVER (ORDER BY id) - 1) / $12)::text, 5, '0')
+                         AS batch_id
+        FROM chosen),
+    batches AS (
+        INSERT INTO email_batches (id, email_id, member_segment, fallback_sending_domain)
+        SELECT DISTINCT batch_id, $13, $4, $7 FROM numbered),
+    recipients AS (
+        INSERT INTO email_recipients (email_id, member_id, batch_id, member_uuid, member_email, member_name)
+        SELECT $13, id, batch_id, uuid, email, name FROM numbered)
+    SELECT count(*) AS n, max(id) AS last FROM numbered
+"""
+
+
+def creation_groups(segmented: bool, warming: bool) -> list[tuple[str | None, bool]]:
+    """The groups a chunked creation writes in turn: (segment, through the fallback domain)."""
+    return [(segment, fallback) for segment in ((FREE, NOT_FREE) if segmented else (None,))
+            for fallback in ((False, True) if warming else (False,))]
+
+
+class BatchCreationActivities:
+    def __init__(self, deps: Dependencies) -> None:
+        self.pool = deps.pool
+        self.settings = deps.settings
+
+    @activity.defn
+    async def create_batches(self, input: CreateBatchesInput) -> BatchCounts:
+        """Every recipient in exactly one batch; existing batches are reused. Written in one
+        transaction, or chunked: one chunk per call, each in its own (see `_create_chunk`)."""
+        async with heartbeating(), self.pool.acquire() as conn, conn.transaction():
+            email = await conn.fetchrow(
+                "SELECT newsletter_id, recipient_filter, created_at FROM emails WHERE id = $1 FOR UPDATE",
+                input.email_id)
+            if email is None:
+                raise non_retryable("EmailNotFound", f"email {input.email_id} does not exist")
+            has_batches = await conn.fetchval("SELECT EXISTS (SELECT 1 FROM email_batches WHERE email_id = $1)",
+                                              input.email_id)
+            creation = await conn.fetchrow("SELECT * FROM email_batch_creation WHERE email_id = $1", input.email_id)
+            if creation is not None or (input.chunked and not has_batches):
+                return await self._create_chunk(conn, input, email, creation)
+            if has_batches:
+                if input.retry_failed:
+                    await self._retry_failed_batches(conn, input.email_id)
+            else:
+                activity.logger.info("creating batches for email %s", input.email_id)
+                await self._leave_out_unusable(conn, input.email_id, email)
+                segmented = segments_needed((await load_for_sending(conn, input.email_id, self.settings)).content)
+                custom_limit = await self._warmup_limit(conn) if self.settings.warming else None
+                sizes = await batch_sizes(conn, self.settings)
+                # Domain warming: the first `custom_limit` recipients, most engaged first (a new
+                # domain's reputation grows on opens), go through the custom domain, the rest
+                # through the fallback one, in batches of their own.
+                await conn.execute(f"""
+                    WITH chosen AS (
+                        SELECT m.id, m.uuid, m.email, m.name, m.email_open_rate,
+                               CASE WHEN $5 THEN CASE WHEN m.status = 'free' THEN 'status:free'
+                                                      ELSE 'status:-free' END END AS segment
+                        {RECIPIENTS} {NOT_SKIPPED.format(param=4)}),
+                    ranked AS (
+                        SELECT chosen.*, coalesce(row_number() OVER (ORDER BY email_open_rate DESC NULLS LAST, id)
+                                                  > $7::int, false) AS fallback
+                        FROM chosen),
+                    numbered AS (
+                        SELECT ranked.*,
+                               $4 || '-' || CASE segment WHEN 'status:free' THEN 'free'
+                                                         WHEN 'status:-free' THEN 'paid' ELSE 'all' END
+                                  || CASE WHEN fallback THEN '-fallback' ELSE '' END
+                                  || '-' || lpad(((row_number() OVER (PARTITION BY segment, fallback ORDER BY id) - 1)
+                                                  / CASE WHEN fallback THEN $8::int ELSE $6::int END)::text, 5, '0') AS batch_id
+                        FROM ranked),
+                    batches AS (
+                        INSERT INTO email_batches (id, email_id, member_segment, fallback_sending_domain)
+                        SELECT DISTINCT batch_id, $4, segment, fallback FROM numbered)
+                    INSERT INTO email_recipients (email_id, member_id, batch_id, member_uuid, member_email, member_name)
+                    SELECT $4, id, batch_id, uuid, email, name FROM numbered""",
+                    email["newsletter_id"], recipient_statuses(email["recipient_filter"]), email["created_at"],
+                    input.email_id, segmented, sizes[False], custom_limit, sizes[True])
+            return await self._record_written(conn, input.email_id, created=not has_batches)
+
+    async def _retry_failed_batches(self, conn, email_id: str) -> None:
+        """A new send of a failed email sends its failed batches again. The send outcome stays: an
+        uncertain batch is looked up before it is sent again."""
+        await conn.execute("UPDATE email_batches SET status = 'pending', send_attempts = 0, updated_at = now() "
+                           "WHERE email_id = $1 AND status = 'failed'", email_id)
+
+    async def _record_written(self, conn, email_id: str, *, created: bool) -> BatchCounts:
+        """The email's counts from the rows really written, not the ones planned, so reports match
+        the send; with warming, a creation just finished also records how many go through the
+        custom domain."""
+        if created and self.settings.warming:
+            await conn.execute(
+                """UPDATE emails SET csd_email_count = (
+                       SELECT count(*) FROM email_recipients r JOIN email_batches b ON b.id = r.batch_id
+                       WHERE r.email_id = $1 AND NOT b.fallback_sending_domain) WHERE id = $1""", email_id)
+        counts = await batch_counts(conn, email_id)
+        expected = await conn.fetchval(RECORD_EMAIL_COUNT, email_id, counts.recipients_total)
+        if expected is not None:
+            activity.logger.warning("email %s: %d recipients written, not the %d the site counted (%+.1f%%); "
+                                    "email_count corrected", email_id, counts.recipients_total, expected,
+                                    100 * (counts.recipients_total - expected) / expected)
+        return counts
+
+    async def _create_chunk(self, conn, input: CreateBatchesInput, email, creation) -> BatchCounts:
+        """Plan the creation on the first call, then write the next chunk (chunked) or every chunk
+        left; the totals are the planned ones until the last chunk is written."""
+        if creation is None:
+            creation = await self._plan_creation(conn, input.email_id, email)
+        elif input.retry_failed:
+            await self._retry_failed_batches(conn, input.email_id)
+        while not creation["done"]:
+            creation = await self._write_chunk(conn, input.email_id, email, creation)
+            if input.chunked:
+                break
+        if not creation["done"]:
+            return BatchCounts(batches_total=creation["planned_batches"], batches_submitted=0, batches_failed=0,
+                               recipients_total=creation["planned_recipients"], recipients_submitted=0,
+                               creating=True)
+        return await self._record_written(conn, input.email_id, created=True)
+
+    async def _plan_creation(self, conn, email_id: str, email):
+        """Fix what every chunk must agree on: segments, batch sizes, where warming falls back; and
+        count the audience per group for the planned totals."""
+        activity.logger.info("creating batches for email %s in chunks", email_id)
+        await self._leave_out_unusable(conn, email_id, email)
+        segmented = segments_needed((await load_for_sending(conn, email_id, self.settings)).content)
+        custom_limit = await self._warmup_limit(conn) if self.settings.warming else None
+        sizes = await batch_sizes(conn, self.settings)
+        audience = (email["newsletter_id"], recipient_statuses(email["recipient_filter"]), email["created_at"])
+        rate, first_id = None, None
+        if custom_limit is not None:
+            # Domain warming: the first `custom_limit` recipients, most engaged first (a new
+            # domain's reputation grows on opens), go through the custom domain, the rest through
+            # the fallback one, in batches of their own.
+            row = await conn.fetchrow(f"SELECT {RANK_KEY} AS rate, m.id {RECIPIENTS} {NOT_SKIPPED.format(param=5)} "
+                                      "ORDER BY m.email_open_rate DESC NULLS LAST, m.id OFFSET $4 LIMIT 1",
+                                      *audience, custom_limit, email_id)
+            rate, first_id = (row["rate"], row["id"]) if row else (None, None)
+        planned = await conn.fetch(
+            f"""SELECT m.status = 'free' AS free, {falls_back('$4', '$5')} AS fallback, count(*) AS n {RECIPIENTS}
+                {NOT_SKIPPED.format(param=6)} GROUP BY 1, 2""", *audience, rate, first_id, email_id)
+        batches = sum(-(-row["n"] // sizes[row["fallback"]]) for row in planned) if segmented else sum(
+            -(-sum(row["n"] for row in planned if row["fallback"] == fallback) // sizes[fallback])
+            for fallback in (False, True))
+        return await conn.fetchrow(
+            """INSERT INTO email_batch_creation (email_id, segmented, batch_size, fallback_batch_size,
+                   fallback_from_rate, fallback_from_id, planned_batches, planned_recipients)
+               VALUES ($1, $2, $3, $4, $5, $6, $7, $8) RETURNING *""",
+            email_id, segmented, sizes[False], sizes[True], rate, first_id, batches,
+            sum(row["n"] for row in planned))
+
+    async def _leave_out_unusable(self, conn, email_id: str, email) -> None:
+        """Record the members whose stored address cannot be a recipient as left out of the email, by
+        id and reason, and count them on it, in the caller's transaction (with the plan, so every
+        chunk leaves out the same members); one bad row never fails the batch it would have joined."""
+        rows = await conn.fetch(UNPLAIN_ADDRESSES, email["newsletter_id"], recipient_statuses(email["recipient_filter"]),
+                                email["created_at"], PLAIN_ADDRESS, list(SPECIAL_USE_DOMAINS))
+        skipped = [(row["id"], problem) for row in rows if (problem := recipient_problem(row["email"])) is not None]
+        if skipped:
+            await conn.execute(
+                "INSERT INTO email_skipped_recipients (email_id, member_id, reason) "
+                "SELECT $1, id, reason FROM unnest($2::text[], $3::text[]) AS s (id, reason) ON CONFLICT DO NOTHING",
+                email_id, [member for member, _ in skipped], [reason for _, reason in skipped])
+            shown = "; ".join(f"member {member} {reason}" for member, reason in skipped[:SKIPPED_SHOWN])
+            more = f"; and {len(skipped) - SKIPPED_SHOWN} more" if len(skipped) > SKIPPED_SHOWN else ""
+            activity.logger.warning("email %s: %d members left out, their address cannot be a recipient: %s%s",
+                                    email_id, len(skipped), shown, more)
+        await conn.execute("UPDATE emails SET skipped_recipients = (SELECT count(*) FROM email_skipped_recipients "
+                           "WHERE email_id = $1) WHERE id = $1", email_id)
+
+    async def _write_chunk(self, conn, email_id: str, email, creation):
+        """The next chunk of the current group's recipients in member id order, as whole batches,
+        and the cursor moved past it, in the caller's transaction; an exhausted group moves the
+        cursor to the next one."""
+        groups = creation_groups(creation["segmented"], creation["fallback_from_id"] is not None)
+        segment, fallback = groups[creation["group_index"]]
+        size = creation["fallback_batch_size"] if fallback else creation["batch_size"]
+        limit = CHUNK_BATCHES * size
+        prefix = f"{email_id}-{SEGMENT_NAMES.get(segment, 'all')}{'-fallback' if fallback else ''}"
+        # The bound on both sides of the join, so that neither index is read from its start.
+        after = "AND m.id > $8::text AND mn.member_id > $8::text" if creation["after_member_id"] is not None \
+            else "AND $8::text IS NULL"
+        written = await conn.fetchrow(
+            WRITE_CHUNK.format(after=after), email["newsletter_id"], recipient_statuses(email["recipient_filter"]),
+            email["created_at"], segment, creation["fallback_from_rate"], creation["fallback_from_id"], fallback,
+            creation["after_member_id"], limit, prefix, creation["written_in_group"] // size, size, email_id)
+        if written["n"] < limit:  # the group is exhausted: the next chunk starts the next group
+            group, after, in_group = creation["group_index"] + 1, None, 0
+        else:
+            group, after, in_group = creation["group_index"], written["last"], creation["written_in_group"] + limit
+        return await conn.fetchrow(
+            """UPDATE email_batch_creation SET group_index = $2, after_member_id = $3, written_in_group = $4,
+                      done = $5, updated_at = now()
+               WHERE email_id = $1 RETURNING *""", email_id, group, after, in_group, group >= len(groups))
+
+    async def _warmup_limit(self, conn) -> int | None:
+        """Today's warm-up limit, counting days from the first email sent with warming."""
+        day = await conn.fetchval(
+            """SELECT coalesce(floor(extract(epoch FROM now() - min(b.created_at)) / 86400), 0)::int
+               FROM email_batches b JOIN emails e ON e.id = b.email_id WHERE e.csd_email_count IS NOT NULL""")
+        limit = warmup_limit(day)
+        activity.logger.info("domain warming day %d: %s recipients through %s", day,
+                             "all" if limit is None else limit, self.settings.mailgun_domain)
+        return limit

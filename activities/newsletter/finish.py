@@ -1,0 +1,95 @@
+"""Finishing an email: submitted when every batch is, failed with the reason otherwise; and the
+watchdog's job for emails whose send closed without finishing them."""
+
+from __future__ import annotations
+
+from temporalio import activity
+
+from activities.newsletter.counts import batch_counts
+from activities.newsletter.lock import is_run_id, lock_holder, unpublished
+from activities.newsletter.models import EmailOutcome, FinishEmailInput
+from activities.watchdog import SEND_FAILED, ClosedRun, Job, Watched
+from pressroom.dependencies import Dependencies
+
+PARTIALLY_SENT = "The email was only partially sent: {failed} of {total} batches failed. Send it again to retry them."
+STOPPED = ("The email was stopped: {why}; {submitted} of {total} batches had been sent and nothing more is. "
+           "Publish the post again, then send it to send the rest.")
+NOT_SENT = "The email failed to send: no batch was accepted by Mailgun. Send it again to retry."
+MAY_HAVE_BEEN_SENT = (" {uncertain} of the failed batches may have reached Mailgun all the same: sending again looks "
+                      "them up in Mailgun's events first and sends only those it cannot find.")
+
+
+class EmailFinishActivities:
+    def __init__(self, deps: Dependencies) -> None:
+        self.pool = deps.pool
+
+    @activity.defn
+    async def finish_email(self, input: FinishEmailInput) -> EmailOutcome:
+        """submitted when every batch is; failed otherwise, the message saying how many batches failed."""
+        async with self.pool.acquire() as conn, conn.transaction():
+            counts = await batch_counts(conn, input.email_id)
+            if counts.batches_submitted == counts.batches_total:
+                status, message = "submitted", ""
+            elif counts.batches_submitted:
+                status = "failed"
+                message = PARTIALLY_SENT.format(failed=counts.batches_total - counts.batches_submitted,
+                                                total=counts.batches_total)
+            else:
+                status, message = "failed", NOT_SENT
+            post = await conn.fetchrow("SELECT p.id, p.status FROM emails e JOIN posts p ON p.id = e.post_id "
+                                       "WHERE e.id = $1", input.email_id)
+            if status == "failed" and post is not None and post["status"] not in ("published", "sent"):
+                message = STOPPED.format(why=unpublished(post["id"], post["status"]),
+                                         submitted=counts.batches_submitted, total=counts.batches_total)
+            if counts.batches_uncertain:
+                message += MAY_HAVE_BEEN_SENT.format(uncertain=counts.batches_uncertain)
+            await conn.execute(
+                "UPDATE emails SET status = $2, error = nullif($3, ''), locked_by = NULL, updated_at = now(), "
+                "submitted_at = CASE WHEN $2 = 'submitted' THEN now() ELSE submitted_at END WHERE id = $1",
+                input.email_id, status, message)
+        return EmailOutcome(email_id=input.email_id, status=status, message=message, counts=counts)
+
+
+# --- emails whose send closed without finishing them (the watchdog's newsletter job) --------------
+
+async def _unfinished_emails(pool, older_than: float, after, limit: int) -> list[Watched]:
+    """Emails `submitting`, unchanged for `older_than` seconds, oldest first after `after`, whose lock
+    names a run of this namespace (one of another cannot be asked about from here)."""
+    namespace = activity.info().namespace
+    rows = await pool.fetch(
+        "SELECT id, locked_by, updated_at FROM emails WHERE status = 'submitting' AND locked_by IS NOT NULL "
+        "AND updated_at < now() - make_interval(secs => $1) "
+        "AND ($2::timestamptz IS NULL OR (updated_at, id) > ($2, $3)) ORDER BY updated_at, id LIMIT $4",
+        older_than, after[0] if after else None, after[1] if after else "", limit)
+    watched = []
+    for row in rows:
+        holder_namespace, workflow_id, run_id = lock_holder(row["locked_by"], namespace,
+                                                            f"newsletter-{row['id']}")
+        if holder_namespace == namespace and workflow_id and is_run_id(run_id):
+            watched.append(Watched(row, workflow_id, first_run_id=run_id))
+    return watched
+
+
+def closed_send_error(workflow_id: str, closed: ClosedRun) -> str:
+    """What an email whose send closed unfinished stores: a failed run's own message, as the reference
+    platform stores it (or its words when there is none); otherwise how the run closed."""
+    if closed.status == "FAILED":
+        return closed.message or SEND_FAILED
+    return f"{SEND_FAILED}: its send (workflow {workflow_id}) {closed.how()} before it finished. Send it again to retry."
+
+
+async def _fail_unfinished_email(pool, watched: Watched, closed: ClosedRun) -> str | None:
+    """Failed with the run's reason, the lock released: `newsletter send` sends what is left (batches
+    already submitted are not sent again; an uncertain one is looked up first)."""
+    error = closed_send_error(watched.workflow_id, closed)[:2000]
+    row = watched.row
+    # Only the row as it was read: a lock taken over or an email finished since then is left alone.
+    failed = await pool.fetchval(
+        "UPDATE emails SET status = 'failed', error = $4, locked_by = NULL, updated_at = now() "
+        "WHERE id = $1 AND status = 'submitting' AND locked_by = $2 AND updated_at = $3 RETURNING id",
+        row["id"], row["locked_by"], row["updated_at"], error)
+    return error if failed is not None else None
+
+
+UNFINISHED_EMAILS = Job("email", _unfinished_emails, _fail_unfinished_email,
+                        cursor=lambda watched: (watched.row["updated_at"], watched.row["id"]))

@@ -1,0 +1,164 @@
+"""The email's status lock: pending or failed becomes submitting for one workflow chain.
+
+Safe to repeat: the holder finds its own lock. A lock held by another sender is taken over only
+when Temporal proves that sender gone. Bad input fails here, before anything is written.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from activities.errors import non_retryable
+from activities.newsletter.audience import RECIPIENTS
+from activities.newsletter.content import check_content
+from activities.newsletter.models import EmailLock, LockEmailInput, SendPlan
+from pressroom.dependencies import Dependencies
+from pressroom.email_rendering import recipient_statuses
+
+
+def unpublished(post_id: str, post_status: str) -> str:
+    return f"its post {post_id} is {post_status}, no longer published"
+
+
+def lock_holder(locked_by: str, namespace: str, workflow_id: str) -> tuple[str, str, str]:
+    """(namespace, workflow id, first run id) of an email's lock, stored as `namespace/workflow
+    id/first run id`; a bare run id, as 0.1.0 wrote it, is a run of `workflow_id` in `namespace`."""
+    if "/" in locked_by:
+        holder_namespace, _, rest = locked_by.partition("/")
+        holder_workflow_id, _, run_id = rest.rpartition("/")  # a workflow id may itself hold a slash
+        return holder_namespace, holder_workflow_id, run_id
+    return namespace, workflow_id, locked_by
+
+
+def is_run_id(text: str) -> bool:
+    try:
+        uuid.UUID(text)
+    except ValueError:
+        return False
+    return True
+
+
+class EmailLockActivities:
+    def __init__(self, deps: Dependencies) -> None:
+        self.pool = deps.pool
+        self.settings = deps.settings
+        self.temporal = deps.temporal  # asks whether another holder of an email's lock is gone
+
+    def _plan(self) -> SendPlan:
+        s = self.settings
+        return SendPlan(batch_size=s.batch_size, concurrency=s.send_concurrency, mailgun_retries=s.mailgun_retries,
+                        mailgun_retry_seconds=s.mailgun_retry_seconds,
+                        delivery_window_seconds=s.delivery_window_seconds,
+                        send_caps=bool(s.hourly_send_limit or s.daily_send_limit),
+                        outage_first_wait_seconds=s.mailgun_outage_first_wait_seconds,
+                        outage_max_wait_seconds=s.mailgun_outage_max_wait_seconds)
+
+    @activity.defn
+    async def lock_email(self, input: LockEmailInput) -> EmailLock:
+        """Move the email from pending or failed to submitting for this run; its own lock is kept.
+
+        Safe to repeat: the holder finds its own lock. Bad input (unknown email, a filter that cannot
+        be parsed, nobody to send to) fails before anything is written.
+        """
+        async with self.pool.acquire() as conn, conn.transaction():
+            email = await conn.fetchrow(
+                "SELECT e.status, e.locked_by, e.post_id, e.newsletter_id, e.recipient_filter, e.created_at, "
+                "p.status AS post_status FROM emails e LEFT JOIN posts p ON p.id = e.post_id "
+                "WHERE e.id = $1 FOR UPDATE OF e", input.email_id)
+            if email is None:
+                raise non_retryable("EmailNotFound", f"email {input.email_id} does not exist")
+            if email["status"] == "submitted":
+                return EmailLock(acquired=False, reason=f"email {input.email_id} is already submitted")
+            refused = self._unpublished(email)
+            if refused:
+                # Failed with the reason, whoever held it: a send resumed or taken over after its post
+                # was moved back to draft sends nothing more. Committed, then refused (below).
+                await conn.execute("UPDATE emails SET status = 'failed', error = $2, locked_by = NULL, "
+                                   "updated_at = now() WHERE id = $1", input.email_id, refused)
+            else:
+                return await self._lock(conn, input, email)
+        raise non_retryable("PostNotPublished", refused)
+
+    @staticmethod
+    def _unpublished(email) -> str:
+        """Why the email's post stops it (it is a draft or scheduled again), or "" when it may go out."""
+        if email["post_status"] in (None, "published", "sent"):
+            return ""
+        return (f"The email is not sent: {unpublished(email['post_id'], email['post_status'])}. "
+                "Publish the post again, then send it.")
+
+    async def _lock(self, conn, input: LockEmailInput, email) -> EmailLock:
+        """The lock itself, in the caller's transaction: taken over from a sender proved gone, and
+        refused for bad input before anything is written."""
+        holder = self._holder(input.holder)
+        took_over = ""
+        if email["status"] == "submitting":
+            if email["locked_by"] in (holder, input.holder):  # a bare run id: a lock taken by 0.1.0
+                return EmailLock(acquired=True, post_id=email["post_id"], plan=self._plan())
+            took_over = await self._take_over(input.email_id, email["locked_by"])
+        try:
+            statuses = recipient_statuses(email["recipient_filter"])
+        except ValueError as error:
+            raise non_retryable("BadRecipientFilter", f"email {input.email_id}: {error}") from None
+        if email["newsletter_id"] is None:
+            raise non_retryable("NoNewsletter", f"email {input.email_id} has no newsletter to send to")
+        await check_content(conn, input.email_id, self.settings)
+        has_batches = await conn.fetchval("SELECT EXISTS (SELECT 1 FROM email_batches WHERE email_id = $1)",
+                                          input.email_id)
+        if not has_batches and not await conn.fetchval(
+                f"SELECT EXISTS (SELECT 1 {RECIPIENTS})", email["newsletter_id"], statuses, email["created_at"]):
+            raise non_retryable("NoRecipients", f"email {input.email_id}: newsletter {email['newsletter_id']} "
+                                f"has no subscribers matching {email['recipient_filter']!r}")
+        await conn.execute(
+            "UPDATE emails SET status = 'submitting', locked_by = $2, error = NULL, updated_at = now() "
+            "WHERE id = $1", input.email_id, holder)
+        activity.logger.info("locked email %s for sending", input.email_id)
+        return EmailLock(acquired=True, reason=took_over, post_id=email["post_id"], plan=self._plan())
+
+    @staticmethod
+    def _holder(first_run_id: str) -> str:
+        """The lock holder as `namespace/workflow id/first run id`: enough to ask Temporal about it."""
+        info = activity.info()
+        return f"{info.namespace}/{info.workflow_id}/{first_run_id}"
+
+    async def _take_over(self, email_id: str, locked_by: str) -> str:
+        """Another sender holds the email: refuse, unless Temporal proves that sender gone.
+
+        Gone means its run is closed, or does not exist in this namespace. A holder in another
+        namespace, or one that is not a Temporal run at all, cannot be proved gone: refused.
+        """
+        from temporalio.client import WorkflowExecutionStatus
+
+        info = activity.info()
+        namespace, workflow_id, run_id = lock_holder(locked_by, info.namespace, info.workflow_id)
+        refused = f"email {email_id} is being sent by {locked_by}"
+        if namespace != info.namespace or not workflow_id or not is_run_id(run_id):
+            raise non_retryable("EmailLockedByAnotherSender",
+                                f"{refused}, which cannot be checked from namespace {info.namespace}; "
+                                "refusing to send it twice")
+        latest = await self._describe(workflow_id)
+        run = latest if latest is not None and run_id in (latest.run_id, latest.raw_info.first_run_id) \
+            else await self._describe(workflow_id, run_id)
+        if run is not None and run.status == WorkflowExecutionStatus.RUNNING:
+            raise non_retryable("EmailLockedByAnotherSender",
+                                f"{refused}, which is still running; refusing to send it twice")
+        how = f"closed ({run.status.name.lower()})" if run is not None and run.status else \
+            f"not found in namespace {info.namespace}"
+        took_over = f"took over email {email_id} from {locked_by}, which is {how}"
+        activity.logger.warning("%s", took_over)
+        return took_over
+
+    async def _describe(self, workflow_id: str, run_id: str | None = None):
+        """The run (the latest one without run_id), or None when this namespace has no such run."""
+        from temporalio.service import RPCError, RPCStatusCode
+
+        try:
+            return await self.temporal.get_workflow_handle(workflow_id, run_id=run_id).describe()
+        except RPCError as error:
+            if error.status == RPCStatusCode.NOT_FOUND:
+                return None
+            raise ApplicationError(f"cannot ask Temporal about {workflow_id}: {error.message}",
+                                   type="TemporalUnavailable") from None

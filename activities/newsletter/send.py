@@ -1,0 +1,217 @@
+"""Sending a batch: one provider call for its recipients, its outcome recorded.
+
+Safe to repeat: a submitted batch is never sent again, and a batch whose last send was uncertain
+(see activities/confirm.py) is looked up in Mailgun's events by its own `v:pressroom-batch` mark
+before anything is resent.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from activities.confirm import confirm_wait, lookup_window, uncertain_sends_exhausted
+from activities.errors import non_retryable
+from activities.heartbeat import heartbeating
+from activities.newsletter.content import Messages
+from activities.newsletter.lock import unpublished
+from activities.newsletter.models import (MAILGUN_UNREACHABLE, BatchSent, FailBatchInput, ListUnsentBatchesInput,
+                                          SendBatchInput)
+from activities.sending_limits import sending_domain
+from pressroom.dependencies import Dependencies
+from pressroom.email_rendering import member_values
+from pressroom.mailgun import (ACCEPTED, NOT_ACCEPTED, UNCERTAIN, MailgunClient, MailgunError, MailgunRateLimited,
+                               MailgunRejected, MailgunUnavailable, RecipientLimitExceeded)
+
+SENDING_LIMIT_SECONDS = 60
+BATCH_MARK = "pressroom-batch"  # the v: variable that proves which batch a message carried
+
+
+# Claims a batch not yet submitted ($1) whose post is still published (or has none) and returns its
+# recipients in order. Unless the last send
+# was uncertain, the same statement records this attempt as one (as `_record_outcome` would with
+# sending=True); the returned send_outcome is the one before this attempt.
+CLAIM_BATCH = """
+    WITH old AS (SELECT b.id, b.status, b.send_outcome, p.status AS post_status
+                 FROM email_batches b JOIN emails e ON e.id = b.email_id LEFT JOIN posts p ON p.id = e.post_id
+                 WHERE b.id = $1 FOR UPDATE OF b),
+    claimed AS (
+        UPDATE email_batches b
+        SET status = 'submitting', updated_at = now(),
+            send_outcome = 'uncertain',
+            send_attempts = b.send_attempts + CASE WHEN old.send_outcome = 'uncertain' THEN 0 ELSE 1 END,
+            first_uncertain_at = CASE WHEN old.send_outcome = 'uncertain' THEN b.first_uncertain_at ELSE now() END,
+            last_uncertain_at = CASE WHEN old.send_outcome = 'uncertain' THEN b.last_uncertain_at ELSE now() END
+        FROM old WHERE b.id = old.id AND old.status <> 'submitted'
+          AND coalesce(old.post_status, 'published') IN ('published', 'sent')
+        RETURNING b.id, b.email_id, b.member_segment, b.fallback_sending_domain, old.send_outcome, b.send_attempts,
+                  b.first_uncertain_at, now() AS now,
+                  extract(epoch FROM now() - b.last_uncertain_at)::float8 AS uncertain_for)
+    SELECT claimed.*, r.emails, r.names, r.uuids, r.statuses
+    FROM claimed, LATERAL (
+        SELECT array_agg(r.member_email ORDER BY r.id) AS emails, array_agg(r.member_name ORDER BY r.id) AS names,
+               array_agg(r.member_uuid::text ORDER BY r.id) AS uuids,
+               array_agg(coalesce(m.status, '') ORDER BY r.id) AS statuses
+        FROM email_recipients r LEFT JOIN members m ON m.id = r.member_id WHERE r.batch_id = claimed.id) r
+"""
+
+
+class BatchSendActivities:
+    def __init__(self, deps: Dependencies) -> None:
+        self.pool = deps.pool
+        self.mailgun = deps.mailgun
+        self.settings = deps.settings
+        # Bodies rendered once per (email, segment) and reused for every batch in this worker.
+        self._messages = Messages(deps.pool, deps.settings)
+
+    @activity.defn
+    async def list_unsent_batches(self, input: ListUnsentBatchesInput) -> list[str]:
+        """The next batch ids still to send (pending, or interrupted mid-send), in order."""
+        rows = await self.pool.fetch(
+            "SELECT id FROM email_batches WHERE email_id = $1 AND status IN ('pending', 'submitting') "
+            "ORDER BY id LIMIT $2", input.email_id, input.limit)
+        return [row["id"] for row in rows]
+
+    @activity.defn
+    async def send_batch(self, input: SendBatchInput) -> BatchSent:
+        """One Mailgun message for the batch's recipients.
+
+        Safe to repeat: a submitted batch is not sent again, and a batch whose last send was
+        uncertain is first looked up in Mailgun's events; while it may still appear there, nothing
+        is sent and the workflow is told when to look again.
+        """
+        async with heartbeating():
+            return await self._send_batch(input)
+
+    async def _send_batch(self, input: SendBatchInput) -> BatchSent:
+        # One statement claims the batch, reads its recipients and, unless its last send was
+        # uncertain (then it is looked up first), records this attempt as uncertain: committed
+        # before the request goes out, so a worker killed mid-send leaves "uncertain" behind.
+        batch = await self.pool.fetchrow(CLAIM_BATCH, input.batch_id)
+        if batch is None:
+            done = await self.pool.fetchrow(
+                "SELECT b.status, b.provider_id, e.post_id, p.status AS post_status, "
+                "(SELECT count(*) FROM email_recipients WHERE batch_id = $1) AS n FROM email_batches b "
+                "JOIN emails e ON e.id = b.email_id LEFT JOIN posts p ON p.id = e.post_id WHERE b.id = $1",
+                input.batch_id)
+            if done is None:
+                raise non_retryable("BatchNotFound", f"batch {input.batch_id} does not exist")
+            if done["status"] != "submitted":  # not claimed: its post is no longer published
+                raise non_retryable("PostNotPublished", f"batch {input.batch_id} is not sent: "
+                                    f"{unpublished(done['post_id'], done['post_status'])}")
+            return BatchSent(batch_id=input.batch_id, recipients=done["n"], provider_id=done["provider_id"],
+                             reconciled=True)
+        addresses = batch["emails"] or []
+        # The batch's domain decides the request URL, the From address and where its events are.
+        mailgun = self.mailgun.for_domain(sending_domain(self.settings, batch["fallback_sending_domain"]))
+        message_id = f"{input.batch_id}@{mailgun.domain}"
+        try:
+            body, fields = await self._messages.get(batch["email_id"], batch["member_segment"], mailgun.domain,
+                                                    fallback=mailgun.domain != self.mailgun.domain)
+        except Exception:
+            if batch["send_outcome"] != UNCERTAIN:  # marked by the claim, yet nothing went out
+                await self._record_outcome(input.batch_id, NOT_ACCEPTED)
+            raise
+        if batch["send_outcome"] == UNCERTAIN:
+            provider_id = await self._find_accepted(mailgun, input.batch_id, addresses[0], message_id,
+                                                    *lookup_window(batch["first_uncertain_at"], batch["now"]))
+            if provider_id is not None:
+                activity.logger.info("batch %s was accepted by an earlier attempt; not sending it again",
+                                     input.batch_id)
+                await self._record_submitted(input.batch_id, provider_id)
+                return BatchSent(batch_id=input.batch_id, recipients=len(addresses), provider_id=provider_id,
+                                 reconciled=True)
+            wait = confirm_wait(batch["uncertain_for"], self.settings, input.confirm)
+            if wait is not None:
+                activity.logger.info("batch %s may have been accepted and is not in Mailgun's events yet; "
+                                     "looking again in %.0f s", input.batch_id, wait)
+                return BatchSent(batch_id=input.batch_id, recipients=len(addresses), provider_id="",
+                                 reconciled=False, confirm_in_seconds=wait)
+            if batch["send_attempts"] >= self.settings.mailgun_retries + 1:
+                raise uncertain_sends_exhausted(f"batch {input.batch_id}", batch["send_attempts"])
+            await self._record_outcome(input.batch_id, UNCERTAIN, sending=True)  # until the answer says otherwise
+
+        # Each reader's personalisation, resolved here so that no address enters a workflow history.
+        site_url, email_id = self.settings.site_url, batch["email_id"]
+        variables = {
+            address: body.recipient_variables(member_values(
+                name=name, email=address, uuid=uuid, status=status, site_url=site_url, email_id=email_id))
+            for address, name, uuid, status in zip(addresses, batch["names"] or [], batch["uuids"] or [],
+                                                   batch["statuses"] or [])}
+        activity.logger.info("sending batch %s (%d recipients)", input.batch_id, len(addresses))
+        try:
+            try:
+                provider_id = await mailgun.send_fields(
+                    fields, to=list(variables), recipient_variables=variables,
+                    variables={"email-id": email_id, BATCH_MARK: input.batch_id},
+                    headers={"Message-Id": f"<{message_id}>"}, delivery_time=input.delivery_time)
+            except MailgunError as error:
+                await self._record_outcome(input.batch_id, error.outcome)
+                raise
+        except RecipientLimitExceeded as error:
+            # Certainly not accepted; the workflow splits the batch into smaller ones.
+            raise ApplicationError(str(error), error.status_code, len(addresses), error.limit,
+                                   type="RecipientLimitExceeded", non_retryable=True) from None
+        except MailgunRejected as error:
+            raise ApplicationError(str(error), error.status_code, type="MailgunRejected", non_retryable=True) from None
+        except MailgunRateLimited as error:
+            delay = timedelta(seconds=error.retry_after) if error.retry_after is not None else None
+            # A wait of a minute or more is the domain's hourly or daily cap: newer runs wait for it
+            # on a workflow timer (SendingLimitReached is not retried by their policy).
+            long_wait = error.retry_after is not None and error.retry_after >= SENDING_LIMIT_SECONDS
+            raise ApplicationError(str(error), error.status_code, error.retry_after,
+                                   *([] if long_wait else [MAILGUN_UNREACHABLE]),
+                                   type="SendingLimitReached" if long_wait else "MailgunRateLimited",
+                                   next_retry_delay=delay) from None
+        except MailgunError as error:
+            # Not taken for a reason that will pass (no connection, a request never written): the
+            # workflow waits for Mailgun once the retries are spent. An uncertain one is not marked.
+            unreachable = [MAILGUN_UNREACHABLE] if isinstance(error, MailgunUnavailable) \
+                and error.outcome == NOT_ACCEPTED else []
+            raise ApplicationError(str(error), error.status_code, *unreachable, type=type(error).__name__) from None
+        await self._record_submitted(input.batch_id, provider_id)
+        return BatchSent(batch_id=input.batch_id, recipients=len(addresses), provider_id=provider_id,
+                         reconciled=False)
+
+    async def _find_accepted(self, mailgun: MailgunClient, batch_id: str, first_recipient: str, message_id: str,
+                             begin: datetime, end: datetime) -> str | None:
+        try:
+            return await mailgun.find_accepted(recipient=first_recipient, variables={BATCH_MARK: batch_id},
+                                               begin=begin, end=end, message_id=message_id)
+        except MailgunError as error:
+            # Mailgun's events cannot be read: nothing is sent until they can, and that is an outage.
+            raise ApplicationError(f"cannot check whether batch {batch_id} was accepted: {error}",
+                                   None, MAILGUN_UNREACHABLE, type="MailgunUnavailable") from None
+
+    async def _record_outcome(self, batch_id: str, outcome: str, *, sending: bool = False) -> None:
+        """The outcome of the latest attempt; an uncertain one keeps the window's start and restarts its wait."""
+        await self.pool.execute(
+            """UPDATE email_batches SET send_outcome = $2, send_attempts = send_attempts + $3::int,
+                      first_uncertain_at = CASE WHEN $2 <> 'uncertain' THEN NULL
+                                                WHEN send_outcome = 'uncertain' THEN first_uncertain_at
+                                                ELSE now() END,
+                      last_uncertain_at = CASE WHEN $2 = 'uncertain' THEN now() END, updated_at = now()
+               WHERE id = $1""", batch_id, outcome, 1 if sending else 0)
+
+    async def _record_submitted(self, batch_id: str, provider_id: str) -> None:
+        # One statement, so one transaction: the batch and its recipients are marked together.
+        await self.pool.execute(
+            """WITH batch AS (
+                   UPDATE email_batches SET status = 'submitted', provider_id = $2, send_outcome = $3,
+                          error_status_code = NULL, error_message = NULL, error_data = NULL, updated_at = now()
+                   WHERE id = $1)
+               UPDATE email_recipients SET processed_at = now() WHERE batch_id = $1""",
+            batch_id, provider_id, ACCEPTED)
+
+    @activity.defn
+    async def fail_batch(self, input: FailBatchInput) -> None:
+        """Record why a batch failed; its recipients were processed (tried) all the same."""
+        async with self.pool.acquire() as conn, conn.transaction():
+            await conn.execute(
+                "UPDATE email_batches SET status = 'failed', error_status_code = $2, error_message = $3, "
+                "error_data = jsonb_build_object('message', $3::text), updated_at = now() "
+                "WHERE id = $1 AND status <> 'submitted'", input.batch_id, input.status_code, input.message[:2000])
+            await conn.execute("UPDATE email_recipients SET processed_at = now() WHERE batch_id = $1", input.batch_id)
+
