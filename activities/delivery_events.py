@@ -238,17 +238,24 @@ UPDATE emails e SET delivered_count = c.delivered, opened_count = c.opened, fail
 FROM counts c WHERE e.id = c.email_id"""
 
 # Open rate as Ghost computes it: opened / emails with open tracking, only from 5 tracked emails.
+# A member whose figures come out as stored is not written: a member row rewritten is a new row
+# version and an entry in each of its indexes, and most recounts after a re-read page, a delivery
+# or a failure find the figures unchanged.
 _AGGREGATE_MEMBERS = """
 WITH dirty AS (DELETE FROM email_analytics_dirty_members RETURNING member_id),
 counts AS (
     SELECT er.member_id, count(*) AS received, count(er.opened_at) AS opened,
            count(*) FILTER (WHERE e.track_opens) AS tracked
     FROM email_recipients er JOIN emails e ON e.id = er.email_id
-    WHERE er.member_id IN (SELECT member_id FROM dirty) GROUP BY er.member_id)
-UPDATE members m SET email_count = c.received, email_opened_count = c.opened,
-    email_open_rate = CASE WHEN c.tracked >= 5 THEN LEAST(100, round(100.0 * c.opened / c.tracked))::int END,
+    WHERE er.member_id IN (SELECT member_id FROM dirty) GROUP BY er.member_id),
+figures AS (
+    SELECT member_id, received, opened,
+           CASE WHEN tracked >= 5 THEN LEAST(100, round(100.0 * opened / tracked))::int END AS rate
+    FROM counts)
+UPDATE members m SET email_count = f.received, email_opened_count = f.opened, email_open_rate = f.rate,
     updated_at = now()
-FROM counts c WHERE m.id = c.member_id"""
+FROM figures f WHERE m.id = f.member_id
+  AND (m.email_count, m.email_opened_count, m.email_open_rate) IS DISTINCT FROM (f.received, f.opened, f.rate)"""
 
 # What PostgreSQL answers for a value it cannot take (data exceptions, constraints) and a value
 # asyncpg cannot encode: the event is at fault, not the database, so it is set aside.
@@ -303,7 +310,8 @@ async def apply_batch(pool: asyncpg.Pool, batch: EventBatch, source: Source,
 
 
 async def aggregate(conn: asyncpg.Connection) -> tuple[int, int]:
-    """Recount the emails and members whose events changed: (emails, members); safe to repeat."""
+    """Recount the emails and members whose events changed: (emails, members whose figures changed);
+    safe to repeat."""
     emails = rows_of(await conn.execute(_AGGREGATE_EMAILS))
     members = rows_of(await conn.execute(_AGGREGATE_MEMBERS))
     return emails, members

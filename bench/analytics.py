@@ -133,7 +133,9 @@ async def main(events: int, aggregate_members: int) -> None:
         raw = time.perf_counter() - raw_began
         raw_cpu = cpu.mark()
 
-        # Aggregates for `aggregate_members` members.
+        # Aggregates for `aggregate_members` members, each of whose figures change (a member whose
+        # figures come out as stored is not written).
+        await pool.execute("UPDATE members SET email_count = 0, email_opened_count = 0, email_open_rate = NULL")
         await pool.execute("INSERT INTO email_analytics_dirty_members SELECT id FROM members "
                            "ORDER BY id LIMIT $1", aggregate_members)
         agg_began = time.perf_counter()

@@ -151,3 +151,76 @@ async def test_an_event_postgresql_refuses_is_found_by_halving_and_set_aside_alo
     assert reason.startswith("PostgreSQL refused it (22")
     saved = await db.fetchval("SELECT metadata->>'cursor' FROM jobs WHERE name = 'email-analytics-test'")
     assert float(saved) == T0 + 1
+
+
+async def test_one_recipients_events_in_a_page_are_one_write_first_wins_as_applied_one_by_one(
+        db, client, analytics_settings):
+    """A page's delivered, opened and failed events of one recipient fold into one row write; the
+    first time of each kind wins, and the result is the one the same events give one by one, in
+    the opposite order (e0 takes them as one page, e1 one event a page)."""
+    from activities.delivery_events import _apply_events, aggregate
+
+    await seed_newsletter(db, members=4, emails=2)
+    activities = activities_for(analytics_settings, db, client)
+
+    def page(email_id: str) -> list[dict]:
+        return [event(0, "delivered", T0 + 3, email_id=email_id), event(0, "opened", T0 + 20, email_id=email_id),
+                event(0, "delivered", T0 + 1, email_id=email_id), event(0, "opened", T0 + 10, email_id=email_id),
+                {**failed(0, T0 + 30, "permanent", 550), "user-variables": {"email-id": email_id}},
+                {**failed(0, T0 + 25, "temporary", 421), "user-variables": {"email-id": email_id}},
+                {**failed(0, T0 + 28, "permanent", 551), "user-variables": {"email-id": email_id}},
+                event(1, "opened", T0 + 7, email_id=email_id), event(1, "delivered", T0 + 2, email_id=email_id),
+                event(2, "delivered", T0 + 5, email_id=email_id), event(2, "delivered", T0 + 4, email_id=email_id),
+                {**failed(3, T0 + 1, "temporary", 421), "user-variables": {"email-id": email_id}},
+                {**failed(3, T0 + 9, "temporary", 452), "user-variables": {"email-id": email_id}}]
+
+    batch = EventBatch()
+    batch.add(page("e0"))
+    updated = "SELECT pg_stat_get_xact_tuples_updated('email_recipients'::regclass)"
+    async with db.acquire() as conn, conn.transaction():
+        before = await conn.fetchval(updated)  # the session's counts not yet reported, then this transaction's
+        assert await _apply_events(conn, batch) == 13
+        writes = await conn.fetchval(updated) - before
+    assert writes == 3  # m0, m1, m2: one write each for 11 events; m3's temporary failures set no time
+    for item in reversed(page("e1")):
+        await apply(activities, [item])
+
+    rows = await db.fetch("SELECT email_id, member_id, delivered_at, opened_at, failed_at FROM email_recipients")
+    by_email = {(r["email_id"], r["member_id"]): (r["delivered_at"], r["opened_at"], r["failed_at"]) for r in rows}
+    assert {m: by_email["e0", m] for m in ("m0", "m1", "m2", "m3")} == {
+        "m0": (at(T0 + 1), at(T0 + 10), at(T0 + 28)), "m1": (at(T0 + 2), at(T0 + 7), None),
+        "m2": (at(T0 + 4), None, None), "m3": (None, None, None)}
+    assert all(by_email["e0", m] == by_email["e1", m] for m in ("m0", "m1", "m2", "m3"))
+    failures = await db.fetch("SELECT email_id, member_id, severity, code, failed_at FROM email_recipient_failures")
+    stood = {(r["email_id"], r["member_id"]): (r["severity"], r["code"], r["failed_at"]) for r in failures}
+    assert stood["e0", "m0"] == ("permanent", 551, at(T0 + 28)) and stood["e0", "m3"] == ("temporary", 452, at(T0 + 9))
+    assert {m: stood["e0", m] for m in ("m0", "m3")} == {m: stood["e1", m] for m in ("m0", "m3")}
+    async with db.acquire() as conn, conn.transaction():
+        await aggregate(conn)
+    counts = await db.fetch("SELECT id, delivered_count, opened_count, failed_count FROM emails ORDER BY id")
+    assert [tuple(r)[1:] for r in counts] == [(3, 2, 1), (3, 2, 1)]
+
+
+async def test_a_recount_that_finds_a_members_figures_unchanged_does_not_rewrite_the_member(
+        db, client, analytics_settings):
+    """Members are recounted exactly as before; only those whose figures changed are written."""
+    from activities.delivery_events import aggregate
+
+    await seed_newsletter(db, members=3, emails=1)
+    activities = activities_for(analytics_settings, db, client)
+    await apply(activities, [event(0, "delivered", T0), event(1, "opened", T0)])
+    async with db.acquire() as conn, conn.transaction():
+        assert await aggregate(conn) == (1, 2)
+    figures = "SELECT id, email_count, email_opened_count, email_open_rate, updated_at FROM members ORDER BY id"
+    first = [tuple(r) for r in await db.fetch(figures)]
+    # The same events read again mark both members; their figures come out as stored: nothing written.
+    await apply(activities, [event(0, "delivered", T0 + 5), event(1, "opened", T0 + 5)])
+    async with db.acquire() as conn, conn.transaction():
+        assert await aggregate(conn) == (1, 0)
+    assert [tuple(r) for r in await db.fetch(figures)] == first
+    assert [r[1:4] for r in first] == [(1, 0, None), (1, 1, None), (0, 0, None)]
+    # A new open of m0 changes its figures: it alone is written.
+    await apply(activities, [event(0, "opened", T0 + 9)])
+    async with db.acquire() as conn, conn.transaction():
+        assert await aggregate(conn) == (1, 1)
+    assert await db.fetchval("SELECT email_opened_count FROM members WHERE id = 'm0'") == 1
