@@ -38,7 +38,7 @@ HANDLE_FIRST_HEARTBEAT_SECONDS = 2.0  # well inside handle_entry's 10 s heartbea
 ERROR_LIMIT = 2000  # stored error text is capped: enough to diagnose, and a row stays small
 OUTBOX_MARK = "pressroom-outbox"  # the v: variable that proves which entry a welcome email carried
 OUTBOX_WORKFLOW_PREFIX = "outbox-"
-DELETE_FAILED = "Processed, but failed to delete outbox entry"  # OUTBOX_DELETE_ON_SUCCESS, as the reference says it
+DELETE_FAILED = "Processed, but failed to delete outbox entry"  # PRESSROOM_OUTBOX_DELETE_ON_SUCCESS, as the reference says it
 
 
 # --- event types and their handlers -------------------------------------------------------------
@@ -51,7 +51,19 @@ class NoopEvent(BaseModel):
     """Does nothing: for benchmarks and smoke checks of the pipeline itself."""
 
 
-EVENT_TYPES: dict[str, type[BaseModel]] = {"MemberCreatedEvent": MemberCreatedEvent, "NoopEvent": NoopEvent}
+@dataclass(frozen=True)
+class EventType:
+    """An event type the outbox delivers: the model its payload must fit, and the OutboxActivities
+    method that handles it."""
+    payload: type[BaseModel]
+    handler: str
+
+
+# The one registry of event types: a new type is one line here and its handler method.
+EVENT_TYPES: dict[str, EventType] = {
+    "MemberCreatedEvent": EventType(MemberCreatedEvent, "_welcome_member"),
+    "NoopEvent": EventType(NoopEvent, "_noop"),
+}
 
 # The automated email each member status is welcomed with. Comped members have none of their own:
 # they get the paid one, as the reference platform does.
@@ -113,6 +125,10 @@ class EntryInput(BaseModel):
     # The delivery waits on a timer for an uncertain send's events when asked to
     # (EntryResult.confirm_in_seconds). False: deliveries started before that existed resend at once.
     confirm: bool = False
+    # True: the handler's activity records the entry succeeded itself once the handler returns (the
+    # ledger says so before a retry could handle it again). False: deliveries started before that
+    # existed complete it in a step of their own.
+    complete: bool = False
 
 
 class EntryResult(BaseModel):
@@ -120,6 +136,7 @@ class EntryResult(BaseModel):
     already_succeeded: bool = False  # the ledger had it (W-105, README "The outbox"): nothing was handled
     # Set when an uncertain send is not in the provider's events yet: nothing was sent; handle again then.
     confirm_in_seconds: float | None = None
+    completed: bool = False  # the ledger line and the entry's state are written (EntryInput.complete)
 
 
 class CompleteEntryInput(BaseModel):
@@ -139,6 +156,19 @@ LEDGER_SUCCEEDED = ("INSERT INTO idempotency_ledger (idempotency_key, payload_di
                     "ON CONFLICT (idempotency_key) DO UPDATE SET status = 'succeeded', result = EXCLUDED.result, "
                     "updated_at = now()")
 ENTRY_SUCCEEDED = "UPDATE outbox SET status = 'succeeded', processed_at = now(), updated_at = now() WHERE id = $1"
+# The handler's activity records its entry only while the entry is still being delivered (`sending`):
+# an attempt that outlives its terminated run writes nothing to an entry the watchdog aborted (nor
+# to one another run finished), as its failures do not. Row and ledger line in one statement ($1 the
+# outbox id, $2 the result); the entry kept as succeeded, or deleted (PRESSROOM_OUTBOX_DELETE_ON_SUCCESS).
+_LEDGER_OF_ENTRY = ("INSERT INTO idempotency_ledger (idempotency_key, payload_digest, status, result) "
+                    "SELECT idempotency_key, payload_digest, 'succeeded', $2::jsonb FROM entry "
+                    "ON CONFLICT (idempotency_key) DO UPDATE SET status = 'succeeded', result = EXCLUDED.result, "
+                    "updated_at = now() RETURNING 1")
+OPEN_ENTRY_SUCCEEDED = ("WITH entry AS (UPDATE outbox SET status = 'succeeded', processed_at = now(), updated_at = now() "
+                        "WHERE id = $1 AND status = 'sending' RETURNING idempotency_key, payload_digest) "
+                        + _LEDGER_OF_ENTRY)
+OPEN_ENTRY_DELETED = ("WITH entry AS (DELETE FROM outbox WHERE id = $1 AND status = 'sending' "
+                      "RETURNING idempotency_key, payload_digest) " + _LEDGER_OF_ENTRY)
 # The ledger's line for an aborted entry ($1 the outbox id, $2 the error code). A line that succeeded,
 # or that belongs to another payload (the IDEMPOTENCY_CONFLICT case), is left exactly as it is.
 LEDGER_FAILED = ("INSERT INTO idempotency_ledger (idempotency_key, payload_digest, status, error_code) "
@@ -166,8 +196,9 @@ class OutboxActivities:
         self.settings = deps.settings
         self.temporal = deps.temporal
         self.metrics = Instruments()
+        # Each type's handler, bound to this instance once, from EVENT_TYPES.
         self.handlers: dict[str, Callable[[BaseModel, str, EntryInput], Awaitable[dict[str, Any]]]] = {
-            "MemberCreatedEvent": self._welcome_member, "NoopEvent": self._noop}
+            name: getattr(self, event_type.handler) for name, event_type in EVENT_TYPES.items()}
 
     # --- the relay ---
 
@@ -180,7 +211,7 @@ class OutboxActivities:
         """
         # Rows of every job whose run closed without finishing them (activities/watchdog.py).
         orphans = asyncio.create_task(Watchdog(self.pool, self.temporal,
-                                               self.settings.outbox_orphan_check_sec).watch())
+                                               self.settings.orphan_check_seconds).watch())
         started, deadline = 0, time.monotonic() + input.run_seconds
         try:
             async with woken_by_notify(self.settings.database_url, NOTIFY_CHANNEL) as wake:
@@ -194,7 +225,7 @@ class OutboxActivities:
                         await wait_for_work(wake, min(RELAY_CAP_RECHECK_SECONDS, deadline - time.monotonic()),
                                             started)
                     elif claimed < self.settings.outbox_batch:
-                        await wait_for_work(wake, min(self.settings.outbox_poll_interval_sec,
+                        await wait_for_work(wake, min(self.settings.outbox_poll_interval_seconds,
                                                       deadline - time.monotonic()), started)
         finally:
             orphans.cancel()
@@ -219,7 +250,7 @@ class OutboxActivities:
             if not rows:
                 return 0, False
             # The rows stay locked until every start returns: the starts go out together, a bounded
-            # number at once however large OUTBOX_BATCH is set.
+            # number at once however large PRESSROOM_OUTBOX_BATCH is set.
             slots = asyncio.Semaphore(RELAY_CONCURRENT_STARTS)
 
             async def start(row) -> None:
@@ -262,11 +293,11 @@ class OutboxActivities:
 
     @staticmethod
     def _event(event_type: str, payload: str) -> BaseModel:
-        model = EVENT_TYPES.get(event_type)
-        if model is None:
+        known = EVENT_TYPES.get(event_type)
+        if known is None:
             raise _abort("UNKNOWN_EVENT_TYPE", f"no handler for event type {event_type!r}")
         try:
-            return model.model_validate_json(payload)
+            return known.payload.model_validate_json(payload)
         except ValidationError as error:
             first = error.errors()[0]
             where = ".".join(str(part) for part in first["loc"]) or "payload"
@@ -299,7 +330,7 @@ class OutboxActivities:
             await self.pool.execute("UPDATE outbox SET status = 'sending', updated_at = now() "
                                     "WHERE id = $1 AND status = 'failed'", input.outbox_id)
         try:
-            return EntryResult(result=await self.handlers[row["event_type"]](event, row["idempotency_key"], input))
+            result = await self.handlers[row["event_type"]](event, row["idempotency_key"], input)
         except StillConfirming as waiting:
             return EntryResult(result={}, confirm_in_seconds=waiting.wait_seconds)
         except ApplicationError:
@@ -307,7 +338,7 @@ class OutboxActivities:
         except Exception as error:  # the handler's failure, in its own words, kept for `outbox show`
             code = type(error).__name__
             message = str(error)[:ERROR_LIMIT] or code
-            backoff = self.settings.outbox_backoff_sec
+            backoff = self.settings.outbox_backoff_seconds
             delay = backoff[min(attempt - 1, len(backoff) - 1)]
             # Only an entry still open: an attempt that outlived its run (terminated, then the entry
             # aborted by the relay's check, or requeued and sent by another run) must not reopen it.
@@ -319,19 +350,45 @@ class OutboxActivities:
             self.metrics.counter("pressroom_outbox_retries", "Failed handler attempts").add(1)
             raise ApplicationError(message, type=code, non_retryable=isinstance(error, ProviderRejected),
                                    next_retry_delay=timedelta(seconds=delay)) from None
+        return await self._completed_here(input, result)
+
+    async def _completed_here(self, input: EntryInput, result: dict[str, Any]) -> EntryResult:
+        """The entry recorded succeeded in this activity, sparing the delivery a step of its own.
+
+        Exactly once holds: a retry of this activity asks the ledger first. Should the write fail,
+        the handler's work is done all the same and is not retried for a database fault: the
+        delivery records it in its own step, which waits out the database.
+        """
+        if not input.complete:
+            return EntryResult(result=result)
+        statement = OPEN_ENTRY_DELETED if self.settings.outbox_delete_on_success else OPEN_ENTRY_SUCCEEDED
+        try:
+            recorded = await self.pool.fetchval(statement, input.outbox_id, json.dumps(result))
+        except Exception as error:
+            activity.logger.warning("outbox entry %s: handled, not yet recorded (%s); the delivery records it",
+                                    input.outbox_id, type(error).__name__)
+            return EntryResult(result=result)
+        if recorded is None:  # no longer `sending`: its run's own step (if the run is open) records it
+            return EntryResult(result=result)
+        self._count("succeeded")
+        return EntryResult(result=result, completed=True)
 
     @activity.defn
     async def complete_entry(self, input: CompleteEntryInput) -> None:
+        """The entry handled: its ledger line and state written (see `_complete`)."""
+        await self._complete(input.outbox_id, input.result)
+
+    async def _complete(self, outbox_id: str, result: dict[str, Any]) -> None:
         """Ledger first, then the outbox row: succeeded, or deleted (completed if the delete fails).
 
         Kept rows: the ledger line and the row's state in one statement, so both commit or neither.
         """
         if self.settings.outbox_delete_on_success:
-            await self.pool.execute(LEDGER_SUCCEEDED, input.outbox_id, json.dumps(input.result))
-            await self._finish(input.outbox_id)
+            await self.pool.execute(LEDGER_SUCCEEDED, outbox_id, json.dumps(result))
+            await self._finish(outbox_id)
         else:
-            await self.pool.execute(f"WITH ledger AS ({LEDGER_SUCCEEDED}) {ENTRY_SUCCEEDED}", input.outbox_id,
-                                    json.dumps(input.result))
+            await self.pool.execute(f"WITH ledger AS ({LEDGER_SUCCEEDED}) {ENTRY_SUCCEEDED}", outbox_id,
+                                    json.dumps(result))
         self._count("succeeded")
 
     async def _finish(self, outbox_id: str) -> None:
@@ -516,7 +573,7 @@ async def _unfinished_entries(pool, older_than: float, after, limit: int) -> lis
 
 async def _abort_unfinished_entry(pool, watched: Watched, closed: ClosedRun) -> str | None:
     """Aborted with DELIVERY_CLOSED, not retried: whoever terminated its delivery may have meant to
-    stop it, and, `sending`, it would hold a place under OUTBOX_MAX_OPEN_DELIVERIES for ever. `outbox
+    stop it, and, `sending`, it would hold a place under PRESSROOM_OUTBOX_MAX_OPEN_DELIVERIES for ever. `outbox
     requeue` sends it, once (the ledger and the look-up of an uncertain send see to that)."""
     row = watched.row
     message = (f"its delivery run (workflow {watched.workflow_id}) {closed.how()} without finishing the entry; "

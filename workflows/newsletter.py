@@ -23,17 +23,17 @@ with workflow.unsafe.imports_passed_through():
     from activities.newsletter.batches import BatchCreationActivities
     from activities.newsletter.finish import EmailFinishActivities
     from activities.newsletter.lock import EmailLockActivities
-    from activities.newsletter.models import (MAILGUN_UNREACHABLE, BatchCounts, BatchSent, CreateBatchesInput,
-                                              EmailOutcome, FailBatchInput, FinishEmailInput, ListUnsentBatchesInput,
+    from activities.newsletter.failures import (NOT_RETRIED, RECIPIENT_LIMIT_EXCEEDED, SENDING_LIMIT_REACHED,
+                                                RecipientLimitDetails, SendFailure, SendingLimitDetails,
+                                                read_send_failure)
+    from activities.newsletter.models import (BatchCounts, BatchSent, CreateBatchesInput, EmailOutcome,
+                                              FailBatchInput, FinishEmailInput, ListUnsentBatchesInput,
                                               LockEmailInput, SendBatchInput, SendPlan)
     from activities.newsletter.send import BatchSendActivities
     from activities.sending_limits import AdmitBatchInput, SendingLimitsActivities, SplitRefusedBatchInput
     from pressroom.temporal import EMAIL_ID, POST_ID
+    from workflows.policies import DATABASE_RETRY
 
-# Database retries: from 2 s, doubling, 20 times, within 30 minutes: a database restart or failover
-# has half an hour to come back before the send is given up.
-DATABASE_RETRY = RetryPolicy(initial_interval=timedelta(seconds=2), backoff_coefficient=2.0,
-                             maximum_interval=timedelta(minutes=2), maximum_attempts=20)
 DATABASE_TIMEOUT = timedelta(minutes=30)
 # Long activities heartbeat; a worker that dies is noticed this fast and its work retried elsewhere.
 HEARTBEAT_TIMEOUT = timedelta(seconds=15)
@@ -52,6 +52,12 @@ MAILGUN_OUTAGE_PATCH = "wait-out-mailgun-outages"
 
 
 NEWSLETTER_WORKFLOW_PREFIX = "newsletter-"
+
+
+def provider_retry(plan: SendPlan, not_retried: list[str]) -> RetryPolicy:
+    """A batch's send: the plan's attempts at its fixed pause, except for what retrying cannot help."""
+    return RetryPolicy(initial_interval=timedelta(seconds=plan.provider_retry_seconds), backoff_coefficient=1.0,
+                       maximum_attempts=plan.provider_retries + 1, non_retryable_error_types=not_retried)
 
 
 def newsletter_workflow_id(email_id: str) -> str:
@@ -125,40 +131,59 @@ class SendNewsletterWorkflow:
         self._wait_out_outages = self._within_limits and workflow.patched(MAILGUN_OUTAGE_PATCH)
 
         creation: asyncio.Task | None = None
-        if input.resume is None:
-            try:
-                lock = await workflow.execute_activity_method(
-                    EmailLockActivities.lock_email, LockEmailInput(email_id=input.email_id,
-                                                                    holder=info.first_execution_run_id),
-                    start_to_close_timeout=timedelta(seconds=60), retry_policy=DATABASE_RETRY)
-            except ActivityError as error:
-                # Bad input (unknown email, unparseable filter, nobody to send to): the run fails
-                # with the reason itself, so the Web UI and the CLI show it in one line.
-                reason = cause_of(error).message
-                self._show(status="failed", message=reason)
-                raise ApplicationError(reason, type="NewsletterRefused", non_retryable=True) from None
-            if not lock.acquired:
-                self._show(status="skipped", message=lock.reason)
-                return EmailOutcome(email_id=input.email_id, status="skipped", message=lock.reason)
-            if lock.post_id:
-                workflow.upsert_search_attributes([POST_ID.value_set(lock.post_id)])
-            chunked = workflow.patched(PIPELINED_BATCHES_PATCH)
-            counts = await self._create_batches(input.email_id, retry_failed=True, chunked=chunked)
-            resume = Resume(plan=lock.plan, progress=self._from_counts(input.email_id, counts),
-                            started_at=workflow.now().timestamp(), dispatched=0)
-            if counts.creating:
-                self._creating = True
-                creation = asyncio.create_task(self._create_the_rest(input.email_id))
-        else:
-            resume = input.resume
+        resume = input.resume
+        if resume is None:
+            started = await self._lock_and_create(input.email_id)
+            if isinstance(started, EmailOutcome):
+                return started
+            resume, creation = started
         self._progress = resume.progress
         self._show(status="sending")
+        await self._send_all(input.email_id, resume, creation)
 
+        outcome = await workflow.execute_activity_method(
+            EmailFinishActivities.finish_email, FinishEmailInput(email_id=input.email_id),
+            start_to_close_timeout=timedelta(seconds=60), retry_policy=DATABASE_RETRY)
+        if outcome.counts:
+            self._progress = self._from_counts(input.email_id, outcome.counts)
+        self._show(status=outcome.status, message=outcome.message)
+        return outcome
+
+    async def _lock_and_create(self, email_id: str) -> EmailOutcome | tuple[Resume, asyncio.Task | None]:
+        """Take the email's lock and write its first batches (all of them, or the first chunk with the
+        rest written alongside the send); skipped when the email is already sent."""
+        try:
+            lock = await workflow.execute_activity_method(
+                EmailLockActivities.lock_email,
+                LockEmailInput(email_id=email_id, holder=workflow.info().first_execution_run_id),
+                start_to_close_timeout=timedelta(seconds=60), retry_policy=DATABASE_RETRY)
+        except ActivityError as error:
+            # Bad input (unknown email, unparseable filter, nobody to send to): the run fails
+            # with the reason itself, so the Web UI and the CLI show it in one line.
+            reason = cause_of(error).message
+            self._show(status="failed", message=reason)
+            raise ApplicationError(reason, type="NewsletterRefused", non_retryable=True) from None
+        if not lock.acquired:
+            self._show(status="skipped", message=lock.reason)
+            return EmailOutcome(email_id=email_id, status="skipped", message=lock.reason)
+        if lock.post_id:
+            workflow.upsert_search_attributes([POST_ID.value_set(lock.post_id)])
+        chunked = workflow.patched(PIPELINED_BATCHES_PATCH)
+        counts = await self._create_batches(email_id, retry_failed=True, chunked=chunked)
+        resume = Resume(plan=lock.plan, progress=self._from_counts(email_id, counts),
+                        started_at=workflow.now().timestamp(), dispatched=0)
+        if not counts.creating:
+            return resume, None
+        self._creating = True
+        return resume, asyncio.create_task(self._create_the_rest(email_id))
+
+    async def _send_all(self, email_id: str, resume: Resume, creation: asyncio.Task | None) -> None:
+        """Send the unsent batches a page at a time until none is left and none is being written;
+        continue as new when Temporal suggests it (not while batches are still being written)."""
         while True:
             chunks = self._chunks
             batch_ids = await workflow.execute_activity_method(
-                BatchSendActivities.list_unsent_batches,
-                ListUnsentBatchesInput(email_id=input.email_id, limit=BATCH_PAGE),
+                BatchSendActivities.list_unsent_batches, ListUnsentBatchesInput(email_id=email_id, limit=BATCH_PAGE),
                 start_to_close_timeout=timedelta(seconds=60), retry_policy=DATABASE_RETRY)
             if not batch_ids:
                 if self._creating:  # everything written so far is sent: wait for the next chunk
@@ -169,22 +194,14 @@ class SendNewsletterWorkflow:
                     creation = None
                     if self._chunks != chunks:
                         continue  # its last chunk was written after the listing
-                break
+                return
             if self._within_limits:
                 await self._send_page_within_limits(batch_ids, resume)
             else:
                 await self._send_page(batch_ids, resume)
             if not self._creating and workflow.info().is_continue_as_new_suggested():
                 resume.progress = self._progress
-                workflow.continue_as_new(SendNewsletterInput(email_id=input.email_id, resume=resume))
-
-        outcome = await workflow.execute_activity_method(
-            EmailFinishActivities.finish_email, FinishEmailInput(email_id=input.email_id),
-            start_to_close_timeout=timedelta(seconds=60), retry_policy=DATABASE_RETRY)
-        if outcome.counts:
-            self._progress = self._from_counts(input.email_id, outcome.counts)
-        self._show(status=outcome.status, message=outcome.message)
-        return outcome
+                workflow.continue_as_new(SendNewsletterInput(email_id=email_id, resume=resume))
 
     async def _create_batches(self, email_id: str, *, retry_failed: bool, chunked: bool) -> BatchCounts:
         return await workflow.execute_activity_method(
@@ -209,31 +226,23 @@ class SendNewsletterWorkflow:
             self._creating = False
 
     async def _send_page(self, batch_ids: list[str], resume: Resume) -> None:
-        """Send a page of batches, at most `concurrency` at a time."""
+        """Send a page of batches, at most `concurrency` at a time (runs from before provider limits)."""
         plan = resume.plan
         slots = asyncio.Semaphore(plan.concurrency)
-        mailgun_retry = RetryPolicy(initial_interval=timedelta(seconds=plan.mailgun_retry_seconds),
-                                    backoff_coefficient=1.0, maximum_attempts=plan.mailgun_retries + 1,
-                                    non_retryable_error_types=["MailgunRejected", "BatchNotFound"])
+        retry = provider_retry(plan, NOT_RETRIED)
 
         async def send(batch_id: str, number: int) -> None:
             async with slots:
-                delivery_time = None
-                if plan.delivery_window_seconds and self._progress.batches_total:
-                    share = number / self._progress.batches_total
-                    delivery_time = datetime.fromtimestamp(
-                        resume.started_at + plan.delivery_window_seconds * share, timezone.utc)
                 try:
                     sent = await workflow.execute_activity_method(
-                        BatchSendActivities.send_batch, SendBatchInput(batch_id=batch_id, delivery_time=delivery_time),
+                        BatchSendActivities.send_batch,
+                        SendBatchInput(batch_id=batch_id, delivery_time=self._delivery_time(number, resume)),
                         start_to_close_timeout=timedelta(minutes=2), heartbeat_timeout=HEARTBEAT_TIMEOUT,
-                        retry_policy=mailgun_retry,
-                        summary=f"batch {number + 1} of {self._progress.batches_total}")
+                        retry_policy=retry, summary=f"batch {number + 1} of {self._progress.batches_total}")
                 except ActivityError as error:
                     cause = cause_of(error)
-                    message = str(cause)
-                    status_code = cause.details[0] if cause.details and isinstance(cause.details[0], int) else None
-                    await self._batch_failed(batch_id, status_code, message)
+                    await self._batch_failed(batch_id, read_send_failure(cause.type, cause.details).status_code,
+                                             str(cause))
                 else:
                     self._batch_sent(sent)
 
@@ -252,13 +261,33 @@ class SendNewsletterWorkflow:
         async def sender() -> None:
             while queue:
                 batch_id, number = queue.popleft()
-                pieces = await self._admit_and_send(batch_id, number, plan, resume)
+                pieces = await self._admit_and_send(batch_id, number, resume)
                 queue.extendleft((piece, number) for piece in reversed(pieces))
 
         await asyncio.gather(*(sender() for _ in range(min(plan.concurrency, len(queue)))))
 
-    async def _admit_and_send(self, batch_id: str, number: int, plan: SendPlan, resume: Resume) -> list[str]:
-        """Send one batch once it is admitted; the smaller batches to send instead, if it was split."""
+    async def _admit_and_send(self, batch_id: str, number: int, resume: Resume) -> list[str]:
+        """Send one batch once it is admitted; the batches to send instead: smaller ones if it was
+        split, itself again after a wait."""
+        pieces = await self._admit(batch_id, resume.plan)
+        if pieces:
+            return pieces
+        # Whether this run may wait for an uncertain batch's events on a timer (runs recorded before
+        # the patch cannot: their histories have no such timer).
+        batch = SendBatchInput(batch_id=batch_id, delivery_time=self._delivery_time(number, resume, at_most_end=True),
+                               may_wait_to_confirm=workflow.patched(CONFIRM_UNCERTAIN_PATCH))
+        try:
+            sent = await self._send_and_confirm(batch, number, resume.plan)
+        except ActivityError as error:
+            cause = cause_of(error)
+            return await self._after_failure(batch_id, read_send_failure(cause.type, cause.details), str(cause),
+                                             resume.plan)
+        self._batch_sent(sent)
+        return []
+
+    async def _admit(self, batch_id: str, plan: SendPlan) -> list[str]:
+        """With send caps, wait on durable timers until the batch is admitted; the smaller batches
+        to send instead when admission split it, else nothing."""
         while plan.send_caps:
             admission = await workflow.execute_activity_method(
                 SendingLimitsActivities.admit_batch, AdmitBatchInput(batch_id=batch_id, at=workflow.now()),
@@ -275,66 +304,65 @@ class SendNewsletterWorkflow:
                                  summary=admission.reason)
         if self._progress.message.startswith("waiting for"):
             self._show(message="")
-
-        delivery_time = None
-        if plan.delivery_window_seconds and self._progress.batches_total:
-            share = min(1.0, number / self._progress.batches_total)
-            delivery_time = datetime.fromtimestamp(resume.started_at + plan.delivery_window_seconds * share,
-                                                   timezone.utc)
-        mailgun_retry = RetryPolicy(initial_interval=timedelta(seconds=plan.mailgun_retry_seconds),
-                                    backoff_coefficient=1.0, maximum_attempts=plan.mailgun_retries + 1,
-                                    non_retryable_error_types=["MailgunRejected", "BatchNotFound",
-                                                               "RecipientLimitExceeded", "SendingLimitReached"])
-        # Whether this run may wait for an uncertain batch's events on a timer (runs recorded before
-        # the patch cannot: their histories have no such timer).
-        batch = SendBatchInput(batch_id=batch_id, delivery_time=delivery_time,
-                               confirm=workflow.patched(CONFIRM_UNCERTAIN_PATCH))
-        try:
-            sent = await workflow.execute_activity_method(
-                BatchSendActivities.send_batch, batch, start_to_close_timeout=timedelta(minutes=2),
-                heartbeat_timeout=HEARTBEAT_TIMEOUT, retry_policy=mailgun_retry, summary=f"batch {batch_id}")
-            while sent.confirm_in_seconds is not None:
-                # Mailgun may have accepted it and its events are not there yet: look again later.
-                self._progress.confirming.append(number + 1)
-                self._show()
-                await workflow.sleep(timedelta(seconds=sent.confirm_in_seconds),
-                                     summary=f"confirming batch {number + 1}")
-                self._progress.confirming.remove(number + 1)
-                sent = await workflow.execute_activity_method(
-                    BatchSendActivities.send_batch, batch, start_to_close_timeout=timedelta(minutes=2),
-                    heartbeat_timeout=HEARTBEAT_TIMEOUT, retry_policy=mailgun_retry, summary=f"batch {batch_id}")
-        except ActivityError as error:
-            cause = cause_of(error)
-            message = str(cause)
-            details = list(cause.details)
-            status_code = details[0] if details and isinstance(details[0], int) else None
-            if cause.type == "SendingLimitReached":
-                # Mailgun refused it and named when to come back (its own hourly or daily cap):
-                # wait on a timer as long as it asks, then send the batch again.
-                wait = details[1] if len(details) > 1 and isinstance(details[1], (int, float)) else None
-                resume_at = workflow.now() + timedelta(seconds=max(1.0, wait or plan.mailgun_retry_seconds))
-                reason = f"waiting for Mailgun's sending limit, resumes at {resume_at:%Y-%m-%d %H:%M:%S} UTC"
-                self._show(message=reason)
-                await workflow.sleep(resume_at - workflow.now(), summary=reason)
-                return [batch_id]
-            if self._wait_out_outages and MAILGUN_UNREACHABLE in details:
-                await self._wait_for_mailgun(plan, message)
-                return [batch_id]
-            if cause.type == "RecipientLimitExceeded" and len(details) >= 2:
-                pieces = await workflow.execute_activity_method(
-                    SendingLimitsActivities.split_refused_batch,
-                    SplitRefusedBatchInput(batch_id=batch_id, status_code=status_code, message=message,
-                                           refused_size=details[1], stated_limit=details[2] if len(details) > 2
-                                           else None),
-                    start_to_close_timeout=timedelta(seconds=60), retry_policy=DATABASE_RETRY)
-                if pieces:
-                    self._progress.batches_total += len(pieces) - 1
-                    self._show()
-                    return pieces
-            await self._batch_failed(batch_id, status_code, message)
-        else:
-            self._batch_sent(sent)
         return []
+
+    async def _send_and_confirm(self, batch: SendBatchInput, number: int, plan: SendPlan) -> BatchSent:
+        """Send the batch; while the provider may have accepted it and its events are not there yet,
+        look again after the wait the activity names."""
+        retry = provider_retry(plan, [*NOT_RETRIED, RECIPIENT_LIMIT_EXCEEDED, SENDING_LIMIT_REACHED])
+
+        async def attempt() -> BatchSent:
+            return await workflow.execute_activity_method(
+                BatchSendActivities.send_batch, batch, start_to_close_timeout=timedelta(minutes=2),
+                heartbeat_timeout=HEARTBEAT_TIMEOUT, retry_policy=retry, summary=f"batch {batch.batch_id}")
+
+        sent = await attempt()
+        while sent.confirm_in_seconds is not None:
+            self._progress.confirming.append(number + 1)
+            self._show()
+            await workflow.sleep(timedelta(seconds=sent.confirm_in_seconds), summary=f"confirming batch {number + 1}")
+            self._progress.confirming.remove(number + 1)
+            sent = await attempt()
+        return sent
+
+    async def _after_failure(self, batch_id: str, failure: SendFailure, message: str, plan: SendPlan) -> list[str]:
+        """A batch not sent after its retries: wait for a cap's window or the provider's return and
+        send it again, split it when refused for its size, or record it failed."""
+        if isinstance(failure.details, SendingLimitDetails):
+            # The provider refused it and named when to come back (its own hourly or daily cap):
+            # wait on a timer as long as it asks, then send the batch again.
+            wait = failure.details.retry_after_seconds or plan.provider_retry_seconds
+            resume_at = workflow.now() + timedelta(seconds=max(1.0, wait))
+            reason = f"waiting for Mailgun's sending limit, resumes at {resume_at:%Y-%m-%d %H:%M:%S} UTC"
+            self._show(message=reason)
+            await workflow.sleep(resume_at - workflow.now(), summary=reason)
+            return [batch_id]
+        if self._wait_out_outages and failure.outage:
+            await self._wait_for_mailgun(plan, message)
+            return [batch_id]
+        if isinstance(failure.details, RecipientLimitDetails):
+            pieces = await workflow.execute_activity_method(
+                SendingLimitsActivities.split_refused_batch,
+                SplitRefusedBatchInput(batch_id=batch_id, status_code=failure.status_code, message=message,
+                                       refused_size=failure.details.refused_size,
+                                       stated_limit=failure.details.stated_limit),
+                start_to_close_timeout=timedelta(seconds=60), retry_policy=DATABASE_RETRY)
+            if pieces:
+                self._progress.batches_total += len(pieces) - 1
+                self._show()
+                return pieces
+        await self._batch_failed(batch_id, failure.status_code, message)
+        return []
+
+    def _delivery_time(self, number: int, resume: Resume, *, at_most_end: bool = False) -> datetime | None:
+        """When the provider should deliver batch `number`: spread over the plan's delivery window."""
+        plan = resume.plan
+        if not plan.delivery_window_seconds or not self._progress.batches_total:
+            return None
+        share = number / self._progress.batches_total
+        if at_most_end:
+            share = min(1.0, share)
+        return datetime.fromtimestamp(resume.started_at + plan.delivery_window_seconds * share, timezone.utc)
 
     async def _batch_failed(self, batch_id: str, status_code: int | None, message: str) -> None:
         await workflow.execute_activity_method(

@@ -25,7 +25,8 @@ def unpublished(post_id: str, post_status: str) -> str:
 
 def lock_holder(locked_by: str, namespace: str, workflow_id: str) -> tuple[str, str, str]:
     """(namespace, workflow id, first run id) of an email's lock, stored as `namespace/workflow
-    id/first run id`; a bare run id, as 0.1.0 wrote it, is a run of `workflow_id` in `namespace`."""
+    id/first run id`; a bare run id (the lock's first form, still found in old rows) is a run of
+    `workflow_id` in `namespace`."""
     if "/" in locked_by:
         holder_namespace, _, rest = locked_by.partition("/")
         holder_workflow_id, _, run_id = rest.rpartition("/")  # a workflow id may itself hold a slash
@@ -49,8 +50,8 @@ class EmailLockActivities:
 
     def _plan(self) -> SendPlan:
         s = self.settings
-        return SendPlan(batch_size=s.batch_size, concurrency=s.send_concurrency, mailgun_retries=s.mailgun_retries,
-                        mailgun_retry_seconds=s.mailgun_retry_seconds,
+        return SendPlan(batch_size=s.batch_size, concurrency=s.send_concurrency, provider_retries=s.mailgun_retries,
+                        provider_retry_seconds=s.mailgun_retry_seconds,
                         delivery_window_seconds=s.delivery_window_seconds,
                         send_caps=bool(s.hourly_send_limit or s.daily_send_limit),
                         outage_first_wait_seconds=s.mailgun_outage_first_wait_seconds,
@@ -96,7 +97,7 @@ class EmailLockActivities:
         holder = self._holder(input.holder)
         took_over = ""
         if email["status"] == "submitting":
-            if email["locked_by"] in (holder, input.holder):  # a bare run id: a lock taken by 0.1.0
+            if email["locked_by"] in (holder, input.holder):  # its own lock, in either stored form
                 return EmailLock(acquired=True, post_id=email["post_id"], plan=self._plan())
             took_over = await self._take_over(input.email_id, email["locked_by"])
         try:

@@ -1,18 +1,13 @@
 """What crosses the Temporal boundary between SendNewsletterWorkflow and the newsletter activities.
 
-Field names are held by stored histories: a renamed field keeps its old name as an alias.
+Field names are held by stored histories: a renamed field still accepts its old name (AliasChoices).
 """
 
 from __future__ import annotations
 
 from datetime import datetime
 
-from pydantic import BaseModel
-
-# The last detail of a send_batch failure that is an outage (Mailgun not reached, or asking to slow
-# down), not a verdict on the batch: the workflow waits for Mailgun instead of failing it.
-MAILGUN_UNREACHABLE = "mailgun-unreachable"
-
+from pydantic import AliasChoices, BaseModel, Field
 
 class LockEmailInput(BaseModel):
     email_id: str
@@ -24,8 +19,10 @@ class SendPlan(BaseModel):
 
     batch_size: int  # the setting when the send began; batches are sized by sending_limits.batch_sizes
     concurrency: int
-    mailgun_retries: int
-    mailgun_retry_seconds: float
+    # Attempts after the first, and the pause between them, of a send the provider did not take.
+    provider_retries: int = Field(validation_alias=AliasChoices("provider_retries", "mailgun_retries"))
+    provider_retry_seconds: float = Field(validation_alias=AliasChoices("provider_retry_seconds",
+                                                                       "mailgun_retry_seconds"))
     delivery_window_seconds: int
     send_caps: bool = False  # an hourly or daily cap applies: each batch is admitted under it first
     # Mailgun unreachable after the retries: wait this long, doubling up to the longest, and go on.
@@ -67,9 +64,9 @@ class ListUnsentBatchesInput(BaseModel):
 class SendBatchInput(BaseModel):
     batch_id: str
     delivery_time: datetime | None = None
-    # The workflow waits on a timer when asked to (BatchSent.confirm_in_seconds). False: runs
-    # started before that existed, for which an uncertain batch not found is resent at once.
-    confirm: bool = False
+    # Whether the workflow may wait on a timer for an uncertain batch's events (BatchSent.confirm_in_seconds);
+    # False: an uncertain batch not found is sent again at once (runs whose histories have no such timer).
+    may_wait_to_confirm: bool = Field(default=False, validation_alias=AliasChoices("may_wait_to_confirm", "confirm"))
 
 
 class BatchSent(BaseModel):

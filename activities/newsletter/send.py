@@ -17,16 +17,43 @@ from activities.errors import non_retryable
 from activities.heartbeat import heartbeating
 from activities.newsletter.content import Messages
 from activities.newsletter.lock import unpublished
-from activities.newsletter.models import (MAILGUN_UNREACHABLE, BatchSent, FailBatchInput, ListUnsentBatchesInput,
-                                          SendBatchInput)
+from activities.newsletter.failures import (BATCH_NOT_FOUND, PROVIDER_BAD_RESPONSE, PROVIDER_ERROR,
+                                            PROVIDER_RATE_LIMITED, PROVIDER_REJECTED, PROVIDER_UNAVAILABLE,
+                                            RECIPIENT_LIMIT_EXCEEDED, SENDING_LIMIT_REACHED, RecipientLimitDetails,
+                                            RejectedDetails, SendingLimitDetails, UnavailableDetails, send_failure)
+from activities.newsletter.models import BatchSent, FailBatchInput, ListUnsentBatchesInput, SendBatchInput
 from activities.sending_limits import sending_domain
 from pressroom.dependencies import Dependencies
-from pressroom.email_rendering import member_values
-from pressroom.mailgun import (ACCEPTED, NOT_ACCEPTED, UNCERTAIN, MailgunClient, MailgunError, MailgunRateLimited,
-                               MailgunRejected, MailgunUnavailable, RecipientLimitExceeded)
+from pressroom.email_rendering import Rendered, member_values
+from pressroom.mailgun import (ACCEPTED, NOT_ACCEPTED, UNCERTAIN, MailgunBadResponse, MailgunClient, MailgunError,
+                               MailgunRateLimited, MailgunRejected, MailgunUnavailable, RecipientLimitExceeded)
 
-SENDING_LIMIT_SECONDS = 60
+SENDING_LIMIT_SECONDS = 60  # a provider asking to wait this long or more names its hourly or daily cap
 BATCH_MARK = "pressroom-batch"  # the v: variable that proves which batch a message carried
+
+
+def send_failure_of(error: MailgunError, recipients: int) -> ApplicationError:
+    """The provider's refusal or trouble as the workflow reads it: a kind and its details model."""
+    if isinstance(error, RecipientLimitExceeded):  # certainly not accepted; the workflow splits the batch
+        return send_failure(RECIPIENT_LIMIT_EXCEEDED, str(error), RecipientLimitDetails(
+            status_code=error.status_code, refused_size=recipients, stated_limit=error.limit), non_retryable=True)
+    if isinstance(error, MailgunRejected):
+        return send_failure(PROVIDER_REJECTED, str(error), RejectedDetails(status_code=error.status_code),
+                            non_retryable=True)
+    if isinstance(error, MailgunRateLimited):
+        delay = timedelta(seconds=error.retry_after) if error.retry_after is not None else None
+        # A cap's wait is waited out on a workflow timer (SendingLimitReached is not retried).
+        if error.retry_after is not None and error.retry_after >= SENDING_LIMIT_SECONDS:
+            return send_failure(SENDING_LIMIT_REACHED, str(error), SendingLimitDetails(
+                status_code=error.status_code, retry_after_seconds=error.retry_after), next_retry_delay=delay)
+        return send_failure(PROVIDER_RATE_LIMITED, str(error), UnavailableDetails(
+            status_code=error.status_code, outage=True, retry_after_seconds=error.retry_after), next_retry_delay=delay)
+    # Not taken for a reason that will pass (no connection, a request never written) is an outage the
+    # workflow waits out once the retries are spent; an uncertain one is not.
+    outage = isinstance(error, MailgunUnavailable) and error.outcome == NOT_ACCEPTED
+    kind = PROVIDER_UNAVAILABLE if isinstance(error, MailgunUnavailable) else \
+        PROVIDER_BAD_RESPONSE if isinstance(error, MailgunBadResponse) else PROVIDER_ERROR
+    return send_failure(kind, str(error), UnavailableDetails(status_code=error.status_code, outage=outage))
 
 
 # Claims a batch not yet submitted ($1) whose post is still published (or has none) and returns its
@@ -91,19 +118,7 @@ class BatchSendActivities:
         # before the request goes out, so a worker killed mid-send leaves "uncertain" behind.
         batch = await self.pool.fetchrow(CLAIM_BATCH, input.batch_id)
         if batch is None:
-            done = await self.pool.fetchrow(
-                "SELECT b.status, b.provider_id, e.post_id, p.status AS post_status, "
-                "(SELECT count(*) FROM email_recipients WHERE batch_id = $1) AS n FROM email_batches b "
-                "JOIN emails e ON e.id = b.email_id LEFT JOIN posts p ON p.id = e.post_id WHERE b.id = $1",
-                input.batch_id)
-            if done is None:
-                raise non_retryable("BatchNotFound", f"batch {input.batch_id} does not exist")
-            if done["status"] != "submitted":  # not claimed: its post is no longer published
-                raise non_retryable("PostNotPublished", f"batch {input.batch_id} is not sent: "
-                                    f"{unpublished(done['post_id'], done['post_status'])}")
-            return BatchSent(batch_id=input.batch_id, recipients=done["n"], provider_id=done["provider_id"],
-                             reconciled=True)
-        addresses = batch["emails"] or []
+            return await self._not_claimed(input.batch_id)
         # The batch's domain decides the request URL, the From address and where its events are.
         mailgun = self.mailgun.for_domain(sending_domain(self.settings, batch["fallback_sending_domain"]))
         message_id = f"{input.batch_id}@{mailgun.domain}"
@@ -115,65 +130,69 @@ class BatchSendActivities:
                 await self._record_outcome(input.batch_id, NOT_ACCEPTED)
             raise
         if batch["send_outcome"] == UNCERTAIN:
-            provider_id = await self._find_accepted(mailgun, input.batch_id, addresses[0], message_id,
-                                                    *lookup_window(batch["first_uncertain_at"], batch["now"]))
-            if provider_id is not None:
-                activity.logger.info("batch %s was accepted by an earlier attempt; not sending it again",
-                                     input.batch_id)
-                await self._record_submitted(input.batch_id, provider_id)
-                return BatchSent(batch_id=input.batch_id, recipients=len(addresses), provider_id=provider_id,
-                                 reconciled=True)
-            wait = confirm_wait(batch["uncertain_for"], self.settings, input.confirm)
-            if wait is not None:
-                activity.logger.info("batch %s may have been accepted and is not in Mailgun's events yet; "
-                                     "looking again in %.0f s", input.batch_id, wait)
-                return BatchSent(batch_id=input.batch_id, recipients=len(addresses), provider_id="",
-                                 reconciled=False, confirm_in_seconds=wait)
-            if batch["send_attempts"] >= self.settings.mailgun_retries + 1:
-                raise uncertain_sends_exhausted(f"batch {input.batch_id}", batch["send_attempts"])
-            await self._record_outcome(input.batch_id, UNCERTAIN, sending=True)  # until the answer says otherwise
+            settled = await self._confirm_uncertain(input, batch, mailgun, message_id)
+            if settled is not None:
+                return settled
+        recipients = self._personalised(batch, body)
+        activity.logger.info("sending batch %s (%d recipients)", input.batch_id, len(recipients))
+        try:
+            provider_id = await mailgun.send_fields(
+                fields, to=list(recipients), recipient_variables=recipients,
+                variables={"email-id": batch["email_id"], BATCH_MARK: input.batch_id},
+                headers={"Message-Id": f"<{message_id}>"}, delivery_time=input.delivery_time)
+        except MailgunError as error:
+            await self._record_outcome(input.batch_id, error.outcome)
+            raise send_failure_of(error, len(recipients)) from None
+        await self._record_submitted(input.batch_id, provider_id)
+        return BatchSent(batch_id=input.batch_id, recipients=len(recipients), provider_id=provider_id,
+                         reconciled=False)
 
-        # Each reader's personalisation, resolved here so that no address enters a workflow history.
+    async def _not_claimed(self, batch_id: str) -> BatchSent:
+        """A batch the claim did not take: submitted already (answered as sent), its post no longer
+        published, or no such batch."""
+        done = await self.pool.fetchrow(
+            "SELECT b.status, b.provider_id, e.post_id, p.status AS post_status, "
+            "(SELECT count(*) FROM email_recipients WHERE batch_id = $1) AS n FROM email_batches b "
+            "JOIN emails e ON e.id = b.email_id LEFT JOIN posts p ON p.id = e.post_id WHERE b.id = $1",
+            batch_id)
+        if done is None:
+            raise non_retryable(BATCH_NOT_FOUND, f"batch {batch_id} does not exist")
+        if done["status"] != "submitted":  # not claimed: its post is no longer published
+            raise non_retryable("PostNotPublished", f"batch {batch_id} is not sent: "
+                                f"{unpublished(done['post_id'], done['post_status'])}")
+        return BatchSent(batch_id=batch_id, recipients=done["n"], provider_id=done["provider_id"], reconciled=True)
+
+    async def _confirm_uncertain(self, input: SendBatchInput, batch, mailgun: MailgunClient,
+                                 message_id: str) -> BatchSent | None:
+        """A batch whose last send was uncertain: found in the provider's events (sent), not there yet
+        (look again later), or None: send it once more, this attempt recorded as uncertain."""
+        recipients = len(batch["emails"] or [])
+        provider_id = await self._find_accepted(mailgun, input.batch_id, batch["emails"][0], message_id,
+                                                *lookup_window(batch["first_uncertain_at"], batch["now"]))
+        if provider_id is not None:
+            activity.logger.info("batch %s was accepted by an earlier attempt; not sending it again", input.batch_id)
+            await self._record_submitted(input.batch_id, provider_id)
+            return BatchSent(batch_id=input.batch_id, recipients=recipients, provider_id=provider_id,
+                             reconciled=True)
+        wait = confirm_wait(batch["uncertain_for"], self.settings, input.may_wait_to_confirm)
+        if wait is not None:
+            activity.logger.info("batch %s may have been accepted and is not in Mailgun's events yet; "
+                                 "looking again in %.0f s", input.batch_id, wait)
+            return BatchSent(batch_id=input.batch_id, recipients=recipients, provider_id="",
+                             reconciled=False, confirm_in_seconds=wait)
+        if batch["send_attempts"] >= self.settings.mailgun_retries + 1:
+            raise uncertain_sends_exhausted(f"batch {input.batch_id}", batch["send_attempts"])
+        await self._record_outcome(input.batch_id, UNCERTAIN, sending=True)  # until the answer says otherwise
+        return None
+
+    def _personalised(self, batch, body: Rendered) -> dict[str, dict]:
+        """Each reader's values by address, resolved here so that no address enters a workflow history."""
         site_url, email_id = self.settings.site_url, batch["email_id"]
-        variables = {
+        return {
             address: body.recipient_variables(member_values(
                 name=name, email=address, uuid=uuid, status=status, site_url=site_url, email_id=email_id))
-            for address, name, uuid, status in zip(addresses, batch["names"] or [], batch["uuids"] or [],
-                                                   batch["statuses"] or [])}
-        activity.logger.info("sending batch %s (%d recipients)", input.batch_id, len(addresses))
-        try:
-            try:
-                provider_id = await mailgun.send_fields(
-                    fields, to=list(variables), recipient_variables=variables,
-                    variables={"email-id": email_id, BATCH_MARK: input.batch_id},
-                    headers={"Message-Id": f"<{message_id}>"}, delivery_time=input.delivery_time)
-            except MailgunError as error:
-                await self._record_outcome(input.batch_id, error.outcome)
-                raise
-        except RecipientLimitExceeded as error:
-            # Certainly not accepted; the workflow splits the batch into smaller ones.
-            raise ApplicationError(str(error), error.status_code, len(addresses), error.limit,
-                                   type="RecipientLimitExceeded", non_retryable=True) from None
-        except MailgunRejected as error:
-            raise ApplicationError(str(error), error.status_code, type="MailgunRejected", non_retryable=True) from None
-        except MailgunRateLimited as error:
-            delay = timedelta(seconds=error.retry_after) if error.retry_after is not None else None
-            # A wait of a minute or more is the domain's hourly or daily cap: newer runs wait for it
-            # on a workflow timer (SendingLimitReached is not retried by their policy).
-            long_wait = error.retry_after is not None and error.retry_after >= SENDING_LIMIT_SECONDS
-            raise ApplicationError(str(error), error.status_code, error.retry_after,
-                                   *([] if long_wait else [MAILGUN_UNREACHABLE]),
-                                   type="SendingLimitReached" if long_wait else "MailgunRateLimited",
-                                   next_retry_delay=delay) from None
-        except MailgunError as error:
-            # Not taken for a reason that will pass (no connection, a request never written): the
-            # workflow waits for Mailgun once the retries are spent. An uncertain one is not marked.
-            unreachable = [MAILGUN_UNREACHABLE] if isinstance(error, MailgunUnavailable) \
-                and error.outcome == NOT_ACCEPTED else []
-            raise ApplicationError(str(error), error.status_code, *unreachable, type=type(error).__name__) from None
-        await self._record_submitted(input.batch_id, provider_id)
-        return BatchSent(batch_id=input.batch_id, recipients=len(addresses), provider_id=provider_id,
-                         reconciled=False)
+            for address, name, uuid, status in zip(batch["emails"] or [], batch["names"] or [],
+                                                   batch["uuids"] or [], batch["statuses"] or [])}
 
     async def _find_accepted(self, mailgun: MailgunClient, batch_id: str, first_recipient: str, message_id: str,
                              begin: datetime, end: datetime) -> str | None:
@@ -181,9 +200,9 @@ class BatchSendActivities:
             return await mailgun.find_accepted(recipient=first_recipient, variables={BATCH_MARK: batch_id},
                                                begin=begin, end=end, message_id=message_id)
         except MailgunError as error:
-            # Mailgun's events cannot be read: nothing is sent until they can, and that is an outage.
-            raise ApplicationError(f"cannot check whether batch {batch_id} was accepted: {error}",
-                                   None, MAILGUN_UNREACHABLE, type="MailgunUnavailable") from None
+            # The events cannot be read: nothing is sent until they can, and that is an outage.
+            raise send_failure(PROVIDER_UNAVAILABLE, f"cannot check whether batch {batch_id} was accepted: {error}",
+                               UnavailableDetails(outage=True)) from None
 
     async def _record_outcome(self, batch_id: str, outcome: str, *, sending: bool = False) -> None:
         """The outcome of the latest attempt; an uncertain one keeps the window's start and restarts its wait."""

@@ -13,6 +13,7 @@ from temporalio import activity
 from temporalio.client import WorkflowFailureError
 from temporalio.exceptions import ApplicationError
 
+from activities.newsletter.failures import RejectedDetails, UnavailableDetails, send_failure
 from activities.newsletter.models import (BatchCounts, BatchSent, CreateBatchesInput, EmailLock, EmailOutcome,
                                           FailBatchInput, FinishEmailInput, ListUnsentBatchesInput, LockEmailInput,
                                           SendBatchInput, SendPlan)
@@ -22,7 +23,7 @@ from workflows.newsletter import (BATCH_PAGE, NewsletterProgress, Resume, SendNe
 
 
 def plan(**overrides) -> SendPlan:
-    return SendPlan(**{"batch_size": 1000, "concurrency": 2, "mailgun_retries": 2, "mailgun_retry_seconds": 1.0,
+    return SendPlan(**{"batch_size": 1000, "concurrency": 2, "provider_retries": 2, "provider_retry_seconds": 1.0,
                        "delivery_window_seconds": 0, **overrides})
 
 
@@ -136,26 +137,36 @@ async def test_every_batch_is_sent_page_by_page_with_bounded_concurrency(env):
                                           recipients_sent=10 * (BATCH_PAGE + 5))
 
 
-async def test_a_refused_batch_is_recorded_with_its_status_code_and_the_rest_still_go(env):
-    refused = ApplicationError("Mailgun refused the batch: 'to' parameter is not a valid address", 400,
-                               type="MailgunRejected", non_retryable=True)
+REFUSAL = "Mailgun refused the batch: 'to' parameter is not a valid address"
+
+
+@pytest.mark.parametrize("refused", [
+    send_failure("ProviderRejected", REFUSAL, RejectedDetails(status_code=400), non_retryable=True),
+    # as releases before 0.6.0 raised it (their histories hold it): positional details, Mailgun's name
+    ApplicationError(REFUSAL, 400, type="MailgunRejected", non_retryable=True)], ids=["details", "stored"])
+async def test_a_refused_batch_is_recorded_with_its_status_code_and_the_rest_still_go(env, refused):
     fake = FakeSending(4, failures={"b0001": refused})
     outcome, progress = await send(env, fake)
     assert fake.attempts["b0001"] == 1, "a refusal is not retried"
     assert [(f.batch_id, f.status_code, f.message) for f in fake.failed] == [
-        ("b0001", 400, "MailgunRejected: Mailgun refused the batch: 'to' parameter is not a valid address")]
+        ("b0001", 400, f"{refused.type}: {REFUSAL}")]
     assert [fake.status[b] for b in fake.batch_ids] == ["submitted", "failed", "submitted", "submitted"]
     assert outcome.status == "failed"
     assert (progress.batches_sent, progress.batches_failed) == (3, 1)
 
 
-@pytest.mark.parametrize("kind", ["MailgunUnavailable", "MailgunRateLimited"])
-async def test_a_mailgun_outage_is_waited_out_on_a_timer_with_backoff_and_the_batch_sent_once(env, kind):
+@pytest.mark.parametrize("unreachable", [
+    send_failure("ProviderUnavailable", "Mailgun could not be reached", UnavailableDetails(outage=True)),
+    send_failure("ProviderRateLimited", "Mailgun asked to slow down", UnavailableDetails(
+        status_code=429, outage=True, retry_after_seconds=5)),
+    ApplicationError("Mailgun could not be reached", None, "mailgun-unreachable", type="MailgunUnavailable"),
+    ApplicationError("Mailgun asked to slow down", 429, 5, "mailgun-unreachable", type="MailgunRateLimited")],
+    ids=["unavailable", "rate-limited", "stored-unavailable", "stored-rate-limited"])
+async def test_a_mailgun_outage_is_waited_out_on_a_timer_with_backoff_and_the_batch_sent_once(env, unreachable):
     """Not taken after its retries (no connection, 429): the send waits for Mailgun on durable timers,
     from the first wait doubling to the longest, says so, and sends the batch when Mailgun is back."""
-    unreachable = ApplicationError("Mailgun could not be reached", None, "mailgun-unreachable", type=kind)
     fake = FakeSending(2, lock=EmailLock(acquired=True, plan=plan(
-        mailgun_retries=1, mailgun_retry_seconds=10, outage_first_wait_seconds=60, outage_max_wait_seconds=150)),
+        provider_retries=1, provider_retry_seconds=10, outage_first_wait_seconds=60, outage_max_wait_seconds=150)),
         failures={"b0000": unreachable}, failing_attempts=8)  # four rounds of two attempts each
     email_id = f"e-{uuid.uuid4().hex[:8]}"
     outcome, progress = await send(env, fake, email_id=email_id)
@@ -172,14 +183,16 @@ async def test_a_mailgun_outage_is_waited_out_on_a_timer_with_backoff_and_the_ba
                for summary in summaries)
 
 
-async def test_an_uncertain_failure_after_its_retries_keeps_todays_path_and_fails_the_batch(env):
+@pytest.mark.parametrize("uncertain", [
+    send_failure("ProviderUnavailable", "Mailgun failed the batch (503)", UnavailableDetails(status_code=503)),
+    ApplicationError("Mailgun failed the batch (503)", 503, type="MailgunUnavailable")], ids=["details", "stored"])
+async def test_an_uncertain_failure_after_its_retries_keeps_todays_path_and_fails_the_batch(env, uncertain):
     """A 5xx may have been queued: not an outage to wait out blindly; the batch fails, marked uncertain,
     and a later send looks it up first."""
-    uncertain = ApplicationError("Mailgun failed the batch (503)", 503, type="MailgunUnavailable")
-    fake = FakeSending(2, lock=EmailLock(acquired=True, plan=plan(mailgun_retries=3, mailgun_retry_seconds=30)),
+    fake = FakeSending(2, lock=EmailLock(acquired=True, plan=plan(provider_retries=3, provider_retry_seconds=30)),
                        failures={"b0000": uncertain})
     outcome, _ = await send(env, fake)
-    assert fake.attempts == {"b0000": 4, "b0001": 1}, "mailgun_retries retries after the first attempt"
+    assert fake.attempts == {"b0000": 4, "b0001": 1}, "provider_retries retries after the first attempt"
     assert [(f.batch_id, f.status_code) for f in fake.failed] == [("b0000", 503)]
     assert outcome.status == "failed"
 
