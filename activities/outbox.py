@@ -114,6 +114,10 @@ class EntryInput(BaseModel):
     # The delivery waits on a timer for an uncertain send's events when asked to
     # (EntryResult.confirm_in_seconds). False: deliveries started before that existed resend at once.
     confirm: bool = False
+    # True: the handler's activity records the entry succeeded itself once the handler returns (the
+    # ledger says so before a retry could handle it again). False: deliveries started before that
+    # existed complete it in a step of their own.
+    complete: bool = False
 
 
 class EntryResult(BaseModel):
@@ -121,6 +125,7 @@ class EntryResult(BaseModel):
     already_succeeded: bool = False  # the ledger had it (W-105, README "The outbox"): nothing was handled
     # Set when an uncertain send is not in Mailgun's events yet: nothing was sent; handle again then.
     confirm_in_seconds: float | None = None
+    completed: bool = False  # the ledger line and the entry's state are written (EntryInput.complete)
 
 
 class CompleteEntryInput(BaseModel):
@@ -140,6 +145,19 @@ LEDGER_SUCCEEDED = ("INSERT INTO idempotency_ledger (idempotency_key, payload_di
                     "ON CONFLICT (idempotency_key) DO UPDATE SET status = 'succeeded', result = EXCLUDED.result, "
                     "updated_at = now()")
 ENTRY_SUCCEEDED = "UPDATE outbox SET status = 'succeeded', processed_at = now(), updated_at = now() WHERE id = $1"
+# The handler's activity records its entry only while the entry is still being delivered (`sending`):
+# an attempt that outlives its terminated run writes nothing to an entry the watchdog aborted (nor
+# to one another run finished), as its failures do not. Row and ledger line in one statement ($1 the
+# outbox id, $2 the result); the entry kept as succeeded, or deleted (OUTBOX_DELETE_ON_SUCCESS).
+_LEDGER_OF_ENTRY = ("INSERT INTO idempotency_ledger (idempotency_key, payload_digest, status, result) "
+                    "SELECT idempotency_key, payload_digest, 'succeeded', $2::jsonb FROM entry "
+                    "ON CONFLICT (idempotency_key) DO UPDATE SET status = 'succeeded', result = EXCLUDED.result, "
+                    "updated_at = now() RETURNING 1")
+OPEN_ENTRY_SUCCEEDED = ("WITH entry AS (UPDATE outbox SET status = 'succeeded', processed_at = now(), updated_at = now() "
+                        "WHERE id = $1 AND status = 'sending' RETURNING idempotency_key, payload_digest) "
+                        + _LEDGER_OF_ENTRY)
+OPEN_ENTRY_DELETED = ("WITH entry AS (DELETE FROM outbox WHERE id = $1 AND status = 'sending' "
+                      "RETURNING idempotency_key, payload_digest) " + _LEDGER_OF_ENTRY)
 # The ledger's line for an aborted entry ($1 the outbox id, $2 the error code). A line that succeeded,
 # or that belongs to another payload (the IDEMPOTENCY_CONFLICT case), is left exactly as it is.
 LEDGER_FAILED = ("INSERT INTO idempotency_ledger (idempotency_key, payload_digest, status, error_code) "
@@ -298,7 +316,7 @@ class OutboxActivities:
             await self.pool.execute("UPDATE outbox SET status = 'sending', updated_at = now() "
                                     "WHERE id = $1 AND status = 'failed'", input.outbox_id)
         try:
-            return EntryResult(result=await self.handlers[row["event_type"]](event, row["idempotency_key"], input))
+            result = await self.handlers[row["event_type"]](event, row["idempotency_key"], input)
         except StillConfirming as waiting:
             return EntryResult(result={}, confirm_in_seconds=waiting.wait_seconds)
         except ApplicationError:
@@ -318,19 +336,45 @@ class OutboxActivities:
             self.metrics.counter("pressroom_outbox_retries", "Failed handler attempts").add(1)
             raise ApplicationError(message, type=code, non_retryable=isinstance(error, MailgunRejected),
                                    next_retry_delay=timedelta(seconds=delay)) from None
+        return await self._completed_here(input, result)
+
+    async def _completed_here(self, input: EntryInput, result: dict[str, Any]) -> EntryResult:
+        """The entry recorded succeeded in this activity, sparing the delivery a step of its own.
+
+        Exactly once holds: a retry of this activity asks the ledger first. Should the write fail,
+        the handler's work is done all the same and is not retried for a database fault: the
+        delivery records it in its own step, which waits out the database.
+        """
+        if not input.complete:
+            return EntryResult(result=result)
+        statement = OPEN_ENTRY_DELETED if self.settings.outbox_delete_on_success else OPEN_ENTRY_SUCCEEDED
+        try:
+            recorded = await self.pool.fetchval(statement, input.outbox_id, json.dumps(result))
+        except Exception as error:
+            activity.logger.warning("outbox entry %s: handled, not yet recorded (%s); the delivery records it",
+                                    input.outbox_id, type(error).__name__)
+            return EntryResult(result=result)
+        if recorded is None:  # no longer `sending`: its run's own step (if the run is open) records it
+            return EntryResult(result=result)
+        self._count("succeeded")
+        return EntryResult(result=result, completed=True)
 
     @activity.defn
     async def complete_entry(self, input: CompleteEntryInput) -> None:
+        """The entry handled: its ledger line and state written (see `_complete`)."""
+        await self._complete(input.outbox_id, input.result)
+
+    async def _complete(self, outbox_id: str, result: dict[str, Any]) -> None:
         """Ledger first, then the outbox row: succeeded, or deleted (completed if the delete fails).
 
         Kept rows: the ledger line and the row's state in one statement, so both commit or neither.
         """
         if self.settings.outbox_delete_on_success:
-            await self.pool.execute(LEDGER_SUCCEEDED, input.outbox_id, json.dumps(input.result))
-            await self._finish(input.outbox_id)
+            await self.pool.execute(LEDGER_SUCCEEDED, outbox_id, json.dumps(result))
+            await self._finish(outbox_id)
         else:
-            await self.pool.execute(f"WITH ledger AS ({LEDGER_SUCCEEDED}) {ENTRY_SUCCEEDED}", input.outbox_id,
-                                    json.dumps(input.result))
+            await self.pool.execute(f"WITH ledger AS ({LEDGER_SUCCEEDED}) {ENTRY_SUCCEEDED}", outbox_id,
+                                    json.dumps(result))
         self._count("succeeded")
 
     async def _finish(self, outbox_id: str) -> None:

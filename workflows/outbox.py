@@ -44,6 +44,9 @@ CONFIRM_UNCERTAIN_PATCH = "confirm-uncertain-welcome"
 # Deliveries recorded before this patch complete the entry in a (task-queue) activity; later ones
 # in a local activity.
 COMPLETE_LOCALLY_PATCH = "outbox-complete-locally"
+# Deliveries recorded before this patch complete the entry in a step after the handler's; later ones
+# let the handler's activity record it, and take that step only when its write failed.
+COMPLETE_IN_HANDLER_PATCH = "outbox-complete-in-handler"
 
 
 # Outside the sandbox: there is one run per outbox entry, and a sandboxed run re-imports this
@@ -57,6 +60,8 @@ class DeliverOutboxEntryWorkflow:
     async def run(self, input: EntryInput) -> str:
         if workflow.patched(CONFIRM_UNCERTAIN_PATCH):
             input = input.model_copy(update={"confirm": True})
+        if workflow.patched(COMPLETE_IN_HANDLER_PATCH):
+            input = input.model_copy(update={"complete": True})
         try:
             handled = await self._handle(input)
             while handled.confirm_in_seconds is not None:
@@ -65,8 +70,13 @@ class DeliverOutboxEntryWorkflow:
                 handled = await self._handle(input)
         except ActivityError as error:
             return await self._abort(input, error)
-        if handled.already_succeeded:
+        if handled.already_succeeded or handled.completed:
             return "succeeded"
+        await self._complete(input, handled)
+        return "succeeded"
+
+    @staticmethod
+    async def _complete(input: EntryInput, handled: EntryResult) -> None:
         complete = CompleteEntryInput(outbox_id=input.outbox_id, result=handled.result)
         if workflow.patched(COMPLETE_LOCALLY_PATCH):
             # One database statement needs no trip through the task queue: as a local activity the
@@ -79,7 +89,6 @@ class DeliverOutboxEntryWorkflow:
             await workflow.execute_activity_method(
                 OutboxActivities.complete_entry, complete, start_to_close_timeout=timedelta(seconds=30),
                 retry_policy=DATABASE_RETRY)
-        return "succeeded"
 
     @staticmethod
     async def _handle(input: EntryInput) -> EntryResult:

@@ -17,7 +17,8 @@ from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 from temporalio.testing import ActivityEnvironment
 
-from activities.outbox import UNFINISHED_ENTRIES, EntryInput, OutboxActivities, enqueue, outbox_workflow_id
+from activities.outbox import (LEDGER_FAILED, UNFINISHED_ENTRIES, EntryInput, OutboxActivities, enqueue,
+                               outbox_workflow_id)
 from activities.watchdog import Watchdog
 from operations.members import add_member
 from operations.outbox import ensure_relay, requeue_outbox_entry
@@ -75,7 +76,10 @@ async def test_a_delivery_terminated_mid_send_is_aborted_and_a_requeue_sends_it_
     settings = outbox_settings(outbox_orphan_check_sec=CHECK_SEC, send_confirm_window_seconds=10)
     address = "terminated@example.com"
     await db.execute(WELCOME)
-    mailgun.set_faults(latency_ms=LATENCY_SEC * 1000)
+    # Should the terminated attempt outlive its run (its cancellation comes with a heartbeat, late on a
+    # busy machine), its send is answered 500, stored all the same: the attempt finishes nothing, and
+    # the entry is the watchdog's to abort however the race goes.
+    mailgun.set_faults(latency_ms=LATENCY_SEC * 1000, error_after_accept_rate=1.0)
     async with running_worker(dev_env.client, settings):
         await ensure_relay(dev_env.client, settings)
         added = await add_member(address, settings=settings)
@@ -95,7 +99,7 @@ async def test_a_delivery_terminated_mid_send_is_aborted_and_a_requeue_sends_it_
         assert await db.fetchval("SELECT error_code FROM idempotency_ledger WHERE idempotency_key = $1",
                                  added.welcome_key) == "DELIVERY_CLOSED"
 
-        mailgun.set_faults(latency_ms=0)
+        mailgun.set_faults(latency_ms=0, error_after_accept_rate=0.0)
         await requeue_outbox_entry(aborted["id"], client=dev_env.client, settings=settings)
         await settled(db, added.welcome_key, timeout=60)
         await stop_relay(dev_env.client, settings)
@@ -192,3 +196,39 @@ async def test_an_attempt_that_outlived_its_run_does_not_reopen_the_entry(db, db
         await ActivityEnvironment().run(activities.handle_entry, EntryInput(outbox_id=outbox_id))
     row = await entry(db, key)
     assert (row["status"], row["last_error_code"], row["attempts"]) == ("aborted", "DELIVERY_CLOSED", 0)
+
+
+async def test_an_attempt_that_outlived_its_run_does_not_finish_the_entry_the_check_aborted(
+        db, db_pool, outbox_settings):
+    """One piece: a handler that succeeds after the check aborted its entry records nothing (the
+    delivery's own step would, were its run open); the entry stays aborted and the ledger failed."""
+    key = await an_entry_without_a_run(db)
+    outbox_id = (await entry(db, key))["id"]
+    activities = OutboxActivities(Dependencies(settings=outbox_settings(), pool=db_pool, mailgun=None,
+                                               temporal=UnreachableTemporal()))
+
+    async def aborted_meanwhile_then_succeeds(event, key, input) -> dict:
+        async with db.acquire() as conn, conn.transaction():
+            await conn.execute(LEDGER_FAILED, input.outbox_id, "DELIVERY_CLOSED")
+            await conn.execute("UPDATE outbox SET status = 'aborted', last_error_code = 'DELIVERY_CLOSED' "
+                               "WHERE id = $1", input.outbox_id)
+        return {"sent": True}
+
+    activities.handlers["NoopEvent"] = aborted_meanwhile_then_succeeds
+    result = await ActivityEnvironment().run(activities.handle_entry, EntryInput(outbox_id=outbox_id, complete=True))
+    assert (result.result, result.completed) == ({"sent": True}, False)
+    assert (await entry(db, key))["status"] == "aborted"
+    assert await db.fetchval("SELECT status FROM idempotency_ledger WHERE idempotency_key = $1", key) == "failed"
+
+
+async def test_a_handled_entry_is_recorded_by_its_handlers_activity(db, db_pool, outbox_settings):
+    """One piece: with `complete`, the activity that ran the handler writes the ledger line and the
+    entry's state itself, so the delivery needs no step after it."""
+    key = await an_entry_without_a_run(db)
+    outbox_id = (await entry(db, key))["id"]
+    activities = OutboxActivities(Dependencies(settings=outbox_settings(), pool=db_pool, mailgun=None,
+                                               temporal=UnreachableTemporal()))
+    result = await ActivityEnvironment().run(activities.handle_entry, EntryInput(outbox_id=outbox_id, complete=True))
+    assert (result.result, result.completed) == ({}, True)
+    assert (await entry(db, key))["status"] == "succeeded"
+    assert await db.fetchval("SELECT status FROM idempotency_ledger WHERE idempotency_key = $1", key) == "succeeded"

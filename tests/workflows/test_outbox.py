@@ -24,10 +24,12 @@ class FakeDelivery:
         self.attempts = 0
         self.completed: list[CompleteEntryInput] = []
         self.aborted: list[AbortEntryInput] = []
+        self.inputs: list[EntryInput] = []
 
     @activity.defn(name="handle_entry")
     async def handle_entry(self, input: EntryInput) -> EntryResult:
         self.attempts += 1
+        self.inputs.append(input)
         if isinstance(self.handle, BaseException):
             raise self.handle
         return self.handle
@@ -58,10 +60,8 @@ async def test_a_handled_entry_is_completed_with_the_handlers_result(env):
     assert fake.aborted == [] and fake.attempts == 1
 
 
-async def test_a_new_delivery_completes_its_entry_in_a_local_activity(env):
-    """Runs started with the outbox-complete-locally patch: one task-queue activity per entry (as a
-    raw one-activity workflow has), the completion recorded as a local activity's marker."""
-    fake = FakeDelivery(EntryResult(result={}))
+async def history_of_delivery(env, fake: FakeDelivery):
+    """(activities scheduled, markers recorded) of one delivery run."""
     async with worker_for(env, [DeliverOutboxEntryWorkflow], fake.activities()) as task_queue:
         handle = await env.client.start_workflow(DeliverOutboxEntryWorkflow.run, EntryInput(outbox_id="o1"),
                                                  id=workflow_id("outbox"), task_queue=task_queue)
@@ -71,6 +71,24 @@ async def test_a_new_delivery_completes_its_entry_in_a_local_activity(env):
                  if e.HasField("activity_task_scheduled_event_attributes")]
     markers = [e.marker_recorded_event_attributes.marker_name for e in history.events
                if e.HasField("marker_recorded_event_attributes")]
+    return scheduled, markers
+
+
+async def test_a_new_delivery_lets_the_handlers_activity_complete_its_entry(env):
+    """Runs started with the outbox-complete-in-handler patch ask the handler's activity to record
+    the entry: one activity per entry and no step after it, as a raw one-activity workflow has."""
+    fake = FakeDelivery(EntryResult(result={}, completed=True))
+    scheduled, markers = await history_of_delivery(env, fake)
+    assert scheduled == ["handle_entry"] and "core_local_activity" not in markers
+    assert [input.complete for input in fake.inputs] == [True]
+    assert fake.completed == [] and fake.aborted == []
+
+
+async def test_an_entry_the_handler_could_not_record_is_completed_in_a_local_activity(env):
+    """The handler's work is done but its write failed (completed false): the delivery records the
+    entry itself, in a local activity that waits out the database."""
+    fake = FakeDelivery(EntryResult(result={}))
+    scheduled, markers = await history_of_delivery(env, fake)
     assert scheduled == ["handle_entry"] and "core_local_activity" in markers
     assert fake.completed == [CompleteEntryInput(outbox_id="o1", result={})]
 
