@@ -38,7 +38,7 @@ HANDLE_FIRST_HEARTBEAT_SECONDS = 2.0  # well inside handle_entry's 10 s heartbea
 ERROR_LIMIT = 2000  # stored error text is capped: enough to diagnose, and a row stays small
 OUTBOX_MARK = "pressroom-outbox"  # the v: variable that proves which entry a welcome email carried
 OUTBOX_WORKFLOW_PREFIX = "outbox-"
-DELETE_FAILED = "Processed, but failed to delete outbox entry"  # OUTBOX_DELETE_ON_SUCCESS, as the reference says it
+DELETE_FAILED = "Processed, but failed to delete outbox entry"  # PRESSROOM_OUTBOX_DELETE_ON_SUCCESS, as the reference says it
 
 
 # --- event types and their handlers -------------------------------------------------------------
@@ -51,7 +51,19 @@ class NoopEvent(BaseModel):
     """Does nothing: for benchmarks and smoke checks of the pipeline itself."""
 
 
-EVENT_TYPES: dict[str, type[BaseModel]] = {"MemberCreatedEvent": MemberCreatedEvent, "NoopEvent": NoopEvent}
+@dataclass(frozen=True)
+class EventType:
+    """An event type the outbox delivers: the model its payload must fit, and the OutboxActivities
+    method that handles it."""
+    payload: type[BaseModel]
+    handler: str
+
+
+# The one registry of event types: a new type is one line here and its handler method.
+EVENT_TYPES: dict[str, EventType] = {
+    "MemberCreatedEvent": EventType(MemberCreatedEvent, "_welcome_member"),
+    "NoopEvent": EventType(NoopEvent, "_noop"),
+}
 
 # The automated email each member status is welcomed with. Comped members have none of their own:
 # they get the paid one, as the reference platform does.
@@ -147,7 +159,7 @@ ENTRY_SUCCEEDED = "UPDATE outbox SET status = 'succeeded', processed_at = now(),
 # The handler's activity records its entry only while the entry is still being delivered (`sending`):
 # an attempt that outlives its terminated run writes nothing to an entry the watchdog aborted (nor
 # to one another run finished), as its failures do not. Row and ledger line in one statement ($1 the
-# outbox id, $2 the result); the entry kept as succeeded, or deleted (OUTBOX_DELETE_ON_SUCCESS).
+# outbox id, $2 the result); the entry kept as succeeded, or deleted (PRESSROOM_OUTBOX_DELETE_ON_SUCCESS).
 _LEDGER_OF_ENTRY = ("INSERT INTO idempotency_ledger (idempotency_key, payload_digest, status, result) "
                     "SELECT idempotency_key, payload_digest, 'succeeded', $2::jsonb FROM entry "
                     "ON CONFLICT (idempotency_key) DO UPDATE SET status = 'succeeded', result = EXCLUDED.result, "
@@ -184,8 +196,9 @@ class OutboxActivities:
         self.settings = deps.settings
         self.temporal = deps.temporal
         self.metrics = Instruments()
+        # Each type's handler, bound to this instance once, from EVENT_TYPES.
         self.handlers: dict[str, Callable[[BaseModel, str, EntryInput], Awaitable[dict[str, Any]]]] = {
-            "MemberCreatedEvent": self._welcome_member, "NoopEvent": self._noop}
+            name: getattr(self, event_type.handler) for name, event_type in EVENT_TYPES.items()}
 
     # --- the relay ---
 
@@ -198,7 +211,7 @@ class OutboxActivities:
         """
         # Rows of every job whose run closed without finishing them (activities/watchdog.py).
         orphans = asyncio.create_task(Watchdog(self.pool, self.temporal,
-                                               self.settings.outbox_orphan_check_sec).watch())
+                                               self.settings.orphan_check_seconds).watch())
         started, deadline = 0, time.monotonic() + input.run_seconds
         try:
             async with woken_by_notify(self.settings.database_url, NOTIFY_CHANNEL) as wake:
@@ -212,7 +225,7 @@ class OutboxActivities:
                         await wait_for_work(wake, min(RELAY_CAP_RECHECK_SECONDS, deadline - time.monotonic()),
                                             started)
                     elif claimed < self.settings.outbox_batch:
-                        await wait_for_work(wake, min(self.settings.outbox_poll_interval_sec,
+                        await wait_for_work(wake, min(self.settings.outbox_poll_interval_seconds,
                                                       deadline - time.monotonic()), started)
         finally:
             orphans.cancel()
@@ -237,7 +250,7 @@ class OutboxActivities:
             if not rows:
                 return 0, False
             # The rows stay locked until every start returns: the starts go out together, a bounded
-            # number at once however large OUTBOX_BATCH is set.
+            # number at once however large PRESSROOM_OUTBOX_BATCH is set.
             slots = asyncio.Semaphore(RELAY_CONCURRENT_STARTS)
 
             async def start(row) -> None:
@@ -280,11 +293,11 @@ class OutboxActivities:
 
     @staticmethod
     def _event(event_type: str, payload: str) -> BaseModel:
-        model = EVENT_TYPES.get(event_type)
-        if model is None:
+        known = EVENT_TYPES.get(event_type)
+        if known is None:
             raise _abort("UNKNOWN_EVENT_TYPE", f"no handler for event type {event_type!r}")
         try:
-            return model.model_validate_json(payload)
+            return known.payload.model_validate_json(payload)
         except ValidationError as error:
             first = error.errors()[0]
             where = ".".join(str(part) for part in first["loc"]) or "payload"
@@ -325,7 +338,7 @@ class OutboxActivities:
         except Exception as error:  # the handler's failure, in its own words, kept for `outbox show`
             code = type(error).__name__
             message = str(error)[:ERROR_LIMIT] or code
-            backoff = self.settings.outbox_backoff_sec
+            backoff = self.settings.outbox_backoff_seconds
             delay = backoff[min(attempt - 1, len(backoff) - 1)]
             # Only an entry still open: an attempt that outlived its run (terminated, then the entry
             # aborted by the relay's check, or requeued and sent by another run) must not reopen it.
@@ -541,7 +554,7 @@ async def _unfinished_entries(pool, older_than: float, after, limit: int) -> lis
 
 async def _abort_unfinished_entry(pool, watched: Watched, closed: ClosedRun) -> str | None:
     """Aborted with DELIVERY_CLOSED, not retried: whoever terminated its delivery may have meant to
-    stop it, and, `sending`, it would hold a place under OUTBOX_MAX_OPEN_DELIVERIES for ever. `outbox
+    stop it, and, `sending`, it would hold a place under PRESSROOM_OUTBOX_MAX_OPEN_DELIVERIES for ever. `outbox
     requeue` sends it, once (the ledger and the look-up of an uncertain send see to that)."""
     row = watched.row
     message = (f"its delivery run (workflow {watched.workflow_id}) {closed.how()} without finishing the entry; "

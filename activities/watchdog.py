@@ -6,7 +6,7 @@ one check outside the runs covers every way for every job: it reads the rows sti
 worked on (an outbox entry `sending` or `failed` in its backoff, an email `submitting`) that have
 not changed for a check interval, asks Temporal about their runs, and records the truth on each
 whose run is closed, with the run's own failure message. It runs beside the outbox relay (one per
-task queue, always running), every OUTBOX_ORPHAN_CHECK_SEC; a failure only waits for the next check.
+task queue, always running), every PRESSROOM_ORPHAN_CHECK_SECONDS; a failure only waits for the next check.
 A post needs no entry here: its row stays `scheduled`, which is true, and the posts reconcile
 starts its timer again.
 """

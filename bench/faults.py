@@ -100,7 +100,7 @@ class Matrix:
                "PRESSROOM_MAILGUN_RETRY_SECONDS": "1",
                "PRESSROOM_SEND_CONFIRM_WINDOW_SECONDS": str(CONFIRM_WINDOW_SECONDS),
                "PRESSROOM_SEND_CONFIRM_POLL_SECONDS": "5",
-               "OUTBOX_BACKOFF_SEC": "1", "OUTBOX_POLL_INTERVAL_SEC": "0.2", **extra}
+               "PRESSROOM_OUTBOX_BACKOFF_SECONDS": "1", "PRESSROOM_OUTBOX_POLL_INTERVAL_SECONDS": "0.2", **extra}
         return subprocess.Popen([sys.executable, "-m", "worker"], cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
                                 stderr=subprocess.DEVNULL)
 
@@ -185,7 +185,7 @@ class Matrix:
                            "('Welcome', 'member-welcome-email-free', 'Welcome!', '<p>Welcome</p>') "
                            "ON CONFLICT (slug) DO NOTHING")
         self.faults(adversary, lost_response_rate=1.0)
-        worker = self.worker(queue, OUTBOX_MAX_ATTEMPTS="1")
+        worker = self.worker(queue, PRESSROOM_OUTBOX_MAX_ATTEMPTS="1")
         started = time.perf_counter()
         addresses = [f"welcome{n}-r{self.rows}@example.com" for n in range(count)]
         try:

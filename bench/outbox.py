@@ -75,7 +75,7 @@ async def pipeline_burst(pool, n: int) -> tuple[float, list[float], float]:
     await pool.execute("SELECT pg_notify($1, '')", NOTIFY_CHANNEL)
     open_counts: list[int] = []
 
-    async def sample_open() -> None:  # whether the relay keeps the engine fed (OUTBOX_MAX_OPEN_DELIVERIES)
+    async def sample_open() -> None:  # whether the relay keeps the engine fed (PRESSROOM_OUTBOX_MAX_OPEN_DELIVERIES)
         while True:
             await asyncio.sleep(1)
             open_counts.append(await pool.fetchval("SELECT count(*) FROM outbox WHERE status = 'sending'"))
@@ -110,7 +110,7 @@ async def main(args: argparse.Namespace) -> None:
     async with bench_servers() as servers:
         env = servers.env
         settings = load_settings(database_url=servers.database_url, mailgun_api_key="unused", mailgun_domain="unused",
-                                 task_queue="bench", outbox_poll_interval_sec=0.5)
+                                 task_queue="bench", outbox_poll_interval_seconds=0.5)
         pool = await database.connect(servers.database_url, max_size=10)
         print(f"outbox: bursts of NoopEvent entries, relay batch {settings.outbox_batch}, "
               f"at most {settings.outbox_max_open_deliveries} open deliveries (and raw workflows)", flush=True)

@@ -12,7 +12,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import BeforeValidator, Field, SecretStr, ValidationError, field_validator, model_validator
+from pydantic import AliasChoices, BeforeValidator, Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 MAILGUN_MAX_RECIPIENTS = 1000  # Mailgun refuses a message with more recipients than this.
@@ -112,15 +112,24 @@ class Settings(BaseSettings):
 
     # --- outbox ---
     welcome_emails: bool = Field(default=True, validation_alias="PRESSROOM_WELCOME_EMAILS")
-    outbox_batch: int = Field(default=32, ge=1, le=10_000, validation_alias="OUTBOX_BATCH")
-    outbox_max_attempts: int = Field(default=6, ge=1, validation_alias="OUTBOX_MAX_ATTEMPTS")
-    outbox_backoff_sec: Annotated[list[int], NoDecode] = Field(
-        default=[5, 10, 20, 40, 80, 160], validation_alias="OUTBOX_BACKOFF_SEC")
-    outbox_poll_interval_sec: float = Field(default=0.5, gt=0, validation_alias="OUTBOX_POLL_INTERVAL_SEC")
-    outbox_max_open_deliveries: int = Field(default=500, ge=1, validation_alias="OUTBOX_MAX_OPEN_DELIVERIES")
-    outbox_delete_on_success: bool = Field(default=False, validation_alias="OUTBOX_DELETE_ON_SUCCESS")
-    # How often the relay looks for entries whose delivery run closed without finishing them.
-    outbox_orphan_check_sec: float = Field(default=60, gt=0, validation_alias="OUTBOX_ORPHAN_CHECK_SEC")
+    # Each variable's first name is the one to set; the names after it are deprecated aliases that
+    # deployments made before the PRESSROOM_/_SECONDS naming still set (README "Configuration").
+    outbox_batch: int = Field(default=32, ge=1, le=10_000,
+                              validation_alias=AliasChoices("PRESSROOM_OUTBOX_BATCH", "OUTBOX_BATCH"))
+    outbox_max_attempts: int = Field(default=6, ge=1, validation_alias=AliasChoices(
+        "PRESSROOM_OUTBOX_MAX_ATTEMPTS", "OUTBOX_MAX_ATTEMPTS"))
+    outbox_backoff_seconds: Annotated[list[int], NoDecode] = Field(
+        default=[5, 10, 20, 40, 80, 160],
+        validation_alias=AliasChoices("PRESSROOM_OUTBOX_BACKOFF_SECONDS", "OUTBOX_BACKOFF_SEC"))
+    outbox_poll_interval_seconds: float = Field(default=0.5, gt=0, validation_alias=AliasChoices(
+        "PRESSROOM_OUTBOX_POLL_INTERVAL_SECONDS", "OUTBOX_POLL_INTERVAL_SEC"))
+    outbox_max_open_deliveries: int = Field(default=500, ge=1, validation_alias=AliasChoices(
+        "PRESSROOM_OUTBOX_MAX_OPEN_DELIVERIES", "OUTBOX_MAX_OPEN_DELIVERIES"))
+    outbox_delete_on_success: bool = Field(default=False, validation_alias=AliasChoices(
+        "PRESSROOM_OUTBOX_DELETE_ON_SUCCESS", "OUTBOX_DELETE_ON_SUCCESS"))
+    # How often the watchdog looks for rows whose run closed without finishing them (every job's).
+    orphan_check_seconds: float = Field(default=60, gt=0, validation_alias=AliasChoices(
+        "PRESSROOM_ORPHAN_CHECK_SECONDS", "OUTBOX_ORPHAN_CHECK_SEC"))
 
     # --- email analytics ---
     analytics_interval_seconds: int = Field(default=300, ge=10, validation_alias="PRESSROOM_ANALYTICS_INTERVAL_SECONDS")
@@ -179,7 +188,7 @@ class Settings(BaseSettings):
             raise ValueError("must be one tag of at most 128 letters, digits and . _ : - (no spaces)")
         return value
 
-    @field_validator("outbox_backoff_sec", mode="before")
+    @field_validator("outbox_backoff_seconds", mode="before")
     @classmethod
     def _parse_backoff(cls, value: object) -> object:
         # Accept a JSON list, "[5,10,20]", and a plain "5,10,20".
@@ -188,7 +197,7 @@ class Settings(BaseSettings):
             return [int(part) for part in text.split(",") if part.strip()]
         return value
 
-    @field_validator("outbox_backoff_sec")
+    @field_validator("outbox_backoff_seconds")
     @classmethod
     def _backoff_not_empty(cls, value: list[int]) -> list[int]:
         if not value or any(v <= 0 for v in value):
@@ -339,7 +348,23 @@ class Settings(BaseSettings):
         return key
 
 
-_ALIASES = {name: field.validation_alias for name, field in Settings.model_fields.items()}
+def _names(alias: str | AliasChoices) -> list[str]:
+    return [str(name) for name in alias.choices] if isinstance(alias, AliasChoices) else [alias]
+
+
+# Each field's variable, and the deprecated names a variable still answers to (its aliases).
+_ALIASES = {name: _names(field.validation_alias)[0] for name, field in Settings.model_fields.items()}
+DEPRECATED_VARIABLES = {old: _ALIASES[name] for name, field in Settings.model_fields.items()
+                        for old in _names(field.validation_alias)[1:]}
+
+
+def _warn_deprecated(environ) -> None:
+    import logging
+
+    for old, new in DEPRECATED_VARIABLES.items():
+        if old in environ:
+            ignored = " (ignored: it is set too)" if new in environ else ""
+            logging.getLogger(__name__).warning("%s is deprecated: set %s instead%s", old, new, ignored)
 
 
 def temporal_profile():
@@ -396,6 +421,7 @@ def load_settings(**overrides: object) -> Settings:
         if _ALIASES[field] not in os.environ:  # a value from the profile file: it names the cluster to use
             fallback[_ALIASES[field]] = value
     values = {**fallback, **{_ALIASES[k]: v for k, v in overrides.items()}}
+    _warn_deprecated(os.environ)
     try:
         return Settings(**values)
     except ValidationError as error:
@@ -408,8 +434,13 @@ def describe_validation_error(error: ValidationError) -> str:
     message = first["msg"].removeprefix("Value error, ")
     if not first["loc"]:
         return message  # a rule across variables names them itself
+    import os
+
     field = str(first["loc"][0])
     variable = _ALIASES.get(field, field)
+    if variable not in os.environ:  # set under a deprecated name: name that one
+        variable = next((old for old, new in DEPRECATED_VARIABLES.items() if new == variable and old in os.environ),
+                        variable)
     return f"{variable} is invalid: {message}"
 
 

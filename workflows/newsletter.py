@@ -32,11 +32,8 @@ with workflow.unsafe.imports_passed_through():
     from activities.newsletter.send import BatchSendActivities
     from activities.sending_limits import AdmitBatchInput, SendingLimitsActivities, SplitRefusedBatchInput
     from pressroom.temporal import EMAIL_ID, POST_ID
+    from workflows.policies import DATABASE_RETRY
 
-# Database retries: from 2 s, doubling, 20 times, within 30 minutes: a database restart or failover
-# has half an hour to come back before the send is given up.
-DATABASE_RETRY = RetryPolicy(initial_interval=timedelta(seconds=2), backoff_coefficient=2.0,
-                             maximum_interval=timedelta(minutes=2), maximum_attempts=20)
 DATABASE_TIMEOUT = timedelta(minutes=30)
 # Long activities heartbeat; a worker that dies is noticed this fast and its work retried elsewhere.
 HEARTBEAT_TIMEOUT = timedelta(seconds=15)

@@ -1,7 +1,7 @@
 """The outbox relay and one delivery workflow per entry (the outbox worker protocol on Temporal).
 
 A lease column refreshed by a heartbeat is not needed: the relay activity's heartbeat timeout
-notices a dead relay and Temporal's retry replaces it. The backoff table (OUTBOX_BACKOFF_SEC)
+notices a dead relay and Temporal's retry replaces it. The backoff table (PRESSROOM_OUTBOX_BACKOFF_SECONDS)
 becomes the handler activity's retry delays, and the entry's state machine reads in
 DeliverOutboxEntryWorkflow: handle (the ledger is asked first), then
 record succeeded, or aborted with the last error once the attempts are spent.
@@ -19,9 +19,9 @@ with workflow.unsafe.imports_passed_through():
     from activities.outbox import (AbortEntryInput, CompleteEntryInput, EntryInput, EntryResult,
                                    OutboxActivities, RelayInput)
     from pressroom.errors import cause_of
+    from workflows.policies import DATABASE_RETRY
 
 RELAY_WORKFLOW_ID = "outbox-relay"
-DATABASE_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=30))
 
 
 @workflow.defn

@@ -15,7 +15,7 @@ def test_defaults_are_the_documented_ones(monkeypatch):
     assert settings.mailgun_base_url == "https://api.mailgun.net"
     assert settings.batch_size == 1000
     assert settings.send_concurrency == 2
-    assert settings.outbox_backoff_sec == [5, 10, 20, 40, 80, 160]
+    assert settings.outbox_backoff_seconds == [5, 10, 20, 40, 80, 160]
     assert settings.outbox_max_attempts == 6
     assert settings.analytics_trust_threshold_seconds == 30 * 60
 
@@ -26,8 +26,9 @@ def test_defaults_are_the_documented_ones(monkeypatch):
     ("MAILGUN_BASE_URL", "api.mailgun.net", "http"),
     ("PRESSROOM_BATCH_SIZE", "1001", "above Mailgun's maximum of 1000"),
     ("PRESSROOM_SEND_CONCURRENCY", "two", "integer"),
-    ("OUTBOX_BACKOFF_SEC", "[5,-1]", "positive"),
-    ("OUTBOX_ORPHAN_CHECK_SEC", "0", "greater than 0"),
+    ("PRESSROOM_OUTBOX_BACKOFF_SECONDS", "[5,-1]", "positive"),
+    ("PRESSROOM_ORPHAN_CHECK_SECONDS", "0", "greater than 0"),
+    ("OUTBOX_ORPHAN_CHECK_SEC", "0", "greater than 0"),  # a deprecated name is named as set
     ("PRESSROOM_PUBLISH_HEARTBEAT_SECONDS", "0.2", "greater than or equal to 1"),
 ])
 def test_a_malformed_value_is_one_line_naming_the_variable(monkeypatch, variable, value, words):
@@ -41,8 +42,27 @@ def test_a_malformed_value_is_one_line_naming_the_variable(monkeypatch, variable
 
 
 def test_backoff_accepts_a_json_list(monkeypatch):
-    monkeypatch.setenv("OUTBOX_BACKOFF_SEC", "[1, 2,3]")
-    assert load_settings().outbox_backoff_sec == [1, 2, 3]
+    monkeypatch.setenv("PRESSROOM_OUTBOX_BACKOFF_SECONDS", "[1, 2,3]")
+    assert load_settings().outbox_backoff_seconds == [1, 2, 3]
+
+
+@pytest.mark.parametrize("old, new, value, field, expected", [
+    ("OUTBOX_BATCH", "PRESSROOM_OUTBOX_BATCH", "7", "outbox_batch", 7),
+    ("OUTBOX_MAX_ATTEMPTS", "PRESSROOM_OUTBOX_MAX_ATTEMPTS", "3", "outbox_max_attempts", 3),
+    ("OUTBOX_BACKOFF_SEC", "PRESSROOM_OUTBOX_BACKOFF_SECONDS", "1,2", "outbox_backoff_seconds", [1, 2]),
+    ("OUTBOX_POLL_INTERVAL_SEC", "PRESSROOM_OUTBOX_POLL_INTERVAL_SECONDS", "0.2", "outbox_poll_interval_seconds", 0.2),
+    ("OUTBOX_MAX_OPEN_DELIVERIES", "PRESSROOM_OUTBOX_MAX_OPEN_DELIVERIES", "9", "outbox_max_open_deliveries", 9),
+    ("OUTBOX_DELETE_ON_SUCCESS", "PRESSROOM_OUTBOX_DELETE_ON_SUCCESS", "true", "outbox_delete_on_success", True),
+    ("OUTBOX_ORPHAN_CHECK_SEC", "PRESSROOM_ORPHAN_CHECK_SECONDS", "5", "orphan_check_seconds", 5.0),
+])
+def test_a_deprecated_name_still_works_and_says_which_to_set(monkeypatch, caplog, old, new, value, field,
+                                                             expected):
+    monkeypatch.setenv(old, value)
+    assert getattr(load_settings(), field) == expected
+    assert f"{old} is deprecated: set {new} instead" in caplog.text
+    monkeypatch.setenv(new, value)  # both set: the new name wins
+    monkeypatch.setenv(old, "1000" if field != "outbox_delete_on_success" else "false")
+    assert getattr(load_settings(), field) == expected
 
 
 def test_a_missing_database_says_how_to_get_one():

@@ -259,7 +259,7 @@ class Capture:
         from operations.members import add_member
 
         # Aborted: every send fails and two attempts are allowed.
-        settings = self.settings("outbox-aborted", outbox_max_attempts=2, outbox_backoff_sec=[1])
+        settings = self.settings("outbox-aborted", outbox_max_attempts=2, outbox_backoff_seconds=[1])
         async with running_worker(self.client, settings):
             await ensure_relay(self.client, settings)
             self.sim.set_faults(error_rate=1.0)
@@ -272,7 +272,7 @@ class Capture:
             await relay.terminate("captured")
 
         # Mid-retry, then through: the first attempts fail, then Mailgun answers.
-        settings = self.settings("outbox-retry", outbox_backoff_sec=[2])
+        settings = self.settings("outbox-retry", outbox_backoff_seconds=[2])
         async with running_worker(self.client, settings):
             await ensure_relay(self.client, settings)
             self.sim.set_faults(error_rate=1.0)

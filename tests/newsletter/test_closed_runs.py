@@ -103,7 +103,7 @@ async def sending_slowly(db, mailgun, dev_env, settings, **start_options):
 @pytest.mark.parametrize("how", ["terminated", "timed out", "cancelled"])
 async def test_a_send_terminated_timed_out_or_cancelled_fails_the_email_and_sending_again_finishes_it(
         db, mailgun, dev_env, newsletter_settings, how):
-    settings = newsletter_settings(batch_size=2, send_concurrency=1, outbox_orphan_check_sec=CHECK_SEC)
+    settings = newsletter_settings(batch_size=2, send_concurrency=1, orphan_check_seconds=CHECK_SEC)
     async with running_worker(dev_env.client, settings):
         await ensure_relay(dev_env.client, settings)  # the watchdog runs beside it
         options = {"execution_timeout": timedelta(seconds=4)} if how == "timed out" else {}
@@ -129,7 +129,7 @@ async def test_a_send_terminated_timed_out_or_cancelled_fails_the_email_and_send
 
 
 async def test_a_send_still_running_is_left_alone(db, mailgun, dev_env, newsletter_settings):
-    settings = newsletter_settings(batch_size=4, send_concurrency=1, outbox_orphan_check_sec=CHECK_SEC)
+    settings = newsletter_settings(batch_size=4, send_concurrency=1, orphan_check_seconds=CHECK_SEC)
     async with running_worker(dev_env.client, settings):
         await ensure_relay(dev_env.client, settings)
         seeded = await seed_email(db, members=8)

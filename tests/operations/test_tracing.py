@@ -46,7 +46,7 @@ async def traced_worker(spans, dev_env, postgres_url, mailgun, db):
     """A client with the tracing interceptor (as `connect` makes it) and a worker built on it."""
     address = dev_env.client.service_client.config.target_host
     settings = make_settings(postgres_url, mailgun, temporal_address=address, batch_size=1000,
-                             publish_lead_seconds=0.2, outbox_poll_interval_sec=0.2)
+                             publish_lead_seconds=0.2, outbox_poll_interval_seconds=0.2)
     client = await connect(settings)
     async with running_worker(client, settings):
         yield client, settings

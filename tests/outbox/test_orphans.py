@@ -2,7 +2,7 @@
 
 A delivery terminated by an operator (or failed, or timed out, in a way the workflow does not
 handle) leaves its entry `sending`, or `failed` in a retry's backoff. Every
-OUTBOX_ORPHAN_CHECK_SEC the relay asks Temporal about the entries that have not changed for that
+PRESSROOM_ORPHAN_CHECK_SECONDS the relay asks Temporal about the entries that have not changed for that
 long: a run that is closed, or that does not exist, has its entry aborted with DELIVERY_CLOSED.
 """
 
@@ -73,7 +73,7 @@ async def stop_relay(client, settings) -> None:
 
 async def test_a_delivery_terminated_mid_send_is_aborted_and_a_requeue_sends_it_once(
         db, mailgun, dev_env, outbox_settings):
-    settings = outbox_settings(outbox_orphan_check_sec=CHECK_SEC, send_confirm_window_seconds=10)
+    settings = outbox_settings(orphan_check_seconds=CHECK_SEC, send_confirm_window_seconds=10)
     address = "terminated@example.com"
     await db.execute(WELCOME)
     # Should the terminated attempt outlive its run (its cancellation comes with a heartbeat, late on a
@@ -114,7 +114,7 @@ async def describe(client, key: str):
 
 
 async def test_a_delivery_still_sending_is_left_alone(db, mailgun, dev_env, outbox_settings):
-    settings = outbox_settings(outbox_orphan_check_sec=CHECK_SEC)
+    settings = outbox_settings(orphan_check_seconds=CHECK_SEC)
     address = "slow@example.com"
     await db.execute(WELCOME)
     mailgun.set_faults(latency_ms=12_000)  # the send is in flight through several checks
@@ -134,8 +134,8 @@ async def test_a_delivery_still_sending_is_left_alone(db, mailgun, dev_env, outb
 
 async def test_a_delivery_in_its_backoff_is_left_alone_and_aborted_once_terminated(
         db, mailgun, dev_env, postgres_url):
-    settings = make_settings(postgres_url, mailgun, outbox_orphan_check_sec=CHECK_SEC, outbox_backoff_sec=[60],
-                             outbox_poll_interval_sec=0.2)
+    settings = make_settings(postgres_url, mailgun, orphan_check_seconds=CHECK_SEC, outbox_backoff_seconds=[60],
+                             outbox_poll_interval_seconds=0.2)
     address = "backoff@example.com"
     await db.execute(WELCOME)
     mailgun.set_faults(error_rate=1.0)  # 500, not stored: the first attempt fails, the next waits 60 s
@@ -171,9 +171,9 @@ class UnreachableTemporal:
 
 async def test_a_check_that_cannot_reach_temporal_skips_the_entry(db, db_pool, outbox_settings):
     """One piece, with a stand-in Temporal: the entry is not aborted, and nothing is raised."""
-    settings = outbox_settings(outbox_orphan_check_sec=CHECK_SEC)
+    settings = outbox_settings(orphan_check_seconds=CHECK_SEC)
     key = await an_entry_without_a_run(db)
-    watchdog = Watchdog(db_pool, UnreachableTemporal(), settings.outbox_orphan_check_sec)
+    watchdog = Watchdog(db_pool, UnreachableTemporal(), settings.orphan_check_seconds)
     assert await ActivityEnvironment().run(watchdog.check, UNFINISHED_ENTRIES) is None
     assert await entry_state(db, key) == "sending"
 

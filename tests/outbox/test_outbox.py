@@ -31,7 +31,7 @@ WELCOME = ("INSERT INTO automated_emails (name, slug, subject, html) VALUES "
 @pytest.fixture
 def outbox_settings(postgres_url, mailgun, db):
     def build(**overrides):
-        return make_settings(postgres_url, mailgun, outbox_backoff_sec=[1], outbox_poll_interval_sec=0.2,
+        return make_settings(postgres_url, mailgun, outbox_backoff_seconds=[1], outbox_poll_interval_seconds=0.2,
                              **overrides)
     return build
 
@@ -141,14 +141,14 @@ async def test_w103_a_worker_killed_mid_delivery_another_completes(db, mailgun, 
     settings = outbox_settings()
     await db.execute(WELCOME)
     mailgun.set_faults(latency_ms=3000)
-    worker = spawn_worker(settings, dev_env, OUTBOX_BACKOFF_SEC="1", OUTBOX_POLL_INTERVAL_SEC="0.2")
+    worker = spawn_worker(settings, dev_env, PRESSROOM_OUTBOX_BACKOFF_SECONDS="1", PRESSROOM_OUTBOX_POLL_INTERVAL_SECONDS="0.2")
     try:
         added = await add_member("slow@example.com", settings=settings)
         await wait_until(lambda: asyncio.sleep(0, mailgun.request_counts["messages"] > 0), timeout=30, worker=worker)
         worker.send_signal(signal.SIGKILL)
         worker.wait()
         mailgun.set_faults(latency_ms=0)
-        worker = spawn_worker(settings, dev_env, OUTBOX_BACKOFF_SEC="1", OUTBOX_POLL_INTERVAL_SEC="0.2")
+        worker = spawn_worker(settings, dev_env, PRESSROOM_OUTBOX_BACKOFF_SECONDS="1", PRESSROOM_OUTBOX_POLL_INTERVAL_SECONDS="0.2")
         await settled(db, added.welcome_key, timeout=90)
     finally:
         worker.terminate()
