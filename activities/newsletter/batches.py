@@ -33,6 +33,7 @@ RECORD_EMAIL_COUNT = """
 """
 
 
+FIRST_HEARTBEAT_SECONDS = 2.0
 CHUNK_BATCHES = 10  # batches per chunk of a chunked creation: the first go out while the next are written
 SEGMENT_NAMES = {FREE: "free", NOT_FREE: "paid"}  # in batch ids; an unsegmented email's batches say "all"
 # A member's place in the warming order (open rate highest first, none last; then member id) as
@@ -92,7 +93,10 @@ class BatchCreationActivities:
     async def create_batches(self, input: CreateBatchesInput) -> BatchCounts:
         """Every recipient in exactly one batch; existing batches are reused. Written in one
         transaction, or chunked: one chunk per call, each in its own (see `_create_chunk`)."""
-        async with heartbeating(), self.pool.acquire() as conn, conn.transaction():
+        # A chunk is usually written within the first wait: it then costs the engine no heartbeat
+        # request (the workflow's heartbeat timeout is 15 s; a long chunk or plan still beats).
+        async with heartbeating(first_after=FIRST_HEARTBEAT_SECONDS), self.pool.acquire() as conn, \
+                conn.transaction():
             email = await conn.fetchrow(
                 "SELECT newsletter_id, recipient_filter, created_at FROM emails WHERE id = $1 FOR UPDATE",
                 input.email_id)
