@@ -23,6 +23,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.confirm import StillConfirming, confirm_wait, lookup_window, uncertain_sends_exhausted
+from activities.errors import non_retryable
 from activities.heartbeat import heartbeating, wait_for_work, woken_by_notify
 from activities.metrics import Instruments
 from activities.watchdog import ClosedRun, Job, Watchdog, Watched, run_closed
@@ -185,10 +186,6 @@ class WelcomeMessage:
     reply_to: str | None
 
 
-def _abort(code: str, message: str) -> ApplicationError:
-    return ApplicationError(message, type=code, non_retryable=True)
-
-
 class OutboxActivities:
     def __init__(self, deps: Dependencies) -> None:
         self.pool = deps.pool
@@ -285,7 +282,8 @@ class OutboxActivities:
         """The ledger decides first: a key that succeeded is not handled again (W-105), and a digest
         that differs is IDEMPOTENCY_CONFLICT. None: go on and handle the entry."""
         if entry["ledger_digest"] is not None and entry["ledger_digest"] != entry["payload_digest"]:
-            raise _abort("IDEMPOTENCY_CONFLICT", "the ledger holds this idempotency key with a different payload")
+            raise non_retryable("IDEMPOTENCY_CONFLICT",
+                                "the ledger holds this idempotency key with a different payload")
         if entry["ledger_status"] == "succeeded":
             await self._finish(outbox_id)
             return EntryResult(result=json.loads(entry["ledger_result"] or "{}"), already_succeeded=True)
@@ -295,13 +293,14 @@ class OutboxActivities:
     def _event(event_type: str, payload: str) -> BaseModel:
         known = EVENT_TYPES.get(event_type)
         if known is None:
-            raise _abort("UNKNOWN_EVENT_TYPE", f"no handler for event type {event_type!r}")
+            raise non_retryable("UNKNOWN_EVENT_TYPE", f"no handler for event type {event_type!r}")
         try:
             return known.payload.model_validate_json(payload)
         except ValidationError as error:
             first = error.errors()[0]
             where = ".".join(str(part) for part in first["loc"]) or "payload"
-            raise _abort("INVALID_PAYLOAD", f"{event_type} payload is invalid: {where}: {first['msg']}") from None
+            raise non_retryable("INVALID_PAYLOAD",
+                                f"{event_type} payload is invalid: {where}: {first['msg']}") from None
 
     @activity.defn
     async def handle_entry(self, input: EntryInput) -> EntryResult:
@@ -317,7 +316,7 @@ class OutboxActivities:
                 "FROM outbox o LEFT JOIN idempotency_ledger l ON l.idempotency_key = o.idempotency_key "
                 "WHERE o.id = $1", input.outbox_id)
             if row is None:
-                raise _abort("ENTRY_NOT_FOUND", f"outbox entry {input.outbox_id} does not exist")
+                raise non_retryable("ENTRY_NOT_FOUND", f"outbox entry {input.outbox_id} does not exist")
             return await self._ledger_decides(input.outbox_id, row) or await self._handle_entry(input, row)
 
     async def _handle_entry(self, input: EntryInput, row: asyncpg.Record) -> EntryResult:
@@ -441,8 +440,9 @@ class OutboxActivities:
             # welcome emails off stops the ones already queued too. They are not kept waiting (a
             # welcome that arrives days late, in a burst when the switch comes back, helps nobody);
             # they are aborted with this reason, and `pressroom outbox requeue` sends one if wanted.
-            raise _abort("WELCOME_EMAILS_OFF", "welcome emails are switched off (PRESSROOM_WELCOME_EMAILS=false) "
-                                               "on the worker that handled this entry; requeue it to send it")
+            raise non_retryable("WELCOME_EMAILS_OFF",
+                                "welcome emails are switched off (PRESSROOM_WELCOME_EMAILS=false) "
+                                "on the worker that handled this entry; requeue it to send it")
         member = await self.pool.fetchrow("SELECT id, uuid, email, name, status FROM members WHERE id = $1",
                                           event.member_id)
         if member is None:
@@ -543,7 +543,7 @@ class OutboxActivities:
                 if welcome["sender_reply_to"] else None
             header_text(rendered.subject, "subject", welcome["id"])
         except ContentError as error:
-            raise _abort("WELCOME_CONTENT", f"the automated {error}; fix it and requeue the entry") from None
+            raise non_retryable("WELCOME_CONTENT", f"the automated {error}; fix it and requeue the entry") from None
         return WelcomeMessage(rendered, from_address, reply_to)
 
     async def _send_welcome(self, member, welcome, message: WelcomeMessage, message_id: str, key: str) -> str:
