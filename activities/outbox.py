@@ -30,7 +30,7 @@ from activities.watchdog import ClosedRun, Job, Watchdog, Watched, run_closed
 from pressroom import tracing
 from pressroom.dependencies import Dependencies
 from pressroom.email_rendering import ContentError, Rendered, header_text, mailbox, member_values, render_automated
-from pressroom.mailgun import ACCEPTED, UNCERTAIN, MailgunError, MailgunRejected
+from pressroom.providers.port import ACCEPTED, UNCERTAIN, Message, ProviderError, ProviderRejected
 
 NOTIFY_CHANNEL = "pressroom_outbox"
 RELAY_CAP_RECHECK_SECONDS = 0.1  # at the open-deliveries cap, how soon the relay counts again
@@ -135,7 +135,7 @@ class EntryInput(BaseModel):
 class EntryResult(BaseModel):
     result: dict[str, Any]
     already_succeeded: bool = False  # the ledger had it (W-105, README "The outbox"): nothing was handled
-    # Set when an uncertain send is not in Mailgun's events yet: nothing was sent; handle again then.
+    # Set when an uncertain send is not in the provider's events yet: nothing was sent; handle again then.
     confirm_in_seconds: float | None = None
     completed: bool = False  # the ledger line and the entry's state are written (EntryInput.complete)
 
@@ -189,7 +189,7 @@ class WelcomeMessage:
 class OutboxActivities:
     def __init__(self, deps: Dependencies) -> None:
         self.pool = deps.pool
-        self.mailgun = deps.mailgun
+        self.provider = deps.provider
         self.settings = deps.settings
         self.temporal = deps.temporal
         self.metrics = Instruments()
@@ -347,7 +347,7 @@ class OutboxActivities:
                 "WHERE id = $1 AND status IN ('sending', 'failed')",
                 input.outbox_id, attempt, code, message, float(delay))
             self.metrics.counter("pressroom_outbox_retries", "Failed handler attempts").add(1)
-            raise ApplicationError(message, type=code, non_retryable=isinstance(error, MailgunRejected),
+            raise ApplicationError(message, type=code, non_retryable=isinstance(error, ProviderRejected),
                                    next_retry_delay=timedelta(seconds=delay)) from None
         return await self._completed_here(input, result)
 
@@ -432,8 +432,8 @@ class OutboxActivities:
         """The welcome email of the automated email for the member's status; once per member.
 
         Its row in automated_email_recipients records each send's outcome before the request goes
-        out; an uncertain one is looked up by its `v:pressroom-outbox` mark, on any attempt and
-        after a requeue, before it is sent again.
+        out; an uncertain one is looked up by its `pressroom-outbox` mark, on any attempt and after
+        a requeue, before it is sent again.
         """
         if not self.settings.welcome_emails:
             # Read when the entry is handled, not only when it was queued: an operator who switches
@@ -447,6 +447,33 @@ class OutboxActivities:
                                           event.member_id)
         if member is None:
             return {"skipped": f"member {event.member_id} was deleted before the welcome email"}
+        welcome = await self._welcome_email(member)
+        if welcome is None:
+            return {"skipped": f"no active welcome email {WELCOME_EMAIL_SLUGS[member['status']]} "
+                               f"for {member['status']} members"}
+        sent = await self.pool.fetchrow(
+            "SELECT provider_id, send_outcome, send_attempts, first_uncertain_at, now() AS now, "
+            "extract(epoch FROM now() - last_uncertain_at)::float8 AS uncertain_for "
+            "FROM automated_email_recipients WHERE automated_email_id = $1 AND member_id = $2",
+            welcome["id"], member["id"])
+        if sent is not None and sent["provider_id"] is not None:
+            return {"provider_id": sent["provider_id"], "already_sent": True}
+        message = self._welcome_message(welcome)
+        message_id = self.provider.message_id(f"welcome-{hashlib.sha256(key.encode()).hexdigest()[:24]}")
+        confirmed = await self._confirm_welcome(member, welcome, sent, message_id, key, input)
+        if confirmed is not None:
+            return confirmed
+        await self._record_welcome(welcome["id"], member, UNCERTAIN, sending=True)  # until the answer says
+        try:
+            provider_id = await self._send_welcome(member, welcome, message, message_id, key)
+        except ProviderError as error:
+            await self._record_welcome(welcome["id"], member, error.outcome)
+            raise
+        await self._record_welcome(welcome["id"], member, ACCEPTED, provider_id=provider_id)
+        return {"provider_id": provider_id}
+
+    async def _welcome_email(self, member) -> asyncpg.Record | None:
+        """The active automated email for the member's status (comped members get the paid one)."""
         slug = WELCOME_EMAIL_SLUGS[member["status"]]
         if slug != f"member-welcome-email-{member['status']}":
             activity.logger.info("no welcome email of their own for %s members: sending them %s",
@@ -456,42 +483,33 @@ class OutboxActivities:
             "WHERE slug = $1 AND status = 'active'", slug)
         if welcome is None:
             activity.logger.warning("no active %s: member %s gets no welcome email", slug, member["id"])
-            return {"skipped": f"no active welcome email {slug} for {member['status']} members"}
-        sent = await self.pool.fetchrow(
-            "SELECT provider_id, send_outcome, send_attempts, first_uncertain_at, now() AS now, "
-            "extract(epoch FROM now() - last_uncertain_at)::float8 AS uncertain_for "
-            "FROM automated_email_recipients WHERE automated_email_id = $1 AND member_id = $2",
-            welcome["id"], member["id"])
-        if sent is not None and sent["provider_id"] is not None:
-            return {"provider_id": sent["provider_id"], "already_sent": True}
-        message = self._welcome_message(welcome)
-        message_id = f"welcome-{hashlib.sha256(key.encode()).hexdigest()[:24]}@{self.mailgun.domain}"
+        return welcome
+
+    async def _confirm_welcome(self, member, welcome, sent, message_id: str, key: str,
+                               input: EntryInput) -> dict[str, Any] | None:
+        """An earlier send that may have been accepted is looked up first: found, it is recorded and
+        the entry's result returned; not visible yet, the delivery waits (StillConfirming) or, out
+        of attempts, fails. None: send it."""
         # A delivery begun by 0.1.0 recorded nothing before sending: its retries look up as it did.
         begun_by_0_1_0 = sent is None and activity.info().attempt > 1
-        if begun_by_0_1_0 or (sent is not None and sent["send_outcome"] == UNCERTAIN):
-            begin, end = lookup_window(sent["first_uncertain_at"] if sent else
-                                       datetime.now(timezone.utc) - timedelta(days=3),
-                                       sent["now"] if sent else datetime.now(timezone.utc))
-            provider_id = await self.mailgun.find_accepted(recipient=member["email"], variables={OUTBOX_MARK: key},
-                                                           begin=begin, end=end, message_id=message_id)
-            if provider_id is not None:  # an earlier attempt's send was accepted: record it, do not resend
-                await self._record_welcome(welcome["id"], member, ACCEPTED, provider_id=provider_id)
-                return {"provider_id": provider_id, "confirmed": True}
-            if sent is not None:
-                wait = confirm_wait(sent["uncertain_for"], self.settings, input.confirm)
-                if wait is not None:
-                    raise StillConfirming(wait)
-                if sent["send_attempts"] >= input.max_attempts:
-                    raise uncertain_sends_exhausted(f"the welcome email of outbox entry {input.outbox_id}",
-                                                    sent["send_attempts"])
-        await self._record_welcome(welcome["id"], member, UNCERTAIN, sending=True)  # until the answer says
-        try:
-            provider_id = await self._send_welcome(member, welcome, message, message_id, key)
-        except MailgunError as error:
-            await self._record_welcome(welcome["id"], member, error.outcome)
-            raise
-        await self._record_welcome(welcome["id"], member, ACCEPTED, provider_id=provider_id)
-        return {"provider_id": provider_id}
+        if not (begun_by_0_1_0 or (sent is not None and sent["send_outcome"] == UNCERTAIN)):
+            return None
+        begin, end = lookup_window(sent["first_uncertain_at"] if sent else
+                                   datetime.now(timezone.utc) - timedelta(days=3),
+                                   sent["now"] if sent else datetime.now(timezone.utc))
+        provider_id = await self.provider.find_accepted(recipient=member["email"], mark={OUTBOX_MARK: key},
+                                                        begin=begin, end=end, message_id=message_id)
+        if provider_id is not None:  # an earlier attempt's send was accepted: record it, do not resend
+            await self._record_welcome(welcome["id"], member, ACCEPTED, provider_id=provider_id)
+            return {"provider_id": provider_id, "confirmed": True}
+        if sent is not None:
+            wait = confirm_wait(sent["uncertain_for"], self.settings, input.confirm)
+            if wait is not None:
+                raise StillConfirming(wait)
+            if sent["send_attempts"] >= input.max_attempts:
+                raise uncertain_sends_exhausted(f"the welcome email of outbox entry {input.outbox_id}",
+                                                sent["send_attempts"])
+        return None
 
     async def _record_welcome(self, automated_email_id: str, member, outcome: str, *, provider_id: str | None = None,
                               sending: bool = False) -> None:
@@ -532,11 +550,12 @@ class OutboxActivities:
         rendered = message.rendered
         values = member_values(name=member["name"], email=member["email"], uuid=str(member["uuid"]),
                                status=member["status"], site_url=self.settings.site_url, email_id=welcome["id"])
-        return await self.mailgun.send_batch(
-            from_address=message.from_address, to=[member["email"]], subject=rendered.subject, html=rendered.html,
-            text=rendered.text, recipient_variables={member["email"]: rendered.recipient_variables(values)},
-            tags=["welcome-email"], variables={"automated-email-id": welcome["id"], OUTBOX_MARK: key},
-            headers={"Message-Id": f"<{message_id}>", **({"Reply-To": message.reply_to} if message.reply_to else {})})
+        prepared = self.provider.prepare(Message(
+            from_address=message.from_address, subject=rendered.subject, html=rendered.html, text=rendered.text,
+            tags=["welcome-email"], headers={"Reply-To": message.reply_to} if message.reply_to else {}))
+        return await self.provider.send(prepared, {member["email"]: rendered.recipient_variables(values)},
+                                        mark={"automated-email-id": welcome["id"], OUTBOX_MARK: key},
+                                        message_id=message_id)
 
 
 # --- entries whose delivery run closed without finishing them (the watchdog's outbox job) ---------
