@@ -20,8 +20,3 @@ class Dependencies:
     provider: "EmailProvider"  # the email provider, through its port (pressroom/providers/wiring.py builds it)
     # For the activities that start other workflows (the outbox relay, publish → newsletter).
     temporal: "Client"
-
-    @property
-    def mailgun(self) -> "EmailProvider":
-        """Temporary: the provider under its former name, for code not yet moved to the port."""
-        return self.provider

@@ -55,7 +55,7 @@ async def test_an_hourly_cap_answers_420_until_the_next_hour(sim: MailgunSimulat
 async def test_a_daily_cap_counts_each_domain_on_its_own(sim: MailgunSimulator, client):
     sim.add_domain(FALLBACK)
     sim.set_limits(daily_limit=10)
-    fallback = client.for_domain(FALLBACK)
+    fallback = client.for_scope(FALLBACK)
     await send(client, 10)
     with pytest.raises(ProviderRateLimited, match="daily sending limit exceeded"):
         await send(client, 1, start=50)
@@ -67,7 +67,7 @@ async def test_a_daily_cap_counts_each_domain_on_its_own(sim: MailgunSimulator, 
 
 async def test_each_domain_serves_its_own_events(sim: MailgunSimulator, client):
     sim.add_domain(FALLBACK)
-    fallback = client.for_domain(FALLBACK)
+    fallback = client.for_scope(FALLBACK)
     await send(client, 3, email_id="custom")
     await send(fallback, 4, start=100, email_id="warm")
     sim.advance(60)
@@ -76,7 +76,7 @@ async def test_each_domain_serves_its_own_events(sim: MailgunSimulator, client):
     assert {e["user-variables"]["email-id"] for e in custom_events} == {"custom"} and len(custom_events) == 3
     assert {e["user-variables"]["email-id"] for e in fallback_events} == {"warm"} and len(fallback_events) == 4
     with pytest.raises(Exception, match="404"):
-        await send(client.for_domain("unknown.client.test"), 1)
+        await send(client.for_scope("unknown.client.test"), 1)
 
 
 async def test_the_limits_are_switched_over_the_admin_api(sim: MailgunSimulator):

@@ -480,13 +480,13 @@ async def test_a_look_up_trusts_only_the_events_own_fields(client, sim: MailgunS
     await send(client, 3, start=3, marks={"pressroom-batch": "b2"})
     assert kept != "b1@mg.client.test"  # the provider's own id
 
-    found = await client.find_accepted(recipient="member0@example.com", variables={"pressroom-batch": "b1"},
+    found = await client.find_accepted(recipient="member0@example.com", mark={"pressroom-batch": "b1"},
                                        message_id="b1@mg.client.test", **window)
     assert found == kept
     # b2 went to other members, b3 was never sent: the events returned are someone else's.
-    assert await client.find_accepted(recipient="member0@example.com", variables={"pressroom-batch": "b2"},
+    assert await client.find_accepted(recipient="member0@example.com", mark={"pressroom-batch": "b2"},
                                       **window) is None
-    assert await client.find_accepted(recipient="member3@example.com", variables={"pressroom-batch": "b3"},
+    assert await client.find_accepted(recipient="member3@example.com", mark={"pressroom-batch": "b3"},
                                       message_id="b3@mg.client.test", **window) is None
 
 
@@ -496,7 +496,7 @@ async def test_a_look_up_pages_to_the_end_and_accepts_a_kept_custom_message_id(c
     await send(client, 1, start=699, headers={"Message-Id": "<legacy@mg.client.test>"})  # no mark of ours
     window = dict(begin=datetime.now(timezone.utc) - timedelta(minutes=5),
                   end=datetime.now(timezone.utc) + timedelta(minutes=5))
-    assert await client.find_accepted(recipient="member699@example.com", variables={"pressroom-batch": "x"},
+    assert await client.find_accepted(recipient="member699@example.com", mark={"pressroom-batch": "x"},
                                       message_id="legacy@mg.client.test", **window) == "legacy@mg.client.test"
     assert sim.request_counts["events"] >= 3
 

@@ -162,7 +162,6 @@ class MailgunClient:
         sibling.domain = scope
         return sibling
 
-    for_domain = for_scope
 
     def message_id(self, own: str) -> str:
         return f"{own}@{self.domain}"
@@ -328,19 +327,17 @@ class MailgunClient:
                           last_timestamp=stamp if isinstance(stamp, (int, float)) and not isinstance(stamp, bool)
                           else None)
 
-    async def find_accepted(self, *, recipient: str, mark: Mapping[str, str] | None = None, begin: datetime,
-                            end: datetime, message_id: str | None = None,
-                            variables: Mapping[str, str] | None = None) -> str | None:
+    async def find_accepted(self, *, recipient: str, mark: Mapping[str, str], begin: datetime, end: datetime,
+                            message_id: str | None = None) -> str | None:
         """The Mailgun id of the message that proves an uncertain send was accepted, or None.
 
         Asks with filters Mailgun documents (`event=accepted`, the message's first `recipient`, a
         time window, oldest first) and pages to the end, but trusts only the events' own fields:
         a provider may ignore a filter or assign its own Message-Id, so an event counts only when
-        its user-variables carry every one of `variables` (a `v:` mark of the send's own), or when
+        its user-variables carry every item of `mark` (the `v:` variables of the send's own), or when
         it carries the custom `message_id` the send set. "None" means "not visible yet", not "not
         accepted": events may appear up to about 30 minutes late.
         """
-        mark = mark if mark is not None else variables or {}
         wanted_recipient = recipient.casefold()
         url: str | None = None
         while True:
