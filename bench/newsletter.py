@@ -26,6 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import httpx  # noqa: E402
 
+from bench.processes import cpu_seconds_by_family  # noqa: E402
 from bench.servers import SIMULATOR_DOMAIN, SIMULATOR_KEY, bench_servers  # noqa: E402
 from pressroom import database  # noqa: E402
 from pressroom.settings import load_settings  # noqa: E402
@@ -108,10 +109,13 @@ async def raw_posts(base_url: str, members: int, concurrency: int) -> float:
         return time.perf_counter() - started
 
 
-async def creation_times(client, workflow_id: str, run_id: str) -> tuple[float, float]:
+async def creation_times(client, workflow_id: str, run_id: str) -> tuple[float, float, int, float]:
     """From the first run's history: seconds from its start until the last batch-creating activity
-    completed, and until the first batch send was scheduled (how long sending waited for creation)."""
+    completed, and until the first batch send was scheduled (how long sending waited for creation);
+    how many creating activities ran, and how many of the creation's seconds were spent in them
+    (the rest is the workflow's turns between chunks)."""
     started, names, created, first_send = None, {}, None, None
+    chunks, inside, began = 0, 0.0, {}
     async for event in client.get_workflow_handle(workflow_id, run_id=run_id).fetch_history_events():
         moment = event.event_time.ToDatetime().timestamp()
         started = moment if started is None else started
@@ -119,10 +123,15 @@ async def creation_times(client, workflow_id: str, run_id: str) -> tuple[float, 
             names[event.event_id] = name = event.activity_task_scheduled_event_attributes.activity_type.name
             if name == "send_batch" and first_send is None:
                 first_send = moment
+        elif event.HasField("activity_task_started_event_attributes"):
+            began[event.activity_task_started_event_attributes.scheduled_event_id] = moment
         elif event.HasField("activity_task_completed_event_attributes"):
-            if names.get(event.activity_task_completed_event_attributes.scheduled_event_id, "").startswith("create_"):
+            scheduled = event.activity_task_completed_event_attributes.scheduled_event_id
+            if names.get(scheduled, "").startswith("create_"):
                 created = moment
-    return (created or started) - started, (first_send or started) - started
+                chunks += 1
+                inside += moment - began.get(scheduled, moment)
+    return (created or started) - started, (first_send or started) - started, chunks, inside
 
 
 async def main(args: argparse.Namespace) -> None:
@@ -135,15 +144,19 @@ async def main(args: argparse.Namespace) -> None:
         await pool.execute(SEED.format(members=args.members, tag="b"))
 
         copy_seconds = await raw_copy(pool, args.members)
+        before = cpu_seconds_by_family()
         table_seconds = await table_copy(pool, args.members)
+        table_cpu = cpu_seconds_by_family() - before
         post_seconds = await raw_posts(base_url, args.members, args.concurrency)
 
         async with running_worker(env.client, settings):
+            before = cpu_seconds_by_family()
             started = time.perf_counter()
             start = await start_newsletter("e1", client=env.client, settings=settings)
             outcome = await follow_newsletter(start.workflow_id, client=env.client, poll_seconds=0.2)
             pipeline = time.perf_counter() - started
-            created, first_send = await creation_times(env.client, start.workflow_id, start.run_id)
+            pipeline_cpu = cpu_seconds_by_family() - before
+            created, first_send, chunks, inside = await creation_times(env.client, start.workflow_id, start.run_id)
         stats = httpx.get(f"{base_url}/_sim/stats").json()
         await pool.close()
 
@@ -154,9 +167,13 @@ async def main(args: argparse.Namespace) -> None:
     print(f"  pipeline (start → submitted)  {pipeline:7.2f} s  {n / pipeline:>10,.0f} recipients/s  "
           f"({outcome.status}, {outcome.counts.batches_submitted} batches)")
     print(f"    batches created after {created:.2f} s; first batch sent after {first_send:.2f} s")
+    print(f"    creation: {chunks} activities, {inside:.2f} s inside them, {created - inside:.2f} s before and "
+          "between them")
+    print(f"    CPU: PostgreSQL {pipeline_cpu['postgres']:.2f} s, Temporal server {pipeline_cpu['temporal']:.2f} s, "
+          f"worker and simulator {pipeline_cpu['python']:.2f} s")
     print(f"  raw COPY of {n:,} rows          {copy_seconds:7.2f} s  {n / copy_seconds:>10,.0f} rows/s")
     print(f"    (into email_recipients itself, its indexes and foreign keys: {table_seconds:.2f} s, "
-          f"{n / table_seconds:,.0f} rows/s)")
+          f"{n / table_seconds:,.0f} rows/s; PostgreSQL CPU {table_cpu['postgres']:.2f} s)")
     print(f"  raw {(n + 999) // 1000} posts to the simulator  {post_seconds:7.2f} s  {n / post_seconds:>10,.0f} "
           f"recipients/s")
     print(f"  pipeline / larger raw figure: {pipeline / raw:.2f}x (target ≤ {1.5 if n >= 1_000_000 else 1.2}x)")

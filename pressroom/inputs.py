@@ -48,10 +48,14 @@ def email_address(value: str) -> str:
 
 # The plain ASCII shape nearly every address has (dot-atom local part, dotted host names, a letter
 # top-level domain), which email-validator accepts: a stored address of this shape, within the
-# lengths and outside the special-use domains below, is taken as a recipient without a closer look
+# lengths (the domain at most PLAIN_DOMAIN_LENGTH characters, so no label is longer than DNS allows)
+# and outside the special-use domains below, is taken as a recipient without a closer look
 # (PostgreSQL matches it over a whole audience at once); any other is checked by email-validator.
+# No bounded repetition ({0,61}) in the pattern: PostgreSQL's regex engine spent ten times as long
+# on one as on the rest of the match (100,000 addresses: 2.35 s against 0.24 s with the length).
 PLAIN_ADDRESS = (r"^[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+(\.[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+)*"
-                 r"@([A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.)+[A-Za-z]{2,63}$")
+                 r"@([A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?\.)+[A-Za-z][A-Za-z]+$")
+PLAIN_DOMAIN_LENGTH = 63
 SPECIAL_USE_DOMAINS = ("arpa", "invalid", "local", "localhost", "onion")  # email-validator's, less "test"
 
 

@@ -12,13 +12,18 @@ RECIPIENTS = """
 """
 
 
-# Members of the audience ($1-$3 as RECIPIENTS) whose address is not of the plain shape ($4,
-# pressroom.inputs.PLAIN_ADDRESS) or is in a special-use domain ($5): each is checked by
-# email-validator before batches are planned. One pass over the audience; most rows match.
-UNPLAIN_ADDRESSES = f"""
-    SELECT m.id, m.email {RECIPIENTS}
-      AND NOT (m.email ~ $4 AND length(m.email) <= 254 AND strpos(m.email, '@') <= 65
-               AND lower(substring(m.email FROM '[^.]+$')) <> ALL($5::text[]))
+# The audience ($1-$3 as RECIPIENTS) counted by segment (free or not), with the ids of its members
+# whose address is not of the plain shape ($4 and $6, pressroom.inputs.PLAIN_ADDRESS and
+# PLAIN_DOMAIN_LENGTH) or is in a special-use domain ($5): each of those is checked by
+# email-validator before batches are planned. One pass over the audience; most rows are plain.
+AUDIENCE_BY_SEGMENT = f"""
+    SELECT m.status = 'free' AS free, count(*) AS n,
+           coalesce(array_agg(m.id) FILTER (WHERE NOT (
+               m.email ~ $4 AND length(m.email) <= 254 AND strpos(m.email, '@') <= 65
+               AND length(m.email) - strpos(m.email, '@') <= $6
+               AND lower(substring(m.email FROM '[^.]+$')) <> ALL($5::text[]))), '{{}}') AS unplain
+    {RECIPIENTS}
+    GROUP BY 1
 """
 # Leaves out the members recorded as unusable for the email numbered `param`.
 NOT_SKIPPED = ("AND NOT EXISTS (SELECT 1 FROM email_skipped_recipients x "

@@ -11,14 +11,14 @@ from temporalio import activity
 
 from activities.errors import non_retryable
 from activities.heartbeat import heartbeating
-from activities.newsletter.audience import NOT_SKIPPED, RECIPIENTS, UNPLAIN_ADDRESSES
+from activities.newsletter.audience import AUDIENCE_BY_SEGMENT, NOT_SKIPPED, RECIPIENTS
 from activities.newsletter.content import load_for_sending
 from activities.newsletter.counts import batch_counts
 from activities.newsletter.models import BatchCounts, CreateBatchesInput
 from activities.sending_limits import batch_sizes, warmup_limit
 from pressroom.dependencies import Dependencies
 from pressroom.email_rendering import FREE, NOT_FREE, recipient_statuses, segments_needed
-from pressroom.inputs import PLAIN_ADDRESS, SPECIAL_USE_DOMAINS, recipient_problem
+from pressroom.inputs import PLAIN_ADDRESS, PLAIN_DOMAIN_LENGTH, SPECIAL_USE_DOMAINS, recipient_problem
 
 SKIPPED_SHOWN = 20  # members named in the log line of an email's left-out members; the rest are counted
 # The email's count becomes the recipients written ($2); the site's own count is kept when they
@@ -33,6 +33,7 @@ RECORD_EMAIL_COUNT = """
 """
 
 
+FIRST_HEARTBEAT_SECONDS = 2.0
 CHUNK_BATCHES = 10  # batches per chunk of a chunked creation: the first go out while the next are written
 SEGMENT_NAMES = {FREE: "free", NOT_FREE: "paid"}  # in batch ids; an unsegmented email's batches say "all"
 # A member's place in the warming order (open rate highest first, none last; then member id) as
@@ -72,6 +73,11 @@ WRITE_CHUNK = f"""
 """
 
 
+def audience_of(email) -> tuple:
+    """The email's audience as RECIPIENTS' $1-$3: its newsletter, the statuses it goes to, its time."""
+    return email["newsletter_id"], recipient_statuses(email["recipient_filter"]), email["created_at"]
+
+
 def creation_groups(segmented: bool, warming: bool) -> list[tuple[str | None, bool]]:
     """The groups a chunked creation writes in turn: (segment, through the fallback domain)."""
     return [(segment, fallback) for segment in ((FREE, NOT_FREE) if segmented else (None,))
@@ -87,7 +93,10 @@ class BatchCreationActivities:
     async def create_batches(self, input: CreateBatchesInput) -> BatchCounts:
         """Every recipient in exactly one batch; existing batches are reused. Written in one
         transaction, or chunked: one chunk per call, each in its own (see `_create_chunk`)."""
-        async with heartbeating(), self.pool.acquire() as conn, conn.transaction():
+        # A chunk is usually written within the first wait: it then costs the engine no heartbeat
+        # request (the workflow's heartbeat timeout is 15 s; a long chunk or plan still beats).
+        async with heartbeating(first_after=FIRST_HEARTBEAT_SECONDS), self.pool.acquire() as conn, \
+                conn.transaction():
             email = await conn.fetchrow(
                 "SELECT newsletter_id, recipient_filter, created_at FROM emails WHERE id = $1 FOR UPDATE",
                 input.email_id)
@@ -103,7 +112,7 @@ class BatchCreationActivities:
                     await self._retry_failed_batches(conn, input.email_id)
             else:
                 activity.logger.info("creating batches for email %s", input.email_id)
-                await self._leave_out_unusable(conn, input.email_id, email)
+                await self._leave_out_unusable(conn, input.email_id, audience_of(email))
                 segmented = segments_needed((await load_for_sending(conn, input.email_id, self.settings)).content)
                 custom_limit = await self._warmup_limit(conn) if self.settings.warming else None
                 sizes = await batch_sizes(conn, self.settings)
@@ -133,8 +142,7 @@ class BatchCreationActivities:
                         SELECT DISTINCT batch_id, $4, segment, fallback FROM numbered)
                     INSERT INTO email_recipients (email_id, member_id, batch_id, member_uuid, member_email, member_name)
                     SELECT $4, id, batch_id, uuid, email, name FROM numbered""",
-                    email["newsletter_id"], recipient_statuses(email["recipient_filter"]), email["created_at"],
-                    input.email_id, segmented, sizes[False], custom_limit, sizes[True])
+                    *audience_of(email), input.email_id, segmented, sizes[False], custom_limit, sizes[True])
             return await self._record_written(conn, input.email_id, created=not has_batches)
 
     async def _retry_failed_batches(self, conn, email_id: str) -> None:
@@ -179,25 +187,29 @@ class BatchCreationActivities:
 
     async def _plan_creation(self, conn, email_id: str, email):
         """Fix what every chunk must agree on: segments, batch sizes, where warming falls back; and
-        count the audience per group for the planned totals."""
+        count the audience per group for the planned totals (from the same pass that finds the
+        unusable addresses, unless warming sends some of it through the fallback domain)."""
         activity.logger.info("creating batches for email %s in chunks", email_id)
-        await self._leave_out_unusable(conn, email_id, email)
+        audience = audience_of(email)
+        usable = await self._leave_out_unusable(conn, email_id, audience)
         segmented = segments_needed((await load_for_sending(conn, email_id, self.settings)).content)
         custom_limit = await self._warmup_limit(conn) if self.settings.warming else None
         sizes = await batch_sizes(conn, self.settings)
-        audience = (email["newsletter_id"], recipient_statuses(email["recipient_filter"]), email["created_at"])
         rate, first_id = None, None
-        if custom_limit is not None:
+        planned = [{"free": free, "fallback": False, "n": n} for free, n in usable.items()]
+        if custom_limit is not None and sum(usable.values()) > custom_limit:
             # Domain warming: the first `custom_limit` recipients, most engaged first (a new
             # domain's reputation grows on opens), go through the custom domain, the rest through
             # the fallback one, in batches of their own.
             row = await conn.fetchrow(f"SELECT {RANK_KEY} AS rate, m.id {RECIPIENTS} {NOT_SKIPPED.format(param=5)} "
                                       "ORDER BY m.email_open_rate DESC NULLS LAST, m.id OFFSET $4 LIMIT 1",
                                       *audience, custom_limit, email_id)
-            rate, first_id = (row["rate"], row["id"]) if row else (None, None)
-        planned = await conn.fetch(
-            f"""SELECT m.status = 'free' AS free, {falls_back('$4', '$5')} AS fallback, count(*) AS n {RECIPIENTS}
-                {NOT_SKIPPED.format(param=6)} GROUP BY 1, 2""", *audience, rate, first_id, email_id)
+            if row is not None:
+                rate, first_id = row["rate"], row["id"]
+                planned = await conn.fetch(
+                    f"""SELECT m.status = 'free' AS free, {falls_back('$4', '$5')} AS fallback, count(*) AS n
+                        {RECIPIENTS} {NOT_SKIPPED.format(param=6)} GROUP BY 1, 2""",
+                    *audience, rate, first_id, email_id)
         batches = sum(-(-row["n"] // sizes[row["fallback"]]) for row in planned) if segmented else sum(
             -(-sum(row["n"] for row in planned if row["fallback"] == fallback) // sizes[fallback])
             for fallback in (False, True))
@@ -208,12 +220,15 @@ class BatchCreationActivities:
             email_id, segmented, sizes[False], sizes[True], rate, first_id, batches,
             sum(row["n"] for row in planned))
 
-    async def _leave_out_unusable(self, conn, email_id: str, email) -> None:
+    async def _leave_out_unusable(self, conn, email_id: str, audience: tuple) -> dict[bool, int]:
         """Record the members whose stored address cannot be a recipient as left out of the email, by
         id and reason, and count them on it, in the caller's transaction (with the plan, so every
-        chunk leaves out the same members); one bad row never fails the batch it would have joined."""
-        rows = await conn.fetch(UNPLAIN_ADDRESSES, email["newsletter_id"], recipient_statuses(email["recipient_filter"]),
-                                email["created_at"], PLAIN_ADDRESS, list(SPECIAL_USE_DOMAINS))
+        chunk leaves out the same members); one bad row never fails the batch it would have joined.
+        Returns how many members are left, by segment (free or not)."""
+        segments = await conn.fetch(AUDIENCE_BY_SEGMENT, *audience, PLAIN_ADDRESS, list(SPECIAL_USE_DOMAINS),
+                                    PLAIN_DOMAIN_LENGTH)
+        unplain = [member for segment in segments for member in segment["unplain"]]
+        rows = await conn.fetch("SELECT id, email FROM members WHERE id = ANY($1::text[])", unplain) if unplain else []
         skipped = [(row["id"], problem) for row in rows if (problem := recipient_problem(row["email"])) is not None]
         if skipped:
             await conn.execute(
@@ -226,6 +241,8 @@ class BatchCreationActivities:
                                     email_id, len(skipped), shown, more)
         await conn.execute("UPDATE emails SET skipped_recipients = (SELECT count(*) FROM email_skipped_recipients "
                            "WHERE email_id = $1) WHERE id = $1", email_id)
+        left_out = {member for member, _ in skipped}
+        return {segment["free"]: segment["n"] - len(left_out.intersection(segment["unplain"])) for segment in segments}
 
     async def _write_chunk(self, conn, email_id: str, email, creation):
         """The next chunk of the current group's recipients in member id order, as whole batches,
@@ -240,9 +257,9 @@ class BatchCreationActivities:
         after = "AND m.id > $8::text AND mn.member_id > $8::text" if creation["after_member_id"] is not None \
             else "AND $8::text IS NULL"
         written = await conn.fetchrow(
-            WRITE_CHUNK.format(after=after), email["newsletter_id"], recipient_statuses(email["recipient_filter"]),
-            email["created_at"], segment, creation["fallback_from_rate"], creation["fallback_from_id"], fallback,
-            creation["after_member_id"], limit, prefix, creation["written_in_group"] // size, size, email_id)
+            WRITE_CHUNK.format(after=after), *audience_of(email), segment, creation["fallback_from_rate"],
+            creation["fallback_from_id"], fallback, creation["after_member_id"], limit, prefix,
+            creation["written_in_group"] // size, size, email_id)
         if written["n"] < limit:  # the group is exhausted: the next chunk starts the next group
             group, after, in_group = creation["group_index"] + 1, None, 0
         else:

@@ -25,6 +25,8 @@ STRANGE_ADDRESSES = {
     "idn-domain": "leser@bücher.example",
     "unicode-local-part": "jürgen@hostile.example",
     "apostrophe": "o'connor@hostile.example",
+    # Of the plain shape, with a domain longer than the plain one's bound: checked, and kept.
+    "long-domain": "ivan@" + "news." * 12 + "hostile.example",
 }
 
 # What a stored address may hold that no recipient can: each row is left out of its batch. (The
@@ -36,6 +38,8 @@ UNUSABLE_ADDRESSES = {
     "two-ats": "erin@@hostile.example",
     "space": "frank smith@hostile.example",
     "no-domain-dot": "grace@localhost",
+    # Of the plain shape but for a label longer than DNS allows (63 characters).
+    "label-too-long": "heidi@" + "a" * 64 + ".hostile.example",
 }
 
 # Header values that must be refused where they enter, naming the field.

@@ -139,3 +139,35 @@ async def test_a_send_of_batches_made_at_once_reuses_them(db, mailgun, newslette
     assert await db.fetchval("SELECT status FROM email_batches WHERE id = $1 || '-all-00003'",
                              seeded.email_id) == "pending"
     assert await db.fetchval("SELECT count(*) FROM email_batch_creation") == 0
+
+
+@pytest.mark.parametrize("members, warming", [(300, False), (300, True), (150, True)])
+async def test_the_planned_totals_are_the_ones_written_with_members_left_out(db, mailgun, newsletter_settings,
+                                                                             members, warming):
+    """The totals planned on the first call (from the pass that finds unusable addresses, or, when
+    warming sends some members through the fallback domain, from its own count) are those written."""
+    mailgun.add_domain("fallback.test.example")
+    settings = newsletter_settings(batch_size=BATCH_SIZE, **(
+        {"fallback_domain": "fallback.test.example", "fallback_address": "noreply@fallback.test.example"}
+        if warming else {}))
+    seeded = await seed_email(db, members=members, paid_every=3, html=SEGMENTED)
+    await db.execute("UPDATE members SET email_open_rate = floor(random() * 5)::int * 20")
+    left_out = await db.fetch(  # every seventh member, free and paid alike: a comma in the stored address
+        """UPDATE members SET email = replace(email, '@', ',x@') WHERE id IN (
+               SELECT member_id FROM members_newsletters WHERE newsletter_id = $1)
+             AND substring(email FROM '^m([0-9]+)-')::int % 7 = 0 RETURNING id""", seeded.newsletter_id)
+    env, activities = ActivityEnvironment(), activities_for(settings, db)
+
+    planned = await env.run(activities.create_batches,
+                            CreateBatchesInput(email_id=seeded.email_id, retry_failed=True, chunked=True))
+    await create_in_chunks(env, activities, seeded.email_id)
+    written = await env.run(activities.create_batches,
+                            CreateBatchesInput(email_id=seeded.email_id, retry_failed=True, chunked=True))
+
+    assert planned.creating and not written.creating
+    assert (planned.batches_total, planned.recipients_total) == (written.batches_total, written.recipients_total)
+    assert written.recipients_total == members - len(left_out) == len(await assignment(db, seeded.email_id))
+    assert await db.fetchval("SELECT skipped_recipients FROM emails WHERE id = $1", seeded.email_id) == len(left_out)
+    if warming:  # the first 200 (day one's limit) through the custom domain, the rest through the fallback one
+        assert await db.fetchval("SELECT csd_email_count FROM emails WHERE id = $1", seeded.email_id) == \
+            min(200, members - len(left_out))
