@@ -261,7 +261,9 @@ async def due_during_send(pool, client, settings, args, prefix: str, n: int, ema
     from operations.newsletter import follow_newsletter, start_newsletter
 
     at = datetime.now(timezone.utc) + timedelta(seconds=args.ahead)
-    await schedule_posts(pool, client, settings, prefix, n, at)
+    scheduled = await schedule_posts(pool, client, settings, prefix, n, at)
+    if datetime.now(timezone.utc) > at - timedelta(seconds=args.send_before):
+        print(f"  (scheduling {n:,} posts took {scheduled:.1f} s, past the send's start: raise --ahead)", flush=True)
     await until(at - timedelta(seconds=args.send_before))
     start = await start_newsletter(email_id, client=client, settings=settings)
     send_started = (datetime.now(timezone.utc) - at).total_seconds()
@@ -296,7 +298,10 @@ async def during_send(args: argparse.Namespace) -> None:
         await pool.execute(SEED.format(members=args.during_send, tag="b") + SECOND_EMAIL)
         async with running_worker(env.client, settings):
             at = datetime.now(timezone.utc) + timedelta(seconds=args.ahead)
-            await schedule_posts(pool, env.client, settings, "quiet", args.posts, at)
+            scheduled = await schedule_posts(pool, env.client, settings, "quiet", args.posts, at)
+            if datetime.now(timezone.utc) > at - timedelta(seconds=args.lead):
+                print(f"  (scheduling {args.posts:,} posts took {scheduled:.1f} s, past their timers: raise --ahead)",
+                      flush=True)
             quiet = await lateness_of(pool, "quiet", at)
             busy = await due_during_send(pool, env.client, settings, args, "busy", args.posts, "e1")
             one = await due_during_send(pool, env.client, settings, args, "one", 1, "e2")
