@@ -77,14 +77,14 @@ def build_activities(deps: Dependencies) -> list[Callable]:
 
 @asynccontextmanager
 async def open_dependencies(settings: Settings, client: Client) -> AsyncIterator[Dependencies]:
-    from pressroom.mailgun import MailgunClient
+    from pressroom.providers.wiring import provider_from_settings
 
     pool = await database.connect(settings.require_database(), max_size=20)
-    mailgun = MailgunClient.from_settings(settings)
+    provider = provider_from_settings(settings)
     try:
-        yield Dependencies(settings=settings, pool=pool, mailgun=mailgun, temporal=client)
+        yield Dependencies(settings=settings, pool=pool, provider=provider, temporal=client)
     finally:
-        await mailgun.aclose()
+        await provider.aclose()
         await pool.close()
 
 

@@ -1,4 +1,4 @@
-"""Email analytics: page Mailgun's events into email_recipients, then aggregate.
+"""Email analytics: page the email provider's events into email_recipients, then aggregate.
 
 Each phase (latest opened, latest others, missing, backfills) keeps its own cursor in the jobs
 table. A phase reads its window page by page and applies a batch of pages in one transaction that
@@ -20,12 +20,11 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, Field
 from temporalio import activity
-from temporalio.exceptions import ApplicationError
 
 from activities.delivery_events import EventBatch, aggregate, apply_batch
 from activities.heartbeat import heartbeating
 from activities.metrics import Instruments
-from pressroom.mailgun import MAILGUN_MAX_EVENTS_PAGE, MailgunClient, MailgunError
+from pressroom.providers.port import EmailProvider, EventName, EventQuery, ProviderError, activity_error
 
 if TYPE_CHECKING:
     from temporalio.client import Client
@@ -40,9 +39,10 @@ PHASE_JOBS = {"latest-opened": "email-analytics-latest-opened", "latest": "email
               "missing": "email-analytics-missing"}
 # Each phase asks only for the events it applies (the reference's filter); missing and backfill read
 # every kind that is applied, and never the `accepted` events that make up a third of a send's.
-APPLIED_EVENTS = "delivered OR opened OR failed OR unsubscribed OR complained"
-PHASE_EVENTS = {"latest-opened": "opened", "latest": "delivered OR failed OR unsubscribed OR complained",
-                "missing": APPLIED_EVENTS, "backfill": APPLIED_EVENTS}
+APPLIED_EVENTS: tuple[EventName, ...] = ("delivered", "opened", "failed", "unsubscribed", "complained")
+PHASE_EVENTS: dict[str, tuple[EventName, ...]] = {
+    "latest-opened": ("opened",), "latest": ("delivered", "failed", "unsubscribed", "complained"),
+    "missing": APPLIED_EVENTS, "backfill": APPLIED_EVENTS}
 FIRST_LOOKBACK = timedelta(hours=24)  # where a phase with no cursor yet starts
 APPLY_EVENTS = 3000  # events applied per transaction (10 pages)
 RUNS_KEPT = 20
@@ -64,7 +64,7 @@ class FetchPhaseInput(BaseModel):
 
 class PhaseResult(BaseModel):
     phase: str
-    events: int = 0  # read from Mailgun
+    events: int = 0  # read from the provider
     applied: int = 0  # matched to a recipient and applied
     unknown: int = 0  # for an email or recipient we do not know
     malformed: int = 0  # set aside with their reason (delivery_events_rejected): unusable, never applied
@@ -151,22 +151,24 @@ class AnalyticsActivities:
     async def fetch_phase(self, input: FetchPhaseInput) -> PhaseResult:
         """Read one phase's window and apply it; safe to rerun: applying an event twice changes nothing.
 
-        With domain warming, the fallback domain's events are read too, with cursors of their own.
+        With domain warming, the fallback scope's events are read too, with cursors of their own
+        (named `{scope}:{job}`).
         """
         if input.phase == "backfill":
             return await self._fetch_backfills(input)
         result = await self._fetch_latest(PHASE_JOBS[input.phase], input)
-        for domain in self._fallback_domains():
-            part = await self._fetch_latest(f"{domain}:{PHASE_JOBS[input.phase]}", input,
-                                            self.deps.mailgun.for_domain(domain))
+        for scope in self._fallback_scopes():
+            part = await self._fetch_latest(f"{scope}:{PHASE_JOBS[input.phase]}", input,
+                                            self.deps.provider.for_scope(scope))
             _add(result, part)
             result.capped = result.capped or part.capped
         return result
 
-    def _fallback_domains(self) -> list[str]:
+    def _fallback_scopes(self) -> list[str]:
         return [self._settings.fallback_domain] if self._settings.fallback_domain else []
 
-    async def _fetch_latest(self, job: str, input: FetchPhaseInput, mailgun: MailgunClient | None = None) -> PhaseResult:
+    async def _fetch_latest(self, job: str, input: FetchPhaseInput, provider: EmailProvider | None = None,
+                            ) -> PhaseResult:
         settings = self._settings
         state = await self._job_metadata(job)
         if input.phase == "missing":
@@ -177,7 +179,7 @@ class AnalyticsActivities:
             end = input.now - timedelta(seconds=settings.analytics_end_margin_seconds)
             begin = _moment(state.get("cursor")) or (end - FIRST_LOOKBACK)
         cap = settings.analytics_max_opened_events if input.phase == "latest-opened" else None
-        return await self._fetch_window(job, input.phase, begin, end, cap, state, input.now, mailgun)
+        return await self._fetch_window(job, input.phase, begin, end, cap, state, input.now, provider)
 
     async def _fetch_backfills(self, input: FetchPhaseInput) -> PhaseResult:
         """Every queued backfill request, oldest first, each to the end of its range."""
@@ -190,99 +192,111 @@ class AnalyticsActivities:
             begin = _moment(state.get("cursor")) or _moment(state["begin"])
             end = _moment(state["end"])
             _add(total, await self._fetch_window(row["name"], "backfill", begin, end, None, state, input.now))
-            for domain in self._fallback_domains():
-                # The fallback domain's events of the same range, with a cursor of their own.
-                job = f"{domain}:{row['name']}"
+            for scope in self._fallback_scopes():
+                # The fallback scope's events of the same range, with a cursor of their own.
+                job = f"{scope}:{row['name']}"
                 mine = await self._job_metadata(job)
                 _add(total, await self._fetch_window(job, "backfill", _moment(mine.get("cursor")) or _moment(state["begin"]),
-                                                     end, None, mine, input.now, self.deps.mailgun.for_domain(domain)))
+                                                     end, None, mine, input.now, self.deps.provider.for_scope(scope)))
             await self.deps.pool.execute(
                 "UPDATE jobs SET status = 'finished', finished_at = now(), updated_at = now() WHERE name = $1",
                 row["name"])
         return total
 
     async def _fetch_window(self, job: str, phase: str, begin: datetime, end: datetime, cap: int | None,
-                            state: dict[str, Any], now: datetime, mailgun: MailgunClient | None = None) -> PhaseResult:
+                            state: dict[str, Any], now: datetime, provider: EmailProvider | None = None,
+                            ) -> PhaseResult:
         started = time.monotonic()
-        result = PhaseResult(phase=phase)
-        url: str | None = None
-        # A retry resumes from the last heartbeat; a run after a capped run, from its saved page.
+        provider = provider or self.deps.provider
+        result, page, end, checkpoint = self._resume_point(job, phase, state, end)
+        if begin > end:
+            begin = end
+        if page is None and begin >= end:
+            # An empty window (the first missing window, or a clock that has not moved): nothing to ask.
+            await self._apply(EventBatch(), result, job, {"resume_url": None, "window_end": _epoch(end),
+                                                          "cursor": _epoch(end)})
+            return await self._finish(result, job, phase, now, started)
+        page_size = provider.limits.max_events_page
+        # On a sending domain shared with other senders, only this site's newsletters (tagged so by
+        # the send), as the reference filters them.
+        tag = self._settings.email_tag
+        query = EventQuery(begin=begin, end=end, names=PHASE_EVENTS[phase],
+                           tags=("bulk-email", tag) if tag else (), limit=page_size if cap is None else min(page_size, cap))
+        try:
+            await self._read_and_apply(provider, query, page, cap, job, state, checkpoint, result)
+        except ProviderError as error:
+            raise activity_error(error, f"email analytics {phase}: {error}") from None
+        return await self._finish(result, job, phase, now, started)
+
+    @staticmethod
+    def _resume_point(job: str, phase: str, state: dict[str, Any], end: datetime,
+                      ) -> tuple[PhaseResult, str | None, datetime, dict[str, Any] | None]:
+        """Where the window's reading starts: a retry resumes from its last heartbeat (with the figures
+        it had), a run after a capped run from its saved page, any other at the window's first page."""
         details = activity.info().heartbeat_details
         resumed = details[0] if details and isinstance(details[0], dict) and details[0].get("job") == job else None
         if resumed:
-            url, end = resumed["url"], _moment(resumed["end"])
-            result = PhaseResult.model_validate(resumed["result"])
-        elif state.get("resume_url") and state.get("window_end"):
-            url, end = state["resume_url"], _moment(state["window_end"])
-        if begin > end:
-            begin = end
-        limit = MAILGUN_MAX_EVENTS_PAGE if cap is None else min(MAILGUN_MAX_EVENTS_PAGE, cap)
-        event = PHASE_EVENTS[phase]
-        # On a Mailgun domain shared with other senders, only this site's newsletters (tagged so by
-        # the send), as the reference filters them.
-        tag = self.deps.settings.email_tag
-        tags = f"bulk-email AND {tag}" if tag else None
-        mailgun = mailgun or self.deps.mailgun
+            return PhaseResult.model_validate(resumed["result"]), resumed["url"], _moment(resumed["end"]), resumed
+        if state.get("resume_url") and state.get("window_end"):
+            return PhaseResult(phase=phase), state["resume_url"], _moment(state["window_end"]), None
+        return PhaseResult(phase=phase), None, end, None
 
-        async def page(at: str | None) -> tuple[list[dict], str | None]:
-            return await mailgun.events_page(at, begin=begin, end=end, ascending=True, limit=limit, event=event,
-                                             tags=tags)
-
-        batch, last_moment = EventBatch(), None
-        if url is None and begin >= end:
-            # An empty window (the first missing window, or a clock that has not moved): nothing to ask.
-            await self._apply(batch, result, job, {"resume_url": None, "window_end": _epoch(end),
-                                                   "cursor": _epoch(end)})
-            return await self._finish(result, job, phase, now, started)
-        checkpoint: dict[str, Any] | None = resumed
-        pending: asyncio.Task | None = asyncio.create_task(page(url))
-        # The batch being applied while the next pages are read and parsed: PostgreSQL and this
-        # process work at the same time. One at a time, in order, so the cursor only moves forward.
+    async def _read_and_apply(self, provider: EmailProvider, query: EventQuery, page: str | None, cap: int | None,
+                              job: str, state: dict[str, Any], checkpoint: dict[str, Any] | None,
+                              result: PhaseResult) -> None:
+        """Page through the window, a batch of pages applied (with the cursor) while the next pages
+        are read and parsed: PostgreSQL and this process work at the same time. One batch at a
+        time, in order, so the cursor only moves forward."""
+        batch, last_moment, exhausted = EventBatch(), None, False
+        pending: asyncio.Task | None = asyncio.create_task(provider.read_events(page, query))
         applying: asyncio.Task | None = None
-        exhausted = False
         try:
             while pending is not None:
-                items, next_url = await pending
+                events = await pending
                 pending = None
                 result.pages += 1
                 if applying is not None and applying.done():
                     checkpoint, applying = applying.result(), None
                 # Every page is a sign of life; the details stay those of the last batch applied,
-                # where a retry can resume without skipping an event.
-                activity.heartbeat(checkpoint)  # every heartbeat carries the last checkpoint (None before the first)
-                result.events += len(items)
-                if items:
-                    stamp = items[-1].get("timestamp")
-                    last_moment = stamp if isinstance(stamp, (int, float)) else last_moment
-                    batch.add(items)
-                full = len(items) >= limit and next_url is not None
-                room = cap is None or result.events + limit <= cap
+                # where a retry can resume without skipping an event (None before the first).
+                activity.heartbeat(checkpoint)
+                result.events += len(events.items)
+                if events.items:
+                    last_moment = events.last_timestamp if events.last_timestamp is not None else last_moment
+                    batch.add(events.items, provider.parse_event)
+                full = len(events.items) >= query.limit and events.next_page is not None
+                room = cap is None or result.events + query.limit <= cap
                 if full and room:
-                    pending = asyncio.create_task(page(next_url))  # fetch while we apply
+                    pending = asyncio.create_task(provider.read_events(events.next_page, query))  # read while we apply
                 else:
                     exhausted = not full
                     result.capped = full and not room
                 if len(batch) + batch.malformed >= APPLY_EVENTS or pending is None:
-                    cursor = {"resume_url": None if exhausted else next_url, "window_end": _epoch(end),
-                              "cursor": _epoch(end) if exhausted else (last_moment or state.get("cursor"))}
                     if applying is not None:
                         checkpoint = await applying
-                    resume = {"job": job, "url": next_url, "end": _epoch(end)}
-                    applying = asyncio.create_task(
-                        self._apply_and_checkpoint(batch, result, job, cursor, resume, result.pages, result.events))
+                    applying = asyncio.create_task(self._apply_and_checkpoint(
+                        batch, result, job, self._cursor(query, events.next_page, exhausted, last_moment, state),
+                        {"job": job, "url": events.next_page, "end": _epoch(query.end)}, result.pages, result.events))
                     batch = EventBatch()
             if applying is not None:
-                checkpoint, applying = await applying, None
-        except MailgunError as error:
+                await applying
+        except ProviderError:
             if applying is not None:
                 await applying  # keep the batch read before the failure: a retry resumes after it
-            raise ApplicationError(f"email analytics {phase}: {error}", type=type(error).__name__,
-                                   non_retryable=not error.retryable) from None
+            raise
         finally:
             for task in (pending, applying):
                 if task is not None and not task.done():
                     task.cancel()
-        return await self._finish(result, job, phase, now, started)
+
+    @staticmethod
+    def _cursor(query: EventQuery, next_page: str | None, exhausted: bool, last_moment: float | None,
+                state: dict[str, Any]) -> dict[str, Any]:
+        """Where the phase stands once a batch is applied: the window's end when it is read to the end,
+        else the last event's time and the page to resume from (keys as stored since 0.1.0)."""
+        end = _epoch(query.end)
+        return {"resume_url": None if exhausted else next_page, "window_end": end,
+                "cursor": end if exhausted else (last_moment or state.get("cursor"))}
 
     async def _finish(self, result: PhaseResult, job: str, phase: str, now: datetime, started: float) -> PhaseResult:
         """The phase's figures: time, cursor and lag; logged and counted in the metrics."""
@@ -299,7 +313,7 @@ class AnalyticsActivities:
             "analytics %s: %d events (%s), %d applied, %d unknown, %d malformed, %.0f events/s, lag %s s%s",
             phase, result.events, dict(result.by_type), result.applied, result.unknown, result.malformed,
             result.events_per_second, result.lag_seconds, ", capped" if result.capped else "")
-        self.metrics.counter("pressroom_analytics_events", "events read from Mailgun").add(
+        self.metrics.counter("pressroom_analytics_events", "events read from the email provider").add(
             result.events, {"phase": phase})
         if result.lag_seconds is not None:
             self.metrics.gauge_float("pressroom_analytics_cursor_lag_seconds", "cursor lag behind now", "s").set(

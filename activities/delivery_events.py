@@ -1,7 +1,7 @@
 """Applying delivery events, whichever way they came (a polled page, a pushed webhook): one way.
 
 Events arrive as provider JSON; `EventBatch.add` turns each into a DeliveryEvent through the
-provider's parser or sets it aside with its reason. `apply_batch` applies a batch in one
+provider's parser (the port's `parse_event`) or sets it aside with its reason. `apply_batch` applies a batch in one
 transaction together with the caller's own step (a cursor saved, inbox rows deleted), so what was
 applied and where the caller stands commit together. Applying is idempotent and order-free: a time
 takes the earliest event's, failures are one row per recipient whichever order their events come
@@ -22,13 +22,13 @@ from typing import Any, Literal
 import asyncpg
 
 from pressroom.delivery_events import APPLIED_KINDS, RECORDED_KINDS, DeliveryEvent, EventRejected
-from pressroom.mailgun import parse_event
 
 # Codes that suppress an address: the SMTP hard-bounce codes (no such mailbox, domain, policy)
 # and Mailgun's own 605/607 ("previously bounced" / "marked as spam") after which Ghost suppresses.
 BOUNCE_SUPPRESSION_CODES = [550, 551, 553, 554, 605, 607]
 RAW_LIMIT = 65536  # characters of a rejected event kept for an operator to read
 Source = Literal["poll", "push"]
+Parse = Callable[[Any], "DeliveryEvent | EventRejected"]  # the provider's parser (EmailProvider.parse_event)
 
 
 def raw_text(item: Any) -> str:
@@ -61,12 +61,12 @@ class EventBatch:
     def malformed(self) -> int:
         return len(self.rejected)
 
-    def add(self, items: Iterable[Any]) -> None:
+    def add(self, items: Iterable[Any], parse: Parse) -> None:
         for item in items:
-            self.add_one(item)
+            self.add_one(item, parse)
 
-    def add_one(self, item: Any, raw: str | None = None) -> None:
-        parsed = parse_event(item)
+    def add_one(self, item: Any, parse: Parse, raw: str | None = None) -> None:
+        parsed = parse(item)
         if isinstance(parsed, EventRejected):
             self.rejected.append(SetAside(parsed, raw if raw is not None else raw_text(item)))
             return

@@ -23,13 +23,14 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.confirm import StillConfirming, confirm_wait, lookup_window, uncertain_sends_exhausted
+from activities.errors import non_retryable
 from activities.heartbeat import heartbeating, wait_for_work, woken_by_notify
 from activities.metrics import Instruments
 from activities.watchdog import ClosedRun, Job, Watchdog, Watched, run_closed
 from pressroom import tracing
 from pressroom.dependencies import Dependencies
 from pressroom.email_rendering import ContentError, Rendered, header_text, mailbox, member_values, render_automated
-from pressroom.mailgun import ACCEPTED, UNCERTAIN, MailgunError, MailgunRejected
+from pressroom.providers.port import ACCEPTED, UNCERTAIN, Message, ProviderError, ProviderRejected
 
 NOTIFY_CHANNEL = "pressroom_outbox"
 RELAY_CAP_RECHECK_SECONDS = 0.1  # at the open-deliveries cap, how soon the relay counts again
@@ -134,7 +135,7 @@ class EntryInput(BaseModel):
 class EntryResult(BaseModel):
     result: dict[str, Any]
     already_succeeded: bool = False  # the ledger had it (W-105, README "The outbox"): nothing was handled
-    # Set when an uncertain send is not in Mailgun's events yet: nothing was sent; handle again then.
+    # Set when an uncertain send is not in the provider's events yet: nothing was sent; handle again then.
     confirm_in_seconds: float | None = None
     completed: bool = False  # the ledger line and the entry's state are written (EntryInput.complete)
 
@@ -185,14 +186,10 @@ class WelcomeMessage:
     reply_to: str | None
 
 
-def _abort(code: str, message: str) -> ApplicationError:
-    return ApplicationError(message, type=code, non_retryable=True)
-
-
 class OutboxActivities:
     def __init__(self, deps: Dependencies) -> None:
         self.pool = deps.pool
-        self.mailgun = deps.mailgun
+        self.provider = deps.provider
         self.settings = deps.settings
         self.temporal = deps.temporal
         self.metrics = Instruments()
@@ -285,7 +282,8 @@ class OutboxActivities:
         """The ledger decides first: a key that succeeded is not handled again (W-105), and a digest
         that differs is IDEMPOTENCY_CONFLICT. None: go on and handle the entry."""
         if entry["ledger_digest"] is not None and entry["ledger_digest"] != entry["payload_digest"]:
-            raise _abort("IDEMPOTENCY_CONFLICT", "the ledger holds this idempotency key with a different payload")
+            raise non_retryable("IDEMPOTENCY_CONFLICT",
+                                "the ledger holds this idempotency key with a different payload")
         if entry["ledger_status"] == "succeeded":
             await self._finish(outbox_id)
             return EntryResult(result=json.loads(entry["ledger_result"] or "{}"), already_succeeded=True)
@@ -295,13 +293,14 @@ class OutboxActivities:
     def _event(event_type: str, payload: str) -> BaseModel:
         known = EVENT_TYPES.get(event_type)
         if known is None:
-            raise _abort("UNKNOWN_EVENT_TYPE", f"no handler for event type {event_type!r}")
+            raise non_retryable("UNKNOWN_EVENT_TYPE", f"no handler for event type {event_type!r}")
         try:
             return known.payload.model_validate_json(payload)
         except ValidationError as error:
             first = error.errors()[0]
             where = ".".join(str(part) for part in first["loc"]) or "payload"
-            raise _abort("INVALID_PAYLOAD", f"{event_type} payload is invalid: {where}: {first['msg']}") from None
+            raise non_retryable("INVALID_PAYLOAD",
+                                f"{event_type} payload is invalid: {where}: {first['msg']}") from None
 
     @activity.defn
     async def handle_entry(self, input: EntryInput) -> EntryResult:
@@ -317,7 +316,7 @@ class OutboxActivities:
                 "FROM outbox o LEFT JOIN idempotency_ledger l ON l.idempotency_key = o.idempotency_key "
                 "WHERE o.id = $1", input.outbox_id)
             if row is None:
-                raise _abort("ENTRY_NOT_FOUND", f"outbox entry {input.outbox_id} does not exist")
+                raise non_retryable("ENTRY_NOT_FOUND", f"outbox entry {input.outbox_id} does not exist")
             return await self._ledger_decides(input.outbox_id, row) or await self._handle_entry(input, row)
 
     async def _handle_entry(self, input: EntryInput, row: asyncpg.Record) -> EntryResult:
@@ -348,7 +347,7 @@ class OutboxActivities:
                 "WHERE id = $1 AND status IN ('sending', 'failed')",
                 input.outbox_id, attempt, code, message, float(delay))
             self.metrics.counter("pressroom_outbox_retries", "Failed handler attempts").add(1)
-            raise ApplicationError(message, type=code, non_retryable=isinstance(error, MailgunRejected),
+            raise ApplicationError(message, type=code, non_retryable=isinstance(error, ProviderRejected),
                                    next_retry_delay=timedelta(seconds=delay)) from None
         return await self._completed_here(input, result)
 
@@ -433,20 +432,48 @@ class OutboxActivities:
         """The welcome email of the automated email for the member's status; once per member.
 
         Its row in automated_email_recipients records each send's outcome before the request goes
-        out; an uncertain one is looked up by its `v:pressroom-outbox` mark, on any attempt and
-        after a requeue, before it is sent again.
+        out; an uncertain one is looked up by its `pressroom-outbox` mark, on any attempt and after
+        a requeue, before it is sent again.
         """
         if not self.settings.welcome_emails:
             # Read when the entry is handled, not only when it was queued: an operator who switches
             # welcome emails off stops the ones already queued too. They are not kept waiting (a
             # welcome that arrives days late, in a burst when the switch comes back, helps nobody);
             # they are aborted with this reason, and `pressroom outbox requeue` sends one if wanted.
-            raise _abort("WELCOME_EMAILS_OFF", "welcome emails are switched off (PRESSROOM_WELCOME_EMAILS=false) "
-                                               "on the worker that handled this entry; requeue it to send it")
+            raise non_retryable("WELCOME_EMAILS_OFF",
+                                "welcome emails are switched off (PRESSROOM_WELCOME_EMAILS=false) "
+                                "on the worker that handled this entry; requeue it to send it")
         member = await self.pool.fetchrow("SELECT id, uuid, email, name, status FROM members WHERE id = $1",
                                           event.member_id)
         if member is None:
             return {"skipped": f"member {event.member_id} was deleted before the welcome email"}
+        welcome = await self._welcome_email(member)
+        if welcome is None:
+            return {"skipped": f"no active welcome email {WELCOME_EMAIL_SLUGS[member['status']]} "
+                               f"for {member['status']} members"}
+        sent = await self.pool.fetchrow(
+            "SELECT provider_id, send_outcome, send_attempts, first_uncertain_at, now() AS now, "
+            "extract(epoch FROM now() - last_uncertain_at)::float8 AS uncertain_for "
+            "FROM automated_email_recipients WHERE automated_email_id = $1 AND member_id = $2",
+            welcome["id"], member["id"])
+        if sent is not None and sent["provider_id"] is not None:
+            return {"provider_id": sent["provider_id"], "already_sent": True}
+        message = self._welcome_message(welcome)
+        message_id = self.provider.message_id(f"welcome-{hashlib.sha256(key.encode()).hexdigest()[:24]}")
+        confirmed = await self._confirm_welcome(member, welcome, sent, message_id, key, input)
+        if confirmed is not None:
+            return confirmed
+        await self._record_welcome(welcome["id"], member, UNCERTAIN, sending=True)  # until the answer says
+        try:
+            provider_id = await self._send_welcome(member, welcome, message, message_id, key)
+        except ProviderError as error:
+            await self._record_welcome(welcome["id"], member, error.outcome)
+            raise
+        await self._record_welcome(welcome["id"], member, ACCEPTED, provider_id=provider_id)
+        return {"provider_id": provider_id}
+
+    async def _welcome_email(self, member) -> asyncpg.Record | None:
+        """The active automated email for the member's status (comped members get the paid one)."""
         slug = WELCOME_EMAIL_SLUGS[member["status"]]
         if slug != f"member-welcome-email-{member['status']}":
             activity.logger.info("no welcome email of their own for %s members: sending them %s",
@@ -456,42 +483,33 @@ class OutboxActivities:
             "WHERE slug = $1 AND status = 'active'", slug)
         if welcome is None:
             activity.logger.warning("no active %s: member %s gets no welcome email", slug, member["id"])
-            return {"skipped": f"no active welcome email {slug} for {member['status']} members"}
-        sent = await self.pool.fetchrow(
-            "SELECT provider_id, send_outcome, send_attempts, first_uncertain_at, now() AS now, "
-            "extract(epoch FROM now() - last_uncertain_at)::float8 AS uncertain_for "
-            "FROM automated_email_recipients WHERE automated_email_id = $1 AND member_id = $2",
-            welcome["id"], member["id"])
-        if sent is not None and sent["provider_id"] is not None:
-            return {"provider_id": sent["provider_id"], "already_sent": True}
-        message = self._welcome_message(welcome)
-        message_id = f"welcome-{hashlib.sha256(key.encode()).hexdigest()[:24]}@{self.mailgun.domain}"
+        return welcome
+
+    async def _confirm_welcome(self, member, welcome, sent, message_id: str, key: str,
+                               input: EntryInput) -> dict[str, Any] | None:
+        """An earlier send that may have been accepted is looked up first: found, it is recorded and
+        the entry's result returned; not visible yet, the delivery waits (StillConfirming) or, out
+        of attempts, fails. None: send it."""
         # A delivery begun by 0.1.0 recorded nothing before sending: its retries look up as it did.
         begun_by_0_1_0 = sent is None and activity.info().attempt > 1
-        if begun_by_0_1_0 or (sent is not None and sent["send_outcome"] == UNCERTAIN):
-            begin, end = lookup_window(sent["first_uncertain_at"] if sent else
-                                       datetime.now(timezone.utc) - timedelta(days=3),
-                                       sent["now"] if sent else datetime.now(timezone.utc))
-            provider_id = await self.mailgun.find_accepted(recipient=member["email"], variables={OUTBOX_MARK: key},
-                                                           begin=begin, end=end, message_id=message_id)
-            if provider_id is not None:  # an earlier attempt's send was accepted: record it, do not resend
-                await self._record_welcome(welcome["id"], member, ACCEPTED, provider_id=provider_id)
-                return {"provider_id": provider_id, "confirmed": True}
-            if sent is not None:
-                wait = confirm_wait(sent["uncertain_for"], self.settings, input.confirm)
-                if wait is not None:
-                    raise StillConfirming(wait)
-                if sent["send_attempts"] >= input.max_attempts:
-                    raise uncertain_sends_exhausted(f"the welcome email of outbox entry {input.outbox_id}",
-                                                    sent["send_attempts"])
-        await self._record_welcome(welcome["id"], member, UNCERTAIN, sending=True)  # until the answer says
-        try:
-            provider_id = await self._send_welcome(member, welcome, message, message_id, key)
-        except MailgunError as error:
-            await self._record_welcome(welcome["id"], member, error.outcome)
-            raise
-        await self._record_welcome(welcome["id"], member, ACCEPTED, provider_id=provider_id)
-        return {"provider_id": provider_id}
+        if not (begun_by_0_1_0 or (sent is not None and sent["send_outcome"] == UNCERTAIN)):
+            return None
+        begin, end = lookup_window(sent["first_uncertain_at"] if sent else
+                                   datetime.now(timezone.utc) - timedelta(days=3),
+                                   sent["now"] if sent else datetime.now(timezone.utc))
+        provider_id = await self.provider.find_accepted(recipient=member["email"], mark={OUTBOX_MARK: key},
+                                                        begin=begin, end=end, message_id=message_id)
+        if provider_id is not None:  # an earlier attempt's send was accepted: record it, do not resend
+            await self._record_welcome(welcome["id"], member, ACCEPTED, provider_id=provider_id)
+            return {"provider_id": provider_id, "confirmed": True}
+        if sent is not None:
+            wait = confirm_wait(sent["uncertain_for"], self.settings, input.confirm)
+            if wait is not None:
+                raise StillConfirming(wait)
+            if sent["send_attempts"] >= input.max_attempts:
+                raise uncertain_sends_exhausted(f"the welcome email of outbox entry {input.outbox_id}",
+                                                sent["send_attempts"])
+        return None
 
     async def _record_welcome(self, automated_email_id: str, member, outcome: str, *, provider_id: str | None = None,
                               sending: bool = False) -> None:
@@ -525,18 +543,19 @@ class OutboxActivities:
                 if welcome["sender_reply_to"] else None
             header_text(rendered.subject, "subject", welcome["id"])
         except ContentError as error:
-            raise _abort("WELCOME_CONTENT", f"the automated {error}; fix it and requeue the entry") from None
+            raise non_retryable("WELCOME_CONTENT", f"the automated {error}; fix it and requeue the entry") from None
         return WelcomeMessage(rendered, from_address, reply_to)
 
     async def _send_welcome(self, member, welcome, message: WelcomeMessage, message_id: str, key: str) -> str:
         rendered = message.rendered
         values = member_values(name=member["name"], email=member["email"], uuid=str(member["uuid"]),
                                status=member["status"], site_url=self.settings.site_url, email_id=welcome["id"])
-        return await self.mailgun.send_batch(
-            from_address=message.from_address, to=[member["email"]], subject=rendered.subject, html=rendered.html,
-            text=rendered.text, recipient_variables={member["email"]: rendered.recipient_variables(values)},
-            tags=["welcome-email"], variables={"automated-email-id": welcome["id"], OUTBOX_MARK: key},
-            headers={"Message-Id": f"<{message_id}>", **({"Reply-To": message.reply_to} if message.reply_to else {})})
+        prepared = self.provider.prepare(Message(
+            from_address=message.from_address, subject=rendered.subject, html=rendered.html, text=rendered.text,
+            tags=["welcome-email"], headers={"Reply-To": message.reply_to} if message.reply_to else {}))
+        return await self.provider.send(prepared, {member["email"]: rendered.recipient_variables(values)},
+                                        mark={"automated-email-id": welcome["id"], OUTBOX_MARK: key},
+                                        message_id=message_id)
 
 
 # --- entries whose delivery run closed without finishing them (the watchdog's outbox job) ---------

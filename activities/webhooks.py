@@ -106,7 +106,7 @@ class WebhookActivities:
                 item = json.loads(row["event"])
             except (ValueError, RecursionError):
                 item = None  # the parser sets it aside as "not a JSON object"
-            batch.add_one(item, raw=row["event"])
+            batch.add_one(item, self.deps.provider.parse_event, raw=row["event"])
             seen = kinds.setdefault((row["provider"], row["kind"]), [0, row["received_at"]])
             seen[0] += 1
             seen[1] = max(seen[1], row["received_at"])

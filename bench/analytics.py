@@ -26,7 +26,7 @@ import httpx  # noqa: E402
 from temporalio.testing import ActivityEnvironment  # noqa: E402
 
 from activities.analytics import AggregateInput, AnalyticsActivities, FetchPhaseInput  # noqa: E402
-from pressroom.mailgun import MailgunClient  # noqa: E402
+from pressroom.providers.mailgun import MailgunClient  # noqa: E402
 from bench.processes import cpu_seconds_by_family  # noqa: E402
 from devstack.servers import Postgres, free_port, start_simulator, stop_process  # noqa: E402
 from pressroom import database  # noqa: E402
@@ -106,7 +106,7 @@ async def main(events: int, aggregate_members: int) -> None:
                                  analytics_max_opened_events=events, analytics_end_margin_seconds=0)
         now = datetime.now(timezone.utc)
         async with MailgunClient.from_settings(settings) as mailgun:
-            deps = Dependencies(settings=settings, pool=pool, mailgun=mailgun, temporal=None)
+            deps = Dependencies(settings=settings, pool=pool, provider=mailgun, temporal=None)
             acts, env = AnalyticsActivities(deps), ActivityEnvironment()
             cpu = Cpu(simulator.pid)
             began = time.perf_counter()
@@ -140,7 +140,7 @@ async def main(events: int, aggregate_members: int) -> None:
                            "ORDER BY id LIMIT $1", aggregate_members)
         agg_began = time.perf_counter()
         async with MailgunClient.from_settings(settings) as mailgun:
-            deps = Dependencies(settings=settings, pool=pool, mailgun=mailgun, temporal=None)
+            deps = Dependencies(settings=settings, pool=pool, provider=mailgun, temporal=None)
             members_result = await ActivityEnvironment().run(AnalyticsActivities(deps).aggregate_stats,
                                                              AggregateInput())
         agg = time.perf_counter() - agg_began

@@ -137,18 +137,20 @@ class Resubscribed:
 
 
 @tracing.traced("pressroom members resubscribe")
-async def resubscribe_member(member_id: str, *, settings: Settings | None = None, mailgun=None) -> Resubscribed:
+async def resubscribe_member(member_id: str, *, settings: Settings | None = None) -> Resubscribed:
     """Mail a member again who bounced, unsubscribed or complained and whom the site has subscribed again.
 
-    Mailgun first: the address is taken off each sending domain's bounces, unsubscribes and
-    complaints lists (otherwise Mailgun keeps dropping their mail); then Pressroom's own suppression
-    is lifted and the address enabled, in one transaction. A refusal from Mailgun writes nothing.
+    The provider first: the address is taken off each sending domain's suppression lists (Mailgun's
+    bounces, unsubscribes and complaints; otherwise it keeps dropping their mail); then Pressroom's
+    own suppression is lifted and the address enabled, in one transaction. A refusal from the
+    provider writes nothing.
     Safe to repeat. Which newsletters they receive stays the site's to say (members_newsletters).
     """
     from pressroom import database
     from pressroom.errors import NotFound, PressroomError
     from pressroom.inputs import entity_id
-    from pressroom.mailgun import MailgunClient, MailgunError
+    from pressroom.providers.port import ProviderError
+    from pressroom.providers.wiring import provider_from_settings
 
     entity_id(member_id, "member")
     settings = settings or get_settings()
@@ -156,15 +158,14 @@ async def resubscribe_member(member_id: str, *, settings: Settings | None = None
         address = await conn.fetchval("SELECT email FROM members WHERE id = $1", member_id)
     if address is None:
         raise NotFound(f"member {member_id} does not exist")
-    client = mailgun or MailgunClient.from_settings(settings)
-    domains = [settings.mailgun_domain, *([settings.fallback_domain] if settings.fallback_domain else [])]
+    provider = provider_from_settings(settings)
+    scopes = [provider.scope, *([settings.fallback_domain] if settings.fallback_domain else [])]
     try:
-        removed = {domain: await client.for_domain(domain).remove_suppressions(address) for domain in domains}
-    except MailgunError as error:
+        removed = {scope: await provider.for_scope(scope).remove_suppressions(address) for scope in scopes}
+    except ProviderError as error:
         raise PressroomError(f"member {member_id} was not resubscribed: {error}") from None
     finally:
-        if mailgun is None:
-            await client.aclose()
+        await provider.aclose()
     async with database.connection(settings.require_database()) as conn, conn.transaction():
         lifted = await conn.fetchval("DELETE FROM suppressions WHERE email = $1 RETURNING reason", address)
         await conn.execute("UPDATE members SET email_disabled = false, updated_at = now() WHERE id = $1", member_id)

@@ -272,8 +272,9 @@ async def send_test_email(email_id: str, to: str, *, segment: str | None = None,
     """
     import uuid
 
-    from pressroom.mailgun import MailgunClient, MailgunError
     from pressroom import database
+    from pressroom.providers.port import Message, ProviderError
+    from pressroom.providers.wiring import provider_from_settings
 
     from pressroom.inputs import email_address
 
@@ -283,13 +284,15 @@ async def send_test_email(email_id: str, to: str, *, segment: str | None = None,
         loaded, rendered, values, _ = await _render_for(conn, email_id, member_id=None, segment=segment,
                                                         address=to, settings=settings)
     values = {**values, "email": to}
-    async with MailgunClient.from_settings(settings) as mailgun:
-        try:
-            return await mailgun.send_batch(
-                from_address=loaded.from_address, to=[to], subject=f"[TEST] {rendered.subject}", html=rendered.html,
-                text=rendered.text, recipient_variables={to: rendered.recipient_variables(values)},
-                tags=["test-email"], headers={"Reply-To": loaded.reply_to,
-                                              "Message-Id": f"<test-{uuid.uuid4().hex}@{mailgun.domain}>"},
-                tracking_opens=False, tracking_clicks=False)
-        except MailgunError as error:
-            raise PressroomError(f"the test email was not sent: {error}") from None
+    provider = provider_from_settings(settings)
+    try:
+        message = provider.prepare(Message(
+            from_address=loaded.from_address, subject=f"[TEST] {rendered.subject}", html=rendered.html,
+            text=rendered.text, tags=["test-email"], headers={"Reply-To": loaded.reply_to},
+            tracking_opens=False, tracking_clicks=False))
+        return await provider.send(message, {to: rendered.recipient_variables(values)}, mark={},
+                                   message_id=provider.message_id(f"test-{uuid.uuid4().hex}"))
+    except ProviderError as error:
+        raise PressroomError(f"the test email was not sent: {error}") from None
+    finally:
+        await provider.aclose()

@@ -31,6 +31,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("pressroom.webhooks")
 
+# The configured provider's (pressroom/providers/wiring.py): where its pushes arrive, for the
+# commands' texts and the status, which need no signing key.
 PROVIDER = "mailgun"
 PATH = "/webhooks/mailgun"
 REFUSALS_FLUSH_SECONDS = 2.0
@@ -63,8 +65,10 @@ class Receiver:
     """The receiver's state: the pool, the key, and the refusals counted since the last flush."""
 
     def __init__(self, pool: asyncpg.Pool, settings: Settings, runtime: Any = None) -> None:
+        from pressroom.providers.wiring import push_from_settings
+
         self.pool = pool
-        self.key = settings.require_webhook_signing_key()
+        self.push = push_from_settings(settings)
         self.max_age = settings.webhook_max_age_seconds
         self.max_body = settings.webhook_max_body_bytes
         self.refusals: Counter[str] = Counter()
@@ -82,7 +86,7 @@ class Receiver:
         from aiohttp import web
 
         app = web.Application(client_max_size=self.max_body)
-        app.add_routes([web.post(PATH, self.receive)])
+        app.add_routes([web.post(self.push.path, self.receive)])
         return app
 
     async def receive(self, request: web.Request) -> web.Response:
@@ -91,8 +95,9 @@ class Receiver:
 
         from pressroom import tracing
 
-        with tracing.span(f"POST {PATH}", {"http.request.method": "POST", "url.path": PATH,
-                                           "webhook.provider": PROVIDER}, kind=SpanKind.SERVER) as span:
+        path = self.push.path
+        with tracing.span(f"POST {path}", {"http.request.method": "POST", "url.path": path,
+                                           "webhook.provider": self.push.name}, kind=SpanKind.SERVER) as span:
             try:
                 status = await self._receive(request)
             except Refused as refusal:
@@ -113,8 +118,6 @@ class Receiver:
     async def _receive(self, request: web.Request) -> int:
         from aiohttp import web
 
-        from pressroom.mailgun import parse_event, verify_webhook
-
         if request.content_length is not None and request.content_length > self.max_body:
             raise Refused("body too large")
         try:
@@ -126,17 +129,17 @@ class Receiver:
         except (ValueError, RecursionError):
             raise Refused("body is not JSON") from None
         try:
-            signature = verify_webhook(self.key, document, time.time(), self.max_age)
+            pushed = self.push.verify(document, time.time(), self.max_age)
         except ValueError as error:
             raise Refused(str(error)) from None
-        item = document["event-data"]
+        item = pushed.item
         raw = raw_text(item)
-        event = parse_event(item)
+        event = self.push.parse_event(item)
         if type(event).__name__ == "EventRejected":
             await self._set_aside(item, raw)
             raise Refused(f"event unusable: {event.reason}")
         started = time.monotonic()
-        stored = await self.pool.fetchval(_STORE, PROVIDER, signature.token, signature.timestamp + self.max_age,
+        stored = await self.pool.fetchval(_STORE, self.push.name, pushed.token, pushed.timestamp + self.max_age,
                                           event.name, raw)
         self.store_ms.record((time.monotonic() - started) * 1000)
         if not stored:
@@ -146,7 +149,7 @@ class Receiver:
 
     async def _set_aside(self, item: Any, raw: str) -> None:
         batch = EventBatch()
-        batch.add_one(item, raw=raw)
+        batch.add_one(item, self.push.parse_event, raw=raw)
         await self.pool.execute(_SET_ASIDE_PUSHED, *batch.rejected_columns("push"))
 
     def _refused(self, reason: str) -> None:
@@ -166,7 +169,7 @@ class Receiver:
             return
         counts, self.refusals = self.refusals, Counter()
         try:
-            await self.pool.execute(_FLUSH_REFUSALS, PROVIDER, list(counts), list(counts.values()))
+            await self.pool.execute(_FLUSH_REFUSALS, self.push.name, list(counts), list(counts.values()))
         except Exception:
             self.refusals.update(counts)
 
@@ -243,22 +246,15 @@ def webhook_url(url: str) -> str:
 
 async def webhooks_setup(url: str, settings: Settings | None = None) -> dict[str, str]:
     """Register `url` for every kind Pressroom applies; answers kind → created / added / unchanged."""
-    from pressroom.mailgun import WEBHOOK_KINDS, MailgunClient
+    from pressroom.providers.wiring import provider_from_settings
 
     url = webhook_url(url)
     settings = settings or get_settings()
-    changes: dict[str, str] = {}
-    async with MailgunClient.from_settings(settings) as mailgun:
-        current = await mailgun.webhooks()
-        for kind in WEBHOOK_KINDS:
-            urls = current.get(kind) or []
-            if url in urls:
-                changes[kind] = "unchanged"
-                continue
-            # Mailgun keeps up to three URLs a kind: another receiver's stays registered.
-            await mailgun.set_webhook(kind, [*urls, url], exists=kind in current and bool(urls))
-            changes[kind] = "added" if urls else "created"
-    return changes
+    provider = provider_from_settings(settings)
+    try:
+        return await provider.register_push(url)
+    finally:
+        await provider.aclose()
 
 
 async def webhooks_status(settings: Settings | None = None) -> dict:

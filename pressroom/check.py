@@ -60,10 +60,15 @@ async def check_temporal(settings: Settings) -> CheckResult:
 
 
 async def check_mailgun(settings: Settings) -> CheckResult:
-    from pressroom.mailgun import MailgunClient
+    """The email provider answers a one-event query with this account's key."""
+    from pressroom.providers.port import EventQuery
+    from pressroom.providers.wiring import provider_from_settings
 
-    async with MailgunClient.from_settings(settings) as mailgun:
-        await mailgun.events_page(None, begin=datetime.now(timezone.utc) - timedelta(minutes=5), limit=1)
+    provider = provider_from_settings(settings)
+    try:
+        await provider.read_events(None, EventQuery(begin=datetime.now(timezone.utc) - timedelta(minutes=5), limit=1))
+    finally:
+        await provider.aclose()
     return CheckResult("Mailgun", True, f"{settings.mailgun_base_url} domain {settings.mailgun_domain}")
 
 
@@ -71,14 +76,14 @@ async def run_checks(settings: Settings) -> list[CheckResult]:
     """Every check, side by side; a failure becomes a result that names its service."""
     from temporalio.service import RPCError
 
-    from pressroom.mailgun import MailgunError
+    from pressroom.providers.port import ProviderError
     from pressroom.database import DatabaseUnavailable
     from pressroom.temporal import TemporalUnavailable, describe_rpc_error
 
     async def guarded(service: str, check) -> CheckResult:
         try:
             return await asyncio.wait_for(check(settings), CHECK_TIMEOUT_SECONDS)
-        except (ConfigurationError, DatabaseUnavailable, TemporalUnavailable, MailgunError) as error:
+        except (ConfigurationError, DatabaseUnavailable, TemporalUnavailable, ProviderError) as error:
             return CheckResult(service, False, str(error))
         except RPCError as error:
             return CheckResult(service, False, describe_rpc_error(error, settings))

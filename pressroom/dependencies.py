@@ -9,7 +9,7 @@ if TYPE_CHECKING:
     import asyncpg
     from temporalio.client import Client
 
-    from pressroom.mailgun import MailgunClient
+    from pressroom.providers.port import EmailProvider
     from pressroom.settings import Settings
 
 
@@ -17,6 +17,11 @@ if TYPE_CHECKING:
 class Dependencies:
     settings: "Settings"
     pool: "asyncpg.Pool"
-    mailgun: "MailgunClient"
+    provider: "EmailProvider"  # the email provider, through its port (pressroom/providers/wiring.py builds it)
     # For the activities that start other workflows (the outbox relay, publish → newsletter).
     temporal: "Client"
+
+    @property
+    def mailgun(self) -> "EmailProvider":
+        """Temporary: the provider under its former name, for code not yet moved to the port."""
+        return self.provider

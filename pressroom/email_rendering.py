@@ -9,9 +9,11 @@ What we checked is therefore what we send: an unclosed tag cannot make our cut e
 than the reader's client thinks it does. Markup spelling is normalised (quotes, case, implied end
 tags); text, attributes and element order are kept.
 
-Personalisation becomes Mailgun recipient variables (`%recipient.NAME%`): the body is rendered
-once per segment and Mailgun fills in each reader's values. A value is HTML-escaped where it lands
-in HTML (a name like `Tom <b>` stays text), so every replacement has a plain and an `_html` twin.
+Personalisation becomes the provider port's neutral placeholders (`{{recipient.NAME}}`, see
+pressroom/providers/port.py): the body is rendered once per segment, the provider turns the
+placeholders into its own syntax and fills in each reader's values. A value is HTML-escaped where
+it lands in HTML (a name like `Tom <b>` stays text), so every replacement has a plain and an `_html`
+twin. Authors may write Mailgun's `%recipient.NAME%` too (posts written for Ghost do).
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ from functools import cached_property
 
 from selectolax.lexbor import LexborHTMLParser, LexborNode
 
+from pressroom.providers.port import PLACEHOLDER, fill_placeholders, placeholder
+
 MEMBER_STATUSES = ("free", "paid", "comped")
 VISIBILITIES = ("public", "members", "paid")
 FREE, NOT_FREE = "status:free", "status:-free"
@@ -39,7 +43,7 @@ BASE_VARIABLES = ("name", "uuid", "unsubscribe_url")
 MEMBERS_ONLY_MARKER = "members-only"
 _SEGMENT_ATTRIBUTE = "data-gh-segment"
 _SPECIAL = re.compile(r"[&<>\"']")  # what HTML escaping changes
-_PLACEHOLDER = re.compile(r"%recipient\.([A-Za-z0-9_.-]+)%")
+_MAILGUN_FORM = re.compile(r"%recipient\.([A-Za-z0-9_.-]+)%")  # an author's, as Ghost's posts hold it
 _QUOTED = r'"([^"]*)"|“([^”]*)”|\'([^\']*)\''
 _DOUBLE = re.compile(r"%%\{(.*?)\}%%", re.S)
 _DOUBLE_INNER = re.compile(rf"\s*([a-z_]+)\s*(?:,?\s*(?:{_QUOTED}))?\s*", re.S)
@@ -92,12 +96,12 @@ class EmailContent:
 
 @dataclass(frozen=True)
 class Rendered:
-    """One segment's message, with `%recipient.NAME%` where each reader's values go."""
+    """One segment's message, with a neutral placeholder where each reader's values go."""
 
     subject: str
     html: str
     text: str
-    # Mailgun variable name → (replacement id, fallback, HTML-escaped?)
+    # placeholder name → (replacement id, fallback, HTML-escaped?)
     variables: Mapping[str, tuple[str, str, bool]] = field(default_factory=dict)
 
     @cached_property
@@ -106,7 +110,7 @@ class Rendered:
         return sum(len(part.encode()) for part in (self.subject, self.html, self.text))
 
     def recipient_variables(self, values: Mapping[str, str]) -> dict[str, str]:
-        """One reader's Mailgun variables from their values (see `member_values`)."""
+        """One reader's value of every placeholder, from their values (see `member_values`)."""
         out = {}
         for name, (replacement, fallback, escaped) in self.variables.items():
             value = values.get(replacement) or fallback
@@ -114,13 +118,10 @@ class Rendered:
         return out
 
     def personalise(self, values: Mapping[str, str]) -> tuple[str, str, str]:
-        """(subject, html, text) as one reader sees them: Mailgun's substitution, done here."""
+        """(subject, html, text) as one reader sees them: the provider's substitution, done here."""
         variables = self.recipient_variables(values)
-
-        def fill(text: str) -> str:
-            return _PLACEHOLDER.sub(lambda m: variables[m.group(1)], text)
-
-        return fill(self.subject), fill(self.html), fill(self.text)
+        return tuple(fill_placeholders(part, variables.__getitem__)  # type: ignore[return-value]
+                     for part in (self.subject, self.html, self.text))
 
 
 def member_values(*, name: str | None, email: str, uuid: str, status: str, site_url: str,
@@ -235,7 +236,7 @@ def _call_to_action(content: EmailContent) -> str:
 # --- replacements ---------------------------------------------------------------------------------
 
 class _Variables:
-    """Names the Mailgun variables of one rendering: one per (replacement, fallback, escaped)."""
+    """Names the placeholders of one rendering: one per (replacement, fallback, escaped)."""
 
     def __init__(self, email_id: str) -> None:
         self.email_id = email_id
@@ -251,7 +252,7 @@ class _Variables:
             self.names[key] = replacement if not fallback and count == 0 else f"{replacement}_{count + 1}"
         name = self.names[key] + ("_html" if escaped else "")
         self.used[name] = (replacement, fallback, escaped)
-        return f"%recipient.{name}%"
+        return placeholder(name)
 
     def substitute(self, text: str, *, escaped: bool, editor_form: bool = True) -> str:
         """Every replacement in `text` as a placeholder; a malformed one is a ContentError."""
@@ -265,7 +266,7 @@ class _Variables:
             fallback = next((g for g in inner.groups()[1:] if g is not None), "")
             return self.placeholder(inner.group(1), fallback, escaped=escaped)
 
-        def mailgun(match: re.Match) -> str:
+        def authored(match: re.Match) -> str:
             if match.group(1) not in REPLACEMENTS:
                 self._malformed(match.group(0))
             return self.placeholder(match.group(1), "", escaped=escaped)
@@ -274,9 +275,11 @@ class _Variables:
             fallback = next((g for g in match.groups()[1:] if g is not None), "")
             return self.placeholder(match.group(1), fallback, escaped=escaped)
 
-        # Author text may already hold %recipient.x%: it goes through the same names, so no
-        # placeholder reaches Mailgun that we do not define for every reader.
-        text = _PLACEHOLDER.sub(mailgun, text)
+        # Author text may already hold {{recipient.x}} or Mailgun's %recipient.x%: it goes through
+        # the same names (escaped where it lands in HTML), so no placeholder reaches the provider
+        # that we do not define for every reader.
+        text = PLACEHOLDER.sub(authored, text)
+        text = _MAILGUN_FORM.sub(authored, text)
         text = _DOUBLE.sub(double, text)
         if "%%{" in text:
             self._malformed(text[text.index("%%{"):])
@@ -327,8 +330,8 @@ def _personalise_tree(body: LexborNode, variables: _Variables) -> None:
 
 # --- rendering ------------------------------------------------------------------------------------
 
-FOOTER_HTML = ('<p class="footer"><a href="%recipient.unsubscribe_url_html%">Unsubscribe</a> · '
-               '<a href="%recipient.manage_account_url_html%">Manage your subscription</a></p>')
+FOOTER_HTML = (f'<p class="footer"><a href="{placeholder("unsubscribe_url_html")}">Unsubscribe</a> · '
+               f'<a href="{placeholder("manage_account_url_html")}">Manage your subscription</a></p>')
 
 
 def render(content: EmailContent, segment: str | None) -> Rendered:
@@ -377,7 +380,7 @@ def render(content: EmailContent, segment: str | None) -> Rendered:
     variables.placeholder("unsubscribe_url", "", escaped=True)
     variables.placeholder("manage_account_url", "", escaped=True)
     html += FOOTER_HTML
-    text = _PLACEHOLDER.sub(lambda m: _plain_twin(m, variables), html_to_text(html))
+    text = PLACEHOLDER.sub(lambda m: _plain_twin(m, variables), html_to_text(html))
     return Rendered(subject=subject, html=html, text=text, variables=dict(variables.used))
 
 

@@ -20,8 +20,9 @@ with workflow.unsafe.imports_passed_through():
                                       FetchEmailAnalyticsResult, FetchPhaseInput, RecordRunInput)
 
 # A failed run is tried again by the next scheduled run; a few quick attempts ride out a blip first.
-FETCH_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), backoff_coefficient=2.0,
-                          maximum_attempts=3, non_retryable_error_types=["MailgunRejected"])
+# A refusal is not retried: ProviderRejected, or MailgunRejected from a worker older than the port.
+FETCH_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), backoff_coefficient=2.0, maximum_attempts=3,
+                          non_retryable_error_types=["ProviderRejected", "MailgunRejected"])
 PHASES = ("latest-opened", "latest", "missing", "backfill")
 
 

@@ -11,7 +11,7 @@ import asyncpg
 import pytest
 
 from activities.analytics import AnalyticsActivities
-from pressroom.mailgun import MailgunClient
+from pressroom.providers.mailgun import MailgunClient
 from devstack.mailgun_simulator import MailgunSimulator
 from pressroom.dependencies import Dependencies
 from pressroom.settings import Settings
@@ -143,7 +143,7 @@ async def client(mailgun: MailgunSimulator) -> AsyncIterator[MailgunClient]:
 
 
 def activities_for(settings: Settings, db: asyncpg.Pool, mailgun: MailgunClient) -> AnalyticsActivities:
-    return AnalyticsActivities(Dependencies(settings=settings, pool=db, mailgun=mailgun, temporal=None))
+    return AnalyticsActivities(Dependencies(settings=settings, pool=db, provider=mailgun, temporal=None))
 
 
 def sim_now(mailgun: MailgunSimulator) -> datetime:

@@ -6,6 +6,7 @@ from datetime import datetime, timezone
 
 from activities.analytics import PhaseResult
 from activities.delivery_events import EventBatch
+from pressroom.providers.mailgun import parse_event
 
 from .conftest import activities_for, address, seed_newsletter
 
@@ -28,7 +29,7 @@ def failed(n: int, at: float, severity: str, code: int) -> dict:
 
 async def apply(activities, items: list[dict]) -> PhaseResult:
     batch, result = EventBatch(), PhaseResult(phase="latest")
-    batch.add(items)
+    batch.add(items, parse_event)
     await activities._apply(batch, result, "email-analytics-test", {"cursor": T0})
     return result
 
@@ -141,7 +142,7 @@ async def test_an_event_postgresql_refuses_is_found_by_halving_and_set_aside_alo
     await seed_newsletter(db, members=6, emails=1)
     activities = activities_for(analytics_settings, db, client)
     batch, result = EventBatch(), PhaseResult(phase="latest")
-    batch.add([failed(n, T0, "permanent", 550) for n in range(6)])
+    batch.add([failed(n, T0, "permanent", 550) for n in range(6)], parse_event)
     bad = batch.events[3]
     batch.events[3] = DeliveryEvent.model_construct(**{**dict(bad), "code": 2**40})  # past the parser's check
     await activities._apply(batch, result, "email-analytics-test", {"cursor": T0 + 1})
@@ -175,7 +176,7 @@ async def test_one_recipients_events_in_a_page_are_one_write_first_wins_as_appli
                 {**failed(3, T0 + 9, "temporary", 452), "user-variables": {"email-id": email_id}}]
 
     batch = EventBatch()
-    batch.add(page("e0"))
+    batch.add(page("e0"), parse_event)
     updated = "SELECT pg_stat_get_xact_tuples_updated('email_recipients'::regclass)"
     async with db.acquire() as conn, conn.transaction():
         before = await conn.fetchval(updated)  # the session's counts not yet reported, then this transaction's

@@ -19,7 +19,8 @@ from temporalio.testing import ActivityEnvironment
 
 from activities.analytics import SCHEDULE_ID, AggregateInput, FetchPhaseInput
 from activities.delivery_events import EventBatch
-from pressroom.mailgun import MailgunClient, MailgunUnavailable
+from pressroom.providers.mailgun import MailgunClient, parse_event
+from pressroom.providers.port import ProviderUnavailable
 from pressroom.errors import BadInput
 from commands.analytics import print_analytics_status
 from operations.analytics import (analytics_backfill, analytics_pause, analytics_schedule, analytics_status,
@@ -39,7 +40,7 @@ class BreaksAfter(MailgunClient):
     async def events_page(self, *args, **kwargs):
         self.pages -= 1
         if self.pages < 0:
-            raise MailgunUnavailable("Mailgun could not be reached (test)", may_have_been_accepted=False)
+            raise ProviderUnavailable("Mailgun could not be reached (test)", may_have_been_accepted=False)
         return await super().events_page(*args, **kwargs)
 
 
@@ -143,7 +144,7 @@ def test_malformed_events_are_counted_and_skipped():
     good = {"id": "a", "event": "opened", "timestamp": 1_700_000_000.5, "recipient": "x@example.com",
             "user-variables": {"email-id": "e0"}}
     batch.add([good, {"event": "opened"}, {**good, "timestamp": "soon"}, {**good, "user-variables": None},
-               {**good, "recipient": 7}, {**good, "event": "clicked"}])
+               {**good, "recipient": 7}, {**good, "event": "clicked"}], parse_event)
     assert len(batch) == 1 and batch.malformed == 4 and batch.by_type == {"opened": 1, "clicked": 1}
 
 
@@ -167,7 +168,7 @@ class BreaksOnce(BreaksAfter):
     async def events_page(self, *args, **kwargs):
         self.pages -= 1
         if self.pages == -1:
-            raise MailgunUnavailable("Mailgun could not be reached (test)", may_have_been_accepted=False)
+            raise ProviderUnavailable("Mailgun could not be reached (test)", may_have_been_accepted=False)
         return await MailgunClient.events_page(self, *args, **kwargs)
 
 
@@ -183,7 +184,7 @@ async def test_a_failed_attempt_in_a_workflow_resumes_from_temporal_heartbeat_de
     options = dict(base_url=mailgun.base_url, api_key=mailgun.api_key, domain=mailgun.domain)
     # latest-opened reads one (empty) page; then latest breaks after its 12th page.
     async with BreaksOnce(13, **options) as breaking:
-        deps = Dependencies(settings=analytics_settings, pool=db, mailgun=breaking, temporal=dev_env.client)
+        deps = Dependencies(settings=analytics_settings, pool=db, provider=breaking, temporal=dev_env.client)
         async with build_worker(dev_env.client, deps):
             result = await dev_env.client.execute_workflow(
                 FetchEmailAnalyticsWorkflow.run, FetchEmailAnalyticsInput(now=sim_now(mailgun)),

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from devstack.mailgun_simulator import HOSTILE_CASES
 from operations.analytics import rejected_events
-from pressroom.mailgun import parse_event
+from pressroom.providers.mailgun import parse_event
 
 from .conftest import address, seed_newsletter, sim_now
 from .test_fetch import run_fetch

@@ -6,7 +6,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from pressroom.mailgun import MailgunClient
+from pressroom.providers.mailgun import MailgunClient
 from devstack.mailgun_simulator import MailgunSimulator, running_simulator
 
 API_KEY = "key-client-test-5f0c2a9e71d4b3"  # fake, only valid for this simulator

@@ -8,7 +8,8 @@ import time
 import httpx
 import pytest
 
-from pressroom.mailgun import MailgunClient, MailgunRateLimited, RecipientLimitExceeded
+from pressroom.providers.mailgun import MailgunClient
+from pressroom.providers.port import ProviderRateLimited, RecipientLimitExceeded
 from devstack.mailgun_simulator import MailgunSimulator
 
 from .conftest import API_KEY
@@ -41,7 +42,7 @@ async def test_an_hourly_cap_answers_420_until_the_next_hour(sim: MailgunSimulat
     hour_ends = sim.now() + 120
     sim.set_limits(hourly_limit=20)
     await send(client, 15)
-    with pytest.raises(MailgunRateLimited) as limited:
+    with pytest.raises(ProviderRateLimited) as limited:
         await send(client, 10, start=100)
     assert limited.value.status_code == 420 and "hourly sending limit exceeded" in str(limited.value)
     # "try again after" names the next hour of the simulator's clock (the client counts from its own).
@@ -56,10 +57,10 @@ async def test_a_daily_cap_counts_each_domain_on_its_own(sim: MailgunSimulator, 
     sim.set_limits(daily_limit=10)
     fallback = client.for_domain(FALLBACK)
     await send(client, 10)
-    with pytest.raises(MailgunRateLimited, match="daily sending limit exceeded"):
+    with pytest.raises(ProviderRateLimited, match="daily sending limit exceeded"):
         await send(client, 1, start=50)
     await send(fallback, 10, start=100)  # the fallback domain has its own day
-    with pytest.raises(MailgunRateLimited):
+    with pytest.raises(ProviderRateLimited):
         await send(fallback, 1, start=200)
     assert {m.domain for m in sim.messages} == {client.domain, FALLBACK}
 

@@ -10,8 +10,9 @@ from email.utils import format_datetime
 import httpx
 import pytest
 
-from pressroom.mailgun import (MailgunBadResponse, MailgunClient, MailgunError, MailgunRateLimited,
-                                MailgunRejected, MailgunUnavailable, TooManyRecipients, message_fields)
+from pressroom.providers.mailgun import MailgunClient, message_fields
+from pressroom.providers.port import (ProviderBadResponse, ProviderError, ProviderRateLimited, ProviderRejected,
+                                      ProviderUnavailable, TooManyRecipients)
 from devstack.mailgun_simulator import MailgunSimulator
 from pressroom.settings import load_settings
 
@@ -93,7 +94,7 @@ async def test_shared_fields_encoded_once_carry_any_text_intact(client, sim: Mai
 
 
 async def test_an_address_with_a_comma_is_refused_before_any_request(client, sim: MailgunSimulator):
-    with pytest.raises(MailgunRejected, match="comma"):
+    with pytest.raises(ProviderRejected, match="comma"):
         await client.send_batch(
             from_address=FROM, to=["a@example.com", '"b,c"@example.com'], subject="s", html="h", text="t",
             recipient_variables={})
@@ -116,14 +117,14 @@ async def test_1001_recipients_are_refused_before_any_request(client, sim: Mailg
         await send(client, 1001)
 
     assert caught.value.status_code is None and not caught.value.retryable
-    assert isinstance(caught.value, MailgunRejected)
+    assert isinstance(caught.value, ProviderRejected)
     assert "1001" in str(caught.value)
     assert_secret_kept(caught.value, "member0@example.com")
     assert sim.request_counts["messages"] == 0 and sim.messages == []
 
 
 async def test_more_than_three_tags_are_refused_before_any_request(client, sim: MailgunSimulator):
-    with pytest.raises(MailgunRejected, match="at most 3 tags"):
+    with pytest.raises(ProviderRejected, match="at most 3 tags"):
         await send(client, tags=["a", "b", "c", "d"])
     assert sim.request_counts["messages"] == 0
 
@@ -131,7 +132,7 @@ async def test_more_than_three_tags_are_refused_before_any_request(client, sim: 
 async def test_a_wrong_key_is_a_401_rejection_without_the_key(sim: MailgunSimulator):
     wrong = "key-wrong-3b1d9e44aa"
     async with MailgunClient(base_url=sim.base_url, api_key=wrong, domain=DOMAIN) as client:
-        with pytest.raises(MailgunRejected) as caught:
+        with pytest.raises(ProviderRejected) as caught:
             await send(client)
 
     error = caught.value
@@ -143,13 +144,13 @@ async def test_a_wrong_key_is_a_401_rejection_without_the_key(sim: MailgunSimula
 
 async def test_an_unknown_domain_is_a_404_rejection(sim: MailgunSimulator):
     async with MailgunClient(base_url=sim.base_url, api_key=API_KEY, domain="mg.other.test") as client:
-        with pytest.raises(MailgunRejected) as caught:
+        with pytest.raises(ProviderRejected) as caught:
             await send(client)
     assert caught.value.status_code == 404 and "MAILGUN_DOMAIN" in str(caught.value)
 
 
 async def test_a_400_carries_mailguns_explanation_in_one_line(client):
-    with pytest.raises(MailgunRejected) as caught:
+    with pytest.raises(ProviderRejected) as caught:
         await client.send_batch(from_address=FROM, to=["a@example.com"], subject="", html="<p>x</p>", text="x",
                                 recipient_variables={})
     assert str(caught.value) == "Mailgun rejected the message (400): subject parameter is missing"
@@ -159,7 +160,7 @@ async def test_a_400_carries_mailguns_explanation_in_one_line(client):
 async def test_a_429_with_a_retry_date_is_rate_limited_for_that_long(client, sim: MailgunSimulator):
     sim.set_faults(rate_limit_rate=1.0, retry_after_seconds=30)
 
-    with pytest.raises(MailgunRateLimited) as caught:
+    with pytest.raises(ProviderRateLimited) as caught:
         await send(client)
 
     error = caught.value
@@ -178,7 +179,7 @@ async def test_a_retry_after_header_is_read_as_seconds_or_a_date(header: str, lo
 
     async with MailgunClient(base_url="https://api.mailgun.net", api_key=API_KEY, domain=DOMAIN,
                              transport=httpx.MockTransport(answer)) as client:
-        with pytest.raises(MailgunRateLimited) as caught:
+        with pytest.raises(ProviderRateLimited) as caught:
             await send(client)
     assert low <= caught.value.retry_after <= high
 
@@ -186,7 +187,7 @@ async def test_a_retry_after_header_is_read_as_seconds_or_a_date(header: str, lo
 async def test_a_500_is_unavailable_and_may_have_been_accepted(client, sim: MailgunSimulator):
     sim.set_faults(error_rate=1.0)
 
-    with pytest.raises(MailgunUnavailable) as caught:
+    with pytest.raises(ProviderUnavailable) as caught:
         await send(client)
 
     assert caught.value.status_code == 500 and caught.value.retryable and caught.value.may_have_been_accepted
@@ -195,7 +196,7 @@ async def test_a_500_is_unavailable_and_may_have_been_accepted(client, sim: Mail
 async def test_a_lost_response_is_unavailable_but_the_message_was_stored(client, sim: MailgunSimulator):
     sim.set_faults(lost_response_rate=1.0)
 
-    with pytest.raises(MailgunUnavailable) as caught:
+    with pytest.raises(ProviderUnavailable) as caught:
         await send(client, headers={"Message-Id": "<e1-b1@mg.client.test>"})
 
     assert caught.value.retryable and caught.value.may_have_been_accepted
@@ -208,7 +209,7 @@ async def test_a_refused_connection_was_certainly_not_accepted():
         unused.bind(("127.0.0.1", 0))
         port = unused.getsockname()[1]
     async with MailgunClient(base_url=f"http://127.0.0.1:{port}", api_key=API_KEY, domain=DOMAIN) as client:
-        with pytest.raises(MailgunUnavailable) as caught:
+        with pytest.raises(ProviderUnavailable) as caught:
             await send(client)
     assert caught.value.retryable and caught.value.may_have_been_accepted is False
 
@@ -219,19 +220,19 @@ async def test_a_2xx_without_an_id_is_a_bad_response():
 
     async with MailgunClient(base_url="https://api.mailgun.net", api_key=API_KEY, domain=DOMAIN,
                              transport=httpx.MockTransport(answer)) as client:
-        with pytest.raises(MailgunBadResponse, match="no message id") as caught:
+        with pytest.raises(ProviderBadResponse, match="no message id") as caught:
             await send(client)
     assert caught.value.retryable
 
 
 async def test_no_error_text_carries_the_key_or_an_address(sim: MailgunSimulator):
     """Every failure path, one after the other: the key and member addresses never leak."""
-    caught: list[MailgunError] = []
+    caught: list[ProviderError] = []
 
     async def attempt(client: MailgunClient, **extra) -> None:
         try:
             await send(client, **extra)
-        except MailgunError as error:
+        except ProviderError as error:
             caught.append(error)
 
     def echo(request: httpx.Request) -> httpx.Response:  # a proxy that repeats everything it got
@@ -248,7 +249,7 @@ async def test_no_error_text_carries_the_key_or_an_address(sim: MailgunSimulator
         sim.set_faults(malformed_events=True)
         try:
             await client.events_page(None, begin=datetime.now(timezone.utc))
-        except MailgunError as error:
+        except ProviderError as error:
             caught.append(error)
     for key, domain in ((API_KEY, "mg.other.test"), ("key-wrong", DOMAIN)):
         async with MailgunClient(base_url=sim.base_url, api_key=key, domain=domain) as client:
@@ -258,7 +259,7 @@ async def test_no_error_text_carries_the_key_or_an_address(sim: MailgunSimulator
         await attempt(client)
     try:
         await send(client, 1001)
-    except MailgunError as error:
+    except ProviderError as error:
         caught.append(error)
 
     assert len(caught) == 9
@@ -380,7 +381,7 @@ async def test_malformed_events_json_is_a_bad_response(client, sim: MailgunSimul
     sim.add_synthetic_events(email_id="e1", count=5)
     sim.set_faults(malformed_events=True)
 
-    with pytest.raises(MailgunBadResponse) as caught:
+    with pytest.raises(ProviderBadResponse) as caught:
         await all_events(client)
 
     message = str(caught.value)
@@ -390,7 +391,7 @@ async def test_malformed_events_json_is_a_bad_response(client, sim: MailgunSimul
 
 async def test_an_events_500_is_unavailable(client, sim: MailgunSimulator):
     sim.set_faults(events_error_rate=1.0)
-    with pytest.raises(MailgunUnavailable) as caught:
+    with pytest.raises(ProviderUnavailable) as caught:
         await all_events(client)
     assert caught.value.status_code == 500 and caught.value.retryable
 
@@ -398,7 +399,7 @@ async def test_an_events_500_is_unavailable(client, sim: MailgunSimulator):
 async def test_a_page_over_300_and_a_foreign_paging_url_are_refused(client, sim: MailgunSimulator):
     with pytest.raises(ValueError, match="at most 300"):
         await client.events_page(None, begin=datetime.now(timezone.utc), limit=301)
-    with pytest.raises(MailgunBadResponse, match="outside"):
+    with pytest.raises(ProviderBadResponse, match="outside"):
         await client.events_page("https://elsewhere.example/v3/mg.client.test/events/abc")
     assert sim.request_counts["events"] == 0
 
@@ -464,7 +465,7 @@ def _status(code: int, body: dict):
 async def test_every_failed_send_says_whether_it_may_have_been_accepted(answer, outcome):
     async with MailgunClient(base_url="https://api.mailgun.net", api_key=API_KEY, domain=DOMAIN,
                              transport=httpx.MockTransport(answer)) as client:
-        with pytest.raises(MailgunError) as caught:
+        with pytest.raises(ProviderError) as caught:
             await send(client)
     assert caught.value.outcome == outcome
 

@@ -59,7 +59,7 @@ async def refused_by_mailgun(pool: asyncpg.Pool, settings, email_id: str, count:
     from activities.newsletter.models import CreateBatchesInput
     from pressroom.dependencies import Dependencies
 
-    activities = BatchCreationActivities(Dependencies(settings=settings, pool=pool, mailgun=None, temporal=None))
+    activities = BatchCreationActivities(Dependencies(settings=settings, pool=pool, provider=None, temporal=None))
     await ActivityEnvironment().run(activities.create_batches, CreateBatchesInput(email_id=email_id, retry_failed=False))
     rows = await pool.fetch(
         "UPDATE email_recipients r SET member_email = 'broken' || n || '@invalid' FROM ("

@@ -18,7 +18,7 @@ BATCH_SIZE = 7  # 70 members a chunk: a few hundred members make chunks in every
 
 
 def activities_for(settings, db) -> BatchCreationActivities:
-    return BatchCreationActivities(Dependencies(settings=settings, pool=db, mailgun=None, temporal=None))
+    return BatchCreationActivities(Dependencies(settings=settings, pool=db, provider=None, temporal=None))
 
 
 async def second_email(db, email_id: str) -> str:

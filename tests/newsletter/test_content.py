@@ -71,7 +71,8 @@ async def test_each_kind_of_member_gets_their_own_email(db, mailgun, ts_worker):
             assert not [w for w in PAID_WORDS if w in part], (kind, part)
             assert "this week for everyone" in part and "upgrade for the full story" in part
             assert f"{settings.site_url}/{site['post_slug']}/" in part  # the call to action
-            assert "%recipient." not in part and "%%{" not in part and "{name" not in part
+            assert "%recipient." not in part and "{{recipient." not in part and "%%{" not in part \
+                and "{name" not in part
         assert f"u={members[kind]['uuid']}" in html and f"uuid={members[kind]['uuid']}" in html
         assert "stale unsegmented text" not in text  # the text part comes from this segment's HTML
         assert "\n## " not in text and "# Issue 7" in text

@@ -12,6 +12,7 @@ import re
 
 import pytest
 
+from pressroom.providers.port import PLACEHOLDER
 from pressroom.email_rendering import (FREE, NOT_FREE, BodyCache, ContentError, EmailContent, html_to_text,
                                        member_values, render, segments_needed)
 
@@ -106,7 +107,7 @@ def test_each_reader_gets_their_part_and_no_more(name):
             assert not missing, f"{name}: {segment} readers miss {missing} in their text"
             assert tokens(html, *mine) <= tokens(body, *mine)
             for part in (subject, body, text):
-                assert "%recipient." not in part and "%%{" not in part and "%%" not in part
+                assert "%recipient." not in part and "{{recipient." not in part and "%%" not in part
     if segments_needed(post):
         free, paid = render(post, FREE), render(post, NOT_FREE)
         # An old batch without a segment gets the free body: it may hold free members.
@@ -147,17 +148,27 @@ def test_replacements_resolve_with_each_fallback_and_escape_in_html():
     assert "Hi there, EVERYONE1 reader (https://site.test/r?u=u-x&e=x@example.com)" in text
 
 
+def test_a_placeholder_an_author_wrote_is_escaped_in_html_as_every_replacement_is():
+    """{{recipient.name}} in a post is the author's, like %recipient.name%: a member's name lands in
+    the HTML as text, never as markup."""
+    rendered = render(content("public", "<p>Hi {{recipient.name}} and %recipient.name%</p>"), None)
+    subject, html, text = rendered.personalise(NAMED)
+    assert html.startswith("<p>Hi Ann &lt;Lee&gt; and Ann &lt;Lee&gt;</p>") and "Hi Ann <Lee> and Ann <Lee>" in text
+
+
 def test_a_replacement_written_with_entities_is_still_resolved():
     rendered = render(content("public", "<p>&#37;&#37;&#123;first_name &quot;there&quot;&#125;&#37;&#37;</p>"), None)
     assert rendered.personalise(NAMED)[1].startswith("<p>Ann</p>")
     assert rendered.personalise(UNNAMED)[2].startswith("there\n")
 
 
-def test_variables_are_what_mailgun_fills_in():
+def test_variables_are_what_the_provider_fills_in():
     rendered = render(content(*CORPUS["replacements everywhere"]), NOT_FREE)
     variables = rendered.recipient_variables(NAMED)
-    for placeholder in re.findall(r"%recipient\.([\w.-]+)%", rendered.subject + rendered.html + rendered.text):
-        assert placeholder in variables
+    names = PLACEHOLDER.findall(rendered.subject + rendered.html + rendered.text)
+    assert names and "%recipient." not in rendered.subject + rendered.html + rendered.text  # neutral, not Mailgun's
+    for name in names:
+        assert name in variables
     assert variables["name"] == "Ann <Lee>" and variables["uuid"] == "u-ann"
     assert any(v == "Ann &lt;Lee&gt;" for v in variables.values())
 
@@ -167,6 +178,7 @@ def test_variables_are_what_mailgun_fills_in():
     ('<p>%%{first_name "there"</p>', "s", "malformed replacement"),
     ("<p>Hi {first_name, there}</p>", "s", "malformed replacement '{first_name, there}'"),
     ('<a href="%recipient.password%">x</a>', "s", "malformed replacement '%recipient.password%'"),
+    ('<a href="{{recipient.password}}">x</a>', "s", "malformed replacement '{{recipient.password}}'"),
     ("<p>x</p>", "Hi %%{first_nam}%%", "malformed replacement '%%{first_nam}%%'"),
     ('<div data-gh-segment="label:vip">x</div>', "s", "data-gh-segment='label:vip' cannot be parsed"),
     ("", "s", "its post has no HTML to send"),

@@ -183,7 +183,7 @@ async def test_an_attempt_that_outlived_its_run_does_not_reopen_the_entry(db, db
     aborted its entry; the entry stays aborted, with the check's reason."""
     key = await an_entry_without_a_run(db)
     outbox_id = (await entry(db, key))["id"]
-    activities = OutboxActivities(Dependencies(settings=outbox_settings(), pool=db_pool, mailgun=None,
+    activities = OutboxActivities(Dependencies(settings=outbox_settings(), pool=db_pool, provider=None,
                                                temporal=UnreachableTemporal()))
 
     async def aborted_meanwhile_then_fails(event, key, input) -> dict:
@@ -204,7 +204,7 @@ async def test_an_attempt_that_outlived_its_run_does_not_finish_the_entry_the_ch
     delivery's own step would, were its run open); the entry stays aborted and the ledger failed."""
     key = await an_entry_without_a_run(db)
     outbox_id = (await entry(db, key))["id"]
-    activities = OutboxActivities(Dependencies(settings=outbox_settings(), pool=db_pool, mailgun=None,
+    activities = OutboxActivities(Dependencies(settings=outbox_settings(), pool=db_pool, provider=None,
                                                temporal=UnreachableTemporal()))
 
     async def aborted_meanwhile_then_succeeds(event, key, input) -> dict:
@@ -226,7 +226,7 @@ async def test_a_handled_entry_is_recorded_by_its_handlers_activity(db, db_pool,
     entry's state itself, so the delivery needs no step after it."""
     key = await an_entry_without_a_run(db)
     outbox_id = (await entry(db, key))["id"]
-    activities = OutboxActivities(Dependencies(settings=outbox_settings(), pool=db_pool, mailgun=None,
+    activities = OutboxActivities(Dependencies(settings=outbox_settings(), pool=db_pool, provider=None,
                                                temporal=UnreachableTemporal()))
     result = await ActivityEnvironment().run(activities.handle_entry, EntryInput(outbox_id=outbox_id, complete=True))
     assert (result.result, result.completed) == ({}, True)

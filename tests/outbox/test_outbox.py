@@ -86,7 +86,7 @@ async def test_w102_a_failure_then_success(db, mailgun, relay):
     await settled(db, added.welcome_key)
     row = await outbox_entry(await db.fetchval("SELECT id FROM outbox WHERE idempotency_key = $1", added.welcome_key),
                              settings=relay)
-    assert row["last_error_code"] == "MailgunUnavailable" and row["ledger"] == "succeeded"
+    assert row["last_error_code"] == "ProviderUnavailable" and row["ledger"] == "succeeded"
     assert sum("flaky@example.com" in m.recipients for m in mailgun.messages) == 1
 
 
@@ -126,7 +126,7 @@ async def test_a_lost_welcome_email_aborted_then_requeued_is_sent_once(adversary
             # With one attempt allowed, the rate-limiting adversary may refuse the requeued send
             # too (429, certainly not accepted): the operator requeues it again.
             if await db.fetchval("SELECT last_error_code FROM outbox WHERE id = $1 AND status = 'aborted'",
-                                 outbox_id) != "MailgunRateLimited":
+                                 outbox_id) != "ProviderRateLimited":
                 break
         await settled(db, added.welcome_key)
         await dev_env.client.get_workflow_handle(f"{RELAY_WORKFLOW_ID}-{settings.task_queue}").terminate()
@@ -170,7 +170,7 @@ async def test_w104_max_attempts_then_requeue_then_success(db, mailgun, dev_env,
         await settled(db, added.welcome_key, "aborted")
         outbox_id = await db.fetchval("SELECT id FROM outbox WHERE idempotency_key = $1", added.welcome_key)
         aborted = await outbox_entry(outbox_id, settings=settings)
-        assert aborted["attempts"] == 3 and aborted["last_error_code"] == "MailgunUnavailable"
+        assert aborted["attempts"] == 3 and aborted["last_error_code"] == "ProviderUnavailable"
         assert aborted["ledger"] == "failed" and "500" in aborted["last_error_msg"]
         mailgun.set_faults(error_rate=0.0)
         await requeue_outbox_entry(outbox_id, client=dev_env.client, settings=settings)

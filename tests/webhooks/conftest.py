@@ -18,7 +18,7 @@ from aiohttp import web
 from devstack.servers import free_port
 from operations.webhooks import PATH, Receiver, ensure_inbox_applier
 from pressroom import database
-from pressroom.mailgun import webhook_signature
+from pressroom.providers.mailgun import webhook_signature
 from pressroom.settings import Settings
 from tests.conftest import make_settings
 

@@ -58,7 +58,7 @@ async def test_setup_registers_every_kind_once_and_shows_what_changed(dev_env, m
 
 async def test_a_send_pushed_reaches_the_statistics_and_polling_then_changes_nothing(
         dev_env, db, mailgun, receiver, webhook_settings):
-    from pressroom.mailgun import MailgunClient
+    from pressroom.providers.mailgun import MailgunClient
 
     ids = await seed_newsletter(db, members=400, emails=1)
     mailgun.set_rates(complained=0.05, unsubscribed=0.05)  # a few of each in 400

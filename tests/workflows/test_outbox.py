@@ -1,5 +1,8 @@
 """OutboxRelayWorkflow and DeliverOutboxEntryWorkflow's decisions: the relay keeps calling its
-activity and continues as new; a delivery completes, trusts the ledger, or aborts with the reason."""
+activity and continues as new; a delivery completes, trusts the ledger, or aborts with the reason.
+
+A welcome email's send goes through the in-memory email provider, the port the real handler sends
+through: its outage, refusal and rate limit fail the fake handler as they fail the real one."""
 
 from __future__ import annotations
 
@@ -12,14 +15,17 @@ from temporalio.exceptions import ApplicationError
 
 from activities.outbox import (AbortEntryInput, CompleteEntryInput, EntryInput, EntryResult, RelayInput,
                                RelayResult)
+from pressroom.providers.memory import MemoryProvider
+from pressroom.providers.port import Message, ProviderError, activity_error
 from tests.workflows.conftest import worker_for, workflow_id
 from workflows.outbox import DeliverOutboxEntryWorkflow, OutboxRelayWorkflow
 
 
 class FakeDelivery:
-    """The delivery activities: `handle` answers or raises; completions and aborts are recorded."""
+    """The delivery activities: `handle` answers or raises, or, a provider, sends the welcome email
+    through it; completions and aborts are recorded."""
 
-    def __init__(self, handle: EntryResult | BaseException) -> None:
+    def __init__(self, handle: EntryResult | BaseException | MemoryProvider) -> None:
         self.handle = handle
         self.attempts = 0
         self.completed: list[CompleteEntryInput] = []
@@ -30,9 +36,22 @@ class FakeDelivery:
     async def handle_entry(self, input: EntryInput) -> EntryResult:
         self.attempts += 1
         self.inputs.append(input)
+        if isinstance(self.handle, MemoryProvider):
+            return await self._send_welcome(self.handle, input)
         if isinstance(self.handle, BaseException):
             raise self.handle
         return self.handle
+
+    @staticmethod
+    async def _send_welcome(provider: MemoryProvider, input: EntryInput) -> EntryResult:
+        message = provider.prepare(Message(from_address="news@example.com", subject="Welcome",
+                                           html="<p>Welcome</p>", text="Welcome", tags=["welcome-email"]))
+        try:
+            provider_id = await provider.send(message, {"new@example.com": {}},
+                                              mark={"pressroom-outbox": input.outbox_id})
+        except ProviderError as error:
+            raise activity_error(error) from None
+        return EntryResult(result={"provider_id": provider_id})
 
     @activity.defn(name="complete_entry")
     async def complete_entry(self, input: CompleteEntryInput) -> None:
@@ -114,6 +133,40 @@ async def test_a_failing_handler_is_tried_max_attempts_times_then_aborted(env):
     assert await deliver(env, fake, max_attempts=3) == "aborted"
     assert fake.attempts == 3
     assert fake.aborted == [AbortEntryInput(outbox_id="o1", code="MailgunUnavailable", message="Mailgun answered 500")]
+
+
+async def test_a_welcome_sent_through_the_provider_completes_with_its_id(env):
+    provider = MemoryProvider()
+    fake = FakeDelivery(provider)
+    assert await deliver(env, fake) == "succeeded"
+    assert [sent.mark for sent in provider.sent] == [{"pressroom-outbox": "o1"}]
+    assert fake.completed == [CompleteEntryInput(outbox_id="o1", result={"provider_id": provider.sent[0].provider_id})]
+
+
+async def test_an_unreachable_provider_is_tried_max_attempts_times_then_aborted(env):
+    provider = MemoryProvider()
+    provider.faults.outage = True
+    fake = FakeDelivery(provider)
+    assert await deliver(env, fake, max_attempts=3) == "aborted"
+    assert fake.attempts == 3 and provider.sent == []
+    assert [(a.code, a.message) for a in fake.aborted] == [
+        ("ProviderUnavailable", "the in-memory provider cannot be reached; nothing was sent or read")]
+
+
+async def test_a_provider_refusal_aborts_at_once(env):
+    provider = MemoryProvider()
+    provider.faults.refused = True
+    fake = FakeDelivery(provider)
+    assert await deliver(env, fake) == "aborted"
+    assert fake.attempts == 1 and [a.code for a in fake.aborted] == ["ProviderRejected"]
+
+
+async def test_a_rate_limit_is_waited_out_and_the_welcome_goes_once(env):
+    provider = MemoryProvider()
+    provider.faults.rate_limited = 2
+    fake = FakeDelivery(provider)
+    assert await deliver(env, fake) == "succeeded"
+    assert fake.attempts == 3 and len(provider.sent) == 1
 
 
 class FakeRelay:

@@ -1,0 +1,266 @@
+"""What the jobs need of an email provider, in the provider's neutral words.
+
+Send a batch of one message with per-recipient values and a mark of our own; say whether a marked
+send was accepted; read events in a window, a page at a time; report the provider's limits. Every
+provider (one package under pressroom/providers/) implements `EmailProvider`; jobs and commands
+see only this module.
+
+A send returns the provider's message id when it was accepted, or raises a `ProviderError` whose
+`outcome` says what the attempt achieved: certainly not accepted (sending again cannot make a
+second copy) or uncertain (it may be queued: look it up with `find_accepted` before sending again).
+Errors carry typed `ErrorDetails`, never details by position. Their texts hold neither a key nor
+an address.
+
+Personalisation: the renderer writes `{{recipient.NAME}}` where each reader's value goes (see
+`placeholder`); each provider turns that into its own syntax when it prepares a message.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, ClassVar, Literal, Protocol
+
+from pydantic import BaseModel, Field
+from temporalio.exceptions import ApplicationError
+
+from pressroom.delivery_events import DeliveryEvent, EventRejected
+
+# What one send attempt achieved, as senders persist it (email_batches, automated_email_recipients).
+ACCEPTED = "accepted"  # the provider took it and named its id
+NOT_ACCEPTED = "not_accepted"  # certainly not queued: sending again cannot make a second copy
+UNCERTAIN = "uncertain"  # may be queued: look it up before sending again
+SendOutcome = Literal["accepted", "not_accepted", "uncertain"]
+
+# Our marks, sent with every newsletter batch: an event carrying them names our email and batch.
+EMAIL_MARK = "email-id"
+BATCH_MARK = "pressroom-batch"
+
+# The event names a query may ask for (a failure is one name for both severities).
+EventName = Literal["accepted", "delivered", "opened", "clicked", "failed", "unsubscribed", "complained"]
+
+# --- neutral placeholders -------------------------------------------------------------------------
+
+PLACEHOLDER = re.compile(r"\{\{recipient\.([A-Za-z0-9_]+)\}\}")
+
+
+def placeholder(name: str) -> str:
+    """Where a reader's value `name` goes in a subject, a body or a header."""
+    return f"{{{{recipient.{name}}}}}"
+
+
+def fill_placeholders(text: str, value: Callable[[str], str]) -> str:
+    """`text` with every placeholder replaced by `value(name)` (a provider's syntax, or a reader's value)."""
+    return PLACEHOLDER.sub(lambda match: value(match.group(1)), text) if "{{recipient." in text else text
+
+
+# --- errors ---------------------------------------------------------------------------------------
+
+class ErrorDetails(BaseModel):
+    """What a provider's failure says beyond its text."""
+
+    status_code: int | None = None  # the provider's HTTP status, when it answered
+    retry_after: float | None = Field(default=None, ge=0)  # seconds the provider asked us to wait
+    limit: int | None = Field(default=None, ge=1)  # recipients per message it takes, when it said so
+    may_have_been_accepted: bool = False  # the message may be queued all the same
+
+
+class ProviderError(Exception):
+    """Base of every provider failure; `retryable` says whether trying again can help."""
+
+    retryable: ClassVar[bool] = False
+    accepted_unless_told: ClassVar[bool] = False  # `may_have_been_accepted` when the raiser does not say
+
+    def __init__(self, message: str, details: ErrorDetails | None = None, **fields: Any) -> None:
+        super().__init__(message)
+        if details is None:
+            fields.setdefault("may_have_been_accepted", self.accepted_unless_told)
+            details = ErrorDetails(**fields)
+        self.details = details
+
+    @property
+    def outcome(self) -> SendOutcome:
+        """UNCERTAIN when the message may be queued at the provider all the same, else NOT_ACCEPTED."""
+        return UNCERTAIN if self.details.may_have_been_accepted else NOT_ACCEPTED
+
+    @property
+    def status_code(self) -> int | None:
+        return self.details.status_code
+
+    @property
+    def retry_after(self) -> float | None:
+        return self.details.retry_after
+
+    @property
+    def limit(self) -> int | None:
+        return self.details.limit
+
+    @property
+    def may_have_been_accepted(self) -> bool:
+        return self.details.may_have_been_accepted
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.args[0]!r}, status_code={self.status_code!r})"
+
+
+class ProviderRejected(ProviderError):
+    """The provider refused the request as it stands (a 4xx other than a rate limit): do not retry."""
+
+
+class TooManyRecipients(ProviderRejected):
+    """A batch larger than the provider takes; refused before any request is made."""
+
+
+class RecipientLimitExceeded(ProviderRejected):
+    """The provider refused the batch for its number of recipients (a new or probation account).
+    Nothing was accepted; smaller batches will be. `limit` is the size it named, if any."""
+
+
+class ProviderRateLimited(ProviderError):
+    """The provider asked us to slow down; `retry_after` in seconds when it said."""
+
+    retryable = True
+
+
+class ProviderUnavailable(ProviderError):
+    """The provider failed or could not be reached. `may_have_been_accepted` is False only when the
+    request certainly never reached it (no connection, a request never fully written)."""
+
+    retryable = True
+    accepted_unless_told = True
+
+
+class ProviderBadResponse(ProviderError):
+    """An answer that is not what the provider documents (a proxy's page, no message id): worth
+    retrying; to a send, uncertain, since the message may have been queued."""
+
+    retryable = True
+    accepted_unless_told = True
+
+
+def activity_error(error: ProviderError, message: str | None = None) -> ApplicationError:
+    """A provider's failure as an activity raises it: its neutral type name (what retry policies
+    list), its details typed (a dict of ErrorDetails, never by position), and not retried when
+    retrying cannot help."""
+    return ApplicationError(message or str(error), error.details.model_dump(mode="json"), type=type(error).__name__,
+                            non_retryable=not error.retryable)
+
+
+# --- what is sent, what is read -------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Message:
+    """What every batch of one message carries alike; placeholders as `placeholder` writes them."""
+
+    from_address: str
+    subject: str
+    html: str
+    text: str
+    tags: Sequence[str] = ()
+    headers: Mapping[str, str] = field(default_factory=dict)
+    tracking_opens: bool | None = None
+    tracking_clicks: bool | None = None
+    test_mode: bool = False
+
+
+class PreparedMessage(Protocol):
+    """A message in the provider's own form, made once and sent with many batches."""
+
+    @property
+    def size(self) -> int:
+        """Bytes held in memory, for a cache to count."""
+
+
+@dataclass(frozen=True)
+class ProviderLimits:
+    max_recipients: int  # recipients of one message
+    max_tags: int  # tags of one message
+    max_events_page: int  # events of one page
+
+
+@dataclass(frozen=True)
+class EventQuery:
+    """Events of a window, oldest first: only the names asked for, only messages carrying every tag."""
+
+    begin: datetime
+    end: datetime | None = None
+    names: Sequence[EventName] = ()  # every name when empty
+    tags: Sequence[str] = ()
+    limit: int = 300
+
+
+@dataclass(frozen=True)
+class EventsPage:
+    """One page of events as the provider wrote them (`parse_event` reads each), the token of the
+    next page (None on the last) and the time of the page's last event (epoch seconds)."""
+
+    items: list[Any]
+    next_page: str | None
+    last_timestamp: float | None
+
+
+@dataclass(frozen=True)
+class PushedEvent:
+    """A pushed event whose signature was checked: its timestamp, its one-time token, the event."""
+
+    timestamp: int
+    token: str
+    item: Any
+
+
+class EmailProvider(Protocol):
+    """One account of an email provider, sending from one `scope` (Mailgun: the sending domain)."""
+
+    name: str  # stored beside what comes from it (events set aside, webhook rows): "mailgun"
+    title: str  # for people: "Mailgun"
+    scope: str
+    limits: ProviderLimits
+
+    def for_scope(self, scope: str) -> EmailProvider:
+        """The same account sending from another scope (domain warming's fallback domain)."""
+
+    def message_id(self, own: str) -> str:
+        """A Message-Id of ours for this scope, from a unique `own` part."""
+
+    def prepare(self, message: Message) -> PreparedMessage: ...
+
+    async def send(self, message: PreparedMessage, recipients: Mapping[str, Mapping[str, str]], *,
+                   mark: Mapping[str, str], message_id: str | None = None, headers: Mapping[str, str] = {},
+                   delivery_time: datetime | None = None) -> str:
+        """Queue the message for `recipients` (address → their values); the provider's message id.
+        `mark` travels with the message and comes back in its events; `headers` are this batch's."""
+
+    async def find_accepted(self, *, recipient: str, mark: Mapping[str, str], begin: datetime, end: datetime,
+                            message_id: str | None = None) -> str | None:
+        """The provider's id of the message that proves an uncertain send was accepted, or None: not
+        visible yet (events may come late), which is not "not accepted". Only the events' own
+        fields count: every item of `mark`, or our `message_id`."""
+
+    async def read_events(self, page: str | None, query: EventQuery) -> EventsPage:
+        """The first page of `query`, or the page a token names (a retry resumes there)."""
+
+    def parse_event(self, item: Any) -> DeliveryEvent | EventRejected:
+        """One event as the provider wrote it (polled or pushed), checked; never raises."""
+
+    async def remove_suppressions(self, address: str) -> list[str]:
+        """Take the address off this scope's suppression lists; the lists it was on. Safe to repeat."""
+
+    async def register_push(self, url: str) -> dict[str, str]:
+        """Have every kind of event Pressroom applies pushed to `url`: kind → created, added or
+        unchanged. Another URL already registered stays."""
+
+    async def aclose(self) -> None: ...
+
+
+class EventPush(Protocol):
+    """The receiving end of a provider's pushed events (webhooks): needs no API key."""
+
+    name: str
+    path: str  # where the receiver listens: /webhooks/<name>
+
+    def verify(self, body: Any, now: float, max_age: float) -> PushedEvent:
+        """The request's signature checked and fresh; ValueError with a one-line reason otherwise."""
+
+    def parse_event(self, item: Any) -> DeliveryEvent | EventRejected: ...
