@@ -1,7 +1,7 @@
 """Confirming an uncertain send before sending it again, for newsletter batches and welcome emails.
 
 A send whose answer was a 5xx, a timeout or a dropped connection, or whose worker died mid-request,
-may be queued at Mailgun. It is looked up in Mailgun's events (see MailgunClient.find_accepted);
+may be queued at the provider. It is looked up in the provider's events (`EmailProvider.find_accepted`);
 when it is not found, the workflow waits on a timer and looks again until the confirm window has
 passed since the last uncertain attempt, because events may be stored late. Only then is it sent
 once more.
@@ -39,14 +39,14 @@ def confirm_wait(uncertain_for: float, settings: Settings, may_wait: bool) -> fl
 def uncertain_sends_exhausted(what: str, attempts: int) -> ApplicationError:
     """No certain answer after `attempts` sends: stop, and leave the send marked uncertain."""
     return ApplicationError(
-        f"{what} was sent {attempts} times without a certain answer from Mailgun and is not in its events; "
+        f"{what} was sent {attempts} times without a certain answer from the provider and is not in its events; "
         "not sending it again (it stays marked uncertain and is looked up first by any later send)",
         type="UncertainSendsExhausted", non_retryable=True)
 
 
 class StillConfirming(Exception):
-    """An uncertain send is not in Mailgun's events yet and may still appear: look again later."""
+    """An uncertain send is not in the provider's events yet and may still appear: look again later."""
 
     def __init__(self, wait_seconds: float) -> None:
-        super().__init__(f"not in Mailgun's events yet; looking again in {wait_seconds:.0f} s")
+        super().__init__(f"not in the provider's events yet; looking again in {wait_seconds:.0f} s")
         self.wait_seconds = wait_seconds

@@ -1,6 +1,6 @@
 """The provider's limits: domain warming's schedule, the batch size each domain takes, and send caps.
 
-A new or probation Mailgun account refuses large batches, and a small plan caps messages per hour
+A new or probation provider account (Mailgun's, say) refuses large batches, and a small plan caps messages per hour
 or per day. Pressroom learns the first and respects the second, in PostgreSQL, so that every email
 and every worker share them:
 
@@ -95,7 +95,7 @@ class SplitRefusedBatchInput(BaseModel):
     status_code: int | None
     message: str
     refused_size: int
-    stated_limit: int | None = None  # "Only N recipients per request", when Mailgun said it
+    stated_limit: int | None = None  # "Only N recipients per request", when the provider said it
 
 
 # --- splitting a batch ----------------------------------------------------------------------------
@@ -152,7 +152,7 @@ class SendingLimitsActivities:
 
     @activity.defn
     async def split_refused_batch(self, input: SplitRefusedBatchInput) -> list[str]:
-        """Mailgun refused the batch for its size: remember a smaller size for its domain and split it.
+        """The provider refused the batch for its size: remember a smaller size for its domain and split it.
 
         Safe to repeat: the size only ever shrinks, and a retired batch answers with its pieces.
         An empty answer means it cannot be split (one recipient): the caller fails it instead.
@@ -202,7 +202,7 @@ class SendingLimitsActivities:
                 pieces = await conn.fetch(_PIECES, input.batch_id, batch["email_id"])
                 return Admission(batch_id=input.batch_id, split_into=[row["id"] for row in pieces])
             count = batch["n"]
-            # A batch interrupted mid-send may already be with Mailgun: send_batch reconciles it whole.
+            # A batch interrupted mid-send may already be with the provider: send_batch reconciles it whole.
             if batch["status"] in ("submitted", "submitting") or count == 0:
                 return Admission(batch_id=input.batch_id, send=True)
             domain = sending_domain(self.settings, batch["fallback_sending_domain"])

@@ -46,9 +46,10 @@ PROVIDER_LIMITS_PATCH = "provider-limits"
 # Runs started before this patch create every batch before sending any; later runs create them in
 # chunks, sending the batches already written while the rest are created.
 PIPELINED_BATCHES_PATCH = "pipelined-batches"
-# Runs started before this patch fail a batch that Mailgun did not take after its retries (no
-# connection, 429); later runs wait for Mailgun on a timer and send it when Mailgun is back.
-MAILGUN_OUTAGE_PATCH = "wait-out-mailgun-outages"
+# Runs started before this patch fail a batch that the provider did not take after its retries (no
+# connection, 429); later runs wait for it on a timer and send the batch when it is back. (Named
+# when Mailgun was the only provider; the name is what histories hold.)
+PROVIDER_OUTAGE_PATCH = "wait-out-mailgun-outages"
 
 
 NEWSLETTER_WORKFLOW_PREFIX = "newsletter-"
@@ -80,13 +81,13 @@ class NewsletterProgress(BaseModel):
     recipients_total: int = 0
     recipients_sent: int = 0
     message: str = ""
-    # Batches (numbered from 1) whose send may have reached Mailgun and which are being looked up
+    # Batches (numbered from 1) whose send may have reached the provider and which are being looked up
     # in its events, waiting for them to appear, before anything is sent again.
     confirming: list[int] = []
 
 
 class Outage(BaseModel):
-    """Mailgun unreachable: since when, how many waits so far, and when every sender tries next."""
+    """The provider unreachable: since when, how many waits so far, and when every sender tries next."""
 
     since: datetime
     waits: int = 0
@@ -99,7 +100,7 @@ class Resume(BaseModel):
     plan: SendPlan
     progress: NewsletterProgress
     started_at: float  # epoch seconds of the first run's start, for delivery-time spreading
-    dispatched: int  # batches handed to Mailgun so far, for delivery-time spreading
+    dispatched: int  # batches handed to the provider so far, for delivery-time spreading
 
 
 SendNewsletterInput.model_rebuild()
@@ -113,7 +114,8 @@ class SendNewsletterWorkflow:
         self._creating = False  # batches are still being written, chunk by chunk
         self._chunks = 0  # chunks written so far: the send loop waits for the next one
         self._wait_out_outages = False
-        self._outage: Outage | None = None  # Mailgun unreachable: since when, and when to try next
+        self._outage: Outage | None = None  # the provider unreachable: since when, and when to try next
+        self._provider = ""  # the provider's name, as the plan gives it, for what the run says
 
     @workflow.query
     def progress(self) -> NewsletterProgress:
@@ -128,7 +130,7 @@ class SendNewsletterWorkflow:
         self._progress = NewsletterProgress(email_id=input.email_id)
         workflow.upsert_search_attributes([EMAIL_ID.value_set(input.email_id)])
         self._within_limits = workflow.patched(PROVIDER_LIMITS_PATCH)
-        self._wait_out_outages = self._within_limits and workflow.patched(MAILGUN_OUTAGE_PATCH)
+        self._wait_out_outages = self._within_limits and workflow.patched(PROVIDER_OUTAGE_PATCH)
 
         creation: asyncio.Task | None = None
         resume = input.resume
@@ -138,6 +140,7 @@ class SendNewsletterWorkflow:
                 return started
             resume, creation = started
         self._progress = resume.progress
+        self._provider = resume.plan.provider_title
         self._show(status="sending")
         await self._send_all(input.email_id, resume, creation)
 
@@ -333,12 +336,12 @@ class SendNewsletterWorkflow:
             # wait on a timer as long as it asks, then send the batch again.
             wait = failure.details.retry_after_seconds or plan.provider_retry_seconds
             resume_at = workflow.now() + timedelta(seconds=max(1.0, wait))
-            reason = f"waiting for Mailgun's sending limit, resumes at {resume_at:%Y-%m-%d %H:%M:%S} UTC"
+            reason = f"waiting for {self._provider}'s sending limit, resumes at {resume_at:%Y-%m-%d %H:%M:%S} UTC"
             self._show(message=reason)
             await workflow.sleep(resume_at - workflow.now(), summary=reason)
             return [batch_id]
         if self._wait_out_outages and failure.outage:
-            await self._wait_for_mailgun(plan, message)
+            await self._wait_for_provider(plan, message)
             return [batch_id]
         if isinstance(failure.details, RecipientLimitDetails):
             pieces = await workflow.execute_activity_method(
@@ -372,8 +375,8 @@ class SendNewsletterWorkflow:
         self._progress.batches_failed += 1
         self._show()
 
-    async def _wait_for_mailgun(self, plan: SendPlan, error: str) -> None:
-        """Mailgun cannot be reached (or asks to slow down) after the batch's retries: an outage, not
+    async def _wait_for_provider(self, plan: SendPlan, error: str) -> None:
+        """The provider cannot be reached (or asks to slow down) after the batch's retries: an outage, not
         a verdict on the batch. Wait on a durable timer, from the first wait doubling to the longest;
         every sender waits for the same next try, then the batch goes out as any other would."""
         now = workflow.now()
@@ -382,15 +385,15 @@ class SendNewsletterWorkflow:
             wait = min(plan.outage_first_wait_seconds * 2 ** outage.waits, plan.outage_max_wait_seconds)
             outage = Outage(since=outage.since, waits=outage.waits + 1, next_try=now + timedelta(seconds=wait))
         self._outage = outage
-        reason = (f"Mailgun unreachable since {outage.since:%Y-%m-%d %H:%M:%S} UTC, next try at "
+        reason = (f"{self._provider} unreachable since {outage.since:%Y-%m-%d %H:%M:%S} UTC, next try at "
                   f"{outage.next_try:%Y-%m-%d %H:%M:%S} UTC ({error})")
         self._show(message=reason)
         await workflow.sleep(max(outage.next_try - now, timedelta(seconds=1)), summary=reason[:200])
 
     def _batch_sent(self, sent: BatchSent) -> None:
-        if self._outage is not None:  # Mailgun is back
+        if self._outage is not None:  # the provider is back
             self._outage = None
-            if self._progress.message.startswith("Mailgun unreachable"):
+            if self._progress.message.startswith(f"{self._provider} unreachable"):
                 self._progress.message = ""
         self._progress.batches_sent += 1
         self._progress.recipients_sent += sent.recipients
@@ -413,6 +416,6 @@ class SendNewsletterWorkflow:
         details = (f"**{p.status}**: {p.batches_sent}/{p.batches_total} batches sent, {p.batches_failed} failed; "
                    f"{p.recipients_sent}/{p.recipients_total} recipients")
         if p.confirming:
-            details += (f"\n\nconfirming batch {', '.join(map(str, sorted(p.confirming)))}: Mailgun may have "
-                        "accepted it; waiting for its events before sending it again")
+            details += (f"\n\nconfirming batch {', '.join(map(str, sorted(p.confirming)))}: {self._provider} may "
+                        "have accepted it; waiting for its events before sending it again")
         workflow.set_current_details(f"{details}\n\n{p.message}" if p.message else details)

@@ -8,13 +8,13 @@ from email.utils import formataddr, parseaddr
 from activities.email_content import LoadedEmail, load_email
 from activities.errors import non_retryable
 from pressroom.email_rendering import FREE, NOT_FREE, BodyCache, ContentError, Rendered, render, segments_needed
-from pressroom.mailgun import MessageFields, message_fields
+from pressroom.providers.port import EmailProvider, Message, PreparedMessage, placeholder
 from pressroom.settings import Settings
 
 
 def fallback_sender(from_address: str, fallback_address: str) -> str:
     """The From of a batch sent through the fallback domain: the same name at the fallback address
-    (Mailgun signs for its own domain); replies still reach the sender through Reply-To."""
+    (a provider signs for its own domain); replies still reach the sender through Reply-To."""
     name, _ = parseaddr(from_address)
     return formataddr((name, fallback_address)) if name else fallback_address
 
@@ -41,18 +41,18 @@ async def check_content(conn, email_id: str, settings: Settings) -> None:
 
 
 class Messages:
-    """Each segment's rendering and its message fields per sending domain, kept within the body
-    cache's size: rendered once per worker, shared by every batch of the segment."""
+    """Each segment's rendering and its message, prepared by the provider per sending scope, kept
+    within the body cache's size: rendered once per worker, shared by every batch of the segment."""
 
     def __init__(self, pool, settings: Settings) -> None:
         self.pool = pool
         self.settings = settings
         self._bodies = BodyCache(settings.body_cache_bytes)
 
-    async def get(self, email_id: str, segment: str | None, domain: str, *,
-                  fallback: bool) -> tuple[Rendered, MessageFields]:
-        """Through `domain`; `fallback`: it is not the account's own domain, so From is the fallback address."""
-        cached = self._bodies.get((email_id, segment, domain))
+    async def get(self, email_id: str, segment: str | None, provider: EmailProvider, *,
+                  fallback: bool) -> tuple[Rendered, PreparedMessage]:
+        """Through `provider`'s scope; `fallback`: not the account's own domain, so From is the fallback address."""
+        cached = self._bodies.get((email_id, segment, provider.scope))
         if cached is None:
             async with self.pool.acquire() as conn:
                 loaded = await load_for_sending(conn, email_id, self.settings)
@@ -64,10 +64,11 @@ class Messages:
             if fallback:
                 from_address = fallback_sender(from_address, self.settings.fallback_address)
             tags = ["bulk-email", *([self.settings.email_tag] if self.settings.email_tag else [])]
-            headers = {"Reply-To": loaded.reply_to, "List-Unsubscribe": "<%recipient.unsubscribe_url%>",
+            headers = {"Reply-To": loaded.reply_to, "List-Unsubscribe": f"<{placeholder('unsubscribe_url')}>",
                        "List-Unsubscribe-Post": "List-Unsubscribe=One-Click"}
-            fields = message_fields(from_address=from_address, subject=body.subject, html=body.html, text=body.text,
-                                    tags=tags, headers=headers, tracking_opens=loaded.track_opens)
-            cached = (body, fields)
-            self._bodies.put((email_id, segment, domain), cached, body.size + len(fields.data))
+            prepared = provider.prepare(Message(from_address=from_address, subject=body.subject, html=body.html,
+                                                text=body.text, tags=tags, headers=headers,
+                                                tracking_opens=loaded.track_opens))
+            cached = (body, prepared)
+            self._bodies.put((email_id, segment, provider.scope), cached, body.size + prepared.size)
         return cached

@@ -14,14 +14,15 @@ from pressroom.dependencies import Dependencies
 PARTIALLY_SENT = "The email was only partially sent: {failed} of {total} batches failed. Send it again to retry them."
 STOPPED = ("The email was stopped: {why}; {submitted} of {total} batches had been sent and nothing more is. "
            "Publish the post again, then send it to send the rest.")
-NOT_SENT = "The email failed to send: no batch was accepted by Mailgun. Send it again to retry."
-MAY_HAVE_BEEN_SENT = (" {uncertain} of the failed batches may have reached Mailgun all the same: sending again looks "
-                      "them up in Mailgun's events first and sends only those it cannot find.")
+NOT_SENT = "The email failed to send: no batch was accepted by {provider}. Send it again to retry."
+MAY_HAVE_BEEN_SENT = (" {uncertain} of the failed batches may have reached {provider} all the same: sending again "
+                      "looks them up in its events first and sends only those it cannot find.")
 
 
 class EmailFinishActivities:
     def __init__(self, deps: Dependencies) -> None:
         self.pool = deps.pool
+        self.provider_title = deps.provider.title if deps.provider is not None else ""
 
     @activity.defn
     async def finish_email(self, input: FinishEmailInput) -> EmailOutcome:
@@ -35,14 +36,14 @@ class EmailFinishActivities:
                 message = PARTIALLY_SENT.format(failed=counts.batches_total - counts.batches_submitted,
                                                 total=counts.batches_total)
             else:
-                status, message = "failed", NOT_SENT
+                status, message = "failed", NOT_SENT.format(provider=self.provider_title)
             post = await conn.fetchrow("SELECT p.id, p.status FROM emails e JOIN posts p ON p.id = e.post_id "
                                        "WHERE e.id = $1", input.email_id)
             if status == "failed" and post is not None and post["status"] not in ("published", "sent"):
                 message = STOPPED.format(why=unpublished(post["id"], post["status"]),
                                          submitted=counts.batches_submitted, total=counts.batches_total)
             if counts.batches_uncertain:
-                message += MAY_HAVE_BEEN_SENT.format(uncertain=counts.batches_uncertain)
+                message += MAY_HAVE_BEEN_SENT.format(uncertain=counts.batches_uncertain, provider=self.provider_title)
             await conn.execute(
                 "UPDATE emails SET status = $2, error = nullif($3, ''), locked_by = NULL, updated_at = now(), "
                 "submitted_at = CASE WHEN $2 = 'submitted' THEN now() ELSE submitted_at END WHERE id = $1",

@@ -47,6 +47,7 @@ class EmailLockActivities:
         self.pool = deps.pool
         self.settings = deps.settings
         self.temporal = deps.temporal  # asks whether another holder of an email's lock is gone
+        self.provider_title = deps.provider.title if deps.provider is not None else ""
 
     def _plan(self) -> SendPlan:
         s = self.settings
@@ -55,7 +56,7 @@ class EmailLockActivities:
                         delivery_window_seconds=s.delivery_window_seconds,
                         send_caps=bool(s.hourly_send_limit or s.daily_send_limit),
                         outage_first_wait_seconds=s.mailgun_outage_first_wait_seconds,
-                        outage_max_wait_seconds=s.mailgun_outage_max_wait_seconds)
+                        outage_max_wait_seconds=s.mailgun_outage_max_wait_seconds, provider_title=self.provider_title)
 
     @activity.defn
     async def lock_email(self, input: LockEmailInput) -> EmailLock:

@@ -25,9 +25,11 @@ class SendPlan(BaseModel):
                                                                        "mailgun_retry_seconds"))
     delivery_window_seconds: int
     send_caps: bool = False  # an hourly or daily cap applies: each batch is admitted under it first
-    # Mailgun unreachable after the retries: wait this long, doubling up to the longest, and go on.
+    # The provider unreachable after the retries: wait this long, doubling up to the longest, and go on.
     outage_first_wait_seconds: float = 60.0
     outage_max_wait_seconds: float = 3600.0
+    # The provider's name in what the run says to people; plans stored without it were Mailgun's.
+    provider_title: str = "Mailgun"
 
 
 class EmailLock(BaseModel):
@@ -51,7 +53,7 @@ class BatchCounts(BaseModel):
     batches_failed: int
     recipients_total: int
     recipients_submitted: int
-    batches_uncertain: int = 0  # failed batches whose last send may have reached Mailgun
+    batches_uncertain: int = 0  # failed batches whose last send may have reached the provider
     # More batches are still to be written (chunked creation); the totals are then the planned ones.
     creating: bool = False
 
@@ -73,8 +75,8 @@ class BatchSent(BaseModel):
     batch_id: str
     recipients: int
     provider_id: str
-    reconciled: bool  # an earlier attempt had reached Mailgun; nothing was sent again
-    # Set when an uncertain send is not in Mailgun's events yet: nothing was sent; look again then.
+    reconciled: bool  # an earlier attempt had reached the provider; nothing was sent again
+    # Set when an uncertain send is not in the provider's events yet: nothing was sent; look again then.
     confirm_in_seconds: float | None = None
 
 

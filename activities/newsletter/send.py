@@ -1,8 +1,8 @@
 """Sending a batch: one provider call for its recipients, its outcome recorded.
 
 Safe to repeat: a submitted batch is never sent again, and a batch whose last send was uncertain
-(see activities/confirm.py) is looked up in Mailgun's events by its own `v:pressroom-batch` mark
-before anything is resent.
+(see activities/confirm.py) is looked up in the provider's events by its own batch mark before
+anything is resent.
 """
 
 from __future__ import annotations
@@ -25,22 +25,22 @@ from activities.newsletter.models import BatchSent, FailBatchInput, ListUnsentBa
 from activities.sending_limits import sending_domain
 from pressroom.dependencies import Dependencies
 from pressroom.email_rendering import Rendered, member_values
-from pressroom.mailgun import (ACCEPTED, NOT_ACCEPTED, UNCERTAIN, MailgunBadResponse, MailgunClient, MailgunError,
-                               MailgunRateLimited, MailgunRejected, MailgunUnavailable, RecipientLimitExceeded)
+from pressroom.providers.port import (ACCEPTED, BATCH_MARK, EMAIL_MARK, NOT_ACCEPTED, UNCERTAIN, EmailProvider,
+                                     ProviderBadResponse, ProviderError, ProviderRateLimited, ProviderRejected,
+                                     ProviderUnavailable, RecipientLimitExceeded)
 
 SENDING_LIMIT_SECONDS = 60  # a provider asking to wait this long or more names its hourly or daily cap
-BATCH_MARK = "pressroom-batch"  # the v: variable that proves which batch a message carried
 
 
-def send_failure_of(error: MailgunError, recipients: int) -> ApplicationError:
+def send_failure_of(error: ProviderError, recipients: int) -> ApplicationError:
     """The provider's refusal or trouble as the workflow reads it: a kind and its details model."""
     if isinstance(error, RecipientLimitExceeded):  # certainly not accepted; the workflow splits the batch
         return send_failure(RECIPIENT_LIMIT_EXCEEDED, str(error), RecipientLimitDetails(
             status_code=error.status_code, refused_size=recipients, stated_limit=error.limit), non_retryable=True)
-    if isinstance(error, MailgunRejected):
+    if isinstance(error, ProviderRejected):
         return send_failure(PROVIDER_REJECTED, str(error), RejectedDetails(status_code=error.status_code),
                             non_retryable=True)
-    if isinstance(error, MailgunRateLimited):
+    if isinstance(error, ProviderRateLimited):
         delay = timedelta(seconds=error.retry_after) if error.retry_after is not None else None
         # A cap's wait is waited out on a workflow timer (SendingLimitReached is not retried).
         if error.retry_after is not None and error.retry_after >= SENDING_LIMIT_SECONDS:
@@ -50,9 +50,9 @@ def send_failure_of(error: MailgunError, recipients: int) -> ApplicationError:
             status_code=error.status_code, outage=True, retry_after_seconds=error.retry_after), next_retry_delay=delay)
     # Not taken for a reason that will pass (no connection, a request never written) is an outage the
     # workflow waits out once the retries are spent; an uncertain one is not.
-    outage = isinstance(error, MailgunUnavailable) and error.outcome == NOT_ACCEPTED
-    kind = PROVIDER_UNAVAILABLE if isinstance(error, MailgunUnavailable) else \
-        PROVIDER_BAD_RESPONSE if isinstance(error, MailgunBadResponse) else PROVIDER_ERROR
+    outage = isinstance(error, ProviderUnavailable) and error.outcome == NOT_ACCEPTED
+    kind = PROVIDER_UNAVAILABLE if isinstance(error, ProviderUnavailable) else \
+        PROVIDER_BAD_RESPONSE if isinstance(error, ProviderBadResponse) else PROVIDER_ERROR
     return send_failure(kind, str(error), UnavailableDetails(status_code=error.status_code, outage=outage))
 
 
@@ -88,7 +88,7 @@ CLAIM_BATCH = """
 class BatchSendActivities:
     def __init__(self, deps: Dependencies) -> None:
         self.pool = deps.pool
-        self.mailgun = deps.mailgun
+        self.provider = deps.provider
         self.settings = deps.settings
         # Bodies rendered once per (email, segment) and reused for every batch in this worker.
         self._messages = Messages(deps.pool, deps.settings)
@@ -103,11 +103,11 @@ class BatchSendActivities:
 
     @activity.defn
     async def send_batch(self, input: SendBatchInput) -> BatchSent:
-        """One Mailgun message for the batch's recipients.
+        """One provider message for the batch's recipients.
 
         Safe to repeat: a submitted batch is not sent again, and a batch whose last send was
-        uncertain is first looked up in Mailgun's events; while it may still appear there, nothing
-        is sent and the workflow is told when to look again.
+        uncertain is first looked up in the provider's events; while it may still appear there,
+        nothing is sent and the workflow is told when to look again.
         """
         async with heartbeating():
             return await self._send_batch(input)
@@ -119,28 +119,27 @@ class BatchSendActivities:
         batch = await self.pool.fetchrow(CLAIM_BATCH, input.batch_id)
         if batch is None:
             return await self._not_claimed(input.batch_id)
-        # The batch's domain decides the request URL, the From address and where its events are.
-        mailgun = self.mailgun.for_domain(sending_domain(self.settings, batch["fallback_sending_domain"]))
-        message_id = f"{input.batch_id}@{mailgun.domain}"
+        # The batch's domain decides where it is sent from, the From address and where its events are.
+        provider = self.provider.for_scope(sending_domain(self.settings, batch["fallback_sending_domain"]))
+        message_id = provider.message_id(input.batch_id)
         try:
-            body, fields = await self._messages.get(batch["email_id"], batch["member_segment"], mailgun.domain,
-                                                    fallback=mailgun.domain != self.mailgun.domain)
+            body, message = await self._messages.get(batch["email_id"], batch["member_segment"], provider,
+                                                     fallback=provider.scope != self.provider.scope)
         except Exception:
             if batch["send_outcome"] != UNCERTAIN:  # marked by the claim, yet nothing went out
                 await self._record_outcome(input.batch_id, NOT_ACCEPTED)
             raise
         if batch["send_outcome"] == UNCERTAIN:
-            settled = await self._confirm_uncertain(input, batch, mailgun, message_id)
+            settled = await self._confirm_uncertain(input, batch, provider, message_id)
             if settled is not None:
                 return settled
         recipients = self._personalised(batch, body)
         activity.logger.info("sending batch %s (%d recipients)", input.batch_id, len(recipients))
         try:
-            provider_id = await mailgun.send_fields(
-                fields, to=list(recipients), recipient_variables=recipients,
-                variables={"email-id": batch["email_id"], BATCH_MARK: input.batch_id},
-                headers={"Message-Id": f"<{message_id}>"}, delivery_time=input.delivery_time)
-        except MailgunError as error:
+            provider_id = await provider.send(message, recipients,
+                                              mark={EMAIL_MARK: batch["email_id"], BATCH_MARK: input.batch_id},
+                                              message_id=message_id, delivery_time=input.delivery_time)
+        except ProviderError as error:
             await self._record_outcome(input.batch_id, error.outcome)
             raise send_failure_of(error, len(recipients)) from None
         await self._record_submitted(input.batch_id, provider_id)
@@ -162,12 +161,12 @@ class BatchSendActivities:
                                 f"{unpublished(done['post_id'], done['post_status'])}")
         return BatchSent(batch_id=batch_id, recipients=done["n"], provider_id=done["provider_id"], reconciled=True)
 
-    async def _confirm_uncertain(self, input: SendBatchInput, batch, mailgun: MailgunClient,
+    async def _confirm_uncertain(self, input: SendBatchInput, batch, provider: EmailProvider,
                                  message_id: str) -> BatchSent | None:
         """A batch whose last send was uncertain: found in the provider's events (sent), not there yet
         (look again later), or None: send it once more, this attempt recorded as uncertain."""
         recipients = len(batch["emails"] or [])
-        provider_id = await self._find_accepted(mailgun, input.batch_id, batch["emails"][0], message_id,
+        provider_id = await self._find_accepted(provider, input.batch_id, batch["emails"][0], message_id,
                                                 *lookup_window(batch["first_uncertain_at"], batch["now"]))
         if provider_id is not None:
             activity.logger.info("batch %s was accepted by an earlier attempt; not sending it again", input.batch_id)
@@ -176,7 +175,7 @@ class BatchSendActivities:
                              reconciled=True)
         wait = confirm_wait(batch["uncertain_for"], self.settings, input.may_wait_to_confirm)
         if wait is not None:
-            activity.logger.info("batch %s may have been accepted and is not in Mailgun's events yet; "
+            activity.logger.info("batch %s may have been accepted and is not in the provider's events yet; "
                                  "looking again in %.0f s", input.batch_id, wait)
             return BatchSent(batch_id=input.batch_id, recipients=recipients, provider_id="",
                              reconciled=False, confirm_in_seconds=wait)
@@ -194,12 +193,12 @@ class BatchSendActivities:
             for address, name, uuid, status in zip(batch["emails"] or [], batch["names"] or [],
                                                    batch["uuids"] or [], batch["statuses"] or [])}
 
-    async def _find_accepted(self, mailgun: MailgunClient, batch_id: str, first_recipient: str, message_id: str,
+    async def _find_accepted(self, provider: EmailProvider, batch_id: str, first_recipient: str, message_id: str,
                              begin: datetime, end: datetime) -> str | None:
         try:
-            return await mailgun.find_accepted(recipient=first_recipient, variables={BATCH_MARK: batch_id},
-                                               begin=begin, end=end, message_id=message_id)
-        except MailgunError as error:
+            return await provider.find_accepted(recipient=first_recipient, mark={BATCH_MARK: batch_id},
+                                                begin=begin, end=end, message_id=message_id)
+        except ProviderError as error:
             # The events cannot be read: nothing is sent until they can, and that is an outage.
             raise send_failure(PROVIDER_UNAVAILABLE, f"cannot check whether batch {batch_id} was accepted: {error}",
                                UnavailableDetails(outage=True)) from None
