@@ -13,6 +13,13 @@ PublishPostWorkflow waiting on its durable timer, and a worker started as its ow
 waiting on its timer, and that worker process's peak memory (VmHWM) and memory once they all wait.
 
     .venv/bin/python bench/scheduling.py --waiting 10000 --days 30
+
+With `--during-send MEMBERS` it measures lateness while the site is busy: a newsletter to MEMBERS
+members (bench/newsletter.py's seed, the simulator at `--latency-ms`, `--concurrency` batches in
+flight) sends on the same worker while `--posts` posts fall due at one instant, and then while one
+post falls due; beside them, in the same run, the same posts due on the idle worker.
+
+    .venv/bin/python bench/scheduling.py --during-send 100000 --posts 1000 --ahead 40
 """
 
 from __future__ import annotations
@@ -212,6 +219,103 @@ async def waiting(args: argparse.Namespace) -> None:
           f"{settled_mb:,.0f} MB {args.settle:g} s after all were waiting (target < 300 MB)")
 
 
+async def schedule_posts(pool, client, settings, prefix: str, n: int, at: datetime) -> float:
+    """N posts `{prefix}{k}` scheduled for `at` through the CLI's operation, 20 at a time; seconds taken."""
+    await pool.execute("INSERT INTO posts (id, title, slug, status, published_at) "
+                       "SELECT $3 || n, 'Post ' || n, $3 || '-post-' || n, 'scheduled', $2 "
+                       "FROM generate_series(1, $1) n", n, at, prefix)
+    started = time.perf_counter()
+    slots = asyncio.Semaphore(20)
+
+    async def schedule(k: int) -> None:
+        async with slots:
+            await start_or_move_publication(client, settings, f"{prefix}{k}", at)
+    await asyncio.gather(*(schedule(k) for k in range(1, n + 1)))
+    return time.perf_counter() - started
+
+
+async def lateness_of(pool, prefix: str, at: datetime, timeout: float = 180) -> list[float]:
+    """Once every post `{prefix}…` is published (or `timeout` s after `at`): each one's lateness, ms."""
+    while await pool.fetchval("SELECT count(*) FROM posts WHERE id LIKE $1 || '%' AND status = 'scheduled'", prefix):
+        if datetime.now(timezone.utc) > at + timedelta(seconds=timeout):
+            break
+        await asyncio.sleep(0.1)
+    rows = await pool.fetch("SELECT extract(epoch FROM publish_completed_at - published_at) * 1000 AS late "
+                            "FROM posts WHERE id LIKE $1 || '%' AND status = 'published'", prefix)
+    return [float(r["late"]) for r in rows]
+
+
+def lateness_line(label: str, late: list[float], n: int) -> str:
+    figures = (f"p50 {percentile(late, 0.5):,.0f}  p99 {percentile(late, 0.99):,.0f}  max {max(late):,.0f} ms"
+               if late else "none published")
+    return f"  {label:<44} {figures}  (published {len(late):,} of {n:,}; early: {sum(v < 0 for v in late)})"
+
+
+async def until(moment: datetime) -> None:
+    await asyncio.sleep(max(0.0, (moment - datetime.now(timezone.utc)).total_seconds()))
+
+
+async def due_during_send(pool, client, settings, args, prefix: str, n: int, email_id: str):
+    """N posts due at one instant while email `email_id` sends, started `--send-before` s before it:
+    (lateness, send started and ended in seconds after the instant)."""
+    from operations.newsletter import follow_newsletter, start_newsletter
+
+    at = datetime.now(timezone.utc) + timedelta(seconds=args.ahead)
+    scheduled = await schedule_posts(pool, client, settings, prefix, n, at)
+    if datetime.now(timezone.utc) > at - timedelta(seconds=args.send_before):
+        print(f"  (scheduling {n:,} posts took {scheduled:.1f} s, past the send's start: raise --ahead)", flush=True)
+    await until(at - timedelta(seconds=args.send_before))
+    start = await start_newsletter(email_id, client=client, settings=settings)
+    send_started = (datetime.now(timezone.utc) - at).total_seconds()
+    followed = asyncio.create_task(follow_newsletter(start.workflow_id, client=client, poll_seconds=0.2))
+    late = await lateness_of(pool, prefix, at)
+    outcome = await followed
+    send_ended = (datetime.now(timezone.utc) - at).total_seconds()
+    return late, send_started, send_ended, outcome.status
+
+
+SECOND_EMAIL = """
+INSERT INTO posts (id, title, slug, html, newsletter_id, status, published_at)
+VALUES ('p2', 'Bench 2', 'bench-2', '<p>Hello</p>', 'nl1', 'published', now());
+INSERT INTO emails (id, post_id, newsletter_id, subject, html, plaintext) VALUES
+    ('e2', 'p2', 'nl1', 'Bench issue 2', '<p>Hello %recipient.name%</p>', 'Hello');
+"""
+
+
+async def during_send(args: argparse.Namespace) -> None:
+    import httpx
+
+    from bench.newsletter import DOMAIN, KEY, SEED
+
+    async with bench_servers(simulator=True) as servers:
+        env = servers.env
+        httpx.post(f"{servers.simulator_url}/_sim/faults", json={"latency_ms": args.latency_ms})
+        settings = load_settings(database_url=servers.database_url, mailgun_base_url=servers.simulator_url,
+                                 mailgun_api_key=KEY, mailgun_domain=DOMAIN, send_concurrency=args.concurrency,
+                                 task_queue="bench", publish_lead_seconds=args.lead,
+                                 publish_heartbeat_seconds=args.heartbeat)
+        pool = await database.connect(servers.database_url, max_size=10)
+        await pool.execute(SEED.format(members=args.during_send, tag="b") + SECOND_EMAIL)
+        async with running_worker(env.client, settings):
+            at = datetime.now(timezone.utc) + timedelta(seconds=args.ahead)
+            scheduled = await schedule_posts(pool, env.client, settings, "quiet", args.posts, at)
+            if datetime.now(timezone.utc) > at - timedelta(seconds=args.lead):
+                print(f"  (scheduling {args.posts:,} posts took {scheduled:.1f} s, past their timers: raise --ahead)",
+                      flush=True)
+            quiet = await lateness_of(pool, "quiet", at)
+            busy = await due_during_send(pool, env.client, settings, args, "busy", args.posts, "e1")
+            one = await due_during_send(pool, env.client, settings, args, "one", 1, "e2")
+        await pool.close()
+    print(f"posts due while a newsletter to {args.during_send:,} members sends on the same worker "
+          f"(simulator latency {args.latency_ms:g} ms, concurrency {args.concurrency}, lead {args.lead:g} s, "
+          f"heartbeat timeout {args.heartbeat:g} s, the send started {args.send_before:g} s before the instant)")
+    print(lateness_line(f"{args.posts:,} due at one instant, idle worker:", quiet, args.posts))
+    for label, n, (late, started, ended, status) in ((f"{args.posts:,} due at one instant during the send:",
+                                                      args.posts, busy), ("one due during the send:", 1, one)):
+        print(lateness_line(label, late, n))
+        print(f"    the send ({status}) ran from {started:+.1f} s to {ended:+.1f} s of the instant")
+
+
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--posts", type=int, default=1000)
@@ -223,5 +327,11 @@ if __name__ == "__main__":
                         help="instead: schedule this many posts --days ahead and measure the worker's memory")
     parser.add_argument("--days", type=float, default=30)
     parser.add_argument("--settle", type=float, default=10, help="seconds to wait once all are waiting")
+    parser.add_argument("--during-send", type=int, default=0, metavar="MEMBERS",
+                        help="instead: posts due while a newsletter to this many members sends")
+    parser.add_argument("--send-before", type=float, default=12, help="the send starts this long before the instant")
+    parser.add_argument("--latency-ms", type=float, default=200)
+    parser.add_argument("--concurrency", type=int, default=10)
     arguments = parser.parse_args()
-    asyncio.run(waiting(arguments) if arguments.waiting else main(arguments))
+    asyncio.run(during_send(arguments) if arguments.during_send else
+                waiting(arguments) if arguments.waiting else main(arguments))
