@@ -26,6 +26,7 @@ from activities.confirm import StillConfirming, confirm_wait, lookup_window, unc
 from activities.errors import non_retryable
 from activities.heartbeat import heartbeating, wait_for_work, woken_by_notify
 from activities.metrics import Instruments
+from activities.newsletter.finish import UNFINISHED_EMAILS
 from activities.watchdog import ClosedRun, Job, Watchdog, Watched, run_closed
 from pressroom import tracing
 from pressroom.dependencies import Dependencies
@@ -207,8 +208,8 @@ class OutboxActivities:
         transaction that starts their workflows, and a workflow that exists counts as started.
         """
         # Rows of every job whose run closed without finishing them (activities/watchdog.py).
-        orphans = asyncio.create_task(Watchdog(self.pool, self.temporal,
-                                               self.settings.orphan_check_seconds).watch())
+        watchdog = Watchdog(self.pool, self.temporal, self.settings.orphan_check_seconds)
+        orphans = asyncio.create_task(watchdog.watch([UNFINISHED_ENTRIES, UNFINISHED_EMAILS]))
         started, deadline = 0, time.monotonic() + input.run_seconds
         try:
             async with woken_by_notify(self.settings.database_url, NOTIFY_CHANNEL) as wake:

@@ -115,10 +115,9 @@ class Watchdog:
         self.interval = interval
         self.metrics = Instruments()
 
-    async def watch(self) -> None:
-        """Check, then wait an interval, for ever. Each job goes on from where its last check
-        stopped, so old rows whose runs are still working do not hide newer ones."""
-        jobs = watched_jobs()
+    async def watch(self, jobs: list[Job]) -> None:
+        """Check each job, then wait an interval, for ever. Each job goes on from where its last
+        check stopped, so old rows whose runs are still working do not hide newer ones."""
         after: dict[str, Any] = {}
         while True:
             for job in jobs:
@@ -179,10 +178,3 @@ async def chain_closed(client, workflow_id: str, first_run_id: str) -> ClosedRun
     # A later chain of the same workflow id: this one has closed; say how its first run did.
     return await run_closed(client, workflow_id, first_run_id) or ClosedRun(NOT_FOUND)
 
-
-def watched_jobs() -> list[Job]:
-    """The jobs whose rows the watchdog looks after, each defined beside its own activities."""
-    from activities.newsletter.finish import UNFINISHED_EMAILS
-    from activities.outbox import UNFINISHED_ENTRIES
-
-    return [UNFINISHED_ENTRIES, UNFINISHED_EMAILS]
