@@ -17,12 +17,12 @@ async def test_events_of_both_domains_are_applied(dev_env, db, mailgun, client, 
                              fallback_address=f"noreply@{FALLBACK}")
     custom, warmed = await seed_newsletter(db, members=600, emails=2)
     await send_all(client, db, [custom])
-    await send_all(client.for_domain(FALLBACK), db, [warmed])
+    await send_all(client.for_scope(FALLBACK), db, [warmed])
     await db.execute("UPDATE email_batches SET fallback_sending_domain = true WHERE email_id = $1", warmed)
     mailgun.advance(60)
 
     result = await run_fetch(dev_env, settings, sim_now(mailgun))
-    truth = {**await simulator_truth(client), **await simulator_truth(client.for_domain(FALLBACK))}
+    truth = {**await simulator_truth(client), **await simulator_truth(client.for_scope(FALLBACK))}
     expected, _ = await expected_counts(db, truth)
     emails, _ = await actual_counts(db)
     assert emails == expected and emails[warmed][0] > 500 and emails[custom][0] > 500
