@@ -18,7 +18,9 @@ def test_version_completion_and_help_with_value_types():
 
     shown = pressroom("--version")
     assert shown.returncode == 0 and shown.stdout.strip() == f"pressroom {version('pressroom')}"
-    completion = pressroom("--show-completion", "bash")
+    # Typer detects the shell from the parent processes unless told to take the one named, and a
+    # test run need not have a shell above it.
+    completion = pressroom("--show-completion", "bash", env={"_TYPER_COMPLETE_TEST_DISABLE_SHELL_DETECTION": "1"})
     assert completion.returncode == 0 and "_pressroom_completion" in completion.stdout
     for command in (["newsletter", "send"], ["members", "list"], ["outbox", "list"], ["limits", "show"], ["check"]):
         text = pressroom(*command, "--help").stdout
