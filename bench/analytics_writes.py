@@ -11,7 +11,9 @@ PostgreSQL server's CPU and the WAL it wrote:
   pushed webhooks): the events fold into one write per recipient;
 - the raw baseline of bench/analytics.py: the same first-wins updates as one statement.
 
-    .venv/bin/python bench/analytics_writes.py --recipients 100000 [--members-fillfactor 50]
+    .venv/bin/python bench/analytics_writes.py --recipients 100000 [--members-fillfactor N] [--recipients-fillfactor N]
+
+The tables' fillfactors are the schema's unless given.
 """
 
 from __future__ import annotations
@@ -59,14 +61,20 @@ async def measure(pool: asyncpg.Pool, name: str, work: Callable[[], Awaitable[ob
     return cpu
 
 
-async def main(recipients: int, members_fillfactor: int) -> None:
+async def main(recipients: int, fillfactors: dict[str, int | None]) -> None:
     folder = Path(tempfile.mkdtemp(prefix="pressroom-bench-"))
     postgres = Postgres(folder / "postgres", free_port())
     postgres.start(durable=False)
     try:
         await database.migrate(postgres.url)
         pool = await database.connect(postgres.url, max_size=4)
-        await pool.execute(f"ALTER TABLE members SET (fillfactor = {members_fillfactor})")
+        for table, fillfactor in fillfactors.items():
+            if fillfactor is not None:
+                await pool.execute(f"ALTER TABLE {table} SET (fillfactor = {fillfactor})")
+        shown = await pool.fetch(
+            "SELECT relname, coalesce((SELECT option_value FROM pg_options_to_table(reloptions) "
+            "WHERE option_name = 'fillfactor'), '100') AS fillfactor FROM pg_class "
+            "WHERE relname = ANY($1::text[]) ORDER BY relname", list(fillfactors))
         await pool.execute(SEED.format(members=recipients, recipients=recipients))
         start = time.time() - 3600
 
@@ -85,7 +93,7 @@ async def main(recipients: int, members_fillfactor: int) -> None:
                 await aggregate(conn)
 
         print(f"{recipients:,} recipients, a delivered and an opened event each, pages of {PAGE_EVENTS:,} events, "
-              f"members fillfactor {members_fillfactor}")
+              "fillfactor " + ", ".join(f"{row['relname']} {row['fillfactor']}" for row in shown))
         print(" two phases (opened pages, then delivered pages):")
         two = await measure(pool, "opened pages", lambda: pages([("opened", 4)]))
         two += await measure(pool, "delivered pages", lambda: pages([("delivered", 0)]))
@@ -107,6 +115,8 @@ async def main(recipients: int, members_fillfactor: int) -> None:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--recipients", type=int, default=100_000)
-    parser.add_argument("--members-fillfactor", type=int, default=100, choices=range(10, 101), metavar="10-100")
+    for table in ("members", "recipients"):
+        parser.add_argument(f"--{table}-fillfactor", type=int, choices=range(10, 101), metavar="10-100")
     arguments = parser.parse_args()
-    asyncio.run(main(arguments.recipients, arguments.members_fillfactor))
+    asyncio.run(main(arguments.recipients, {"members": arguments.members_fillfactor,
+                                            "email_recipients": arguments.recipients_fillfactor}))

@@ -147,7 +147,9 @@ async def main(args: argparse.Namespace) -> None:
         before = cpu_seconds_by_family()
         table_seconds = await table_copy(pool, args.members)
         table_cpu = cpu_seconds_by_family() - before
+        before = cpu_seconds_by_family()
         post_seconds = await raw_posts(base_url, args.members, args.concurrency)
+        post_cpu = cpu_seconds_by_family() - before
 
         async with running_worker(env.client, settings):
             before = cpu_seconds_by_family()
@@ -158,6 +160,8 @@ async def main(args: argparse.Namespace) -> None:
             pipeline_cpu = cpu_seconds_by_family() - before
             created, first_send, chunks, inside = await creation_times(env.client, start.workflow_id, start.run_id)
         stats = httpx.get(f"{base_url}/_sim/stats").json()
+        heap_mb, indexes_mb = await pool.fetchrow(
+            "SELECT pg_relation_size('email_recipients') / 1048576.0, pg_indexes_size('email_recipients') / 1048576.0")
         await pool.close()
 
     peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
@@ -176,7 +180,9 @@ async def main(args: argparse.Namespace) -> None:
           f"{n / table_seconds:,.0f} rows/s; PostgreSQL CPU {table_cpu['postgres']:.2f} s)")
     print(f"  raw {(n + 999) // 1000} posts to the simulator  {post_seconds:7.2f} s  {n / post_seconds:>10,.0f} "
           f"recipients/s")
+    print(f"    CPU: simulator and client {post_cpu['python']:.2f} s")
     print(f"  pipeline / larger raw figure: {pipeline / raw:.2f}x (target ≤ {1.5 if n >= 1_000_000 else 1.2}x)")
+    print(f"  email_recipients after the send: table {heap_mb:.1f} MB, indexes {indexes_mb:.1f} MB")
     print(f"  duplicates at the simulator: {stats['duplicate_recipients']}")
     print(f"  peak memory of this process (worker + client): {peak_mb:,.0f} MB (target: worker < 500 MB)")
 
