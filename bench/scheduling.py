@@ -42,7 +42,7 @@ from activities.posts import start_or_move_publication  # noqa: E402
 from bench.processes import cpu_seconds_by_family, peak_rss_mb, rss_mb  # noqa: E402
 from bench.servers import bench_servers  # noqa: E402
 from pressroom import database  # noqa: E402
-from pressroom.settings import load_settings  # noqa: E402
+from pressroom.settings import Settings, load_settings  # noqa: E402
 from worker import running_worker  # noqa: E402
 
 
@@ -81,7 +81,7 @@ async def main(args: argparse.Namespace) -> None:
                 await asyncio.sleep(0.1)
             window = time.perf_counter() - window_started
             cpu = cpu_seconds_by_family() - cpu_before
-            phases = await phase_times(env.client, args.posts, at, args.lead)
+            phases = await phase_times(env.client, args.posts, at)
         rows = await pool.fetch("SELECT extract(epoch FROM publish_completed_at - published_at) * 1000 AS late "
                                 "FROM posts WHERE status = 'published'")
         await pool.close()
@@ -97,15 +97,19 @@ async def main(args: argparse.Namespace) -> None:
     print(f"  CPU from the timers firing to the last publication ({window:.1f} s): Temporal server "
           f"{cpu['temporal']:.1f} s, this process (worker + client) {cpu['python']:.1f} s, "
           f"PostgreSQL {cpu['postgres']:.1f} s")
+    print_phases(phases, args.lead)
+
+
+def print_phases(phases: dict[str, list[float]], lead: float) -> None:
     print("  where the time went, from the runs' histories (ms after the post's time; the timer is due at "
-          f"-{args.lead * 1000:,.0f}):")
+          f"-{lead * 1000:,.0f}):")
     for phase, values in phases.items():
         if values:
             print(f"    {phase:<34} p50 {percentile(values, 0.5):>8,.0f}  p99 {percentile(values, 0.99):>8,.0f}  "
                   f"max {max(values):>8,.0f}  (n={len(values):,})")
 
 
-async def phase_times(client, n: int, at: datetime, lead: float) -> dict[str, list[float]]:
+async def phase_times(client, n: int, at: datetime, prefix: str = "p") -> dict[str, list[float]]:
     """Per run: when its timer fired, when the publish activity was scheduled and (last) started, and
     how many attempts it took; read from the histories, so it costs nothing during the measurement."""
     from temporalio.api.enums.v1 import EventType
@@ -122,7 +126,7 @@ async def phase_times(client, n: int, at: datetime, lead: float) -> dict[str, li
 
     async def read(k: int) -> None:
         async with slots:
-            history = await client.get_workflow_handle(publish_workflow_id(f"p{k}")).fetch_history()
+            history = await client.get_workflow_handle(publish_workflow_id(f"{prefix}{k}")).fetch_history()
         fired = False
         for event in history.events:
             if event.event_type == EventType.EVENT_TYPE_TIMER_FIRED:
@@ -271,7 +275,7 @@ async def due_during_send(pool, client, settings, args, prefix: str, n: int, ema
     late = await lateness_of(pool, prefix, at)
     outcome = await followed
     send_ended = (datetime.now(timezone.utc) - at).total_seconds()
-    return late, send_started, send_ended, outcome.status
+    return late, send_started, send_ended, outcome.status, at
 
 
 SECOND_EMAIL = """
@@ -304,25 +308,30 @@ async def during_send(args: argparse.Namespace) -> None:
                       flush=True)
             quiet = await lateness_of(pool, "quiet", at)
             busy = await due_during_send(pool, env.client, settings, args, "busy", args.posts, "e1")
+            busy_phases = await phase_times(env.client, args.posts, busy[4], "busy")
             one = await due_during_send(pool, env.client, settings, args, "one", 1, "e2")
         await pool.close()
     print(f"posts due while a newsletter to {args.during_send:,} members sends on the same worker "
           f"(simulator latency {args.latency_ms:g} ms, concurrency {args.concurrency}, lead {args.lead:g} s, "
           f"heartbeat timeout {args.heartbeat:g} s, the send started {args.send_before:g} s before the instant)")
     print(lateness_line(f"{args.posts:,} due at one instant, idle worker:", quiet, args.posts))
-    for label, n, (late, started, ended, status) in ((f"{args.posts:,} due at one instant during the send:",
-                                                      args.posts, busy), ("one due during the send:", 1, one)):
+    for label, n, (late, started, ended, status, _) in ((f"{args.posts:,} due at one instant during the send:",
+                                                         args.posts, busy), ("one due during the send:", 1, one)):
         print(lateness_line(label, late, n))
         print(f"    the send ({status}) ran from {started:+.1f} s to {ended:+.1f} s of the instant")
+        if n == args.posts:
+            print_phases(busy_phases, args.lead)
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--posts", type=int, default=1000)
     parser.add_argument("--ahead", type=float, default=60)
-    parser.add_argument("--lead", type=float, default=10)
-    parser.add_argument("--heartbeat", type=float, default=2,
-                        help="the publish activity's heartbeat timeout (PRESSROOM_PUBLISH_HEARTBEAT_SECONDS)")
+    parser.add_argument("--lead", type=float, default=Settings.model_fields["publish_lead_seconds"].default,
+                        help="how early a post's timer fires (PRESSROOM_PUBLISH_LEAD_SECONDS; default: its default)")
+    parser.add_argument("--heartbeat", type=float, default=Settings.model_fields["publish_heartbeat_seconds"].default,
+                        help="the publish activity's heartbeat timeout (PRESSROOM_PUBLISH_HEARTBEAT_SECONDS; default: "
+                             "its default)")
     parser.add_argument("--waiting", type=int, default=0,
                         help="instead: schedule this many posts --days ahead and measure the worker's memory")
     parser.add_argument("--days", type=float, default=30)

@@ -139,10 +139,13 @@ class Settings(BaseSettings):
     analytics_end_margin_seconds: int = Field(default=60, ge=0, validation_alias="PRESSROOM_ANALYTICS_END_MARGIN_SECONDS")
 
     # --- scheduled posts ---
-    publish_lead_seconds: float = Field(default=10.0, ge=0, validation_alias="PRESSROOM_PUBLISH_LEAD_SECONDS")
+    # A thousand posts due at one instant take Temporal some 20 s of workflow tasks on two cores
+    # (bench/scheduling.py): the timer fires early enough for all of them to be waiting in time, and
+    # a waiting publish's heartbeats (one per 80% of the timeout) do not crowd those tasks out.
+    publish_lead_seconds: float = Field(default=30.0, ge=0, validation_alias="PRESSROOM_PUBLISH_LEAD_SECONDS")
     publish_retries: int = Field(default=30, ge=0, validation_alias="PRESSROOM_PUBLISH_RETRIES")
     publish_retry_seconds: float = Field(default=5.0, gt=0, validation_alias="PRESSROOM_PUBLISH_RETRY_SECONDS")
-    publish_heartbeat_seconds: float = Field(default=2.0, ge=1, le=60,
+    publish_heartbeat_seconds: float = Field(default=5.0, ge=1, le=60,
                                              validation_alias="PRESSROOM_PUBLISH_HEARTBEAT_SECONDS")
 
     # --- webhooks: events pushed by the provider (pressroom webhooks serve) ---
