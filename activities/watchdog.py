@@ -177,4 +177,3 @@ async def chain_closed(client, workflow_id: str, first_run_id: str) -> ClosedRun
         return await run_closed(client, workflow_id, latest.run_id)
     # A later chain of the same workflow id: this one has closed; say how its first run did.
     return await run_closed(client, workflow_id, first_run_id) or ClosedRun(NOT_FOUND)
-

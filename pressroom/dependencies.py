@@ -20,3 +20,8 @@ class Dependencies:
     provider: "EmailProvider"  # the email provider, through its port (pressroom/providers/wiring.py builds it)
     # For the activities that start other workflows (the outbox relay, publish → newsletter).
     temporal: "Client"
+
+    @property
+    def provider_title(self) -> str:
+        """The provider's name in what a run says to people ("" where a test wires no provider)."""
+        return self.provider.title if self.provider is not None else ""

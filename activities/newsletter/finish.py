@@ -22,7 +22,7 @@ MAY_HAVE_BEEN_SENT = (" {uncertain} of the failed batches may have reached {prov
 class EmailFinishActivities:
     def __init__(self, deps: Dependencies) -> None:
         self.pool = deps.pool
-        self.provider_title = deps.provider.title if deps.provider is not None else ""
+        self.provider_title = deps.provider_title
 
     @activity.defn
     async def finish_email(self, input: FinishEmailInput) -> EmailOutcome:

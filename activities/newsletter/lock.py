@@ -47,7 +47,7 @@ class EmailLockActivities:
         self.pool = deps.pool
         self.settings = deps.settings
         self.temporal = deps.temporal  # asks whether another holder of an email's lock is gone
-        self.provider_title = deps.provider.title if deps.provider is not None else ""
+        self.provider_title = deps.provider_title
 
     def _plan(self) -> SendPlan:
         s = self.settings

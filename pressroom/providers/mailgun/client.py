@@ -162,7 +162,6 @@ class MailgunClient:
         sibling.domain = scope
         return sibling
 
-
     def message_id(self, own: str) -> str:
         return f"{own}@{self.domain}"
 
