@@ -7,6 +7,7 @@ queue; nothing in a worker's memory is needed after it stops.
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import signal
 from contextlib import asynccontextmanager
@@ -40,6 +41,7 @@ from workflows.posts import PublishPostWorkflow, ReconcilePostsWorkflow
 from workflows.webhooks import WebhookInboxWorkflow
 
 log = logging.getLogger("pressroom.worker")
+GC_YOUNG_THRESHOLD = 50_000  # new objects between collections of the youngest generation (default 700)
 
 
 # Everything this worker runs, in one place (as the samples' run_worker.py lists it).
@@ -152,10 +154,20 @@ def main() -> None:
 
     tracing.configure_from_environment()
     configure_logging(get_settings())
+    tune_garbage_collection()
     try:
         asyncio.run(run())
     finally:
         close_runtime()  # join the runtime's threads before the interpreter shuts down (see starter)
+
+
+def tune_garbage_collection() -> None:
+    """Fewer collections for a process that builds many short-lived objects (a page of events is
+    thousands of dicts): with the default threshold of 700 the collector ran thousands of times per
+    analytics run, a fifth of its CPU. The modules and objects loaded so far are never collected,
+    so the collections that remain do not walk them again."""
+    gc.freeze()
+    gc.set_threshold(GC_YOUNG_THRESHOLD, *gc.get_threshold()[1:])
 
 
 def configure_logging(settings: Settings) -> None:

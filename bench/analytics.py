@@ -32,6 +32,7 @@ from devstack.servers import Postgres, free_port, start_simulator, stop_process 
 from pressroom import database  # noqa: E402
 from pressroom.dependencies import Dependencies  # noqa: E402
 from pressroom.settings import load_settings  # noqa: E402
+from worker import tune_garbage_collection  # noqa: E402
 
 KEY, DOMAIN = "key-bench-00000000", "mg.bench.example"
 
@@ -150,6 +151,7 @@ async def main(events: int, aggregate_members: int) -> None:
         raw_per_minute = events / raw * 60
         print(f"analytics fetch: M={events:,} events, N={recipients:,} recipients")
         print(f"  fetch+apply      {fetched - began:8.2f} s  ({sum(p.pages for p in phases):,} pages)   {Cpu.text(fetch_cpu)}")
+        print("    by phase: " + ", ".join(f"{p.phase} {p.seconds:.2f} s ({p.events:,} events)" for p in phases))
         print(f"  aggregate        {aggregate.seconds:8.2f} s  ({aggregate.emails} emails, {aggregate.members:,} members)"
               f"   {Cpu.text(aggregate_cpu)}")
         print(f"  total            {total:8.2f} s  -> {per_minute:,.0f} events/min applied "
@@ -173,4 +175,5 @@ if __name__ == "__main__":
     parser.add_argument("--events", type=int, default=500_000, help="M, an even number of events")
     parser.add_argument("--aggregate-members", type=int, default=100_000)
     arguments = parser.parse_args()
+    tune_garbage_collection()  # as the worker process does
     asyncio.run(main(arguments.events, arguments.aggregate_members))

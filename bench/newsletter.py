@@ -31,7 +31,7 @@ from bench.servers import SIMULATOR_DOMAIN, SIMULATOR_KEY, bench_servers  # noqa
 from pressroom import database  # noqa: E402
 from pressroom.settings import load_settings  # noqa: E402
 from operations.newsletter import follow_newsletter, start_newsletter  # noqa: E402
-from worker import running_worker  # noqa: E402
+from worker import running_worker, tune_garbage_collection  # noqa: E402
 
 KEY, DOMAIN = SIMULATOR_KEY, SIMULATOR_DOMAIN
 
@@ -192,4 +192,5 @@ if __name__ == "__main__":
     parser.add_argument("--members", type=int, default=100_000)
     parser.add_argument("--latency-ms", type=float, default=200)
     parser.add_argument("--concurrency", type=int, default=10)
+    tune_garbage_collection()  # as the worker process does
     asyncio.run(main(parser.parse_args()))

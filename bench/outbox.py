@@ -32,7 +32,7 @@ from bench.processes import cpu_seconds_by_family  # noqa: E402
 from bench.servers import bench_servers  # noqa: E402
 from pressroom import database  # noqa: E402
 from pressroom.settings import load_settings  # noqa: E402
-from worker import running_worker  # noqa: E402
+from worker import running_worker, tune_garbage_collection  # noqa: E402
 
 LATENCY = """SELECT extract(epoch FROM l.created_at - o.created_at) * 1000 AS ms
              FROM outbox o JOIN idempotency_ledger l USING (idempotency_key) WHERE o.idempotency_key LIKE $1"""
@@ -154,4 +154,5 @@ if __name__ == "__main__":
     parser.add_argument("--entries", type=int, nargs="+", default=[1000, 10_000],
                         help="burst sizes, each measured beside its own raw figure")
     parser.add_argument("--steady-seconds", type=float, default=20)
+    tune_garbage_collection()  # as the worker process does
     asyncio.run(main(parser.parse_args()))
