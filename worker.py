@@ -130,6 +130,7 @@ async def run(settings: Settings | None = None) -> None:
     from pressroom.temporal import connect
 
     settings = settings or get_settings()
+    tune_garbage_collection()
     client = await connect(settings, runtime=metrics_runtime(settings))
     if settings.metrics_port:
         log.info("metrics on http://%s:%d/metrics", settings.metrics_host, settings.metrics_port)
@@ -154,7 +155,6 @@ def main() -> None:
 
     tracing.configure_from_environment()
     configure_logging(get_settings())
-    tune_garbage_collection()
     try:
         asyncio.run(run())
     finally:

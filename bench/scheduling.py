@@ -17,9 +17,13 @@ waiting on its timer, and that worker process's peak memory (VmHWM) and memory o
 With `--during-send MEMBERS` it measures lateness while the site is busy: a newsletter to MEMBERS
 members (bench/newsletter.py's seed, the simulator at `--latency-ms`, `--concurrency` batches in
 flight) sends on the same worker while `--posts` posts fall due at one instant, and then while one
-post falls due; beside them, in the same run, the same posts due on the idle worker.
+post falls due; beside them, in the same run, the same posts due on the idle worker. It prints each
+process family's CPU from the timers (or the send, if earlier) to the last publication. With
+`--ahead 120 --send-before 45` the posts' runs have started before the send, and the send is running
+when their timers fire, as for posts scheduled in advance; with `--ahead 70` (the send 12 s before)
+the runs start, fire and publish in the same minute as the idle phase's runs end.
 
-    .venv/bin/python bench/scheduling.py --during-send 100000 --posts 1000 --ahead 40
+    .venv/bin/python bench/scheduling.py --during-send 100000 --posts 1000 --ahead 120 --send-before 45
 """
 
 from __future__ import annotations
@@ -43,7 +47,7 @@ from bench.processes import cpu_seconds_by_family, peak_rss_mb, rss_mb  # noqa: 
 from bench.servers import bench_servers  # noqa: E402
 from pressroom import database  # noqa: E402
 from pressroom.settings import Settings, load_settings  # noqa: E402
-from worker import running_worker  # noqa: E402
+from worker import running_worker, tune_garbage_collection  # noqa: E402
 
 
 def percentile(values: list[float], share: float) -> float:
@@ -261,21 +265,32 @@ async def until(moment: datetime) -> None:
 
 async def due_during_send(pool, client, settings, args, prefix: str, n: int, email_id: str):
     """N posts due at one instant while email `email_id` sends, started `--send-before` s before it:
-    (lateness, send started and ended in seconds after the instant)."""
+    (lateness, send started and ended in seconds after the instant, its status, the instant, CPU line)."""
     from operations.newsletter import follow_newsletter, start_newsletter
 
     at = datetime.now(timezone.utc) + timedelta(seconds=args.ahead)
     scheduled = await schedule_posts(pool, client, settings, prefix, n, at)
     if datetime.now(timezone.utc) > at - timedelta(seconds=args.send_before):
         print(f"  (scheduling {n:,} posts took {scheduled:.1f} s, past the send's start: raise --ahead)", flush=True)
+    await until(at - timedelta(seconds=max(args.lead, args.send_before)))  # the timers' time or the send's
+    cpu_before, timers_due = cpu_seconds_by_family(), time.perf_counter()
     await until(at - timedelta(seconds=args.send_before))
     start = await start_newsletter(email_id, client=client, settings=settings)
     send_started = (datetime.now(timezone.utc) - at).total_seconds()
     followed = asyncio.create_task(follow_newsletter(start.workflow_id, client=client, poll_seconds=0.2))
     late = await lateness_of(pool, prefix, at)
+    cpu = cpu_line(cpu_seconds_by_family() - cpu_before, time.perf_counter() - timers_due)
     outcome = await followed
     send_ended = (datetime.now(timezone.utc) - at).total_seconds()
-    return late, send_started, send_ended, outcome.status, at
+    return late, send_started, send_ended, outcome.status, at, cpu
+
+
+def cpu_line(cpu, seconds: float) -> str:
+    """What each process family spent from the timers' time (or the send's start, if earlier) until
+    the last post was published."""
+    return (f"    CPU from the timers (or the send) until the last was published ({seconds:.1f} s): Temporal server "
+            f"{cpu['temporal']:.1f} s, PostgreSQL {cpu['postgres']:.1f} s, this process and the simulator "
+            f"{cpu['python']:.1f} s")
 
 
 SECOND_EMAIL = """
@@ -306,7 +321,10 @@ async def during_send(args: argparse.Namespace) -> None:
             if datetime.now(timezone.utc) > at - timedelta(seconds=args.lead):
                 print(f"  (scheduling {args.posts:,} posts took {scheduled:.1f} s, past their timers: raise --ahead)",
                       flush=True)
+            await until(at - timedelta(seconds=args.lead))
+            cpu_before, timers_due = cpu_seconds_by_family(), time.perf_counter()
             quiet = await lateness_of(pool, "quiet", at)
+            quiet_cpu = cpu_line(cpu_seconds_by_family() - cpu_before, time.perf_counter() - timers_due)
             busy = await due_during_send(pool, env.client, settings, args, "busy", args.posts, "e1")
             busy_phases = await phase_times(env.client, args.posts, busy[4], "busy")
             one = await due_during_send(pool, env.client, settings, args, "one", 1, "e2")
@@ -315,10 +333,12 @@ async def during_send(args: argparse.Namespace) -> None:
           f"(simulator latency {args.latency_ms:g} ms, concurrency {args.concurrency}, lead {args.lead:g} s, "
           f"heartbeat timeout {args.heartbeat:g} s, the send started {args.send_before:g} s before the instant)")
     print(lateness_line(f"{args.posts:,} due at one instant, idle worker:", quiet, args.posts))
-    for label, n, (late, started, ended, status, _) in ((f"{args.posts:,} due at one instant during the send:",
+    print(quiet_cpu)
+    for label, n, (late, started, ended, status, _, cpu) in ((f"{args.posts:,} due at one instant during the send:",
                                                          args.posts, busy), ("one due during the send:", 1, one)):
         print(lateness_line(label, late, n))
         print(f"    the send ({status}) ran from {started:+.1f} s to {ended:+.1f} s of the instant")
+        print(cpu)
         if n == args.posts:
             print_phases(busy_phases, args.lead)
 
@@ -342,5 +362,6 @@ if __name__ == "__main__":
     parser.add_argument("--latency-ms", type=float, default=200)
     parser.add_argument("--concurrency", type=int, default=10)
     arguments = parser.parse_args()
+    tune_garbage_collection()  # as the worker process does
     asyncio.run(during_send(arguments) if arguments.during_send else
                 waiting(arguments) if arguments.waiting else main(arguments))
