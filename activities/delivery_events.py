@@ -204,10 +204,13 @@ ON CONFLICT (email_recipient_id) DO UPDATE SET
 WHERE (f.severity = 'temporary' AND (EXCLUDED.severity = 'permanent' OR EXCLUDED.failed_at > f.failed_at))
    OR (f.severity = 'permanent' AND EXCLUDED.severity = 'permanent' AND EXCLUDED.failed_at < f.failed_at)"""
 
+# An unsubscribe or a failure from before the member was resubscribed is history, read again: it
+# leaves their subscriptions and their address alone.
 _UNSUBSCRIBE = """
 DELETE FROM members_newsletters mn
-USING analytics_matched m JOIN emails e ON e.id = m.email_id
-WHERE m.kind = 'unsubscribed' AND mn.member_id = m.member_id AND mn.newsletter_id = e.newsletter_id"""
+USING analytics_matched m JOIN emails e ON e.id = m.email_id JOIN members mem ON mem.id = m.member_id
+WHERE m.kind = 'unsubscribed' AND mn.member_id = m.member_id AND mn.newsletter_id = e.newsletter_id
+  AND (mem.resubscribed_at IS NULL OR m.at > mem.resubscribed_at)"""
 
 _COMPLAINTS = """
 INSERT INTO email_spam_complaint_events (member_id, email_id, email_address)
@@ -216,9 +219,10 @@ ON CONFLICT (email_id, member_id) DO NOTHING"""
 
 _SUPPRESS = """
 INSERT INTO suppressions (email, email_id, reason)
-SELECT address, email_id, CASE WHEN kind = 'complained' THEN 'spam' ELSE 'bounce' END
-FROM analytics_matched
-WHERE kind = 'complained' OR (kind = 'failed-permanent' AND code = ANY($1::int[]))
+SELECT m.address, m.email_id, CASE WHEN m.kind = 'complained' THEN 'spam' ELSE 'bounce' END
+FROM analytics_matched m JOIN members mem ON mem.id = m.member_id
+WHERE (m.kind = 'complained' OR (m.kind = 'failed-permanent' AND m.code = ANY($1::int[])))
+  AND (mem.resubscribed_at IS NULL OR m.at > mem.resubscribed_at)
 ON CONFLICT (email) DO NOTHING"""
 
 # An event set aside is kept once: seen again (a re-read page, a push and a poll), it is a no-op.

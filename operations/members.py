@@ -142,7 +142,8 @@ async def resubscribe_member(member_id: str, *, settings: Settings | None = None
 
     The provider first: the address is taken off each sending domain's suppression lists (Mailgun's
     bounces, unsubscribes and complaints; otherwise it keeps dropping their mail); then Pressroom's
-    own suppression is lifted and the address enabled, in one transaction. A refusal from the
+    own suppression is lifted and the address enabled, in one transaction, with the time: an event
+    from before it, read again later, no longer unsubscribes or suppresses them. A refusal from the
     provider writes nothing.
     Safe to repeat. Which newsletters they receive stays the site's to say (members_newsletters).
     """
@@ -168,5 +169,6 @@ async def resubscribe_member(member_id: str, *, settings: Settings | None = None
         await provider.aclose()
     async with database.connection(settings.require_database()) as conn, conn.transaction():
         lifted = await conn.fetchval("DELETE FROM suppressions WHERE email = $1 RETURNING reason", address)
-        await conn.execute("UPDATE members SET email_disabled = false, updated_at = now() WHERE id = $1", member_id)
+        await conn.execute("UPDATE members SET email_disabled = false, resubscribed_at = now(), updated_at = now() "
+                           "WHERE id = $1", member_id)
     return Resubscribed(member_id, removed, lifted)

@@ -259,3 +259,35 @@ async def test_a_send_a_delivery_and_a_recount_stay_on_their_pages(db, client, a
     assert await in_place("email_recipients", lambda conn: sender(conn)._record_submitted("e0-b0", "id-0")) > 0.95
     assert await in_place("email_recipients", lambda conn: _apply_events(conn, batch)) > 0.95
     assert await in_place("members", aggregate) > 0.95
+
+
+async def test_events_from_before_a_resubscribe_read_again_leave_the_member_subscribed(db, client,
+                                                                                       analytics_settings):
+    """`members resubscribe` lifts an unsubscribe, a complaint and a bounce. The same events read
+    again later (a window read again, a push of an event already polled) change nothing; newer ones
+    apply as before."""
+    from operations.members import resubscribe_member
+
+    async def subscribed() -> set[str]:
+        return {r[0] for r in await db.fetch("SELECT member_id FROM members_newsletters")}
+
+    async def suppressed() -> set[str]:
+        return {r[0] for r in await db.fetch("SELECT email FROM suppressions")}
+
+    await seed_newsletter(db, members=3, emails=1)
+    activities = activities_for(analytics_settings, db, client)
+    old = [event(0, "unsubscribed", T0), event(1, "complained", T0), failed(2, T0, "permanent", 550)]
+    await apply(activities, old)
+    assert await subscribed() == {"m1", "m2"} and await suppressed() == {address(1), address(2)}
+
+    await db.execute("INSERT INTO members_newsletters (member_id, newsletter_id) VALUES ('m0', 'nl1')")  # the site
+    for member in ("m0", "m1", "m2"):
+        await resubscribe_member(member, settings=analytics_settings)
+    assert await suppressed() == set()
+
+    await apply(activities, [{**item, "id": item["id"] + "-again"} for item in old])
+    assert await subscribed() == {"m0", "m1", "m2"} and await suppressed() == set()
+
+    later = await db.fetchval("SELECT extract(epoch FROM max(resubscribed_at))::float8 FROM members") + 1
+    await apply(activities, [event(0, "unsubscribed", later), event(1, "complained", later)])
+    assert await subscribed() == {"m1", "m2"} and await suppressed() == {address(1)}
