@@ -204,8 +204,8 @@ ON CONFLICT (email_recipient_id) DO UPDATE SET
 WHERE (f.severity = 'temporary' AND (EXCLUDED.severity = 'permanent' OR EXCLUDED.failed_at > f.failed_at))
    OR (f.severity = 'permanent' AND EXCLUDED.severity = 'permanent' AND EXCLUDED.failed_at < f.failed_at)"""
 
-# An unsubscribe or a failure from before the member was resubscribed is history, read again: it
-# leaves their subscriptions and their address alone.
+# An unsubscribe, complaint or bounce from before the member was resubscribed is history read
+# again: it leaves their subscriptions and their address alone.
 _UNSUBSCRIBE = """
 DELETE FROM members_newsletters mn
 USING analytics_matched m JOIN emails e ON e.id = m.email_id JOIN members mem ON mem.id = m.member_id
