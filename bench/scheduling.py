@@ -36,6 +36,8 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
+from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
@@ -77,14 +79,13 @@ async def main(args: argparse.Namespace) -> None:
             scheduling = time.perf_counter() - started
             waiting_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
             # From the moment the timers fire to the last publication: what each process spent.
-            await asyncio.sleep(max(0.0, (at - timedelta(seconds=args.lead) - datetime.now(timezone.utc)).total_seconds()))
-            cpu_before, window_started = cpu_seconds_by_family(), time.perf_counter()
+            await until(at - timedelta(seconds=args.lead))
+            mark = cpu_mark()
             while await pool.fetchval("SELECT count(*) FROM posts WHERE status = 'scheduled'"):
                 if datetime.now(timezone.utc) > at + timedelta(seconds=120):
                     break
                 await asyncio.sleep(0.1)
-            window = time.perf_counter() - window_started
-            cpu = cpu_seconds_by_family() - cpu_before
+            window, cpu = cpu_since(mark)
             phases = await phase_times(env.client, args.posts, at)
         rows = await pool.fetch("SELECT extract(epoch FROM publish_completed_at - published_at) * 1000 AS late "
                                 "FROM posts WHERE status = 'published'")
@@ -263,9 +264,18 @@ async def until(moment: datetime) -> None:
     await asyncio.sleep(max(0.0, (moment - datetime.now(timezone.utc)).total_seconds()))
 
 
-async def due_during_send(pool, client, settings, args, prefix: str, n: int, email_id: str):
-    """N posts due at one instant while email `email_id` sends, started `--send-before` s before it:
-    (lateness, send started and ended in seconds after the instant, its status, the instant, CPU line)."""
+@dataclass
+class DueDuringSend:
+    late: list[float]  # each post's lateness, ms
+    send_started: float  # seconds after the instant (negative: before it)
+    send_ended: float
+    send_status: str
+    at: datetime  # the instant
+    cpu: str  # cpu_line's
+
+
+async def due_during_send(pool, client, settings, args, prefix: str, n: int, email_id: str) -> DueDuringSend:
+    """N posts due at one instant while email `email_id` sends, started `--send-before` s before it."""
     from operations.newsletter import follow_newsletter, start_newsletter
 
     at = datetime.now(timezone.utc) + timedelta(seconds=args.ahead)
@@ -273,21 +283,32 @@ async def due_during_send(pool, client, settings, args, prefix: str, n: int, ema
     if datetime.now(timezone.utc) > at - timedelta(seconds=args.send_before):
         print(f"  (scheduling {n:,} posts took {scheduled:.1f} s, past the send's start: raise --ahead)", flush=True)
     await until(at - timedelta(seconds=max(args.lead, args.send_before)))  # the timers' time or the send's
-    cpu_before, timers_due = cpu_seconds_by_family(), time.perf_counter()
+    mark = cpu_mark()
     await until(at - timedelta(seconds=args.send_before))
     start = await start_newsletter(email_id, client=client, settings=settings)
     send_started = (datetime.now(timezone.utc) - at).total_seconds()
     followed = asyncio.create_task(follow_newsletter(start.workflow_id, client=client, poll_seconds=0.2))
     late = await lateness_of(pool, prefix, at)
-    cpu = cpu_line(cpu_seconds_by_family() - cpu_before, time.perf_counter() - timers_due)
+    cpu = cpu_line(mark)
     outcome = await followed
     send_ended = (datetime.now(timezone.utc) - at).total_seconds()
-    return late, send_started, send_ended, outcome.status, at, cpu
+    return DueDuringSend(late, send_started, send_ended, outcome.status, at, cpu)
 
 
-def cpu_line(cpu, seconds: float) -> str:
-    """What each process family spent from the timers' time (or the send's start, if earlier) until
-    the last post was published."""
+def cpu_mark() -> tuple[Counter[str], float]:
+    return cpu_seconds_by_family(), time.perf_counter()
+
+
+def cpu_since(mark: tuple[Counter[str], float]) -> tuple[float, Counter[str]]:
+    """Seconds since `mark`, and the CPU each process family spent in them."""
+    cpu, started = mark
+    return time.perf_counter() - started, cpu_seconds_by_family() - cpu
+
+
+def cpu_line(mark: tuple[Counter[str], float]) -> str:
+    """What each process family spent since `mark` (the timers' time, or the send's start if earlier)
+    until the last post was published."""
+    seconds, cpu = cpu_since(mark)
     return (f"    CPU from the timers (or the send) until the last was published ({seconds:.1f} s): Temporal server "
             f"{cpu['temporal']:.1f} s, PostgreSQL {cpu['postgres']:.1f} s, this process and the simulator "
             f"{cpu['python']:.1f} s")
@@ -322,11 +343,11 @@ async def during_send(args: argparse.Namespace) -> None:
                 print(f"  (scheduling {args.posts:,} posts took {scheduled:.1f} s, past their timers: raise --ahead)",
                       flush=True)
             await until(at - timedelta(seconds=args.lead))
-            cpu_before, timers_due = cpu_seconds_by_family(), time.perf_counter()
+            mark = cpu_mark()
             quiet = await lateness_of(pool, "quiet", at)
-            quiet_cpu = cpu_line(cpu_seconds_by_family() - cpu_before, time.perf_counter() - timers_due)
+            quiet_cpu = cpu_line(mark)
             busy = await due_during_send(pool, env.client, settings, args, "busy", args.posts, "e1")
-            busy_phases = await phase_times(env.client, args.posts, busy[4], "busy")
+            busy_phases = await phase_times(env.client, args.posts, busy.at, "busy")
             one = await due_during_send(pool, env.client, settings, args, "one", 1, "e2")
         await pool.close()
     print(f"posts due while a newsletter to {args.during_send:,} members sends on the same worker "
@@ -334,11 +355,12 @@ async def during_send(args: argparse.Namespace) -> None:
           f"heartbeat timeout {args.heartbeat:g} s, the send started {args.send_before:g} s before the instant)")
     print(lateness_line(f"{args.posts:,} due at one instant, idle worker:", quiet, args.posts))
     print(quiet_cpu)
-    for label, n, (late, started, ended, status, _, cpu) in ((f"{args.posts:,} due at one instant during the send:",
-                                                         args.posts, busy), ("one due during the send:", 1, one)):
-        print(lateness_line(label, late, n))
-        print(f"    the send ({status}) ran from {started:+.1f} s to {ended:+.1f} s of the instant")
-        print(cpu)
+    for label, n, due in ((f"{args.posts:,} due at one instant during the send:", args.posts, busy),
+                          ("one due during the send:", 1, one)):
+        print(lateness_line(label, due.late, n))
+        print(f"    the send ({due.send_status}) ran from {due.send_started:+.1f} s to {due.send_ended:+.1f} s "
+              "of the instant")
+        print(due.cpu)
         if n == args.posts:
             print_phases(busy_phases, args.lead)
 
