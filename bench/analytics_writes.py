@@ -12,8 +12,9 @@ PostgreSQL server's CPU and the WAL it wrote:
 - the raw baseline of bench/analytics.py: the same first-wins updates as one statement.
 
     .venv/bin/python bench/analytics_writes.py --recipients 100000 [--members-fillfactor N] [--recipients-fillfactor N]
+        [--without-index NAME ...]
 
-The tables' fillfactors are the schema's unless given.
+The tables' fillfactors and indexes are the schema's unless given.
 """
 
 from __future__ import annotations
@@ -61,7 +62,7 @@ async def measure(pool: asyncpg.Pool, name: str, work: Callable[[], Awaitable[ob
     return cpu
 
 
-async def main(recipients: int, fillfactors: dict[str, int | None]) -> None:
+async def main(recipients: int, fillfactors: dict[str, int | None], without: list[str]) -> None:
     folder = Path(tempfile.mkdtemp(prefix="pressroom-bench-"))
     postgres = Postgres(folder / "postgres", free_port())
     postgres.start(durable=False)
@@ -71,6 +72,8 @@ async def main(recipients: int, fillfactors: dict[str, int | None]) -> None:
         for table, fillfactor in fillfactors.items():
             if fillfactor is not None:
                 await pool.execute(f"ALTER TABLE {table} SET (fillfactor = {fillfactor})")
+        for index in without:
+            await pool.execute(f'DROP INDEX "{index}"')
         shown = await pool.fetch(
             "SELECT relname, coalesce((SELECT option_value FROM pg_options_to_table(reloptions) "
             "WHERE option_name = 'fillfactor'), '100') AS fillfactor FROM pg_class "
@@ -93,7 +96,8 @@ async def main(recipients: int, fillfactors: dict[str, int | None]) -> None:
                 await aggregate(conn)
 
         print(f"{recipients:,} recipients, a delivered and an opened event each, pages of {PAGE_EVENTS:,} events, "
-              "fillfactor " + ", ".join(f"{row['relname']} {row['fillfactor']}" for row in shown))
+              "fillfactor " + ", ".join(f"{row['relname']} {row['fillfactor']}" for row in shown)
+              + (f", without {', '.join(without)}" if without else ""))
         print(" two phases (opened pages, then delivered pages):")
         two = await measure(pool, "opened pages", lambda: pages([("opened", 4)]))
         two += await measure(pool, "delivered pages", lambda: pages([("delivered", 0)]))
@@ -117,6 +121,9 @@ if __name__ == "__main__":
     parser.add_argument("--recipients", type=int, default=100_000)
     for table in ("members", "recipients"):
         parser.add_argument(f"--{table}-fillfactor", type=int, choices=range(10, 101), metavar="10-100")
+    parser.add_argument("--without-index", action="append", default=[], metavar="NAME",
+                        help="drop this index first, to see what keeping it costs the writes")
     arguments = parser.parse_args()
     asyncio.run(main(arguments.recipients, {"members": arguments.members_fillfactor,
-                                            "email_recipients": arguments.recipients_fillfactor}))
+                                            "email_recipients": arguments.recipients_fillfactor},
+                     arguments.without_index))

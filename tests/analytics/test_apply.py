@@ -227,19 +227,22 @@ async def test_a_recount_that_finds_a_members_figures_unchanged_does_not_rewrite
     assert await db.fetchval("SELECT email_opened_count FROM members WHERE id = 'm0'") == 1
 
 
-async def test_a_send_a_delivery_and_a_recount_stay_on_their_pages(db, client, analytics_settings):
-    """A recipient row updated by its send (processed_at) or by a delivery, and a member row by the
-    recount, stay on their page (a HOT update: no row version moves, no index is written): the
-    tables leave room for it (schema 0021), and no index covers those columns. A new version is a
-    few bytes longer than the old (a time where there was none), so a page's last row may move."""
+async def test_a_send_a_delivery_an_open_and_a_recount_stay_on_their_pages(db, client, analytics_settings):
+    """A recipient row updated by its send (processed_at), by a delivery or by an open, and a member
+    row by the recount, stay on their page (a HOT update: no row version moves, no index is
+    written): the tables leave room for it (schema 0021), and no index covers those columns (schema
+    0023; with opened_at indexed, no open stayed). A new version is a few bytes longer than the old
+    (a time where there was none), so a page's last rows may move: the open, the second update of
+    those rows, keeps about 88% of them in place, the others about 97%."""
     from types import SimpleNamespace
 
     from activities.delivery_events import _apply_events, aggregate
     from activities.newsletter.send import BatchSendActivities
 
     await seed_newsletter(db, members=300, emails=2)
-    batch = EventBatch()
-    batch.add([event(n, "delivered", T0 + n, email_id="e1") for n in range(300)], parse_event)
+    delivered, opened = EventBatch(), EventBatch()
+    delivered.add([event(n, "delivered", T0 + n, email_id="e1") for n in range(300)], parse_event)
+    opened.add([event(n, "opened", T0 + n + 5, email_id="e1") for n in range(300)], parse_event)
 
     async def in_place(table: str, step) -> float:
         """The share of `table`'s rows updated by `step`, in one transaction, that stayed on their page."""
@@ -257,7 +260,8 @@ async def test_a_send_a_delivery_and_a_recount_stay_on_their_pages(db, client, a
         return BatchSendActivities(SimpleNamespace(pool=conn, provider=None, settings=analytics_settings))
 
     assert await in_place("email_recipients", lambda conn: sender(conn)._record_submitted("e0-b0", "id-0")) > 0.95
-    assert await in_place("email_recipients", lambda conn: _apply_events(conn, batch)) > 0.95
+    assert await in_place("email_recipients", lambda conn: _apply_events(conn, delivered)) > 0.95
+    assert await in_place("email_recipients", lambda conn: _apply_events(conn, opened)) > 0.8
     assert await in_place("members", aggregate) > 0.95
 
 
