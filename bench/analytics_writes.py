@@ -72,6 +72,12 @@ async def main(recipients: int, fillfactors: dict[str, int | None], without: lis
         for table, fillfactor in fillfactors.items():
             if fillfactor is not None:
                 await pool.execute(f"ALTER TABLE {table} SET (fillfactor = {fillfactor})")
+        known = {row[0] for row in await pool.fetch(
+            "SELECT indexname FROM pg_indexes WHERE tablename IN ('email_recipients', 'members')")}
+        if unknown := sorted(set(without) - known):
+            await pool.close()
+            raise SystemExit(f"--without-index: {', '.join(unknown)} is not an index of email_recipients or members "
+                             f"({', '.join(sorted(known))})")
         for index in without:
             await pool.execute(f'DROP INDEX "{index}"')
         shown = await pool.fetch(
