@@ -160,9 +160,11 @@ SELECT CASE WHEN (SELECT count(*) FROM changed) = (SELECT count(*) FROM grouped)
 _MATCHED_TABLE = """
 CREATE TEMP TABLE IF NOT EXISTS analytics_matched (
     event_id text, kind text, severity text, at timestamptz, email_id text, recipient_id text,
-    member_id text, address text, code integer, enhanced_code text, message text
+    member_id text, address text, code integer, enhanced_code text, message text, before_resubscribe boolean
 ) ON COMMIT DELETE ROWS"""
 
+# An unsubscribe, complaint or bounce from before the member was resubscribed is history read
+# again (`before_resubscribe`): it is recorded, and leaves their subscriptions and address alone.
 _MATCH = """
 WITH ev AS (
     SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::float8[], $5::text[], $6::text[],
@@ -174,8 +176,9 @@ WITH ev AS (
 )
 INSERT INTO analytics_matched
 SELECT r.event_id, r.kind, r.severity, to_timestamp(r.ts), er.email_id, er.id, er.member_id, r.address,
-       r.code, r.enhanced_code, r.message
-FROM resolved r JOIN email_recipients er ON er.email_id = r.resolved_email_id AND er.member_email = r.address"""
+       r.code, r.enhanced_code, r.message, (to_timestamp(r.ts) <= m.resubscribed_at) IS TRUE
+FROM resolved r JOIN email_recipients er ON er.email_id = r.resolved_email_id AND er.member_email = r.address
+LEFT JOIN members m ON m.id = er.member_id"""
 
 # One failure row per recipient of an email, as Ghost keeps it: a later temporary failure replaces
 # a temporary one, a permanent one replaces a temporary one, only an earlier permanent one replaces
@@ -204,13 +207,11 @@ ON CONFLICT (email_recipient_id) DO UPDATE SET
 WHERE (f.severity = 'temporary' AND (EXCLUDED.severity = 'permanent' OR EXCLUDED.failed_at > f.failed_at))
    OR (f.severity = 'permanent' AND EXCLUDED.severity = 'permanent' AND EXCLUDED.failed_at < f.failed_at)"""
 
-# An unsubscribe, complaint or bounce from before the member was resubscribed is history read
-# again: it leaves their subscriptions and their address alone.
 _UNSUBSCRIBE = """
 DELETE FROM members_newsletters mn
-USING analytics_matched m JOIN emails e ON e.id = m.email_id JOIN members mem ON mem.id = m.member_id
-WHERE m.kind = 'unsubscribed' AND mn.member_id = m.member_id AND mn.newsletter_id = e.newsletter_id
-  AND (mem.resubscribed_at IS NULL OR m.at > mem.resubscribed_at)"""
+USING analytics_matched m JOIN emails e ON e.id = m.email_id
+WHERE m.kind = 'unsubscribed' AND NOT m.before_resubscribe
+  AND mn.member_id = m.member_id AND mn.newsletter_id = e.newsletter_id"""
 
 _COMPLAINTS = """
 INSERT INTO email_spam_complaint_events (member_id, email_id, email_address)
@@ -219,10 +220,9 @@ ON CONFLICT (email_id, member_id) DO NOTHING"""
 
 _SUPPRESS = """
 INSERT INTO suppressions (email, email_id, reason)
-SELECT m.address, m.email_id, CASE WHEN m.kind = 'complained' THEN 'spam' ELSE 'bounce' END
-FROM analytics_matched m JOIN members mem ON mem.id = m.member_id
-WHERE (m.kind = 'complained' OR (m.kind = 'failed-permanent' AND m.code = ANY($1::int[])))
-  AND (mem.resubscribed_at IS NULL OR m.at > mem.resubscribed_at)
+SELECT address, email_id, CASE WHEN kind = 'complained' THEN 'spam' ELSE 'bounce' END
+FROM analytics_matched
+WHERE (kind = 'complained' OR (kind = 'failed-permanent' AND code = ANY($1::int[]))) AND NOT before_resubscribe
 ON CONFLICT (email) DO NOTHING"""
 
 # An event set aside is kept once: seen again (a re-read page, a push and a poll), it is a no-op.

@@ -231,9 +231,9 @@ async def test_a_send_a_delivery_an_open_and_a_recount_stay_on_their_pages(db, c
     """A recipient row updated by its send (processed_at), by a delivery or by an open, and a member
     row by the recount, stay on their page (a HOT update: no row version moves, no index is
     written): the tables leave room for it (schema 0021), and no index covers those columns (schema
-    0023: an index on opened_at would move every open). A new version is a few bytes longer than the old
-    (a time where there was none), so a page's last rows may move: the open, the second update of
-    those rows, keeps about 88% of them in place, the others about 97%."""
+    0023: an index on opened_at would move every open). A new version is a few bytes longer than
+    the old (a time where there was none), so a page's last rows may move: the open, the second
+    update of those rows, keeps about 88% of them in place, the others about 97%."""
     from types import SimpleNamespace
 
     from activities.delivery_events import _apply_events, aggregate
