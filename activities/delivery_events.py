@@ -212,7 +212,7 @@ WHERE (f.severity = 'temporary' AND (EXCLUDED.severity = 'permanent' OR EXCLUDED
 # are removed and each removal recorded with its source, time and email. A subscription already gone
 # records nothing, so a repeat changes nothing. Answers the subscriptions removed.
 _LEAVE = """
-WITH leaving AS ({leaving}), removed AS (
+WITH {before}leaving AS ({leaving}), removed AS (
     DELETE FROM members_newsletters mn USING leaving l
     WHERE mn.member_id = l.member_id AND (l.newsletter_id IS NULL OR mn.newsletter_id = l.newsletter_id)
     RETURNING mn.member_id, mn.newsletter_id
@@ -224,10 +224,11 @@ WITH leaving AS ({leaving}), removed AS (
     ORDER BY r.member_id, r.newsletter_id, l.at
     RETURNING 1
 )
-SELECT count(*) FROM recorded"""
+{answer}"""
+_REMOVED = "SELECT count(*) FROM recorded"
 
 # The provider's unsubscribe events: the email's newsletter (an email without one leaves nothing).
-_UNSUBSCRIBE = _LEAVE.format(leaving="""
+_UNSUBSCRIBE = _LEAVE.format(before="", answer=_REMOVED, leaving="""
     SELECT m.member_id, e.newsletter_id, 'provider'::text AS source, m.email_id, m.at
     FROM analytics_matched m JOIN emails e ON e.id = m.email_id
     WHERE m.kind = 'unsubscribed' AND NOT m.before_resubscribe AND m.member_id IS NOT NULL
@@ -235,10 +236,33 @@ _UNSUBSCRIBE = _LEAVE.format(leaving="""
 
 # One member's leaving (a link, an operator): the email is kept only when they received it, so a
 # link's unsigned `email` parameter cannot count a leaving against another email.
-_LEAVE_ONE = _LEAVE.format(leaving="""
+_LEAVE_ONE = _LEAVE.format(before="", answer=_REMOVED, leaving="""
     SELECT $1::text AS member_id, $2::text AS newsletter_id, $3::text AS source,
            (SELECT er.email_id FROM email_recipients er WHERE er.email_id = $4 AND er.member_id = $1 LIMIT 1)
                AS email_id, now() AS at""")
+
+
+# A member's link: the member and the newsletter found by their uuids and the member left, in one
+# statement (one round trip per click). $3: every newsletter. No row: no such member; a row without
+# newsletter_id while one was named: no such newsletter (and nothing left).
+_LEAVE_BY_LINK = _LEAVE.format(
+    before="""target AS (
+    SELECT m.id AS member_id, m.email, n.id AS newsletter_id, n.name AS newsletter_name
+    FROM members m LEFT JOIN newsletters n ON n.uuid = $2::uuid WHERE m.uuid = $1::uuid
+), """,
+    leaving="""
+    SELECT t.member_id, CASE WHEN $3 THEN NULL ELSE t.newsletter_id END AS newsletter_id, 'link'::text AS source,
+           (SELECT er.email_id FROM email_recipients er WHERE er.email_id = $4 AND er.member_id = t.member_id
+            LIMIT 1) AS email_id, now() AS at
+    FROM target t WHERE $2::uuid IS NULL OR t.newsletter_id IS NOT NULL""",
+    answer="SELECT t.*, (SELECT count(*) FROM recorded) AS removed FROM target t")
+
+
+async def leave_by_link(pool_or_conn, member_uuid: str, newsletter_uuid: str | None, every: bool,
+                        email_id: str | None) -> asyncpg.Record | None:
+    """The link's member leaves (as `leave` does, recorded as `link`): (member_id, email,
+    newsletter_id, newsletter_name, removed), or None when no member has that uuid."""
+    return await pool_or_conn.fetchrow(_LEAVE_BY_LINK, member_uuid, newsletter_uuid, every, email_id)
 
 
 async def leave(conn: asyncpg.Connection, member_id: str, newsletter_id: str | None, source: str,

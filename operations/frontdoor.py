@@ -169,7 +169,7 @@ class Unsubscribe:
 
     async def leave(self, request: web.Request) -> web.Response:
         """RFC 8058's one-click POST, or the page's button: the member leaves; 200 again on a repeat."""
-        from activities.delivery_events import leave
+        from activities.delivery_events import leave_by_link
         from operations.deadlines import BodyTooLarge, BodyTooSlow, read_body
 
         with _span("POST") as span:
@@ -180,12 +180,13 @@ class Unsubscribe:
                 except (BodyTooLarge, BodyTooSlow) as error:
                     raise NotAValidLink("body too large" if isinstance(error, BodyTooLarge) else "body too slow") \
                         from None
-                scope = _scope(body)
-                async with self.pool.acquire() as conn, conn.transaction():
-                    row = await self._member(conn, link)
-                    every = scope == "all" or link.newsletter_uuid is None
-                    removed = await leave(conn, row["id"], None if every else row["newsletter_id"], "link",
-                                          link.email_id)
+                every = _scope(body) == "all" or link.newsletter_uuid is None
+                row = await leave_by_link(self.pool, link.member_uuid, link.newsletter_uuid, every, link.email_id)
+                if row is None:
+                    raise NotAValidLink("member unknown")
+                if link.newsletter_uuid is not None and row["newsletter_id"] is None:
+                    raise NotAValidLink("newsletter unknown")  # and nothing was left
+                removed = row["removed"]
             except NotAValidLink as refusal:
                 span.set_attribute("http.response.status_code", 404)
                 return self._refused(str(refusal))
