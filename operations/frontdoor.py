@@ -102,7 +102,23 @@ class Unsubscribe:
     def routes(self) -> list:
         from aiohttp import web
 
-        return [web.get(UNSUBSCRIBE_PATH, self.page), web.post(UNSUBSCRIBE_PATH, self.leave)]
+        return [web.get(UNSUBSCRIBE_PATH, self._unavailable_as_503(self.page)),
+                web.post(UNSUBSCRIBE_PATH, self._unavailable_as_503(self.leave))]
+
+    def _unavailable_as_503(self, handler):
+        """A database that cannot answer now is "try again" (503), never a refusal of the link."""
+        async def answer(request: web.Request) -> web.Response:
+            try:
+                return await handler(request)
+            except Exception as error:
+                if not isinstance(error, (OSError, asyncio.TimeoutError)) \
+                        and not type(error).__module__.startswith("asyncpg"):
+                    raise
+                self.requests.with_additional_attributes({"outcome": "unavailable"}).add(1)
+                log.error("unsubscribe link not handled (503): %s", type(error).__name__)
+                return _page("Try again", "<p>This cannot be done right now. Please try again in a few "
+                                          "minutes.</p>", status=503)
+        return answer
 
     def _link(self, request: web.Request) -> Link:
         """The link's member, checked by its key in constant time; NotAValidLink otherwise."""

@@ -138,3 +138,13 @@ async def test_health(front_door):
     async with httpx.AsyncClient() as http:
         response = await http.get(f"{front_door.base}/healthz")
     assert (response.status_code, response.text) == (200, "ok")
+
+
+async def test_a_database_that_cannot_answer_is_503_not_a_refusal(db, site, front_door):
+    await front_door.door.pool.close()
+    async with httpx.AsyncClient() as http:
+        url = link(front_door.base, site.members["m1"], newsletter=site.newsletter_uuid)
+        assert (await http.post(url, **ONE_CLICK)).status_code == 503
+        assert (await http.get(url)).status_code == 503
+        assert (await http.get(f"{front_door.base}/healthz")).status_code == 503
+    assert await db.fetchval("SELECT count(*) FROM members_subscribe_events") == 0
