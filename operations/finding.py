@@ -23,7 +23,7 @@ MEMBER_STATES = ("free", "paid", "comped")
 OUTBOX_STATES = ("pending", "sending", "succeeded", "failed", "aborted", "completed")
 
 _EMAILS = """
-SELECT e.id AS email_id, e.post_id, e.newsletter_id, n.slug AS newsletter, e.subject, e.status,
+SELECT e.id AS email_id, e.post_id, e.newsletter_id, n.slug AS newsletter, e.subject, e.status, e.error,
        e.email_count AS recipients, e.delivered_count AS delivered, e.opened_count AS opened,
        e.failed_count AS failed, e.created_at, e.submitted_at
 FROM emails e LEFT JOIN newsletters n ON n.id = e.newsletter_id
