@@ -75,3 +75,16 @@ async def test_the_report_counts_those_outside_a_label_filter(dev_env, settings,
     assert report["recipients"] == 3 and report["left_out"]["not-in-filter"] == 3  # m1 (vip), m3 and m6 (paid)
     code, out, err = await cli("newsletter", "report", seeded.email_id, env=env)
     assert code == 0 and "filter label:vip,status:paid" in out and "not in the email's filter" in out, err
+
+
+async def test_the_demo_site_has_labels_and_tiers_to_filter_by(db):
+    from operations.demo_site import seed_site
+
+    for run_tag in ("one", "two"):  # safe to seed again: nothing given twice
+        await seed_site(db, members=100, run_tag=run_tag)
+    given = {r["slug"]: r["n"] for r in await db.fetch(
+        "SELECT l.slug, count(*) AS n FROM members_labels ml JOIN labels l ON l.id = ml.label_id GROUP BY 1")}
+    assert given == {"press": 4, "beta": 14}  # readers 25, 50, 75, 100; and the multiples of 7
+    tiers = {r["slug"]: r["n"] for r in await db.fetch(
+        "SELECT p.slug, count(*) AS n FROM members_products mp JOIN products p ON p.id = mp.product_id GROUP BY 1")}
+    assert tiers == {"supporter": 10, "patron": 5}
