@@ -55,13 +55,15 @@ GROUP BY 1, 2, 3, 4 ORDER BY n DESC, severity, code LIMIT $2"""
 _COMPLAINTS = "SELECT count(*) FROM email_spam_complaint_events WHERE email_id = $1"
 
 # Why a member who existed when the email was made is not among its recipients: the first reason
-# that applies, in the order the send's audience query excludes them. Members as they are now.
+# that applies, in the order the send's audience query excludes them. Members as they are now. $4 is
+# the filter's values (named even when the filter reads none, so that its type is known).
 LEFT_OUT_REASONS = ("suppressed-bounce", "suppressed-complaint", "disabled", "not-subscribed", "not-in-filter",
                     "unusable-address", "other")
 _LEFT_OUT_REASON = """
 CASE WHEN s.reason = 'bounce' THEN 'suppressed-bounce' WHEN s.reason = 'spam' THEN 'suppressed-complaint'
      WHEN m.email_disabled THEN 'disabled' WHEN mn.id IS NULL THEN 'not-subscribed'
-     WHEN $4::text[] IS NOT NULL AND NOT (/* the recipient filter */ TRUE) THEN 'not-in-filter' WHEN x.member_id IS NOT NULL THEN 'unusable-address'
+     WHEN $4::text[] IS NOT NULL AND NOT (/* the recipient filter */ TRUE) THEN 'not-in-filter'
+     WHEN x.member_id IS NOT NULL THEN 'unusable-address'
      ELSE 'other' END"""
 _LEFT_OUT_FROM = """
 FROM members m

@@ -18,8 +18,8 @@ from activities.newsletter.models import BatchCounts, CreateBatchesInput
 from activities.sending_limits import batch_sizes, warmup_limit
 from pressroom.dependencies import Dependencies
 from pressroom.email_rendering import FREE, FREE_OF_TIER, NOT_FREE, NOT_FREE_OF_TIER, segments_of
-from pressroom.recipient_filter import FilterError
 from pressroom.inputs import PLAIN_ADDRESS, PLAIN_DOMAIN_LENGTH, SPECIAL_USE_DOMAINS, recipient_problem
+from pressroom.recipient_filter import FilterError
 
 SKIPPED_SHOWN = 20  # members named in the log line of an email's left-out members; the rest are counted
 # The email's count becomes the recipients written ($2); the site's own count is kept when they
