@@ -146,8 +146,8 @@ async def main(members: int, plan_members: int, repeat: int) -> None:
                 for email_id, recipient_filter in (("e-plain", PLAIN), ("e-filter", FILTER)):
                     best, median, n = await timed(pool, activities, email_id, chunked, repeat)
                     print(f"  {'chunked' if chunked else 'one statement':<14} {recipient_filter:<38} "
-                          f"{n:>8,} recipients  best {best * 1000:8.1f} ms  median {median * 1000:8.1f} ms",
-                          flush=True)
+                          f"{n:>8,} recipients  best {best * 1000:8.1f} ms  median {median * 1000:8.1f} ms  "
+                          f"({best * 1e6 / max(n, 1):6.1f} ms per 1,000 recipients, best)", flush=True)
             await forget(pool, "e-filter")
             if plan_members > members:
                 print(f"growing the site to {plan_members:,} members", flush=True)
