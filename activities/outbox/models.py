@@ -70,7 +70,7 @@ class EntryInput(BaseModel):
 
 class EntryResult(BaseModel):
     result: dict[str, Any]
-    already_succeeded: bool = False  # the ledger had it (W-105, README "The outbox"): nothing was handled
+    already_succeeded: bool = False  # the ledger had it (W-105, docs/operating.md "The outbox"): nothing was handled
     # Set when an uncertain send is not in the provider's events yet: nothing was sent; handle again then.
     confirm_in_seconds: float | None = None
     completed: bool = False  # the ledger line and the entry's state are written (EntryInput.complete)
