@@ -223,6 +223,13 @@ async def test_a_post_for_one_tier_reaches_its_members_whole_and_nobody_else(db,
         assert set(row["members"]) <= of_tier if row["member_segment"].endswith("+tiers") \
             else not set(row["members"]) & of_tier, row["member_segment"]
 
+    from operations.reports import newsletter_report
+
+    report = await newsletter_report(seeded.email_id, settings=settings)
+    assert {s["segment"]: s["recipients"] for s in report["segments"]} == {
+        name: sum(1 for n in audience if (n in gold) == of_post and (seeded.status[n] == "free") == free)
+        for name, of_post, free in (("free", False, True), ("paid", False, False), ("paid-tiers", True, False))}
+
 
 async def test_preview_shows_each_member_what_their_tiers_give_them(db, newsletter_settings):
     from operations.newsletter import preview_email
