@@ -108,6 +108,11 @@ def members_show(member: str = typer.Argument(..., metavar="ID|ADDRESS", help="T
     other = [n["slug"] for n in p["subscriptions"] if not n["subscribed"]]
     console.print(f"subscribed to: {', '.join(subscribed) or 'no newsletter'}"
                   + (f"; not to: {', '.join(other)}" if other else ""), highlight=False)
+    for n in p["subscriptions"]:
+        if n["left_at"] is not None:
+            console.print(f"left {n['slug']} {when(n['left_at'])} by {LEFT_BY[n['left_by']]}"
+                          + (f" (email {n['left_through_email']})" if n["left_through_email"] else ""),
+                          highlight=False)
     for entry in p["outbox"]:
         console.print(f"outbox {entry['outbox_id']}: {entry['event_type']} {entry['status']} "
                       f"({plural(entry['attempts'], 'attempt')}"
@@ -125,3 +130,25 @@ def members_show(member: str = typer.Argument(..., metavar="ID|ADDRESS", help="T
         outcome = e["outcome"] + (f": {e['failure_code']} {e['failure_message']}" if e["failure"] else "")
         rows.append([e["email_id"], e["subject"], when(e["created_at"]), outcome, when(moment)])
     print_rows(rows)
+
+
+LEFT_BY = {"link": "their unsubscribe link", "provider": "the provider's unsubscribe event", "operator": "an operator"}
+
+
+@app.command("unsubscribe")
+def members_unsubscribe(member: str = typer.Argument(..., metavar="ID|ADDRESS", help="The member's id or address."),
+                        newsletter: str = typer.Option(None, "--newsletter", metavar="ID|SLUG",
+                                                       help="Only this newsletter (default: every newsletter)."),
+                        as_json: bool = JSON_OPTION) -> None:
+    """Unsubscribe a member the way their own link does (recorded as an operator's); safe to repeat."""
+    from dataclasses import asdict
+
+    from operations.members import unsubscribe_member
+
+    done = run_async(unsubscribe_member(member, newsletter))
+    if as_json:
+        return print_json(asdict(done))
+    what = f"newsletter {done.newsletter_id}" if done.newsletter_id else "every newsletter"
+    console.print(f"member {done.member_id} unsubscribed from {what}: "
+                  + (f"{plural(done.removed, 'subscription')} removed" if done.removed else "already not subscribed"),
+                  highlight=False)

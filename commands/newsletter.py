@@ -211,7 +211,9 @@ def print_report(r: dict) -> None:
         console.print(f"why: {r['error']}", highlight=False, markup=False)
     notes = {"sent": "accepted by Mailgun",
              "failed": f"permanent {r['failed_permanent']:,}, temporary {r['failed_temporary']:,}",
-             "unsubscribed": "no longer subscribed to the newsletter"}
+             "unsubscribed": "no longer subscribed to the newsletter; through this email: "
+                             f"{r['unsubscribed_through_email']['link']:,} by its link, "
+                             f"{r['unsubscribed_through_email']['provider']:,} by the provider"}
     rows = [["", "members", "rate", ""], ["recipients", f"{r['recipients']:,}", "", ""],
             ["sent", f"{r['sent']:,}", "", notes["sent"]]]
     for key in ("delivered", "opened", "failed", "unsubscribed", "complained"):

@@ -98,9 +98,14 @@ LEFT JOIN email_spam_complaint_events c ON c.email_id = er.email_id AND c.member
 WHERE er.member_id = $1
 ORDER BY e.created_at DESC, e.id DESC LIMIT $2"""
 
+# With, for a newsletter they left, when, how (link, provider, operator) and through which email.
 _MEMBER_SUBSCRIPTIONS = """
-SELECT n.id AS newsletter_id, n.slug, n.name, n.status, mn.id IS NOT NULL AS subscribed
+SELECT n.id AS newsletter_id, n.slug, n.name, n.status, mn.id IS NOT NULL AS subscribed,
+       l.created_at AS left_at, l.source AS left_by, l.email_id AS left_through_email
 FROM newsletters n LEFT JOIN members_newsletters mn ON mn.newsletter_id = n.id AND mn.member_id = $1
+LEFT JOIN LATERAL (SELECT e.created_at, e.source, e.email_id FROM members_subscribe_events e
+                   WHERE e.member_id = $1 AND e.newsletter_id = n.id AND NOT e.subscribed
+                   ORDER BY e.created_at DESC LIMIT 1) l ON mn.id IS NULL
 ORDER BY n.created_at, n.id"""
 
 _MEMBER_OUTBOX = """
@@ -217,3 +222,43 @@ async def resubscribe_member(member_id: str, *, settings: Settings | None = None
         await conn.execute("UPDATE members SET email_disabled = false, resubscribed_at = now(), updated_at = now() "
                            "WHERE id = $1", member_id)
     return Resubscribed(member_id, removed, lifted)
+
+
+@dataclass(frozen=True)
+class Unsubscribed:
+    member_id: str
+    newsletter_id: str | None  # None: every newsletter
+    removed: int  # subscriptions removed now (0: they had already left)
+
+
+@tracing.traced("pressroom members unsubscribe")
+async def unsubscribe_member(member: str, newsletter: str | None = None, *,
+                             settings: Settings | None = None) -> Unsubscribed:
+    """Unsubscribe a member (by id or address) from a newsletter (by id or slug), or from every one:
+    the path a member's link and a provider's unsubscribe event take, recorded as the operator's.
+    Safe to repeat."""
+    from activities.delivery_events import leave
+    from pressroom import database
+    from pressroom.errors import NotFound
+    from pressroom.inputs import entity_id
+
+    by_address = "@" in member
+    if not by_address:
+        entity_id(member, "member")
+    if newsletter is not None:
+        entity_id(newsletter, "newsletter")
+    settings = settings or get_settings()
+    async with database.connection(settings.require_database()) as conn, conn.transaction():
+        member_id = await conn.fetchval("SELECT id FROM members WHERE " + (
+            "lower(email) = lower($1)" if by_address else "id = $1"), member.strip())
+        if member_id is None:
+            raise NotFound("no member has that address" if by_address else f"member {member} does not exist")
+        tracing.annotate(member_id=member_id)
+        newsletter_id = None
+        if newsletter is not None:
+            newsletter_id = await conn.fetchval("SELECT id FROM newsletters WHERE id = $1 OR slug = $1 "
+                                                "ORDER BY id = $1 DESC LIMIT 1", newsletter)
+            if newsletter_id is None:
+                raise NotFound(f"newsletter {newsletter} does not exist")
+        removed = await leave(conn, member_id, newsletter_id, "operator")
+    return Unsubscribed(member_id, newsletter_id, removed)

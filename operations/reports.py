@@ -27,6 +27,11 @@ SELECT count(*) FROM email_recipients er
 WHERE er.email_id = $1
   AND NOT EXISTS (SELECT 1 FROM members_newsletters mn WHERE mn.newsletter_id = $2 AND mn.member_id = er.member_id)"""
 
+# Who left the newsletter through this email (its link, or the provider's unsubscribe event for it), by source.
+_LEFT_THROUGH = """
+SELECT source, count(DISTINCT member_id) AS n FROM members_subscribe_events
+WHERE email_id = $1 AND NOT subscribed GROUP BY source"""
+
 _SEGMENTED = "SELECT EXISTS (SELECT 1 FROM email_batches WHERE email_id = $1 AND member_segment IS NOT NULL)"
 
 # Per segment, for a segmented email only: recipients and what analytics recorded for each.
@@ -163,6 +168,7 @@ async def newsletter_report(email_id: str, *, reasons: int = 5, settings: Settin
         email = await _email(conn, email_id)
         figures = dict(await conn.fetchrow(_FIGURES, email_id))
         figures["unsubscribed"] = await conn.fetchval(_UNSUBSCRIBED, email_id, email["newsletter_id"])
+        left_through = {r["source"]: r["n"] for r in await conn.fetch(_LEFT_THROUGH, email_id)}
         segments = ([dict(r) for r in await conn.fetch(_OUTCOMES, email_id, email["newsletter_id"])]
                     if await conn.fetchval(_SEGMENTED, email_id) else [])
         failures = {r["severity"]: r["n"] for r in await conn.fetch(_FAILURES, email_id)}
@@ -175,7 +181,9 @@ async def newsletter_report(email_id: str, *, reasons: int = 5, settings: Settin
     permanent, temporary = failures.get("permanent", 0), failures.get("temporary", 0)
     figures = {"recipients": figures["recipients"], "sent": figures["recipients"] - figures["not_sent"],
                "delivered": figures["delivered"], "opened": figures["opened"],
-               "unsubscribed": figures["unsubscribed"], "failed": permanent + temporary,
+               "unsubscribed": figures["unsubscribed"],
+               "unsubscribed_through_email": {source: left_through.get(source, 0) for source in ("link", "provider")},
+               "failed": permanent + temporary,
                "failed_permanent": permanent, "failed_temporary": temporary, "complained": complained}
     whole = figures["recipients"]
     return {"email_id": email["id"], "subject": email["subject"], "status": email["status"], "error": email["error"],

@@ -18,6 +18,8 @@ twin. Authors may write Mailgun's `%recipient.NAME%` too (posts written for Ghos
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import html as html_lib
 import re
 from collections import OrderedDict
@@ -40,7 +42,8 @@ FREE_OF_TIER, NOT_FREE_OF_TIER = FREE + TIERS_SUFFIX, NOT_FREE + TIERS_SUFFIX
 SEGMENT_STATUSES = {FREE: frozenset({"free"}), NOT_FREE: frozenset({"paid", "comped"}),
                     FREE_OF_TIER: frozenset({"free"}), NOT_FREE_OF_TIER: frozenset({"paid", "comped"})}
 SEGMENT_NAMES = {"free": FREE, "paid": NOT_FREE}  # as the CLI spells them
-REPLACEMENTS = ("first_name", "name", "email", "uuid", "status", "unsubscribe_url", "manage_account_url")
+# `key` is the reference platform's: the member's link key (see `member_key`), for authors' own links.
+REPLACEMENTS = ("first_name", "name", "email", "uuid", "key", "status", "unsubscribe_url", "manage_account_url")
 # Variables every message carries whether the post uses them or not: the footer and headers need them.
 BASE_VARIABLES = ("name", "uuid", "unsubscribe_url")
 
@@ -117,13 +120,36 @@ class Rendered:
                      for part in (self.subject, self.html, self.text))
 
 
-def member_values(*, name: str | None, email: str, uuid: str, status: str, site_url: str,
-                  email_id: str) -> dict[str, str]:
-    """What each replacement stands for, for one member."""
+def member_key(secret: str, member_uuid: str) -> str:
+    """The key of a member's links as the reference platform makes it: lowercase hex HMAC-SHA256 of
+    the member's uuid (text), keyed with the members secret's UTF-8 bytes."""
+    return hmac.new(secret.encode(), member_uuid.encode(), hashlib.sha256).hexdigest()
+
+
+def unsubscribe_url(site_url: str, member_uuid: str, secret: str, *, newsletter_uuid: str | None = None,
+                    email_id: str | None = None) -> str:
+    """`{site}/unsubscribe/?uuid=…&key=…&newsletter=…`, the reference platform's link (a site holding
+    the same secret answers it); `email` names the email it came from, which such a site ignores."""
+    from urllib.parse import urlencode
+
+    query = {"uuid": member_uuid, "key": member_key(secret, member_uuid)}
+    if newsletter_uuid:
+        query["newsletter"] = newsletter_uuid
+    if email_id:
+        query["email"] = email_id
+    return f"{site_url.rstrip('/')}/unsubscribe/?{urlencode(query)}"
+
+
+def member_values(*, name: str | None, email: str, uuid: str, status: str, site_url: str, link_secret: str,
+                  newsletter_uuid: str | None = None, email_id: str | None = None) -> dict[str, str]:
+    """What each replacement stands for, for one member. Without `newsletter_uuid` the link leaves
+    every newsletter; `email_id` (an email of the emails table) lets its report count who left."""
     site = site_url.rstrip("/")
     name = " ".join((name or "").split())  # a line break in a stored name must not reach a header
     return {"first_name": name.split()[0] if name else "", "name": name, "email": email, "uuid": uuid,
-            "status": status, "unsubscribe_url": f"{site}/unsubscribe/?uuid={uuid}&key={email_id}",
+            "key": member_key(link_secret, uuid), "status": status,
+            "unsubscribe_url": unsubscribe_url(site, uuid, link_secret, newsletter_uuid=newsletter_uuid,
+                                               email_id=email_id),
             "manage_account_url": f"{site}/#/portal/account"}
 
 

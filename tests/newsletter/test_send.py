@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 from collections import Counter
+from urllib.parse import parse_qs, urlsplit
 
 import pytest
 from temporalio.client import WorkflowFailureError
 
 from operations.newsletter import start_newsletter
 from workflows.newsletter import SendNewsletterInput, SendNewsletterWorkflow, newsletter_workflow_id
+
+from tests.conftest import TEST_LINK_SECRET
 
 from .conftest import seed_email
 
@@ -35,9 +40,16 @@ async def test_every_member_gets_exactly_one_message_with_their_own_variables(db
     assert set(counts) == {m["email"] for m in members} and set(counts.values()) == {1}
     variables = {a: v for message in mailgun.messages_for(seeded.email_id)
                  for a, v in message.recipient_variables().items()}
+    newsletter_uuid = str(await db.fetchval("SELECT uuid FROM newsletters WHERE id = $1", seeded.newsletter_id))
     for member in members:
         assert variables[member["email"]]["uuid"] == str(member["uuid"])
         assert variables[member["email"]]["name"] == member["name"]
+        # The reference platform's link: its key computed here, independently, with the hmac module.
+        link = urlsplit(variables[member["email"]]["unsubscribe_url"])
+        query = parse_qs(link.query)
+        key = hmac.new(TEST_LINK_SECRET.encode("utf-8"), str(member["uuid"]).encode(), hashlib.sha256).hexdigest()
+        assert (link.path, query["uuid"], query["key"], query["newsletter"], query["email"]) == (
+            "/unsubscribe/", [str(member["uuid"])], [key], [newsletter_uuid], [seeded.email_id])
     message = mailgun.messages_for(seeded.email_id)[0]
     assert "bulk-email" in message.tags and message.variables["email-id"] == seeded.email_id
     assert message.headers["List-Unsubscribe"] == "<%recipient.unsubscribe_url%>"
