@@ -15,10 +15,42 @@ class MemberAdded:
     welcome_key: str | None  # the outbox entry of the welcome email, when one was enqueued
 
 
+# Labels not there yet are made on the fly (named by their slug), as the reference platform does when
+# a member is given a label it has not seen; then given, in a statement of its own that sees them all
+# (a label made meanwhile by another transaction too).
+_MAKE_LABELS = "INSERT INTO labels (name, slug) SELECT s, s FROM unnest($1::text[]) s ON CONFLICT (slug) DO NOTHING"
+_ADD_LABELS = """
+INSERT INTO members_labels (member_id, label_id) SELECT $1, l.id FROM labels l WHERE l.slug = ANY($2::text[])
+ON CONFLICT DO NOTHING"""
+_ADD_TIERS = """
+INSERT INTO members_products (member_id, product_id) SELECT $1, p.id FROM products p WHERE p.slug = ANY($2::text[])
+ON CONFLICT DO NOTHING"""
+
+
+async def give_labels_and_tiers(conn, member_id: str, labels: list[str], tiers: list[str]) -> None:
+    """Label the member (labels made as needed) and put them in tiers, in the caller's transaction;
+    a tier that does not exist is refused by name (tiers are the site's, never made here)."""
+    if tiers:
+        found = {r["slug"] for r in await conn.fetch("SELECT slug FROM products WHERE slug = ANY($1::text[])", tiers)}
+        absent = [t for t in tiers if t not in found]
+        if absent:
+            raise BadInput(f"no tier {', '.join(absent)} (the site's tiers are its products)")
+        await conn.execute(_ADD_TIERS, member_id, tiers)
+    if labels:
+        await conn.execute(_MAKE_LABELS, labels)
+        await conn.execute(_ADD_LABELS, member_id, labels)
+
+
+def _slugs(values, what: str) -> list[str]:
+    from pressroom.inputs import slug
+
+    return list(dict.fromkeys(slug(v, what) for v in values or ()))
+
+
 @tracing.traced("pressroom members add")
-async def add_member(email: str, name: str | None = None, *, status: str = "free",
+async def add_member(email: str, name: str | None = None, *, status: str = "free", labels=(), tiers=(),
                      settings: Settings | None = None) -> MemberAdded:
-    """The member and its MemberCreatedEvent in one transaction: both commit, or neither."""
+    """The member, its labels and tiers and its MemberCreatedEvent in one transaction: all commit, or none."""
     import asyncpg
 
     from activities.outbox import WELCOME_EMAIL_SLUGS, enqueue
@@ -29,6 +61,7 @@ async def add_member(email: str, name: str | None = None, *, status: str = "free
     from pressroom.inputs import email_address, free_text
 
     email, name = email_address(email), free_text(name, "name")
+    labels, tiers = _slugs(labels, "label"), _slugs(tiers, "tier")
     settings = settings or get_settings()
     async with database.connection(settings.require_database()) as conn:
         async with conn.transaction():
@@ -38,6 +71,7 @@ async def add_member(email: str, name: str | None = None, *, status: str = "free
             except asyncpg.UniqueViolationError:
                 raise BadInput("a member with that address already exists") from None
             tracing.annotate(member_id=member_id)
+            await give_labels_and_tiers(conn, member_id, labels, tiers)
             await conn.execute("INSERT INTO members_newsletters (member_id, newsletter_id) "
                                "SELECT $1, id FROM newsletters WHERE subscribe_on_signup AND status = 'active'",
                                member_id)
@@ -85,6 +119,13 @@ FROM automated_email_recipients r JOIN automated_emails a ON a.id = r.automated_
 WHERE r.member_id = $1 ORDER BY r.created_at DESC"""
 
 
+_MEMBER_LABELS = """
+SELECT l.slug FROM members_labels ml JOIN labels l ON l.id = ml.label_id WHERE ml.member_id = $1 ORDER BY l.slug"""
+_MEMBER_TIERS = """
+SELECT p.slug, p.name, mp.expiry_at, mp.expiry_at IS NOT NULL AND mp.expiry_at <= now() AS expired
+FROM members_products mp JOIN products p ON p.id = mp.product_id WHERE mp.member_id = $1 ORDER BY p.slug"""
+
+
 def email_outcome(row) -> str:
     """What became of one email for one member, in a word or two."""
     if row["complained_at"]:
@@ -125,7 +166,11 @@ async def member_profile(member: str, *, emails: int = 10, settings: Settings | 
         outbox = await conn.fetch(_MEMBER_OUTBOX, member_id)
         automated = await conn.fetch(_MEMBER_AUTOMATED, member_id)
         last = await conn.fetch(_MEMBER_EMAILS, member_id, emails)
+        labels = await conn.fetch(_MEMBER_LABELS, member_id)
+        tiers = await conn.fetch(_MEMBER_TIERS, member_id)
     return {**dict(row),
+            "labels": [r["slug"] for r in labels],
+            "tiers": [dict(t) for t in tiers],
             "suppression": dict(suppression) if suppression else None,
             "subscriptions": [dict(s) for s in subscriptions],
             "outbox": [dict(o) for o in outbox],

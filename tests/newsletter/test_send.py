@@ -110,19 +110,24 @@ async def test_segments_get_their_own_body(db, mailgun, ts_worker):
 
 @pytest.mark.parametrize("setup, words", [
     ("unknown", "does not exist"),
-    ("bad_filter", "cannot be parsed"),
+    ("bad_filter", "unknown term 'flavour'"),
+    ("missing_label", "names no label vip"),
     ("no_subscribers", "has no subscribers"),
 ])
 async def test_bad_input_ends_with_a_reason_and_no_write(db, mailgun, ts_worker, setup, words):
+    """Refused before anything is written; an email that exists ends failed with the reason."""
     client, settings = ts_worker
     email_id = "no-such-email"
     if setup != "unknown":
-        seeded = await seed_email(db, members=0 if setup == "no_subscribers" else 5,
-                                  recipient_filter="label:vip" if setup == "bad_filter" else "all")
+        recipient_filter = {"bad_filter": "flavour:vanilla", "missing_label": "label:vip"}.get(setup, "all")
+        seeded = await seed_email(db, members=0 if setup == "no_subscribers" else 5, recipient_filter=recipient_filter)
         email_id = seeded.email_id
     with pytest.raises(WorkflowFailureError) as failed:
         await run_send(client, settings, email_id)
     assert words in str(failed.value.cause)
     assert await db.fetchval("SELECT count(*) FROM email_batches") == 0
-    assert await db.fetchval("SELECT count(*) FROM emails WHERE status <> 'pending'") == 0
+    assert await db.fetchval("SELECT count(*) FROM email_recipients") == 0
+    if setup != "unknown":
+        email = await db.fetchrow("SELECT status, error, locked_by FROM emails WHERE id = $1", email_id)
+        assert email["status"] == "failed" and words in email["error"] and email["locked_by"] is None
     assert mailgun.stats()["messages"] == 0
