@@ -207,7 +207,16 @@ ON CONFLICT (email_recipient_id) DO UPDATE SET
 WHERE (f.severity = 'temporary' AND (EXCLUDED.severity = 'permanent' OR EXCLUDED.failed_at > f.failed_at))
    OR (f.severity = 'permanent' AND EXCLUDED.severity = 'permanent' AND EXCLUDED.failed_at < f.failed_at)"""
 
+# An unsubscribe takes the member off the email's newsletter and is recorded against the email
+# (once per member; the earliest time stands, whatever order events come in), so that the report
+# counts the email's unsubscribes from its own rows.
 _UNSUBSCRIBE = """
+WITH recorded AS (
+    INSERT INTO email_unsubscribes AS u (email_id, member_id, unsubscribed_at)
+    SELECT email_id, member_id, min(at) FROM analytics_matched
+    WHERE kind = 'unsubscribed' AND NOT before_resubscribe GROUP BY 1, 2
+    ON CONFLICT (email_id, member_id) DO UPDATE SET unsubscribed_at = EXCLUDED.unsubscribed_at
+    WHERE EXCLUDED.unsubscribed_at < u.unsubscribed_at)
 DELETE FROM members_newsletters mn
 USING analytics_matched m JOIN emails e ON e.id = m.email_id
 WHERE m.kind = 'unsubscribed' AND NOT m.before_resubscribe
@@ -231,14 +240,15 @@ INSERT INTO delivery_events_rejected (provider, source, event_id, reason, event,
 SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[])
 ON CONFLICT (provider, digest) DO NOTHING"""
 
+# An email's figures, with its first and last open (the report's opens chart spans them).
 _AGGREGATE_EMAILS = """
 WITH dirty AS (DELETE FROM email_analytics_dirty_emails RETURNING email_id),
 counts AS (
     SELECT er.email_id, count(er.delivered_at) AS delivered, count(er.opened_at) AS opened,
-           count(er.failed_at) AS failed
+           count(er.failed_at) AS failed, min(er.opened_at) AS first_open, max(er.opened_at) AS last_open
     FROM email_recipients er WHERE er.email_id IN (SELECT email_id FROM dirty) GROUP BY er.email_id)
 UPDATE emails e SET delivered_count = c.delivered, opened_count = c.opened, failed_count = c.failed,
-                    updated_at = now()
+                    first_opened_at = c.first_open, last_opened_at = c.last_open, updated_at = now()
 FROM counts c WHERE e.id = c.email_id"""
 
 # Open rate as Ghost computes it: opened / emails with open tracking, only from 5 tracked emails.
