@@ -5,8 +5,9 @@ checked where it enters: the body's size, its JSON, the signature (HMAC-SHA256 o
 token with MAILGUN_WEBHOOK_SIGNING_KEY, compared in constant time), the timestamp's age, the
 event's fields (the same parser as polling), and its token against the tokens already seen. Only
 then is it stored, in one statement with its token, in `webhook_inbox` (which NOTIFYs
-WebhookInboxWorkflow), and answered 200. Mailgun's contract decides the answers: 200 once the
-event is durably stored; 406 ("rejected, do not retry") for a request that cannot be right later
+WebhookInboxWorkflow; the requests arriving meanwhile share one commit, see
+operations/webhooks_group_commit.py), and answered 200. Mailgun's contract decides the answers: 200
+once the event is durably stored; 406 ("rejected, do not retry") for a request that cannot be right later
 (malformed, forged, stale, replayed, an unusable event: the last one set aside with its reason);
 503 when it cannot be stored now, so that Mailgun tries again (for about 8 hours). Every refusal is
 one log line without an address, counted by reason in the metrics and in `webhooks status`.
@@ -22,7 +23,8 @@ from collections import Counter
 from typing import TYPE_CHECKING, Any
 
 from activities.delivery_events import EventBatch, raw_text
-from activities.webhooks import INBOX_WORKFLOW_ID, NOTIFY_CHANNEL, InboxInput
+from activities.webhooks import INBOX_WORKFLOW_ID, InboxInput
+from operations.webhooks_group_commit import GroupCommit, Pushed
 from pressroom.settings import Settings, get_settings
 
 if TYPE_CHECKING:
@@ -37,16 +39,6 @@ PROVIDER = "mailgun"
 PATH = "/webhooks/mailgun"
 REFUSALS_FLUSH_SECONDS = 2.0
 
-# One statement, one round trip, atomic: the token is remembered and the event stored together, or
-# neither (a replayed token stores nothing). The NOTIFY is delivered at commit.
-_STORE = f"""
-WITH token AS (
-    INSERT INTO webhook_tokens (provider, token, expires_at) VALUES ($1, $2, to_timestamp($3))
-    ON CONFLICT DO NOTHING RETURNING token
-), stored AS (
-    INSERT INTO webhook_inbox (provider, kind, event) SELECT $1, $4, $5 FROM token RETURNING id
-)
-SELECT (SELECT count(*) FROM stored) AS stored, pg_notify('{NOTIFY_CHANNEL}', '')"""
 _FLUSH_REFUSALS = """
 INSERT INTO webhook_refusals AS r (provider, reason, count, last_at)
 SELECT $1, reason, n, now() FROM unnest($2::text[], $3::bigint[]) AS t(reason, n)
@@ -72,6 +64,7 @@ class Receiver:
         self.max_age = settings.webhook_max_age_seconds
         self.max_body = settings.webhook_max_body_bytes
         self.refusals: Counter[str] = Counter()
+        self.group_commit = GroupCommit(pool, self.push.name)  # many requests' events in one commit
         self.runtime = runtime  # kept: its Prometheus endpoint lives as long as it does
         self._instruments(runtime.metric_meter if runtime is not None else None)
 
@@ -139,8 +132,7 @@ class Receiver:
             await self._set_aside(item, raw)
             raise Refused(f"event unusable: {event.reason}")
         started = time.monotonic()
-        stored = await self.pool.fetchval(_STORE, self.push.name, pushed.token, pushed.timestamp + self.max_age,
-                                          event.name, raw)
+        stored = await self.group_commit.store(Pushed(pushed.token, pushed.timestamp + self.max_age, event.name, raw))
         self.store_ms.record((time.monotonic() - started) * 1000)
         if not stored:
             raise Refused("token replayed")
