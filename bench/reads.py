@@ -32,7 +32,6 @@ from devstack.servers import Postgres, free_port  # noqa: E402
 from operations.finding import list_page  # noqa: E402
 from operations.reports import left_out_members, newsletter_report  # noqa: E402
 from pressroom import database  # noqa: E402
-from pressroom.email_rendering import MEMBER_STATUSES  # noqa: E402
 from pressroom.settings import load_settings  # noqa: E402
 from tests.operations.report_before_0029 import report_before_0029  # noqa: E402
 
@@ -83,9 +82,11 @@ SEED = [
     ("complaints", """INSERT INTO email_spam_complaint_events (member_id, email_id, email_address)
                       SELECT member_id, 'e1', member_email FROM email_recipients
                       WHERE email_id = 'e1' AND opened_at IS NOT NULL AND right(member_id, 3) = '777'"""),
-    ("unsubscribes", """WITH u AS (INSERT INTO email_unsubscribes (email_id, member_id, unsubscribed_at)
-                                   SELECT 'e1', member_id, now() - interval '20 hours' FROM email_recipients
-                                   WHERE email_id = 'e1' AND right(member_id, 3) = '555' RETURNING member_id)
+    ("unsubscribes", """WITH u AS (INSERT INTO members_subscribe_events (member_id, newsletter_id, subscribed,
+                                                                    source, email_id, created_at)
+                                   SELECT member_id, 'n1', false, 'provider', 'e1', now() - interval '20 hours'
+                                   FROM email_recipients WHERE email_id = 'e1' AND right(member_id, 3) = '555'
+                                   RETURNING member_id)
                         DELETE FROM members_newsletters WHERE newsletter_id = 'n1'
                           AND member_id IN (SELECT member_id FROM u)"""),
     ("emails figures", """UPDATE emails SET email_count = (SELECT count(*) FROM email_recipients WHERE email_id = 'e1')
@@ -106,7 +107,8 @@ async def seed(url: str, members: int) -> None:
                 print(f"  seeded {name:<15} {time.perf_counter() - began:7.1f} s", flush=True)
             began = time.perf_counter()
             created_at = await c.fetchval("SELECT created_at FROM emails WHERE id = 'e1'")
-            await record_left_out(c, "e1", ("n1", list(MEMBER_STATUSES), created_at))
+            await record_left_out(c, "e1", {"newsletter_id": "n1", "post_id": "p1", "recipient_filter": "all",
+                                            "created_at": created_at})
             print(f"  left out recorded     {time.perf_counter() - began:7.1f} s", flush=True)
             began = time.perf_counter()
             await c.execute("VACUUM ANALYZE")
@@ -151,7 +153,7 @@ async def report_statements(url: str) -> None:
     try:
         first = await conn.fetchval("SELECT first_opened_at FROM emails WHERE id = 'e1'")
         statements = {"recipients and not sent": (reports._FIGURES, "e1"),
-                      "unsubscribed": (reports._UNSUBSCRIBED, "e1"),
+                      "unsubscribed": (reports._UNSUBSCRIBED, "e1", "n1"),
                       "segmented?": (reports._SEGMENTED, "e1"),
                       "failures by severity": (reports._FAILURES, "e1"),
                       "top failure reasons": (reports._TOP_REASONS, "e1", 5),

@@ -1,15 +1,15 @@
 """How an email did: its recipients and what became of them, who was left out and why, its opens
 over time. Every figure is one set-based statement over that email's rows (indexes in schema 0016);
 what would take comparing every member with every recipient was recorded when it happened (schema
-0029): who was left out, by reason, when the batches were written; the email's unsubscribes as
-their events were applied; its first and last open by the analytics recount. An email whose
-batches were written before 0029 is counted as it was then.
+0029): who was left out, by reason, when the batches were written; who left the newsletter through
+the email as they did (members_subscribe_events); its first and last open by the analytics
+recount. An email whose batches were written before 0029 is counted as it was then.
 """
 
 from __future__ import annotations
 
 import json
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 from pressroom.errors import BadInput, NotFound
 from pressroom.inputs import entity_id
@@ -25,14 +25,22 @@ SELECT (SELECT count(*) FROM email_recipients WHERE email_id = $1) AS recipients
        e.delivered_count AS delivered, e.opened_count AS opened
 FROM emails e WHERE e.id = $1"""
 
-# The recipients whose unsubscribe event from this email took them off its newsletter.
-_UNSUBSCRIBED = "SELECT count(*) FROM email_unsubscribes WHERE email_id = $1"
-# Before 0029: recipients no longer subscribed to the email's newsletter (Mailgun's unsubscribe
-# events remove the subscription): both sides read in member order from their indexes.
+# The recipients who left the email's newsletter through it (its link, or the provider's
+# unsubscribe event for it), each once.
+_LEFT_THROUGH_EMAIL = """
+SELECT member_id FROM members_subscribe_events WHERE email_id = $1 AND newsletter_id = $2 AND NOT subscribed"""
+_UNSUBSCRIBED = f"SELECT count(DISTINCT member_id) FROM ({_LEFT_THROUGH_EMAIL}) AS left_through"
+# Before 0029: recipients no longer subscribed to the email's newsletter, whoever removed them: both
+# sides read in member order from their indexes.
 _UNSUBSCRIBED_BEFORE_0029 = """
 SELECT count(*) FROM email_recipients er
 WHERE er.email_id = $1
   AND NOT EXISTS (SELECT 1 FROM members_newsletters mn WHERE mn.newsletter_id = $2 AND mn.member_id = er.member_id)"""
+
+# Who left the newsletter through this email (its link, or the provider's unsubscribe event for it), by source.
+_LEFT_THROUGH = """
+SELECT source, count(DISTINCT member_id) AS n FROM members_subscribe_events
+WHERE email_id = $1 AND NOT subscribed GROUP BY source"""
 
 _SEGMENTED = "SELECT EXISTS (SELECT 1 FROM email_batches WHERE email_id = $1 AND member_segment IS NOT NULL)"
 
@@ -46,7 +54,6 @@ SELECT b.member_segment AS segment, count(*) AS recipients,
 FROM email_recipients er
 JOIN email_batches b ON b.id = er.batch_id
 LEFT JOIN members_newsletters mn ON mn.member_id = er.member_id AND mn.newsletter_id = $2
-LEFT JOIN email_unsubscribes u ON u.email_id = $1 AND u.member_id = er.member_id
 WHERE er.email_id = $1
 GROUP BY b.member_segment ORDER BY b.member_segment NULLS FIRST"""
 
@@ -66,13 +73,15 @@ _COMPLAINTS = "SELECT count(*) FROM email_spam_complaint_events WHERE email_id =
 # Why a member who existed when the email was made is not among its recipients: the first reason
 # that applies, in the order the send's audience query excludes them. Members as they are now (the
 # list; the report's counts are those recorded when the batches were written, see
-# activities/newsletter/left_out.py, and these only for an email written before 0029).
+# activities/newsletter/left_out.py, and these only for an email written before 0029). $4 is
+# the filter's values (named even when the filter reads none, so that its type is known).
 LEFT_OUT_REASONS = ("suppressed-bounce", "suppressed-complaint", "disabled", "not-subscribed", "not-in-filter",
                     "unusable-address", "other")
 _LEFT_OUT_REASON = """
 CASE WHEN s.reason = 'bounce' THEN 'suppressed-bounce' WHEN s.reason = 'spam' THEN 'suppressed-complaint'
      WHEN m.email_disabled THEN 'disabled' WHEN mn.id IS NULL THEN 'not-subscribed'
-     WHEN NOT m.status = ANY($4::text[]) THEN 'not-in-filter' WHEN x.member_id IS NOT NULL THEN 'unusable-address'
+     WHEN $4::text[] IS NOT NULL AND NOT (/* the recipient filter */ TRUE) THEN 'not-in-filter'
+     WHEN x.member_id IS NOT NULL THEN 'unusable-address'
      ELSE 'other' END"""
 _LEFT_OUT_FROM = """
 FROM members m
@@ -126,7 +135,7 @@ def _rate(part: int, whole: int) -> float | None:
 async def _email(conn, email_id: str):
     entity_id(email_id, "email")
     email = await conn.fetchrow(
-        "SELECT e.id, e.subject, e.status, e.post_id, e.newsletter_id, n.slug AS newsletter, e.recipient_filter, "
+        "SELECT e.id, e.subject, e.status, e.error, e.post_id, e.newsletter_id, n.slug AS newsletter, e.recipient_filter, "
         "e.created_at, e.submitted_at, e.left_out, e.first_opened_at, e.last_opened_at "
         "FROM emails e LEFT JOIN newsletters n ON n.id = e.newsletter_id WHERE e.id = $1", email_id)
     if email is None:
@@ -134,13 +143,18 @@ async def _email(conn, email_id: str):
     return email
 
 
-def _statuses(email) -> list[str]:
-    from pressroom.email_rendering import MEMBER_STATUSES, recipient_statuses
+def _with_filter(statement: str, email) -> tuple[str, list[str]]:
+    """The statement with the email's recipient filter as its not-in-filter test, reading its values
+    from $4 (tiers as they are now); a filter that cannot be parsed leaves nobody out for it."""
+    from activities.newsletter.audience import PREDICATE, filter_sql
+    from pressroom.recipient_filter import FilterError
 
     try:
-        return recipient_statuses(email["recipient_filter"])
-    except ValueError:
-        return list(MEMBER_STATUSES)
+        predicate, values = filter_sql(email["recipient_filter"], as_of=datetime.now(UTC), post_id=email["post_id"],
+                                       param=4)
+    except FilterError:
+        predicate, values = "TRUE", []
+    return statement.replace(PREDICATE, predicate), values
 
 
 async def _opens(conn, email) -> dict:
@@ -171,24 +185,32 @@ async def newsletter_report(email_id: str, *, reasons: int = 5, settings: Settin
         email = await _email(conn, email_id)
         figures = dict(await conn.fetchrow(_FIGURES, email_id))
         recorded = email["left_out"] is not None  # batches written since 0029
-        figures["unsubscribed"] = await (conn.fetchval(_UNSUBSCRIBED, email_id) if recorded else conn.fetchval(
-            _UNSUBSCRIBED_BEFORE_0029, email_id, email["newsletter_id"]))
-        outcomes = _OUTCOMES.format(unsubscribed="u.member_id IS NOT NULL" if recorded else "mn.id IS NULL")
+        figures["unsubscribed"] = await conn.fetchval(_UNSUBSCRIBED if recorded else _UNSUBSCRIBED_BEFORE_0029,
+                                                      email_id, email["newsletter_id"])
+        left_through = {r["source"]: r["n"] for r in await conn.fetch(_LEFT_THROUGH, email_id)}
+        outcomes = _OUTCOMES.format(unsubscribed=f"er.member_id IN ({_LEFT_THROUGH_EMAIL})" if recorded
+                                    else "mn.id IS NULL")
         segments = ([dict(r) for r in await conn.fetch(outcomes, email_id, email["newsletter_id"])]
                     if await conn.fetchval(_SEGMENTED, email_id) else [])
         failures = {r["severity"]: r["n"] for r in await conn.fetch(_FAILURES, email_id)}
         top = [dict(r) for r in await conn.fetch(_TOP_REASONS, email_id, reasons)]
         complained = await conn.fetchval(_COMPLAINTS, email_id)
-        left_out = json.loads(email["left_out"]) if recorded else {r["reason"]: r["n"] for r in await conn.fetch(
-            _LEFT_OUT_COUNTS_BEFORE_0029, email_id, email["newsletter_id"], email["created_at"], _statuses(email))}
+        if recorded:
+            left_out = json.loads(email["left_out"])
+        else:
+            counts, values = _with_filter(_LEFT_OUT_COUNTS_BEFORE_0029, email)
+            left_out = {r["reason"]: r["n"] for r in await conn.fetch(
+                counts, email_id, email["newsletter_id"], email["created_at"], values)}
         opens = await _opens(conn, email)
     permanent, temporary = failures.get("permanent", 0), failures.get("temporary", 0)
     figures = {"recipients": figures["recipients"], "sent": figures["recipients"] - figures["not_sent"],
                "delivered": figures["delivered"], "opened": figures["opened"],
-               "unsubscribed": figures["unsubscribed"], "failed": permanent + temporary,
+               "unsubscribed": figures["unsubscribed"],
+               "unsubscribed_through_email": {source: left_through.get(source, 0) for source in ("link", "provider")},
+               "failed": permanent + temporary,
                "failed_permanent": permanent, "failed_temporary": temporary, "complained": complained}
     whole = figures["recipients"]
-    return {"email_id": email["id"], "subject": email["subject"], "status": email["status"],
+    return {"email_id": email["id"], "subject": email["subject"], "status": email["status"], "error": email["error"],
             "post_id": email["post_id"], "newsletter_id": email["newsletter_id"], "newsletter": email["newsletter"],
             "recipient_filter": email["recipient_filter"], "created_at": email["created_at"],
             "submitted_at": email["submitted_at"],
@@ -222,7 +244,8 @@ async def left_out_members(email_id: str, *, reason: str | None = None, after: s
             cursor = await conn.fetchrow("SELECT created_at, id FROM members WHERE id = $1", after) or (None, None)
             if cursor[0] is None:
                 raise NotFound(f"--after {after}: no member has that id")
-        rows = await conn.fetch(LEFT_OUT_PAGE, email_id, email["newsletter_id"], email["created_at"],
-                                _statuses(email), reason, *cursor, limit + 1)
+        page, values = _with_filter(LEFT_OUT_PAGE, email)
+        rows = await conn.fetch(page, email_id, email["newsletter_id"], email["created_at"],
+                                values, reason, *cursor, limit + 1)
     items = [dict(row) for row in rows[:limit]]
     return {"items": items, "next_after": items[-1]["member_id"] if len(rows) > limit else None}

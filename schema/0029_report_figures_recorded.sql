@@ -3,13 +3,5 @@
 -- who was left out of an email, by reason, counted once its batches are all written (NULL: its
 -- batches were written before this migration, and the report counts as it did then);
 ALTER TABLE emails ADD COLUMN left_out jsonb;
--- the email's first and last open, kept by the analytics recount with its opened count;
+-- the email's first and last open, kept by the analytics recount with its opened count.
 ALTER TABLE emails ADD COLUMN first_opened_at timestamptz, ADD COLUMN last_opened_at timestamptz;
--- the recipients whose unsubscribe event from this email removed them from its newsletter, one row
--- each (events read again change nothing; the earliest time stands), as complaints are kept.
-CREATE TABLE email_unsubscribes (
-    email_id         text NOT NULL REFERENCES emails (id) ON DELETE CASCADE,
-    member_id        text NOT NULL,
-    unsubscribed_at  timestamptz NOT NULL,
-    PRIMARY KEY (email_id, member_id)
-);

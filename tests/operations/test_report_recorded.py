@@ -1,6 +1,6 @@
 """`newsletter report` reads what was recorded when it happened (who was left out, counted when the
-batches were written; unsubscribes as their events were applied; the first and last open kept by
-the recount) and answers as the report computed from the rows did, on the same data."""
+batches were written; who left through the email as their events were applied; the first and last
+open kept by the recount) and answers as the report computed from the rows did, on the same data."""
 
 from __future__ import annotations
 
@@ -79,7 +79,7 @@ async def test_the_recorded_report_answers_as_the_one_computed_from_the_rows(db,
                                   "not-subscribed": 1, "not-in-filter": 0, "unusable-address": 1, "other": 0}
     assert (report["unsubscribed"], report["complained"], report["opened"]) == (3, 2, 19)
     assert {s["segment"] for s in report["segments"]} == {"free", "paid"}
-    assert await db.fetchval("SELECT count(*) FROM email_unsubscribes WHERE email_id = $1", e) == 3
+    assert await db.fetchval("SELECT count(*) FROM members_subscribe_events WHERE email_id = $1", e) == 3
 
     # An open applied since the last recount still shows in the chart, outside the recorded range.
     await apply(db, [event(e, "opened", recipients[40], t0 + 3600, 40)], recount=False)
@@ -96,25 +96,4 @@ async def test_the_recorded_report_answers_as_the_one_computed_from_the_rows(db,
     # An email whose batches were written before schema 0029 is counted from its rows, as then.
     await db.execute("UPDATE emails SET left_out = NULL, first_opened_at = NULL, last_opened_at = NULL "
                      "WHERE id = $1", e)
-    await db.execute("DELETE FROM email_unsubscribes")
     assert await newsletter_report(e, settings=settings) == await report_before_0029(e, settings=settings)
-
-
-async def test_an_unsubscribe_is_recorded_once_with_its_earliest_time_and_not_from_before_a_resubscribe(
-        db, postgres_url, mailgun):
-    settings = make_settings(postgres_url, mailgun)
-    seeded = await seed_email(db, members=3)
-    activities = BatchCreationActivities(Dependencies(settings=settings, pool=db, provider=None, temporal=None))
-    await ActivityEnvironment().run(activities.create_batches,
-                                    CreateBatchesInput(email_id=seeded.email_id, retry_failed=False))
-    rows = await db.fetch("SELECT member_id, member_email FROM email_recipients ORDER BY member_id")
-    t0, e = time.time() - 3600, seeded.email_id
-    await db.execute("UPDATE members SET resubscribed_at = to_timestamp($2) WHERE id = $1", rows[2]["member_id"],
-                     t0 + 500)
-    await apply(db, [event(e, "unsubscribed", rows[0]["member_email"], t0 + 20, 1),
-                     event(e, "unsubscribed", rows[2]["member_email"], t0 + 10, 3)])  # before the resubscribe
-    await apply(db, [event(e, "unsubscribed", rows[0]["member_email"], t0 + 10, 2),
-                     event(e, "unsubscribed", rows[0]["member_email"], t0 + 30, 4)])
-    recorded = await db.fetch("SELECT member_id, extract(epoch FROM unsubscribed_at) AS at FROM email_unsubscribes")
-    assert [(r["member_id"], round(float(r["at"]))) for r in recorded] == [(rows[0]["member_id"], round(t0 + 10))]
-    assert (await newsletter_report(e, settings=settings))["unsubscribed"] == 1
