@@ -9,7 +9,9 @@ import time
 import pytest
 from temporalio.testing import ActivityEnvironment
 
-from activities.delivery_events import EventBatch, aggregate, apply_batch
+from activities.delivery_events.aggregates import aggregate
+from activities.delivery_events.apply import apply_batch
+from activities.delivery_events.batch import EventBatch
 from activities.newsletter.batches import BatchCreationActivities
 from activities.newsletter.models import CreateBatchesInput
 from operations.reports import newsletter_report
