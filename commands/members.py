@@ -36,6 +36,31 @@ def members_resubscribe(member_id: str = typer.Argument(..., help="The member (m
                   highlight=False)
 
 
+@app.command("update")
+def members_update(member: str = typer.Argument(..., metavar="ID|ADDRESS", help="The member's id or address."),
+                   name: str = typer.Option(None, "--name", metavar="TEXT", help="Their name (\"\" clears it)."),
+                   status: str = typer.Option(None, "--status", metavar="free|paid|comped", help="Their status."),
+                   newsletter: list[str] = typer.Option([], "--newsletter", metavar="ID|SLUG",
+                                                        help="Subscribe them to this newsletter (repeatable)."),
+                   no_newsletter: list[str] = typer.Option([], "--no-newsletter", metavar="ID|SLUG",
+                                                           help="Take them off this newsletter (repeatable)."),
+                   as_json: bool = JSON_OPTION) -> None:
+    """Change a member's name, status or newsletters; every input is checked before anything is written."""
+    from operations.members import update_member
+
+    done = run_async(update_member(member, name=name, status=status, newsletters=newsletter,
+                                   no_newsletters=no_newsletter))
+    if as_json:
+        return print_json({"member_id": done.member_id, "changed": done.changed, "subscribed": done.subscribed,
+                           "unsubscribed": done.unsubscribed})
+    if not done.changed:
+        return console.print(f"member {done.member_id} unchanged (it already read so)", highlight=False)
+    console.print(f"member {done.member_id} updated: {', '.join(done.changed)}"
+                  + (f"; subscribed to {', '.join(done.subscribed)}" if done.subscribed else "")
+                  + (f"; unsubscribed from {', '.join(done.unsubscribed)}" if done.unsubscribed else ""),
+                  highlight=False)
+
+
 @app.command("list")
 def members_list(status: str = typer.Option(None, "--status", metavar="free|paid|comped", help="Only this status."),
                  newsletter: str = typer.Option(None, "--newsletter", metavar="ID|SLUG",

@@ -172,3 +172,101 @@ async def resubscribe_member(member_id: str, *, settings: Settings | None = None
         await conn.execute("UPDATE members SET email_disabled = false, resubscribed_at = now(), updated_at = now() "
                            "WHERE id = $1", member_id)
     return Resubscribed(member_id, removed, lifted)
+
+
+async def _member_row(conn, member: str, *, lock: bool = False):
+    """A member named by id or address (`members show` takes either), or NotFound in one line."""
+    from pressroom.errors import NotFound
+    from pressroom.inputs import entity_id
+
+    by_address = "@" in member
+    if not by_address:
+        entity_id(member, "member")
+    row = await conn.fetchrow(
+        "SELECT id, uuid, email, name, status, email_disabled FROM members "
+        + ("WHERE lower(email) = lower($1)" if by_address else "WHERE id = $1") + (" FOR UPDATE" if lock else ""),
+        member.strip())
+    if row is None:
+        # The address is not repeated: it may be a mistyped one of someone else's.
+        raise NotFound("no member has that address" if by_address else f"member {member} does not exist")
+    return row
+
+
+async def _newsletter_ids(conn, names: list[str], option: str) -> dict[str, str]:
+    """Newsletters named by id or slug: {name as given: id}; the first one unknown refused."""
+    from pressroom.errors import NotFound
+    from pressroom.inputs import entity_id
+
+    for name in names:
+        entity_id(name, "newsletter")
+    rows = await conn.fetch("SELECT n.name AS given, (SELECT id FROM newsletters WHERE id = n.name OR slug = n.name "
+                            "ORDER BY id = n.name DESC LIMIT 1) AS id FROM unnest($1::text[]) AS n(name)", names)
+    found = {row["given"]: row["id"] for row in rows}
+    missing = [name for name in names if found.get(name) is None]
+    if missing:
+        raise NotFound(f"{option} {missing[0]}: no newsletter has that id or slug")
+    return found
+
+
+@dataclass(frozen=True)
+class MemberUpdated:
+    member_id: str
+    changed: list[str]  # the fields that changed: name, status, newsletters
+    subscribed: list[str]  # newsletter slugs newly subscribed to
+    unsubscribed: list[str]  # newsletter slugs newly left
+
+
+@tracing.traced("pressroom members update")
+async def update_member(member: str, *, name: str | None = None, status: str | None = None,
+                        newsletters: list[str] = (), no_newsletters: list[str] = (),
+                        settings: Settings | None = None) -> MemberUpdated:
+    """A member's name, status and subscriptions, every input checked before one transaction writes them.
+
+    `name` None leaves it, "" clears it. Subscribing to a newsletter the member has is a no-op, and
+    so is leaving one they are not on: safe to repeat.
+    """
+    from activities.outbox import WELCOME_EMAIL_SLUGS
+    from pressroom import database
+    from pressroom.inputs import free_text
+
+    if status is not None and status not in WELCOME_EMAIL_SLUGS:
+        raise BadInput(f"--status {status!r} is not one of {', '.join(WELCOME_EMAIL_SLUGS)}")
+    both = set(newsletters) & set(no_newsletters)
+    if both:
+        raise BadInput(f"newsletter {sorted(both)[0]} is given to both --newsletter and --no-newsletter")
+    new_name = free_text(name, "name") if name is not None else None
+    if name is None and status is None and not newsletters and not no_newsletters:
+        raise BadInput("nothing to update: give --name, --status, --newsletter or --no-newsletter")
+    settings = settings or get_settings()
+    async with database.connection(settings.require_database()) as conn, conn.transaction():
+        row = await _member_row(conn, member, lock=True)
+        member_id = row["id"]
+        tracing.annotate(member_id=member_id)
+        joining = await _newsletter_ids(conn, list(newsletters), "--newsletter")
+        leaving = await _newsletter_ids(conn, list(no_newsletters), "--no-newsletter")
+        if set(joining.values()) & set(leaving.values()):
+            raise BadInput("one newsletter is given to both --newsletter and --no-newsletter (by id and by slug)")
+        changed = []
+        if name is not None and new_name != row["name"]:
+            changed.append("name")
+        if status is not None and status != row["status"]:
+            changed.append("status")
+        if changed:
+            await conn.execute(
+                "UPDATE members SET name = CASE WHEN $2 THEN $3 ELSE name END, status = coalesce($4, status), "
+                "updated_at = now() WHERE id = $1", member_id, name is not None, new_name, status)
+        subscribed = [r["slug"] for r in await conn.fetch(
+            "WITH added AS (INSERT INTO members_newsletters (member_id, newsletter_id) "
+            "SELECT $1, unnest($2::text[]) ON CONFLICT (member_id, newsletter_id) DO NOTHING RETURNING newsletter_id) "
+            "SELECT n.slug FROM added JOIN newsletters n ON n.id = added.newsletter_id ORDER BY n.slug",
+            member_id, list(set(joining.values())))]
+        unsubscribed = [r["slug"] for r in await conn.fetch(
+            "WITH removed AS (DELETE FROM members_newsletters WHERE member_id = $1 AND newsletter_id = ANY($2::text[]) "
+            "RETURNING newsletter_id) "
+            "SELECT n.slug FROM removed JOIN newsletters n ON n.id = removed.newsletter_id ORDER BY n.slug",
+            member_id, list(set(leaving.values())))]
+        if subscribed or unsubscribed:
+            changed.append("newsletters")
+            if "name" not in changed and "status" not in changed:
+                await conn.execute("UPDATE members SET updated_at = now() WHERE id = $1", member_id)
+    return MemberUpdated(member_id, changed, subscribed, unsubscribed)
