@@ -5,7 +5,7 @@ from __future__ import annotations
 import typer
 
 from commands import (AFTER_OPTION, JSON_OPTION, LIMIT_OPTION, SINCE_OPTION, console, plural, print_json,
-                      print_page, print_rows, repeated_filters, run_async, when)
+                      print_page, print_rows, repeated_filters, run_async, warn, when)
 from activities.outbox import outbox_workflow_id
 from operations.members import add_member, member_profile
 
@@ -59,6 +59,35 @@ def members_update(member: str = typer.Argument(..., metavar="ID|ADDRESS", help=
                   + (f"; subscribed to {', '.join(done.subscribed)}" if done.subscribed else "")
                   + (f"; unsubscribed from {', '.join(done.unsubscribed)}" if done.unsubscribed else ""),
                   highlight=False)
+
+
+@app.command("delete")
+def members_delete(member: str = typer.Argument(..., metavar="ID|ADDRESS", help="The member's id or address."),
+                   yes: bool = typer.Option(False, "--yes", help="Delete without asking."),
+                   as_json: bool = JSON_OPTION) -> None:
+    """Delete a member and their personal data; records of sent emails keep their id, never their address."""
+    import sys
+
+    from operations.members import delete_member
+    from pressroom.errors import BadInput
+
+    if not yes:
+        if not sys.stdin.isatty():
+            raise BadInput(f"members delete {member} asks before deleting; give --yes to delete without asking")
+        typer.confirm(f"Delete member {member} and their personal data? This cannot be undone", abort=True)
+    done = run_async(delete_member(member))
+    if done.suppression == "removed":
+        warn("the suppression went with the address: set PRESSROOM_ADDRESS_HASH_KEY to keep a keyed hash of it, "
+             "so the address added again stays suppressed")
+    if as_json:
+        return print_json({"member_id": done.member_id, "deleted": True, "suppression": done.suppression,
+                           "recipients_cleared": done.recipients_cleared,
+                           "recipients_removed": done.recipients_removed})
+    console.print(f"member {done.member_id} deleted; {plural(done.recipients_cleared, 'email recipient record')} "
+                  "kept by id with the address and name cleared"
+                  + (f", {plural(done.recipients_removed, 'recipient')} of unsent batches removed"
+                     if done.recipients_removed else "")
+                  + (f"; their suppression {done.suppression}" if done.suppression else ""), highlight=False)
 
 
 @app.command("list")

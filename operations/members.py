@@ -38,6 +38,7 @@ async def add_member(email: str, name: str | None = None, *, status: str = "free
             except asyncpg.UniqueViolationError:
                 raise BadInput("a member with that address already exists") from None
             tracing.annotate(member_id=member_id)
+            await restore_suppressions(conn, [email], settings)
             await conn.execute("INSERT INTO members_newsletters (member_id, newsletter_id) "
                                "SELECT $1, id FROM newsletters WHERE subscribe_on_signup AND status = 'active'",
                                member_id)
@@ -270,3 +271,111 @@ async def update_member(member: str, *, name: str | None = None, status: str | N
             if "name" not in changed and "status" not in changed:
                 await conn.execute("UPDATE members SET updated_at = now() WHERE id = $1", member_id)
     return MemberUpdated(member_id, changed, subscribed, unsubscribed)
+
+
+# A deleted member's suppression keeps this instead of their address (suppressions.email holds no
+# '@' then, so it matches no member): the address cannot be read back from it, and the same address
+# added again finds its suppression (`restore_suppressions`).
+ADDRESS_HASH_PREFIX = "hmac-sha256:"
+
+
+def address_hash(address: str, key: str) -> str:
+    """The keyed hash a suppression keeps of a deleted member's address (case folded, as members are found)."""
+    import hashlib
+    import hmac
+
+    return ADDRESS_HASH_PREFIX + hmac.new(key.encode(), address.strip().lower().encode(), hashlib.sha256).hexdigest()
+
+
+async def restore_suppressions(conn, addresses: list[str], settings: Settings) -> int:
+    """Suppressions kept as keyed hashes of deleted members' addresses, given back to these addresses
+    (members added again): a bounce or a complaint still stands. Returns how many were restored."""
+    key = settings.address_hash_key.get_secret_value()
+    if not key or not addresses:
+        return 0
+    restored = await conn.fetch(
+        "UPDATE suppressions s SET email = a.address FROM unnest($1::text[], $2::text[]) AS a(address, hash) "
+        "WHERE s.email = a.hash AND NOT EXISTS (SELECT 1 FROM suppressions c WHERE c.email = a.address) "
+        "RETURNING s.id", addresses, [address_hash(address, key) for address in addresses])
+    return len(restored)
+
+
+@dataclass(frozen=True)
+class MemberDeleted:
+    member_id: str
+    suppression: str | None  # "kept as a keyed hash" or "removed", when the address was suppressed
+    recipients_cleared: int  # rows of sent emails kept by member id, their address and name cleared
+    recipients_removed: int  # rows of batches never sent, removed
+
+
+def _like_pattern(address: str) -> str:
+    """The address as a case-insensitive regular expression matching it literally (PostgreSQL's AREs
+    take a backslash before any character other than a letter or digit as that character)."""
+    return "".join(c if c.isalnum() else "\\" + c for c in address)
+
+
+# Rows that keep a copy of the member's address or name, in the tables that outlive them. Each is
+# reached through the member id ($1) or, for raw provider events, by the address itself ($2, the
+# pattern). Records of sends, failures and complaints stay, by member id.
+_SCRUB = [
+    # A batch that never went out (nor may have: no uncertain send) loses the recipient: it must not
+    # send to an address that is gone.
+    ("removed", "DELETE FROM email_recipients er USING email_batches b WHERE er.member_id = $1 AND b.id = er.batch_id "
+                "AND b.status <> 'submitted' AND b.send_outcome IS DISTINCT FROM 'uncertain' "
+                "AND b.send_outcome IS DISTINCT FROM 'accepted'"),
+    ("cleared", "UPDATE email_recipients SET member_email = '', member_name = NULL WHERE member_id = $1"),
+    (None, "UPDATE email_recipient_failures SET message = regexp_replace(message, $2, '<address>', 'gi') "
+           "WHERE member_id = $1 OR email_recipient_id IN (SELECT id FROM email_recipients WHERE member_id = $1)"),
+    (None, "UPDATE email_spam_complaint_events SET email_address = '' WHERE member_id = $1"),
+    (None, "UPDATE automated_email_recipients SET member_email = '', member_name = NULL WHERE member_id = $1"),
+    (None, "UPDATE outbox SET last_error_msg = regexp_replace(last_error_msg, $2, '<address>', 'gi') "
+           "WHERE payload->>'member_id' = $1 AND last_error_msg ~* $2"),
+    (None, "UPDATE delivery_events_rejected SET event = regexp_replace(event, $2, '<address>', 'gi') "
+           "WHERE event ~* $2 AND $1::text IS NOT NULL"),  # $1 unused: every statement takes the same two
+    (None, "UPDATE webhook_inbox SET event = regexp_replace(event, $2, '<address>', 'gi') "
+           "WHERE event ~* $2 AND $1::text IS NOT NULL"),  # $1 unused: every statement takes the same two
+]
+
+
+@tracing.traced("pressroom members delete")
+async def delete_member(member: str, *, settings: Settings | None = None) -> MemberDeleted:
+    """The member's row and personal data, in one transaction: subscriptions go with the row
+    (cascade); sent emails' records keep the member id with the address and name cleared; a batch
+    never sent loses them; raw provider events and stored errors have the address replaced. A
+    suppression keeps a keyed hash of the address (PRESSROOM_ADDRESS_HASH_KEY), or goes.
+
+    Refused, writing nothing, while a batch holding the member may be at the provider (its send
+    uncertain): its look-up needs the address. Deleting again finds no member.
+    """
+    from pressroom import database
+    from pressroom.errors import PressroomError
+
+    settings = settings or get_settings()
+    key = settings.address_hash_key.get_secret_value()
+    async with database.connection(settings.require_database()) as conn, conn.transaction():
+        row = await _member_row(conn, member, lock=True)
+        member_id, address = row["id"], row["email"]
+        tracing.annotate(member_id=member_id)
+        in_flight = await conn.fetchval(
+            "SELECT b.email_id FROM email_recipients er JOIN email_batches b ON b.id = er.batch_id "
+            "WHERE er.member_id = $1 AND b.status <> 'submitted' AND b.send_outcome = 'uncertain' LIMIT 1", member_id)
+        if in_flight is not None:
+            raise PressroomError(f"member {member_id} was not deleted: a batch of email {in_flight} holding them may "
+                                 "have reached the provider and is being looked up; delete them once that send is done")
+        pattern = _like_pattern(address)
+        counts = {}
+        for counted, statement in _SCRUB:
+            done = await conn.execute(statement, member_id, *([pattern] if "$2" in statement else []))
+            if counted:
+                counts[counted] = int(done.rsplit(" ", 1)[-1])
+        suppression = None
+        if key:
+            # An older hash of the same address (deleted, added again meanwhile without the key) gives way.
+            await conn.execute("DELETE FROM suppressions WHERE email = $1", address_hash(address, key))
+            kept = await conn.fetchval("UPDATE suppressions SET email = $2 WHERE lower(email) = lower($1) RETURNING id",
+                                       address, address_hash(address, key))
+            suppression = "kept as a keyed hash" if kept else None
+        elif await conn.fetchval("DELETE FROM suppressions WHERE lower(email) = lower($1) RETURNING id", address):
+            suppression = "removed"
+        await conn.execute("DELETE FROM members WHERE id = $1", member_id)
+    return MemberDeleted(member_id, suppression, counts["cleared"], counts["removed"])

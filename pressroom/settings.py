@@ -112,6 +112,12 @@ class Settings(BaseSettings):
 
     # --- outbox ---
     welcome_emails: bool = Field(default=True, validation_alias="PRESSROOM_WELCOME_EMAILS")
+
+    # --- members ---
+    # The key of the HMAC-SHA256 a deleted member's suppression keeps instead of their address, so
+    # the address, added again, is still suppressed. It must stay the same for as long as those
+    # suppressions matter. Unset: a deleted member's suppression is removed with them.
+    address_hash_key: SecretStr = Field(default=SecretStr(""), validation_alias="PRESSROOM_ADDRESS_HASH_KEY")
     # Each variable's first name is the one to set; the names after it are deprecated aliases that
     # deployments made before the PRESSROOM_/_SECONDS naming still set (README "Configuration").
     outbox_batch: int = Field(default=32, ge=1, le=10_000,
@@ -253,7 +259,8 @@ class Settings(BaseSettings):
 
     def secret_values(self) -> list[str]:
         """Every secret this process holds, for the log mask: keys, tokens, each encryption key."""
-        values = [self.mailgun_api_key, self.temporal_api_key, self.codec_token, self.encryption_key]
+        values = [self.mailgun_api_key, self.temporal_api_key, self.codec_token, self.encryption_key,
+                  self.address_hash_key]
         found = [value.get_secret_value() for value in values if value.get_secret_value()]
         for entry in self.encryption_key.get_secret_value().split(","):  # "k2:<base64>,k1:<base64>"
             found.extend(part.strip() for part in entry.split(":") if len(part.strip()) >= 16)
