@@ -90,6 +90,51 @@ def members_delete(member: str = typer.Argument(..., metavar="ID|ADDRESS", help=
                   + (f"; their suppression {done.suppression}" if done.suppression else ""), highlight=False)
 
 
+@app.command("import")
+def members_import(file: str = typer.Argument(..., metavar="FILE.csv",
+                                             help="Members in the reference platform's export format (CSV)."),
+                   welcome: bool = typer.Option(False, "--welcome", help="Queue the welcome email of each member "
+                                                                         "added (none without it)."),
+                   as_json: bool = JSON_OPTION) -> None:
+    """Add or update members from a CSV export: every row checked; refused rows reported by line and why."""
+    from dataclasses import asdict
+
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from operations.member_import import ROWS_SHOWN, import_members
+
+    errors = Console(stderr=True)
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=errors, disable=not errors.is_terminal, transient=True) as bar:
+        tasks = {"read": bar.add_task("reading rows", total=None), "write": bar.add_task("writing", total=None)}
+
+        def progress(phase: str, done: int, total: int) -> None:
+            bar.update(tasks[phase], completed=done, total=total or None)
+
+        report = run_async(import_members(file, welcome=welcome, progress=progress))
+    if as_json:
+        return print_json(asdict(report))
+    r = report
+    console.print(f"imported {r.file}: {plural(r.rows, 'row')}: {r.added:,} added, {r.updated:,} updated, "
+                  f"{r.unchanged:,} unchanged, {len(r.refused):,} refused", highlight=False)
+    for refused in r.refused[:ROWS_SHOWN]:
+        console.print(f"  line {refused['line']}: {refused['reason']}", highlight=False, markup=False)
+    if len(r.refused) > ROWS_SHOWN:
+        console.print(f"  and {len(r.refused) - ROWS_SHOWN:,} more refused rows (--json lists them all)",
+                      highlight=False)
+    if r.labels["rows"]:
+        console.print(f"labels: {plural(r.labels['rows'], 'row')} carried {plural(r.labels['distinct'], 'label')}; "
+                      f"not imported: {r.labels['why']}", highlight=False)
+    if r.ignored_columns:
+        console.print(f"columns not imported: {', '.join(r.ignored_columns)}", highlight=False, markup=False)
+    if r.suppressions_restored:
+        console.print(f"{plural(r.suppressions_restored, 'suppression')} of addresses deleted before and "
+                      "imported again restored", highlight=False)
+    console.print(f"{plural(r.welcome_queued, 'welcome email')} queued" if welcome else
+                  "no welcome emails queued (--welcome queues them for the members added)", highlight=False)
+
+
 @app.command("list")
 def members_list(status: str = typer.Option(None, "--status", metavar="free|paid|comped", help="Only this status."),
                  newsletter: str = typer.Option(None, "--newsletter", metavar="ID|SLUG",

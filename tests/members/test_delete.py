@@ -60,11 +60,13 @@ async def member_everywhere(db, settings) -> str:
                 email, member_id, recipient, f"550 5.1.1 <{ADDRESS.lower()}>: mailbox unavailable")
             await db.execute("INSERT INTO email_spam_complaint_events (member_id, email_id, email_address) "
                              "VALUES ($1, $2, $3)", member_id, email, ADDRESS)
-            await db.execute("INSERT INTO suppressions (email, email_id, reason) VALUES ($1, $2, 'spam')", ADDRESS, email)
+            await db.execute("INSERT INTO suppressions (email, email_id, reason) VALUES ($1, $2, 'spam')",
+                             ADDRESS, email)
     welcome = await db.fetchval("INSERT INTO automated_emails (name, slug, subject, html) "
                                 "VALUES ('W', 'member-welcome-email-free', 'Hi', '<p>Hi</p>') RETURNING id")
-    await db.execute("INSERT INTO automated_email_recipients (automated_email_id, member_id, member_uuid, member_email, "
-                     "member_name, provider_id, send_outcome) SELECT $1, id, uuid, email, name, '<w@mg>', 'accepted' "
+    await db.execute("INSERT INTO automated_email_recipients (automated_email_id, member_id, member_uuid, "
+                     "member_email, member_name, provider_id, send_outcome) "
+                     "SELECT $1, id, uuid, email, name, '<w@mg>', 'accepted' "
                      "FROM members WHERE id = $2", welcome, member_id)
     await db.execute("UPDATE outbox SET last_error_msg = $2 WHERE payload->>'member_id' = $1", member_id,
                      f"refused: {ADDRESS.upper()} is on a list")
