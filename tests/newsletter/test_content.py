@@ -118,7 +118,8 @@ async def test_bad_content_refuses_the_send_before_anything_is_written(db, mailg
         await run_send(client, settings, site["email_id"])
     assert words in str(failed.value.cause)
     assert await db.fetchval("SELECT count(*) FROM email_batches") == 0
-    assert await db.fetchval("SELECT status FROM emails WHERE id = $1", site["email_id"]) == "pending"
+    email = await db.fetchrow("SELECT status, error FROM emails WHERE id = $1", site["email_id"])
+    assert email["status"] == "failed" and words in email["error"]  # the reason stays on the email
     assert mailgun.stats()["messages"] == 0
 
 
