@@ -48,20 +48,26 @@ def members_update(member: str = typer.Argument(..., metavar="ID|ADDRESS", help=
                                                         help="Subscribe them to this newsletter (repeatable)."),
                    no_newsletter: list[str] = typer.Option([], "--no-newsletter", metavar="ID|SLUG",
                                                            help="Take them off this newsletter (repeatable)."),
+                   label: list[str] = typer.Option([], "--label", metavar="SLUG",
+                                                   help="Give them this label, made if the site has none "
+                                                        "(repeatable)."),
+                   no_label: list[str] = typer.Option([], "--no-label", metavar="SLUG",
+                                                      help="Take this label off them (repeatable)."),
                    as_json: bool = JSON_OPTION) -> None:
-    """Change a member's name, status or newsletters; every input is checked before anything is written."""
+    """Change a member's name, status, newsletters or labels; every input is checked before anything is written."""
     from operations.members import update_member
 
     done = run_async(update_member(member, name=name, status=status, newsletters=newsletter,
-                                   no_newsletters=no_newsletter))
+                                   no_newsletters=no_newsletter, labels=label, no_labels=no_label))
     if as_json:
         return print_json({"member_id": done.member_id, "changed": done.changed, "subscribed": done.subscribed,
-                           "unsubscribed": done.unsubscribed})
+                           "unsubscribed": done.unsubscribed, "labels": done.labels})
     if not done.changed:
         return console.print(f"member {done.member_id} unchanged (it already read so)", highlight=False)
     console.print(f"member {done.member_id} updated: {', '.join(done.changed)}"
                   + (f"; subscribed to {', '.join(done.subscribed)}" if done.subscribed else "")
-                  + (f"; unsubscribed from {', '.join(done.unsubscribed)}" if done.unsubscribed else ""),
+                  + (f"; unsubscribed from {', '.join(done.unsubscribed)}" if done.unsubscribed else "")
+                  + (f"; labels now {', '.join(done.labels) or 'none'}" if "labels" in done.changed else ""),
                   highlight=False)
 
 
@@ -127,9 +133,9 @@ def members_import(file: str = typer.Argument(..., metavar="FILE.csv",
     if len(r.refused) > ROWS_SHOWN:
         console.print(f"  and {len(r.refused) - ROWS_SHOWN:,} more refused rows (--json lists them all)",
                       highlight=False)
-    if r.labels["rows"]:
-        console.print(f"labels: {plural(r.labels['rows'], 'row')} carried {plural(r.labels['distinct'], 'label')}; "
-                      f"not imported: {r.labels['why']}", highlight=False)
+    if r.labels_made or r.labels_given:
+        console.print(f"labels: {r.labels_given:,} given to members; {plural(r.labels_made, 'label')} the site "
+                      "did not have made", highlight=False)
     if r.ignored_columns:
         console.print(f"columns not imported: {', '.join(r.ignored_columns)}", highlight=False, markup=False)
     if r.suppressions_restored:

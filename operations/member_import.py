@@ -6,7 +6,9 @@ outside input: every row is checked on its own (the csv module reads it; address
 email-validator, as `members add` checks them), a refused row is set aside with its line and why
 (never its address) and the rest goes in. Rows are written in one transaction, a chunk at a time:
 COPY into a temporary table, then set-based statements match each row to a member by its address
-whatever its case, update those that exist and insert the others. Importing the same file again
+whatever its case, update those that exist and insert the others; labels go into the reference
+platform's labels and members_labels (made from the file's names, by slug; a member keeps labels the
+file does not name). Tiers are the site's and are not imported. Importing the same file again
 changes nothing. No welcome email unless asked for: a site moving its list here has welcomed them.
 """
 
@@ -42,7 +44,8 @@ class ImportReport:
     unchanged: int = 0
     refused: list[dict] = field(default_factory=list)  # {line, reason}, in file order
     ignored_columns: list[str] = field(default_factory=list)
-    labels: dict = field(default_factory=dict)  # what the file's labels column held, and what became of it
+    labels_made: int = 0  # labels the site did not have (made from the file's names)
+    labels_given: int = 0  # members' labels added (a label a member already had is not counted)
     suppressions_restored: int = 0
     welcome_queued: int = 0
 
@@ -56,7 +59,7 @@ class _Row:
     subscribed: bool | None  # None: not said (a new member gets the signup newsletters, one that exists keeps hers)
     status: str | None  # None: not said (a new member is free, one that exists keeps hers)
     created_at: datetime | None
-    labels: tuple[str, ...]
+    labels: tuple[tuple[str, str], ...]  # (name as written, slug)
 
 
 @functools.cache
@@ -151,11 +154,16 @@ def _row(line: int, cells: dict[str, str]) -> _Row:
         status = "comped"
     created = (cells.get("created_at") or "").strip()
     created_at = moment(created, "created_at") if created else None
-    labels = []
+    labels = {}
     for label in (cells.get("labels") or "").split(","):
         if label.strip():
-            labels.append(_slug(free_text(label, "label") or ""))
-    return _Row(line, email, name, note, subscribed, status, created_at, tuple(label for label in labels if label))
+            label = free_text(label, "label") or ""
+            slug = _slug(label)
+            if not slug:
+                raise BadInput("a label has no letter or digit to make its slug of")
+            labels.setdefault(slug, label)
+    return _Row(line, email, name, note, subscribed, status, created_at,
+                tuple((label, slug) for slug, label in labels.items()))
 
 
 def read_rows(path: Path, report: ImportReport, progress: Callable[[int], None] | None = None) -> list[_Row]:
@@ -216,6 +224,7 @@ def read_rows(path: Path, report: ImportReport, progress: Callable[[int], None] 
 # the row says (an empty cell says nothing); a new one is inserted. RETURNING tells each apart.
 _STAGE = """CREATE TEMP TABLE member_import (line int, email text, name text, note text, subscribed boolean,
             status text, created_at timestamptz, hash text) ON COMMIT DROP"""
+_STAGE_LABELS = "CREATE TEMP TABLE member_import_labels (email text, name text, slug text) ON COMMIT DROP"
 _UPDATE = """
 UPDATE members m SET name = coalesce(i.name, m.name), note = coalesce(i.note, m.note),
        status = coalesce(i.status, m.status), updated_at = now()
@@ -251,6 +260,18 @@ UPDATE suppressions s SET email = m.email
 FROM member_import i JOIN members m ON lower(m.email) = lower(i.email)
 WHERE i.hash IS NOT NULL AND s.email = i.hash AND NOT EXISTS (SELECT 1 FROM suppressions c WHERE c.email = m.email)
 RETURNING s.id"""
+# Labels in the reference platform's tables: one the site does not have is made with the file's name
+# for it (the first row's spelling); a member gets the row's labels and keeps the others.
+_MAKE_LABELS = """
+INSERT INTO labels (name, slug) SELECT DISTINCT ON (slug) name, slug FROM member_import_labels ORDER BY slug
+ON CONFLICT (slug) DO NOTHING
+RETURNING id"""
+_GIVE_LABELS = """
+INSERT INTO members_labels (member_id, label_id)
+SELECT m.id, l.id FROM member_import_labels x JOIN members m ON lower(m.email) = lower(x.email)
+JOIN labels l ON l.slug = x.slug
+ON CONFLICT (member_id, label_id) DO NOTHING
+RETURNING member_id"""
 # `--welcome`: each new member's MemberCreatedEvent, as `members add` enqueues it (the same key and
 # payload; the digest is payload_digest's sha256 of {"member_id":"<id>"}).
 _WELCOME = """
@@ -276,13 +297,10 @@ async def import_members(path: str | Path, *, welcome: bool = False, settings: S
     rows = read_rows(path, report, (lambda n: progress("read", n, 0)) if progress else None)
     if progress:
         progress("read", report.rows, report.rows)
-    labelled = [row for row in rows if row.labels]
-    report.labels = {"rows": len(labelled), "distinct": len({label for row in labelled for label in row.labels}),
-                     "imported": False,
-                     "why": "this Pressroom has no labels table yet; the labels were read and checked, not stored"}
     key = settings.address_hash_key.get_secret_value()
     async with database.connection(settings.require_database()) as conn, conn.transaction():
         await conn.execute(_STAGE)
+        await conn.execute(_STAGE_LABELS)
         new_ids: list[str] = []
         for start in range(0, len(rows), CHUNK):
             chunk = rows[start:start + CHUNK]
@@ -292,17 +310,24 @@ async def import_members(path: str | Path, *, welcome: bool = False, settings: S
             # Without statistics the planner takes the temporary table for a few rows, and joins each
             # statement below by nested loops over the members' index.
             await conn.execute("ANALYZE member_import")
+            await conn.copy_records_to_table(
+                "member_import_labels", records=[(r.email, name, slug) for r in chunk for name, slug in r.labels])
+            await conn.execute("ANALYZE member_import_labels")
             updated = await conn.fetch(_UPDATE)
             added = await conn.fetch(_INSERT)
             ids = [row["id"] for row in added]
             moved = {row["member_id"] for row in await conn.fetch(_SUBSCRIBE, ids)}
             moved |= {row["member_id"] for row in await conn.fetch(_UNSUBSCRIBE)}
             report.suppressions_restored += len(await conn.fetch(_RESTORE))
+            report.labels_made += len(await conn.fetch(_MAKE_LABELS))
+            labelled = [row["member_id"] for row in await conn.fetch(_GIVE_LABELS)]
+            report.labels_given += len(labelled)
+            moved |= set(labelled)
             changed = {row["id"] for row in updated} | moved
             report.added += len(ids)
             report.updated += len(changed - set(ids))
             new_ids += ids
-            await conn.execute("TRUNCATE member_import")
+            await conn.execute("TRUNCATE member_import, member_import_labels")
             if progress:
                 progress("write", start + len(chunk), len(rows))
         report.unchanged = len(rows) - report.added - report.updated

@@ -305,16 +305,18 @@ class MemberUpdated:
     changed: list[str]  # the fields that changed: name, status, newsletters
     subscribed: list[str]  # newsletter slugs newly subscribed to
     unsubscribed: list[str]  # newsletter slugs newly left
+    labels: list[str]  # the member's labels now
 
 
 @tracing.traced("pressroom members update")
 async def update_member(member: str, *, name: str | None = None, status: str | None = None,
-                        newsletters: list[str] = (), no_newsletters: list[str] = (),
-                        settings: Settings | None = None) -> MemberUpdated:
+                        newsletters: list[str] = (), no_newsletters: list[str] = (), labels: list[str] = (),
+                        no_labels: list[str] = (), settings: Settings | None = None) -> MemberUpdated:
     """A member's name, status and subscriptions, every input checked before one transaction writes them.
 
     `name` None leaves it, "" clears it. Subscribing to a newsletter the member has is a no-op, and
-    so is leaving one they are not on: safe to repeat.
+    so is leaving one they are not on, and the same for labels (one the site has not got is made, as
+    `members add --label` makes it): safe to repeat.
     """
     from activities.outbox import WELCOME_EMAIL_SLUGS
     from pressroom import database
@@ -326,8 +328,11 @@ async def update_member(member: str, *, name: str | None = None, status: str | N
     if both:
         raise BadInput(f"newsletter {sorted(both)[0]} is given to both --newsletter and --no-newsletter")
     new_name = free_text(name, "name") if name is not None else None
-    if name is None and status is None and not newsletters and not no_newsletters:
-        raise BadInput("nothing to update: give --name, --status, --newsletter or --no-newsletter")
+    labels, no_labels = _slugs(labels, "label"), _slugs(no_labels, "label")
+    if set(labels) & set(no_labels):
+        raise BadInput(f"label {sorted(set(labels) & set(no_labels))[0]} is given to both --label and --no-label")
+    if name is None and status is None and not (newsletters or no_newsletters or labels or no_labels):
+        raise BadInput("nothing to update: give --name, --status, --newsletter, --no-newsletter, --label or --no-label")
     settings = settings or get_settings()
     async with database.connection(settings.require_database()) as conn, conn.transaction():
         row = await _member_row(conn, member, lock=True)
@@ -358,9 +363,20 @@ async def update_member(member: str, *, name: str | None = None, status: str | N
             member_id, list(set(leaving.values())))]
         if subscribed or unsubscribed:
             changed.append("newsletters")
-            if "name" not in changed and "status" not in changed:
-                await conn.execute("UPDATE members SET updated_at = now() WHERE id = $1", member_id)
-    return MemberUpdated(member_id, changed, subscribed, unsubscribed)
+        if labels:
+            await conn.execute(_MAKE_LABELS, labels)
+        given = await conn.fetch(_ADD_LABELS + " RETURNING label_id", member_id, labels)
+        taken = await conn.fetch("DELETE FROM members_labels ml USING labels l WHERE ml.member_id = $1 "
+                                 "AND l.id = ml.label_id AND l.slug = ANY($2::text[]) RETURNING ml.label_id",
+                                 member_id, no_labels)
+        if given or taken:
+            changed.append("labels")
+        labelled = [r["slug"] for r in await conn.fetch(
+            "SELECT l.slug FROM members_labels ml JOIN labels l ON l.id = ml.label_id WHERE ml.member_id = $1 "
+            "ORDER BY l.slug", member_id)]
+        if changed and "name" not in changed and "status" not in changed:
+            await conn.execute("UPDATE members SET updated_at = now() WHERE id = $1", member_id)
+    return MemberUpdated(member_id, changed, subscribed, unsubscribed, labelled)
 
 
 # A deleted member's suppression keeps this instead of their address (suppressions.email holds no

@@ -66,7 +66,9 @@ async def test_import_checks_every_row_reports_the_refused_and_is_idempotent(set
     shown = json.dumps(report.refused)
     assert "example.com" not in shown and "not-an-address" not in shown and "Frank" not in shown
     assert report.ignored_columns == ["id", "stripe_customer_id", "deleted_at", "tiers"]
-    assert report.labels["rows"] == 2 and report.labels["distinct"] == 2 and not report.labels["imported"]
+    assert (report.labels_made, report.labels_given) == (2, 3)
+    assert {r["slug"]: r["name"] for r in await db.fetch("SELECT slug, name FROM labels")} == \
+        {"vip": "vip", "press-corps": "Press Corps"}
     assert report.welcome_queued == 0 and await db.fetchval("SELECT count(*) FROM outbox") == 0
 
     members = await state(db)
@@ -80,6 +82,7 @@ async def test_import_checks_every_row_reports_the_refused_and_is_idempotent(set
 
     again = await import_members(file, settings=settings)
     assert (again.added, again.updated, again.unchanged, len(again.refused)) == (0, 0, 3, 7)
+    assert (again.labels_made, again.labels_given) == (0, 0)
     assert await state(db) == members
 
     # A changed export: a new name, an unsubscribe, an address in another case matches its member.
@@ -131,16 +134,20 @@ async def test_welcome_only_when_asked_and_a_deleted_address_stays_suppressed(po
 async def test_import_from_the_command_line(settings, db, tmp_path):
     file = write_csv(tmp_path / "members.csv", GOOD + [row for row, _ in BAD])
     env = {**os.environ, "DATABASE_URL": settings.database_url}
-    code, out, err = await cli("members", "import", file, "--json", env=env)
-    assert code == 0, err
-    assert json.loads(out)["added"] == 3 and len(json.loads(out)["refused"]) == 7
     code, out, err = await cli("members", "import", file, env=env)
     assert code == 0, err
     lines = out.splitlines()
-    assert lines[0] == f"imported {file}: 10 rows: 0 added, 0 updated, 3 unchanged, 7 refused"
+    assert lines[0] == f"imported {file}: 10 rows: 3 added, 0 updated, 0 unchanged, 7 refused"
     assert lines[1].startswith("  line 6: the email is not a valid address")
-    assert "labels: 2 rows carried 2 labels; not imported" in out
+    assert "labels: 3 given to members; 2 labels the site did not have made" in lines
+    assert "columns not imported: id, stripe_customer_id, deleted_at, tiers" in lines
     assert "no welcome emails queued" in out and "example.com" not in out + err
+    code, out, err = await cli("members", "import", file, "--json", env=env)
+    assert code == 0, err
+    again = json.loads(out)
+    assert (again["added"], again["unchanged"], again["labels_given"], len(again["refused"])) == (0, 3, 0, 7)
+    assert again["refused"][0] == {"line": 6, "reason": "the email is not a valid address: An email address must "
+                                                        "have an @-sign"}
 
 
 def test_the_plain_address_shortcut_agrees_with_email_validator():

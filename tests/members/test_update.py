@@ -46,6 +46,12 @@ async def test_update_changes_what_is_given_and_is_safe_to_repeat(settings, db):
                                 no_newsletters=["offers"], settings=settings)
     assert (again.changed, again.subscribed, again.unsubscribed) == ([], [], [])
 
+    labelled = await update_member(added.member_id, labels=["vip", "press"], settings=settings)
+    assert (labelled.changed, labelled.labels) == (["labels"], ["press", "vip"])
+    swapped = await update_member(added.member_id, labels=["beta"], no_labels=["vip", "never-had"], settings=settings)
+    assert (swapped.changed, swapped.labels) == (["labels"], ["beta", "press"])
+    assert (await update_member(added.member_id, labels=["beta"], settings=settings)).changed == []
+
     cleared = await update_member(added.member_id, name="", settings=settings)
     assert cleared.changed == ["name"]
     assert await member_state(db, added.member_id) == (None, "paid", ["daily", "weekly"])
@@ -58,6 +64,8 @@ async def test_update_changes_what_is_given_and_is_safe_to_repeat(settings, db):
     ({"name": "Ada\u202e", "status": "paid"}, "the name contains a control or invisible character"),
     ({"name": "x" * 192}, "the name is 192 characters long; at most 191"),
     ({}, "nothing to update"),
+    ({"labels": ["Not A Slug"]}, "the label 'Not A Slug' is not a slug"),
+    ({"labels": ["vip"], "no_labels": ["vip"]}, "label vip is given to both --label and --no-label"),
 ])
 async def test_a_refused_update_writes_nothing(settings, db, kwargs, error):
     await newsletters(db, "weekly")
@@ -77,7 +85,7 @@ async def test_update_from_the_command_line(settings, db):
                                "--json", env=env)
     assert code == 0, err
     assert json.loads(out) == {"member_id": added.member_id, "changed": ["status", "newsletters"],
-                               "subscribed": ["weekly"], "unsubscribed": []}
+                               "subscribed": ["weekly"], "unsubscribed": [], "labels": []}
     code, out, err = await cli("members", "update", added.member_id, "--no-newsletter", "weekly", env=env)
     assert code == 0 and out.strip() == f"member {added.member_id} updated: newsletters; unsubscribed from weekly"
     code, out, err = await cli("members", "update", "bob@example.com", "--name", "Bob", env=env)
