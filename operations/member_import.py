@@ -220,44 +220,48 @@ def read_rows(path: Path, report: ImportReport, progress: Callable[[int], None] 
     return rows
 
 
-# The chunk's rows, matched to members by address whatever its case. An existing member takes what
-# the row says (an empty cell says nothing); a new one is inserted. RETURNING tells each apart.
+# The chunk's rows, matched to members by address whatever its case, once (`member_id`); an existing
+# member takes what the row says (an empty cell says nothing); the others are inserted (`added`).
+# Every later statement joins the chunk by member id.
 _STAGE = """CREATE TEMP TABLE member_import (line int, email text, name text, note text, subscribed boolean,
-            status text, created_at timestamptz, hash text) ON COMMIT DROP"""
-_STAGE_LABELS = "CREATE TEMP TABLE member_import_labels (email text, name text, slug text) ON COMMIT DROP"
+            status text, created_at timestamptz, hash text, member_id text, added boolean NOT NULL DEFAULT false)
+            ON COMMIT DROP"""
+_STAGE_LABELS = "CREATE TEMP TABLE member_import_labels (line int, name text, slug text) ON COMMIT DROP"
+_MATCH = "UPDATE member_import i SET member_id = m.id FROM members m WHERE lower(m.email) = lower(i.email)"
 _UPDATE = """
 UPDATE members m SET name = coalesce(i.name, m.name), note = coalesce(i.note, m.note),
        status = coalesce(i.status, m.status), updated_at = now()
 FROM member_import i
-WHERE lower(m.email) = lower(i.email)
+WHERE m.id = i.member_id
   AND (m.name, m.note, m.status) IS DISTINCT FROM (coalesce(i.name, m.name), coalesce(i.note, m.note),
                                                     coalesce(i.status, m.status))
 RETURNING m.id"""
 _INSERT = """
-INSERT INTO members (email, name, note, status, created_at)
-SELECT i.email, i.name, i.note, coalesce(i.status, 'free'), coalesce(i.created_at, now())
-FROM member_import i WHERE NOT EXISTS (SELECT 1 FROM members m WHERE lower(m.email) = lower(i.email))
-ON CONFLICT (email) DO NOTHING
-RETURNING id, email"""
+WITH added AS (
+    INSERT INTO members (email, name, note, status, created_at)
+    SELECT i.email, i.name, i.note, coalesce(i.status, 'free'), coalesce(i.created_at, now())
+    FROM member_import i WHERE i.member_id IS NULL
+    ON CONFLICT (email) DO NOTHING
+    RETURNING id, email)
+UPDATE member_import i SET member_id = added.id, added = true FROM added WHERE i.email = added.email
+RETURNING i.member_id"""
 # Subscriptions: `subscribed` true gives a member the newsletters new members get (subscribe on
 # signup, active) and leaves the others; false takes them off every newsletter; not said, a new
 # member gets the signup newsletters and one that existed keeps hers.
 _SUBSCRIBE = """
 INSERT INTO members_newsletters (member_id, newsletter_id)
-SELECT m.id, n.id FROM member_import i JOIN members m ON lower(m.email) = lower(i.email)
-CROSS JOIN newsletters n
-WHERE n.subscribe_on_signup AND n.status = 'active'
-  AND (i.subscribed OR (i.subscribed IS NULL AND m.id IN (SELECT unnest($1::text[]))))
+SELECT i.member_id, n.id FROM member_import i CROSS JOIN newsletters n
+WHERE n.subscribe_on_signup AND n.status = 'active' AND i.member_id IS NOT NULL
+  AND (i.subscribed OR (i.subscribed IS NULL AND i.added))
 ON CONFLICT (member_id, newsletter_id) DO NOTHING
 RETURNING member_id"""
 _UNSUBSCRIBE = """
-DELETE FROM members_newsletters mn USING member_import i JOIN members m ON lower(m.email) = lower(i.email)
-WHERE NOT i.subscribed AND mn.member_id = m.id
+DELETE FROM members_newsletters mn USING member_import i WHERE NOT i.subscribed AND mn.member_id = i.member_id
 RETURNING mn.member_id"""
 # Suppressions a deleted member left as a keyed hash, given back to their address imported again.
 _RESTORE = """
 UPDATE suppressions s SET email = m.email
-FROM member_import i JOIN members m ON lower(m.email) = lower(i.email)
+FROM member_import i JOIN members m ON m.id = i.member_id
 WHERE i.hash IS NOT NULL AND s.email = i.hash AND NOT EXISTS (SELECT 1 FROM suppressions c WHERE c.email = m.email)
 RETURNING s.id"""
 # Labels in the reference platform's tables: one the site does not have is made with the file's name
@@ -268,8 +272,8 @@ ON CONFLICT (slug) DO NOTHING
 RETURNING id"""
 _GIVE_LABELS = """
 INSERT INTO members_labels (member_id, label_id)
-SELECT m.id, l.id FROM member_import_labels x JOIN members m ON lower(m.email) = lower(x.email)
-JOIN labels l ON l.slug = x.slug
+SELECT i.member_id, l.id FROM member_import_labels x JOIN member_import i ON i.line = x.line
+JOIN labels l ON l.slug = x.slug WHERE i.member_id IS NOT NULL
 ON CONFLICT (member_id, label_id) DO NOTHING
 RETURNING member_id"""
 # `--welcome`: each new member's MemberCreatedEvent, as `members add` enqueues it (the same key and
@@ -306,23 +310,27 @@ async def import_members(path: str | Path, *, welcome: bool = False, settings: S
             chunk = rows[start:start + CHUNK]
             await conn.copy_records_to_table(
                 "member_import", records=[(r.line, r.email, r.name, r.note, r.subscribed, r.status, r.created_at,
-                                           address_hash(r.email, key) if key else None) for r in chunk])
-            # Without statistics the planner takes the temporary table for a few rows, and joins each
-            # statement below by nested loops over the members' index.
-            await conn.execute("ANALYZE member_import")
-            await conn.copy_records_to_table(
-                "member_import_labels", records=[(r.email, name, slug) for r in chunk for name, slug in r.labels])
-            await conn.execute("ANALYZE member_import_labels")
+                                           address_hash(r.email, key) if key else None) for r in chunk],
+                columns=["line", "email", "name", "note", "subscribed", "status", "created_at", "hash"])
+            labels = [(r.line, name, slug) for r in chunk for name, slug in r.labels]
+            if labels:
+                await conn.copy_records_to_table("member_import_labels", records=labels)
+            # Without statistics the planner takes the temporary tables for a few rows, and joins
+            # each statement below by nested loops.
+            await conn.execute("ANALYZE member_import, member_import_labels")
+            await conn.execute(_MATCH)
             updated = await conn.fetch(_UPDATE)
-            added = await conn.fetch(_INSERT)
-            ids = [row["id"] for row in added]
-            moved = {row["member_id"] for row in await conn.fetch(_SUBSCRIBE, ids)}
-            moved |= {row["member_id"] for row in await conn.fetch(_UNSUBSCRIBE)}
-            report.suppressions_restored += len(await conn.fetch(_RESTORE))
-            report.labels_made += len(await conn.fetch(_MAKE_LABELS))
-            labelled = [row["member_id"] for row in await conn.fetch(_GIVE_LABELS)]
-            report.labels_given += len(labelled)
-            moved |= set(labelled)
+            ids = [row["member_id"] for row in await conn.fetch(_INSERT)]
+            moved = {row["member_id"] for row in await conn.fetch(_SUBSCRIBE)}
+            if any(r.subscribed is False for r in chunk):
+                moved |= {row["member_id"] for row in await conn.fetch(_UNSUBSCRIBE)}
+            if key:
+                report.suppressions_restored += len(await conn.fetch(_RESTORE))
+            if labels:
+                report.labels_made += len(await conn.fetch(_MAKE_LABELS))
+                labelled = [row["member_id"] for row in await conn.fetch(_GIVE_LABELS)]
+                report.labels_given += len(labelled)
+                moved |= set(labelled)
             changed = {row["id"] for row in updated} | moved
             report.added += len(ids)
             report.updated += len(changed - set(ids))
