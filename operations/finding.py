@@ -20,7 +20,7 @@ LARGEST_PAGE = 1000
 EMAIL_STATES = ("pending", "submitting", "submitted", "failed")
 POST_STATES = ("draft", "scheduled", "published", "sent")
 MEMBER_STATES = ("free", "paid", "comped")
-OUTBOX_STATES = ("pending", "sending", "succeeded", "failed", "aborted", "completed")
+OUTBOX_STATES = ("pending", "sending", "succeeded", "failed", "aborted", "completed", "skipped")
 
 _EMAILS = """
 SELECT e.id AS email_id, e.post_id, e.newsletter_id, n.slug AS newsletter, e.subject, e.status, e.error,

@@ -121,6 +121,10 @@ class Settings(BaseSettings):
 
     # --- outbox ---
     welcome_emails: bool = Field(default=True, validation_alias="PRESSROOM_WELCOME_EMAILS")
+    # A welcome email whose template cannot be rendered waits, pending, and is tried again this long
+    # after; once the template is fixed, it goes out.
+    welcome_template_retry_seconds: float = Field(default=60.0, gt=0,
+                                                  validation_alias="PRESSROOM_WELCOME_TEMPLATE_RETRY_SECONDS")
     # Each variable's first name is the one to set; the names after it are deprecated aliases that
     # deployments made before the PRESSROOM_/_SECONDS naming still set (docs/production.md "Configuration").
     outbox_batch: int = Field(default=32, ge=1, le=10_000,
