@@ -110,9 +110,10 @@ _WIDTHS = [timedelta(seconds=s) for s in (1, 5, 10, 30, 60, 300, 600, 1800, 3600
 
 
 def segment_name(segment: str | None) -> str:
-    from pressroom.email_rendering import SEGMENT_NAMES
+    """As batch ids name it: free, paid, free-tiers, paid-tiers (of a tiers post's tiers), or all."""
+    from activities.newsletter.batches import SEGMENT_NAMES
 
-    return next((name for name, value in SEGMENT_NAMES.items() if value == segment), segment or "all")
+    return SEGMENT_NAMES.get(segment, segment or "all")
 
 
 def _rate(part: int, whole: int) -> float | None:

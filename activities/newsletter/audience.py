@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from pressroom.email_rendering import SEGMENT_STATUSES, TIERS_SUFFIX
+from pressroom.errors import shorten
 from pressroom.recipient_filter import And, Everyone, Node, Or, Term, parse, slugs
 
 PREDICATE = "/* the recipient filter */ TRUE"  # where an audience's predicate goes in the SQL below
@@ -125,7 +126,7 @@ async def missing(conn, recipient_filter: str) -> str:
                 f"SELECT array_agg(s ORDER BY o) FROM unnest($1::text[]) WITH ORDINALITY AS w (s, o) "
                 f"WHERE NOT EXISTS (SELECT 1 FROM {table} t WHERE t.slug = w.s)", wanted)
             if absent:
-                found.append(f"no {key} {', '.join(absent)}")
+                found.append(f"no {key} {shorten(', '.join(absent), 200)}")
     return "; ".join(found)
 
 

@@ -131,7 +131,7 @@ class EmailLockActivities:
         if not has_batches and not await conn.fetchval(
                 chosen.sql(f"SELECT EXISTS (SELECT 1 {RECIPIENTS})"), *chosen.params):
             raise non_retryable("NoRecipients", f"email {input.email_id}: newsletter {email['newsletter_id']} "
-                                f"has no subscribers matching {email['recipient_filter']!r}")
+                                f"has no subscribers matching {email['recipient_filter'][:80]!r}")
         await conn.execute(
             "UPDATE emails SET status = 'submitting', locked_by = $2, error = NULL, updated_at = now() "
             "WHERE id = $1", input.email_id, holder)

@@ -222,3 +222,25 @@ async def test_a_post_for_one_tier_reaches_its_members_whole_and_nobody_else(db,
     for row in segments:
         assert set(row["members"]) <= of_tier if row["member_segment"].endswith("+tiers") \
             else not set(row["members"]) & of_tier, row["member_segment"]
+
+    from operations.reports import newsletter_report
+
+    report = await newsletter_report(seeded.email_id, settings=settings)
+    assert {s["segment"]: s["recipients"] for s in report["segments"]} == {
+        name: sum(1 for n in audience if (n in gold) == of_post and (seeded.status[n] == "free") == free)
+        for name, of_post, free in (("free", False, True), ("paid", False, False), ("paid-tiers", True, False))}
+
+
+async def test_preview_shows_each_member_what_their_tiers_give_them(db, newsletter_settings):
+    from operations.newsletter import preview_email
+
+    settings = newsletter_settings()
+    seeded = await seed(db, visibility="tiers", post_tiers=("gold",), html=TIER_POST)
+    gold, ended, silver = 7, 13, 6  # paid of gold; paid whose gold tier ended; free of silver only
+    assert "gold" in seeded.tiers[gold] and plan(ended)[2] == {"gold": True} and seeded.tiers[silver] == {"silver"}
+    for n, whole in ((gold, True), (ended, False), (silver, False)):
+        preview = await preview_email(seeded.email_id, member_id=seeded.ids[n], settings=settings)
+        assert ("GOLD ONLY" in preview.html) == whole and ("Upgrade to keep reading" in preview.html) != whole, n
+        assert ("of the post's tiers" in preview.reader) == whole
+    stand_in = await preview_email(seeded.email_id, segment="paid", settings=settings)
+    assert "GOLD ONLY" not in stand_in.html

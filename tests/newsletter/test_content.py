@@ -128,7 +128,8 @@ async def test_bad_content_refuses_the_send_before_anything_is_written(db, mailg
 def cli_env(settings) -> dict[str, str]:
     return {"DATABASE_URL": settings.database_url, "MAILGUN_BASE_URL": settings.mailgun_base_url,
             "MAILGUN_API_KEY": settings.mailgun_api_key.get_secret_value(), "MAILGUN_DOMAIN": settings.mailgun_domain,
-            "PRESSROOM_SITE_URL": settings.site_url}
+            "PRESSROOM_SITE_URL": settings.site_url,
+            "PRESSROOM_MEMBERS_LINK_SECRET": settings.members_link_secret.get_secret_value()}
 
 
 async def run_cli(settings, *args: str):
