@@ -31,6 +31,7 @@ from activities.watchdog import ClosedRun, Job, Watchdog, Watched, run_closed
 from pressroom import tracing
 from pressroom.dependencies import Dependencies
 from pressroom.email_rendering import ContentError, Rendered, header_text, mailbox, member_values, render_automated
+from activities.provider_errors import retried
 from pressroom.providers.port import ACCEPTED, UNCERTAIN, Message, ProviderError, ProviderRejected
 
 NOTIFY_CHANNEL = "pressroom_outbox"
@@ -348,7 +349,7 @@ class OutboxActivities:
                 "WHERE id = $1 AND status IN ('sending', 'failed')",
                 input.outbox_id, attempt, code, message, float(delay))
             self.metrics.counter("pressroom_outbox_retries", "Failed handler attempts").add(1)
-            raise ApplicationError(message, type=code, non_retryable=isinstance(error, ProviderRejected),
+            raise ApplicationError(message, type=code, non_retryable=not retried(error),
                                    next_retry_delay=timedelta(seconds=delay)) from None
         return await self._completed_here(input, result)
 
@@ -554,9 +555,10 @@ class OutboxActivities:
         prepared = self.provider.prepare(Message(
             from_address=message.from_address, subject=rendered.subject, html=rendered.html, text=rendered.text,
             tags=["welcome-email"], headers={"Reply-To": message.reply_to} if message.reply_to else {}))
-        return await self.provider.send(prepared, {member["email"]: rendered.recipient_variables(values)},
+        sent = await self.provider.send(prepared, {member["email"]: rendered.recipient_variables(values)},
                                         mark={"automated-email-id": welcome["id"], OUTBOX_MARK: key},
                                         message_id=message_id)
+        return sent.provider_id
 
 
 # --- entries whose delivery run closed without finishing them (the watchdog's outbox job) ---------

@@ -139,9 +139,10 @@ async def test_a_send_is_accepted_each_reader_gets_their_values_and_the_mark_pro
     provider = harness.provider
     recipients = readers(3)
     begin, _ = window(harness)
-    provider_id = await provider.send(message(provider), recipients, mark={"email-id": "e1", "pressroom-batch": "b1"},
-                                      message_id=provider.message_id("b1"))
-    assert provider_id
+    sent = await provider.send(message(provider), recipients, mark={"email-id": "e1", "pressroom-batch": "b1"},
+                               message_id=provider.message_id("b1"))
+    assert sent.provider_id and set(sent.accepted) == set(recipients) and not sent.refused
+    provider_id = sent.accepted["reader0@example.com"]
     subject, html, text = harness.received("reader1@example.com")
     assert (subject, text) == ("Hello Reader 1", "Hi Reader 1")
     assert "<p>Hi Reader &lt;1&gt;</p>" in html and 'href="https://site.example/unsubscribe/?uuid=u1"' in html
@@ -217,7 +218,8 @@ async def test_late_events_are_not_found_until_they_are_visible(harness):
     provider = harness.provider
     begin, _ = window(harness)
     harness.delay_events(120)
-    provider_id = await provider.send(message(provider), readers(1), mark={"pressroom-batch": "b6"})
+    provider_id = (await provider.send(message(provider), readers(1), mark={"pressroom-batch": "b6"})).accepted[
+        "reader0@example.com"]
     harness.advance(5)
     _, end = window(harness)
     assert await provider.find_accepted(recipient="reader0@example.com", mark={"pressroom-batch": "b6"},
