@@ -14,12 +14,14 @@ through SNS and kept (`ReceivedEvents`), found by our marks, carried as message 
 from __future__ import annotations
 
 import copy
+import html
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
-from urllib.parse import quote
+from urllib.parse import quote, urlencode
 
 import httpx
 from botocore.auth import SigV4Auth
@@ -47,6 +49,7 @@ _NOT_HEADERS = {"message-id", "reply-to", "from", "to", "subject", "date"}
 # Statuses of a destination that say the account, not the reader, stopped it (all destinations alike).
 _THROTTLED = {"ACCOUNT_THROTTLED", "ACCOUNT_DAILY_QUOTA_EXCEEDED"}
 _TRANSIENT = {"TRANSIENT_FAILURE", "FAILED"}
+_ENDPOINT = re.compile(r"<Endpoint>([^<]{1,2048})</Endpoint>")
 _NEVER_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout, httpx.UnsupportedProtocol,
                httpx.WriteError, httpx.WriteTimeout)
 
@@ -83,13 +86,15 @@ class SesClient:
     capabilities = CAPABILITIES
 
     def __init__(self, *, endpoint: str, region: str, access_key_id: str, secret_access_key: str,
-                 session_token: str = "", domain: str, configuration_set: str,
-                 received: ReceivedEvents | None = None, timeout: float = 30.0, max_connections: int = 20,
+                 session_token: str = "", domain: str, configuration_set: str, topic_arn: str = "",
+                 sns_endpoint: str = "", received: ReceivedEvents | None = None, timeout: float = 30.0, max_connections: int = 20,
                  transport: httpx.AsyncBaseTransport | None = None) -> None:
         self.endpoint = endpoint.rstrip("/")
         self.region = region
         self.domain = domain
         self.configuration_set = configuration_set
+        self.topic_arn = topic_arn
+        self.sns_endpoint = (sns_endpoint or f"https://sns.{region}.amazonaws.com").rstrip("/")
         self.received = received
         self._credentials = Credentials(access_key_id, secret_access_key, session_token or None)
         self._http = httpx.AsyncClient(timeout=httpx.Timeout(timeout, connect=min(timeout, 10.0)),
@@ -103,7 +108,8 @@ class SesClient:
         return cls(endpoint=ses.ses_endpoint, region=ses.region, access_key_id=ses.access_key_id,
                    secret_access_key=ses.secret_access_key.get_secret_value(),
                    session_token=ses.session_token.get_secret_value(), domain=ses.domain,
-                   configuration_set=ses.configuration_set, received=received, timeout=ses.timeout_seconds)
+                   configuration_set=ses.configuration_set, topic_arn=ses.topic_arn, sns_endpoint=ses.sns_endpoint,
+                   received=received, timeout=ses.timeout_seconds)
 
     def __repr__(self) -> str:
         return f"SesClient(endpoint={self.endpoint!r}, domain={self.domain!r})"
@@ -247,30 +253,52 @@ class SesClient:
         return ["complaints" if reason == "COMPLAINT" else "bounces"]
 
     async def register_push(self, url: str) -> dict[str, str]:
-        """SES's events reach us through the configuration set's SNS destination; registering is
-        subscribing `url` to that topic (see `pressroom.providers.ses.sns`)."""
-        raise ProviderRejected("SES pushes through an SNS topic: subscribe the URL with the SES push's subscribe()")
+        """SES's events reach us through the configuration set's SNS topic: subscribe `url` to it
+        (SNS Subscribe; the receiver confirms the subscription when SNS asks). One subscription
+        covers every kind: {"subscription": created (new, awaiting confirmation), added (another
+        URL was there) or unchanged (already subscribed)}. Subscribing again is harmless."""
+        if not self.topic_arn:
+            raise ProviderRejected("PRESSROOM_SES_TOPIC_ARN is not set: there is no topic to subscribe to")
+        listed = await self._sns({"Action": "ListSubscriptionsByTopic", "TopicArn": self.topic_arn},
+                                 "SNS subscriptions query")
+        endpoints = {html.unescape(found) for found in _ENDPOINT.findall(listed)}
+        if url in endpoints:
+            return {"subscription": "unchanged"}
+        await self._sns({"Action": "Subscribe", "TopicArn": self.topic_arn,
+                         "Protocol": "https" if url.startswith("https:") else "http", "Endpoint": url},
+                        "SNS subscription")
+        return {"subscription": "added" if endpoints else "created"}
+
+    async def _sns(self, action: dict[str, str], what: str) -> str:
+        """One call of SNS's query API; its XML answer as text (only endpoints are read from it)."""
+        form = urlencode({**action, "Version": "2010-03-31"}).encode()
+        return await self._request("POST", "", what=what, content=form, base=self.sns_endpoint, service="sns",
+                                   content_type="application/x-www-form-urlencoded")
 
     # --- HTTP and errors ---
 
-    def _signed(self, method: str, url: str, content: bytes) -> dict[str, str]:
-        request = AWSRequest(method=method, url=url, data=content,
-                             headers={"Content-Type": "application/json"} if content else {})
-        SigV4Auth(self._credentials, "ses", self.region).add_auth(request)
+    def _signed(self, method: str, url: str, content: bytes, service: str, content_type: str) -> dict[str, str]:
+        request = AWSRequest(method=method, url=url, data=content, headers={"Content-Type": content_type} if content
+                             else {})
+        SigV4Auth(self._credentials, service, self.region).add_auth(request)
         return dict(request.headers.items())
 
-    async def _request(self, method: str, path: str, *, what: str, body: Any = None) -> Any:
-        url = f"{self.endpoint}{path}"
-        content = json.dumps(body).encode() if body is not None else b""
+    async def _request(self, method: str, path: str, *, what: str, body: Any = None, content: bytes = b"",
+                       base: str | None = None, service: str = "ses",
+                       content_type: str = "application/json") -> Any:
+        url = f"{base or self.endpoint}{path}"
+        content = json.dumps(body).encode() if body is not None else content
         try:
             response = await self._http.request(method, url, content=content or None,
-                                                headers=self._signed(method, url, content))
+                                                headers=self._signed(method, url, content, service, content_type))
         except httpx.TransportError as error:
             if isinstance(error, _NEVER_SENT):
                 raise ProviderUnavailable(f"SES could not be reached at {self.endpoint} ({type(error).__name__}); "
                                           f"the {what} was not sent", may_have_been_accepted=False) from None
             raise ProviderUnavailable(f"SES did not answer the {what} ({type(error).__name__}); "
                                       "it may have been accepted") from None
+        if response.is_success and service == "sns":
+            return response.text  # SNS's query API answers XML; only the subscription's state is read
         if response.is_success:
             try:
                 return response.json() if response.content else {}
