@@ -143,6 +143,7 @@ class SesSimulator:
         self.base_url = ""
         self._runner: web.AppRunner | None = None
         self._session: aiohttp.ClientSession | None = None
+        self._tasks: set[asyncio.Task] = set()
         self.reset()
 
     def reset(self) -> None:
@@ -152,6 +153,7 @@ class SesSimulator:
         self.suppressed: dict[str, str] = {}  # address → BOUNCE | COMPLAINT
         self.refused: set[str] = set()  # destinations answered MESSAGE_REJECTED
         self.subscriptions: dict[str, dict[str, Any]] = {}  # endpoint → {"arn", "token", "confirmed"}
+        self.send_confirmations = True  # off: a test's made-up endpoints are never called
         self._notifications: list[_Notification] = []
         self._ids = itertools.count()
         self.requests = {"send": 0, "refused_signature": 0}
@@ -269,6 +271,8 @@ class SesSimulator:
         return self.base_url
 
     async def stop(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
         if self._session is not None:
             await self._session.close()
         if self._runner is not None:
@@ -393,7 +397,10 @@ class SesSimulator:
         if known is None:
             known = self.subscriptions[endpoint] = {"arn": f"{self.topic_arn}:{uuid.uuid4()}",
                                                     "token": uuid.uuid4().hex, "confirmed": False}
-            asyncio.get_running_loop().create_task(self._send_confirmation(endpoint, known["token"]))
+            if self.send_confirmations:
+                self._tasks.add(task := asyncio.get_running_loop().create_task(
+                    self._send_confirmation(endpoint, known["token"])))
+                task.add_done_callback(self._tasks.discard)
         arn = known["arn"] if known["confirmed"] else "pending confirmation"
         return web.Response(content_type="text/xml", text=(
             '<SubscribeResponse xmlns="http://sns.amazonaws.com/doc/2010-03-31/"><SubscribeResult>'
