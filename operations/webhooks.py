@@ -86,7 +86,12 @@ class Receiver:
         from aiohttp import web
 
         app = web.Application(client_max_size=self.max_body)
-        app.add_routes([web.post(self.push.path, self.receive)])
+        if self.push.name == "ses":  # SNS's messages: their own handler (operations/ses_webhooks.py)
+            from operations.ses_webhooks import SesHandler
+
+            app.add_routes([web.post(self.push.path, SesHandler(self).receive)])
+        else:
+            app.add_routes([web.post(self.push.path, self.receive)])
         return app
 
     async def receive(self, request: web.Request) -> web.Response:
