@@ -154,6 +154,7 @@ class SesSimulator:
         self.refused: set[str] = set()  # destinations answered MESSAGE_REJECTED
         self.subscriptions: dict[str, dict[str, Any]] = {}  # endpoint → {"arn", "token", "confirmed"}
         self.send_confirmations = True  # off: a test's made-up endpoints are never called
+        self.auto_push = False  # on: every send's notifications are pushed to the subscribers at once
         self._notifications: list[_Notification] = []
         self._ids = itertools.count()
         self.requests = {"send": 0, "refused_signature": 0}
@@ -353,6 +354,8 @@ class SesSimulator:
             if address.casefold() in self.suppressed:
                 self.add_event("Bounce", copy)
             results.append({"Status": "SUCCESS", "MessageId": copy.message_id})
+        if self.auto_push:
+            self._background(self.push_to_subscribers())
         if faults.errors_after_accept:
             faults.errors_after_accept -= 1
             return _error(500, "InternalFailure", "An internal error occurred.")
@@ -398,9 +401,7 @@ class SesSimulator:
             known = self.subscriptions[endpoint] = {"arn": f"{self.topic_arn}:{uuid.uuid4()}",
                                                     "token": uuid.uuid4().hex, "confirmed": False}
             if self.send_confirmations:
-                self._tasks.add(task := asyncio.get_running_loop().create_task(
-                    self._send_confirmation(endpoint, known["token"])))
-                task.add_done_callback(self._tasks.discard)
+                self._background(self._send_confirmation(endpoint, known["token"]))
         arn = known["arn"] if known["confirmed"] else "pending confirmation"
         return web.Response(content_type="text/xml", text=(
             '<SubscribeResponse xmlns="http://sns.amazonaws.com/doc/2010-03-31/"><SubscribeResult>'
@@ -427,6 +428,11 @@ class SesSimulator:
         return web.Response(body=self.certificate_pem, content_type="application/x-pem-file")
 
     # --- pushing ---
+
+    def _background(self, work) -> None:
+        task = asyncio.get_running_loop().create_task(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     async def _post(self, endpoint: str, body: dict[str, Any]) -> int:
         if self._session is None:

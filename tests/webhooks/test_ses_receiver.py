@@ -9,56 +9,18 @@ from collections.abc import AsyncIterator
 from datetime import datetime, timedelta, timezone
 
 import pytest
-from aiohttp import web
 
-from devstack.servers import free_port
-from devstack.ses_simulator import running_ses_simulator
-from operations.webhooks import Receiver
-from pressroom import database
 from pressroom.providers.port import UNCERTAIN, Message, ProviderUnavailable, placeholder
-from pressroom.providers.received import StoredAcceptances
 from pressroom.providers.ses import SesClient
 from pressroom.providers.ses.push import SesPush
-from pressroom.providers.ses.settings import ses_settings
-from tests.conftest import make_settings
-from tests.webhooks.conftest import eventually, post
-
-
-class SesStack:
-    def __init__(self, simulator, client: SesClient, receiver: Receiver, url: str, pool) -> None:
-        self.simulator, self.client, self.receiver, self.url, self.pool = simulator, client, receiver, url, pool
+from tests.ses_stack import SesStack, running_ses_stack, subscribed
+from tests.webhooks.conftest import post
 
 
 @pytest.fixture
 async def ses(postgres_url, mailgun, db, monkeypatch, tmp_path) -> AsyncIterator[SesStack]:
-    async with running_ses_simulator() as simulator:
-        certificate = tmp_path / "sns-dev.pem"
-        certificate.write_bytes(simulator.certificate_pem)
-        for name, value in {"AWS_REGION": simulator.region, "AWS_ACCESS_KEY_ID": simulator.access_key_id,
-                            "AWS_SECRET_ACCESS_KEY": simulator.secret_access_key,
-                            "PRESSROOM_SES_DOMAIN": simulator.domain,
-                            "PRESSROOM_SES_CONFIGURATION_SET": simulator.configuration_set,
-                            "PRESSROOM_SES_TOPIC_ARN": simulator.topic_arn,
-                            "PRESSROOM_SES_ENDPOINT_URL": simulator.base_url,
-                            "PRESSROOM_SES_SNS_ENDPOINT_URL": f"{simulator.base_url}/sns",
-                            "PRESSROOM_SES_SNS_DEV_CERTIFICATE": str(certificate)}.items():
-            monkeypatch.setenv(name, value)
-        ses_settings.cache_clear()
-        settings = make_settings(postgres_url, mailgun, email_provider="ses")
-        pool = await database.connect(settings.database_url, max_size=5)
-        receiver = Receiver(pool, settings)
-        runner = web.AppRunner(receiver.app(), access_log=None)
-        await runner.setup()
-        port = free_port()
-        await web.TCPSite(runner, "127.0.0.1", port).start()
-        client = SesClient.from_settings(ses_settings(), StoredAcceptances(pool))
-        try:
-            yield SesStack(simulator, client, receiver, f"http://127.0.0.1:{port}/webhooks/ses", pool)
-        finally:
-            await client.aclose()
-            await runner.cleanup()
-            await pool.close()
-            ses_settings.cache_clear()
+    async with running_ses_stack(postgres_url, mailgun, monkeypatch, tmp_path) as stack:
+        yield stack
 
 
 def newsletter(client: SesClient):
@@ -72,16 +34,6 @@ def newsletter(client: SesClient):
 def readers(count: int) -> dict[str, dict[str, str]]:
     return {f"reader{n}@example.com": {"name": f"Reader {n}", "unsubscribe_url": f"https://site.test/u/{n}"}
             for n in range(count)}
-
-
-async def subscribed(ses: SesStack) -> None:
-    assert await ses.client.register_push(ses.url) == {"subscription": "created"}
-    assert await eventually(lambda: _confirmed(ses), seconds=30)
-    assert await ses.client.register_push(ses.url) == {"subscription": "unchanged"}
-
-
-async def _confirmed(ses: SesStack) -> bool:
-    return all(s["confirmed"] for s in ses.simulator.subscriptions.values())
 
 
 async def test_the_subscription_is_confirmed_and_events_are_kept_or_stored_once(ses: SesStack):
