@@ -52,13 +52,13 @@ def main(args: list[str] | None = None) -> None:
 def run_command(args: list[str]) -> int:
     """Run one command and answer its exit status; the Temporal runtime is shut down before we return.
 
-    pressroom/failures.py turns any exception into the one line printed (and its status).
+    commands/failures.py turns any exception into the one line printed (and its status).
     """
     import os
 
     from typer._click.exceptions import ClickException, NoArgsIsHelpError, UsageError  # Typer's own click
 
-    from pressroom.failures import EXIT_USAGE, explain
+    from commands.failures import EXIT_USAGE, explain
     from pressroom.temporal import close_runtime
 
     tracing.configure_from_environment()  # OTEL_* variables; off when unset

@@ -9,7 +9,7 @@ from commands import (AFTER_OPTION, JSON_OPTION, LIMIT_OPTION, SINCE_OPTION, con
 from operations.common import temporal_client
 from operations.newsletter import (follow_newsletter, newsletter_status, preview_email, progress_words,
                                    send_test_email, start_newsletter)
-from pressroom.waiting import no_answer_message, no_worker_message
+from operations.waiting import no_answer_message, no_worker_message
 from pressroom.errors import PressroomError
 
 app = typer.Typer(help="Send newsletters: one durable run per email.", no_args_is_help=True)

@@ -47,7 +47,7 @@ def demo(members: int = typer.Option(5000, "--members", min=1, max=1_000_000, he
 @app.command()
 def check(as_json: bool = JSON_OPTION) -> None:
     """Check the configuration and reach PostgreSQL, Temporal and Mailgun; name what is wrong."""
-    from pressroom.check import run_checks
+    from operations.check import run_checks
 
     results = run_async(run_checks(get_settings()))
     if as_json:
@@ -97,7 +97,7 @@ def codec_server(
 ) -> None:
     """Serve /decode and /encode so the Web UI shows encrypted histories in clear."""
     from pressroom.codec import EncryptionCodec, new_key_entry
-    from pressroom.codec_server import serve
+    from operations.codec_server import serve
 
     if new_key:
         console.print(new_key_entry(), highlight=False)

@@ -64,7 +64,7 @@ async def start_newsletter(email_id: str, *, client=None, settings: Settings | N
 
 def progress_words(progress) -> str:
     """A running send's progress and what it waits for, in the words of its Web UI details."""
-    from pressroom.waiting import as_words
+    from operations.waiting import as_words
 
     p = progress
     details = (f"{p.status}: {p.batches_sent}/{p.batches_total} batches sent, {p.batches_failed} failed; "
@@ -80,7 +80,7 @@ async def _ask_progress(handle):
     (between two runs of a continue-as-new, before the first task) raises."""
     from temporalio.service import RPCError
 
-    from pressroom.waiting import QUERY_TIMEOUT, is_unanswered
+    from operations.waiting import QUERY_TIMEOUT, is_unanswered
     from workflows.newsletter import SendNewsletterWorkflow
 
     try:
@@ -102,7 +102,7 @@ async def follow_newsletter(workflow_id: str, *, client=None, on_progress=None, 
     from temporalio.client import WorkflowExecutionStatus, WorkflowFailureError
     from temporalio.service import RPCError, RPCStatusCode
 
-    from pressroom.waiting import no_answer_message, open_timer, watching_for_worker
+    from operations.waiting import no_answer_message, open_timer, watching_for_worker
     from workflows.newsletter import SendNewsletterWorkflow
 
     client = client or await temporal_client()
@@ -154,7 +154,7 @@ async def newsletter_status(email_id: str, *, client=None, settings: Settings | 
     from temporalio.service import RPCError, RPCStatusCode
 
     from pressroom import database
-    from pressroom.waiting import open_timer
+    from operations.waiting import open_timer
     from workflows.newsletter import SendNewsletterWorkflow, newsletter_workflow_id
 
     settings = settings or get_settings()

@@ -1,6 +1,6 @@
 """Pressroom's configuration: environment variables read once into one settings object.
 
-The variable names are a contract (README "Configuration"): deployments set them. A variable that is not set falls
+The variable names are a contract (docs/production.md "Configuration"): deployments set them. A variable that is not set falls
 back to the development stack started by `pressroom dev up` when it runs, and otherwise to the
 documented default; a value that is missing or malformed is one line naming the variable.
 """
@@ -49,7 +49,7 @@ def read_dev_stack() -> dict[str, str]:
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(extra="ignore", frozen=True)
 
-    # --- the contract: README "Configuration" ---
+    # --- the contract: docs/production.md "Configuration" ---
     database_url: str = Field(default="", validation_alias="DATABASE_URL")
     temporal_address: str = Field(default="127.0.0.1:7233", validation_alias="TEMPORAL_ADDRESS")
     temporal_namespace: str = Field(default="default", validation_alias="TEMPORAL_NAMESPACE")
@@ -115,7 +115,7 @@ class Settings(BaseSettings):
     # --- outbox ---
     welcome_emails: bool = Field(default=True, validation_alias="PRESSROOM_WELCOME_EMAILS")
     # Each variable's first name is the one to set; the names after it are deprecated aliases that
-    # deployments made before the PRESSROOM_/_SECONDS naming still set (README "Configuration").
+    # deployments made before the PRESSROOM_/_SECONDS naming still set (docs/production.md "Configuration").
     outbox_batch: int = Field(default=32, ge=1, le=10_000,
                               validation_alias=AliasChoices("PRESSROOM_OUTBOX_BATCH", "OUTBOX_BATCH"))
     outbox_max_attempts: int = Field(default=6, ge=1, validation_alias=AliasChoices(

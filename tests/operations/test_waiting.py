@@ -58,7 +58,7 @@ async def test_send_wait_says_no_worker_polls_then_keeps_waiting(dev_env, settin
 
 
 async def test_a_queue_with_a_worker_gets_no_warning(dev_env, settings, db):
-    from pressroom.waiting import has_worker
+    from operations.waiting import has_worker
 
     assert await has_worker(dev_env.client, settings.task_queue) is False
     async with running_worker(dev_env.client, settings):
