@@ -154,6 +154,7 @@ class SesSimulator:
         self.refused: set[str] = set()  # destinations answered MESSAGE_REJECTED
         self.subscriptions: dict[str, dict[str, Any]] = {}  # endpoint → {"arn", "token", "confirmed"}
         self.send_confirmations = True  # off: a test's made-up endpoints are never called
+        self.max_24_hour_send, self.max_send_rate = 50_000.0, 14.0  # the account's quota (GetAccount)
         self.auto_push = False  # on: every send's notifications are pushed to the subscribers at once
         self._notifications: list[_Notification] = []
         self._ids = itertools.count()
@@ -256,6 +257,7 @@ class SesSimulator:
         app.add_routes([
             web.post("/v2/email/outbound-bulk-emails", self._send_bulk),
             web.post("/v2/email/outbound-emails", self._send_one),
+            web.get("/v2/email/account", self._account),
             web.get("/v2/email/suppression/addresses/{address}", self._suppression),
             web.delete("/v2/email/suppression/addresses/{address}", self._suppression),
             web.post("/sns", self._sns),
@@ -365,6 +367,14 @@ class SesSimulator:
                 request.transport.abort()  # accepted, but the client never hears so
             return web.Response(status=500)
         return web.json_response({"BulkEmailEntryResults": results})
+
+    async def _account(self, request: web.Request) -> web.Response:
+        if refused := self._check_signature(request, await request.read(), "ses"):
+            return refused
+        return web.json_response({"SendQuota": {"Max24HourSend": self.max_24_hour_send,
+                                                "MaxSendRate": self.max_send_rate,
+                                                "SentLast24Hours": len(self.delivered)},
+                                  "SendingEnabled": True, "ProductionAccessEnabled": True})
 
     async def _suppression(self, request: web.Request) -> web.Response:
         if refused := self._check_signature(request, await request.read(), "ses"):

@@ -270,11 +270,11 @@ async def webhooks_status(settings: Settings | None = None) -> dict:
     settings = settings or get_settings()
     async with database.connection(settings.require_database()) as conn:
         kinds = await conn.fetch("SELECT kind, applied, last_received_at, last_applied_at FROM webhook_kinds "
-                                 "WHERE provider = $1 ORDER BY kind", PROVIDER)
+                                 "WHERE provider = $1 ORDER BY kind", settings.email_provider)
         inbox = await conn.fetchrow("SELECT count(*) AS depth, extract(epoch FROM now() - min(received_at)) AS age "
                                     "FROM webhook_inbox")
         refusals = await conn.fetch("SELECT reason, count, last_at FROM webhook_refusals WHERE provider = $1 "
-                                    "ORDER BY count DESC, reason", PROVIDER)
+                                    "ORDER BY count DESC, reason", settings.email_provider)
         set_aside = await conn.fetchval("SELECT count(*) FROM delivery_events_rejected WHERE source = 'push'")
     return {"kinds": {r["kind"]: {"applied": r["applied"], "last_received_at": r["last_received_at"],
                                   "last_applied_at": r["last_applied_at"]} for r in kinds},

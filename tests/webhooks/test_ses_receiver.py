@@ -107,3 +107,16 @@ def test_production_trusts_only_sns_hosts_of_the_region():
                 "https://user@sns.eu-west-1.amazonaws.com/x.pem", "http://127.0.0.1:9/cert.pem"):
         with pytest.raises(ValueError, match="certificate URL"):
             push.checked_fields({**base, "SigningCertURL": url})
+
+
+async def test_check_reaches_ses_and_webhooks_status_reads_its_rows(ses: SesStack):
+    from operations.check import check_mailgun
+    from operations.webhooks import webhooks_status
+
+    await subscribed(ses)
+    result = await check_mailgun(ses.settings)
+    assert result.ok and result.service == "Amazon SES" and "0 of 50000 sent in 24 h, 14/s" in result.detail
+    assert await post(ses.url, {"Type": "Notification"}) == 400
+    await ses.receiver.flush_refusals()
+    status = await webhooks_status(ses.settings)
+    assert status["refusals"]["SNS field Message missing"]["count"] == 1

@@ -231,6 +231,18 @@ class SesClient:
         """Nothing to poll: SES's events all arrive through SNS, on /webhooks/ses."""
         return EventsPage(items=[], next_page=None, last_timestamp=None)
 
+    async def sending_quota(self) -> dict[str, float]:
+        """The account's sending quota (GetAccount): the most in 24 hours, the rate, the sent."""
+        account = await self._request("GET", "/v2/email/account", what="account query")
+        quota = account.get("SendQuota") if isinstance(account, dict) else None
+        if not isinstance(quota, dict):
+            raise ProviderBadResponse("SES answered the account query without a SendQuota")
+        try:
+            return {"max_24_hour_send": float(quota["Max24HourSend"]), "max_send_rate": float(quota["MaxSendRate"]),
+                    "sent_last_24_hours": float(quota.get("SentLast24Hours", 0))}
+        except (KeyError, TypeError, ValueError):
+            raise ProviderBadResponse("SES answered the account query with a malformed SendQuota") from None
+
     # --- suppressions, pushes ---
 
     async def remove_suppressions(self, address: str) -> list[str]:
