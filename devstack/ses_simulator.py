@@ -89,9 +89,20 @@ class Delivered:
 
 @dataclass
 class _Notification:
+    """An event's notification; signed when first read or pushed (an RSA signature per event would
+    cost a send more than everything else the stand-in does)."""
+
     visible_at: float
-    body: dict[str, Any]
+    unsigned: dict[str, Any]
+    signer: Any
     pushed: bool = False
+    _body: dict[str, Any] | None = None
+
+    @property
+    def body(self) -> dict[str, Any]:
+        if self._body is None:
+            self._body = self.signer(self.unsigned)
+        return self._body
 
 
 def _fill(template: str, values: dict[str, Any]) -> str:
@@ -186,7 +197,7 @@ class SesSimulator:
         now = self.now()
         return [n.body for n in self._notifications if not visible_only or n.visible_at <= now]
 
-    def add_event(self, kind: str, copy: Delivered, **detail: Any) -> dict[str, Any]:
+    def add_event(self, kind: str, copy: Delivered, **detail: Any) -> None:
         """An SES event of `kind` (Send, Delivery, Bounce, Complaint, Open, Reject) for one copy, now."""
         moment = self.now()
         event: dict[str, Any] = {
@@ -209,20 +220,27 @@ class SesSimulator:
             event["reject"] = {"reason": "Bad content"}
         else:
             event["send"] = {}
-        body = self._signed_message("Notification", json.dumps(event), subject=None)
-        self._notifications.append(_Notification(moment + self.faults.events_delay, body))
-        return body
+        notification = _Notification(moment + self.faults.events_delay,
+                                     self._unsigned("Notification", json.dumps(event), subject=None), self._sign_body)
+        self._notifications.append(notification)
 
     # --- signing ---
 
     def _signed_message(self, kind: str, message: str, *, subject: str | None = None,
                         **extra: str) -> dict[str, Any]:
+        return self._sign_body(self._unsigned(kind, message, subject=subject, **extra))
+
+    def _unsigned(self, kind: str, message: str, *, subject: str | None = None, **extra: str) -> dict[str, Any]:
         body: dict[str, Any] = {"Type": kind, "MessageId": str(uuid.uuid4()), "TopicArn": self.topic_arn,
                                 "Message": message, "Timestamp": _iso(self.now()), "SignatureVersion": "2",
                                 "SigningCertURL": f"{self.base_url}/sns/cert.pem", **extra}
         if kind == "Notification":
             body["Subject"] = subject
             body["UnsubscribeURL"] = f"{self.base_url}/sns/unsubscribe"
+        return body
+
+    def _sign_body(self, body: dict[str, Any]) -> dict[str, Any]:
+        kind = body["Type"]
         text = "".join(f"{name}\n{body[name]}\n" for name in _SIGNED_FIELDS[kind]
                        if not (name == "Subject" and body.get(name) is None))
         body["Signature"] = base64.b64encode(self._key.sign(text.encode(), padding.PKCS1v15(),
