@@ -71,6 +71,7 @@ class SesFaults:
     events_delay: float = 0.0  # a notification is visible this long after its event
     duplicate_pushes: bool = False  # every notification pushed twice
     reorder_pushes: bool = False  # notifications pushed newest first
+    latency_ms: float = 0.0  # added to every send call, before it is answered
 
 
 @dataclass
@@ -341,6 +342,8 @@ class SesSimulator:
     async def _accept(self, request: web.Request, call: dict[str, Any], content: dict[str, str],
                       entries: list[dict[str, Any]]) -> web.StreamResponse:
         faults = self.faults
+        if faults.latency_ms:
+            await asyncio.sleep(faults.latency_ms / 1000)
         if len(entries) > MAX_DESTINATIONS:
             return _error(400, "BadRequestException", f"Too many destinations: at most {MAX_DESTINATIONS}")
         if faults.recipient_limit is not None and len(entries) > faults.recipient_limit:
@@ -456,6 +459,15 @@ class SesSimulator:
         return web.Response(body=self.certificate_pem, content_type="application/x-pem-file")
 
     # --- pushing ---
+
+    async def push_forever(self, every: float = 0.2) -> None:
+        """Push what became visible (late events included) to the subscribers, until cancelled."""
+        while True:
+            try:
+                await self.push_to_subscribers()
+            except aiohttp.ClientError:
+                pass  # the receiver is down: SNS tries again, and so does this
+            await asyncio.sleep(every)
 
     def _background(self, work) -> None:
         task = asyncio.get_running_loop().create_task(work)
