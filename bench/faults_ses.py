@@ -27,7 +27,7 @@ from pathlib import Path
 
 from aiohttp import web
 
-from bench.faults import CONFIRM_WINDOW_SECONDS, LATE_SECONDS, ROOT, SEED, Row, print_row, until
+from bench.faults import CONFIRM_WINDOW_SECONDS, LATE_SECONDS, ROOT, SEED, Row, until
 from bench.servers import bench_servers
 from devstack.servers import free_port
 from devstack.ses_simulator import SesSimulator, running_ses_simulator
@@ -44,6 +44,11 @@ ERRORS = {"throttled": 5, "server_errors": 3, "errors_after_accept": 3}
 LOST = {"lost_answers": 6}
 OFF = {"throttled": 0, "server_errors": 0, "errors_after_accept": 0, "lost_answers": 0, "events_delay": 0.0,
        "duplicate_pushes": False, "reorder_pushes": False, "latency_ms": 0.0}
+
+
+def print_row(row: Row) -> None:
+    print(f"| {row.case:<38} | {row.adversary:<25} | {row.eligible:>8,} | {row.received:>8,} | {row.missing:>7,} "
+          f"| {row.duplicates:>10,} | {row.status:<10} | {row.seconds:>7.1f} |", flush=True)
 
 
 class SesMatrix:

@@ -295,7 +295,9 @@ class EmailProvider(Protocol):
 
 
 class EventPush(Protocol):
-    """The receiving end of a provider's pushed events (webhooks): needs no API key."""
+    """The receiving end of a provider's pushed events (webhooks): needs no API key. A push whose
+    checks need I/O of their own (SNS: the signing certificate, the subscription's confirmation)
+    has its own handler in the receiver instead of `verify` (operations/ses_webhooks.py)."""
 
     name: str
     path: str  # where the receiver listens: /webhooks/<name>
