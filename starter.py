@@ -12,8 +12,8 @@ import sys
 import typer
 from rich.console import Console
 
-from commands import (analytics, dev, limits, members, newsletter, operate, outbox, posts, readable_help_types,
-                      webhooks)
+from commands import (analytics, dev, frontdoor, limits, members, newsletter, operate, outbox, posts,
+                      readable_help_types, webhooks)
 from pressroom import tracing
 
 app = typer.Typer(help="Pressroom: durable background jobs for newsletter publishing, on Temporal.",
@@ -42,6 +42,7 @@ app.add_typer(posts.app, name="posts")
 app.add_typer(limits.app, name="limits")
 app.add_typer(webhooks.app, name="webhooks")
 app.add_typer(operate.app)
+app.add_typer(frontdoor.app)
 
 
 def main(args: list[str] | None = None) -> None:

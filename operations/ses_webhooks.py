@@ -71,7 +71,8 @@ class SesHandler:
             status, text = await self._receive(request)
         except _Refused as refusal:
             status, text = 400, "refused"
-            self.receiver._refused(str(refusal))
+            kind = self.receiver.refusals.refused(str(refusal), status)  # counted; the reason holds no content
+            self.receiver.requests.with_additional_attributes({"outcome": "refused", "reason": kind}).add(1)
         except (OSError, ConnectionError, asyncio.TimeoutError) as error:
             status, text = 503, "try again"
             self.receiver._cannot_store(error)
@@ -112,7 +113,8 @@ class SesHandler:
         event = self.push.parse_event(item)
         raw = raw_text(item)
         if type(event).__name__ == "EventRejected":
-            await self.receiver._set_aside(item, raw)
+            async with self.receiver.pool.acquire() as conn, conn.transaction():
+                await self.receiver._set_aside(conn, item, raw)
             raise _Refused(f"event unusable: {event.reason}")
         expires = pushed.timestamp + SNS_MAX_AGE
         if event.kind == "accepted":
