@@ -22,8 +22,6 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import httpx  # noqa: E402
-
 from bench.newsletter import SEED  # noqa: E402
 from bench.servers import bench_servers  # noqa: E402
 from devstack.ses_simulator import running_ses_simulator  # noqa: E402

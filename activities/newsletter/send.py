@@ -7,10 +7,9 @@ anything is resent.
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import datetime
 
 from temporalio import activity
-from temporalio.exceptions import ApplicationError
 
 from activities.confirm import confirm_wait, lookup_window, uncertain_sends_exhausted
 from activities.errors import non_retryable
@@ -19,10 +18,10 @@ from activities.newsletter.content import Messages
 from activities.newsletter.lock import unpublished
 from activities.newsletter.failures import BATCH_NOT_FOUND, PROVIDER_UNAVAILABLE, UnavailableDetails, send_failure
 from activities.newsletter.models import BatchSent, FailBatchInput, ListUnsentBatchesInput, SendBatchInput
+from activities.provider_errors import send_failure_of
 from activities.sending_limits import sending_domain
 from pressroom.dependencies import Dependencies
 from pressroom.email_rendering import Rendered, member_values
-from activities.provider_errors import SENDING_LIMIT_SECONDS, send_failure_of  # noqa: F401 (imported from here)
 from pressroom.providers.port import (ACCEPTED, BATCH_MARK, EMAIL_MARK, NOT_ACCEPTED, UNCERTAIN, EmailProvider,
                                      ProviderError)
 

@@ -23,7 +23,8 @@ class ReceivedEvents(Protocol):
 
     async def find(self, provider: str, *, recipient: str, mark: Mapping[str, str], begin: datetime,
                    end: datetime) -> str | None:
-        """The provider's id of a kept acceptance of `recipient` carrying every item of `mark`, accepted in [begin, end]."""
+        """The provider's id of a kept acceptance of `recipient` carrying every item of `mark`,
+        accepted in [begin, end]."""
 
 
 _KEEP = """

@@ -38,7 +38,8 @@ def readers(count: int) -> dict[str, dict[str, str]]:
 
 async def test_the_subscription_is_confirmed_and_events_are_kept_or_stored_once(ses: SesStack):
     await subscribed(ses)
-    sent = await ses.client.send(newsletter(ses.client), readers(3), mark={"email-id": "e1", "pressroom-batch": "b1.0001"})
+    sent = await ses.client.send(newsletter(ses.client), readers(3),
+                                 mark={"email-id": "e1", "pressroom-batch": "b1.0001"})
     assert len(sent.accepted) == 3 and len(set(sent.accepted.values())) == 3  # one SES message per reader
     copy = ses.simulator.delivered[0]
     assert copy.headers == {"List-Unsubscribe": "<https://site.test/u/0>",

@@ -87,7 +87,8 @@ class SesClient:
 
     def __init__(self, *, endpoint: str, region: str, access_key_id: str, secret_access_key: str,
                  session_token: str = "", domain: str, configuration_set: str, topic_arn: str = "",
-                 sns_endpoint: str = "", received: ReceivedEvents | None = None, timeout: float = 30.0, max_connections: int = 20,
+                 sns_endpoint: str = "", received: ReceivedEvents | None = None, timeout: float = 30.0,
+                 max_connections: int = 20,
                  transport: httpx.AsyncBaseTransport | None = None) -> None:
         self.endpoint = endpoint.rstrip("/")
         self.region = region
@@ -208,13 +209,14 @@ class SesClient:
         # Nothing accepted: the account's state speaks for the whole call.
         if statuses <= _THROTTLED:
             daily = "ACCOUNT_DAILY_QUOTA_EXCEEDED" in statuses
-            return _raise(ProviderRateLimited(
+            raise ProviderRateLimited(
                 f"SES refused the {what}: {'the daily sending quota is used up' if daily else 'sending too fast'}",
-                retry_after=DAILY_QUOTA_WAIT if daily else 1.0))
+                retry_after=DAILY_QUOTA_WAIT if daily else 1.0)
         if statuses <= _TRANSIENT:
-            return _raise(ProviderUnavailable(f"SES failed every destination of the {what} ({', '.join(sorted(statuses))})",
-                                              may_have_been_accepted=False))
-        return _raise(ProviderRejected(f"SES refused every destination of the {what} ({', '.join(sorted(statuses))})"))
+            raise ProviderUnavailable(
+                f"SES failed every destination of the {what} ({', '.join(sorted(statuses))})",
+                may_have_been_accepted=False)
+        raise ProviderRejected(f"SES refused every destination of the {what} ({', '.join(sorted(statuses))})")
 
     # --- confirming, events ---
 
@@ -318,10 +320,6 @@ class SesClient:
                 raise ProviderBadResponse(f"SES answered the {what} with a body that is not JSON",
                                           status_code=response.status_code) from None
         raise status_error(response, what)
-
-
-def _raise(error: ProviderError) -> SendResult:
-    raise error
 
 
 def status_error(response: httpx.Response, what: str) -> ProviderError:
