@@ -85,7 +85,7 @@ async def open_dependencies(settings: Settings, client: Client) -> AsyncIterator
     from pressroom.providers.wiring import provider_from_settings
 
     pool = await database.connect(settings.require_database(), max_size=20)
-    provider = provider_from_settings(settings)
+    provider = provider_from_settings(settings, pool)
     try:
         yield Dependencies(settings=settings, pool=pool, provider=provider, temporal=client)
     finally:

@@ -66,6 +66,11 @@ async def check_mailgun(settings: Settings) -> CheckResult:
 
     provider = provider_from_settings(settings)
     try:
+        if settings.email_provider == "ses":  # nothing to poll: ask for the account's sending quota
+            quota = await provider.sending_quota()  # type: ignore[attr-defined]
+            return CheckResult(provider.title, True, f"{provider!r}: {quota['sent_last_24_hours']:.0f} of "
+                                                     f"{quota['max_24_hour_send']:.0f} sent in 24 h, "
+                                                     f"{quota['max_send_rate']:g}/s")
         await provider.read_events(None, EventQuery(begin=datetime.now(timezone.utc) - timedelta(minutes=5), limit=1))
     finally:
         await provider.aclose()
@@ -91,4 +96,5 @@ async def run_checks(settings: Settings) -> list[CheckResult]:
             return CheckResult(service, False, f"no answer within {CHECK_TIMEOUT_SECONDS} s")
 
     return list(await asyncio.gather(guarded("PostgreSQL", check_postgres), guarded("Temporal", check_temporal),
-                                     guarded("Mailgun", check_mailgun)))
+                                     guarded("Amazon SES" if settings.email_provider == "ses" else "Mailgun",
+                                             check_mailgun)))

@@ -297,8 +297,9 @@ async def send_test_email(email_id: str, to: str, *, segment: str | None = None,
             from_address=loaded.from_address, subject=f"[TEST] {rendered.subject}", html=rendered.html,
             text=rendered.text, tags=["test-email"], headers={"Reply-To": loaded.reply_to},
             tracking_opens=False, tracking_clicks=False))
-        return await provider.send(message, {to: rendered.recipient_variables(values)}, mark={},
+        sent = await provider.send(message, {to: rendered.recipient_variables(values)}, mark={},
                                    message_id=provider.message_id(f"test-{uuid.uuid4().hex}"))
+        return sent.provider_id
     except ProviderError as error:
         raise PressroomError(f"the test email was not sent: {error}") from None
     finally:

@@ -57,6 +57,8 @@ class Settings(BaseSettings):
     mailgun_api_key: SecretStr = Field(default=SecretStr(""), validation_alias="MAILGUN_API_KEY")
     mailgun_domain: str = Field(default="", validation_alias="MAILGUN_DOMAIN")
     mailgun_base_url: str = Field(default=MAILGUN_US, validation_alias="MAILGUN_BASE_URL")
+    # The email provider; each one's own settings live in its package (pressroom/providers/<name>/).
+    email_provider: Literal["mailgun", "ses"] = Field(default="mailgun", validation_alias="PRESSROOM_EMAIL_PROVIDER")
 
     # --- Temporal connection for clusters and Temporal Cloud ---
     # The SDK's standard client settings (temporalio.envconfig): these variables, and under them the
@@ -375,6 +377,35 @@ class Settings(BaseSettings):
                 "DATABASE_URL is not set and the development stack is not running "
                 "(start it with `pressroom dev up`, or set DATABASE_URL)")
         return self.database_url
+
+    # --- the provider's neutral view: what activities read, whichever provider sends ---
+
+    @property
+    def sending_scope(self) -> str:
+        """Where the provider sends from (Mailgun: MAILGUN_DOMAIN; SES: the verified domain)."""
+        if self.email_provider == "ses":
+            from pressroom.providers.ses.settings import ses_settings
+
+            return ses_settings().domain
+        return self.mailgun_domain
+
+    # The send policy (retries of a failed send, outage waits) is the same for every provider; its
+    # variables keep the names they were introduced under.
+    @property
+    def provider_retries(self) -> int:
+        return self.mailgun_retries
+
+    @property
+    def provider_retry_seconds(self) -> float:
+        return self.mailgun_retry_seconds
+
+    @property
+    def provider_outage_first_wait_seconds(self) -> float:
+        return self.mailgun_outage_first_wait_seconds
+
+    @property
+    def provider_outage_max_wait_seconds(self) -> float:
+        return self.mailgun_outage_max_wait_seconds
 
     def require_mailgun(self) -> None:
         if not self.mailgun_api_key.get_secret_value():

@@ -20,9 +20,9 @@ from activities.metrics import Instruments
 from activities.outbox.models import (ERROR_LIMIT, EVENT_TYPES, AbortEntryInput, CompleteEntryInput, EntryInput,
                                       EntryResult, MemberCreatedEvent, outbox_workflow_id)
 from activities.outbox.welcome import TemplateWaiting, WelcomeEmails
+from activities.provider_errors import retried
 from activities.watchdog import ClosedRun, Job, Watched
 from pressroom.dependencies import Dependencies
-from pressroom.providers.port import ProviderRejected
 
 HANDLE_FIRST_HEARTBEAT_SECONDS = 2.0  # well inside handle_entry's 10 s heartbeat timeout
 DELETE_FAILED = "Processed, but failed to delete outbox entry"  # PRESSROOM_OUTBOX_DELETE_ON_SUCCESS, as the reference says it
@@ -164,7 +164,7 @@ class OutboxDeliveryActivities:
                 "WHERE id = $1 AND status IN ('sending', 'failed')",
                 input.outbox_id, attempt, code, message, float(delay))
             self.metrics.counter("pressroom_outbox_retries", "Failed handler attempts").add(1)
-            raise ApplicationError(message, type=code, non_retryable=isinstance(error, ProviderRejected),
+            raise ApplicationError(message, type=code, non_retryable=not retried(error),
                                    next_retry_delay=timedelta(seconds=delay)) from None
         return await self._completed_here(input, result)
 

@@ -174,7 +174,8 @@ class WelcomeEmails:
         prepared = self.provider.prepare(Message(
             from_address=message.from_address, subject=rendered.subject, html=rendered.html, text=rendered.text,
             tags=["welcome-email"], headers={"Reply-To": message.reply_to} if message.reply_to else {}))
-        return await self.provider.send(prepared, {member["email"]: rendered.recipient_variables(values)},
+        sent = await self.provider.send(prepared, {member["email"]: rendered.recipient_variables(values)},
                                         mark={"automated-email-id": welcome["id"], OUTBOX_MARK: key},
                                         message_id=message_id)
+        return sent.provider_id
 
