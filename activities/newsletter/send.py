@@ -106,6 +106,10 @@ class BatchSendActivities:
             if settled is not None:
                 return settled
         recipients = self._personalised(batch, body)
+        if not recipients:  # every member of it was deleted since it was written; a provider refuses an empty message
+            activity.logger.info("batch %s has no recipient left: closed without a send", input.batch_id)
+            await self._record_submitted(input.batch_id, "")
+            return BatchSent(batch_id=input.batch_id, recipients=0, provider_id="", reconciled=False)
         activity.logger.info("sending batch %s (%d recipients)", input.batch_id, len(recipients))
         try:
             sent = await provider.send(message, recipients,
