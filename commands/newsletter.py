@@ -182,6 +182,9 @@ def newsletter_list(status: str = typer.Option(None, "--status", metavar="pendin
                       "post_id": "post", "recipients": "recipients", "delivered": "delivered", "opened": "opened",
                       "failed": "failed", "created_at": "created"},
                empty="no emails match", more=f"pressroom newsletter list{again}")
+    for row in page["items"]:
+        if row["will_not_go_out"]:
+            warn(f"email {row['email_id']} will not go out: {row['will_not_go_out']}")
 
 
 LEFT_OUT_WORDS = {"suppressed-bounce": "suppressed after a bounce", "suppressed-complaint": "suppressed after a complaint",

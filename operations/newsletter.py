@@ -35,9 +35,13 @@ async def start_newsletter(email_id: str, *, client=None, settings: Settings | N
     entity_id(email_id, "email")
     settings = settings or get_settings()
     async with database.connection(settings.require_database()) as conn:
-        status = await conn.fetchval("SELECT status FROM emails WHERE id = $1", email_id)
-    if status is None:
+        email = await conn.fetchrow("SELECT e.status, e.post_id, p.status AS post_status, p.published_at "
+                                    "FROM emails e LEFT JOIN posts p ON p.id = e.post_id WHERE e.id = $1", email_id)
+    if email is None:
         raise NotFound(f"email {email_id} does not exist")
+    status = email["status"]
+    if status != "submitted" and (refused := not_published_yet(email_id, email)):
+        raise BadInput(refused)
     client = client or await temporal_client(settings)
     workflow_id = newsletter_workflow_id(email_id)
     if status == "submitted":
@@ -60,6 +64,22 @@ async def start_newsletter(email_id: str, *, client=None, settings: Settings | N
         raise
     return NewsletterStart(workflow_id, handle.first_execution_run_id or handle.result_run_id or "", True,
                            f"started {workflow_id}")
+
+
+def not_published_yet(email_id: str, email) -> str:
+    """Why the email may not be sent yet (its post is a draft or scheduled), or "": refused before
+    anything is written, since its post's publication sends it."""
+    from datetime import timezone
+
+    post = email["post_id"]
+    if email["post_status"] == "draft":
+        return (f"email {email_id} is not sent: its post {post} is a draft; it goes out when the post is published "
+                f"(`pressroom posts schedule {post} --at …`)")
+    if email["post_status"] == "scheduled":
+        due = email["published_at"].astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+        return (f"email {email_id} is not sent: its post {post} is scheduled for {due}; "
+                "it goes out when the post is published")
+    return ""
 
 
 def progress_words(progress) -> str:

@@ -70,11 +70,12 @@ async def test_posts_status(dev_env, settings, db):
     await schedule_post(seeded.post_id, at.isoformat(), client=dev_env.client, settings=settings)
     try:
         overview = await json_of("posts", "status", env=env)
-        assert overview == {"counts": {"scheduled": 1}, "overdue": 0,
+        assert overview == {"counts": {"scheduled": 1}, "overdue": 0, "newsletter_not_going": [],
                             "next": [{"post_id": seeded.post_id, "publish_at": overview["next"][0]["publish_at"]}]}
         assert datetime.fromisoformat(overview["next"][0]["publish_at"]) == at
         one = await json_of("posts", "status", seeded.post_id, env=env)
-        assert set(one) == {"post_id", "status", "publish_at", "published_at", "workflow_id", "run"}
+        assert set(one) == {"post_id", "status", "publish_at", "published_at", "workflow_id", "run", "email"}
+        assert one["email"] == {"email_id": seeded.email_id, "status": "pending", "will_not_go_out": None}
         assert one["status"] == "scheduled" and one["published_at"] is None
         assert set(one["run"]) == {"run_id", "status", "task_queue", "worker_polling", "timer_at"}
         # No worker has run it yet: no timer is set, and the status says nobody polls.
