@@ -76,6 +76,21 @@ def drift_note(status: dict) -> str:
             "email_count corrected)")
 
 
+@app.command("cancel")
+def newsletter_cancel(email_id: str = typer.Argument(..., help="The email (emails.id)."),
+                      by: str = typer.Option(None, "--by", help="Who cancels (default: your login)."),
+                      wait: bool = typer.Option(False, "--wait", help="Wait until the send has stopped."),
+                      as_json: bool = JSON_OPTION) -> None:
+    """Stop an email's send between batches (batches already accepted stay sent); safe to repeat."""
+    from operations.newsletter import cancel_newsletter
+
+    cancel = run_async(cancel_newsletter(email_id, by=by, wait=wait))
+    if as_json:
+        return print_json({"email_id": cancel.email_id, "status": cancel.status, "cancelled_by": cancel.by,
+                           "cancelled_at": cancel.at, "message": cancel.message})
+    console.print(cancel.message, highlight=False)
+
+
 @app.command("status")
 def newsletter_status_command(email_id: str = typer.Argument(..., help="The email (emails.id)."),
                               as_json: bool = JSON_OPTION) -> None:
@@ -165,7 +180,7 @@ def newsletter_test(email_id: str = typer.Argument(..., help="The email (emails.
 
 
 @app.command("list")
-def newsletter_list(status: str = typer.Option(None, "--status", metavar="pending|submitting|submitted|failed",
+def newsletter_list(status: str = typer.Option(None, "--status", metavar="pending|submitting|submitted|failed|cancelled",
                                                help="Only emails in this state."),
                     newsletter: str = typer.Option(None, "--newsletter", metavar="ID|SLUG",
                                                    help="Only this newsletter's emails."),
@@ -208,6 +223,7 @@ def newsletter_report_command(email_id: str = typer.Argument(..., help="The emai
 def print_report(r: dict) -> None:
     console.print(f"email {r['email_id']} \"{r['subject']}\": {r['status']}"
                   + (f", sent {when(r['submitted_at'])}" if r["submitted_at"] else "")
+                  + (f" by {r['cancelled_by']} at {when(r['cancelled_at'])}" if r["cancelled_by"] else "")
                   + f" (post {r['post_id']}, newsletter {r['newsletter'] or '-'}, filter {r['recipient_filter']})",
                   highlight=False)
     notes = {"sent": "accepted by Mailgun",

@@ -18,7 +18,7 @@ from pressroom.settings import Settings, get_settings
 DEFAULT_PAGE = 50
 LARGEST_PAGE = 1000
 
-EMAIL_STATES = ("pending", "submitting", "submitted", "failed")
+EMAIL_STATES = ("pending", "submitting", "submitted", "failed", "cancelled")
 POST_STATES = ("draft", "scheduled", "published", "sent")
 MEMBER_STATES = ("free", "paid", "comped")
 OUTBOX_STATES = ("pending", "sending", "succeeded", "failed", "aborted", "completed")

@@ -51,6 +51,9 @@ async def start_newsletter(email_id: str, *, client=None, settings: Settings | N
         except RPCError:
             by = ""
         return NewsletterStart(workflow_id, "", False, f"email {email_id} was already sent{by}; nothing to send")
+    if status == "cancelled":
+        raise BadInput(f"email {email_id} was cancelled (`pressroom newsletter status {email_id}` says by whom); "
+                       "it is not sent again")
     try:
         handle = await client.start_workflow(
             SendNewsletterWorkflow.run, SendNewsletterInput(email_id=email_id), id=workflow_id,
@@ -64,6 +67,104 @@ async def start_newsletter(email_id: str, *, client=None, settings: Settings | N
         raise
     return NewsletterStart(workflow_id, handle.first_execution_run_id or handle.result_run_id or "", True,
                            f"started {workflow_id}")
+
+
+@dataclass(frozen=True)
+class NewsletterCancel:
+    email_id: str
+    status: str  # cancelling (its run stops between batches) | cancelled | submitted (too late)
+    by: str | None
+    at: object  # datetime of the cancel, None while its run has not recorded it
+    message: str
+
+
+def operator_name() -> str:
+    """Who cancels, when not told: the operator's login on this machine."""
+    import getpass
+
+    try:
+        return getpass.getuser()
+    except Exception:
+        return "an operator"
+
+
+@tracing.traced("pressroom newsletter cancel", "email_id")
+async def cancel_newsletter(email_id: str, *, by: str | None = None, wait: bool = False, client=None,
+                            settings: Settings | None = None) -> NewsletterCancel:
+    """Stop the email's send between batches, or keep an unsent email from going out; safe to repeat.
+
+    A running send is signalled: batches in flight finish, none starts after, and the run records
+    the email `cancelled` with who and when (batches already accepted stay accepted and counted).
+    An email no run is sending is recorded cancelled here. `wait` follows the run until it has.
+    """
+    from temporalio.client import WorkflowExecutionStatus
+    from temporalio.service import RPCError, RPCStatusCode
+
+    from pressroom import database
+    from pressroom.inputs import entity_id
+    from workflows.newsletter import CancelSendInput, SendNewsletterWorkflow, newsletter_workflow_id
+
+    entity_id(email_id, "email")
+    by = (by or operator_name()).strip()
+    if not by or len(by) > 200 or not by.isprintable():
+        raise BadInput("--by must be 1 to 200 printable characters")
+    settings = settings or get_settings()
+    workflow_id = newsletter_workflow_id(email_id)
+    client = client or await temporal_client(settings)
+    async with database.connection(settings.require_database()) as conn:
+        for _ in range(3):  # a send that starts between the read and the write is signalled instead
+            email = await conn.fetchrow("SELECT status, cancelled_by, cancelled_at FROM emails WHERE id = $1",
+                                        email_id)
+            if email is None:
+                raise NotFound(f"email {email_id} does not exist")
+            if email["status"] == "cancelled":
+                return NewsletterCancel(email_id, "cancelled", email["cancelled_by"], email["cancelled_at"],
+                                        f"email {email_id} was cancelled by {email['cancelled_by']} at "
+                                        f"{_utc(email['cancelled_at'])}")
+            if email["status"] == "submitted":
+                raise BadInput(f"email {email_id} was already sent to every recipient; there is nothing to cancel")
+            handle = client.get_workflow_handle_for(SendNewsletterWorkflow.run, workflow_id)
+            try:
+                running = (await handle.describe()).status == WorkflowExecutionStatus.RUNNING
+            except RPCError as error:
+                if error.status != RPCStatusCode.NOT_FOUND:
+                    raise
+                running = False
+            if running:
+                await handle.signal(SendNewsletterWorkflow.cancel, CancelSendInput(by=by))
+                if wait:
+                    return await _cancelled_by_run(conn, email_id, handle)
+                return NewsletterCancel(email_id, "cancelling", by, None,
+                                        f"cancelling {workflow_id}: batches in flight finish, no other starts; "
+                                        f"`pressroom newsletter status {email_id}` shows when it has stopped")
+            row = await conn.fetchrow(
+                "UPDATE emails SET status = 'cancelled', cancelled_by = $2, cancelled_at = now(), locked_by = NULL, "
+                "error = 'The email was cancelled by ' || $2 || ' before its send: nothing more is sent.', "
+                "updated_at = now() WHERE id = $1 AND status IN ('pending', 'failed') RETURNING cancelled_at",
+                email_id, by)
+            if row is not None:
+                return NewsletterCancel(email_id, "cancelled", by, row["cancelled_at"],
+                                        f"email {email_id} cancelled: it will not be sent")
+    raise PressroomError(f"email {email_id} changed while it was being cancelled three times; try again")
+
+
+async def _cancelled_by_run(conn, email_id: str, handle) -> NewsletterCancel:
+    """Wait for the run to end after a cancel; what it recorded."""
+    from temporalio.client import WorkflowFailureError
+
+    try:
+        await handle.result()
+    except WorkflowFailureError:
+        pass  # the row says how it ended
+    row = await conn.fetchrow("SELECT status, cancelled_by, cancelled_at, error FROM emails WHERE id = $1", email_id)
+    return NewsletterCancel(email_id, row["status"], row["cancelled_by"], row["cancelled_at"],
+                            row["error"] or f"email {email_id} is {row['status']}")
+
+
+def _utc(moment) -> str:
+    from datetime import timezone
+
+    return moment.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC") if moment else "-"
 
 
 def not_published_yet(email_id: str, email) -> str:
@@ -179,8 +280,8 @@ async def newsletter_status(email_id: str, *, client=None, settings: Settings | 
 
     settings = settings or get_settings()
     async with database.connection(settings.require_database()) as conn:
-        email = await conn.fetchrow("SELECT status, error, submitted_at, email_count_expected, skipped_recipients "
-                                    "FROM emails WHERE id = $1", email_id)
+        email = await conn.fetchrow("SELECT status, error, submitted_at, email_count_expected, skipped_recipients, "
+                                    "cancelled_by, cancelled_at FROM emails WHERE id = $1", email_id)
         if email is None:
             raise NotFound(f"email {email_id} does not exist")
         batches = await conn.fetchrow(
@@ -209,7 +310,8 @@ async def newsletter_status(email_id: str, *, client=None, settings: Settings | 
             "submitted_at": email["submitted_at"], "workflow_id": workflow_id, "run": run, "progress": progress,
             "batches": {"total": batches["total"], "submitted": batches["submitted"], "failed": batches["failed"]},
             "recipients": recipients, "recipients_expected": email["email_count_expected"],
-            "waiting_for": waiting_for, "skipped_recipients": email["skipped_recipients"]}
+            "waiting_for": waiting_for, "skipped_recipients": email["skipped_recipients"],
+            "cancelled_by": email["cancelled_by"], "cancelled_at": email["cancelled_at"]}
 
 
 def _waiting_words(progress, timer: str | None, run: dict) -> str | None:

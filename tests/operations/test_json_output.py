@@ -13,7 +13,8 @@ from tests.operations.test_waiting import cli, cli_env
 from worker import running_worker
 
 NEWSLETTER_STATUS = {"email_id", "status", "error", "submitted_at", "workflow_id", "run", "progress", "batches",
-                     "waiting_for", "recipients", "recipients_expected", "skipped_recipients"}
+                     "waiting_for", "recipients", "recipients_expected", "skipped_recipients",
+                     "cancelled_by", "cancelled_at"}
 
 
 async def json_of(*args: str, env) -> dict:
