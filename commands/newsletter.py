@@ -109,7 +109,8 @@ def newsletter_status_command(email_id: str = typer.Argument(..., help="The emai
                       f"(pressroom members list --left-out-of {email_id} --reason unusable-address)",
                       highlight=False)
     console.print(f"run: {status['workflow_id']} " + (f"{run['status']} (run {run['run_id']}, task queue "
-                                                      f"{run['task_queue']})" if run else "never started"),
+                                                      f"{run['task_queue']})" if run else "unknown: Temporal "
+                                                      "is unreachable" if status["temporal"] else "never started"),
                   highlight=False)
     if status["progress"]:
         from workflows.newsletter import NewsletterProgress
@@ -122,6 +123,8 @@ def newsletter_status_command(email_id: str = typer.Argument(..., help="The emai
         warn(no_worker_message(run["task_queue"]))
     elif run and run["worker_answering"] is False:
         warn(no_answer_message(run["task_queue"]))
+    if status["temporal"]:
+        warn(status["temporal"])
 
 
 @app.command("follow")

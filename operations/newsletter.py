@@ -271,12 +271,14 @@ async def follow_newsletter(workflow_id: str, *, client=None, on_progress=None, 
 
 async def newsletter_status(email_id: str, *, client=None, settings: Settings | None = None) -> dict:
     """The email's row, its batches and recipients, and its run: while it runs, its live progress
-    when a worker answers within QUERY_TIMEOUT, and in any case what it waits for (`waiting_for`)."""
-    from temporalio.service import RPCError, RPCStatusCode
+    when a worker answers, and in any case what it waits for (`waiting_for`).
 
+    PostgreSQL's view always comes first; everything asked of Temporal shares one bound
+    (QUERY_TIMEOUT), past which the answer says so (`temporal`) instead of waiting on the SDK's
+    retries. Whether a worker polls and answers is decided here, once, for every form of output.
+    """
     from pressroom import database
-    from pressroom.waiting import open_timer
-    from workflows.newsletter import SendNewsletterWorkflow, newsletter_workflow_id
+    from workflows.newsletter import newsletter_workflow_id
 
     settings = settings or get_settings()
     async with database.connection(settings.require_database()) as conn:
@@ -288,40 +290,104 @@ async def newsletter_status(email_id: str, *, client=None, settings: Settings | 
             "SELECT count(*) AS total, count(*) FILTER (WHERE status = 'submitted') AS submitted, "
             "count(*) FILTER (WHERE status = 'failed') AS failed FROM email_batches WHERE email_id = $1", email_id)
         recipients = await conn.fetchval("SELECT count(*) FROM email_recipients WHERE email_id = $1", email_id)
-    client = client or await temporal_client(settings)
     workflow_id = newsletter_workflow_id(email_id)
-    run = progress = waiting_for = None
-    try:
-        description = await client.get_workflow_handle(workflow_id).describe()
-        run = {**await run_summary(client, description), "worker_answering": None}
-        if run["status"] == "running":
-            handle = client.get_workflow_handle_for(SendNewsletterWorkflow.run, workflow_id)
-            try:
-                answer = await _ask_progress(handle)
-            except Exception:
-                answer = False  # refused (before the first task): neither an answer nor a silence
-            run["worker_answering"] = answer is not None if run["worker_polling"] is not False else False
-            progress = answer.model_dump() if answer else None
-            waiting_for = _waiting_words(answer, await open_timer(client, workflow_id), run)
-    except RPCError as error:
-        if error.status != RPCStatusCode.NOT_FOUND:
-            raise
+    run, progress, waiting_for, temporal = await _run_view(workflow_id, client, settings)
     return {"email_id": email_id, "status": email["status"], "error": email["error"],
             "submitted_at": email["submitted_at"], "workflow_id": workflow_id, "run": run, "progress": progress,
             "batches": {"total": batches["total"], "submitted": batches["submitted"], "failed": batches["failed"]},
             "recipients": recipients, "recipients_expected": email["email_count_expected"],
             "waiting_for": waiting_for, "skipped_recipients": email["skipped_recipients"],
-            "cancelled_by": email["cancelled_by"], "cancelled_at": email["cancelled_at"]}
+            "cancelled_by": email["cancelled_by"], "cancelled_at": email["cancelled_at"], "temporal": temporal}
 
 
-def _waiting_words(progress, timer: str | None, run: dict) -> str | None:
-    """What a running send waits for, in the Web UI's words: a worker, a cap, a batch's events."""
+async def _run_view(workflow_id: str, client, settings: Settings):
+    """(run, progress, waiting_for, temporal) within QUERY_TIMEOUT in all: `temporal` is None when
+    Temporal answered, else why it could not be read (then the run is unknown: None)."""
+    import time
+
+    from temporalio.service import RPCError, RPCStatusCode
+
+    from pressroom.temporal import TemporalUnavailable, describe_rpc_error
+    from pressroom.waiting import QUERY_TIMEOUT, has_worker, open_timer
+    from workflows.newsletter import SendNewsletterWorkflow
+
+    deadline = time.monotonic() + QUERY_TIMEOUT.total_seconds()
+
+    async def bounded(call, default=None):
+        """The call's answer, or `default` past the shared deadline."""
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return default
+        try:
+            return await asyncio.wait_for(call, left)
+        except asyncio.TimeoutError:
+            return default
+
+    unreachable = (f"Temporal at {settings.temporal_address} did not answer within "
+                   f"{QUERY_TIMEOUT.total_seconds():g} s; shown is what PostgreSQL holds")
+    try:
+        if client is None:
+            client = await bounded(temporal_client(settings))
+            if client is None:
+                return None, None, None, unreachable
+        handle = client.get_workflow_handle_for(SendNewsletterWorkflow.run, workflow_id)
+        description = await bounded(handle.describe(rpc_timeout=QUERY_TIMEOUT))
+        if description is None:
+            return None, None, None, unreachable
+    except TemporalUnavailable as error:
+        return None, None, None, f"{error}; shown is what PostgreSQL holds"
+    except RPCError as error:
+        if error.status == RPCStatusCode.NOT_FOUND:
+            return None, None, None, None
+        return None, None, None, f"{describe_rpc_error(error, settings)}; shown is what PostgreSQL holds"
+    status = description.status.name.lower() if description.status else None
+    run = {"run_id": description.run_id, "status": status, "task_queue": description.task_queue,
+           "worker_polling": None, "worker_answering": None}
+    if status != "running":
+        return run, None, None, None
+
+    async def ask():
+        try:
+            return await _ask_progress(handle)
+        except Exception:
+            return False  # refused (before the first task): neither an answer nor a silence
+
+    polling, answer, timer = await asyncio.gather(
+        bounded(has_worker(client, description.task_queue)), bounded(ask()), bounded(open_timer(client, workflow_id)))
+    run["worker_polling"] = polling
+    run["worker_answering"] = False if polling is False else (
+        True if answer else None if answer is False else False)  # None: unanswered within the bound
+    waiting_for = _waiting_words(answer or None, timer, run, retrying(description))
+    return run, answer.model_dump() if answer else None, waiting_for, None
+
+
+def retrying(description) -> str | None:
+    """An activity of the run being retried after a failure, in words (the last step retrying a
+    database error is waiting too), or None."""
+    from datetime import timezone
+
+    for pending in description.raw_description.pending_activities:
+        if pending.attempt > 1 and pending.HasField("last_failure"):
+            words = (f"{pending.activity_type.name} to succeed: attempt {pending.attempt} after "
+                     f"{pending.last_failure.message.splitlines()[0] if pending.last_failure.message else 'a failure'}")
+            if pending.HasField("next_attempt_schedule_time"):
+                at = pending.next_attempt_schedule_time.ToDatetime(timezone.utc)
+                words += f" (next attempt at {at:%Y-%m-%d %H:%M:%S} UTC)"
+            return words
+    return None
+
+
+def _waiting_words(progress, timer: str | None, run: dict, retried: str | None = None) -> str | None:
+    """What a running send waits for, in the Web UI's words: a worker, a retried step, a cap, a
+    batch's events."""
     if run["worker_polling"] is False:
         return "no worker is polling its task queue" + (f"; {timer}" if timer else "")
     if run["worker_answering"] is False:
         return "no worker is answering" + (f"; {timer}" if timer else "")
     if progress and progress.message:
         return progress.message
+    if retried:
+        return retried
     return timer  # "confirming batch N until T", or None while it just sends
 
 

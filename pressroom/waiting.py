@@ -115,7 +115,9 @@ def is_unanswered(error: BaseException) -> bool:
     if not isinstance(error, RPCError):
         return False
     return error.status in (RPCStatusCode.CANCELLED, RPCStatusCode.DEADLINE_EXCEEDED) or (
-        error.status == RPCStatusCode.FAILED_PRECONDITION and "no poller" in (error.message or ""))
+        error.status == RPCStatusCode.FAILED_PRECONDITION and "no poller" in (error.message or "")) or (
+        # Queries pile up for a worker that does not take them ("consistent query buffer is full").
+        error.status == RPCStatusCode.RESOURCE_EXHAUSTED and "query buffer" in (error.message or ""))
 
 
 def as_words(details: str) -> str:

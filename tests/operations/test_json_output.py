@@ -14,7 +14,7 @@ from worker import running_worker
 
 NEWSLETTER_STATUS = {"email_id", "status", "error", "submitted_at", "workflow_id", "run", "progress", "batches",
                      "waiting_for", "recipients", "recipients_expected", "skipped_recipients",
-                     "cancelled_by", "cancelled_at"}
+                     "cancelled_by", "cancelled_at", "temporal"}
 
 
 async def json_of(*args: str, env) -> dict:
