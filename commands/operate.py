@@ -46,10 +46,12 @@ def demo(members: int = typer.Option(5000, "--members", min=1, max=1_000_000, he
 
 @app.command()
 def check(as_json: bool = JSON_OPTION) -> None:
-    """Check the configuration and reach PostgreSQL, Temporal and Mailgun; name what is wrong."""
+    """Reach PostgreSQL, Temporal and Mailgun, then check what running needs: workers polling the task
+    queue, the schedules, the outbox relay, the webhook inbox draining; one line each."""
+    from operations.readiness import RUNNING_CHECKS
     from pressroom.check import run_checks
 
-    results = run_async(run_checks(get_settings()))
+    results = run_async(run_checks(get_settings(), RUNNING_CHECKS))
     if as_json:
         print_json({"ok": all(r.ok for r in results),
                     "services": [{"service": r.service, "ok": r.ok, "detail": r.detail} for r in results]})
