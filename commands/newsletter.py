@@ -68,7 +68,7 @@ def print_outcome(email_id: str, outcome) -> None:
 
 
 def drift_note(status: dict) -> str:
-    """The site's own recipient count, when the recipients written differed from it by more than 1%."""
+    """The site's own recipient count, when the recipients written differed from it by 1% or more."""
     expected = status.get("recipients_expected")
     if not expected:
         return ""
@@ -223,6 +223,14 @@ def newsletter_report_command(email_id: str = typer.Argument(..., help="The emai
     print_report(report)
 
 
+def failure_words(failure: dict) -> str:
+    """A failure's codes and message, each said once: a provider's message often begins with its
+    enhanced code ("4.2.2 The email account …"), which is then not repeated before it."""
+    message = failure["message"] or ""
+    codes = [str(c) for c in (failure["code"], failure["enhanced_code"]) if c and not message.startswith(str(c))]
+    return " ".join(codes + [message]).strip()
+
+
 def print_report(r: dict) -> None:
     console.print(f"email {r['email_id']} \"{r['subject']}\": {r['status']}"
                   + (f", sent {when(r['submitted_at'])}" if r["submitted_at"] else "")
@@ -246,8 +254,7 @@ def print_report(r: dict) -> None:
     if r["top_failures"]:
         console.print("[bold]top failure reasons[/bold]")
         for f in r["top_failures"]:
-            code = " ".join(str(c) for c in (f["code"], f["enhanced_code"]) if c)
-            console.print(f"  {f['n']:>8,}  {f['severity']:<9} {code} {f['message']}", highlight=False,
+            console.print(f"  {f['n']:>8,}  {f['severity']:<9} {failure_words(f)}", highlight=False,
                           markup=False)
     left_out = {reason: n for reason, n in r["left_out"].items() if n}
     if left_out:

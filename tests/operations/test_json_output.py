@@ -57,10 +57,10 @@ async def test_outbox_status_and_show(dev_env, settings, db):
     assert isinstance(status["oldest_pending_seconds"], float)
     outbox_id = await db.fetchval("SELECT id FROM outbox WHERE idempotency_key = $1", added.welcome_key)
     entry = await json_of("outbox", "show", outbox_id, env=env)
-    assert set(entry) == {"id", "event_type", "idempotency_key", "status", "attempts", "next_run_at",
+    assert set(entry) == {"outbox_id", "event_type", "idempotency_key", "status", "attempts", "next_run_at",
                           "last_error_code", "last_error_msg", "created_at", "dispatched_at", "processed_at", "ledger",
                           "member_id"}
-    assert entry["id"] == outbox_id and entry["event_type"] == "MemberCreatedEvent" and entry["status"] == "pending"
+    assert entry["outbox_id"] == outbox_id and entry["event_type"] == "MemberCreatedEvent" and entry["status"] == "pending"
     assert "json.reader@example.com" not in json.dumps(entry)
 
 

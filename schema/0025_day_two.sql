@@ -6,3 +6,7 @@ ALTER TABLE emails ADD CONSTRAINT emails_status_check
     CHECK (status IN ('pending', 'submitting', 'submitted', 'failed', 'cancelled'));
 ALTER TABLE emails ADD COLUMN cancelled_at timestamptz, ADD COLUMN cancelled_by text
     CHECK (length(cancelled_by) <= 200);
+
+-- An aborted outbox entry runs no more: it keeps no future run time (requeueing it sets one).
+UPDATE outbox SET next_run_at = least(next_run_at, coalesce(processed_at, updated_at))
+WHERE status = 'aborted' AND next_run_at > coalesce(processed_at, updated_at);
