@@ -56,9 +56,9 @@ def check(as_json: bool = JSON_OPTION) -> None:
         print_json({"ok": all(r.ok for r in results),
                     "services": [{"service": r.service, "ok": r.ok, "detail": r.detail} for r in results]})
     for result in results if not as_json else ():
-        mark = "[green]ok  [/green]" if result.ok else "[red]FAIL[/red]"
+        mark = "[green]ok  [/green]" if result.ok else "[red]FAIL[/red]" if result.checked else "[yellow]skip[/yellow]"
         console.print(f"{mark} {result.service}: {result.detail}", highlight=False, soft_wrap=True)
-    failed = [result.service for result in results if not result.ok]
+    failed = [result.service for result in results if not result.ok and result.checked]
     if failed:
         raise PressroomError(f"{', '.join(failed)} {'is' if len(failed) == 1 else 'are'} not ready (see above)")
 

@@ -22,6 +22,7 @@ class CheckResult:
     service: str
     ok: bool
     detail: str
+    checked: bool = True  # False: not checked, since what it needs is not ready
 
 
 async def check_postgres(settings: Settings) -> CheckResult:
@@ -99,7 +100,8 @@ async def run_checks(settings: Settings, more: Sequence[tuple[str, Callable]] = 
         return results
     if not all(result.ok for result in results[:2]):
         unready = " and ".join(result.service for result in results[:2] if not result.ok)
-        return results + [CheckResult(name, False, f"not checked: {unready} not ready") for name, _ in more]
+        return results + [CheckResult(name, False, f"not checked: {unready} not ready", checked=False)
+                          for name, _ in more]
     from pressroom.temporal import connect
 
     client = await connect(settings)
