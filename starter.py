@@ -12,8 +12,8 @@ import sys
 import typer
 from rich.console import Console
 
-from commands import (analytics, dev, limits, members, newsletter, operate, outbox, posts, readable_help_types,
-                      webhooks)
+from commands import (analytics, dev, frontdoor, limits, members, newsletter, operate, outbox, posts,
+                      readable_help_types, webhooks)
 from pressroom import tracing
 
 app = typer.Typer(help="Pressroom: durable background jobs for newsletter publishing, on Temporal.",
@@ -42,6 +42,7 @@ app.add_typer(posts.app, name="posts")
 app.add_typer(limits.app, name="limits")
 app.add_typer(webhooks.app, name="webhooks")
 app.add_typer(operate.app)
+app.add_typer(frontdoor.app)
 
 
 def main(args: list[str] | None = None) -> None:
@@ -52,13 +53,13 @@ def main(args: list[str] | None = None) -> None:
 def run_command(args: list[str]) -> int:
     """Run one command and answer its exit status; the Temporal runtime is shut down before we return.
 
-    pressroom/failures.py turns any exception into the one line printed (and its status).
+    commands/failures.py turns any exception into the one line printed (and its status).
     """
     import os
 
     from typer._click.exceptions import ClickException, NoArgsIsHelpError, UsageError  # Typer's own click
 
-    from pressroom.failures import EXIT_USAGE, explain
+    from commands.failures import EXIT_USAGE, explain
     from pressroom.temporal import close_runtime
 
     tracing.configure_from_environment()  # OTEL_* variables; off when unset

@@ -23,7 +23,8 @@ from activities.newsletter.batches import BatchCreationActivities
 from activities.newsletter.finish import EmailFinishActivities
 from activities.newsletter.lock import EmailLockActivities
 from activities.newsletter.send import BatchSendActivities
-from activities.outbox import OutboxActivities
+from activities.outbox.delivery import OutboxDeliveryActivities
+from activities.outbox.relay import OutboxRelayActivities
 from activities.posts import PostsActivities
 from activities.sending_limits import SendingLimitsActivities
 from activities.webhooks import WebhookActivities
@@ -61,7 +62,8 @@ def build_activities(deps: Dependencies) -> list[Callable]:
     batch_creation = BatchCreationActivities(deps)
     batch_send = BatchSendActivities(deps)
     email_finish = EmailFinishActivities(deps)
-    outbox = OutboxActivities(deps)
+    outbox_relay = OutboxRelayActivities(deps)
+    outbox_delivery = OutboxDeliveryActivities(deps)
     analytics = AnalyticsActivities(deps)
     posts = PostsActivities(deps)
     sending_limits = SendingLimitsActivities(deps)
@@ -71,7 +73,8 @@ def build_activities(deps: Dependencies) -> list[Callable]:
         batch_send.list_unsent_batches, batch_send.send_batch, batch_send.fail_batch,
         email_finish.finish_email,
         sending_limits.admit_batch, sending_limits.split_refused_batch,
-        outbox.relay_outbox, outbox.handle_entry, outbox.complete_entry, outbox.abort_entry,
+        outbox_relay.relay_outbox,
+        outbox_delivery.handle_entry, outbox_delivery.complete_entry, outbox_delivery.abort_entry,
         analytics.fetch_phase, analytics.aggregate_stats, analytics.record_run,
         posts.publish_post, posts.reconcile_posts,
         webhooks.apply_inbox,

@@ -139,7 +139,8 @@ async def main(args: argparse.Namespace) -> None:
         base_url, env = servers.simulator_url, servers.env
         httpx.post(f"{base_url}/_sim/faults", json={"latency_ms": args.latency_ms})
         settings = load_settings(database_url=servers.database_url, mailgun_base_url=base_url, mailgun_api_key=KEY,
-                                 mailgun_domain=DOMAIN, send_concurrency=args.concurrency, task_queue="bench")
+                                 mailgun_domain=DOMAIN, send_concurrency=args.concurrency, task_queue="bench",
+                                 members_link_secret="bench-link-secret")
         pool = await database.connect(servers.database_url, max_size=4)
         await pool.execute(SEED.format(members=args.members, tag="b"))
 

@@ -68,7 +68,8 @@ class Bench:
     def cli_env(self) -> dict[str, str]:
         return {**os.environ, "DATABASE_URL": self.postgres.url, "TEMPORAL_ADDRESS": self.env.client.service_client.config.target_host,
                 "MAILGUN_BASE_URL": self.sim_url, "MAILGUN_API_KEY": KEY, "MAILGUN_DOMAIN": DOMAIN,
-                "MAILGUN_WEBHOOK_SIGNING_KEY": SIGNING_KEY, "PRESSROOM_TASK_QUEUE": "bench-webhooks",
+                "MAILGUN_WEBHOOK_SIGNING_KEY": SIGNING_KEY,
+                "PRESSROOM_MEMBERS_LINK_SECRET": "bench-link-secret", "PRESSROOM_TASK_QUEUE": "bench-webhooks",
                 "PRESSROOM_ANALYTICS_INTERVAL_SECONDS": "86400", "PRESSROOM_LOG_FORMAT": "text"}
 
     def spawn(self, *args: str, log: str) -> subprocess.Popen:

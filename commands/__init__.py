@@ -111,7 +111,7 @@ def _cell(value) -> str:
     return str(value)
 
 
-JSON_OPTION = typer.Option(False, "--json", help="Print one JSON document (its shape is in the README).")
+JSON_OPTION = typer.Option(False, "--json", help="Print one JSON document (its shape is in docs/operating.md).")
 LIMIT_OPTION = typer.Option(50, "--limit", min=1, max=1000, help="Rows per page.")
 AFTER_OPTION = typer.Option(None, "--after", metavar="ID", help="The next page: rows after this id (the last one "
                                                                   "shown; the command prints it).")

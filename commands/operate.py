@@ -6,7 +6,7 @@ import asyncio
 
 import typer
 
-from commands import JSON_OPTION, console, print_json, run_async
+from commands import JSON_OPTION, console, print_json, run_async, when
 from operations.common import temporal_client
 from pressroom import database
 from pressroom.errors import PressroomError
@@ -48,8 +48,8 @@ def demo(members: int = typer.Option(5000, "--members", min=1, max=1_000_000, he
 def check(as_json: bool = JSON_OPTION) -> None:
     """Reach PostgreSQL, Temporal and Mailgun, then check what running needs: workers polling the task
     queue, the schedules, the outbox relay, the webhook inbox draining; one line each."""
+    from operations.check import run_checks
     from operations.readiness import RUNNING_CHECKS
-    from pressroom.check import run_checks
 
     results = run_async(run_checks(get_settings(), RUNNING_CHECKS))
     if as_json:
@@ -99,7 +99,7 @@ def codec_server(
 ) -> None:
     """Serve /decode and /encode so the Web UI shows encrypted histories in clear."""
     from pressroom.codec import EncryptionCodec, new_key_entry
-    from pressroom.codec_server import serve
+    from operations.codec_server import serve
 
     if new_key:
         console.print(new_key_entry(), highlight=False)
@@ -130,3 +130,29 @@ def codec_server(
         run_async(work())
     except OSError as error:
         raise PressroomError(f"the codec server cannot listen on {host}:{port}: {error.strerror}") from None
+
+
+patches_app = typer.Typer(help="Workflow patches: which may be retired.", no_args_is_help=True)
+app.add_typer(patches_app, name="patches")
+
+
+@patches_app.command("check")
+def patches_check(task_queue: str = typer.Option(None, "--task-queue", help="Only runs on this task queue."),
+                  limit: int = typer.Option(10_000, "--limit", min=1, help="Open runs read per workflow type."),
+                  as_json: bool = JSON_OPTION) -> None:
+    """Per patch: open runs that started before the release that introduced it (may retire when none)."""
+    from operations.patches import check_patches
+
+    async def work():
+        return await check_patches(await temporal_client(), task_queue=task_queue, limit=limit)
+
+    statuses = run_async(work())
+    if as_json:
+        return print_json({"patches": [status.as_dict() for status in statuses]})
+    for status in statuses:
+        patch = status.patch
+        verdict = ("[green]may retire[/green]" if status.may_retire else
+                   f"[yellow]keep[/yellow]: {status.older_runs:,} open run(s) older than it, the oldest started "
+                   f"{when(status.oldest_started)} (e.g. {', '.join(status.examples)})")
+        console.print(f"{patch.constant} ({patch.patch_id!r}, {patch.workflow_type}, since {patch.release}): "
+                      f"{status.open_runs:,} open, {verdict}", highlight=False)

@@ -8,7 +8,7 @@ from commands import (AFTER_OPTION, JSON_OPTION, LIMIT_OPTION, SINCE_OPTION, con
                       repeated_filters, run_async, warn, when)
 from activities.posts import publish_workflow_id
 from operations.posts import posts_status, reconcile_posts, schedule_post, unschedule_post
-from pressroom.waiting import no_worker_message
+from operations.waiting import no_worker_message
 
 app = typer.Typer(help="Scheduled posts: one durable timer per post.", no_args_is_help=True)
 

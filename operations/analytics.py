@@ -70,7 +70,7 @@ async def analytics_run(*, wait: bool, settings: Settings | None = None, client=
     """Trigger one run; with `wait`, follow it (or the run already going, which the overlap policy
     keeps alone) to its end and answer its result, saying when no worker polls its task queue."""
     from pressroom.errors import PressroomError
-    from pressroom.waiting import watching_for_worker
+    from operations.waiting import watching_for_worker
     from workflows.analytics import FetchEmailAnalyticsWorkflow
 
     settings = settings or get_settings()

@@ -15,7 +15,7 @@ async def temporal_client(settings: Settings | None = None):
 
 async def run_summary(client, description) -> dict:
     """A run as status commands show it; a running one says whether a worker polls its task queue."""
-    from pressroom.waiting import has_worker
+    from operations.waiting import has_worker
 
     status = description.status.name.lower() if description.status else None
     return {"run_id": description.run_id, "status": status, "task_queue": description.task_queue,

@@ -3,12 +3,23 @@
 from __future__ import annotations
 
 import asyncio
+from datetime import timedelta
 
-from activities.outbox import NOTIFY_CHANNEL, RelayInput, delivery_closed_as, outbox_workflow_id
+from activities.outbox import NOTIFY_CHANNEL, outbox_workflow_id
+from activities.outbox.models import RelayInput
+from activities.watchdog import run_closed
 from operations.common import temporal_client
 from pressroom.errors import BadInput, NotFound, PressroomError
 from pressroom.settings import Settings, get_settings
 from workflows.outbox import RELAY_WORKFLOW_ID, OutboxRelayWorkflow
+
+
+async def delivery_closed_as(client, workflow_id: str, rpc_timeout: timedelta | None = None) -> str | None:
+    """How a delivery run closed: its status (COMPLETED, TERMINATED, FAILED, …), NOT_FOUND when Temporal
+    holds no such run (never started, or closed longer ago than the namespace keeps runs), or None while
+    it runs. Any other answer from Temporal is raised."""
+    closed = await run_closed(client, workflow_id, rpc_timeout=rpc_timeout)
+    return closed.status if closed is not None else None
 
 
 async def ensure_relay(client, settings) -> None:

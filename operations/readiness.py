@@ -10,7 +10,7 @@ from __future__ import annotations
 from activities.analytics import SCHEDULE_ID as ANALYTICS_SCHEDULE_ID
 from activities.webhooks import INBOX_WORKFLOW_ID
 from operations.posts import RECONCILE_SCHEDULE_ID
-from pressroom.check import CheckResult
+from operations.check import CheckResult
 from pressroom.settings import Settings
 from workflows.outbox import RELAY_WORKFLOW_ID
 
@@ -20,7 +20,7 @@ INBOX_STALE_SECONDS = 300
 
 
 async def check_workers(client, settings: Settings) -> CheckResult:
-    from pressroom.waiting import fresh_pollers
+    from operations.waiting import fresh_pollers
 
     queue = settings.task_queue
     workflows = await fresh_pollers(client, queue)

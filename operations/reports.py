@@ -4,7 +4,7 @@ over time. Every figure is one set-based statement over that email's rows (index
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 from pressroom.errors import BadInput, NotFound
 from pressroom.inputs import entity_id
@@ -26,6 +26,11 @@ _UNSUBSCRIBED = """
 SELECT count(*) FROM email_recipients er
 WHERE er.email_id = $1
   AND NOT EXISTS (SELECT 1 FROM members_newsletters mn WHERE mn.newsletter_id = $2 AND mn.member_id = er.member_id)"""
+
+# Who left the newsletter through this email (its link, or the provider's unsubscribe event for it), by source.
+_LEFT_THROUGH = """
+SELECT source, count(DISTINCT member_id) AS n FROM members_subscribe_events
+WHERE email_id = $1 AND NOT subscribed GROUP BY source"""
 
 _SEGMENTED = "SELECT EXISTS (SELECT 1 FROM email_batches WHERE email_id = $1 AND member_segment IS NOT NULL)"
 
@@ -55,13 +60,15 @@ GROUP BY 1, 2, 3, 4 ORDER BY n DESC, severity, code LIMIT $2"""
 _COMPLAINTS = "SELECT count(*) FROM email_spam_complaint_events WHERE email_id = $1"
 
 # Why a member who existed when the email was made is not among its recipients: the first reason
-# that applies, in the order the send's audience query excludes them. Members as they are now.
+# that applies, in the order the send's audience query excludes them. Members as they are now. $4 is
+# the filter's values (named even when the filter reads none, so that its type is known).
 LEFT_OUT_REASONS = ("suppressed-bounce", "suppressed-complaint", "disabled", "not-subscribed", "not-in-filter",
                     "unusable-address", "other")
 _LEFT_OUT_REASON = """
 CASE WHEN s.reason = 'bounce' THEN 'suppressed-bounce' WHEN s.reason = 'spam' THEN 'suppressed-complaint'
      WHEN m.email_disabled THEN 'disabled' WHEN mn.id IS NULL THEN 'not-subscribed'
-     WHEN NOT m.status = ANY($4::text[]) THEN 'not-in-filter' WHEN x.member_id IS NOT NULL THEN 'unusable-address'
+     WHEN $4::text[] IS NOT NULL AND NOT (/* the recipient filter */ TRUE) THEN 'not-in-filter'
+     WHEN x.member_id IS NOT NULL THEN 'unusable-address'
      ELSE 'other' END"""
 _LEFT_OUT_FROM = """
 FROM members m
@@ -103,9 +110,10 @@ _WIDTHS = [timedelta(seconds=s) for s in (1, 5, 10, 30, 60, 300, 600, 1800, 3600
 
 
 def segment_name(segment: str | None) -> str:
-    from pressroom.email_rendering import SEGMENT_NAMES
+    """As batch ids name it: free, paid, free-tiers, paid-tiers (of a tiers post's tiers), or all."""
+    from activities.newsletter.batches import SEGMENT_NAMES
 
-    return next((name for name, value in SEGMENT_NAMES.items() if value == segment), segment or "all")
+    return SEGMENT_NAMES.get(segment, segment or "all")
 
 
 def _rate(part: int, whole: int) -> float | None:
@@ -115,8 +123,8 @@ def _rate(part: int, whole: int) -> float | None:
 async def _email(conn, email_id: str):
     entity_id(email_id, "email")
     email = await conn.fetchrow(
-        "SELECT e.id, e.subject, e.status, e.post_id, e.newsletter_id, n.slug AS newsletter, e.recipient_filter, "
-        "e.created_at, e.submitted_at, e.cancelled_by, e.cancelled_at "
+        "SELECT e.id, e.subject, e.status, e.error, e.post_id, e.newsletter_id, n.slug AS newsletter, "
+        "e.recipient_filter, e.created_at, e.submitted_at, e.cancelled_by, e.cancelled_at "
         "FROM emails e LEFT JOIN newsletters n ON n.id = e.newsletter_id "
         "WHERE e.id = $1", email_id)
     if email is None:
@@ -124,13 +132,18 @@ async def _email(conn, email_id: str):
     return email
 
 
-def _statuses(email) -> list[str]:
-    from pressroom.email_rendering import MEMBER_STATUSES, recipient_statuses
+def _with_filter(statement: str, email) -> tuple[str, list[str]]:
+    """The statement with the email's recipient filter as its not-in-filter test, reading its values
+    from $4 (tiers as they are now); a filter that cannot be parsed leaves nobody out for it."""
+    from activities.newsletter.audience import PREDICATE, filter_sql
+    from pressroom.recipient_filter import FilterError
 
     try:
-        return recipient_statuses(email["recipient_filter"])
-    except ValueError:
-        return list(MEMBER_STATUSES)
+        predicate, values = filter_sql(email["recipient_filter"], as_of=datetime.now(UTC), post_id=email["post_id"],
+                                       param=4)
+    except FilterError:
+        predicate, values = "TRUE", []
+    return statement.replace(PREDICATE, predicate), values
 
 
 async def _opens(conn, email_id: str) -> dict:
@@ -156,21 +169,25 @@ async def newsletter_report(email_id: str, *, reasons: int = 5, settings: Settin
         email = await _email(conn, email_id)
         figures = dict(await conn.fetchrow(_FIGURES, email_id))
         figures["unsubscribed"] = await conn.fetchval(_UNSUBSCRIBED, email_id, email["newsletter_id"])
+        left_through = {r["source"]: r["n"] for r in await conn.fetch(_LEFT_THROUGH, email_id)}
         segments = ([dict(r) for r in await conn.fetch(_OUTCOMES, email_id, email["newsletter_id"])]
                     if await conn.fetchval(_SEGMENTED, email_id) else [])
         failures = {r["severity"]: r["n"] for r in await conn.fetch(_FAILURES, email_id)}
         top = [dict(r) for r in await conn.fetch(_TOP_REASONS, email_id, reasons)]
         complained = await conn.fetchval(_COMPLAINTS, email_id)
+        counts, values = _with_filter(_LEFT_OUT_COUNTS, email)
         left_out = {r["reason"]: r["n"] for r in await conn.fetch(
-            _LEFT_OUT_COUNTS, email_id, email["newsletter_id"], email["created_at"], _statuses(email))}
+            counts, email_id, email["newsletter_id"], email["created_at"], values)}
         opens = await _opens(conn, email_id)
     permanent, temporary = failures.get("permanent", 0), failures.get("temporary", 0)
     figures = {"recipients": figures["recipients"], "sent": figures["recipients"] - figures["not_sent"],
                "delivered": figures["delivered"], "opened": figures["opened"],
-               "unsubscribed": figures["unsubscribed"], "failed": permanent + temporary,
+               "unsubscribed": figures["unsubscribed"],
+               "unsubscribed_through_email": {source: left_through.get(source, 0) for source in ("link", "provider")},
+               "failed": permanent + temporary,
                "failed_permanent": permanent, "failed_temporary": temporary, "complained": complained}
     whole = figures["recipients"]
-    return {"email_id": email["id"], "subject": email["subject"], "status": email["status"],
+    return {"email_id": email["id"], "subject": email["subject"], "status": email["status"], "error": email["error"],
             "post_id": email["post_id"], "newsletter_id": email["newsletter_id"], "newsletter": email["newsletter"],
             "recipient_filter": email["recipient_filter"], "created_at": email["created_at"],
             "submitted_at": email["submitted_at"], "cancelled_by": email["cancelled_by"],
@@ -205,7 +222,8 @@ async def left_out_members(email_id: str, *, reason: str | None = None, after: s
             cursor = await conn.fetchrow("SELECT created_at, id FROM members WHERE id = $1", after) or (None, None)
             if cursor[0] is None:
                 raise NotFound(f"--after {after}: no member has that id")
-        rows = await conn.fetch(LEFT_OUT_PAGE, email_id, email["newsletter_id"], email["created_at"],
-                                _statuses(email), reason, *cursor, limit + 1)
+        page, values = _with_filter(LEFT_OUT_PAGE, email)
+        rows = await conn.fetch(page, email_id, email["newsletter_id"], email["created_at"],
+                                values, reason, *cursor, limit + 1)
     items = [dict(row) for row in rows[:limit]]
     return {"items": items, "next_after": items[-1]["member_id"] if len(rows) > limit else None}

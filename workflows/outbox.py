@@ -16,8 +16,9 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
-    from activities.outbox import (AbortEntryInput, CompleteEntryInput, EntryInput, EntryResult,
-                                   OutboxActivities, RelayInput)
+    from activities.outbox.delivery import OutboxDeliveryActivities
+    from activities.outbox.models import AbortEntryInput, CompleteEntryInput, EntryInput, EntryResult, RelayInput
+    from activities.outbox.relay import OutboxRelayActivities
     from pressroom.errors import cause_of
     from workflows.policies import DATABASE_RETRY
 
@@ -32,7 +33,7 @@ class OutboxRelayWorkflow:
     async def run(self, input: RelayInput) -> None:
         for _ in range(20):
             await workflow.execute_activity_method(
-                OutboxActivities.relay_outbox, input,
+                OutboxRelayActivities.relay_outbox, input,
                 start_to_close_timeout=timedelta(seconds=input.run_seconds + 60),
                 heartbeat_timeout=timedelta(seconds=10), retry_policy=RetryPolicy(maximum_interval=timedelta(seconds=10)))
         workflow.continue_as_new(input)
@@ -83,17 +84,17 @@ class DeliverOutboxEntryWorkflow:
             # entry costs the engine what a one-activity workflow costs. The handler's result is in
             # the history before the ledger is written, so a retry of this step never handles again.
             await workflow.execute_local_activity_method(
-                OutboxActivities.complete_entry, complete, start_to_close_timeout=timedelta(seconds=30),
+                OutboxDeliveryActivities.complete_entry, complete, start_to_close_timeout=timedelta(seconds=30),
                 retry_policy=DATABASE_RETRY)
         else:
             await workflow.execute_activity_method(
-                OutboxActivities.complete_entry, complete, start_to_close_timeout=timedelta(seconds=30),
+                OutboxDeliveryActivities.complete_entry, complete, start_to_close_timeout=timedelta(seconds=30),
                 retry_policy=DATABASE_RETRY)
 
     @staticmethod
     async def _handle(input: EntryInput) -> EntryResult:
         return await workflow.execute_activity_method(
-            OutboxActivities.handle_entry, input, start_to_close_timeout=timedelta(minutes=2),
+            OutboxDeliveryActivities.handle_entry, input, start_to_close_timeout=timedelta(minutes=2),
             heartbeat_timeout=timedelta(seconds=10),
             retry_policy=RetryPolicy(maximum_attempts=input.max_attempts), summary="handle")
 
@@ -101,6 +102,6 @@ class DeliverOutboxEntryWorkflow:
         cause = cause_of(error)
         code, message = cause.type or "HANDLER_FAILED", cause.message
         await workflow.execute_activity_method(
-            OutboxActivities.abort_entry, AbortEntryInput(outbox_id=input.outbox_id, code=code, message=message),
+            OutboxDeliveryActivities.abort_entry, AbortEntryInput(outbox_id=input.outbox_id, code=code, message=message),
             start_to_close_timeout=timedelta(seconds=30), retry_policy=DATABASE_RETRY)
         return "aborted"

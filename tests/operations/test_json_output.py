@@ -1,4 +1,4 @@
-"""`--json` on every status and show command: one JSON document with the shape the README documents."""
+"""`--json` on every status and show command: one JSON document with the shape docs/operating.md documents."""
 
 from __future__ import annotations
 

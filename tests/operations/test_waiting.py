@@ -19,6 +19,7 @@ def cli_env(settings, dev_env, **extra: str) -> dict[str, str]:
             "TEMPORAL_ADDRESS": dev_env.client.service_client.config.target_host,
             "PRESSROOM_TASK_QUEUE": settings.task_queue, "MAILGUN_BASE_URL": settings.mailgun_base_url,
             "MAILGUN_API_KEY": settings.mailgun_api_key.get_secret_value(), "MAILGUN_DOMAIN": settings.mailgun_domain,
+           "PRESSROOM_MEMBERS_LINK_SECRET": settings.members_link_secret.get_secret_value(),
             **extra}
 
 
@@ -58,7 +59,7 @@ async def test_send_wait_says_no_worker_polls_then_keeps_waiting(dev_env, settin
 
 
 async def test_a_queue_with_a_worker_gets_no_warning(dev_env, settings, db):
-    from pressroom.waiting import has_worker
+    from operations.waiting import has_worker
 
     assert await has_worker(dev_env.client, settings.task_queue) is False
     async with running_worker(dev_env.client, settings):

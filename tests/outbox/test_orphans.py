@@ -17,8 +17,9 @@ from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 from temporalio.testing import ActivityEnvironment
 
-from activities.outbox import (LEDGER_FAILED, UNFINISHED_ENTRIES, EntryInput, OutboxActivities, enqueue,
-                               outbox_workflow_id)
+from activities.outbox import enqueue, outbox_workflow_id
+from activities.outbox.delivery import LEDGER_FAILED, UNFINISHED_ENTRIES, OutboxDeliveryActivities
+from activities.outbox.models import EntryInput
 from activities.watchdog import Watchdog
 from operations.members import add_member
 from operations.outbox import ensure_relay, requeue_outbox_entry
@@ -185,7 +186,7 @@ async def test_an_attempt_that_outlived_its_run_does_not_reopen_the_entry(db, db
     aborted its entry; the entry stays aborted, with the check's reason."""
     key = await an_entry_without_a_run(db)
     outbox_id = (await entry(db, key))["id"]
-    activities = OutboxActivities(Dependencies(settings=outbox_settings(), pool=db_pool, provider=None,
+    activities = OutboxDeliveryActivities(Dependencies(settings=outbox_settings(), pool=db_pool, provider=None,
                                                temporal=UnreachableTemporal()))
 
     async def aborted_meanwhile_then_fails(event, key, input) -> dict:
@@ -206,7 +207,7 @@ async def test_an_attempt_that_outlived_its_run_does_not_finish_the_entry_the_ch
     delivery's own step would, were its run open); the entry stays aborted and the ledger failed."""
     key = await an_entry_without_a_run(db)
     outbox_id = (await entry(db, key))["id"]
-    activities = OutboxActivities(Dependencies(settings=outbox_settings(), pool=db_pool, provider=None,
+    activities = OutboxDeliveryActivities(Dependencies(settings=outbox_settings(), pool=db_pool, provider=None,
                                                temporal=UnreachableTemporal()))
 
     async def aborted_meanwhile_then_succeeds(event, key, input) -> dict:
@@ -228,7 +229,7 @@ async def test_a_handled_entry_is_recorded_by_its_handlers_activity(db, db_pool,
     entry's state itself, so the delivery needs no step after it."""
     key = await an_entry_without_a_run(db)
     outbox_id = (await entry(db, key))["id"]
-    activities = OutboxActivities(Dependencies(settings=outbox_settings(), pool=db_pool, provider=None,
+    activities = OutboxDeliveryActivities(Dependencies(settings=outbox_settings(), pool=db_pool, provider=None,
                                                temporal=UnreachableTemporal()))
     result = await ActivityEnvironment().run(activities.handle_entry, EntryInput(outbox_id=outbox_id, complete=True))
     assert (result.result, result.completed) == ({}, True)

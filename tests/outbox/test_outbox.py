@@ -1,6 +1,6 @@
 """The outbox end to end: enqueue in a transaction, relay, delivery, ledger.
 
-The tests are named after the protocol's cases W-101…W-105 (README "The outbox").
+The tests are named after the protocol's cases W-101…W-105 (docs/operating.md "The outbox").
 """
 
 from __future__ import annotations

@@ -180,7 +180,7 @@ async def test_reconcile_starts_posts_scheduled_directly_in_sql(db, dev_env, pos
 
 async def test_a_publish_run_terminated_leaves_its_post_scheduled_and_the_reconcile_arms_it_again(
         db, dev_env, postgres_url, mailgun):
-    """The watchdog's post case (README "Every end is recorded"): the row is true as it is, and the
+    """The watchdog's post case (docs/operating.md "Every end is recorded"): the row is true as it is, and the
     reconcile (every 10 minutes, and at worker start) starts its timer again."""
     settings = make_settings(postgres_url, mailgun, publish_lead_seconds=0.2)
     post_id = await seed_post(db)

@@ -4,8 +4,8 @@ A workflow change that alters the commands a run issues (an activity added, remo
 a timer moved, a child started differently) breaks runs that are in flight when it is deployed.
 These histories were recorded by earlier releases (tests/histories/<version>/, made by
 tests/histories/capture.py); replaying them here fails on any such change, naming the file. A
-change that must alter commands goes behind `workflow.patched` (README: "Deploying a change while
-runs are in flight").
+change that must alter commands goes behind `workflow.patched` (docs/production.md: "Deploying a
+change while runs are in flight").
 """
 
 from __future__ import annotations
