@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from temporalio.worker import Replayer
 
@@ -74,6 +76,15 @@ async def test_cancel_before_any_send_keeps_the_email_from_going_out(db, mailgun
     with pytest.raises(BadInput, match="was cancelled"):
         await start_newsletter(seeded.email_id, client=dev_env.client, settings=settings)
     assert not delivered(mailgun, seeded.email_id)
+
+    # The command, again: safe to repeat, its --json the same answer.
+    from tests.operations.test_waiting import cli, cli_env
+
+    code, out, err = await cli("newsletter", "cancel", seeded.email_id, "--by", "someone", "--json",
+                               env=cli_env(settings, dev_env))
+    assert code == 0, err
+    answer = json.loads(out)
+    assert answer["status"] == "cancelled" and answer["cancelled_by"] == "ops" and answer["cancelled_at"]
 
 
 async def test_cancel_of_a_sent_email_is_refused(db, mailgun, dev_env, settings):
