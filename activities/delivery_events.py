@@ -289,14 +289,15 @@ INSERT INTO delivery_events_rejected (provider, source, event_id, reason, event,
 SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[])
 ON CONFLICT (provider, digest) DO NOTHING"""
 
+# An email's figures, with its first and last open (the report's opens chart spans them).
 _AGGREGATE_EMAILS = """
 WITH dirty AS (DELETE FROM email_analytics_dirty_emails RETURNING email_id),
 counts AS (
     SELECT er.email_id, count(er.delivered_at) AS delivered, count(er.opened_at) AS opened,
-           count(er.failed_at) AS failed
+           count(er.failed_at) AS failed, min(er.opened_at) AS first_open, max(er.opened_at) AS last_open
     FROM email_recipients er WHERE er.email_id IN (SELECT email_id FROM dirty) GROUP BY er.email_id)
 UPDATE emails e SET delivered_count = c.delivered, opened_count = c.opened, failed_count = c.failed,
-                    updated_at = now()
+                    first_opened_at = c.first_open, last_opened_at = c.last_open, updated_at = now()
 FROM counts c WHERE e.id = c.email_id"""
 
 # Open rate as Ghost computes it: opened / emails with open tracking, only from 5 tracked emails.

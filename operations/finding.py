@@ -27,7 +27,8 @@ OUTBOX_STATES = ("pending", "sending", "succeeded", "failed", "aborted", "comple
 _EMAILS = """
 SELECT e.id AS email_id, e.post_id, e.newsletter_id, n.slug AS newsletter, e.subject, e.status, e.error,
        e.email_count AS recipients, e.delivered_count AS delivered, e.opened_count AS opened,
-       (SELECT count(*) FROM email_recipient_failures f WHERE f.email_id = e.id) AS failed, e.created_at, e.submitted_at, {NEWSLETTER_NOT_GOING} AS will_not_go_out
+       (SELECT count(*) FROM email_recipient_failures f WHERE f.email_id = e.id) AS failed, e.created_at,
+       e.submitted_at, {NEWSLETTER_NOT_GOING} AS will_not_go_out
 FROM emails e LEFT JOIN newsletters n ON n.id = e.newsletter_id LEFT JOIN posts p ON p.id = e.post_id
 WHERE ($1::text IS NULL OR e.status = $1) AND ($2::timestamptz IS NULL OR e.created_at >= $2)
   AND ($3::text IS NULL OR e.newsletter_id = $3)

@@ -3,16 +3,17 @@
 The receiver is stateless, any number behind a load balancer. Each POST /webhooks/mailgun is
 checked where it enters: the body's size and how long it takes to arrive, its JSON, the signature
 (HMAC-SHA256 of timestamp + token with MAILGUN_WEBHOOK_SIGNING_KEY, compared in constant time),
-the timestamp's age. Then, in one transaction, the token is recorded (a token seen before is
-refused) before the event is parsed: a signed envelope is good for one event only, whatever that
-event turns out to be. A usable event is stored in `webhook_inbox` (which NOTIFYs
-WebhookInboxWorkflow) and answered 200; an unusable one is set aside with its reason. Mailgun's
-contract decides the answers: 200 once the event is durably stored; 406 ("rejected, do not retry")
-for a request that cannot be right later (malformed, forged, stale, replayed, an unusable event);
-503 when it cannot be stored now, so that Mailgun tries again (for about 8 hours): then nothing of
-it was kept, its token neither, and its retry is taken. Every refusal is counted by reason, in the
-metrics and in `webhooks status`, and logged without an address, at most once per reason every
-few seconds.
+the timestamp's age. Then the event is parsed, and in one transaction its token is recorded (a
+token seen before is refused, whatever the event) with the event: a signed envelope is good for one
+event only, whatever that event turns out to be. A usable event is stored in `webhook_inbox` (which
+NOTIFYs WebhookInboxWorkflow; the requests arriving meanwhile share one commit, see
+operations/webhooks_group_commit.py) and answered 200; an unusable one is set aside with its
+reason. Mailgun's contract decides the answers: 200 once the event is durably stored; 406
+("rejected, do not retry") for a request that cannot be right later (malformed, forged, stale,
+replayed, an unusable event); 503 when it cannot be stored now, so that Mailgun tries again (for
+about 8 hours): then nothing of it was kept, its token neither, and its retry is taken. Every
+refusal is counted by reason, in the metrics and in `webhooks status`, and logged without an
+address, at most once per reason every few seconds.
 """
 
 from __future__ import annotations
@@ -24,7 +25,8 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from activities.delivery_events import EventBatch, raw_text
-from activities.webhooks import INBOX_WORKFLOW_ID, NOTIFY_CHANNEL, InboxInput
+from activities.webhooks import INBOX_WORKFLOW_ID, InboxInput
+from operations.webhooks_group_commit import GroupCommit, Pushed
 from pressroom.settings import Settings, get_settings
 
 if TYPE_CHECKING:
@@ -40,15 +42,12 @@ PATH = "/webhooks/mailgun"
 LINK_SOURCE = "unsubscribe-link"  # the members' links' refusals, counted beside the provider's in webhook_refusals
 REFUSALS_FLUSH_SECONDS = 2.0
 
-# The token first, in the transaction that then stores or sets aside the event: a replayed token is
-# refused before anything else, and a token is kept exactly when its request was answered (200 or
-# 406). The NOTIFY is delivered at commit.
+# An unusable event's token, in the transaction that then sets the event aside (a usable event's is
+# stored with it by the group commit): a replayed token is refused before anything else, and a
+# token is kept exactly when its request was answered (200 or 406).
 _REMEMBER_TOKEN = """
 INSERT INTO webhook_tokens (provider, token, expires_at) VALUES ($1, $2, to_timestamp($3))
 ON CONFLICT DO NOTHING RETURNING true"""
-_STORE = f"""
-WITH stored AS (INSERT INTO webhook_inbox (provider, kind, event) VALUES ($1, $2, $3))
-SELECT pg_notify('{NOTIFY_CHANNEL}', '')"""
 _FLUSH_REFUSALS = """
 INSERT INTO webhook_refusals AS r (provider, reason, count, last_at)
 SELECT $1, reason, n, now() FROM unnest($2::text[], $3::bigint[]) AS t(reason, n)
@@ -77,6 +76,7 @@ class Receiver:
         self.max_body = settings.webhook_max_body_bytes
         self.body_seconds = settings.serve_body_timeout_seconds
         self.refusals = Refusals(log, "webhook")
+        self.group_commit = GroupCommit(pool, self.push.name)  # many requests' events in one commit
         self.runtime = runtime  # kept: its Prometheus endpoint lives as long as it does
         self._instruments(runtime.metric_meter if runtime is not None else None)
 
@@ -144,19 +144,21 @@ class Receiver:
             raise Refused(str(error)) from None
         started = time.monotonic()
         refusal = None
-        async with self.pool.acquire() as conn, conn.transaction():
-            if not await conn.fetchval(_REMEMBER_TOKEN, self.push.name, pushed.token,
-                                       pushed.timestamp + self.retry_window):
+        item = pushed.item
+        raw = raw_text(item)
+        event = self.push.parse_event(item)
+        if type(event).__name__ != "EventRejected":  # its token and the event, in a commit shared with others
+            if not await self.group_commit.store(Pushed(pushed.token, pushed.timestamp + self.retry_window,
+                                                        event.name, raw)):
                 refusal = "token replayed"
-            else:
-                item = pushed.item
-                raw = raw_text(item)
-                event = self.push.parse_event(item)
-                if type(event).__name__ == "EventRejected":
+        else:
+            async with self.pool.acquire() as conn, conn.transaction():
+                if not await conn.fetchval(_REMEMBER_TOKEN, self.push.name, pushed.token,
+                                           pushed.timestamp + self.retry_window):
+                    refusal = "token replayed"
+                else:
                     await self._set_aside(conn, item, raw)
                     refusal = f"event unusable: {event.reason}"
-                else:
-                    await conn.execute(_STORE, self.push.name, event.name, raw)
         self.store_ms.record((time.monotonic() - started) * 1000)
         if refusal is not None:
             raise Refused(refusal)

@@ -14,6 +14,7 @@ from activities.heartbeat import heartbeating
 from activities.newsletter.audience import AUDIENCE_BY_SEGMENT, NOT_SKIPPED, RECIPIENTS, SEGMENT, Audience, audience
 from activities.newsletter.content import load_for_sending
 from activities.newsletter.counts import batch_counts
+from activities.newsletter.left_out import record_left_out
 from activities.newsletter.models import BatchCounts, CreateBatchesInput
 from activities.sending_limits import batch_sizes, warmup_limit
 from pressroom.dependencies import Dependencies
@@ -158,7 +159,7 @@ class BatchCreationActivities:
                     INSERT INTO email_recipients (email_id, member_id, batch_id, member_uuid, member_email, member_name)
                     SELECT $4, id, batch_id, uuid, email, name FROM numbered"""),
                     *chosen.params, input.email_id, segments != (None,), sizes[False], custom_limit, sizes[True])
-            return await self._record_written(conn, input.email_id, created=not has_batches)
+            return await self._record_written(conn, input.email_id, created=not has_batches, email=email)
 
     async def _retry_failed_batches(self, conn, email_id: str) -> None:
         """A new send of a failed email sends its failed batches again. The send outcome stays: an
@@ -166,10 +167,12 @@ class BatchCreationActivities:
         await conn.execute("UPDATE email_batches SET status = 'pending', send_attempts = 0, updated_at = now() "
                            "WHERE email_id = $1 AND status = 'failed'", email_id)
 
-    async def _record_written(self, conn, email_id: str, *, created: bool) -> BatchCounts:
+    async def _record_written(self, conn, email_id: str, *, created: bool, email) -> BatchCounts:
         """The email's counts from the rows really written, not the ones planned, so reports match
-        the send; with warming, a creation just finished also records how many go through the
-        custom domain."""
+        the send; a creation just finished also records who was left out and why, and with warming
+        how many go through the custom domain."""
+        if created:
+            await record_left_out(conn, email_id, email)
         if created and self.settings.warming:
             await conn.execute(
                 """UPDATE emails SET csd_email_count = (
@@ -198,7 +201,7 @@ class BatchCreationActivities:
             return BatchCounts(batches_total=creation["planned_batches"], batches_submitted=0, batches_failed=0,
                                recipients_total=creation["planned_recipients"], recipients_submitted=0,
                                creating=True)
-        return await self._record_written(conn, input.email_id, created=True)
+        return await self._record_written(conn, input.email_id, created=True, email=email)
 
     async def _plan_creation(self, conn, email_id: str, email):
         """Fix what every chunk must agree on: segments, batch sizes, where warming falls back; and
