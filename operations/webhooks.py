@@ -208,9 +208,11 @@ def metrics_runtime(settings: Settings):
     """With PRESSROOM_METRICS_PORT set, a runtime serving Prometheus metrics on /metrics there (as the worker's)."""
     if not settings.metrics_port:
         return None
-    from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
+    from temporalio.runtime import PrometheusConfig, Runtime
 
-    return Runtime(telemetry=TelemetryConfig(metrics=PrometheusConfig(
+    from pressroom.temporal import telemetry
+
+    return Runtime(telemetry=telemetry(metrics=PrometheusConfig(
         bind_address=f"{settings.metrics_host}:{settings.metrics_port}", durations_as_seconds=True)))
 
 
