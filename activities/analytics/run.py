@@ -18,7 +18,8 @@ from activities.delivery_events.aggregates import aggregate
 from activities.delivery_events.batch import EventBatch
 from activities.heartbeat import heartbeating
 from activities.metrics import Instruments
-from pressroom.providers.port import EmailProvider, EventQuery, ProviderError, activity_error
+from activities.provider_errors import activity_error
+from pressroom.providers.port import EmailProvider, EventQuery, ProviderError
 
 if TYPE_CHECKING:
     from pressroom.dependencies import Dependencies
