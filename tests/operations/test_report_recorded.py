@@ -30,6 +30,12 @@ def event(email_id: str, kind: str, address: str, at: float, n: int, **extra) ->
                          recipient=address, email_id=email_id, **extra)
 
 
+
+def as_computed(report: dict) -> dict:
+    """The report less who cancelled the send and when: stored facts added after 0029, not in the oracle."""
+    assert (report.pop("cancelled_by"), report.pop("cancelled_at")) == (None, None)
+    return report
+
 async def apply(db, events: list[DeliveryEvent], *, recount: bool = True) -> None:
     await apply_batch(db, EventBatch(events=events), "poll")
     if recount:
@@ -76,6 +82,7 @@ async def test_the_recorded_report_answers_as_the_one_computed_from_the_rows(db,
     await apply(db, events)
 
     report = await newsletter_report(e, settings=settings)
+    report = as_computed(report)
     assert report == await report_before_0029(e, settings=settings)
     assert report["left_out"] == {"suppressed-bounce": 1, "suppressed-complaint": 1, "disabled": 1,
                                   "not-subscribed": 1, "not-in-filter": 0, "unusable-address": 1, "other": 0}
@@ -98,4 +105,4 @@ async def test_the_recorded_report_answers_as_the_one_computed_from_the_rows(db,
     # An email whose batches were written before schema 0029 is counted from its rows, as then.
     await db.execute("UPDATE emails SET left_out = NULL, first_opened_at = NULL, last_opened_at = NULL "
                      "WHERE id = $1", e)
-    assert await newsletter_report(e, settings=settings) == await report_before_0029(e, settings=settings)
+    assert as_computed(await newsletter_report(e, settings=settings)) == await report_before_0029(e, settings=settings)
