@@ -112,6 +112,7 @@ async def test_cancel_ends_a_send_waiting_for_tomorrows_cap_now(db, mailgun, dev
         history = await handle.fetch_history()
 
     assert cancel.status == "cancelled"
-    assert sum(delivered(mailgun, seeded.email_id).values()) == 200 == await submitted_batches(db, seeded.email_id) * 100
+    sent = sum(delivered(mailgun, seeded.email_id).values())
+    assert sent == 200 == await submitted_batches(db, seeded.email_id) * 100
     assert await db.fetchval("SELECT status FROM emails WHERE id = $1", seeded.email_id) == "cancelled"
     await Replayer(workflows=[SendNewsletterWorkflow], data_converter=data_converter()).replay_workflow(history)
