@@ -200,11 +200,13 @@ class SendResult:
     """What one send call achieved. `provider_id` names the call (stored with the batch); `accepted`
     maps each accepted recipient to the provider's id of their copy (Mailgun: the batch's id for
     all); `refused` maps a recipient the provider turned away on its own to a one-line reason
-    without their address (SES answers each destination apart)."""
+    without their address (SES answers each destination apart), `refused_temporarily` names those
+    of them refused for the moment (throttling, a transient failure) rather than for good."""
 
     provider_id: str
     accepted: Mapping[str, str]
     refused: Mapping[str, str] = field(default_factory=dict)
+    refused_temporarily: frozenset[str] = frozenset()
 
     @classmethod
     def whole(cls, provider_id: str, recipients: Sequence[str]) -> SendResult:

@@ -51,3 +51,32 @@ async def test_each_member_gets_one_message_with_their_own_values_and_headers_ev
         return await db.fetchval("SELECT count(*) FROM provider_acceptances WHERE marks ->> 'email-id' = $1",
                                  seeded.email_id) == 120
     assert await eventually(all_kept, seconds=30)
+
+
+async def test_destinations_ses_refuses_in_an_accepted_call_are_recorded_as_those_recipients_failures(
+        db, ses, time_skipping_env, caplog):
+    from operations.reports import newsletter_report
+
+    seeded = await seed_email(db, members=60)
+    members = [r["email"] for r in await db.fetch(
+        "SELECT m.email FROM members m JOIN members_newsletters mn ON mn.member_id = m.id "
+        "WHERE mn.newsletter_id = $1 ORDER BY m.email", seeded.newsletter_id)]
+    refused = {members[3], members[41]}
+    ses.simulator.refused = {address.casefold() for address in refused}
+    async with running_worker(time_skipping_env.client, ses.settings):
+        outcome = await run_send(time_skipping_env.client, ses.settings, seeded.email_id)
+
+    assert outcome.status == "submitted" and outcome.counts.batches_total == 2
+    assert {copy.address for copy in ses.simulator.delivered} == set(members) - refused
+    failures = await db.fetch(
+        "SELECT er.member_email, f.member_id = er.member_id AS same_member, f.code, f.message, f.severity "
+        "FROM email_recipient_failures f JOIN email_recipients er ON er.id = f.email_recipient_id "
+        "WHERE f.email_id = $1", seeded.email_id)
+    assert {f["member_email"] for f in failures} == refused
+    assert {(f["same_member"], f["code"], f["message"], f["severity"]) for f in failures} == {
+        (True, 0, "SES answered MESSAGE_REJECTED", "permanent")}
+    report = await newsletter_report(seeded.email_id, settings=ses.settings)
+    assert (report["failed"], report["failed_permanent"]) == (2, 2)
+    assert report["top_failures"] and report["top_failures"][0]["message"] == "SES answered MESSAGE_REJECTED"
+    logged = caplog.text.casefold()
+    assert "recorded as their failures" in logged and not any(a.casefold() in logged for a in refused)

@@ -49,6 +49,7 @@ _NOT_HEADERS = {"message-id", "reply-to", "from", "to", "subject", "date"}
 # Statuses of a destination that say the account, not the reader, stopped it (all destinations alike).
 _THROTTLED = {"ACCOUNT_THROTTLED", "ACCOUNT_DAILY_QUOTA_EXCEEDED"}
 _TRANSIENT = {"TRANSIENT_FAILURE", "FAILED"}
+_STATUS = re.compile(r"[A-Z][A-Z_]{0,63}")  # a destination's status, as SES spells them (MESSAGE_REJECTED)
 _ENDPOINT = re.compile(r"<Endpoint>([^<]{1,2048})</Endpoint>")
 _NEVER_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout, httpx.UnsupportedProtocol,
                httpx.WriteError, httpx.WriteTimeout)
@@ -196,16 +197,21 @@ class SesClient:
 
     @staticmethod
     def _outcome(what: str, addresses: list[str], results: list[dict[str, Any]]) -> SendResult:
-        accepted, refused, statuses = {}, {}, set()
+        accepted, refused, temporarily, statuses = {}, {}, set(), set()
         for address, result in zip(addresses, results):
             status = result.get("Status")
             if status == "SUCCESS" and isinstance(result.get("MessageId"), str) and result["MessageId"]:
                 accepted[address] = result["MessageId"]
             else:
                 statuses.add(str(status))
-                refused[address] = f"SES answered {status}"  # its Error text may quote the address
+                # Only the status, which is SES's own word: its Error text may quote the address.
+                refused[address] = f"SES answered {status}" if _STATUS.fullmatch(str(status)) \
+                    else "SES answered an unknown status"
+                if status in _THROTTLED | _TRANSIENT:
+                    temporarily.add(address)
         if accepted:
-            return SendResult(provider_id=next(iter(accepted.values())), accepted=accepted, refused=refused)
+            return SendResult(provider_id=next(iter(accepted.values())), accepted=accepted, refused=refused,
+                              refused_temporarily=frozenset(temporarily))
         # Nothing accepted: the account's state speaks for the whole call.
         if statuses <= _THROTTLED:
             daily = "ACCOUNT_DAILY_QUOTA_EXCEEDED" in statuses
