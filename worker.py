@@ -15,10 +15,10 @@ from datetime import timedelta
 from typing import AsyncIterator, Callable
 
 from temporalio.client import Client
-from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
+from temporalio.runtime import PrometheusConfig, Runtime
 from temporalio.worker import Worker
 
-from activities.analytics import AnalyticsActivities
+from activities.analytics.run import AnalyticsActivities
 from activities.newsletter.batches import BatchCreationActivities
 from activities.newsletter.finish import EmailFinishActivities
 from activities.newsletter.lock import EmailLockActivities
@@ -35,6 +35,7 @@ from operations.webhooks import ensure_inbox_applier
 from pressroom import database
 from pressroom.dependencies import Dependencies
 from pressroom.settings import Settings, get_settings
+from pressroom.temporal import telemetry
 from workflows.analytics import FetchEmailAnalyticsWorkflow
 from workflows.newsletter import SendNewsletterWorkflow
 from workflows.outbox import DeliverOutboxEntryWorkflow, OutboxRelayWorkflow
@@ -124,7 +125,7 @@ def metrics_runtime(settings: Settings) -> Runtime | None:
     """
     if not settings.metrics_port:
         return None
-    return Runtime(telemetry=TelemetryConfig(metrics=PrometheusConfig(
+    return Runtime(telemetry=telemetry(metrics=PrometheusConfig(
         bind_address=f"{settings.metrics_host}:{settings.metrics_port}", durations_as_seconds=True)))
 
 

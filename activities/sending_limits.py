@@ -278,11 +278,15 @@ async def describe_limits(conn: asyncpg.Connection, settings: Settings, now: dat
     domains = [settings.sending_scope] + ([settings.fallback_domain] if settings.fallback_domain else [])
     learned = {row["domain"]: dict(row) for row in await conn.fetch(
         "SELECT domain, batch_size, refused_size, reason, refused_at FROM sending_domain_limits ORDER BY domain")}
-    used = {row["domain"]: row for row in await conn.fetch(
-        """SELECT domain, coalesce(sum(recipients) FILTER (WHERE reserved_at >= $1), 0) AS hour,
-                  coalesce(sum(recipients), 0) AS day
-           FROM sending_quota_reservations WHERE reserved_at >= $2 GROUP BY domain""",
-        now.replace(minute=0, second=0, microsecond=0), now.replace(hour=0, minute=0, second=0, microsecond=0))}
+    # Sent is what the provider accepted: the recipients of batches submitted this hour and today
+    # (the caps' reservations exist only while caps are set, so they cannot say it).
+    sent = await conn.fetch(
+        """SELECT b.fallback_sending_domain AS fallback, count(*) FILTER (WHERE b.updated_at >= $1) AS hour,
+                  count(*) AS day
+           FROM email_batches b JOIN email_recipients r ON r.batch_id = b.id
+           WHERE b.status = 'submitted' AND b.updated_at >= $2 GROUP BY 1""",
+        now.replace(minute=0, second=0, microsecond=0), now.replace(hour=0, minute=0, second=0, microsecond=0))
+    used = {(settings.fallback_domain if row["fallback"] else settings.mailgun_domain): row for row in sent}
     out = []
     for domain in dict.fromkeys([d for d in domains if d] + list(learned)):
         row = learned.get(domain, {})

@@ -106,7 +106,7 @@ async def run_demo(console: Console, *, members: int, publish_in: float, keep_ru
             else:
                 await asyncio.sleep(7)  # the simulator's members open 5 s after delivery
             analytics_id = f"email-analytics-demo-{tag}"
-            from activities.analytics import FetchEmailAnalyticsInput
+            from activities.analytics.models import FetchEmailAnalyticsInput
 
             await client.execute_workflow(FetchEmailAnalyticsWorkflow.run, FetchEmailAnalyticsInput(),
                                                 id=analytics_id, task_queue=settings.task_queue)
@@ -123,6 +123,9 @@ async def run_demo(console: Console, *, members: int, publish_in: float, keep_ru
             console.print(f"\nOpen [bold]{ui}[/bold] and search for [bold]EmailId=\"{site.email_id}\"[/bold], or "
                           f"open the workflows {publish_workflow_id(site.post_id)}, {newsletter_id}, "
                           f"{outbox_workflow_id(added.welcome_key)} and {analytics_id}.", highlight=False)
+            console.print("\nThe development stack (PostgreSQL, Temporal and its Web UI, the Mailgun simulator) keeps "
+                          "running in the background, with its data in ./.pressroom; [bold]pressroom dev down[/bold] "
+                          "stops it.", highlight=False)
             if keep_running:
                 console.print("The worker keeps running; press Ctrl-C to stop.")
                 await asyncio.Event().wait()

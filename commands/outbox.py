@@ -47,9 +47,9 @@ def outbox_list(status: str = typer.Option(None, "--status", metavar="STATE",
 
 
 @app.command("show")
-def outbox_show(name: str = typer.Argument(..., metavar="ID|KEY|MEMBER_ID",
+def outbox_show(name: str = typer.Argument(..., metavar="ID|KEY|MEMBER_ID|ADDRESS",
                                            help="The entry's id (`outbox list`), its idempotency key or "
-                                                "workflow id, or a member id (their newest entry)."),
+                                                "workflow id, or a member's id or address (their newest entry)."),
                 as_json: bool = JSON_OPTION) -> None:
     """One entry: its state, attempts and last error."""
     entry = run_async(outbox_entry(name))

@@ -55,9 +55,9 @@ async def outbox_status(settings: Settings | None = None) -> dict:
 
 
 # An entry as operators name it: its id, its idempotency key, its delivery's workflow id, or the
-# member it is about (their newest entry).
+# member it is about (their newest entry), by id or address.
 _FIND_ENTRY = """
-SELECT o.id, o.event_type, o.idempotency_key, o.status, o.attempts, o.next_run_at, o.last_error_code,
+SELECT o.id AS outbox_id, o.event_type, o.idempotency_key, o.status, o.attempts, o.next_run_at, o.last_error_code,
        o.last_error_msg, o.created_at, o.dispatched_at, o.processed_at, l.status AS ledger,
        o.payload->>'member_id' AS member_id
 FROM outbox o LEFT JOIN idempotency_ledger l USING (idempotency_key)
@@ -67,17 +67,25 @@ ORDER BY o.id = $1 DESC, o.idempotency_key IN ($1, $2) DESC, o.created_at DESC, 
 
 
 async def outbox_entry(name: str, settings: Settings | None = None) -> dict:
-    """One entry, found by its id, idempotency key, workflow id (outbox-KEY) or member id."""
+    """One entry, found by its id, idempotency key, workflow id (outbox-KEY), or the member's id or
+    address (their newest entry)."""
     from pressroom import database
-    from pressroom.inputs import entity_id
+    from pressroom.inputs import email_address, entity_id
 
-    entity_id(name, "outbox entry")
+    address = email_address(name) if "@" in name else None
+    if address is None:
+        entity_id(name, "outbox entry")
     settings = settings or get_settings()
     key = name.removeprefix(outbox_workflow_id(""))
     async with database.connection(settings.require_database()) as conn:
+        if address is not None:
+            member_id = await conn.fetchval("SELECT id FROM members WHERE lower(email) = lower($1)", address)
+            if member_id is None:  # the address is not repeated: errors carry none
+                raise NotFound("no member has that address (`pressroom members list` shows them)")
+            name = key = member_id
         row = await conn.fetchrow(_FIND_ENTRY, name, key)
     if row is None:
-        raise NotFound(f"outbox entry {name} does not exist (no entry has that id, key or member id; "
+        raise NotFound(f"outbox entry {name} does not exist (no entry has that id, key or member; "
                        "`pressroom outbox list` shows them)")
     return dict(row)
 

@@ -24,7 +24,7 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any
 
-from activities.delivery_events import EventBatch, raw_text
+from activities.delivery_events.batch import EventBatch, raw_text
 from activities.webhooks import INBOX_WORKFLOW_ID, InboxInput
 from operations.webhooks_group_commit import GroupCommit, Pushed
 from pressroom.settings import Settings, get_settings
@@ -208,9 +208,11 @@ def metrics_runtime(settings: Settings):
     """With PRESSROOM_METRICS_PORT set, a runtime serving Prometheus metrics on /metrics there (as the worker's)."""
     if not settings.metrics_port:
         return None
-    from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
+    from temporalio.runtime import PrometheusConfig, Runtime
 
-    return Runtime(telemetry=TelemetryConfig(metrics=PrometheusConfig(
+    from pressroom.temporal import telemetry
+
+    return Runtime(telemetry=telemetry(metrics=PrometheusConfig(
         bind_address=f"{settings.metrics_host}:{settings.metrics_port}", durations_as_seconds=True)))
 
 

@@ -24,11 +24,11 @@ from pressroom.recipient_filter import FilterError
 
 SKIPPED_SHOWN = 20  # members named in the log line of an email's left-out members; the rest are counted
 # The email's count becomes the recipients written ($2); the site's own count is kept when they
-# differ by more than 1% (returned then, NULL otherwise), for the log and `newsletter status`.
+# differ by 1% or more (returned then, NULL otherwise), for the log and `newsletter status`.
 RECORD_EMAIL_COUNT = """
     WITH old AS (SELECT email_count FROM emails WHERE id = $1),
     drift AS (SELECT email_count AS expected FROM old
-              WHERE email_count > 0 AND abs($2::int - email_count) > email_count * 0.01)
+              WHERE email_count > 0 AND abs($2::int - email_count) * 100 >= email_count)
     UPDATE emails e SET email_count = $2, updated_at = now(),
            email_count_expected = coalesce((SELECT expected FROM drift), e.email_count_expected)
     WHERE e.id = $1 RETURNING (SELECT expected FROM drift)

@@ -82,6 +82,8 @@ class EmailLockActivities:
                 raise non_retryable("EmailNotFound", f"email {input.email_id} does not exist")
             if email["status"] == "submitted":
                 return EmailLock(acquired=False, reason=f"email {input.email_id} is already submitted")
+            if email["status"] == "cancelled":
+                return EmailLock(acquired=False, reason=f"email {input.email_id} was cancelled")
             refused = self._unpublished(email)
             if refused:
                 # Failed with the reason, whoever held it: a send resumed or taken over after its post

@@ -32,7 +32,9 @@ LEDGER_SUCCEEDED = ("INSERT INTO idempotency_ledger (idempotency_key, payload_di
                     "SELECT idempotency_key, payload_digest, 'succeeded', $2::jsonb FROM outbox WHERE id = $1 "
                     "ON CONFLICT (idempotency_key) DO UPDATE SET status = 'succeeded', result = EXCLUDED.result, "
                     "updated_at = now()")
-ENTRY_SUCCEEDED = "UPDATE outbox SET status = 'succeeded', processed_at = now(), updated_at = now() WHERE id = $1"
+# A success is an attempt too: the failed ones recorded before it, and this one (counted once).
+ENTRY_SUCCEEDED = ("UPDATE outbox SET status = 'succeeded', attempts = attempts + (status <> 'succeeded')::int, "
+                   "processed_at = now(), updated_at = now() WHERE id = $1")
 # The handler's activity records its entry only while the entry is still being delivered (`sending`):
 # an attempt that outlives its terminated run writes nothing to an entry the watchdog aborted (nor
 # to one another run finished), as its failures do not. Row and ledger line in one statement ($1 the
@@ -41,7 +43,8 @@ _LEDGER_OF_ENTRY = ("INSERT INTO idempotency_ledger (idempotency_key, payload_di
                     "SELECT idempotency_key, payload_digest, 'succeeded', $2::jsonb FROM entry "
                     "ON CONFLICT (idempotency_key) DO UPDATE SET status = 'succeeded', result = EXCLUDED.result, "
                     "updated_at = now() RETURNING 1")
-OPEN_ENTRY_SUCCEEDED = ("WITH entry AS (UPDATE outbox SET status = 'succeeded', processed_at = now(), updated_at = now() "
+OPEN_ENTRY_SUCCEEDED = ("WITH entry AS (UPDATE outbox SET status = 'succeeded', attempts = attempts + 1, "
+                        "processed_at = now(), updated_at = now() "
                         "WHERE id = $1 AND status = 'sending' RETURNING idempotency_key, payload_digest) "
                         + _LEDGER_OF_ENTRY)
 # A handler that found nothing to send (its result says `skipped`, with a code and why): the entry
@@ -242,7 +245,8 @@ class OutboxDeliveryActivities:
             await conn.execute(LEDGER_FAILED, input.outbox_id, input.code)
             await conn.execute(
                 "UPDATE outbox SET status = 'aborted', last_error_code = $2, last_error_msg = $3, "
-                "processed_at = now(), updated_at = now() WHERE id = $1", input.outbox_id, input.code, message)
+                "next_run_at = least(next_run_at, now()), processed_at = now(), updated_at = now() WHERE id = $1",
+                input.outbox_id, input.code, message)
         self._count("aborted")
 
     def _count(self, outcome: str) -> None:
@@ -282,7 +286,8 @@ async def _abort_unfinished_entry(pool, watched: Watched, closed: ClosedRun) -> 
         # Only the row as it was read: an entry its run moved on since then is that run's.
         aborted = await conn.fetchval(
             "UPDATE outbox SET status = 'aborted', last_error_code = 'DELIVERY_CLOSED', last_error_msg = $4, "
-            "processed_at = now(), updated_at = now() WHERE id = $1 AND status = $2 AND updated_at = $3 "
+            "next_run_at = least(next_run_at, now()), processed_at = now(), updated_at = now() "
+            "WHERE id = $1 AND status = $2 AND updated_at = $3 "
             "RETURNING id", row["id"], row["status"], row["updated_at"], message)
         if aborted is None:
             return None

@@ -17,8 +17,8 @@ from temporalio.client import ScheduleOverlapPolicy
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
-from activities.analytics import SCHEDULE_ID, AggregateInput, FetchPhaseInput
-from activities.delivery_events import EventBatch
+from activities.analytics.models import SCHEDULE_ID, AggregateInput, FetchPhaseInput
+from activities.delivery_events.batch import EventBatch
 from pressroom.providers.mailgun import MailgunClient, parse_event
 from pressroom.providers.port import ProviderUnavailable
 from pressroom.errors import BadInput
@@ -97,11 +97,17 @@ async def test_the_schedule_is_created_once_and_keeps_its_paused_state(dev_env, 
             while not await db.fetchval("SELECT metadata ? 'runs' FROM jobs WHERE name = 'email-analytics'"):
                 assert time.monotonic() < deadline, "the triggered run did not finish"
                 await asyncio.sleep(0.2)
-        status = await analytics_status(analytics_settings, client)
+            status = await analytics_status(analytics_settings, client)
+            while status["running"]:  # its last step recorded the run; the run itself closes just after
+                assert time.monotonic() < deadline, "the triggered run did not close"
+                await asyncio.sleep(0.2)
+                status = await analytics_status(analytics_settings, client)
         assert status["paused"] is False and status["recent"] and status["runs"][0]["error"] is None
         assert set(status["cursors"]) == {"email-analytics-latest-opened", "email-analytics-latest",
                                           "email-analytics-missing"}
         assert all(c["lag_seconds"] is not None for c in status["cursors"].values())
+        # The run has finished: no cursor reads as started.
+        assert {c["status"] for c in status["cursors"].values()} == {"idle"}
         emails, _ = await actual_counts(db)
         assert emails["e0"] == (1, 1, 0)
         out = Console(file=io.StringIO(), width=200)
@@ -174,7 +180,7 @@ class BreaksOnce(BreaksAfter):
 
 async def test_a_failed_attempt_in_a_workflow_resumes_from_temporal_heartbeat_details(
         dev_env, db, mailgun, analytics_settings):
-    from activities.analytics import FetchEmailAnalyticsInput
+    from activities.analytics.models import FetchEmailAnalyticsInput
     from pressroom.dependencies import Dependencies
     from worker import build_worker
     from workflows.analytics import FetchEmailAnalyticsWorkflow

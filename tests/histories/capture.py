@@ -291,7 +291,7 @@ class Capture:
     # --- analytics ---
 
     async def analytics(self) -> None:
-        from activities.analytics import FetchEmailAnalyticsInput
+        from activities.analytics.models import FetchEmailAnalyticsInput
         from workflows.analytics import FetchEmailAnalyticsWorkflow
 
         settings = self.settings("analytics", analytics_max_opened_events=5)

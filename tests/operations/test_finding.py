@@ -86,9 +86,12 @@ async def test_outbox_entries_are_found_by_what_operators_have(dev_env, settings
     [row] = listed["items"]
     assert row["member_id"] == added.member_id and row["idempotency_key"] == added.welcome_key
     assert (await json_of("outbox", "list", "--member", "someone-else", env=env))["items"] == []
-    for name in (row["outbox_id"], added.member_id, added.welcome_key, f"outbox-{added.welcome_key}"):
+    for name in (row["outbox_id"], added.member_id, added.welcome_key, f"outbox-{added.welcome_key}",
+                 "Finder@Example.com"):
         entry = await json_of("outbox", "show", name, env=env)
-        assert entry["id"] == row["outbox_id"] and entry["member_id"] == added.member_id
+        assert entry["outbox_id"] == row["outbox_id"] and entry["member_id"] == added.member_id
+    code, _, err = await cli("outbox", "show", "nobody@example.com", env=env)
+    assert code == 1 and "no member has that address" in err and "nobody@" not in err
     code, out, err = await cli("outbox", "show", added.member_id, env=env)
     assert code == 0 and row["outbox_id"] in out and "UTC" in out, err
 
@@ -125,7 +128,7 @@ async def test_report_and_member_say_what_happened_and_who_was_left_out(dev_env,
             "failed_at, event_id) SELECT email_id, member_id, id, $2, $3 || member_email || '> refused', $4, now(), "
             "$1 FROM email_recipients WHERE id = $1", recipient, code, "mailbox <", severity)
     # …and its aggregation of the email's figures, with its own statement.
-    from activities.delivery_events import _AGGREGATE_EMAILS
+    from activities.delivery_events.aggregates import _AGGREGATE_EMAILS
 
     await db.execute("INSERT INTO email_analytics_dirty_emails (email_id) VALUES ($1)", seeded.email_id)
     await db.execute(_AGGREGATE_EMAILS)
