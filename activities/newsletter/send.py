@@ -57,7 +57,7 @@ CLAIM_BATCH = """
 """
 
 # Recipients the provider refused one by one in an accepted call: each recorded as that
-# recipient's failure, in the shape a failed event leaves (activities/delivery_events.py), with
+# recipient's failure, in the shape a failed event leaves (activities/delivery_events/apply.py), with
 # the provider's reason (no address) and no code. Its event id is the recipient's, so a repeat
 # changes nothing, and a failed event that comes later replaces it by the events' own rules.
 RECORD_REFUSED = """
