@@ -123,7 +123,8 @@ async def run_demo(console: Console, *, members: int, publish_in: float, keep_ru
             console.print(f"\nOpen [bold]{ui}[/bold] and search for [bold]EmailId=\"{site.email_id}\"[/bold], or "
                           f"open the workflows {publish_workflow_id(site.post_id)}, {newsletter_id}, "
                           f"{outbox_workflow_id(added.welcome_key)} and {analytics_id}.", highlight=False)
-            console.print("\nThe development stack (PostgreSQL, Temporal and its Web UI, the Mailgun simulator) keeps "
+            stand_in = "the SES stand-in" if receiver_url else "the Mailgun simulator"
+            console.print(f"\nThe development stack (PostgreSQL, Temporal and its Web UI, {stand_in}) keeps "
                           "running in the background, with its data in ./.pressroom; [bold]pressroom dev down[/bold] "
                           "stops it.", highlight=False)
             if keep_running:
