@@ -19,10 +19,10 @@ from pressroom import tracing
 
 # Each job's commands (commands/<module>.py, its Typer app named `app`), in the order --help lists
 # them; the commands of `operate` (migrate, worker, demo, check, temporal, codec-server, patches)
-# sit at the top level. A module is imported only when one of its commands runs or help lists it,
-# so a command pays for its own imports only: most tests and scripts start the CLI many times.
+# and `frontdoor` sit at the top level. A module is imported only when one of its commands runs or
+# help lists it, so a command pays for its own imports only: tests and scripts start the CLI often.
 GROUPS = ["dev", "newsletter", "members", "outbox", "analytics", "posts", "limits", "webhooks"]
-TOP_LEVEL = "operate"
+TOP_LEVEL = ["operate", "frontdoor"]
 
 
 def _group(module: str):
@@ -31,14 +31,18 @@ def _group(module: str):
 
 class JobCommands(TyperGroup):
     def list_commands(self, ctx) -> list[str]:
-        return [*GROUPS, *_group(TOP_LEVEL).list_commands(ctx)]
+        return [*GROUPS, *(name for module in TOP_LEVEL for name in _group(module).list_commands(ctx))]
 
     def get_command(self, ctx, name: str):
         if name in GROUPS:
             group = _group(name)
             group.name = name
             return group
-        return _group(TOP_LEVEL).get_command(ctx, name)
+        for module in TOP_LEVEL:
+            command = _group(module).get_command(ctx, name)
+            if command is not None:
+                return command
+        return None
 
 
 app = typer.Typer(cls=JobCommands, help="Pressroom: durable background jobs for newsletter publishing, on Temporal.",

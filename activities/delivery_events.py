@@ -207,11 +207,69 @@ ON CONFLICT (email_recipient_id) DO UPDATE SET
 WHERE (f.severity = 'temporary' AND (EXCLUDED.severity = 'permanent' OR EXCLUDED.failed_at > f.failed_at))
    OR (f.severity = 'permanent' AND EXCLUDED.severity = 'permanent' AND EXCLUDED.failed_at < f.failed_at)"""
 
-_UNSUBSCRIBE = """
-DELETE FROM members_newsletters mn
-USING analytics_matched m JOIN emails e ON e.id = m.email_id
-WHERE m.kind = 'unsubscribed' AND NOT m.before_resubscribe
-  AND mn.member_id = m.member_id AND mn.newsletter_id = e.newsletter_id"""
+# One way to leave, whoever asks (a provider's event, a member's link, an operator): `leaving` names
+# (member_id, newsletter_id or NULL for every newsletter, source, email_id, at); the subscriptions
+# are removed and each removal recorded with its source, time and email. A subscription already gone
+# records nothing, so a repeat changes nothing. Answers the subscriptions removed.
+_LEAVE = """
+WITH {before}leaving AS ({leaving}), removed AS (
+    DELETE FROM members_newsletters mn USING leaving l
+    WHERE mn.member_id = l.member_id AND (l.newsletter_id IS NULL OR mn.newsletter_id = l.newsletter_id)
+    RETURNING mn.member_id, mn.newsletter_id
+), recorded AS (
+    INSERT INTO members_subscribe_events (member_id, newsletter_id, subscribed, source, email_id, created_at)
+    SELECT DISTINCT ON (r.member_id, r.newsletter_id) r.member_id, r.newsletter_id, false, l.source, l.email_id, l.at
+    FROM removed r JOIN leaving l
+      ON l.member_id = r.member_id AND (l.newsletter_id IS NULL OR l.newsletter_id = r.newsletter_id)
+    ORDER BY r.member_id, r.newsletter_id, l.at
+    RETURNING 1
+)
+{answer}"""
+_REMOVED = "SELECT count(*) FROM recorded"
+
+# The provider's unsubscribe events: the email's newsletter (an email without one leaves nothing).
+_UNSUBSCRIBE = _LEAVE.format(before="", answer=_REMOVED, leaving="""
+    SELECT m.member_id, e.newsletter_id, 'provider'::text AS source, m.email_id, m.at
+    FROM analytics_matched m JOIN emails e ON e.id = m.email_id
+    WHERE m.kind = 'unsubscribed' AND NOT m.before_resubscribe AND m.member_id IS NOT NULL
+      AND e.newsletter_id IS NOT NULL""")
+
+# One member's leaving (a link, an operator): the email is kept only when they received it, so a
+# link's unsigned `email` parameter cannot count a leaving against another email.
+_LEAVE_ONE = _LEAVE.format(before="", answer=_REMOVED, leaving="""
+    SELECT $1::text AS member_id, $2::text AS newsletter_id, $3::text AS source,
+           (SELECT er.email_id FROM email_recipients er WHERE er.email_id = $4 AND er.member_id = $1 LIMIT 1)
+               AS email_id, now() AS at""")
+
+
+# A member's link: the member and the newsletter found by their uuids and the member left, in one
+# statement (one round trip per click). $3: every newsletter. No row: no such member; a row without
+# newsletter_id while one was named: no such newsletter (and nothing left).
+_LEAVE_BY_LINK = _LEAVE.format(
+    before="""target AS (
+    SELECT m.id AS member_id, m.email, n.id AS newsletter_id, n.name AS newsletter_name
+    FROM members m LEFT JOIN newsletters n ON n.uuid = $2::uuid WHERE m.uuid = $1::uuid
+), """,
+    leaving="""
+    SELECT t.member_id, CASE WHEN $3 THEN NULL ELSE t.newsletter_id END AS newsletter_id, 'link'::text AS source,
+           (SELECT er.email_id FROM email_recipients er WHERE er.email_id = $4 AND er.member_id = t.member_id
+            LIMIT 1) AS email_id, now() AS at
+    FROM target t WHERE $2::uuid IS NULL OR t.newsletter_id IS NOT NULL""",
+    answer="SELECT t.*, (SELECT count(*) FROM recorded) AS removed FROM target t")
+
+
+async def leave_by_link(pool_or_conn, member_uuid: str, newsletter_uuid: str | None, every: bool,
+                        email_id: str | None) -> asyncpg.Record | None:
+    """The link's member leaves (as `leave` does, recorded as `link`): (member_id, email,
+    newsletter_id, newsletter_name, removed), or None when no member has that uuid."""
+    return await pool_or_conn.fetchrow(_LEAVE_BY_LINK, member_uuid, newsletter_uuid, every, email_id)
+
+
+async def leave(conn: asyncpg.Connection, member_id: str, newsletter_id: str | None, source: str,
+                email_id: str | None = None) -> int:
+    """Unsubscribe a member from a newsletter (None: from every one) exactly as the provider's
+    unsubscribe event does, recorded with `source`; the subscriptions removed. Safe to repeat."""
+    return await conn.fetchval(_LEAVE_ONE, member_id, newsletter_id, source, email_id)
 
 _COMPLAINTS = """
 INSERT INTO email_spam_complaint_events (member_id, email_id, email_address)
@@ -231,14 +289,15 @@ INSERT INTO delivery_events_rejected (provider, source, event_id, reason, event,
 SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[])
 ON CONFLICT (provider, digest) DO NOTHING"""
 
+# An email's figures, with its first and last open (the report's opens chart spans them).
 _AGGREGATE_EMAILS = """
 WITH dirty AS (DELETE FROM email_analytics_dirty_emails RETURNING email_id),
 counts AS (
     SELECT er.email_id, count(er.delivered_at) AS delivered, count(er.opened_at) AS opened,
-           count(er.failed_at) AS failed
+           count(er.failed_at) AS failed, min(er.opened_at) AS first_open, max(er.opened_at) AS last_open
     FROM email_recipients er WHERE er.email_id IN (SELECT email_id FROM dirty) GROUP BY er.email_id)
 UPDATE emails e SET delivered_count = c.delivered, opened_count = c.opened, failed_count = c.failed,
-                    updated_at = now()
+                    first_opened_at = c.first_open, last_opened_at = c.last_open, updated_at = now()
 FROM counts c WHERE e.id = c.email_id"""
 
 # Open rate as Ghost computes it: opened / emails with open tracking, only from 5 tracked emails.
@@ -279,7 +338,7 @@ async def _apply_events(conn: asyncpg.Connection, batch: EventBatch) -> int:
         await conn.execute(_MATCHED_TABLE)
         if rows_of(await conn.execute(_MATCH, *records)):
             await conn.execute(_FAILURES)
-            await conn.execute(_UNSUBSCRIBE)
+            await conn.fetchval(_UNSUBSCRIBE)
             await conn.execute(_COMPLAINTS)
             await conn.execute(_SUPPRESS, BOUNCE_SUPPRESSION_CODES)
     return matched

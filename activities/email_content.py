@@ -18,6 +18,7 @@ class LoadedEmail:
     from_address: str
     reply_to: str
     track_opens: bool
+    newsletter_uuid: str | None  # None: the email has no newsletter, its link leaves every one
 
 
 async def load_email(conn, email_id: str, settings: Settings) -> LoadedEmail | None:
@@ -25,7 +26,7 @@ async def load_email(conn, email_id: str, settings: Settings) -> LoadedEmail | N
     subject or sender cannot be a header (checked here, where they enter, for every path)."""
     row = await conn.fetchrow(
         """SELECT e.subject, coalesce(nullif(e.html, ''), p.html) AS html, p.visibility, p.slug, e.track_opens,
-                  n.name, n.sender_name, n.sender_email, n.sender_reply_to
+                  n.name, n.uuid::text AS newsletter_uuid, n.sender_name, n.sender_email, n.sender_reply_to
            FROM emails e JOIN posts p ON p.id = e.post_id LEFT JOIN newsletters n ON n.id = e.newsletter_id
            WHERE e.id = $1""", email_id)
     if row is None:
@@ -41,13 +42,14 @@ async def load_email(conn, email_id: str, settings: Settings) -> LoadedEmail | N
                            visibility=row["visibility"], post_url=f"{site}/{row['slug']}/",
                            upgrade_url=f"{site}/#/portal/account/plans")
     return LoadedEmail(content=content, from_address=from_address, reply_to=reply_to,
-                       track_opens=row["track_opens"])
+                       track_opens=row["track_opens"], newsletter_uuid=row["newsletter_uuid"])
 
 
-async def load_member_values(conn, member_id: str, email_id: str, settings: Settings) -> tuple[dict, str] | None:
+async def load_member_values(conn, member_id: str, loaded: LoadedEmail, settings: Settings) -> tuple[dict, str] | None:
     """(replacement values, status) of a member, or None when there is no such member."""
     row = await conn.fetchrow("SELECT email, name, uuid, status FROM members WHERE id = $1", member_id)
     if row is None:
         return None
     return member_values(name=row["name"], email=row["email"], uuid=str(row["uuid"]), status=row["status"],
-                         site_url=settings.site_url, email_id=email_id), row["status"]
+                         site_url=settings.site_url, link_secret=settings.require_members_link_secret(),
+                         newsletter_uuid=loaded.newsletter_uuid, email_id=loaded.content.email_id), row["status"]

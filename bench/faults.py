@@ -89,13 +89,15 @@ class Matrix:
 
     def settings(self, queue: str) -> Settings:
         return load_settings(database_url=self.servers.database_url, mailgun_base_url=self.servers.simulator_url,
-                             mailgun_api_key=SIMULATOR_KEY, mailgun_domain=SIMULATOR_DOMAIN, task_queue=queue)
+                             mailgun_api_key=SIMULATOR_KEY, mailgun_domain=SIMULATOR_DOMAIN, task_queue=queue,
+                             members_link_secret="bench-link-secret")
 
     def worker(self, queue: str, **extra: str) -> subprocess.Popen:
         env = {**os.environ, "DATABASE_URL": self.servers.database_url,
                "TEMPORAL_ADDRESS": self.servers.env.client.service_client.config.target_host,
                "PRESSROOM_TASK_QUEUE": queue, "MAILGUN_BASE_URL": self.servers.simulator_url,
                "MAILGUN_API_KEY": SIMULATOR_KEY, "MAILGUN_DOMAIN": SIMULATOR_DOMAIN,
+               "PRESSROOM_MEMBERS_LINK_SECRET": "bench-link-secret",
                "PRESSROOM_BATCH_SIZE": "100", "PRESSROOM_SEND_CONCURRENCY": "4",
                "PRESSROOM_MAILGUN_RETRY_SECONDS": "1",
                "PRESSROOM_SEND_CONFIRM_WINDOW_SECONDS": str(CONFIRM_WINDOW_SECONDS),

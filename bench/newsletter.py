@@ -2,7 +2,10 @@
 
 Starts its own PostgreSQL, Temporal dev server and Mailgun simulator (a separate process, as
 Mailgun is) with a per-request latency, seeds N members, and times SendNewsletterWorkflow from
-start to "email submitted". Next to it, in the same run on the same machine, two raw figures: the
+start to "email submitted". Against it, in the same run, the honest baseline: one plain program
+(no Temporal) that does what a send cannot skip, every recipient row COPYed into email_recipients
+with its indexes and every batch posted once to the simulator at the same concurrency, the two
+overlapped; run before the pipeline and again after it. Kept beside it, the older raw figures: the
 same N recipient rows written with COPY, and the same N/1,000 batch requests posted straight to
 the simulator at the same concurrency. It prints recipients per second and the ratio of the
 pipeline to the larger raw figure, and the worker's peak memory. For context it also prints how
@@ -20,6 +23,7 @@ import json
 import resource
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -88,6 +92,68 @@ async def table_copy(pool, members: int) -> float:
             await transaction.rollback()
 
 
+RAW_CHUNK_BATCHES = 10  # batches written per COPY (as a chunked creation writes them): sending starts after the first
+
+
+async def raw_send(pool, base_url: str, members: int, concurrency: int,
+                   tag: str) -> tuple[float, float, float, Counter]:
+    """What a send cannot skip, as one plain program: every recipient row COPYed into
+    email_recipients itself (its indexes and foreign keys), 10 batches per committed COPY, and each
+    batch posted once to the simulator with its own addresses and values as soon as its rows are
+    committed, `concurrency` at a time, the two overlapped with asyncio. Returns the seconds until
+    the last post was answered, until the last row was written, and until the first post left; and
+    the CPU seconds by process family. The rows are deleted afterwards (and the table vacuumed);
+    `tag` keeps each run's posts apart at the simulator (its duplicate count is the pipeline's)."""
+    batches = (members + 999) // 1000
+    queue: asyncio.Queue = asyncio.Queue()
+    slots = asyncio.Semaphore(concurrency)
+    await pool.execute("INSERT INTO posts (id, title, slug, html, newsletter_id) "
+                       "VALUES ('raw', 'Raw', 'raw', '<p>Raw</p>', 'nl1')")
+    await pool.execute("INSERT INTO emails (id, post_id, newsletter_id, subject, html, plaintext) "
+                       "VALUES ('raw', 'raw', 'nl1', 'Raw', '<p>Raw</p>', 'Raw')")
+    marks: dict[str, float] = {}
+
+    async def write(started: float) -> None:
+        async with pool.acquire() as conn:
+            await conn.execute("INSERT INTO email_batches (id, email_id) "
+                               "SELECT 'raw-' || lpad(n::text, 5, '0'), 'raw' FROM generate_series(0, $1) n",
+                               batches - 1)
+            for first in range(0, batches, RAW_CHUNK_BATCHES):
+                chunk = [[(f"m{n}", f"raw-{b:05d}", f"00000000-0000-0000-0000-{n:012d}", f"member{n}@example.com",
+                           f"Member {n}") for n in range(b * 1000, min(members, b * 1000 + 1000))]
+                         for b in range(first, min(batches, first + RAW_CHUNK_BATCHES))]
+                await conn.copy_records_to_table(  # one COPY, its own transaction
+                    "email_recipients", records=[("raw",) + row for rows in chunk for row in rows],
+                    columns=["email_id", "member_id", "batch_id", "member_uuid", "member_email", "member_name"])
+                for rows in chunk:
+                    queue.put_nowait(rows)
+        marks["written"] = time.perf_counter() - started
+        for _ in range(concurrency):
+            queue.put_nowait(None)
+
+    async def post(client: httpx.AsyncClient, started: float) -> None:
+        while (rows := await queue.get()) is not None:
+            variables = json.dumps({row[3]: {"name": row[4], "uuid": row[2]} for row in rows})
+            async with slots:
+                marks.setdefault("first_post", time.perf_counter() - started)
+                response = await client.post(f"/v3/{DOMAIN}/messages", data={
+                    "from": "news@example.com", "to": [row[3] for row in rows], "subject": "Raw",
+                    "html": "<p>Hello %recipient.name%</p>", "text": "Hello", "recipient-variables": variables,
+                    "v:email-id": tag, "v:batch-id": rows[0][1]})
+                response.raise_for_status()
+
+    async with httpx.AsyncClient(base_url=base_url, auth=("api", KEY), timeout=60,
+                                 limits=httpx.Limits(max_connections=concurrency)) as client:
+        before = cpu_seconds_by_family()
+        started = time.perf_counter()
+        await asyncio.gather(write(started), *(post(client, started) for _ in range(concurrency)))
+        elapsed = time.perf_counter() - started
+        cpu = cpu_seconds_by_family() - before
+    await pool.execute("DELETE FROM posts WHERE id = 'raw'")  # its email, batches and recipients go with it
+    await pool.execute("VACUUM email_recipients, email_batches")
+    return elapsed, marks["written"], marks["first_post"], cpu
+
+
 async def raw_posts(base_url: str, members: int, concurrency: int) -> float:
     """N/1,000 batch requests straight to the simulator, `concurrency` at a time."""
     batches = (members + 999) // 1000
@@ -139,7 +205,8 @@ async def main(args: argparse.Namespace) -> None:
         base_url, env = servers.simulator_url, servers.env
         httpx.post(f"{base_url}/_sim/faults", json={"latency_ms": args.latency_ms})
         settings = load_settings(database_url=servers.database_url, mailgun_base_url=base_url, mailgun_api_key=KEY,
-                                 mailgun_domain=DOMAIN, send_concurrency=args.concurrency, task_queue="bench")
+                                 mailgun_domain=DOMAIN, send_concurrency=args.concurrency, task_queue="bench",
+                                 members_link_secret="bench-link-secret")
         pool = await database.connect(servers.database_url, max_size=4)
         await pool.execute(SEED.format(members=args.members, tag="b"))
 
@@ -151,6 +218,8 @@ async def main(args: argparse.Namespace) -> None:
         post_seconds = await raw_posts(base_url, args.members, args.concurrency)
         post_cpu = cpu_seconds_by_family() - before
 
+        # The honest baseline, before the pipeline and again after it (the machine is shared).
+        baseline = [await raw_send(pool, base_url, args.members, args.concurrency, "raw-before")]
         async with running_worker(env.client, settings):
             before = cpu_seconds_by_family()
             started = time.perf_counter()
@@ -159,6 +228,7 @@ async def main(args: argparse.Namespace) -> None:
             pipeline = time.perf_counter() - started
             pipeline_cpu = cpu_seconds_by_family() - before
             created, first_send, chunks, inside = await creation_times(env.client, start.workflow_id, start.run_id)
+        baseline.append(await raw_send(pool, base_url, args.members, args.concurrency, "raw-after"))
         stats = httpx.get(f"{base_url}/_sim/stats").json()
         heap_mb, indexes_mb = await pool.fetchrow(
             "SELECT pg_relation_size('email_recipients') / 1048576.0, pg_indexes_size('email_recipients') / 1048576.0")
@@ -175,13 +245,28 @@ async def main(args: argparse.Namespace) -> None:
           "between them")
     print(f"    CPU: PostgreSQL {pipeline_cpu['postgres']:.2f} s, Temporal server {pipeline_cpu['temporal']:.2f} s, "
           f"worker and simulator {pipeline_cpu['python']:.2f} s")
+    for when, (seconds, written, first_post, cpu) in zip(("before", "after"), baseline):
+        print(f"  raw send ({when}): COPY into email_recipients + posts, overlapped  {seconds:7.2f} s  "
+              f"{n / seconds:>10,.0f} recipients/s")
+        print(f"    rows all written after {written:.2f} s; first post after {first_post:.2f} s; "
+              f"CPU: PostgreSQL {cpu['postgres']:.2f} s, this process and simulator {cpu['python']:.2f} s")
+    best = min(seconds for seconds, *_ in baseline)
+    print(f"  pipeline / raw send (the better of the two): {pipeline / best:.2f}x (target ≤ 1.5x)")
+    # On a shared machine the wall-clock ratio moves with everyone's load; the CPU the run's own
+    # processes spent moves much less, and on two cores bounds the wall-clock from below.
+    raw_cpu = [sum(cpu.values()) for *_, cpu in baseline]
+    print(f"  CPU of every process: pipeline {sum(pipeline_cpu.values()):.2f} s, raw send "
+          f"{' / '.join(f'{c:.2f}' for c in raw_cpu)} s: "
+          f"{sum(pipeline_cpu.values()) / min(raw_cpu):.2f}x the raw send's")
+    print("  the old raw figures, the pipeline against the larger of them as before:")
     print(f"  raw COPY of {n:,} rows          {copy_seconds:7.2f} s  {n / copy_seconds:>10,.0f} rows/s")
     print(f"    (into email_recipients itself, its indexes and foreign keys: {table_seconds:.2f} s, "
           f"{n / table_seconds:,.0f} rows/s; PostgreSQL CPU {table_cpu['postgres']:.2f} s)")
     print(f"  raw {(n + 999) // 1000} posts to the simulator  {post_seconds:7.2f} s  {n / post_seconds:>10,.0f} "
           f"recipients/s")
     print(f"    CPU: simulator and client {post_cpu['python']:.2f} s")
-    print(f"  pipeline / larger raw figure: {pipeline / raw:.2f}x (target ≤ {1.5 if n >= 1_000_000 else 1.2}x)")
+    print(f"  pipeline / larger old raw figure: {pipeline / raw:.2f}x "
+          f"(the old target ≤ {1.5 if n >= 1_000_000 else 1.2}x)")
     print(f"  email_recipients after the send: table {heap_mb:.1f} MB, indexes {indexes_mb:.1f} MB")
     print(f"  duplicates at the simulator: {stats['duplicate_recipients']}")
     print(f"  peak memory of this process (worker + client): {peak_mb:,.0f} MB (target: worker < 500 MB)")

@@ -332,6 +332,7 @@ async def during_send(args: argparse.Namespace) -> None:
         httpx.post(f"{servers.simulator_url}/_sim/faults", json={"latency_ms": args.latency_ms})
         settings = load_settings(database_url=servers.database_url, mailgun_base_url=servers.simulator_url,
                                  mailgun_api_key=KEY, mailgun_domain=DOMAIN, send_concurrency=args.concurrency,
+                                 members_link_secret="bench-link-secret",
                                  task_queue="bench", publish_lead_seconds=args.lead,
                                  publish_heartbeat_seconds=args.heartbeat)
         pool = await database.connect(servers.database_url, max_size=10)

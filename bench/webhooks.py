@@ -68,7 +68,8 @@ class Bench:
     def cli_env(self) -> dict[str, str]:
         return {**os.environ, "DATABASE_URL": self.postgres.url, "TEMPORAL_ADDRESS": self.env.client.service_client.config.target_host,
                 "MAILGUN_BASE_URL": self.sim_url, "MAILGUN_API_KEY": KEY, "MAILGUN_DOMAIN": DOMAIN,
-                "MAILGUN_WEBHOOK_SIGNING_KEY": SIGNING_KEY, "PRESSROOM_TASK_QUEUE": "bench-webhooks",
+                "MAILGUN_WEBHOOK_SIGNING_KEY": SIGNING_KEY,
+                "PRESSROOM_MEMBERS_LINK_SECRET": "bench-link-secret", "PRESSROOM_TASK_QUEUE": "bench-webhooks",
                 "PRESSROOM_ANALYTICS_INTERVAL_SECONDS": "86400", "PRESSROOM_LOG_FORMAT": "text"}
 
     def spawn(self, *args: str, log: str) -> subprocess.Popen:
@@ -205,6 +206,8 @@ async def burst(bench: Bench, count: int) -> None:
     before = len((await bench.http.get(bench.sim_url + "/_sim/push/sent")).json())
     began = time.time()
     cpu_before = cpu_seconds_by_family()
+    processes = {"receiver": bench.receiver.pid, "worker": bench.worker.pid, "simulator": bench.sim.pid}
+    process_before = {name: sum(cpu_seconds_by_family(pid).values()) for name, pid in processes.items()}
     await bench.sim_post("/_sim/events", {"email_id": "burst", "count": count, "events": ["delivered"],
                                           "timestamp": time.time() - 1.0})
     seen = await bench.follow("burst", count, timeout=1800)
@@ -215,6 +218,8 @@ async def burst(bench: Bench, count: int) -> None:
           f"{count / accepted_seconds:,.0f} events/s ({accepted_seconds:,.1f} s to answer every push 200)")
     cpu = cpu_seconds_by_family() - cpu_before
     print("burst CPU seconds: " + ", ".join(f"{name} {value:,.1f}" for name, value in cpu.most_common(6)))
+    print("  of which: " + ", ".join(f"{name} {sum(cpu_seconds_by_family(pid).values()) - process_before[name]:,.1f}"
+                                     for name, pid in processes.items()))
     await raw_inserts(bench, count)
 
 

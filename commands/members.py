@@ -15,10 +15,14 @@ app = typer.Typer(help="Members of the site.", no_args_is_help=True)
 @app.command("add")
 def members_add(email: str = typer.Argument(..., help="The member's e-mail address."),
                 name: str = typer.Option(None, "--name", metavar="TEXT", help="The member's name."),
-                status: str = typer.Option("free", "--status", metavar="free|paid|comped", help="Their status.")
+                status: str = typer.Option("free", "--status", metavar="free|paid|comped", help="Their status."),
+                labels: list[str] = typer.Option(None, "--label", metavar="SLUG",
+                                                 help="A label (made if new); repeat for more."),
+                tiers: list[str] = typer.Option(None, "--tier", metavar="SLUG",
+                                                help="A tier (one of the site's); repeat for more.")
                 ) -> None:
     """Add a member; their welcome email (paid for comped members) goes out through the outbox."""
-    added = run_async(add_member(email, name, status=status))
+    added = run_async(add_member(email, name, status=status, labels=labels or (), tiers=tiers or ()))
     console.print(f"member {added.member_id} added" + (f"; welcome email queued ({outbox_workflow_id(added.welcome_key)})"
                                                         if added.welcome_key else ""), highlight=False)
 
@@ -40,6 +44,9 @@ def members_resubscribe(member_id: str = typer.Argument(..., help="The member (m
 def members_list(status: str = typer.Option(None, "--status", metavar="free|paid|comped", help="Only this status."),
                  newsletter: str = typer.Option(None, "--newsletter", metavar="ID|SLUG",
                                                 help="Only subscribers of this newsletter."),
+                 label: str = typer.Option(None, "--label", metavar="SLUG", help="Only members with this label."),
+                 tier: str = typer.Option(None, "--tier", metavar="SLUG",
+                                          help="Only members of this tier (whose tier has not ended)."),
                  since: str = SINCE_OPTION,
                  left_out_of: str = typer.Option(None, "--left-out-of", metavar="EMAIL_ID",
                                                  help="The members this email was not sent to, with why."),
@@ -62,14 +69,15 @@ def members_list(status: str = typer.Option(None, "--status", metavar="free|paid
     from operations.finding import list_page
 
     page = run_async(list_page("member", status=status, newsletter=newsletter, since=since, after=after,
-                               limit=limit))
+                               limit=limit, label=label, tier=tier))
     if as_json:
         return print_json(page)
     print_page(page, {"member_id": "member", "email": "address", "name": "name", "status": "status",
                       "suppressed": "suppressed", "email_disabled": "disabled", "email_count": "emails",
                       "email_open_rate": "open %", "created_at": "joined"},
                empty="no members match",
-               more="pressroom members list" + repeated_filters(status=status, newsletter=newsletter, since=since))
+               more="pressroom members list" + repeated_filters(status=status, newsletter=newsletter, label=label,
+                                                                tier=tier, since=since))
 
 
 @app.command("show")
@@ -92,10 +100,19 @@ def members_show(member: str = typer.Argument(..., metavar="ID|ADDRESS", help="T
                   f"suppressed: yes, after a {'complaint' if s['reason'] == 'spam' else 'bounce'} "
                   f"on {when(s['created_at'])}" + (f" (email {s['email_id']})" if s["email_id"] else "")
                   + "; newsletters are not sent to this address", highlight=False)
+    tiers = [t["slug"] + (f" (ended {when(t['expiry_at'])})" if t["expired"] else
+                          f" (until {when(t['expiry_at'])})" if t["expiry_at"] else "") for t in p["tiers"]]
+    console.print(f"labels: {', '.join(p['labels']) or 'none'}; tiers: {', '.join(tiers) or 'none'}",
+                  highlight=False, markup=False)
     subscribed = [n["slug"] for n in p["subscriptions"] if n["subscribed"]]
     other = [n["slug"] for n in p["subscriptions"] if not n["subscribed"]]
     console.print(f"subscribed to: {', '.join(subscribed) or 'no newsletter'}"
                   + (f"; not to: {', '.join(other)}" if other else ""), highlight=False)
+    for n in p["subscriptions"]:
+        if n["left_at"] is not None:
+            console.print(f"left {n['slug']} {when(n['left_at'])} by {LEFT_BY[n['left_by']]}"
+                          + (f" (email {n['left_through_email']})" if n["left_through_email"] else ""),
+                          highlight=False)
     for entry in p["outbox"]:
         console.print(f"outbox {entry['outbox_id']}: {entry['event_type']} {entry['status']} "
                       f"({plural(entry['attempts'], 'attempt')}"
@@ -113,3 +130,25 @@ def members_show(member: str = typer.Argument(..., metavar="ID|ADDRESS", help="T
         outcome = e["outcome"] + (f": {e['failure_code']} {e['failure_message']}" if e["failure"] else "")
         rows.append([e["email_id"], e["subject"], when(e["created_at"]), outcome, when(moment)])
     print_rows(rows)
+
+
+LEFT_BY = {"link": "their unsubscribe link", "provider": "the provider's unsubscribe event", "operator": "an operator"}
+
+
+@app.command("unsubscribe")
+def members_unsubscribe(member: str = typer.Argument(..., metavar="ID|ADDRESS", help="The member's id or address."),
+                        newsletter: str = typer.Option(None, "--newsletter", metavar="ID|SLUG",
+                                                       help="Only this newsletter (default: every newsletter)."),
+                        as_json: bool = JSON_OPTION) -> None:
+    """Unsubscribe a member the way their own link does (recorded as an operator's); safe to repeat."""
+    from dataclasses import asdict
+
+    from operations.members import unsubscribe_member
+
+    done = run_async(unsubscribe_member(member, newsletter))
+    if as_json:
+        return print_json(asdict(done))
+    what = f"newsletter {done.newsletter_id}" if done.newsletter_id else "every newsletter"
+    console.print(f"member {done.member_id} unsubscribed from {what}: "
+                  + (f"{plural(done.removed, 'subscription')} removed" if done.removed else "already not subscribed"),
+                  highlight=False)

@@ -180,13 +180,13 @@ def newsletter_list(status: str = typer.Option(None, "--status", metavar="pendin
     again = repeated_filters(status=status, newsletter=newsletter, since=since)
     print_page(page, {"email_id": "email", "subject": "subject", "status": "status", "newsletter": "newsletter",
                       "post_id": "post", "recipients": "recipients", "delivered": "delivered", "opened": "opened",
-                      "failed": "failed", "created_at": "created"},
+                      "failed": "failed", "created_at": "created", "error": "why it failed"},
                empty="no emails match", more=f"pressroom newsletter list{again}")
 
 
 LEFT_OUT_WORDS = {"suppressed-bounce": "suppressed after a bounce", "suppressed-complaint": "suppressed after a complaint",
                   "disabled": "email disabled", "not-subscribed": "not subscribed to the newsletter",
-                  "not-in-filter": "status not in the email's filter", "other": "other (joined the audience later)"}
+                  "not-in-filter": "not in the email's filter", "other": "other (joined the audience later)"}
 
 
 @app.command("report")
@@ -207,9 +207,13 @@ def print_report(r: dict) -> None:
                   + (f", sent {when(r['submitted_at'])}" if r["submitted_at"] else "")
                   + f" (post {r['post_id']}, newsletter {r['newsletter'] or '-'}, filter {r['recipient_filter']})",
                   highlight=False)
+    if r["error"]:
+        console.print(f"why: {r['error']}", highlight=False, markup=False)
     notes = {"sent": "accepted by Mailgun",
              "failed": f"permanent {r['failed_permanent']:,}, temporary {r['failed_temporary']:,}",
-             "unsubscribed": "no longer subscribed to the newsletter"}
+             "unsubscribed": "no longer subscribed to the newsletter; through this email: "
+                             f"{r['unsubscribed_through_email']['link']:,} by its link, "
+                             f"{r['unsubscribed_through_email']['provider']:,} by the provider"}
     rows = [["", "members", "rate", ""], ["recipients", f"{r['recipients']:,}", "", ""],
             ["sent", f"{r['sent']:,}", "", notes["sent"]]]
     for key in ("delivered", "opened", "failed", "unsubscribed", "complained"):

@@ -5,7 +5,8 @@ from __future__ import annotations
 import typer
 
 from commands import JSON_OPTION, console, print_json, run_async
-from operations.webhooks import PATH, serve, webhooks_setup, webhooks_status
+from commands.frontdoor import HOST_OPTION, PORT_OPTION, serve_front_door
+from operations.webhooks import PATH, webhooks_setup, webhooks_status
 from pressroom.errors import PressroomError
 from pressroom.settings import get_settings
 
@@ -14,33 +15,9 @@ app = typer.Typer(help="Mailgun's signed webhooks: statistics within seconds; po
 
 
 @app.command("serve")
-def webhooks_serve(host: str = typer.Option("127.0.0.1", "--host", help="Address to bind (behind a TLS proxy)."),
-                   port: int = typer.Option(8090, "--port", min=1, max=65535, help="Port to listen on.")) -> None:
-    """Receive Mailgun's webhooks on POST /webhooks/mailgun until SIGINT or SIGTERM."""
-    import asyncio
-    import signal
-
-    import worker as worker_module
-
-    settings = get_settings()
-    settings.require_webhook_signing_key()
-    worker_module.configure_logging(settings)
-
-    async def work() -> None:
-        task = asyncio.create_task(serve(host, port, settings, ready=lambda: console.print(
-            f"webhook receiver on http://{host}:{port}{PATH}", highlight=False)))
-        loop = asyncio.get_running_loop()
-        for number in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(number, task.cancel)
-        try:
-            await task
-        except asyncio.CancelledError:
-            pass
-
-    try:
-        run_async(work())
-    except OSError as error:
-        raise PressroomError(f"the webhook receiver cannot listen on {host}:{port}: {error.strerror}") from None
+def webhooks_serve(host: str = HOST_OPTION, port: int = PORT_OPTION) -> None:
+    """Another name for `pressroom serve`: the front door, webhooks included."""
+    serve_front_door(host, port)
 
 
 @app.command("setup")
@@ -69,6 +46,9 @@ def webhooks_status_command(as_json: bool = JSON_OPTION) -> None:
     for reason, refused in status["refusals"].items():
         console.print(f"refused: {refused['count']:>7,} {reason} (last {refused['last_at']:%Y-%m-%d %H:%M:%S})",
                       highlight=False, markup=False)
+    for reason, refused in status["link_refusals"].items():
+        console.print(f"unsubscribe links refused: {refused['count']:>7,} {reason} "
+                      f"(last {refused['last_at']:%Y-%m-%d %H:%M:%S})", highlight=False, markup=False)
     if status["set_aside"]:
         console.print(f"set aside: {status['set_aside']:,} pushed events (`pressroom analytics rejected`)",
                       highlight=False)

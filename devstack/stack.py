@@ -89,6 +89,9 @@ def up() -> StackStatus:
                      temporal_ui=f"http://localhost:{ui_port}")
         status.started.append("Temporal")
 
+    # Signs members' unsubscribe links; kept across restarts so links already sent keep working.
+    state.setdefault("members_link_secret", secrets.token_hex(32))
+
     if "MAILGUN_API_KEY" in os.environ:
         status.external.append("Mailgun")
     elif _alive(state.get("simulator_pid")):

@@ -28,7 +28,8 @@ class DemoSite:
 
 
 async def seed_site(pool: asyncpg.Pool, *, members: int, run_tag: str) -> DemoSite:
-    """Newsletter, `members` subscribed members (a tenth of them paid), welcome emails, a new post."""
+    """Newsletter, `members` subscribed members (a tenth of them paid, in tiers; some labelled),
+    welcome emails, a new post."""
     async with pool.acquire() as conn, conn.transaction():
         newsletter_id = await conn.fetchval(
             """INSERT INTO newsletters (name, slug, sender_name, sender_email, sender_reply_to)
@@ -47,6 +48,27 @@ async def seed_site(pool: asyncpg.Pool, *, members: int, run_tag: str) -> DemoSi
                SELECT m.id, $1 FROM members m
                WHERE m.email LIKE 'reader%@demo.pressroom.test'
                ON CONFLICT (member_id, newsletter_id) DO NOTHING""", newsletter_id)
+        # A few labels and tiers, as a site has them: a filter such as `label:press` or `tier:patron`
+        # has someone to find. Readers whose number ends as below; the paid ones are supporters,
+        # every other one a patron too.
+        await conn.execute(
+            """INSERT INTO labels (name, slug) VALUES ('Press', 'press'), ('Beta readers', 'beta')
+               ON CONFLICT (slug) DO NOTHING""")
+        await conn.execute(
+            """INSERT INTO products (name, slug, type) VALUES ('Supporter', 'supporter', 'paid'),
+                      ('Patron', 'patron', 'paid') ON CONFLICT (slug) DO NOTHING""")
+        await conn.execute(
+            """INSERT INTO members_labels (member_id, label_id)
+               SELECT m.id, l.id FROM generate_series(1, $2) AS n
+               JOIN members m ON m.email = replace($1, '{n}', n::text)
+               JOIN labels l ON l.slug = CASE WHEN n % 25 = 0 THEN 'press' WHEN n % 7 = 0 THEN 'beta' END
+               ON CONFLICT (member_id, label_id) DO NOTHING""", DEMO_MEMBER_ADDRESS, members)
+        await conn.execute(
+            """INSERT INTO members_products (member_id, product_id)
+               SELECT m.id, p.id FROM generate_series(1, $2) AS n
+               JOIN members m ON m.email = replace($1, '{n}', n::text) AND m.status = 'paid'
+               JOIN products p ON p.slug = 'supporter' OR (p.slug = 'patron' AND n % 20 = 0)
+               ON CONFLICT (member_id, product_id) DO NOTHING""", DEMO_MEMBER_ADDRESS, members)
         await conn.execute(
             """INSERT INTO automated_emails (name, slug, subject, html, plaintext)
                VALUES ('Welcome (free)', 'member-welcome-email-free', 'Welcome to Pressroom Weekly',

@@ -23,7 +23,7 @@ MEMBER_STATES = ("free", "paid", "comped")
 OUTBOX_STATES = ("pending", "sending", "succeeded", "failed", "aborted", "completed")
 
 _EMAILS = """
-SELECT e.id AS email_id, e.post_id, e.newsletter_id, n.slug AS newsletter, e.subject, e.status,
+SELECT e.id AS email_id, e.post_id, e.newsletter_id, n.slug AS newsletter, e.subject, e.status, e.error,
        e.email_count AS recipients, e.delivered_count AS delivered, e.opened_count AS opened,
        e.failed_count AS failed, e.created_at, e.submitted_at
 FROM emails e LEFT JOIN newsletters n ON n.id = e.newsletter_id
@@ -50,6 +50,10 @@ WHERE ($1::text IS NULL OR m.status = $1) AND ($2::timestamptz IS NULL OR m.crea
   AND ($3::text IS NULL OR EXISTS (SELECT 1 FROM members_newsletters mn
                                    WHERE mn.member_id = m.id AND mn.newsletter_id = $3))
   AND ($4::timestamptz IS NULL OR (m.created_at, m.id) < ($4, $5::text))
+  AND ($7::text IS NULL OR m.id IN (SELECT ml.member_id FROM members_labels ml JOIN labels l ON l.id = ml.label_id
+                                    WHERE l.slug = $7))
+  AND ($8::text IS NULL OR m.id IN (SELECT mp.member_id FROM members_products mp JOIN products p ON p.id = mp.product_id
+                                    WHERE p.slug = $8 AND (mp.expiry_at IS NULL OR mp.expiry_at > now())))
 ORDER BY m.created_at DESC, m.id DESC LIMIT $6"""
 
 _OUTBOX = """
@@ -101,9 +105,20 @@ async def _newsletter_id(conn, newsletter: str | None) -> str | None:
     return found
 
 
+async def _label_and_tier(conn, label: str | None, tier: str | None) -> tuple[str | None, str | None]:
+    """--label and --tier as slugs that exist: a typo is named, not answered with an empty list."""
+    from pressroom.inputs import slug
+
+    for value, what, table in ((label, "label", "labels"), (tier, "tier", "products")):
+        if value is not None and not await conn.fetchval(f"SELECT EXISTS (SELECT 1 FROM {table} WHERE slug = $1)",
+                                                         slug(value, what)):
+            raise NotFound(f"--{what} {value}: no {what} has that slug")
+    return (label.strip() if label else None), (tier.strip() if tier else None)
+
+
 async def list_page(what: str, *, status: str | None = None, since: str | None = None, newsletter: str | None = None,
                     member: str | None = None, after: str | None = None, limit: int = DEFAULT_PAGE,
-                    settings: Settings | None = None) -> dict:
+                    label: str | None = None, tier: str | None = None, settings: Settings | None = None) -> dict:
     """One page of a list, newest first: `{items: [row…], next_after}` (`next_after`: the id to pass
     as `after` for the next page, None on the last page)."""
     from pressroom import database
@@ -124,8 +139,9 @@ async def list_page(what: str, *, status: str | None = None, since: str | None =
             if row is None:
                 raise NotFound(f"--after {after}: no {what} has that id")
             cursor = row["created_at"], row["id"]
+        audience = await _label_and_tier(conn, label, tier) if what == "member" else ()
         rows = await conn.fetch(statement, state, start, member if what == "outbox entry" else newsletter_id,
-                                *cursor, limit + 1)
+                                *cursor, limit + 1, *audience)
     items = [dict(row) for row in rows[:limit]]
     key = next(iter(items[0])) if items else None
     return {"items": items, "next_after": items[-1][key] if len(rows) > limit else None}

@@ -15,10 +15,42 @@ class MemberAdded:
     welcome_key: str | None  # the outbox entry of the welcome email, when one was enqueued
 
 
+# Labels not there yet are made on the fly (named by their slug), as the reference platform does when
+# a member is given a label it has not seen; then given, in a statement of its own that sees them all
+# (a label made meanwhile by another transaction too).
+_MAKE_LABELS = "INSERT INTO labels (name, slug) SELECT s, s FROM unnest($1::text[]) s ON CONFLICT (slug) DO NOTHING"
+_ADD_LABELS = """
+INSERT INTO members_labels (member_id, label_id) SELECT $1, l.id FROM labels l WHERE l.slug = ANY($2::text[])
+ON CONFLICT DO NOTHING"""
+_ADD_TIERS = """
+INSERT INTO members_products (member_id, product_id) SELECT $1, p.id FROM products p WHERE p.slug = ANY($2::text[])
+ON CONFLICT DO NOTHING"""
+
+
+async def give_labels_and_tiers(conn, member_id: str, labels: list[str], tiers: list[str]) -> None:
+    """Label the member (labels made as needed) and put them in tiers, in the caller's transaction;
+    a tier that does not exist is refused by name (tiers are the site's, never made here)."""
+    if tiers:
+        found = {r["slug"] for r in await conn.fetch("SELECT slug FROM products WHERE slug = ANY($1::text[])", tiers)}
+        absent = [t for t in tiers if t not in found]
+        if absent:
+            raise BadInput(f"no tier {', '.join(absent)} (the site's tiers are its products)")
+        await conn.execute(_ADD_TIERS, member_id, tiers)
+    if labels:
+        await conn.execute(_MAKE_LABELS, labels)
+        await conn.execute(_ADD_LABELS, member_id, labels)
+
+
+def _slugs(values, what: str) -> list[str]:
+    from pressroom.inputs import slug
+
+    return list(dict.fromkeys(slug(v, what) for v in values or ()))
+
+
 @tracing.traced("pressroom members add")
-async def add_member(email: str, name: str | None = None, *, status: str = "free",
+async def add_member(email: str, name: str | None = None, *, status: str = "free", labels=(), tiers=(),
                      settings: Settings | None = None) -> MemberAdded:
-    """The member and its MemberCreatedEvent in one transaction: both commit, or neither."""
+    """The member, its labels and tiers and its MemberCreatedEvent in one transaction: all commit, or none."""
     import asyncpg
 
     from activities.outbox import WELCOME_EMAIL_SLUGS, enqueue
@@ -29,6 +61,7 @@ async def add_member(email: str, name: str | None = None, *, status: str = "free
     from pressroom.inputs import email_address, free_text
 
     email, name = email_address(email), free_text(name, "name")
+    labels, tiers = _slugs(labels, "label"), _slugs(tiers, "tier")
     settings = settings or get_settings()
     async with database.connection(settings.require_database()) as conn:
         async with conn.transaction():
@@ -38,6 +71,7 @@ async def add_member(email: str, name: str | None = None, *, status: str = "free
             except asyncpg.UniqueViolationError:
                 raise BadInput("a member with that address already exists") from None
             tracing.annotate(member_id=member_id)
+            await give_labels_and_tiers(conn, member_id, labels, tiers)
             await conn.execute("INSERT INTO members_newsletters (member_id, newsletter_id) "
                                "SELECT $1, id FROM newsletters WHERE subscribe_on_signup AND status = 'active'",
                                member_id)
@@ -64,9 +98,14 @@ LEFT JOIN email_spam_complaint_events c ON c.email_id = er.email_id AND c.member
 WHERE er.member_id = $1
 ORDER BY e.created_at DESC, e.id DESC LIMIT $2"""
 
+# With, for a newsletter they left, when, how (link, provider, operator) and through which email.
 _MEMBER_SUBSCRIPTIONS = """
-SELECT n.id AS newsletter_id, n.slug, n.name, n.status, mn.id IS NOT NULL AS subscribed
+SELECT n.id AS newsletter_id, n.slug, n.name, n.status, mn.id IS NOT NULL AS subscribed,
+       l.created_at AS left_at, l.source AS left_by, l.email_id AS left_through_email
 FROM newsletters n LEFT JOIN members_newsletters mn ON mn.newsletter_id = n.id AND mn.member_id = $1
+LEFT JOIN LATERAL (SELECT e.created_at, e.source, e.email_id FROM members_subscribe_events e
+                   WHERE e.member_id = $1 AND e.newsletter_id = n.id AND NOT e.subscribed
+                   ORDER BY e.created_at DESC LIMIT 1) l ON mn.id IS NULL
 ORDER BY n.created_at, n.id"""
 
 _MEMBER_OUTBOX = """
@@ -78,6 +117,13 @@ _MEMBER_AUTOMATED = """
 SELECT a.slug, r.send_outcome, r.created_at
 FROM automated_email_recipients r JOIN automated_emails a ON a.id = r.automated_email_id
 WHERE r.member_id = $1 ORDER BY r.created_at DESC"""
+
+
+_MEMBER_LABELS = """
+SELECT l.slug FROM members_labels ml JOIN labels l ON l.id = ml.label_id WHERE ml.member_id = $1 ORDER BY l.slug"""
+_MEMBER_TIERS = """
+SELECT p.slug, p.name, mp.expiry_at, mp.expiry_at IS NOT NULL AND mp.expiry_at <= now() AS expired
+FROM members_products mp JOIN products p ON p.id = mp.product_id WHERE mp.member_id = $1 ORDER BY p.slug"""
 
 
 def email_outcome(row) -> str:
@@ -120,7 +166,11 @@ async def member_profile(member: str, *, emails: int = 10, settings: Settings | 
         outbox = await conn.fetch(_MEMBER_OUTBOX, member_id)
         automated = await conn.fetch(_MEMBER_AUTOMATED, member_id)
         last = await conn.fetch(_MEMBER_EMAILS, member_id, emails)
+        labels = await conn.fetch(_MEMBER_LABELS, member_id)
+        tiers = await conn.fetch(_MEMBER_TIERS, member_id)
     return {**dict(row),
+            "labels": [r["slug"] for r in labels],
+            "tiers": [dict(t) for t in tiers],
             "suppression": dict(suppression) if suppression else None,
             "subscriptions": [dict(s) for s in subscriptions],
             "outbox": [dict(o) for o in outbox],
@@ -172,3 +222,43 @@ async def resubscribe_member(member_id: str, *, settings: Settings | None = None
         await conn.execute("UPDATE members SET email_disabled = false, resubscribed_at = now(), updated_at = now() "
                            "WHERE id = $1", member_id)
     return Resubscribed(member_id, removed, lifted)
+
+
+@dataclass(frozen=True)
+class Unsubscribed:
+    member_id: str
+    newsletter_id: str | None  # None: every newsletter
+    removed: int  # subscriptions removed now (0: they had already left)
+
+
+@tracing.traced("pressroom members unsubscribe")
+async def unsubscribe_member(member: str, newsletter: str | None = None, *,
+                             settings: Settings | None = None) -> Unsubscribed:
+    """Unsubscribe a member (by id or address) from a newsletter (by id or slug), or from every one:
+    the path a member's link and a provider's unsubscribe event take, recorded as the operator's.
+    Safe to repeat."""
+    from activities.delivery_events import leave
+    from pressroom import database
+    from pressroom.errors import NotFound
+    from pressroom.inputs import entity_id
+
+    by_address = "@" in member
+    if not by_address:
+        entity_id(member, "member")
+    if newsletter is not None:
+        entity_id(newsletter, "newsletter")
+    settings = settings or get_settings()
+    async with database.connection(settings.require_database()) as conn, conn.transaction():
+        member_id = await conn.fetchval("SELECT id FROM members WHERE " + (
+            "lower(email) = lower($1)" if by_address else "id = $1"), member.strip())
+        if member_id is None:
+            raise NotFound("no member has that address" if by_address else f"member {member} does not exist")
+        tracing.annotate(member_id=member_id)
+        newsletter_id = None
+        if newsletter is not None:
+            newsletter_id = await conn.fetchval("SELECT id FROM newsletters WHERE id = $1 OR slug = $1 "
+                                                "ORDER BY id = $1 DESC LIMIT 1", newsletter)
+            if newsletter_id is None:
+                raise NotFound(f"newsletter {newsletter} does not exist")
+        removed = await leave(conn, member_id, newsletter_id, "operator")
+    return Unsubscribed(member_id, newsletter_id, removed)

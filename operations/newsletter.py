@@ -34,6 +34,7 @@ async def start_newsletter(email_id: str, *, client=None, settings: Settings | N
 
     entity_id(email_id, "email")
     settings = settings or get_settings()
+    settings.require_members_link_secret()  # each reader's unsubscribe link is signed with it
     async with database.connection(settings.require_database()) as conn:
         status = await conn.fetchval("SELECT status FROM emails WHERE id = $1", email_id)
     if status is None:
@@ -218,6 +219,7 @@ async def _render_for(conn, email_id: str, *, member_id: str | None, segment: st
                       settings: Settings):
     """(loaded email, rendering, reader's values, reader in words): what a member or a stand-in gets."""
     from activities.email_content import load_email, load_member_values
+    from activities.newsletter.audience import entitled
     from pressroom.email_rendering import SEGMENT_NAMES, ContentError, member_values, render, segment_for
 
     if member_id is not None and segment is not None:
@@ -234,17 +236,22 @@ async def _render_for(conn, email_id: str, *, member_id: str | None, segment: st
         member_id = await conn.fetchval("SELECT id FROM members WHERE lower(email) = lower($1)", address)
     try:
         if member_id is not None:
-            found = await load_member_values(conn, member_id, email_id, settings)
+            found = await load_member_values(conn, member_id, loaded, settings)
             if found is None:
                 raise NotFound(f"member {member_id} does not exist")
             values, status = found
-            reader = f"member {member_id} ({status})"
+            of_tier = await entitled(conn, member_id, email_id)
+            reader = f"member {member_id} ({status}" + (", of the post's tiers)" if of_tier else ")")
         else:
             status = "free" if segment == "free" else "paid"
             values = member_values(name=None, email=address or "reader@example.com", uuid=STAND_IN_UUID,
-                                   status=status, site_url=settings.site_url, email_id=email_id)
+                                   status=status, site_url=settings.site_url,
+                                   link_secret=settings.require_members_link_secret(),
+                                   newsletter_uuid=loaded.newsletter_uuid, email_id=email_id)
+            # The default reader reads everything, as on a paid post; a chosen segment is of no tier.
+            of_tier = segment is None
             reader = f"a {status} reader with no name"
-        rendered = render(loaded.content, segment_for(loaded.content, status))
+        rendered = render(loaded.content, segment_for(loaded.content, status, of_tier=of_tier))
     except ContentError as error:
         raise BadInput(str(error)) from None
     return loaded, rendered, values, reader

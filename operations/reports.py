@@ -1,10 +1,15 @@
 """How an email did: its recipients and what became of them, who was left out and why, its opens
-over time. Every figure is one set-based statement over that email's rows (indexes in schema 0016).
+over time. Every figure is one set-based statement over that email's rows (indexes in schema 0016);
+what would take comparing every member with every recipient was recorded when it happened (schema
+0029): who was left out, by reason, when the batches were written; who left the newsletter through
+the email as they did (members_subscribe_events); its first and last open by the analytics
+recount. An email whose batches were written before 0029 is counted as it was then.
 """
 
 from __future__ import annotations
 
-from datetime import timedelta
+import json
+from datetime import UTC, datetime, timedelta
 
 from pressroom.errors import BadInput, NotFound
 from pressroom.inputs import entity_id
@@ -20,21 +25,32 @@ SELECT (SELECT count(*) FROM email_recipients WHERE email_id = $1) AS recipients
        e.delivered_count AS delivered, e.opened_count AS opened
 FROM emails e WHERE e.id = $1"""
 
-# Recipients no longer subscribed to the email's newsletter (Mailgun's unsubscribe events remove
-# the subscription; when they left is not kept): both sides read in member order from their indexes.
-_UNSUBSCRIBED = """
+# The recipients who left the email's newsletter through it (its link, or the provider's
+# unsubscribe event for it), each once.
+_LEFT_THROUGH_EMAIL = """
+SELECT member_id FROM members_subscribe_events WHERE email_id = $1 AND newsletter_id = $2 AND NOT subscribed"""
+_UNSUBSCRIBED = f"SELECT count(DISTINCT member_id) FROM ({_LEFT_THROUGH_EMAIL}) AS left_through"
+# Before 0029: recipients no longer subscribed to the email's newsletter, whoever removed them: both
+# sides read in member order from their indexes.
+_UNSUBSCRIBED_BEFORE_0029 = """
 SELECT count(*) FROM email_recipients er
 WHERE er.email_id = $1
   AND NOT EXISTS (SELECT 1 FROM members_newsletters mn WHERE mn.newsletter_id = $2 AND mn.member_id = er.member_id)"""
 
+# Who left the newsletter through this email (its link, or the provider's unsubscribe event for it), by source.
+_LEFT_THROUGH = """
+SELECT source, count(DISTINCT member_id) AS n FROM members_subscribe_events
+WHERE email_id = $1 AND NOT subscribed GROUP BY source"""
+
 _SEGMENTED = "SELECT EXISTS (SELECT 1 FROM email_batches WHERE email_id = $1 AND member_segment IS NOT NULL)"
 
-# Per segment, for a segmented email only: recipients and what analytics recorded for each.
+# Per segment, for a segmented email only: recipients and what analytics recorded for each; who
+# unsubscribed as `_UNSUBSCRIBED` (or, before 0029, `_UNSUBSCRIBED_BEFORE_0029`) counts them.
 _OUTCOMES = """
 SELECT b.member_segment AS segment, count(*) AS recipients,
        count(*) FILTER (WHERE b.status = 'submitted') AS sent,
        count(er.delivered_at) AS delivered, count(er.opened_at) AS opened,
-       count(*) FILTER (WHERE mn.id IS NULL) AS unsubscribed
+       count(*) FILTER (WHERE {unsubscribed}) AS unsubscribed
 FROM email_recipients er
 JOIN email_batches b ON b.id = er.batch_id
 LEFT JOIN members_newsletters mn ON mn.member_id = er.member_id AND mn.newsletter_id = $2
@@ -55,13 +71,17 @@ GROUP BY 1, 2, 3, 4 ORDER BY n DESC, severity, code LIMIT $2"""
 _COMPLAINTS = "SELECT count(*) FROM email_spam_complaint_events WHERE email_id = $1"
 
 # Why a member who existed when the email was made is not among its recipients: the first reason
-# that applies, in the order the send's audience query excludes them. Members as they are now.
+# that applies, in the order the send's audience query excludes them. Members as they are now (the
+# list; the report's counts are those recorded when the batches were written, see
+# activities/newsletter/left_out.py, and these only for an email written before 0029). $4 is
+# the filter's values (named even when the filter reads none, so that its type is known).
 LEFT_OUT_REASONS = ("suppressed-bounce", "suppressed-complaint", "disabled", "not-subscribed", "not-in-filter",
                     "unusable-address", "other")
 _LEFT_OUT_REASON = """
 CASE WHEN s.reason = 'bounce' THEN 'suppressed-bounce' WHEN s.reason = 'spam' THEN 'suppressed-complaint'
      WHEN m.email_disabled THEN 'disabled' WHEN mn.id IS NULL THEN 'not-subscribed'
-     WHEN NOT m.status = ANY($4::text[]) THEN 'not-in-filter' WHEN x.member_id IS NOT NULL THEN 'unusable-address'
+     WHEN $4::text[] IS NOT NULL AND NOT (/* the recipient filter */ TRUE) THEN 'not-in-filter'
+     WHEN x.member_id IS NOT NULL THEN 'unusable-address'
      ELSE 'other' END"""
 _LEFT_OUT_FROM = """
 FROM members m
@@ -72,7 +92,7 @@ WHERE m.created_at <= $3
   AND NOT EXISTS (SELECT 1 FROM email_recipients er WHERE er.email_id = $1 AND er.member_id = m.id)"""
 # The counts start from the members missing from the recipients, both read in id order from their
 # indexes alone; only those few rows are then read to say why.
-_LEFT_OUT_COUNTS = f"""
+_LEFT_OUT_COUNTS_BEFORE_0029 = f"""
 WITH missing AS MATERIALIZED (
     SELECT m.id FROM members m
     WHERE NOT EXISTS (SELECT 1 FROM email_recipients er WHERE er.email_id = $1 AND er.member_id = m.id))
@@ -103,9 +123,10 @@ _WIDTHS = [timedelta(seconds=s) for s in (1, 5, 10, 30, 60, 300, 600, 1800, 3600
 
 
 def segment_name(segment: str | None) -> str:
-    from pressroom.email_rendering import SEGMENT_NAMES
+    """As batch ids name it: free, paid, free-tiers, paid-tiers (of a tiers post's tiers), or all."""
+    from activities.newsletter.batches import SEGMENT_NAMES
 
-    return next((name for name, value in SEGMENT_NAMES.items() if value == segment), segment or "all")
+    return SEGMENT_NAMES.get(segment, segment or "all")
 
 
 def _rate(part: int, whole: int) -> float | None:
@@ -115,29 +136,39 @@ def _rate(part: int, whole: int) -> float | None:
 async def _email(conn, email_id: str):
     entity_id(email_id, "email")
     email = await conn.fetchrow(
-        "SELECT e.id, e.subject, e.status, e.post_id, e.newsletter_id, n.slug AS newsletter, e.recipient_filter, "
-        "e.created_at, e.submitted_at FROM emails e LEFT JOIN newsletters n ON n.id = e.newsletter_id "
-        "WHERE e.id = $1", email_id)
+        "SELECT e.id, e.subject, e.status, e.error, e.post_id, e.newsletter_id, n.slug AS newsletter, e.recipient_filter, "
+        "e.created_at, e.submitted_at, e.left_out, e.first_opened_at, e.last_opened_at "
+        "FROM emails e LEFT JOIN newsletters n ON n.id = e.newsletter_id WHERE e.id = $1", email_id)
     if email is None:
         raise NotFound(f"email {email_id} does not exist (`pressroom newsletter list` shows the emails)")
     return email
 
 
-def _statuses(email) -> list[str]:
-    from pressroom.email_rendering import MEMBER_STATUSES, recipient_statuses
+def _with_filter(statement: str, email) -> tuple[str, list[str]]:
+    """The statement with the email's recipient filter as its not-in-filter test, reading its values
+    from $4 (tiers as they are now); a filter that cannot be parsed leaves nobody out for it."""
+    from activities.newsletter.audience import PREDICATE, filter_sql
+    from pressroom.recipient_filter import FilterError
 
     try:
-        return recipient_statuses(email["recipient_filter"])
-    except ValueError:
-        return list(MEMBER_STATUSES)
+        predicate, values = filter_sql(email["recipient_filter"], as_of=datetime.now(UTC), post_id=email["post_id"],
+                                       param=4)
+    except FilterError:
+        predicate, values = "TRUE", []
+    return statement.replace(PREDICATE, predicate), values
 
 
-async def _opens(conn, email_id: str) -> dict:
-    first, last = await conn.fetchrow(_OPENS_RANGE, email_id)
+async def _opens(conn, email) -> dict:
+    """The chart spans the first and last open the recount kept (read from the rows when it has not
+    run since 0029); an open applied since the last recount widens it by its buckets."""
+    first, last = email["first_opened_at"], email["last_opened_at"]
+    if first is None:
+        first, last = await conn.fetchrow(_OPENS_RANGE, email["id"])
     if first is None:
         return {"bucket_seconds": None, "buckets": []}
     width = next((w for w in _WIDTHS if (last - first) / w < CHART_BUCKETS), _WIDTHS[-1])
-    counts = {r["at"]: r["n"] for r in await conn.fetch(_OPENS, email_id, width, first)}
+    counts = {r["at"]: r["n"] for r in await conn.fetch(_OPENS, email["id"], width, first)}
+    first, last = min([first, *counts]), max([last, *counts])
     at, buckets = first, []
     while at <= last:  # every bucket, those without opens too: the chart's time axis is even
         buckets.append({"at": at, "opens": counts.get(at, 0)})
@@ -154,22 +185,33 @@ async def newsletter_report(email_id: str, *, reasons: int = 5, settings: Settin
     async with database.connection(settings.require_database()) as conn:
         email = await _email(conn, email_id)
         figures = dict(await conn.fetchrow(_FIGURES, email_id))
-        figures["unsubscribed"] = await conn.fetchval(_UNSUBSCRIBED, email_id, email["newsletter_id"])
-        segments = ([dict(r) for r in await conn.fetch(_OUTCOMES, email_id, email["newsletter_id"])]
+        recorded = email["left_out"] is not None  # batches written since 0029
+        figures["unsubscribed"] = await conn.fetchval(_UNSUBSCRIBED if recorded else _UNSUBSCRIBED_BEFORE_0029,
+                                                      email_id, email["newsletter_id"])
+        left_through = {r["source"]: r["n"] for r in await conn.fetch(_LEFT_THROUGH, email_id)}
+        outcomes = _OUTCOMES.format(unsubscribed=f"er.member_id IN ({_LEFT_THROUGH_EMAIL})" if recorded
+                                    else "mn.id IS NULL")
+        segments = ([dict(r) for r in await conn.fetch(outcomes, email_id, email["newsletter_id"])]
                     if await conn.fetchval(_SEGMENTED, email_id) else [])
         failures = {r["severity"]: r["n"] for r in await conn.fetch(_FAILURES, email_id)}
         top = [dict(r) for r in await conn.fetch(_TOP_REASONS, email_id, reasons)]
         complained = await conn.fetchval(_COMPLAINTS, email_id)
-        left_out = {r["reason"]: r["n"] for r in await conn.fetch(
-            _LEFT_OUT_COUNTS, email_id, email["newsletter_id"], email["created_at"], _statuses(email))}
-        opens = await _opens(conn, email_id)
+        if recorded:
+            left_out = json.loads(email["left_out"])
+        else:
+            counts, values = _with_filter(_LEFT_OUT_COUNTS_BEFORE_0029, email)
+            left_out = {r["reason"]: r["n"] for r in await conn.fetch(
+                counts, email_id, email["newsletter_id"], email["created_at"], values)}
+        opens = await _opens(conn, email)
     permanent, temporary = failures.get("permanent", 0), failures.get("temporary", 0)
     figures = {"recipients": figures["recipients"], "sent": figures["recipients"] - figures["not_sent"],
                "delivered": figures["delivered"], "opened": figures["opened"],
-               "unsubscribed": figures["unsubscribed"], "failed": permanent + temporary,
+               "unsubscribed": figures["unsubscribed"],
+               "unsubscribed_through_email": {source: left_through.get(source, 0) for source in ("link", "provider")},
+               "failed": permanent + temporary,
                "failed_permanent": permanent, "failed_temporary": temporary, "complained": complained}
     whole = figures["recipients"]
-    return {"email_id": email["id"], "subject": email["subject"], "status": email["status"],
+    return {"email_id": email["id"], "subject": email["subject"], "status": email["status"], "error": email["error"],
             "post_id": email["post_id"], "newsletter_id": email["newsletter_id"], "newsletter": email["newsletter"],
             "recipient_filter": email["recipient_filter"], "created_at": email["created_at"],
             "submitted_at": email["submitted_at"],
@@ -203,7 +245,8 @@ async def left_out_members(email_id: str, *, reason: str | None = None, after: s
             cursor = await conn.fetchrow("SELECT created_at, id FROM members WHERE id = $1", after) or (None, None)
             if cursor[0] is None:
                 raise NotFound(f"--after {after}: no member has that id")
-        rows = await conn.fetch(LEFT_OUT_PAGE, email_id, email["newsletter_id"], email["created_at"],
-                                _statuses(email), reason, *cursor, limit + 1)
+        page, values = _with_filter(LEFT_OUT_PAGE, email)
+        rows = await conn.fetch(page, email_id, email["newsletter_id"], email["created_at"],
+                                values, reason, *cursor, limit + 1)
     items = [dict(row) for row in rows[:limit]]
     return {"items": items, "next_after": items[-1]["member_id"] if len(rows) > limit else None}

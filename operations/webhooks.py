@@ -1,15 +1,19 @@
-"""Mailgun's signed webhooks: the receiver (`pressroom webhooks serve`), their registration and status.
+"""Mailgun's signed webhooks: the receiver (served by `pressroom serve`), their registration and status.
 
 The receiver is stateless, any number behind a load balancer. Each POST /webhooks/mailgun is
-checked where it enters: the body's size, its JSON, the signature (HMAC-SHA256 of timestamp +
-token with MAILGUN_WEBHOOK_SIGNING_KEY, compared in constant time), the timestamp's age, the
-event's fields (the same parser as polling), and its token against the tokens already seen. Only
-then is it stored, in one statement with its token, in `webhook_inbox` (which NOTIFYs
-WebhookInboxWorkflow), and answered 200. Mailgun's contract decides the answers: 200 once the
-event is durably stored; 406 ("rejected, do not retry") for a request that cannot be right later
-(malformed, forged, stale, replayed, an unusable event: the last one set aside with its reason);
-503 when it cannot be stored now, so that Mailgun tries again (for about 8 hours). Every refusal is
-one log line without an address, counted by reason in the metrics and in `webhooks status`.
+checked where it enters: the body's size and how long it takes to arrive, its JSON, the signature
+(HMAC-SHA256 of timestamp + token with MAILGUN_WEBHOOK_SIGNING_KEY, compared in constant time),
+the timestamp's age. Then the event is parsed, and in one transaction its token is recorded (a
+token seen before is refused, whatever the event) with the event: a signed envelope is good for one
+event only, whatever that event turns out to be. A usable event is stored in `webhook_inbox` (which
+NOTIFYs WebhookInboxWorkflow; the requests arriving meanwhile share one commit, see
+operations/webhooks_group_commit.py) and answered 200; an unusable one is set aside with its
+reason. Mailgun's contract decides the answers: 200 once the event is durably stored; 406
+("rejected, do not retry") for a request that cannot be right later (malformed, forged, stale,
+replayed, an unusable event); 503 when it cannot be stored now, so that Mailgun tries again (for
+about 8 hours): then nothing of it was kept, its token neither, and its retry is taken. Every
+refusal is counted by reason, in the metrics and in `webhooks status`, and logged without an
+address, at most once per reason every few seconds.
 """
 
 from __future__ import annotations
@@ -18,11 +22,11 @@ import asyncio
 import json
 import logging
 import time
-from collections import Counter
 from typing import TYPE_CHECKING, Any
 
 from activities.delivery_events import EventBatch, raw_text
-from activities.webhooks import INBOX_WORKFLOW_ID, NOTIFY_CHANNEL, InboxInput
+from activities.webhooks import INBOX_WORKFLOW_ID, InboxInput
+from operations.webhooks_group_commit import GroupCommit, Pushed
 from pressroom.settings import Settings, get_settings
 
 if TYPE_CHECKING:
@@ -35,18 +39,15 @@ log = logging.getLogger("pressroom.webhooks")
 # commands' texts and the status, which need no signing key.
 PROVIDER = "mailgun"
 PATH = "/webhooks/mailgun"
+LINK_SOURCE = "unsubscribe-link"  # the members' links' refusals, counted beside the provider's in webhook_refusals
 REFUSALS_FLUSH_SECONDS = 2.0
 
-# One statement, one round trip, atomic: the token is remembered and the event stored together, or
-# neither (a replayed token stores nothing). The NOTIFY is delivered at commit.
-_STORE = f"""
-WITH token AS (
-    INSERT INTO webhook_tokens (provider, token, expires_at) VALUES ($1, $2, to_timestamp($3))
-    ON CONFLICT DO NOTHING RETURNING token
-), stored AS (
-    INSERT INTO webhook_inbox (provider, kind, event) SELECT $1, $4, $5 FROM token RETURNING id
-)
-SELECT (SELECT count(*) FROM stored) AS stored, pg_notify('{NOTIFY_CHANNEL}', '')"""
+# An unusable event's token, in the transaction that then sets the event aside (a usable event's is
+# stored with it by the group commit): a replayed token is refused before anything else, and a
+# token is kept exactly when its request was answered (200 or 406).
+_REMEMBER_TOKEN = """
+INSERT INTO webhook_tokens (provider, token, expires_at) VALUES ($1, $2, to_timestamp($3))
+ON CONFLICT DO NOTHING RETURNING true"""
 _FLUSH_REFUSALS = """
 INSERT INTO webhook_refusals AS r (provider, reason, count, last_at)
 SELECT $1, reason, n, now() FROM unnest($2::text[], $3::bigint[]) AS t(reason, n)
@@ -65,13 +66,17 @@ class Receiver:
     """The receiver's state: the pool, the key, and the refusals counted since the last flush."""
 
     def __init__(self, pool: asyncpg.Pool, settings: Settings, runtime: Any = None) -> None:
+        from pressroom.logs import Refusals
         from pressroom.providers.wiring import push_from_settings
 
         self.pool = pool
         self.push = push_from_settings(settings)
         self.max_age = settings.webhook_max_age_seconds
+        self.retry_window = max(settings.webhook_retry_window_seconds, settings.webhook_max_age_seconds)
         self.max_body = settings.webhook_max_body_bytes
-        self.refusals: Counter[str] = Counter()
+        self.body_seconds = settings.serve_body_timeout_seconds
+        self.refusals = Refusals(log, "webhook")
+        self.group_commit = GroupCommit(pool, self.push.name)  # many requests' events in one commit
         self.runtime = runtime  # kept: its Prometheus endpoint lives as long as it does
         self._instruments(runtime.metric_meter if runtime is not None else None)
 
@@ -86,8 +91,13 @@ class Receiver:
         from aiohttp import web
 
         app = web.Application(client_max_size=self.max_body)
-        app.add_routes([web.post(self.push.path, self.receive)])
+        app.add_routes(self.routes())
         return app
+
+    def routes(self) -> list:
+        from aiohttp import web
+
+        return [web.post(self.push.path, self.receive)]
 
     async def receive(self, request: web.Request) -> web.Response:
         from aiohttp import web
@@ -116,48 +126,53 @@ class Receiver:
         return web.Response(status=status, text={200: "stored", 406: "refused", 503: "try again"}[status])
 
     async def _receive(self, request: web.Request) -> int:
-        from aiohttp import web
+        from operations.deadlines import BodyTooLarge, BodyTooSlow, read_body
 
-        if request.content_length is not None and request.content_length > self.max_body:
-            raise Refused("body too large")
         try:
-            body = await request.read()
-        except web.HTTPRequestEntityTooLarge:
+            body = await read_body(request, self.max_body, self.body_seconds)
+        except BodyTooLarge:
             raise Refused("body too large") from None
+        except BodyTooSlow:
+            raise Refused("body too slow") from None
         try:
             document = json.loads(body)
         except (ValueError, RecursionError):
             raise Refused("body is not JSON") from None
         try:
-            pushed = self.push.verify(document, time.time(), self.max_age)
+            pushed = self.push.verify(document, time.time(), self.max_age, self.retry_window)
         except ValueError as error:
             raise Refused(str(error)) from None
+        started = time.monotonic()
+        refusal = None
         item = pushed.item
         raw = raw_text(item)
         event = self.push.parse_event(item)
-        if type(event).__name__ == "EventRejected":
-            await self._set_aside(item, raw)
-            raise Refused(f"event unusable: {event.reason}")
-        started = time.monotonic()
-        stored = await self.pool.fetchval(_STORE, self.push.name, pushed.token, pushed.timestamp + self.max_age,
-                                          event.name, raw)
+        if type(event).__name__ != "EventRejected":  # its token and the event, in a commit shared with others
+            if not await self.group_commit.store(Pushed(pushed.token, pushed.timestamp + self.retry_window,
+                                                        event.name, raw)):
+                refusal = "token replayed"
+        else:
+            async with self.pool.acquire() as conn, conn.transaction():
+                if not await conn.fetchval(_REMEMBER_TOKEN, self.push.name, pushed.token,
+                                           pushed.timestamp + self.retry_window):
+                    refusal = "token replayed"
+                else:
+                    await self._set_aside(conn, item, raw)
+                    refusal = f"event unusable: {event.reason}"
         self.store_ms.record((time.monotonic() - started) * 1000)
-        if not stored:
-            raise Refused("token replayed")
+        if refusal is not None:
+            raise Refused(refusal)
         self.requests.with_additional_attributes({"outcome": "stored", "kind": event.name}).add(1)
         return 200
 
-    async def _set_aside(self, item: Any, raw: str) -> None:
+    async def _set_aside(self, conn: asyncpg.Connection, item: Any, raw: str) -> None:
         batch = EventBatch()
         batch.add_one(item, self.push.parse_event, raw=raw)
-        await self.pool.execute(_SET_ASIDE_PUSHED, *batch.rejected_columns("push"))
+        await conn.execute(_SET_ASIDE_PUSHED, *batch.rejected_columns("push"))
 
     def _refused(self, reason: str) -> None:
-        # The reason is ours, without the request's content: never an address.
-        kind = reason.split(":", 1)[0]
-        self.refusals[kind] += 1
+        kind = self.refusals.refused(reason, 406)
         self.requests.with_additional_attributes({"outcome": "refused", "reason": kind}).add(1)
-        log.warning("webhook refused (406): %s", reason)
 
     def _cannot_store(self, error: BaseException) -> None:
         self.requests.with_additional_attributes({"outcome": "unavailable"}).add(1)
@@ -165,13 +180,7 @@ class Receiver:
 
     async def flush_refusals(self) -> None:
         """Add the refusals counted since the last flush to webhook_refusals; kept for the next on failure."""
-        if not self.refusals:
-            return
-        counts, self.refusals = self.refusals, Counter()
-        try:
-            await self.pool.execute(_FLUSH_REFUSALS, self.push.name, list(counts), list(counts.values()))
-        except Exception:
-            self.refusals.update(counts)
+        await flush_refusals(self.pool, self.push.name, self.refusals)
 
     async def flush_refusals_forever(self) -> None:
         while True:
@@ -179,29 +188,16 @@ class Receiver:
             await self.flush_refusals()
 
 
-async def serve(host: str, port: int, settings: Settings | None = None, *, ready=None) -> None:
-    """Run the receiver until cancelled (SIGINT/SIGTERM in the command)."""
-    from aiohttp import web
-
-    from pressroom import database
-
-    settings = settings or get_settings()
-    pool = await database.connect(settings.require_database(), max_size=20)
-    receiver = Receiver(pool, settings, metrics_runtime(settings))
-    runner = web.AppRunner(receiver.app(), access_log=None, handle_signals=False)
-    await runner.setup()
-    flusher = asyncio.create_task(receiver.flush_refusals_forever())
+async def flush_refusals(pool: asyncpg.Pool, source: str, refusals) -> None:
+    """Add `refusals`' counts (pressroom.logs.Refusals) to webhook_refusals under `source`; they are
+    kept for the next flush when the database cannot take them."""
+    counts = refusals.take()
+    if not counts:
+        return
     try:
-        await web.TCPSite(runner, host, port, backlog=1024).start()
-        log.info("webhook receiver on http://%s:%d%s", host, port, PATH)
-        if ready is not None:
-            ready()
-        await asyncio.Event().wait()
-    finally:
-        flusher.cancel()
-        await runner.cleanup()
-        await receiver.flush_refusals()
-        await pool.close()
+        await pool.execute(_FLUSH_REFUSALS, source, list(counts), list(counts.values()))
+    except Exception:
+        refusals.give_back(counts)
 
 
 def metrics_runtime(settings: Settings):
@@ -230,17 +226,33 @@ async def ensure_inbox_applier(client, settings: Settings) -> None:
 # --- registration and status -------------------------------------------------------------------------
 
 def webhook_url(url: str) -> str:
-    """A URL Mailgun can call: absolute http(s), a host, no credentials, no spaces, at most 2,000 characters."""
+    """A URL Mailgun can call: https (plain http only to this machine), a host, no credentials, no
+    spaces, at most 2,000 characters. The signature does not cover the event: over plain http
+    anyone on the way could read an envelope and use it for another event first."""
+    import ipaddress
     from urllib.parse import urlsplit
 
     from pressroom.errors import BadInput
 
     parts = urlsplit(url) if isinstance(url, str) and len(url) <= 2000 and url.isprintable() and " " not in url \
         else None
-    if parts is None or parts.scheme not in ("http", "https") or not parts.hostname or parts.username \
-            or parts.password:
+    try:
+        port_ok = parts is not None and (parts.port is None or parts.port > 0)
+    except ValueError:
+        port_ok = False
+    if parts is None or not port_ok or parts.scheme not in ("http", "https") or not parts.hostname \
+            or parts.username or parts.password:
         # Not echoed: it may hold a password.
-        raise BadInput(f"--url is not an absolute http(s) URL without credentials (e.g. https://hooks.example.com{PATH})")
+        raise BadInput(f"--url is not an absolute https URL without credentials (e.g. https://hooks.example.com{PATH})")
+    if parts.scheme == "http":
+        host = parts.hostname
+        try:
+            loopback = ipaddress.ip_address(host).is_loopback
+        except ValueError:
+            loopback = host == "localhost"
+        if not loopback:
+            raise BadInput(f"--url must be https:// (plain http:// only for this machine: 127.0.0.1, ::1, localhost), "
+                           f"e.g. https://hooks.example.com{PATH}")
     return url
 
 
@@ -271,9 +283,12 @@ async def webhooks_status(settings: Settings | None = None) -> dict:
         refusals = await conn.fetch("SELECT reason, count, last_at FROM webhook_refusals WHERE provider = $1 "
                                     "ORDER BY count DESC, reason", PROVIDER)
         set_aside = await conn.fetchval("SELECT count(*) FROM delivery_events_rejected WHERE source = 'push'")
+        link_refusals = await conn.fetch("SELECT reason, count, last_at FROM webhook_refusals WHERE provider = $1 "
+                                         "ORDER BY count DESC, reason", LINK_SOURCE)
     return {"kinds": {r["kind"]: {"applied": r["applied"], "last_received_at": r["last_received_at"],
                                   "last_applied_at": r["last_applied_at"]} for r in kinds},
             "inbox": {"depth": inbox["depth"], "oldest_seconds": round(float(inbox["age"]), 3)
                       if inbox["age"] is not None else None},
             "refusals": {r["reason"]: {"count": r["count"], "last_at": r["last_at"]} for r in refusals},
-            "set_aside": set_aside}
+            "set_aside": set_aside,
+            "link_refusals": {r["reason"]: {"count": r["count"], "last_at": r["last_at"]} for r in link_refusals}}

@@ -18,6 +18,8 @@ twin. Authors may write Mailgun's `%recipient.NAME%` too (posts written for Ghos
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import html as html_lib
 import re
 from collections import OrderedDict
@@ -29,14 +31,19 @@ from functools import cached_property
 from selectolax.lexbor import LexborHTMLParser, LexborNode
 
 from pressroom.providers.port import PLACEHOLDER, fill_placeholders, placeholder
+from pressroom.recipient_filter import parse, statuses_only
 
-MEMBER_STATUSES = ("free", "paid", "comped")
-VISIBILITIES = ("public", "members", "paid")
+VISIBILITIES = ("public", "members", "paid", "tiers")
 FREE, NOT_FREE = "status:free", "status:-free"
-# The two bodies a newsletter can have, and which member statuses read each.
-SEGMENT_STATUSES = {FREE: frozenset({"free"}), NOT_FREE: frozenset({"paid", "comped"})}
+# A post for chosen tiers: readers of one of its tiers are a segment of their own, within their status's.
+TIERS_SUFFIX = "+tiers"
+FREE_OF_TIER, NOT_FREE_OF_TIER = FREE + TIERS_SUFFIX, NOT_FREE + TIERS_SUFFIX
+# The bodies a newsletter can have, and which member statuses read each.
+SEGMENT_STATUSES = {FREE: frozenset({"free"}), NOT_FREE: frozenset({"paid", "comped"}),
+                    FREE_OF_TIER: frozenset({"free"}), NOT_FREE_OF_TIER: frozenset({"paid", "comped"})}
 SEGMENT_NAMES = {"free": FREE, "paid": NOT_FREE}  # as the CLI spells them
-REPLACEMENTS = ("first_name", "name", "email", "uuid", "status", "unsubscribe_url", "manage_account_url")
+# `key` is the reference platform's: the member's link key (see `member_key`), for authors' own links.
+REPLACEMENTS = ("first_name", "name", "email", "uuid", "key", "status", "unsubscribe_url", "manage_account_url")
 # Variables every message carries whether the post uses them or not: the footer and headers need them.
 BASE_VARIABLES = ("name", "uuid", "unsubscribe_url")
 
@@ -60,20 +67,9 @@ class ContentError(ValueError):
 # --- filters -------------------------------------------------------------------------------------
 
 def recipient_statuses(expression: str) -> list[str]:
-    """Member statuses a filter selects: `all`, or `status:X` / `status:-X` terms joined by commas
-    (OR), X one of free, paid, comped. Anything else is refused, never guessed."""
-    text = (expression or "").strip()
-    if text == "all":
-        return list(MEMBER_STATUSES)
-    chosen: set[str] = set()
-    for term in text.split(","):
-        match = re.fullmatch(r"\s*status:(-?)(free|paid|comped)\s*", term, re.I)
-        if not match:
-            raise ValueError(f"recipient filter {expression!r} cannot be parsed: use all, or status:free, "
-                             "status:-free, status:paid, status:comped joined by commas")
-        negate, status = match.group(1), match.group(2).lower()
-        chosen |= {s for s in MEMBER_STATUSES if s != status} if negate else {status}
-    return sorted(chosen)
+    """Member statuses a filter of status terms selects (`all`, `status:free`, `status:-free,status:comped`,
+    …; see pressroom/recipient_filter.py). Anything else is refused (FilterError, a ValueError), never guessed."""
+    return sorted(statuses_only(parse(expression)))
 
 
 def segment_of(status: str) -> str:
@@ -89,7 +85,7 @@ class EmailContent:
     email_id: str
     subject: str
     html: str
-    visibility: str  # public | members | paid
+    visibility: str  # public | members | paid | tiers
     post_url: str
     upgrade_url: str
 
@@ -124,13 +120,36 @@ class Rendered:
                      for part in (self.subject, self.html, self.text))
 
 
-def member_values(*, name: str | None, email: str, uuid: str, status: str, site_url: str,
-                  email_id: str) -> dict[str, str]:
-    """What each replacement stands for, for one member."""
+def member_key(secret: str, member_uuid: str) -> str:
+    """The key of a member's links as the reference platform makes it: lowercase hex HMAC-SHA256 of
+    the member's uuid (text), keyed with the members secret's UTF-8 bytes."""
+    return hmac.new(secret.encode(), member_uuid.encode(), hashlib.sha256).hexdigest()
+
+
+def unsubscribe_url(site_url: str, member_uuid: str, secret: str, *, newsletter_uuid: str | None = None,
+                    email_id: str | None = None) -> str:
+    """`{site}/unsubscribe/?uuid=…&key=…&newsletter=…`, the reference platform's link (a site holding
+    the same secret answers it); `email` names the email it came from, which such a site ignores."""
+    from urllib.parse import urlencode
+
+    query = {"uuid": member_uuid, "key": member_key(secret, member_uuid)}
+    if newsletter_uuid:
+        query["newsletter"] = newsletter_uuid
+    if email_id:
+        query["email"] = email_id
+    return f"{site_url.rstrip('/')}/unsubscribe/?{urlencode(query)}"
+
+
+def member_values(*, name: str | None, email: str, uuid: str, status: str, site_url: str, link_secret: str,
+                  newsletter_uuid: str | None = None, email_id: str | None = None) -> dict[str, str]:
+    """What each replacement stands for, for one member. Without `newsletter_uuid` the link leaves
+    every newsletter; `email_id` (an email of the emails table) lets its report count who left."""
     site = site_url.rstrip("/")
     name = " ".join((name or "").split())  # a line break in a stored name must not reach a header
     return {"first_name": name.split()[0] if name else "", "name": name, "email": email, "uuid": uuid,
-            "status": status, "unsubscribe_url": f"{site}/unsubscribe/?uuid={uuid}&key={email_id}",
+            "key": member_key(link_secret, uuid), "status": status,
+            "unsubscribe_url": unsubscribe_url(site, uuid, link_secret, newsletter_uuid=newsletter_uuid,
+                                               email_id=email_id),
             "manage_account_url": f"{site}/#/portal/account"}
 
 
@@ -178,19 +197,34 @@ def _block_statuses(node: LexborNode, email_id: str) -> frozenset[str]:
 
 
 def paywalled(visibility: str, segment: str) -> bool:
-    """Members of a paid post's free segment read only what comes before the members-only marker."""
-    return visibility == "paid" and segment == FREE
+    """Who reads only what comes before the members-only marker: free members of a paid post, and
+    everyone outside a tiers post's tiers, whatever their status."""
+    if visibility == "tiers":
+        return not segment.endswith(TIERS_SUFFIX)
+    return visibility == "paid" and SEGMENT_STATUSES.get(segment) == SEGMENT_STATUSES[FREE]
 
 
 def segments_needed(content: EmailContent) -> bool:
-    """Do free and paying members get different bodies? Then batches are built per segment."""
+    """Do readers get different bodies? Then batches are built per segment."""
     _check_visibility(content)
-    return content.visibility == "paid" or bool(_parse(content.html).css(f"[{_SEGMENT_ATTRIBUTE}]"))
+    return content.visibility in ("paid", "tiers") or bool(_parse(content.html).css(f"[{_SEGMENT_ATTRIBUTE}]"))
 
 
-def segment_for(content: EmailContent, status: str) -> str | None:
-    """The body a member with this status gets: their segment's, or the one body when all get the same."""
-    return segment_of(status) if segments_needed(content) else None
+def segments_of(content: EmailContent) -> tuple[str | None, ...]:
+    """The bodies the email has: one (None), free and paid, or those two each in and out of the post's tiers."""
+    if not segments_needed(content):
+        return (None,)
+    if content.visibility == "tiers":
+        return FREE, NOT_FREE, FREE_OF_TIER, NOT_FREE_OF_TIER
+    return FREE, NOT_FREE
+
+
+def segment_for(content: EmailContent, status: str, *, of_tier: bool = False) -> str | None:
+    """The body a member with this status (and of one of the post's tiers, or not) gets: their
+    segment's, or the one body when all get the same."""
+    if not segments_needed(content):
+        return None
+    return segment_of(status) + (TIERS_SUFFIX if content.visibility == "tiers" and of_tier else "")
 
 
 def _check_visibility(content: EmailContent) -> None:
@@ -227,8 +261,9 @@ def _children(node: LexborNode) -> list[LexborNode]:
 
 def _call_to_action(content: EmailContent) -> str:
     post, upgrade = (html_lib.escape(url, quote=True) for url in (content.post_url, content.upgrade_url))
+    readers = "subscribers of its tiers" if content.visibility == "tiers" else "paying subscribers"
     return ('<div class="paywall" style="text-align:center;margin:32px 0;"><hr>'
-            "<p><strong>The rest of this post is for paying subscribers.</strong></p>"
+            f"<p><strong>The rest of this post is for {readers}.</strong></p>"
             f'<p><a href="{upgrade}">Upgrade to keep reading</a></p>'
             f'<p><a href="{post}">Read the post on the site</a></p></div>')
 
@@ -335,7 +370,7 @@ FOOTER_HTML = (f'<p class="footer"><a href="{placeholder("unsubscribe_url_html")
 
 
 def render(content: EmailContent, segment: str | None) -> Rendered:
-    """The message for one segment (FREE, NOT_FREE, or None when every reader gets the same)."""
+    """The message for one segment (one of SEGMENT_STATUSES, or None when every reader gets the same)."""
     _check_visibility(content)
     if not content.html or not content.html.strip():
         raise ContentError(f"email {content.email_id}: its post has no HTML to send")

@@ -4,6 +4,8 @@ Checked before anything is written. Bounds:
 - ids (posts, emails, outbox entries): 1 to 100 printable characters without spaces;
 - member addresses: a valid address by `email-validator` (through pydantic), at most 191 characters;
 - member names: at most 191 printable characters (191 is Ghost's column width for both);
+- label and tier slugs: lowercase letters, digits, `_` and `-` (not first), at most 191 characters,
+  so that a recipient filter can name them (pressroom/recipient_filter.py);
 - times: ISO 8601 with a UTC offset, in this century (2000-01-01 to 2099-12-31, UTC): outside it a
   time is a slip of the keyboard (0001 for 2001, 2206 for 2026); a backfill window also not in
   the future, since it has no events yet.
@@ -83,6 +85,17 @@ def recipient_problem(address: str) -> str | None:
         said = "" if any(part.casefold() in reason.casefold() for part in parts) else f": {reason}"
         return f"is not a valid address{said}"
     return None
+
+
+def slug(value: str, what: str) -> str:
+    """A label's or tier's slug as a recipient filter names it."""
+    import re
+
+    text = (value or "").strip()
+    if not re.fullmatch(r"[a-z0-9_][a-z0-9_-]{0,190}", text):
+        raise BadInput(f"the {what} {shorten(text, 40)!r} is not a slug: lowercase letters, digits, _ and - "
+                       f"(not first), at most {MAX_TEXT} characters")
+    return text
 
 
 def free_text(value: str | None, what: str, limit: int = MAX_TEXT) -> str | None:

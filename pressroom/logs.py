@@ -183,3 +183,43 @@ def configure_from(settings, *, level: int | str | None = None) -> None:
     """`configure` from the settings: every secret they hold masked, their format and levels
     (`level` instead of PRESSROOM_LOG_LEVEL for Pressroom's own lines, when given)."""
     configure(settings.secret_values(), level or settings.log_level, settings.log_format, settings.library_log_level)
+
+
+class Refusals:
+    """Refusals of outside requests, counted exactly by reason, and logged at most once per reason
+    every `every` seconds (a line says how many it stands for): a flood of forged requests cannot
+    flood the log. The reason is ours, never the request's content."""
+
+    def __init__(self, logger: logging.Logger, what: str, every: float = 10.0) -> None:
+        from collections import Counter
+
+        self._log, self._what, self._every = logger, what, every
+        self.counts: Counter[str] = Counter()  # since the last `take`
+        self._last: dict[str, float] = {}
+        self._held: Counter[str] = Counter()
+
+    def refused(self, reason: str, status: int) -> str:
+        """Count (and maybe log) one refusal; its kind (the reason before any colon)."""
+        import time
+
+        kind = reason.split(":", 1)[0]
+        self.counts[kind] += 1
+        now = time.monotonic()
+        if now - self._last.get(kind, float("-inf")) < self._every:
+            self._held[kind] += 1
+            return kind
+        self._last[kind] = now
+        held = self._held.pop(kind, 0)
+        self._log.warning("%s refused (%d): %s%s", self._what, status, reason,
+                          f" (and {held} more since the last such line)" if held else "")
+        return kind
+
+    def take(self):
+        """The counts since the last take (to add to the database), and start again."""
+        from collections import Counter
+
+        counts, self.counts = self.counts, Counter()
+        return counts
+
+    def give_back(self, counts) -> None:
+        self.counts.update(counts)

@@ -94,6 +94,9 @@ class Settings(BaseSettings):
     send_confirm_poll_seconds: float = Field(default=60.0, gt=0, validation_alias="PRESSROOM_SEND_CONFIRM_POLL_SECONDS")
     email_tag: str = Field(default="", validation_alias="PRESSROOM_EMAIL_TAG")
     site_url: str = Field(default="http://localhost:2368", validation_alias="PRESSROOM_SITE_URL")
+    # Keys the members' unsubscribe links (hex HMAC-SHA256 of the member's uuid), as the reference
+    # platform's `members_email_auth_secret` does: give both the same value and each accepts the other's links.
+    members_link_secret: SecretStr = Field(default=SecretStr(""), validation_alias="PRESSROOM_MEMBERS_LINK_SECRET")
     from_address: str = Field(default="Pressroom <noreply@example.com>", validation_alias="PRESSROOM_FROM_ADDRESS")
     # Rendered bodies a worker keeps, per email and segment, so batches reuse one rendering.
     body_cache_bytes: int = Field(default=32 * 1024 * 1024, ge=0, validation_alias="PRESSROOM_BODY_CACHE_BYTES")
@@ -156,7 +159,23 @@ class Settings(BaseSettings):
     webhook_max_age_seconds: int = Field(default=300, ge=10, le=86400, validation_alias="PRESSROOM_WEBHOOK_MAX_AGE_SECONDS")
     webhook_max_body_bytes: int = Field(default=256 * 1024, ge=1024, le=16 * 1024 * 1024,
                                         validation_alias="PRESSROOM_WEBHOOK_MAX_BODY_BYTES")
+    # A retry of a push answered 503 may carry its first signature (see docs/front-door.md): a
+    # request signed up to this long ago is taken; its token is remembered as long, so a replay is
+    # refused all the same. Mailgun retries for 8 hours.
+    webhook_retry_window_seconds: int = Field(default=9 * 3600, ge=60, le=7 * 86400,
+                                              validation_alias="PRESSROOM_WEBHOOK_RETRY_WINDOW_SECONDS")
+    # Set-aside events (delivery_events_rejected) are kept this long for `analytics rejected`, then pruned.
+    rejected_events_keep_days: int = Field(default=30, ge=1, le=3650,
+                                           validation_alias="PRESSROOM_REJECTED_EVENTS_KEEP_DAYS")
     webhook_apply_batch: int = Field(default=2000, ge=1, le=20_000, validation_alias="PRESSROOM_WEBHOOK_APPLY_BATCH")
+
+    # --- the front door (pressroom serve): what one client may hold open ---
+    serve_header_timeout_seconds: float = Field(default=10.0, gt=0, le=300,
+                                                validation_alias="PRESSROOM_SERVE_HEADER_TIMEOUT_SECONDS")
+    serve_body_timeout_seconds: float = Field(default=10.0, gt=0, le=300,
+                                              validation_alias="PRESSROOM_SERVE_BODY_TIMEOUT_SECONDS")
+    serve_max_connections: int = Field(default=1024, ge=1, le=100_000,
+                                       validation_alias="PRESSROOM_SERVE_MAX_CONNECTIONS")
 
     # --- worker ---
     # Publish activities mostly sleep out their last seconds; many may wait at once when posts share a time.
@@ -253,7 +272,8 @@ class Settings(BaseSettings):
 
     def secret_values(self) -> list[str]:
         """Every secret this process holds, for the log mask: keys, tokens, each encryption key."""
-        values = [self.mailgun_api_key, self.temporal_api_key, self.codec_token, self.encryption_key]
+        values = [self.mailgun_api_key, self.temporal_api_key, self.codec_token, self.encryption_key,
+                  self.webhook_signing_key, self.members_link_secret]
         found = [value.get_secret_value() for value in values if value.get_secret_value()]
         for entry in self.encryption_key.get_secret_value().split(","):  # "k2:<base64>,k1:<base64>"
             found.extend(part.strip() for part in entry.split(":") if len(part.strip()) >= 16)
@@ -273,6 +293,15 @@ class Settings(BaseSettings):
                 parse_keys(value.get_secret_value())
             except EncryptionKeyError as error:  # the message never contains key material
                 raise ValueError(str(error)) from None
+        return value
+
+    @field_validator("webhook_signing_key", "members_link_secret")
+    @classmethod
+    def _not_blank(cls, value: SecretStr) -> SecretStr:
+        # Unset is "" (refused where it is needed); set, a key of spaces would sign for anyone.
+        text = value.get_secret_value()
+        if text and (not text.strip() or text != text.strip() or not text.isprintable()):
+            raise ValueError("is blank, has spaces around it or control characters (give the key itself)")
         return value
 
     @field_validator("from_address")
@@ -350,6 +379,13 @@ class Settings(BaseSettings):
                                      "requests from forged ones (Mailgun: Sending → Webhooks → HTTP webhook signing key)")
         return key
 
+    def require_members_link_secret(self) -> str:
+        secret = self.members_link_secret.get_secret_value()
+        if not secret:
+            raise ConfigurationError("PRESSROOM_MEMBERS_LINK_SECRET is not set: members' unsubscribe links cannot be "
+                                     "signed (give it the site's members_email_auth_secret, or a new random value)")
+        return secret
+
 
 def _names(alias: str | AliasChoices) -> list[str]:
     return [str(name) for name in alias.choices] if isinstance(alias, AliasChoices) else [alias]
@@ -417,7 +453,8 @@ def load_settings(**overrides: object) -> Settings:
     for field, variable in (("database_url", "DATABASE_URL"), ("temporal_address", "TEMPORAL_ADDRESS"),
                             ("mailgun_base_url", "MAILGUN_BASE_URL"), ("mailgun_api_key", "MAILGUN_API_KEY"),
                             ("mailgun_domain", "MAILGUN_DOMAIN"),
-                            ("webhook_signing_key", "MAILGUN_WEBHOOK_SIGNING_KEY")):
+                            ("webhook_signing_key", "MAILGUN_WEBHOOK_SIGNING_KEY"),
+                            ("members_link_secret", "PRESSROOM_MEMBERS_LINK_SECRET")):
         if variable not in os.environ and stack.get(field):
             fallback[_ALIASES[field]] = stack[field]
     for field, value in _profile_values(temporal_profile()).items():

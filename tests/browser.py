@@ -46,6 +46,10 @@ class Page:
                                   returnByValue=True)
         return result.get("result", {}).get("value") or ""
 
+    async def click(self, selector: str) -> None:
+        """Click the first element `selector` finds (a form's button submits its form)."""
+        await self._call("Runtime.evaluate", expression=f"document.querySelector({json.dumps(selector)}).click()")
+
     async def wait_for_text(self, *wanted: str, timeout: float = 30) -> str:
         """The page's text once it contains every string wanted; the last text seen in the error."""
         deadline = time.monotonic() + timeout

@@ -154,6 +154,9 @@ async def dev_env() -> AsyncIterator[WorkflowEnvironment]:
     await env.shutdown()
 
 
+TEST_LINK_SECRET = "test-members-link-secret"  # the members secret of every test's settings
+
+
 def make_settings(postgres_url: str, simulator: "MailgunSimulator", **overrides) -> Settings:
     """Settings for one test: its own task queue, the test database and the simulator.
 
@@ -161,7 +164,8 @@ def make_settings(postgres_url: str, simulator: "MailgunSimulator", **overrides)
     late events are late by less than that (tests/adversaries.py); a send waits seconds, not
     minutes, for an unreachable Mailgun.
     """
-    overrides = {"send_confirm_window_seconds": 4, "send_confirm_poll_seconds": 0.5,
+    overrides = {"members_link_secret": TEST_LINK_SECRET, "send_confirm_window_seconds": 4,
+                 "send_confirm_poll_seconds": 0.5,
                  "mailgun_outage_first_wait_seconds": 1, "mailgun_outage_max_wait_seconds": 4, **overrides}
     return load_settings(database_url=postgres_url, mailgun_base_url=simulator.base_url,
                          mailgun_api_key=simulator.api_key, mailgun_domain=simulator.domain,

@@ -11,14 +11,16 @@ from temporalio import activity
 
 from activities.errors import non_retryable
 from activities.heartbeat import heartbeating
-from activities.newsletter.audience import AUDIENCE_BY_SEGMENT, NOT_SKIPPED, RECIPIENTS
+from activities.newsletter.audience import AUDIENCE_BY_SEGMENT, NOT_SKIPPED, RECIPIENTS, SEGMENT, Audience, audience
 from activities.newsletter.content import load_for_sending
 from activities.newsletter.counts import batch_counts
+from activities.newsletter.left_out import record_left_out
 from activities.newsletter.models import BatchCounts, CreateBatchesInput
 from activities.sending_limits import batch_sizes, warmup_limit
 from pressroom.dependencies import Dependencies
-from pressroom.email_rendering import FREE, NOT_FREE, recipient_statuses, segments_needed
+from pressroom.email_rendering import FREE, FREE_OF_TIER, NOT_FREE, NOT_FREE_OF_TIER, segments_of
 from pressroom.inputs import PLAIN_ADDRESS, PLAIN_DOMAIN_LENGTH, SPECIAL_USE_DOMAINS, recipient_problem
+from pressroom.recipient_filter import FilterError
 
 SKIPPED_SHOWN = 20  # members named in the log line of an email's left-out members; the rest are counted
 # The email's count becomes the recipients written ($2); the site's own count is kept when they
@@ -35,7 +37,11 @@ RECORD_EMAIL_COUNT = """
 
 FIRST_HEARTBEAT_SECONDS = 2.0
 CHUNK_BATCHES = 10  # batches per chunk of a chunked creation: the first go out while the next are written
-SEGMENT_NAMES = {FREE: "free", NOT_FREE: "paid"}  # in batch ids; an unsegmented email's batches say "all"
+SEGMENT_NAMES = {FREE: "free", NOT_FREE: "paid", FREE_OF_TIER: "free-tiers",  # in batch ids; an unsegmented
+                 NOT_FREE_OF_TIER: "paid-tiers"}  # email's batches say "all"
+# A batch id's segment part, in SQL, from a `segment` column (names from SEGMENT_NAMES only, never input).
+SEGMENT_NAME_SQL = ("CASE segment " + " ".join(f"WHEN '{s}' THEN '{n}'" for s, n in SEGMENT_NAMES.items())
+                    + " ELSE 'all' END")
 # A member's place in the warming order (open rate highest first, none last; then member id) as
 # one ascending key.
 RANK_KEY = "coalesce(-m.email_open_rate::float8, 'Infinity'::float8)"
@@ -54,7 +60,7 @@ WRITE_CHUNK = f"""
     WITH chosen AS (
         SELECT m.id, m.uuid, m.email, m.name
         {RECIPIENTS}
-          AND ($4::text IS NULL OR (m.status = 'free') = ($4::text = 'status:free'))
+          AND ($4::text IS NULL OR {SEGMENT} = $4::text)
           AND {falls_back('$5', '$6')} = $7
           {NOT_SKIPPED.format(param=13)}
           {{after}}
@@ -73,15 +79,26 @@ WRITE_CHUNK = f"""
 """
 
 
-def audience_of(email) -> tuple:
-    """The email's audience as RECIPIENTS' $1-$3: its newsletter, the statuses it goes to, its time."""
-    return email["newsletter_id"], recipient_statuses(email["recipient_filter"]), email["created_at"]
+def audience_of(email, *, as_of, segments) -> Audience:
+    """The email's audience, its tiers judged at `as_of`; a filter that cannot be parsed is refused
+    (the lock refuses it first; this is for an email changed since)."""
+    try:
+        return audience(email, as_of=as_of, tiers=any(s is not None and s not in (FREE, NOT_FREE) for s in segments))
+    except FilterError as error:
+        raise non_retryable("BadRecipientFilter", str(error)) from None
 
 
-def creation_groups(segmented: bool, warming: bool) -> list[tuple[str | None, bool]]:
+def creation_segments(creation) -> tuple[str | None, ...]:
+    """The segments a chunked creation writes; a creation planned before tiers stored only whether
+    it was segmented."""
+    if creation["segments"] is not None:
+        return tuple(creation["segments"])
+    return (FREE, NOT_FREE) if creation["segmented"] else (None,)
+
+
+def creation_groups(segments: tuple[str | None, ...], warming: bool) -> list[tuple[str | None, bool]]:
     """The groups a chunked creation writes in turn: (segment, through the fallback domain)."""
-    return [(segment, fallback) for segment in ((FREE, NOT_FREE) if segmented else (None,))
-            for fallback in ((False, True) if warming else (False,))]
+    return [(segment, fallback) for segment in segments for fallback in ((False, True) if warming else (False,))]
 
 
 class BatchCreationActivities:
@@ -98,7 +115,7 @@ class BatchCreationActivities:
         async with heartbeating(first_after=FIRST_HEARTBEAT_SECONDS), self.pool.acquire() as conn, \
                 conn.transaction():
             email = await conn.fetchrow(
-                "SELECT newsletter_id, recipient_filter, created_at FROM emails WHERE id = $1 FOR UPDATE",
+                "SELECT newsletter_id, post_id, recipient_filter, created_at FROM emails WHERE id = $1 FOR UPDATE",
                 input.email_id)
             if email is None:
                 raise non_retryable("EmailNotFound", f"email {input.email_id} does not exist")
@@ -112,18 +129,18 @@ class BatchCreationActivities:
                     await self._retry_failed_batches(conn, input.email_id)
             else:
                 activity.logger.info("creating batches for email %s", input.email_id)
-                await self._leave_out_unusable(conn, input.email_id, audience_of(email))
-                segmented = segments_needed((await load_for_sending(conn, input.email_id, self.settings)).content)
+                segments = segments_of((await load_for_sending(conn, input.email_id, self.settings)).content)
+                chosen = audience_of(email, as_of=await conn.fetchval("SELECT now()"), segments=segments)
+                await self._leave_out_unusable(conn, input.email_id, chosen)
                 custom_limit = await self._warmup_limit(conn) if self.settings.warming else None
                 sizes = await batch_sizes(conn, self.settings)
                 # Domain warming: the first `custom_limit` recipients, most engaged first (a new
                 # domain's reputation grows on opens), go through the custom domain, the rest
                 # through the fallback one, in batches of their own.
-                await conn.execute(f"""
+                await conn.execute(chosen.sql(f"""
                     WITH chosen AS (
                         SELECT m.id, m.uuid, m.email, m.name, m.email_open_rate,
-                               CASE WHEN $5 THEN CASE WHEN m.status = 'free' THEN 'status:free'
-                                                      ELSE 'status:-free' END END AS segment
+                               CASE WHEN $5 THEN {SEGMENT} END AS segment
                         {RECIPIENTS} {NOT_SKIPPED.format(param=4)}),
                     ranked AS (
                         SELECT chosen.*, coalesce(row_number() OVER (ORDER BY email_open_rate DESC NULLS LAST, id)
@@ -131,8 +148,7 @@ class BatchCreationActivities:
                         FROM chosen),
                     numbered AS (
                         SELECT ranked.*,
-                               $4 || '-' || CASE segment WHEN 'status:free' THEN 'free'
-                                                         WHEN 'status:-free' THEN 'paid' ELSE 'all' END
+                               $4 || '-' || {SEGMENT_NAME_SQL}
                                   || CASE WHEN fallback THEN '-fallback' ELSE '' END
                                   || '-' || lpad(((row_number() OVER (PARTITION BY segment, fallback ORDER BY id) - 1)
                                                   / CASE WHEN fallback THEN $8::int ELSE $6::int END)::text, 5, '0') AS batch_id
@@ -141,9 +157,9 @@ class BatchCreationActivities:
                         INSERT INTO email_batches (id, email_id, member_segment, fallback_sending_domain)
                         SELECT DISTINCT batch_id, $4, segment, fallback FROM numbered)
                     INSERT INTO email_recipients (email_id, member_id, batch_id, member_uuid, member_email, member_name)
-                    SELECT $4, id, batch_id, uuid, email, name FROM numbered""",
-                    *audience_of(email), input.email_id, segmented, sizes[False], custom_limit, sizes[True])
-            return await self._record_written(conn, input.email_id, created=not has_batches)
+                    SELECT $4, id, batch_id, uuid, email, name FROM numbered"""),
+                    *chosen.params, input.email_id, segments != (None,), sizes[False], custom_limit, sizes[True])
+            return await self._record_written(conn, input.email_id, created=not has_batches, email=email)
 
     async def _retry_failed_batches(self, conn, email_id: str) -> None:
         """A new send of a failed email sends its failed batches again. The send outcome stays: an
@@ -151,10 +167,12 @@ class BatchCreationActivities:
         await conn.execute("UPDATE email_batches SET status = 'pending', send_attempts = 0, updated_at = now() "
                            "WHERE email_id = $1 AND status = 'failed'", email_id)
 
-    async def _record_written(self, conn, email_id: str, *, created: bool) -> BatchCounts:
+    async def _record_written(self, conn, email_id: str, *, created: bool, email) -> BatchCounts:
         """The email's counts from the rows really written, not the ones planned, so reports match
-        the send; with warming, a creation just finished also records how many go through the
-        custom domain."""
+        the send; a creation just finished also records who was left out and why, and with warming
+        how many go through the custom domain."""
+        if created:
+            await record_left_out(conn, email_id, email)
         if created and self.settings.warming:
             await conn.execute(
                 """UPDATE emails SET csd_email_count = (
@@ -183,50 +201,53 @@ class BatchCreationActivities:
             return BatchCounts(batches_total=creation["planned_batches"], batches_submitted=0, batches_failed=0,
                                recipients_total=creation["planned_recipients"], recipients_submitted=0,
                                creating=True)
-        return await self._record_written(conn, input.email_id, created=True)
+        return await self._record_written(conn, input.email_id, created=True, email=email)
 
     async def _plan_creation(self, conn, email_id: str, email):
         """Fix what every chunk must agree on: segments, batch sizes, where warming falls back; and
         count the audience per group for the planned totals (from the same pass that finds the
         unusable addresses, unless warming sends some of it through the fallback domain)."""
         activity.logger.info("creating batches for email %s in chunks", email_id)
-        audience = audience_of(email)
-        usable = await self._leave_out_unusable(conn, email_id, audience)
-        segmented = segments_needed((await load_for_sending(conn, email_id, self.settings)).content)
+        segments = segments_of((await load_for_sending(conn, email_id, self.settings)).content)
+        as_of = await conn.fetchval("SELECT now()")
+        chosen = audience_of(email, as_of=as_of, segments=segments)
+        usable = await self._leave_out_unusable(conn, email_id, chosen)
+        segmented = segments != (None,)
         custom_limit = await self._warmup_limit(conn) if self.settings.warming else None
         sizes = await batch_sizes(conn, self.settings)
         rate, first_id = None, None
-        planned = [{"free": free, "fallback": False, "n": n} for free, n in usable.items()]
+        planned = [{"segment": segment, "fallback": False, "n": n} for segment, n in usable.items()]
         if custom_limit is not None and sum(usable.values()) > custom_limit:
             # Domain warming: the first `custom_limit` recipients, most engaged first (a new
             # domain's reputation grows on opens), go through the custom domain, the rest through
             # the fallback one, in batches of their own.
-            row = await conn.fetchrow(f"SELECT {RANK_KEY} AS rate, m.id {RECIPIENTS} {NOT_SKIPPED.format(param=5)} "
-                                      "ORDER BY m.email_open_rate DESC NULLS LAST, m.id OFFSET $4 LIMIT 1",
-                                      *audience, custom_limit, email_id)
+            row = await conn.fetchrow(chosen.sql(f"SELECT {RANK_KEY} AS rate, m.id {RECIPIENTS} "
+                                                 f"{NOT_SKIPPED.format(param=5)} ORDER BY m.email_open_rate "
+                                                 "DESC NULLS LAST, m.id OFFSET $4 LIMIT 1"),
+                                      *chosen.params, custom_limit, email_id)
             if row is not None:
                 rate, first_id = row["rate"], row["id"]
-                planned = await conn.fetch(
-                    f"""SELECT m.status = 'free' AS free, {falls_back('$4', '$5')} AS fallback, count(*) AS n
-                        {RECIPIENTS} {NOT_SKIPPED.format(param=6)} GROUP BY 1, 2""",
-                    *audience, rate, first_id, email_id)
+                planned = await conn.fetch(chosen.sql(
+                    f"""SELECT {SEGMENT} AS segment, {falls_back('$4', '$5')} AS fallback, count(*) AS n
+                        {RECIPIENTS} {NOT_SKIPPED.format(param=6)} GROUP BY 1, 2"""),
+                    *chosen.params, rate, first_id, email_id)
         batches = sum(-(-row["n"] // sizes[row["fallback"]]) for row in planned) if segmented else sum(
             -(-sum(row["n"] for row in planned if row["fallback"] == fallback) // sizes[fallback])
             for fallback in (False, True))
         return await conn.fetchrow(
             """INSERT INTO email_batch_creation (email_id, segmented, batch_size, fallback_batch_size,
-                   fallback_from_rate, fallback_from_id, planned_batches, planned_recipients)
-               VALUES ($1, $2, $3, $4, $5, $6, $7, $8) RETURNING *""",
+                   fallback_from_rate, fallback_from_id, planned_batches, planned_recipients, segments, audience_at)
+               VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) RETURNING *""",
             email_id, segmented, sizes[False], sizes[True], rate, first_id, batches,
-            sum(row["n"] for row in planned))
+            sum(row["n"] for row in planned), list(segments) if segmented else None, as_of)
 
-    async def _leave_out_unusable(self, conn, email_id: str, audience: tuple) -> dict[bool, int]:
+    async def _leave_out_unusable(self, conn, email_id: str, chosen: Audience) -> dict[str, int]:
         """Record the members whose stored address cannot be a recipient as left out of the email, by
         id and reason, and count them on it, in the caller's transaction (with the plan, so every
         chunk leaves out the same members); one bad row never fails the batch it would have joined.
-        Returns how many members are left, by segment (free or not)."""
-        segments = await conn.fetch(AUDIENCE_BY_SEGMENT, *audience, PLAIN_ADDRESS, list(SPECIAL_USE_DOMAINS),
-                                    PLAIN_DOMAIN_LENGTH)
+        Returns how many members are left, by segment."""
+        segments = await conn.fetch(chosen.sql(AUDIENCE_BY_SEGMENT), *chosen.params, PLAIN_ADDRESS,
+                                    list(SPECIAL_USE_DOMAINS), PLAIN_DOMAIN_LENGTH)
         unplain = [member for segment in segments for member in segment["unplain"]]
         rows = await conn.fetch("SELECT id, email FROM members WHERE id = ANY($1::text[])", unplain) if unplain else []
         skipped = [(row["id"], problem) for row in rows if (problem := recipient_problem(row["email"])) is not None]
@@ -242,13 +263,15 @@ class BatchCreationActivities:
         await conn.execute("UPDATE emails SET skipped_recipients = (SELECT count(*) FROM email_skipped_recipients "
                            "WHERE email_id = $1) WHERE id = $1", email_id)
         left_out = {member for member, _ in skipped}
-        return {segment["free"]: segment["n"] - len(left_out.intersection(segment["unplain"])) for segment in segments}
+        return {segment["segment"]: segment["n"] - len(left_out.intersection(segment["unplain"]))
+                for segment in segments}
 
     async def _write_chunk(self, conn, email_id: str, email, creation):
         """The next chunk of the current group's recipients in member id order, as whole batches,
         and the cursor moved past it, in the caller's transaction; an exhausted group moves the
         cursor to the next one."""
-        groups = creation_groups(creation["segmented"], creation["fallback_from_id"] is not None)
+        segments = creation_segments(creation)
+        groups = creation_groups(segments, creation["fallback_from_id"] is not None)
         segment, fallback = groups[creation["group_index"]]
         size = creation["fallback_batch_size"] if fallback else creation["batch_size"]
         limit = CHUNK_BATCHES * size
@@ -256,8 +279,9 @@ class BatchCreationActivities:
         # The bound on both sides of the join, so that neither index is read from its start.
         after = "AND m.id > $8::text AND mn.member_id > $8::text" if creation["after_member_id"] is not None \
             else "AND $8::text IS NULL"
+        chosen = audience_of(email, as_of=creation["audience_at"], segments=segments)
         written = await conn.fetchrow(
-            WRITE_CHUNK.format(after=after), *audience_of(email), segment, creation["fallback_from_rate"],
+            chosen.sql(WRITE_CHUNK.format(after=after)), *chosen.params, segment, creation["fallback_from_rate"],
             creation["fallback_from_id"], fallback, creation["after_member_id"], limit, prefix,
             creation["written_in_group"] // size, size, email_id)
         if written["n"] < limit:  # the group is exhausted: the next chunk starts the next group

@@ -7,7 +7,7 @@ from email.utils import formataddr, parseaddr
 
 from activities.email_content import LoadedEmail, load_email
 from activities.errors import non_retryable
-from pressroom.email_rendering import FREE, NOT_FREE, BodyCache, ContentError, Rendered, render, segments_needed
+from pressroom.email_rendering import BodyCache, ContentError, Rendered, render, segments_of
 from pressroom.providers.port import EmailProvider, Message, PreparedMessage, placeholder
 from pressroom.settings import Settings
 
@@ -34,7 +34,7 @@ async def check_content(conn, email_id: str, settings: Settings) -> None:
     """Render every segment once before anything is written: bad content is refused up front."""
     content = (await load_for_sending(conn, email_id, settings)).content
     try:
-        for segment in (FREE, NOT_FREE) if segments_needed(content) else (None,):
+        for segment in segments_of(content):
             render(content, segment)
     except ContentError as error:
         raise non_retryable("BadContent", str(error)) from None

@@ -12,11 +12,14 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.errors import non_retryable
-from activities.newsletter.audience import RECIPIENTS
+from activities.newsletter.audience import RECIPIENTS, audience, missing
 from activities.newsletter.content import check_content
 from activities.newsletter.models import EmailLock, LockEmailInput, SendPlan
 from pressroom.dependencies import Dependencies
-from pressroom.email_rendering import recipient_statuses
+from pressroom.recipient_filter import FilterError
+
+# Refusals of the email itself: they end it failed with the reason, so the operator reads why.
+REFUSALS = frozenset({"BadRecipientFilter", "UnknownAudience", "NoNewsletter", "BadContent", "NoRecipients"})
 
 
 def unpublished(post_id: str, post_status: str) -> str:
@@ -81,8 +84,19 @@ class EmailLockActivities:
                 await conn.execute("UPDATE emails SET status = 'failed', error = $2, locked_by = NULL, "
                                    "updated_at = now() WHERE id = $1", input.email_id, refused)
             else:
-                return await self._lock(conn, input, email)
-        raise non_retryable("PostNotPublished", refused)
+                try:
+                    return await self._lock(conn, input, email)
+                except ApplicationError as error:
+                    if error.type not in REFUSALS:
+                        raise
+                    # The email cannot be sent as it stands: failed with the reason (committed, then
+                    # refused below), so `newsletter list`, `status` and `report` say why.
+                    await conn.execute("UPDATE emails SET status = 'failed', error = $2, locked_by = NULL, "
+                                       "updated_at = now() WHERE id = $1", input.email_id, error.message)
+                    refusal = error
+        if refused:
+            raise non_retryable("PostNotPublished", refused)
+        raise refusal
 
     @staticmethod
     def _unpublished(email) -> str:
@@ -102,18 +116,22 @@ class EmailLockActivities:
                 return EmailLock(acquired=True, post_id=email["post_id"], plan=self._plan())
             took_over = await self._take_over(input.email_id, email["locked_by"])
         try:
-            statuses = recipient_statuses(email["recipient_filter"])
-        except ValueError as error:
+            chosen = audience(email, as_of=await conn.fetchval("SELECT now()"), tiers=False)
+        except FilterError as error:
             raise non_retryable("BadRecipientFilter", f"email {input.email_id}: {error}") from None
+        absent = await missing(conn, email["recipient_filter"])
+        if absent:
+            raise non_retryable("UnknownAudience", f"email {input.email_id}: recipient filter "
+                                f"{email['recipient_filter'][:80]!r} names {absent}")
         if email["newsletter_id"] is None:
             raise non_retryable("NoNewsletter", f"email {input.email_id} has no newsletter to send to")
         await check_content(conn, input.email_id, self.settings)
         has_batches = await conn.fetchval("SELECT EXISTS (SELECT 1 FROM email_batches WHERE email_id = $1)",
                                           input.email_id)
         if not has_batches and not await conn.fetchval(
-                f"SELECT EXISTS (SELECT 1 {RECIPIENTS})", email["newsletter_id"], statuses, email["created_at"]):
+                chosen.sql(f"SELECT EXISTS (SELECT 1 {RECIPIENTS})"), *chosen.params):
             raise non_retryable("NoRecipients", f"email {input.email_id}: newsletter {email['newsletter_id']} "
-                                f"has no subscribers matching {email['recipient_filter']!r}")
+                                f"has no subscribers matching {email['recipient_filter'][:80]!r}")
         await conn.execute(
             "UPDATE emails SET status = 'submitting', locked_by = $2, error = NULL, updated_at = now() "
             "WHERE id = $1", input.email_id, holder)

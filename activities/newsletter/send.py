@@ -76,7 +76,9 @@ CLAIM_BATCH = """
         RETURNING b.id, b.email_id, b.member_segment, b.fallback_sending_domain, old.send_outcome, b.send_attempts,
                   b.first_uncertain_at, now() AS now,
                   extract(epoch FROM now() - b.last_uncertain_at)::float8 AS uncertain_for)
-    SELECT claimed.*, r.emails, r.names, r.uuids, r.statuses
+    SELECT claimed.*, r.emails, r.names, r.uuids, r.statuses,
+           (SELECT n.uuid::text FROM emails e JOIN newsletters n ON n.id = e.newsletter_id
+            WHERE e.id = claimed.email_id) AS newsletter_uuid
     FROM claimed, LATERAL (
         SELECT array_agg(r.member_email ORDER BY r.id) AS emails, array_agg(r.member_name ORDER BY r.id) AS names,
                array_agg(r.member_uuid::text ORDER BY r.id) AS uuids,
@@ -116,6 +118,7 @@ class BatchSendActivities:
         # One statement claims the batch, reads its recipients and, unless its last send was
         # uncertain (then it is looked up first), records this attempt as uncertain: committed
         # before the request goes out, so a worker killed mid-send leaves "uncertain" behind.
+        self.settings.require_members_link_secret()  # before the claim: nothing is marked when it is missing
         batch = await self.pool.fetchrow(CLAIM_BATCH, input.batch_id)
         if batch is None:
             return await self._not_claimed(input.batch_id)
@@ -187,9 +190,11 @@ class BatchSendActivities:
     def _personalised(self, batch, body: Rendered) -> dict[str, dict]:
         """Each reader's values by address, resolved here so that no address enters a workflow history."""
         site_url, email_id = self.settings.site_url, batch["email_id"]
+        secret = self.settings.require_members_link_secret()
         return {
             address: body.recipient_variables(member_values(
-                name=name, email=address, uuid=uuid, status=status, site_url=site_url, email_id=email_id))
+                name=name, email=address, uuid=uuid, status=status, site_url=site_url, link_secret=secret,
+                newsletter_uuid=batch["newsletter_uuid"], email_id=email_id))
             for address, name, uuid, status in zip(batch["emails"] or [], batch["names"] or [],
                                                    batch["uuids"] or [], batch["statuses"] or [])}
 

@@ -157,7 +157,8 @@ class WelcomeEmails:
     async def _send_welcome(self, member, welcome, message: WelcomeMessage, message_id: str, key: str) -> str:
         rendered = message.rendered
         values = member_values(name=member["name"], email=member["email"], uuid=str(member["uuid"]),
-                               status=member["status"], site_url=self.settings.site_url, email_id=welcome["id"])
+                               status=member["status"], site_url=self.settings.site_url,
+                               link_secret=self.settings.require_members_link_secret())
         prepared = self.provider.prepare(Message(
             from_address=message.from_address, subject=rendered.subject, html=rendered.html, text=rendered.text,
             tags=["welcome-email"], headers={"Reply-To": message.reply_to} if message.reply_to else {}))

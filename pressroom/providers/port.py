@@ -260,7 +260,8 @@ class EventPush(Protocol):
     name: str
     path: str  # where the receiver listens: /webhooks/<name>
 
-    def verify(self, body: Any, now: float, max_age: float) -> PushedEvent:
-        """The request's signature checked and fresh; ValueError with a one-line reason otherwise."""
+    def verify(self, body: Any, now: float, max_age: float, retry_window: float | None = None) -> PushedEvent:
+        """The request's signature checked and fresh (signed at most `retry_window` ago, `max_age`
+        ahead); ValueError with a one-line reason otherwise."""
 
     def parse_event(self, item: Any) -> DeliveryEvent | EventRejected: ...

@@ -58,6 +58,7 @@ class Capture:
         return load_settings(database_url=self.database_url, mailgun_base_url=self.sim.base_url,
                              mailgun_api_key=self.sim.api_key, mailgun_domain=self.sim.domain,
                              task_queue=f"capture-{name}", analytics_end_margin_seconds=0,
+                             members_link_secret="capture-link-secret",
                              **{"send_confirm_window_seconds": 3, "send_confirm_poll_seconds": 0.5, **overrides})
 
     def save(self, name: str, workflow_id: str, run_id: str | None, state: str) -> None:

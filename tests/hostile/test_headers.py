@@ -58,6 +58,8 @@ async def test_a_subject_with_a_line_break_fails_the_send_before_anything_is_wri
         f"email {seeded.email_id}: the subject holds a line break or control character"), err
     assert await db.fetchval("SELECT count(*) FROM email_batches WHERE email_id = $1", seeded.email_id) == 0
     assert mailgun.messages_for(seeded.email_id) == []
+    email = await db.fetchrow("SELECT status, error FROM emails WHERE id = $1", seeded.email_id)
+    assert email["status"] == "failed" and email["error"].endswith("the subject holds a line break or control character")
     code, out, err = await cli("newsletter", "test", seeded.email_id, "--to", "editor@example.com",
                                env=cli_env(settings, dev_env))
     assert code == 1 and "the subject holds a line break" in err and len(err.strip().splitlines()) == 1

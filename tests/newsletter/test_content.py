@@ -118,7 +118,8 @@ async def test_bad_content_refuses_the_send_before_anything_is_written(db, mailg
         await run_send(client, settings, site["email_id"])
     assert words in str(failed.value.cause)
     assert await db.fetchval("SELECT count(*) FROM email_batches") == 0
-    assert await db.fetchval("SELECT status FROM emails WHERE id = $1", site["email_id"]) == "pending"
+    email = await db.fetchrow("SELECT status, error FROM emails WHERE id = $1", site["email_id"])
+    assert email["status"] == "failed" and words in email["error"]  # the reason stays on the email
     assert mailgun.stats()["messages"] == 0
 
 
@@ -127,7 +128,8 @@ async def test_bad_content_refuses_the_send_before_anything_is_written(db, mailg
 def cli_env(settings) -> dict[str, str]:
     return {"DATABASE_URL": settings.database_url, "MAILGUN_BASE_URL": settings.mailgun_base_url,
             "MAILGUN_API_KEY": settings.mailgun_api_key.get_secret_value(), "MAILGUN_DOMAIN": settings.mailgun_domain,
-            "PRESSROOM_SITE_URL": settings.site_url}
+            "PRESSROOM_SITE_URL": settings.site_url,
+            "PRESSROOM_MEMBERS_LINK_SECRET": settings.members_link_secret.get_secret_value()}
 
 
 async def run_cli(settings, *args: str):

@@ -8,6 +8,8 @@ line of corpus.
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import re
 
 import pytest
@@ -77,10 +79,13 @@ CORPUS = {
 }
 SUBJECT = 'News for %%{first_name "you"}%% ({name, "reader"})'
 TOKEN = re.compile(r"\b(EVERYONE|PAIDONLY|FREEONLY|NOBODY|COMMENTED)\d+\b")
+LINK_SECRET = "s3cret"
 NAMED = member_values(name="Ann <Lee>", email="ann@example.com", uuid="u-ann", status="paid",
-                      site_url="https://site.test", email_id="e1")
+                      site_url="https://site.test", link_secret=LINK_SECRET, newsletter_uuid="n-1", email_id="e1")
 UNNAMED = member_values(name=None, email="x@example.com", uuid="u-x", status="free", site_url="https://site.test",
-                        email_id="e1")
+                        link_secret=LINK_SECRET, email_id="e1")
+# The reference platform's key, computed here independently of the renderer.
+ANN_KEY = hmac.new(LINK_SECRET.encode("utf-8"), b"u-ann", hashlib.sha256).hexdigest()
 
 
 def content(visibility: str, html: str, subject: str = SUBJECT) -> EmailContent:
@@ -136,10 +141,10 @@ def test_replacements_resolve_with_each_fallback_and_escape_in_html():
     assert 'href="https://site.test/r?u=u-ann&amp;e=ann@example.com"' in body
     assert "Status paid, Ann" in body and "PAIDONLY1 Ann" in body
     assert 'href="https://site.test/#/portal/account"' in body
-    assert 'href="https://site.test/unsubscribe/?uuid=u-ann&amp;key=e1"' in body
+    assert f'href="https://site.test/unsubscribe/?uuid=u-ann&amp;key={ANN_KEY}&amp;newsletter=n-1&amp;email=e1"' in body
     assert "<pre>{first_name} stays in code</pre>" in body  # code samples are not replacements
     assert "EVERYONE1 Ann <Lee> (https://site.test/r?u=u-ann&e=ann@example.com)" in text
-    assert "Unsubscribe (https://site.test/unsubscribe/?uuid=u-ann&key=e1)" in text
+    assert f"Unsubscribe (https://site.test/unsubscribe/?uuid=u-ann&key={ANN_KEY}&newsletter=n-1&email=e1)" in text
 
     subject, body, text = render(post, FREE).personalise(UNNAMED)
     assert subject == "News for you (reader)"
@@ -287,3 +292,9 @@ def test_random_malformed_posts_never_leak():
                 allowed = readers <= statuses and not (segment == FREE and visibility == "paid" and
                                                       (after_marker or "<!--members-only-->" not in html))
                 assert (word in got) == allowed, (case, html, visibility, segment, word)
+
+
+def test_authors_key_replacement_is_the_members_link_key():
+    post = content("public", '<p><a href="https://site.test/unsubscribe/?uuid=%%{uuid}%%&amp;key=%%{key}%%">out</a></p>')
+    _, body, _ = render(post, None).personalise(NAMED)
+    assert f'href="https://site.test/unsubscribe/?uuid=u-ann&amp;key={ANN_KEY}"' in body

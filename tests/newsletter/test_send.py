@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 from collections import Counter
+from urllib.parse import parse_qs, urlsplit
 
 import pytest
 from temporalio.client import WorkflowFailureError
 
 from operations.newsletter import start_newsletter
 from workflows.newsletter import SendNewsletterInput, SendNewsletterWorkflow, newsletter_workflow_id
+
+from tests.conftest import TEST_LINK_SECRET
 
 from .conftest import seed_email
 
@@ -35,9 +40,16 @@ async def test_every_member_gets_exactly_one_message_with_their_own_variables(db
     assert set(counts) == {m["email"] for m in members} and set(counts.values()) == {1}
     variables = {a: v for message in mailgun.messages_for(seeded.email_id)
                  for a, v in message.recipient_variables().items()}
+    newsletter_uuid = str(await db.fetchval("SELECT uuid FROM newsletters WHERE id = $1", seeded.newsletter_id))
     for member in members:
         assert variables[member["email"]]["uuid"] == str(member["uuid"])
         assert variables[member["email"]]["name"] == member["name"]
+        # The reference platform's link: its key computed here, independently, with the hmac module.
+        link = urlsplit(variables[member["email"]]["unsubscribe_url"])
+        query = parse_qs(link.query)
+        key = hmac.new(TEST_LINK_SECRET.encode("utf-8"), str(member["uuid"]).encode(), hashlib.sha256).hexdigest()
+        assert (link.path, query["uuid"], query["key"], query["newsletter"], query["email"]) == (
+            "/unsubscribe/", [str(member["uuid"])], [key], [newsletter_uuid], [seeded.email_id])
     message = mailgun.messages_for(seeded.email_id)[0]
     assert "bulk-email" in message.tags and message.variables["email-id"] == seeded.email_id
     assert message.headers["List-Unsubscribe"] == "<%recipient.unsubscribe_url%>"
@@ -98,19 +110,24 @@ async def test_segments_get_their_own_body(db, mailgun, ts_worker):
 
 @pytest.mark.parametrize("setup, words", [
     ("unknown", "does not exist"),
-    ("bad_filter", "cannot be parsed"),
+    ("bad_filter", "unknown term 'flavour'"),
+    ("missing_label", "names no label vip"),
     ("no_subscribers", "has no subscribers"),
 ])
 async def test_bad_input_ends_with_a_reason_and_no_write(db, mailgun, ts_worker, setup, words):
+    """Refused before anything is written; an email that exists ends failed with the reason."""
     client, settings = ts_worker
     email_id = "no-such-email"
     if setup != "unknown":
-        seeded = await seed_email(db, members=0 if setup == "no_subscribers" else 5,
-                                  recipient_filter="label:vip" if setup == "bad_filter" else "all")
+        recipient_filter = {"bad_filter": "flavour:vanilla", "missing_label": "label:vip"}.get(setup, "all")
+        seeded = await seed_email(db, members=0 if setup == "no_subscribers" else 5, recipient_filter=recipient_filter)
         email_id = seeded.email_id
     with pytest.raises(WorkflowFailureError) as failed:
         await run_send(client, settings, email_id)
     assert words in str(failed.value.cause)
     assert await db.fetchval("SELECT count(*) FROM email_batches") == 0
-    assert await db.fetchval("SELECT count(*) FROM emails WHERE status <> 'pending'") == 0
+    assert await db.fetchval("SELECT count(*) FROM email_recipients") == 0
+    if setup != "unknown":
+        email = await db.fetchrow("SELECT status, error, locked_by FROM emails WHERE id = $1", email_id)
+        assert email["status"] == "failed" and words in email["error"] and email["locked_by"] is None
     assert mailgun.stats()["messages"] == 0

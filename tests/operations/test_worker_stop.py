@@ -45,6 +45,7 @@ def start_worker(settings, dev_env, **extra_env: str) -> subprocess.Popen:
            "TEMPORAL_ADDRESS": dev_env.client.service_client.config.target_host,
            "PRESSROOM_TASK_QUEUE": settings.task_queue, "MAILGUN_BASE_URL": settings.mailgun_base_url,
            "MAILGUN_API_KEY": settings.mailgun_api_key.get_secret_value(), "MAILGUN_DOMAIN": settings.mailgun_domain,
+           "PRESSROOM_MEMBERS_LINK_SECRET": settings.members_link_secret.get_secret_value(),
            "PRESSROOM_LOG_FORMAT": "json", **extra_env}
     return subprocess.Popen([sys.executable, "-m", "starter", "worker"], cwd=ROOT, env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)

@@ -160,7 +160,7 @@ async def test_a_receiver_killed_mid_burst_loses_nothing_the_simulator_retries(
     async def serve():
         process = await start_cli("webhooks", "serve", "--port", str(port), env=env)
         line = await asyncio.wait_for(process.stdout.readline(), 60)
-        assert b"webhook receiver on" in line, (await process.stderr.read()).decode()
+        assert b"front door on" in line, (await process.stderr.read()).decode()
         return process
 
     receiver = await serve()

@@ -110,10 +110,17 @@ def _epoch(moment: datetime) -> str:
 
 
 def _span_path(url: str) -> str:
-    """A request's path for its span, without the query string, and with a paging link's token
-    (opaque, but it encodes the query, a recipient's address among it) as `{page}`."""
-    head, paging, _ = httpx.URL(url).path.partition("/events/")
-    return f"{head}/events/{{page}}" if paging else head
+    """A request's path for its span, without the query string, with a paging link's token
+    (opaque, but it encodes the query, a recipient's address among it) as `{page}`, and a
+    suppression's address (`/v3/{domain}/bounces/{address}`) as `{address}`: spans carry ids."""
+    path = httpx.URL(url).path
+    head, paging, _ = path.partition("/events/")
+    if paging:
+        return f"{head}/events/{{page}}"
+    parts = path.split("/")
+    if len(parts) >= 5 and parts[3] in SUPPRESSION_LISTS:
+        return "/".join([*parts[:4], "{address}"])
+    return path
 
 
 

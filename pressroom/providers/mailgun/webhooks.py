@@ -30,8 +30,11 @@ class WebhookSignature:
     token: str
 
 
-def verify_webhook(signing_key: str, body: Any, now: float, max_age: float) -> WebhookSignature:
+def verify_webhook(signing_key: str, body: Any, now: float, max_age: float,
+                   retry_window: float | None = None) -> WebhookSignature:
     """The request's signature checked (compared in constant time) and fresh: its timestamp and token.
+    Fresh: signed at most `retry_window` ago (default `max_age`: a retry may carry its first
+    signature) and at most `max_age` ahead (clocks differ).
 
     Raises ValueError with the reason to refuse it (one line: "signature does not match", …)."""
     signature = body.get("signature") if isinstance(body, dict) else None
@@ -44,7 +47,7 @@ def verify_webhook(signing_key: str, body: Any, now: float, max_age: float) -> W
         raise ValueError("signature fields malformed")
     if not hmac.compare_digest(webhook_signature(signing_key, timestamp, token), given.lower()):
         raise ValueError("signature does not match")
-    if abs(now - int(timestamp)) > max_age:
+    if now - int(timestamp) > (max_age if retry_window is None else retry_window) or int(timestamp) - now > max_age:
         raise ValueError("timestamp stale")
     return WebhookSignature(int(timestamp), token)
 
@@ -62,8 +65,8 @@ class MailgunPush:
     def __repr__(self) -> str:
         return "MailgunPush()"
 
-    def verify(self, body: Any, now: float, max_age: float) -> PushedEvent:
-        signature = verify_webhook(self._signing_key, body, now, max_age)
+    def verify(self, body: Any, now: float, max_age: float, retry_window: float | None = None) -> PushedEvent:
+        signature = verify_webhook(self._signing_key, body, now, max_age, retry_window)
         return PushedEvent(timestamp=signature.timestamp, token=signature.token, item=body["event-data"])
 
     def parse_event(self, item: Any) -> DeliveryEvent | EventRejected:

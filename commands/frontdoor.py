@@ -1,0 +1,50 @@
+"""`pressroom serve`: the front door (members' unsubscribe links, the provider's webhooks, health)."""
+
+from __future__ import annotations
+
+import typer
+
+from commands import console, run_async
+from pressroom.errors import PressroomError
+from pressroom.settings import get_settings
+
+app = typer.Typer()
+
+HOST_OPTION = typer.Option("127.0.0.1", "--host", help="Address to bind (behind a TLS proxy).")
+PORT_OPTION = typer.Option(8090, "--port", min=1, max=65535, help="Port to listen on.")
+
+
+@app.command("serve")
+def serve_command(host: str = HOST_OPTION, port: int = PORT_OPTION) -> None:
+    """Serve /unsubscribe/, /webhooks/mailgun and /healthz until SIGINT or SIGTERM."""
+    serve_front_door(host, port)
+
+
+def serve_front_door(host: str, port: int) -> None:
+    import asyncio
+    import signal
+
+    import worker as worker_module
+    from operations.frontdoor import HEALTH_PATH, UNSUBSCRIBE_PATH, serve
+    from operations.webhooks import PATH
+
+    settings = get_settings()
+    settings.require_webhook_signing_key()
+    settings.require_members_link_secret()
+    worker_module.configure_logging(settings)
+
+    async def work() -> None:
+        task = asyncio.create_task(serve(host, port, settings, ready=lambda: console.print(
+            f"front door on http://{host}:{port}: {UNSUBSCRIBE_PATH}, {PATH}, {HEALTH_PATH}", highlight=False)))
+        loop = asyncio.get_running_loop()
+        for number in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(number, task.cancel)
+        try:
+            await task
+        except asyncio.CancelledError:
+            pass
+
+    try:
+        run_async(work())
+    except OSError as error:
+        raise PressroomError(f"the front door cannot listen on {host}:{port}: {error.strerror}") from None

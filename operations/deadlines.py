@@ -1,0 +1,137 @@
+"""What one client of the front door may hold: deadlines for a request's head and body, and a cap
+on open connections.
+
+aiohttp keeps none of these for a request in progress: a client that sends half its headers, or a
+body at one byte every few seconds, holds a connection (and its memory) for as long as it likes.
+Each connection's aiohttp protocol is wrapped here: its request head must arrive within the head
+deadline of the connection opening or of the last answer (so an idle keep-alive connection goes
+too), a handler reads a body under its own deadline (`read_body`), and past the cap a new
+connection is closed at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from aiohttp import web
+
+
+class BodyTooLarge(Exception):
+    pass
+
+
+class BodyTooSlow(Exception):
+    pass
+
+
+async def read_body(request: web.Request, max_bytes: int, seconds: float) -> bytes:
+    """The request's body, at most `max_bytes`, read within `seconds`; past the deadline the
+    connection is dropped (BodyTooSlow), and nothing more is read from it."""
+    from aiohttp import web
+
+    if request.content_length is not None and request.content_length > max_bytes:
+        raise BodyTooLarge
+    try:
+        async with asyncio.timeout(seconds):
+            body = await request.read()
+    except TimeoutError:
+        if request.transport is not None:
+            request.transport.abort()
+        raise BodyTooSlow from None
+    except web.HTTPRequestEntityTooLarge:
+        raise BodyTooLarge from None
+    if len(body) > max_bytes:
+        raise BodyTooLarge
+    return body
+
+
+@dataclass
+class Connections:
+    """The open connections and what the guard did: dropped for a slow head, closed over the cap."""
+
+    head_seconds: float
+    max_open: int
+    open: dict[Any, _Guarded] = field(default_factory=dict)
+    dropped_slow: int = 0
+    refused_over_cap: int = 0
+
+    def protocol_factory(self, inner: Callable[[], asyncio.Protocol]) -> Callable[[], asyncio.Protocol]:
+        return lambda: _Guarded(self, inner())
+
+    def middleware(self):
+        """Marks a request handled (no head deadline while its handler runs) and waiting again after."""
+        from aiohttp import web
+
+        @web.middleware
+        async def guarded(request: web.Request, handler):
+            connection = self.open.get(request.transport)
+            if connection is not None:
+                connection.handling()
+            try:
+                return await handler(request)
+            finally:
+                if connection is not None:
+                    connection.wait_for_head()
+        return guarded
+
+
+class _Guarded(asyncio.Protocol):
+    """One connection: aiohttp's protocol inside, the head deadline and the cap around it."""
+
+    def __init__(self, connections: Connections, inner: Any) -> None:
+        self.connections, self.inner = connections, inner
+        self.transport: asyncio.Transport | None = None
+        self._timer: asyncio.TimerHandle | None = None
+        self._started = False
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        if len(self.connections.open) >= self.connections.max_open:
+            self.connections.refused_over_cap += 1
+            transport.abort()  # type: ignore[attr-defined]
+            return
+        self.connections.open[transport] = self
+        self._started = True
+        self.inner.connection_made(transport)
+        self.wait_for_head()
+
+    def wait_for_head(self) -> None:
+        self._cancel()
+        if self.transport is not None and not self.transport.is_closing():
+            self._timer = asyncio.get_running_loop().call_later(self.connections.head_seconds, self._too_slow)
+
+    def handling(self) -> None:
+        self._cancel()
+
+    def _too_slow(self) -> None:
+        self._timer = None
+        self.connections.dropped_slow += 1
+        if self.transport is not None:
+            self.transport.abort()
+
+    def _cancel(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def data_received(self, data: bytes) -> None:
+        self.inner.data_received(data)
+
+    def eof_received(self) -> bool | None:
+        return self.inner.eof_received()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._cancel()
+        self.connections.open.pop(self.transport, None)
+        if self._started:
+            self.inner.connection_lost(exc)
+
+    def pause_writing(self) -> None:
+        self.inner.pause_writing()
+
+    def resume_writing(self) -> None:
+        self.inner.resume_writing()

@@ -1,0 +1,329 @@
+"""The front door, `pressroom serve`: everything that reaches Pressroom from the internet, in one
+stateless server behind the operator's TLS proxy.
+
+- GET /unsubscribe/?uuid=…&key=…[&newsletter=…][&email=…]: a small page (which newsletter, the
+  address masked, a button, and "all newsletters"). It never changes anything: mail scanners open
+  every link.
+- POST /unsubscribe/ (same query): RFC 8058's one-click request (`List-Unsubscribe=One-Click` as a
+  form body) and the page's buttons (`scope=all` for every newsletter).
+- POST /webhooks/mailgun: the provider's signed events (operations/webhooks.py).
+- GET /healthz: 200 when PostgreSQL answers.
+
+A link is the reference platform's: `key` is the hex HMAC-SHA256 of the member's uuid keyed with
+PRESSROOM_MEMBERS_LINK_SECRET, compared in constant time before the database is asked anything. A
+wrong or missing key, a malformed or unknown uuid or newsletter all get the same 404 (no way to
+learn who is a member), change nothing, and are counted by reason and logged (rate-limited, the
+reason only). A member leaves through `activities.delivery_events.leave`, the statement a
+provider's unsubscribe event runs; repeating a request answers 200 and changes nothing more.
+
+Every connection is held to deadlines (operations/deadlines.py): the request head, the body, a
+cap on open connections.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import html
+import logging
+import re
+import uuid as uuid_module
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from operations.webhooks import LINK_SOURCE, PATH, Receiver, flush_refusals, metrics_runtime
+from pressroom.settings import Settings, get_settings
+
+if TYPE_CHECKING:
+    import asyncpg
+    from aiohttp import web
+
+log = logging.getLogger("pressroom.frontdoor")
+
+UNSUBSCRIBE_PATH = "/unsubscribe/"
+HEALTH_PATH = "/healthz"
+MAX_FORM_BYTES = 4096  # a one-click body or the page's button: a few dozen bytes
+_KEY = re.compile(r"[0-9a-fA-F]{64}")
+_EMAIL_ID = re.compile(r"[A-Za-z0-9_-]{1,100}")
+_ONE_CLICK = "List-Unsubscribe=One-Click"
+
+_MEMBER = """
+SELECT m.id, m.email, n.id AS newsletter_id, n.name AS newsletter_name,
+       EXISTS (SELECT 1 FROM members_newsletters mn WHERE mn.member_id = m.id
+               AND ($2::uuid IS NULL OR mn.newsletter_id = n.id)) AS subscribed
+FROM members m LEFT JOIN newsletters n ON n.uuid = $2::uuid
+WHERE m.uuid = $1::uuid"""
+
+
+class NotAValidLink(Exception):
+    """The one answer to every bad link (404); the reason is for the count and the log only."""
+
+
+@dataclass(frozen=True)
+class Link:
+    member_uuid: str
+    newsletter_uuid: str | None
+    email_id: str | None
+
+
+def mask_address(address: str) -> str:
+    """`j•••@e•••.com`: enough for a member to recognise their address, too little to read it."""
+    local, _, domain = address.rpartition("@")
+    name, dot, tld = domain.rpartition(".")
+    shown_domain = f"{name[:1]}•••{dot}{tld}" if name else f"{domain[:1]}•••"
+    return f"{local[:1]}•••@{shown_domain}"
+
+
+def canonical_uuid(value: str | None) -> str | None:
+    """The uuid as the reference platform writes it (lowercase, hyphenated), or None."""
+    if not value or len(value) != 36:
+        return None
+    try:
+        parsed = str(uuid_module.UUID(value))
+    except ValueError:
+        return None
+    return parsed if parsed == value.lower() else None
+
+
+class Unsubscribe:
+    """GET shows, POST leaves: the members' links."""
+
+    def __init__(self, pool: asyncpg.Pool, settings: Settings, runtime: Any = None) -> None:
+        from temporalio.common import MetricMeter
+
+        from pressroom.logs import Refusals
+
+        self.pool = pool
+        self._secret = settings.require_members_link_secret()
+        self.body_seconds = settings.serve_body_timeout_seconds
+        self.refusals = Refusals(log, "unsubscribe link")
+        meter = runtime.metric_meter if runtime is not None else MetricMeter.noop
+        self.requests = meter.create_counter("pressroom_unsubscribe_requests", "unsubscribe link requests by outcome")
+
+    def routes(self) -> list:
+        from aiohttp import web
+
+        return [web.get(UNSUBSCRIBE_PATH, self._unavailable_as_503(self.page)),
+                web.post(UNSUBSCRIBE_PATH, self._unavailable_as_503(self.leave))]
+
+    def _unavailable_as_503(self, handler):
+        """A database that cannot answer now is "try again" (503), never a refusal of the link."""
+        async def answer(request: web.Request) -> web.Response:
+            try:
+                return await handler(request)
+            except Exception as error:
+                if not isinstance(error, (OSError, asyncio.TimeoutError)) \
+                        and not type(error).__module__.startswith("asyncpg"):
+                    raise
+                self.requests.with_additional_attributes({"outcome": "unavailable"}).add(1)
+                log.error("unsubscribe link not handled (503): %s", type(error).__name__)
+                return _page("Try again", "<p>This cannot be done right now. Please try again in a few "
+                                          "minutes.</p>", status=503)
+        return answer
+
+    def _link(self, request: web.Request) -> Link:
+        """The link's member, checked by its key in constant time; NotAValidLink otherwise."""
+        import hmac
+
+        from pressroom.email_rendering import member_key
+
+        query = request.rel_url.query
+        member_uuid = canonical_uuid(query.get("uuid"))
+        if member_uuid is None:
+            raise NotAValidLink("uuid missing or malformed")
+        key = query.get("key")
+        if not key:
+            raise NotAValidLink("key missing")
+        if not _KEY.fullmatch(key) or not hmac.compare_digest(member_key(self._secret, member_uuid), key.lower()):
+            raise NotAValidLink("key does not match")
+        newsletter = query.get("newsletter")
+        newsletter_uuid = canonical_uuid(newsletter) if newsletter else None
+        if newsletter and newsletter_uuid is None:
+            raise NotAValidLink("newsletter malformed")
+        email_id = query.get("email")
+        # Only says which email to count the leaving against: ignored unless it looks like an id.
+        return Link(member_uuid, newsletter_uuid, email_id if email_id and _EMAIL_ID.fullmatch(email_id) else None)
+
+    async def _member(self, conn, link: Link):
+        row = await conn.fetchrow(_MEMBER, link.member_uuid, link.newsletter_uuid)
+        if row is None:
+            raise NotAValidLink("member unknown")
+        if link.newsletter_uuid is not None and row["newsletter_id"] is None:
+            raise NotAValidLink("newsletter unknown")
+        return row
+
+    def _refused(self, reason: str) -> web.Response:
+        kind = self.refusals.refused(reason, 404)
+        self.requests.with_additional_attributes({"outcome": "refused", "reason": kind}).add(1)
+        return _page("Link not valid", "<p>This unsubscribe link is not valid. Use the link in the latest email "
+                     "you received, or write to the sender.</p>", status=404)
+
+    async def page(self, request: web.Request) -> web.Response:
+        """What the link would do, with buttons; reads only."""
+        with _span("GET") as span:
+            try:
+                link = self._link(request)
+                async with self.pool.acquire() as conn:
+                    row = await self._member(conn, link)
+            except NotAValidLink as refusal:
+                span.set_attribute("http.response.status_code", 404)
+                return self._refused(str(refusal))
+            span.set_attribute("http.response.status_code", 200)
+        self.requests.with_additional_attributes({"outcome": "page"}).add(1)
+        address = html.escape(mask_address(row["email"]))
+        action = html.escape(f"{UNSUBSCRIBE_PATH}?{request.rel_url.query_string}", quote=True)
+        if link.newsletter_uuid is not None:
+            name = html.escape(row["newsletter_name"])
+            state = (f"<p>Stop sending <strong>{name}</strong> to {address}?</p>" if row["subscribed"] else
+                     f"<p>{address} no longer receives <strong>{name}</strong>.</p>")
+            buttons = (f'<button type="submit" name="scope" value="newsletter">Unsubscribe from {name}</button> '
+                       if row["subscribed"] else "")
+        else:
+            state = f"<p>Stop sending newsletters to {address}?</p>"
+            buttons = ""
+        buttons += '<button type="submit" name="scope" value="all">Unsubscribe from all newsletters</button>'
+        return _page("Unsubscribe", f'{state}<form method="post" action="{action}">{buttons}</form>')
+
+    async def leave(self, request: web.Request) -> web.Response:
+        """RFC 8058's one-click POST, or the page's button: the member leaves; 200 again on a repeat."""
+        from activities.delivery_events import leave_by_link
+        from operations.deadlines import BodyTooLarge, BodyTooSlow, read_body
+
+        with _span("POST") as span:
+            try:
+                link = self._link(request)
+                try:
+                    body = await read_body(request, MAX_FORM_BYTES, self.body_seconds)
+                except (BodyTooLarge, BodyTooSlow) as error:
+                    raise NotAValidLink("body too large" if isinstance(error, BodyTooLarge) else "body too slow") \
+                        from None
+                every = _scope(body) == "all" or link.newsletter_uuid is None
+                row = await leave_by_link(self.pool, link.member_uuid, link.newsletter_uuid, every, link.email_id)
+                if row is None:
+                    raise NotAValidLink("member unknown")
+                if link.newsletter_uuid is not None and row["newsletter_id"] is None:
+                    raise NotAValidLink("newsletter unknown")  # and nothing was left
+                removed = row["removed"]
+            except NotAValidLink as refusal:
+                span.set_attribute("http.response.status_code", 404)
+                return self._refused(str(refusal))
+            span.set_attribute("http.response.status_code", 200)
+        self.requests.with_additional_attributes({"outcome": "left" if removed else "already"}).add(1)
+        what = "any newsletter" if every else f"<strong>{html.escape(row['newsletter_name'])}</strong>"
+        return _page("Unsubscribed", f"<p>{html.escape(mask_address(row['email']))} will not receive {what} "
+                                     "any more.</p>")
+
+
+def _scope(body: bytes) -> str:
+    """`all` when the page's "all newsletters" button was pressed; else the link's newsletter."""
+    from urllib.parse import parse_qs
+
+    try:
+        form = parse_qs(body.decode("ascii"), max_num_fields=4)
+    except (UnicodeDecodeError, ValueError):
+        return "newsletter"
+    return "all" if form.get("scope") == ["all"] else "newsletter"
+
+
+def _span(method: str):
+    from opentelemetry.trace import SpanKind
+
+    from pressroom import tracing
+
+    # The path only: the query holds the key.
+    return tracing.span(f"{method} {UNSUBSCRIBE_PATH}", {"http.request.method": method, "url.path": UNSUBSCRIBE_PATH},
+                        kind=SpanKind.SERVER)
+
+
+def _page(title: str, body: str, status: int = 200) -> web.Response:
+    from aiohttp import web
+
+    text = (f'<!doctype html><html lang="en"><head><meta charset="utf-8">'
+            f'<meta name="viewport" content="width=device-width, initial-scale=1">'
+            f'<meta name="robots" content="noindex"><title>{title}</title>'
+            f'<style>body{{font-family:system-ui,sans-serif;max-width:32rem;margin:4rem auto;padding:0 1rem}}'
+            f'button{{margin:.25rem 0;padding:.5rem 1rem}}</style></head>'
+            f'<body><main><h1>{title}</h1>{body}</main></body></html>')
+    return web.Response(status=status, text=text, content_type="text/html",
+                        headers={"Cache-Control": "no-store", "Referrer-Policy": "no-referrer",
+                                 "X-Frame-Options": "DENY",
+                                 "Content-Security-Policy": "default-src 'none'; style-src 'unsafe-inline'; "
+                                                            "form-action 'self'"})
+
+
+class FrontDoor:
+    """The server's parts: the members' links, the provider's webhooks, health, and the guard."""
+
+    def __init__(self, pool: asyncpg.Pool, settings: Settings, runtime: Any = None) -> None:
+        from operations.deadlines import Connections
+
+        self.pool = pool
+        self.unsubscribe = Unsubscribe(pool, settings, runtime)
+        self.receiver = Receiver(pool, settings, runtime)
+        self.connections = Connections(settings.serve_header_timeout_seconds, settings.serve_max_connections)
+        self._server: asyncio.Server | None = None
+        self._runner = None
+
+    def app(self) -> web.Application:
+        from aiohttp import web
+
+        app = web.Application(client_max_size=self.receiver.max_body, middlewares=[self.connections.middleware()])
+        app.add_routes([*self.unsubscribe.routes(), *self.receiver.routes(), web.get(HEALTH_PATH, self.health)])
+        return app
+
+    async def health(self, request: web.Request) -> web.Response:
+        from aiohttp import web
+
+        try:
+            await asyncio.wait_for(self.pool.fetchval("SELECT 1"), 5)
+        except Exception:  # the database is what the front door needs to do anything
+            return web.Response(status=503, text="database unavailable")
+        return web.Response(text="ok")
+
+    async def start(self, host: str, port: int) -> None:
+        """Listen on host:port (guarded connections); returns once listening."""
+        from aiohttp import web
+
+        self._runner = web.AppRunner(self.app(), access_log=None, handle_signals=False,
+                                     keepalive_timeout=self.connections.head_seconds)
+        await self._runner.setup()
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_server(self.connections.protocol_factory(self._runner.server), host, port,
+                                                backlog=1024)
+
+    async def flush_refusals(self) -> None:
+        await self.receiver.flush_refusals()
+        await flush_refusals(self.pool, LINK_SOURCE, self.unsubscribe.refusals)
+
+    async def flush_refusals_forever(self) -> None:
+        from operations.webhooks import REFUSALS_FLUSH_SECONDS
+
+        while True:
+            await asyncio.sleep(REFUSALS_FLUSH_SECONDS)
+            await self.flush_refusals()
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            self._server.close()
+        if self._runner is not None:
+            await self._runner.cleanup()
+        await self.flush_refusals()
+
+
+async def serve(host: str, port: int, settings: Settings | None = None, *, ready=None) -> None:
+    """Run the front door until cancelled (SIGINT/SIGTERM in the command)."""
+    from pressroom import database
+
+    settings = settings or get_settings()
+    pool = await database.connect(settings.require_database(), max_size=20)
+    door = FrontDoor(pool, settings, metrics_runtime(settings))
+    flusher = asyncio.create_task(door.flush_refusals_forever())
+    try:
+        await door.start(host, port)
+        log.info("front door on http://%s:%d (%s, %s, %s)", host, port, UNSUBSCRIBE_PATH, PATH, HEALTH_PATH)
+        if ready is not None:
+            ready()
+        await asyncio.Event().wait()
+    finally:
+        flusher.cancel()
+        await door.stop()
+        await pool.close()

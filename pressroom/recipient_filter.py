@@ -1,0 +1,220 @@
+"""An email's recipient filter, in the reference platform's syntax, parsed into a tree.
+
+Grammar (whitespace between tokens is ignored; `,` outside brackets is "or", `+` is "and" and binds
+tighter, so `a,b+c` is `a,(b+c)`):
+
+    filter  := "all" | or
+    or      := and ("," and)*
+    and     := atom ("+" atom)*
+    atom    := "(" or ")" | term
+    term    := KEY ":" ["-"] values          -- "-": members without any of the values
+    values  := VALUE | "[" VALUE ("," VALUE)* "]"
+    KEY     := "status" | "label" | "tier" | "product"      -- product is tier's other name
+    VALUE   := [A-Za-z0-9_][A-Za-z0-9_-]*    -- a slug; for status one of free, paid, comped
+
+A hand-written tokenizer and recursive-descent parser: anything outside the grammar is refused
+with the position and the text that does not fit, never guessed. Pure: no I/O. What a tree means
+in SQL is activities/newsletter/audience.py's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+MEMBER_STATUSES = ("free", "paid", "comped")
+KEYS = ("status", "label", "tier", "product")
+_WORD_START = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_")
+_WORD = _WORD_START | {"-"}
+_PUNCTUATION = frozenset("()[],+:-")
+_SHOWN = 40  # characters of a refused filter quoted in its error
+
+
+class FilterError(ValueError):
+    """The filter is outside the grammar; the message names what does not fit, in one line."""
+
+
+@dataclass(frozen=True)
+class Term:
+    key: str  # status | label | tier ("product" is read as tier)
+    values: tuple[str, ...]
+    negated: bool = False
+
+    def __str__(self) -> str:
+        values = self.values[0] if len(self.values) == 1 else f"[{','.join(self.values)}]"
+        return f"{self.key}:{'-' if self.negated else ''}{values}"
+
+
+@dataclass(frozen=True)
+class And:
+    parts: tuple[Node, ...]
+
+    def __str__(self) -> str:
+        return "+".join(f"({p})" if isinstance(p, Or) else str(p) for p in self.parts)
+
+
+@dataclass(frozen=True)
+class Or:
+    parts: tuple[Node, ...]
+
+    def __str__(self) -> str:
+        return ",".join(str(p) for p in self.parts)
+
+
+@dataclass(frozen=True)
+class Everyone:
+    def __str__(self) -> str:
+        return "all"
+
+
+Node = Term | And | Or | Everyone
+
+
+@dataclass(frozen=True)
+class _Token:
+    kind: str  # a punctuation character, "word" or "end"
+    text: str
+    at: int
+
+
+def _tokens(text: str) -> list[_Token]:
+    out, i = [], 0
+    while i < len(text):
+        c = text[i]
+        if c.isspace():
+            i += 1
+        elif c in _WORD_START:
+            start = i
+            while i < len(text) and text[i] in _WORD:
+                i += 1
+            out.append(_Token("word", text[start:i], start))
+        elif c in _PUNCTUATION:
+            out.append(_Token(c, c, i))
+            i += 1
+        else:
+            raise FilterError(f"recipient filter {_quoted(text)}: character {c!r} at {i + 1} is not part of a filter")
+    out.append(_Token("end", "", len(text)))
+    return out
+
+
+def _quoted(text: str) -> str:
+    return repr(text if len(text) <= _SHOWN else text[:_SHOWN] + "…")
+
+
+class _Parser:
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.tokens = _tokens(text)
+        self.i = 0
+
+    def peek(self) -> _Token:
+        return self.tokens[self.i]
+
+    def take(self, kind: str, what: str) -> _Token:
+        token = self.peek()
+        if token.kind != kind:
+            self.refuse(what)
+        self.i += 1
+        return token
+
+    def refuse(self, what: str):
+        token = self.peek()
+        found = "the end" if token.kind == "end" else repr(token.text)
+        raise FilterError(f"recipient filter {_quoted(self.text)}: expected {what} at {token.at + 1}, found {found}")
+
+    def filter(self) -> Node:
+        if self.peek().kind == "word" and self.peek().text.lower() == "all" and self.tokens[1].kind == "end":
+            return Everyone()
+        tree = self.or_()
+        if self.peek().kind != "end":
+            self.refuse("',', '+' or the end")
+        return tree
+
+    def or_(self) -> Node:
+        parts = [self.and_()]
+        while self.peek().kind == ",":
+            self.i += 1
+            parts.append(self.and_())
+        return parts[0] if len(parts) == 1 else Or(tuple(parts))
+
+    def and_(self) -> Node:
+        parts = [self.atom()]
+        while self.peek().kind == "+":
+            self.i += 1
+            parts.append(self.atom())
+        return parts[0] if len(parts) == 1 else And(tuple(parts))
+
+    def atom(self) -> Node:
+        if self.peek().kind == "(":
+            self.i += 1
+            inner = self.or_()
+            self.take(")", "')'")
+            return inner
+        return self.term()
+
+    def term(self) -> Term:
+        key_token = self.take("word", "a term (status:, label:, tier: or product:)")
+        key = key_token.text.lower()
+        if key not in KEYS:
+            raise FilterError(f"recipient filter {_quoted(self.text)}: unknown term {key_token.text!r} "
+                              f"at {key_token.at + 1}; use status:, label:, tier: or product:")
+        self.take(":", f"':' after {key_token.text}")
+        negated = self.peek().kind == "-"
+        if negated:
+            self.i += 1
+        if self.peek().kind == "[":
+            self.i += 1
+            values = [self.value(key)]
+            while self.peek().kind == ",":
+                self.i += 1
+                values.append(self.value(key))
+            self.take("]", "',' or ']'")
+        else:
+            values = [self.value(key)]
+        return Term("tier" if key == "product" else key, tuple(dict.fromkeys(values)), negated)
+
+    def value(self, key: str) -> str:
+        token = self.take("word", f"a {key} value")
+        if key == "status":
+            if token.text.lower() not in MEMBER_STATUSES:
+                raise FilterError(f"recipient filter {_quoted(self.text)}: unknown status {token.text!r} at "
+                                  f"{token.at + 1}; use free, paid or comped")
+            return token.text.lower()
+        return token.text
+
+
+def parse(text: str | None) -> Node:
+    """The filter's tree; an empty filter is refused (the reference platform's `all` means everyone)."""
+    text = text or ""
+    if not text.strip():
+        raise FilterError("recipient filter is empty: use all, or terms such as status:-free, label:vip, tier:gold")
+    return _Parser(text).filter()
+
+
+def terms(tree: Node) -> list[Term]:
+    """Every term of the tree, left to right."""
+    if isinstance(tree, Term):
+        return [tree]
+    if isinstance(tree, (And, Or)):
+        return [t for part in tree.parts for t in terms(part)]
+    return []
+
+
+def slugs(tree: Node, key: str) -> list[str]:
+    """The label or tier slugs the tree names, each once: they must exist before a send."""
+    return list(dict.fromkeys(v for t in terms(tree) if t.key == key for v in t.values))
+
+
+def statuses_only(tree: Node) -> frozenset[str]:
+    """The member statuses a tree of status terms selects (a block's data-gh-segment, the report's
+    segments); a label or tier term is refused here, where only statuses can be judged."""
+    if isinstance(tree, Everyone):
+        return frozenset(MEMBER_STATUSES)
+    if isinstance(tree, Term):
+        if tree.key != "status":
+            raise FilterError(f"{tree} is not a status term")
+        chosen = frozenset(tree.values)
+        return frozenset(MEMBER_STATUSES) - chosen if tree.negated else chosen
+    sets = [statuses_only(part) for part in tree.parts]
+    if isinstance(tree, And):
+        return frozenset.intersection(*sets)
+    return frozenset.union(*sets)

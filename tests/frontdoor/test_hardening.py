@@ -1,0 +1,153 @@
+"""The front door tried as an attacker would: reused envelopes, half-sent requests, a crowd of idle
+connections, plain-http webhook URLs, blank keys. Real sockets, real PostgreSQL."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+import httpx
+import pytest
+
+from operations.webhooks import PATH, webhook_url
+from pressroom.errors import BadInput
+from pressroom.logs import RunFormatter
+from pressroom.settings import ConfigurationError, load_settings
+from tests.webhooks.conftest import delivered, post, signed
+
+from .conftest import close_door, open_door
+
+# Generous bounds so that a test never hangs; the deadlines under test are one second.
+NEVER = 30.0
+
+
+async def closed_by_server(reader: asyncio.StreamReader) -> bytes:
+    """What the server sent before it closed the connection (b"" when it just dropped it)."""
+    received = b""
+    try:
+        while chunk := await asyncio.wait_for(reader.read(65536), NEVER):
+            received += chunk
+    except ConnectionResetError:
+        pass
+    return received
+
+
+async def test_a_reused_envelope_is_refused_whatever_its_first_event_was(db, front_door, mailgun):
+    key = mailgun.webhook_signing_key
+    url = f"{front_door.base}{PATH}"
+    stamp, token = int(time.time()), "t" * 50
+    # The first event with this envelope is unusable (set aside, 406): the token is spent all the same.
+    assert await post(url, signed(delivered(1, recipient="member1\x00@example.com"), key, timestamp=stamp,
+                                  token=token)) == 406
+    forged_complaint = signed(delivered(1, kind="complained"), key, timestamp=stamp, token=token)
+    assert await post(url, forged_complaint) == 406
+    good = signed(delivered(2), key)
+    assert await post(url, good) == 200
+    assert await post(url, {**good, "event-data": delivered(2, kind="complained")}) == 406
+    assert await db.fetchval("SELECT count(*) FROM webhook_inbox") == 1
+    assert await db.fetchval("SELECT count(*) FROM delivery_events_rejected") == 1
+    await front_door.door.flush_refusals()
+    counts = {r["reason"]: r["count"] for r in await db.fetch(
+        "SELECT reason, count FROM webhook_refusals WHERE provider = 'mailgun'")}
+    assert counts == {"event unusable": 1, "token replayed": 2}
+
+
+async def test_a_retry_carrying_its_first_signature_is_taken_within_the_retry_window(db, front_door, mailgun):
+    """Mailgun retries an event answered 503 for 8 hours, and does not say it signs the retry anew."""
+    key, url = mailgun.webhook_signing_key, f"{front_door.base}{PATH}"
+    assert await post(url, signed(delivered(1), key, timestamp=int(time.time()) - 4 * 3600)) == 200
+    assert await post(url, signed(delivered(2), key, timestamp=int(time.time()) - 10 * 3600)) == 406
+    assert await post(url, signed(delivered(3), key, timestamp=int(time.time()) + 3600)) == 406
+    expires = await db.fetchval("SELECT min(expires_at) - now() FROM webhook_tokens")
+    assert expires.total_seconds() > 4 * 3600  # a replay of the retried one stays refused
+
+
+async def test_half_sent_heads_idle_connections_and_slow_bodies_are_dropped(db, front_door, mailgun):
+    host, port = "127.0.0.1", front_door.port
+    half_head = await asyncio.open_connection(host, port)
+    half_head[1].write(b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Slow: 1")  # no end of the head
+    idle = await asyncio.open_connection(host, port)  # sends nothing at all
+    slow_body = await asyncio.open_connection(host, port)
+    slow_body[1].write(f"POST {PATH} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                       f"Content-Length: 1000\r\n\r\n{{\"signature\":".encode())
+    kept_alive = await asyncio.open_connection(host, port)  # one request answered, then silence
+    kept_alive[1].write(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+    for _, writer in (half_head, idle, slow_body, kept_alive):
+        await writer.drain()
+
+    assert await closed_by_server(half_head[0]) == b""
+    assert await closed_by_server(idle[0]) == b""
+    assert await closed_by_server(slow_body[0]) == b""
+    answered = await closed_by_server(kept_alive[0])
+    assert answered.startswith(b"HTTP/1.1 200") and answered.endswith(b"ok")
+    for _, writer in (half_head, idle, slow_body, kept_alive):
+        writer.close()
+
+    async def all_closed():
+        return not front_door.door.connections.open
+    deadline = time.monotonic() + NEVER
+    while not await all_closed() and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)
+    assert await all_closed()
+    assert front_door.door.connections.dropped_slow >= 3
+    await front_door.door.flush_refusals()
+    assert await db.fetchval("SELECT count FROM webhook_refusals WHERE reason = 'body too slow'") == 1
+    async with httpx.AsyncClient() as http:  # and it still serves
+        assert (await http.get(f"{front_door.base}/healthz")).status_code == 200
+
+
+async def test_connections_past_the_cap_are_closed_at_once(webhook_settings, db):
+    running = await open_door(webhook_settings, serve_max_connections=20, serve_header_timeout_seconds=60)
+    opened = []
+    try:
+        for _ in range(20):
+            opened.append(await asyncio.open_connection("127.0.0.1", running.port))
+
+        async def all_held():
+            return len(running.door.connections.open) == 20
+        deadline = time.monotonic() + NEVER
+        while not await all_held() and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        assert await all_held()
+        reader, writer = await asyncio.open_connection("127.0.0.1", running.port)
+        writer.write(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert await closed_by_server(reader) == b""
+        writer.close()
+        assert running.door.connections.refused_over_cap == 1
+        for _, held in opened:
+            held.close()
+    finally:
+        await close_door(running)
+
+
+def test_webhook_urls_are_https_or_this_machine():
+    assert webhook_url(f"https://hooks.example.com{PATH}")
+    for local in (f"http://127.0.0.1:8090{PATH}", f"http://localhost:8090{PATH}", f"http://[::1]:8090{PATH}"):
+        assert webhook_url(local) == local
+    for refused in (f"http://hooks.example.com{PATH}", f"http://10.0.0.5{PATH}", f"ftp://hooks.example.com{PATH}",
+                    f"https://user:pw@hooks.example.com{PATH}"):
+        with pytest.raises(BadInput):
+            webhook_url(refused)
+
+
+@pytest.mark.parametrize("variable, field", [("MAILGUN_WEBHOOK_SIGNING_KEY", "webhook_signing_key"),
+                                             ("PRESSROOM_MEMBERS_LINK_SECRET", "members_link_secret")])
+def test_blank_keys_refuse_to_start_and_both_secrets_are_masked(variable, field):
+    for blank in ("   ", "\t", " key-with-spaces-around "):
+        with pytest.raises(ConfigurationError, match=variable):
+            load_settings(**{field: blank})
+    settings = load_settings(webhook_signing_key="whsec-0123456789abcdef", members_link_secret="members-0123456789")
+    line = RunFormatter(settings.secret_values()).format(logging.LogRecord(
+        "pressroom", logging.WARNING, __file__, 1, "keys %s and %s", ("whsec-0123456789abcdef", "members-0123456789"),
+        None))
+    assert "0123456789" not in line and line.count("***") == 2
+
+
+def test_a_suppression_removal_span_carries_no_address():
+    from pressroom.providers.mailgun.client import _span_path
+
+    assert _span_path("/v3/mg.example.com/bounces/ann@example.com") == "/v3/mg.example.com/bounces/{address}"
+    assert _span_path("/v3/mg.example.com/unsubscribes/ann%40example.com") == \
+        "/v3/mg.example.com/unsubscribes/{address}"
+    assert _span_path("/v3/mg.example.com/messages") == "/v3/mg.example.com/messages"
