@@ -82,6 +82,9 @@ def run_command(args: list[str]) -> int:
 
     tracing.configure_from_environment()  # OTEL_* variables; off when unset
     configure_command_logging()
+    # Whole lines on stdout even in a pipe: a note or log line on stderr never lands inside one.
+    if hasattr(sys.stdout, "reconfigure"):
+        sys.stdout.reconfigure(line_buffering=True)
     try:
         try:
             app(args=args, prog_name="pressroom", standalone_mode=False)

@@ -15,7 +15,7 @@ from datetime import timedelta
 from typing import AsyncIterator, Callable
 
 from temporalio.client import Client
-from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
+from temporalio.runtime import PrometheusConfig, Runtime
 from temporalio.worker import Worker
 
 from activities.analytics import AnalyticsActivities
@@ -35,6 +35,7 @@ from operations.webhooks import ensure_inbox_applier
 from pressroom import database
 from pressroom.dependencies import Dependencies
 from pressroom.settings import Settings, get_settings
+from pressroom.temporal import telemetry
 from workflows.analytics import FetchEmailAnalyticsWorkflow
 from workflows.newsletter import SendNewsletterWorkflow
 from workflows.outbox import DeliverOutboxEntryWorkflow, OutboxRelayWorkflow
@@ -85,7 +86,7 @@ async def open_dependencies(settings: Settings, client: Client) -> AsyncIterator
     from pressroom.providers.wiring import provider_from_settings
 
     pool = await database.connect(settings.require_database(), max_size=20)
-    provider = provider_from_settings(settings)
+    provider = provider_from_settings(settings, pool)
     try:
         yield Dependencies(settings=settings, pool=pool, provider=provider, temporal=client)
     finally:
@@ -124,7 +125,7 @@ def metrics_runtime(settings: Settings) -> Runtime | None:
     """
     if not settings.metrics_port:
         return None
-    return Runtime(telemetry=TelemetryConfig(metrics=PrometheusConfig(
+    return Runtime(telemetry=telemetry(metrics=PrometheusConfig(
         bind_address=f"{settings.metrics_host}:{settings.metrics_port}", durations_as_seconds=True)))
 
 

@@ -24,7 +24,8 @@ from temporalio import activity
 from activities.delivery_events import EventBatch, aggregate, apply_batch
 from activities.heartbeat import heartbeating
 from activities.metrics import Instruments
-from pressroom.providers.port import EmailProvider, EventName, EventQuery, ProviderError, activity_error
+from activities.provider_errors import activity_error
+from pressroom.providers.port import EmailProvider, EventName, EventQuery, ProviderError
 
 if TYPE_CHECKING:
     from temporalio.client import Client

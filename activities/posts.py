@@ -62,8 +62,29 @@ class PublishPostActivityInput(BaseModel):
 class PublishResult(BaseModel):
     status: str  # published | moved | not_found | not_scheduled
     publish_at: datetime | None = None  # the post's time now (for "moved")
-    email_id: str | None = None  # a pending newsletter email to send after publishing
+    email_id: str | None = None  # a newsletter email left unsent, to send after publishing
     lateness_ms: float | None = None
+    newsletter_note: str | None = None  # why the post's newsletter will not go out, when it will not
+
+
+# The post's email that no attempt has sent (pending, or failed: an early send refused because the
+# post was not published yet, or one stopped when it was unpublished); publication hands it over.
+UNSENT_EMAIL = """(SELECT e.id FROM emails e WHERE e.post_id = p.id AND p.newsletter_id IS NOT NULL
+                    AND e.status IN ('pending', 'failed'))"""
+
+# Why a published post's newsletter will not go out, in words; NULL when it goes, went, or the post is
+# not published yet. Needs `p` (posts) and `e` (its email, left-joined).
+NEWSLETTER_NOT_GOING = """CASE
+    WHEN p.newsletter_id IS NULL OR p.status NOT IN ('published', 'sent') THEN NULL
+    WHEN e.id IS NULL THEN 'its post is published but has no email to send'
+    WHEN e.status = 'failed' THEN 'its post is published but email ' || e.id || ' failed: '
+                                  || coalesce(e.error, 'no reason recorded')
+    WHEN e.status = 'pending' AND p.publish_completed_at < now() - interval '2 minutes'
+        THEN 'its post was published at ' || to_char(p.publish_completed_at AT TIME ZONE 'UTC',
+                                                     'YYYY-MM-DD HH24:MI:SS "UTC"')
+             || ' and email ' || e.id || ' is still pending: is a worker running? '
+             || '`pressroom newsletter send ' || e.id || '` sends it'
+    END"""
 
 
 class ReconcileResult(BaseModel):
@@ -132,10 +153,8 @@ class DueTogether:
                        FROM unnest($1::text[]) AS due(id)
                        WHERE p.id = due.id AND p.status = 'scheduled' AND p.published_at = $2
                        RETURNING p.id, p.newsletter_id, p.publish_completed_at)
-                   SELECT p.id, p.publish_completed_at,
-                          (SELECT e.id FROM emails e WHERE e.post_id = p.id AND p.newsletter_id IS NOT NULL
-                                                       AND e.status = 'pending') AS email_id
-                   FROM published p""", list(waiting), publish_at)
+                   SELECT p.id, p.publish_completed_at, {UNSENT_EMAIL} AS email_id
+                   FROM published p""".format(UNSENT_EMAIL=UNSENT_EMAIL), list(waiting), publish_at)
         except BaseException as error:
             for future in waiting.values():
                 if not future.done():
@@ -193,16 +212,25 @@ class PostsActivities:
         self.metrics.histogram_float(
             "pressroom_publish_lateness", "How late posts were published", "ms").record(max(lateness, 0.0))
         activity.logger.info("published post %s %.0f ms after its time", input.post_id, lateness)
-        return PublishResult(status="published", email_id=email_id, lateness_ms=lateness)
+        return PublishResult(status="published", email_id=email_id, lateness_ms=lateness,
+                             newsletter_note=None if email_id else await self._newsletter_note(input.post_id))
+
+    async def _newsletter_note(self, post_id: str) -> str | None:
+        """Why the just-published post's newsletter will not go out (logged), or None."""
+        note = await self.pool.fetchval(
+            f"SELECT {NEWSLETTER_NOT_GOING} FROM posts p LEFT JOIN emails e ON e.post_id = p.id WHERE p.id = $1",
+            post_id)
+        if note:
+            activity.logger.warning("post %s: its newsletter will not go out: %s", post_id, note)
+        return note
 
     async def _already_published(self, input: PublishPostActivityInput) -> PublishResult:
         row = await self.pool.fetchrow(
-            "SELECT p.publish_completed_at, (SELECT e.id FROM emails e WHERE e.post_id = p.id "
-            "AND p.newsletter_id IS NOT NULL AND e.status = 'pending') AS email_id FROM posts p WHERE p.id = $1",
-            input.post_id)
+            f"SELECT p.publish_completed_at, {UNSENT_EMAIL} AS email_id FROM posts p WHERE p.id = $1", input.post_id)
         lateness = (row["publish_completed_at"] - input.publish_at).total_seconds() * 1000 \
             if row["publish_completed_at"] else None
-        return PublishResult(status="published", email_id=row["email_id"], lateness_ms=lateness)
+        return PublishResult(status="published", email_id=row["email_id"], lateness_ms=lateness,
+                             newsletter_note=None if row["email_id"] else await self._newsletter_note(input.post_id))
 
     async def _changed(self, input: PublishPostActivityInput) -> PublishResult:
         post = await self.pool.fetchrow("SELECT status, published_at FROM posts WHERE id = $1", input.post_id)

@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     import asyncpg
 
     from pressroom.dependencies import Dependencies
+    from pressroom.providers.port import EmailProvider
     from pressroom.settings import Settings
 
 # The reference platform's warm-up: 200 recipients through the custom domain on the first day,
@@ -49,20 +50,22 @@ def warmup_limit(day: int) -> int | None:
 
 def sending_domain(settings: Settings, fallback: bool) -> str:
     """The domain a batch goes through: the fallback one for a fallback batch while it is configured."""
-    return settings.fallback_domain if fallback and settings.fallback_domain else settings.mailgun_domain
+    return settings.fallback_domain if fallback and settings.fallback_domain else settings.sending_scope
 
 
 # --- the batch size: the one rule batch creation, admission and splitting read --------------------
 
-async def batch_sizes(conn: asyncpg.Connection, settings: Settings) -> dict[bool, int]:
+async def batch_sizes(conn: asyncpg.Connection, settings: Settings,
+                      provider: EmailProvider | None = None) -> dict[bool, int]:
     """The batch size per kind of batch (through the fallback domain or not): the setting
-    (PRESSROOM_BATCH_SIZE, at most the provider's limit), or the smaller size learned from that
-    domain's refusals."""
+    (PRESSROOM_BATCH_SIZE), at most the recipients the provider takes in one call (Mailgun 1,000,
+    SES 50), or the smaller size learned from that domain's refusals."""
+    most = min(settings.batch_size, provider.limits.max_recipients) if provider is not None else settings.batch_size
     domains = {fallback: sending_domain(settings, fallback) for fallback in (False, True)}
     rows = await conn.fetch("SELECT domain, batch_size FROM sending_domain_limits WHERE domain = ANY($1::text[])",
                             list(set(domains.values())))
     learned = {row["domain"]: row["batch_size"] for row in rows}
-    return {fallback: min(settings.batch_size, learned.get(domain, settings.batch_size))
+    return {fallback: min(most, learned.get(domain, most))
             for fallback, domain in domains.items()}
 
 
@@ -149,6 +152,7 @@ class SendingLimitsActivities:
     def __init__(self, deps: Dependencies) -> None:
         self.pool = deps.pool
         self.settings = deps.settings
+        self.provider = deps.provider
 
     @activity.defn
     async def split_refused_batch(self, input: SplitRefusedBatchInput) -> list[str]:
@@ -206,7 +210,7 @@ class SendingLimitsActivities:
             if batch["status"] in ("submitted", "submitting") or count == 0:
                 return Admission(batch_id=input.batch_id, send=True)
             domain = sending_domain(self.settings, batch["fallback_sending_domain"])
-            size = (await batch_sizes(conn, self.settings))[batch["fallback_sending_domain"]]
+            size = (await batch_sizes(conn, self.settings, self.provider))[batch["fallback_sending_domain"]]
             if count > size:
                 pieces = await split_batch(conn, input.batch_id, first=size, size=size, status_code=None,
                                            reason=f"split into batches of {size}, the size {domain} takes")
@@ -256,14 +260,18 @@ class SendingLimitsActivities:
 async def describe_limits(conn: asyncpg.Connection, settings: Settings, now: datetime | None = None) -> list[dict]:
     """Per sending domain: the learned batch size, the caps and what they used this hour and today."""
     now = (now or datetime.now(timezone.utc)).astimezone(timezone.utc)
-    domains = [settings.mailgun_domain] + ([settings.fallback_domain] if settings.fallback_domain else [])
+    domains = [settings.sending_scope] + ([settings.fallback_domain] if settings.fallback_domain else [])
     learned = {row["domain"]: dict(row) for row in await conn.fetch(
         "SELECT domain, batch_size, refused_size, reason, refused_at FROM sending_domain_limits ORDER BY domain")}
-    used = {row["domain"]: row for row in await conn.fetch(
-        """SELECT domain, coalesce(sum(recipients) FILTER (WHERE reserved_at >= $1), 0) AS hour,
-                  coalesce(sum(recipients), 0) AS day
-           FROM sending_quota_reservations WHERE reserved_at >= $2 GROUP BY domain""",
-        now.replace(minute=0, second=0, microsecond=0), now.replace(hour=0, minute=0, second=0, microsecond=0))}
+    # Sent is what the provider accepted: the recipients of batches submitted this hour and today
+    # (the caps' reservations exist only while caps are set, so they cannot say it).
+    sent = await conn.fetch(
+        """SELECT b.fallback_sending_domain AS fallback, count(*) FILTER (WHERE b.updated_at >= $1) AS hour,
+                  count(*) AS day
+           FROM email_batches b JOIN email_recipients r ON r.batch_id = b.id
+           WHERE b.status = 'submitted' AND b.updated_at >= $2 GROUP BY 1""",
+        now.replace(minute=0, second=0, microsecond=0), now.replace(hour=0, minute=0, second=0, microsecond=0))
+    used = {(settings.fallback_domain if row["fallback"] else settings.mailgun_domain): row for row in sent}
     out = []
     for domain in dict.fromkeys([d for d in domains if d] + list(learned)):
         row = learned.get(domain, {})

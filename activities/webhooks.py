@@ -40,6 +40,8 @@ FROM unnest($1::text[], $2::text[], $3::bigint[], $4::timestamptz[]) AS t(provid
 ON CONFLICT (provider, kind) DO UPDATE SET applied = k.applied + EXCLUDED.applied,
     last_received_at = GREATEST(k.last_received_at, EXCLUDED.last_received_at), last_applied_at = now()"""
 _PURGE_TOKENS = "DELETE FROM webhook_tokens WHERE expires_at < now()"
+# Acceptances received (SES's Send events) outlive any confirm window by far after a week.
+_PURGE_ACCEPTANCES = "DELETE FROM provider_acceptances WHERE received_at < now() - interval '7 days'"
 # Set-aside events (pushed or polled) are kept for `analytics rejected` this many days, then go.
 _PRUNE_REJECTED = "DELETE FROM delivery_events_rejected WHERE rejected_at < now() - make_interval(days => $1)"
 
@@ -74,6 +76,7 @@ class WebhookActivities:
                 taken = await self._apply_some(result)
                 if time.monotonic() - last_purge > TOKEN_PURGE_SECONDS:
                     await self.deps.pool.execute(_PURGE_TOKENS)
+                    await self.deps.pool.execute(_PURGE_ACCEPTANCES)
                     await self.deps.pool.execute(_PRUNE_REJECTED, self.deps.settings.rejected_events_keep_days)
                     last_purge = time.monotonic()
                 if taken < self.deps.settings.webhook_apply_batch:

@@ -14,6 +14,7 @@ from what the simulator accepted. Every row should read 0 missing, 0 duplicates,
 against 45 s late events) instead of Mailgun's 30 minutes, so that the matrix runs in minutes.
 
     .venv/bin/python bench/faults.py --members 3000
+    .venv/bin/python bench/faults.py --members 500 --provider ses   (bench/faults_ses.py)
 """
 
 from __future__ import annotations
@@ -252,4 +253,11 @@ async def main(args: argparse.Namespace) -> None:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--members", type=int, default=3000)
-    asyncio.run(main(parser.parse_args()))
+    parser.add_argument("--provider", choices=("mailgun", "ses"), default="mailgun")
+    arguments = parser.parse_args()
+    if arguments.provider == "ses":
+        from bench.faults_ses import run
+
+        asyncio.run(run(arguments.members))
+    else:
+        asyncio.run(main(arguments))

@@ -20,8 +20,18 @@ def run_async(work: Awaitable[T]) -> T:
 
 
 def warn(message: str) -> None:
-    """A note for the operator on stderr, so stdout stays the command's answer (and --json parses)."""
-    Console(stderr=True).print(f"[yellow]{message}[/yellow]", highlight=False, soft_wrap=True)
+    """A note for the operator on stderr, so stdout stays the command's answer (and --json parses).
+
+    On a terminal it is yellow; in a pipe or a file, where colour is dropped, it begins `note:`, so
+    that with both streams in one place it does not read as part of the answer. What stdout holds
+    so far goes out first, so a note never lands inside one of its lines.
+    """
+    import sys
+
+    sys.stdout.flush()
+    notes = Console(stderr=True)
+    notes.print(f"[yellow]{message}[/yellow]" if notes.is_terminal else f"note: {message}", highlight=False,
+                soft_wrap=True, markup=notes.is_terminal)
 
 
 def print_json(data: object) -> None:

@@ -93,8 +93,12 @@ def analytics_status_command(as_json: bool = JSON_OPTION) -> None:
 
 def print_analytics_status(status: dict, console: Console = console) -> None:
     """`analytics status` as lines: schedule, next run, cursors with lag, backfills, the last runs."""
-    console.print(f"schedule email-analytics: {'paused' if status['paused'] else 'active'}"
-                  f"{' (' + status['note'] + ')' if status['note'] else ''}", highlight=False)
+    if not status["exists"]:
+        console.print("schedule email-analytics: not created yet (a `pressroom worker` creates it when it starts; "
+                      "`pressroom analytics schedule` creates it now)", highlight=False)
+    else:
+        console.print(f"schedule email-analytics: {'paused' if status['paused'] else 'active'}"
+                      f"{' (' + status['note'] + ')' if status['note'] else ''}", highlight=False)
     if status["paused"]:
         console.print("next run: none while paused (`pressroom analytics unpause` resumes it)", highlight=False)
     elif status["next"]:

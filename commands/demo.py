@@ -108,6 +108,9 @@ async def run_demo(console: Console, *, members: int, publish_in: float, keep_ru
             console.print(f"\nOpen [bold]{ui}[/bold] and search for [bold]EmailId=\"{site.email_id}\"[/bold], or "
                           f"open the workflows {publish_workflow_id(site.post_id)}, {newsletter_id}, "
                           f"{outbox_workflow_id(added.welcome_key)} and {analytics_id}.", highlight=False)
+            console.print("\nThe development stack (PostgreSQL, Temporal and its Web UI, the Mailgun simulator) keeps "
+                          "running in the background, with its data in ./.pressroom; [bold]pressroom dev down[/bold] "
+                          "stops it.", highlight=False)
             if keep_running:
                 console.print("The worker keeps running; press Ctrl-C to stop.")
                 await asyncio.Event().wait()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import typer
 
 from commands import (AFTER_OPTION, JSON_OPTION, LIMIT_OPTION, SINCE_OPTION, console, plural, print_json,
-                      print_page, print_rows, repeated_filters, run_async, when)
+                      print_page, print_rows, repeated_filters, run_async, warn, when)
 from activities.outbox import outbox_workflow_id
 from operations.members import add_member, member_profile
 
@@ -38,6 +38,111 @@ def members_resubscribe(member_id: str = typer.Argument(..., help="The member (m
                   + (f"removed from Mailgun's {lists}" if lists else "on none of Mailgun's suppression lists")
                   + (f"; Pressroom's {done.suppression} suppression lifted" if done.suppression else ""),
                   highlight=False)
+
+
+@app.command("update")
+def members_update(member: str = typer.Argument(..., metavar="ID|ADDRESS", help="The member's id or address."),
+                   name: str = typer.Option(None, "--name", metavar="TEXT", help="Their name (\"\" clears it)."),
+                   status: str = typer.Option(None, "--status", metavar="free|paid|comped", help="Their status."),
+                   newsletter: list[str] = typer.Option([], "--newsletter", metavar="ID|SLUG",
+                                                        help="Subscribe them to this newsletter (repeatable)."),
+                   no_newsletter: list[str] = typer.Option([], "--no-newsletter", metavar="ID|SLUG",
+                                                           help="Take them off this newsletter (repeatable)."),
+                   label: list[str] = typer.Option([], "--label", metavar="SLUG",
+                                                   help="Give them this label, made if the site has none "
+                                                        "(repeatable)."),
+                   no_label: list[str] = typer.Option([], "--no-label", metavar="SLUG",
+                                                      help="Take this label off them (repeatable)."),
+                   as_json: bool = JSON_OPTION) -> None:
+    """Change a member's name, status, newsletters or labels; every input is checked before anything is written."""
+    from operations.members import update_member
+
+    done = run_async(update_member(member, name=name, status=status, newsletters=newsletter,
+                                   no_newsletters=no_newsletter, labels=label, no_labels=no_label))
+    if as_json:
+        return print_json({"member_id": done.member_id, "changed": done.changed, "subscribed": done.subscribed,
+                           "unsubscribed": done.unsubscribed, "labels": done.labels})
+    if not done.changed:
+        return console.print(f"member {done.member_id} unchanged (it already read so)", highlight=False)
+    console.print(f"member {done.member_id} updated: {', '.join(done.changed)}"
+                  + (f"; subscribed to {', '.join(done.subscribed)}" if done.subscribed else "")
+                  + (f"; unsubscribed from {', '.join(done.unsubscribed)}" if done.unsubscribed else "")
+                  + (f"; labels now {', '.join(done.labels) or 'none'}" if "labels" in done.changed else ""),
+                  highlight=False)
+
+
+@app.command("delete")
+def members_delete(member: str = typer.Argument(..., metavar="ID|ADDRESS", help="The member's id or address."),
+                   yes: bool = typer.Option(False, "--yes", help="Delete without asking."),
+                   as_json: bool = JSON_OPTION) -> None:
+    """Delete a member and their personal data; records of sent emails keep their id, never their address."""
+    import sys
+
+    from operations.members import delete_member
+    from pressroom.errors import BadInput
+
+    if not yes:
+        if not sys.stdin.isatty():
+            raise BadInput(f"members delete {member} asks before deleting; give --yes to delete without asking")
+        typer.confirm(f"Delete member {member} and their personal data? This cannot be undone", abort=True)
+    done = run_async(delete_member(member))
+    if done.suppression == "removed":
+        warn("the suppression went with the address: set PRESSROOM_ADDRESS_HASH_KEY to keep a keyed hash of it, "
+             "so the address added again stays suppressed")
+    if as_json:
+        return print_json({"member_id": done.member_id, "deleted": True, "suppression": done.suppression,
+                           "recipients_cleared": done.recipients_cleared,
+                           "recipients_removed": done.recipients_removed})
+    console.print(f"member {done.member_id} deleted; {plural(done.recipients_cleared, 'email recipient record')} "
+                  "kept by id with the address and name cleared"
+                  + (f", {plural(done.recipients_removed, 'recipient')} of unsent batches removed"
+                     if done.recipients_removed else "")
+                  + (f"; their suppression {done.suppression}" if done.suppression else ""), highlight=False)
+
+
+@app.command("import")
+def members_import(file: str = typer.Argument(..., metavar="FILE.csv",
+                                             help="Members in the reference platform's export format (CSV)."),
+                   welcome: bool = typer.Option(False, "--welcome", help="Queue the welcome email of each member "
+                                                                         "added (none without it)."),
+                   as_json: bool = JSON_OPTION) -> None:
+    """Add or update members from a CSV export: every row checked; refused rows reported by line and why."""
+    from dataclasses import asdict
+
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from operations.member_import import ROWS_SHOWN, import_members
+
+    errors = Console(stderr=True)
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=errors, disable=not errors.is_terminal, transient=True) as bar:
+        tasks = {"read": bar.add_task("reading rows", total=None), "write": bar.add_task("writing", total=None)}
+
+        def progress(phase: str, done: int, total: int) -> None:
+            bar.update(tasks[phase], completed=done, total=total or None)
+
+        report = run_async(import_members(file, welcome=welcome, progress=progress))
+    if as_json:
+        return print_json(asdict(report))
+    r = report
+    console.print(f"imported {r.file}: {plural(r.rows, 'row')}: {r.added:,} added, {r.updated:,} updated, "
+                  f"{r.unchanged:,} unchanged, {len(r.refused):,} refused", highlight=False)
+    for refused in r.refused[:ROWS_SHOWN]:
+        console.print(f"  line {refused['line']}: {refused['reason']}", highlight=False, markup=False)
+    if len(r.refused) > ROWS_SHOWN:
+        console.print(f"  and {len(r.refused) - ROWS_SHOWN:,} more refused rows (--json lists them all)",
+                      highlight=False)
+    if r.labels_made or r.labels_given:
+        console.print(f"labels: {r.labels_given:,} given to members; {plural(r.labels_made, 'label')} the site "
+                      "did not have made", highlight=False)
+    if r.ignored_columns:
+        console.print(f"columns not imported: {', '.join(r.ignored_columns)}", highlight=False, markup=False)
+    if r.suppressions_restored:
+        console.print(f"{plural(r.suppressions_restored, 'suppression')} of addresses deleted before and "
+                      "imported again restored", highlight=False)
+    console.print(f"{plural(r.welcome_queued, 'welcome email')} queued" if welcome else
+                  "no welcome emails queued (--welcome queues them for the members added)", highlight=False)
 
 
 @app.command("list")

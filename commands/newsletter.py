@@ -68,12 +68,27 @@ def print_outcome(email_id: str, outcome) -> None:
 
 
 def drift_note(status: dict) -> str:
-    """The site's own recipient count, when the recipients written differed from it by more than 1%."""
+    """The site's own recipient count, when the recipients written differed from it by 1% or more."""
     expected = status.get("recipients_expected")
     if not expected:
         return ""
     return (f" (the site counted {expected:,}: {100 * (status['recipients'] - expected) / expected:+.1f}%, "
             "email_count corrected)")
+
+
+@app.command("cancel")
+def newsletter_cancel(email_id: str = typer.Argument(..., help="The email (emails.id)."),
+                      by: str = typer.Option(None, "--by", help="Who cancels (default: your login)."),
+                      wait: bool = typer.Option(False, "--wait", help="Wait until the send has stopped."),
+                      as_json: bool = JSON_OPTION) -> None:
+    """Stop an email's send between batches (batches already accepted stay sent); safe to repeat."""
+    from operations.newsletter import cancel_newsletter
+
+    cancel = run_async(cancel_newsletter(email_id, by=by, wait=wait))
+    if as_json:
+        return print_json({"email_id": cancel.email_id, "status": cancel.status, "cancelled_by": cancel.by,
+                           "cancelled_at": cancel.at, "message": cancel.message})
+    console.print(cancel.message, highlight=False)
 
 
 @app.command("status")
@@ -94,7 +109,8 @@ def newsletter_status_command(email_id: str = typer.Argument(..., help="The emai
                       f"(pressroom members list --left-out-of {email_id} --reason unusable-address)",
                       highlight=False)
     console.print(f"run: {status['workflow_id']} " + (f"{run['status']} (run {run['run_id']}, task queue "
-                                                      f"{run['task_queue']})" if run else "never started"),
+                                                      f"{run['task_queue']})" if run else "unknown: Temporal "
+                                                      "is unreachable" if status["temporal"] else "never started"),
                   highlight=False)
     if status["progress"]:
         from workflows.newsletter import NewsletterProgress
@@ -107,6 +123,8 @@ def newsletter_status_command(email_id: str = typer.Argument(..., help="The emai
         warn(no_worker_message(run["task_queue"]))
     elif run and run["worker_answering"] is False:
         warn(no_answer_message(run["task_queue"]))
+    if status["temporal"]:
+        warn(status["temporal"])
 
 
 @app.command("follow")
@@ -165,7 +183,7 @@ def newsletter_test(email_id: str = typer.Argument(..., help="The email (emails.
 
 
 @app.command("list")
-def newsletter_list(status: str = typer.Option(None, "--status", metavar="pending|submitting|submitted|failed",
+def newsletter_list(status: str = typer.Option(None, "--status", metavar="pending|submitting|submitted|failed|cancelled",
                                                help="Only emails in this state."),
                     newsletter: str = typer.Option(None, "--newsletter", metavar="ID|SLUG",
                                                    help="Only this newsletter's emails."),
@@ -182,6 +200,9 @@ def newsletter_list(status: str = typer.Option(None, "--status", metavar="pendin
                       "post_id": "post", "recipients": "recipients", "delivered": "delivered", "opened": "opened",
                       "failed": "failed", "created_at": "created", "error": "why it failed"},
                empty="no emails match", more=f"pressroom newsletter list{again}")
+    for row in page["items"]:
+        if row["will_not_go_out"]:
+            warn(f"email {row['email_id']} will not go out: {row['will_not_go_out']}")
 
 
 LEFT_OUT_WORDS = {"suppressed-bounce": "suppressed after a bounce", "suppressed-complaint": "suppressed after a complaint",
@@ -202,9 +223,18 @@ def newsletter_report_command(email_id: str = typer.Argument(..., help="The emai
     print_report(report)
 
 
+def failure_words(failure: dict) -> str:
+    """A failure's codes and message, each said once: a provider's message often begins with its
+    enhanced code ("4.2.2 The email account …"), which is then not repeated before it."""
+    message = failure["message"] or ""
+    codes = [str(c) for c in (failure["code"], failure["enhanced_code"]) if c and not message.startswith(str(c))]
+    return " ".join(codes + [message]).strip()
+
+
 def print_report(r: dict) -> None:
     console.print(f"email {r['email_id']} \"{r['subject']}\": {r['status']}"
                   + (f", sent {when(r['submitted_at'])}" if r["submitted_at"] else "")
+                  + (f" by {r['cancelled_by']} at {when(r['cancelled_at'])}" if r["cancelled_by"] else "")
                   + f" (post {r['post_id']}, newsletter {r['newsletter'] or '-'}, filter {r['recipient_filter']})",
                   highlight=False)
     if r["error"]:
@@ -228,8 +258,7 @@ def print_report(r: dict) -> None:
     if r["top_failures"]:
         console.print("[bold]top failure reasons[/bold]")
         for f in r["top_failures"]:
-            code = " ".join(str(c) for c in (f["code"], f["enhanced_code"]) if c)
-            console.print(f"  {f['n']:>8,}  {f['severity']:<9} {code} {f['message']}", highlight=False,
+            console.print(f"  {f['n']:>8,}  {f['severity']:<9} {failure_words(f)}", highlight=False,
                           markup=False)
     left_out = {reason: n for reason, n in r["left_out"].items() if n}
     if left_out:

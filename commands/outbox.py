@@ -22,11 +22,15 @@ def outbox_status_command(as_json: bool = JSON_OPTION) -> None:
         console.print(f"{state:<11} {count:>8,}", highlight=False)
     oldest = status["oldest_pending_seconds"]
     console.print("nothing waiting" if oldest is None else f"oldest waiting entry: {oldest:,.1f} s old")
+    for kind, line in (("waiting", "pending, waiting"), ("skipped", "skipped")):
+        for group in status[kind]:
+            console.print(f"{line}: {group['count']:,} ({group['code']}) {group['reason']}", highlight=False,
+                          markup=False)
 
 
 @app.command("list")
 def outbox_list(status: str = typer.Option(None, "--status", metavar="STATE",
-                                           help="pending, sending, succeeded, failed, aborted or completed."),
+                                           help="pending, sending, succeeded, failed, aborted, completed or skipped."),
                 member: str = typer.Option(None, "--member", metavar="MEMBER_ID", help="Only entries about this member."),
                 since: str = SINCE_OPTION, limit: int = LIMIT_OPTION, after: str = AFTER_OPTION,
                 as_json: bool = JSON_OPTION) -> None:
@@ -43,9 +47,9 @@ def outbox_list(status: str = typer.Option(None, "--status", metavar="STATE",
 
 
 @app.command("show")
-def outbox_show(name: str = typer.Argument(..., metavar="ID|KEY|MEMBER_ID",
+def outbox_show(name: str = typer.Argument(..., metavar="ID|KEY|MEMBER_ID|ADDRESS",
                                            help="The entry's id (`outbox list`), its idempotency key or "
-                                                "workflow id, or a member id (their newest entry)."),
+                                                "workflow id, or a member's id or address (their newest entry)."),
                 as_json: bool = JSON_OPTION) -> None:
     """One entry: its state, attempts and last error."""
     entry = run_async(outbox_entry(name))
@@ -57,7 +61,33 @@ def outbox_show(name: str = typer.Argument(..., metavar="ID|KEY|MEMBER_ID",
 
 
 @app.command("requeue")
-def outbox_requeue(outbox_id: str = typer.Argument(..., help="The aborted outbox entry (outbox.id).")) -> None:
-    """Try an aborted entry again from the start (its attempts are reset)."""
-    run_async(requeue_outbox_entry(outbox_id))
-    console.print(f"outbox entry {outbox_id} is pending again", highlight=False)
+def outbox_requeue(outbox_id: str = typer.Argument(None, metavar="[ID]",
+                                                   help="The entry (outbox.id): aborted or skipped."),
+                   state: str = typer.Option(None, "--state", metavar="aborted|skipped",
+                                             help="Instead of an id: every entry in this state."),
+                   reason: str = typer.Option(None, "--reason", metavar="CODE",
+                                              help="With --state: only entries with this code (WELCOME_INACTIVE, "
+                                                   "MEMBER_DELETED, DELIVERY_CLOSED, WELCOME_CONTENT…, as `outbox "
+                                                   "status` and `outbox list` show it)."),
+                   as_json: bool = JSON_OPTION) -> None:
+    """Try an entry again from the start (its attempts are reset), or every entry a filter names."""
+    from pressroom.errors import BadInput
+
+    if (outbox_id is None) == (state is None):
+        raise BadInput("give an entry id or --state (with --reason to narrow it), not both")
+    if reason is not None and state is None:
+        raise BadInput("--reason goes with --state")
+    if outbox_id is not None:
+        run_async(requeue_outbox_entry(outbox_id))
+        if as_json:
+            return print_json({"requeued": [outbox_id], "refused": {}})
+        return console.print(f"outbox entry {outbox_id} is pending again", highlight=False)
+    from operations.outbox import requeue_outbox_entries
+
+    done = run_async(requeue_outbox_entries(state, reason))
+    if as_json:
+        return print_json({"requeued": done.requeued, "refused": done.refused})
+    console.print(f"{len(done.requeued):,} {state} entr{'y' if len(done.requeued) == 1 else 'ies'}"
+                  + (f" with {reason}" if reason else "") + " pending again", highlight=False)
+    for outbox_id, why in done.refused.items():
+        console.print(f"  not requeued: {why}", highlight=False, markup=False)

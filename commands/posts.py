@@ -72,11 +72,18 @@ def posts_status_command(post_id: str = typer.Argument(None, help="One post (pos
                           f"{'is' if status['overdue'] == 1 else 'are'} overdue (is a worker running?)", highlight=False)
         for post in status["next"]:
             console.print(f"next: post {post['post_id']} at {when(post['publish_at'])}", highlight=False)
+        for post in status["newsletter_not_going"]:
+            warn(f"post {post['post_id']}: its newsletter will not go out: {post['why']}")
         return
     run = status["run"]
     at = when(status["publish_at"]) if status["publish_at"] else "no time"
     console.print(f"post {post_id}: {status['status']} ({at})", highlight=False)
     console.print(f"run: {status['workflow_id']} " + (f"{run['status']} (run {run['run_id']})" if run else "none")
                   + (f", timer at {when(run['timer_at'])}" if run and run["timer_at"] else ""), highlight=False)
+    email = status["email"]
+    if email and email["email_id"]:
+        console.print(f"email: {email['email_id']} {email['status']}", highlight=False)
+    if email and email["will_not_go_out"]:
+        warn(f"its newsletter will not go out: {email['will_not_go_out']}")
     if run and run["worker_polling"] is False:
         warn(no_worker_message(run["task_queue"]))

@@ -142,17 +142,24 @@ async def analytics_status(settings: Settings | None = None, client=None) -> dic
     from activities.analytics import PHASE_JOBS, RUNS_JOB
     from pressroom import database
 
+    from pressroom.errors import NotFound
+
     settings = settings or get_settings()
-    _, description = await _analytics_handle(settings, client)
-    state = description.schedule.state
     now = datetime.now(timezone.utc)
-    status = {"paused": state.paused, "note": state.note or "",
-              # A paused schedule takes no action, whatever times its spec would give.
-              "next": [] if state.paused else [t.isoformat() for t in description.info.next_action_times[:3]],
-              "recent": [{"at": a.started_at.isoformat(), "workflow_id": a.action.workflow_id}
-                         for a in description.info.recent_actions[-5:]],
-              "running": [a.workflow_id for a in description.info.running_actions],
-              "cursors": {}, "runs": [], "backfills": []}
+    try:
+        _, description = await _analytics_handle(settings, client)
+    except NotFound:
+        # Right after the demo or before any worker started: no schedule yet, which is said, not failed on.
+        status = {"exists": False, "paused": None, "note": "", "next": [], "recent": [], "running": []}
+    else:
+        state = description.schedule.state
+        status = {"exists": True, "paused": state.paused, "note": state.note or "",
+                  # A paused schedule takes no action, whatever times its spec would give.
+                  "next": [] if state.paused else [t.isoformat() for t in description.info.next_action_times[:3]],
+                  "recent": [{"at": a.started_at.isoformat(), "workflow_id": a.action.workflow_id}
+                             for a in description.info.recent_actions[-5:]],
+                  "running": [a.workflow_id for a in description.info.running_actions]}
+    status.update({"cursors": {}, "runs": [], "backfills": []})
     pool = await database.connect(settings.require_database(), max_size=1)
     try:
         status["rejected"] = await _rejected_counts(pool)
@@ -166,7 +173,8 @@ async def analytics_status(settings: Settings | None = None, client=None) -> dic
                 status["cursors"][row["name"]] = {
                     "cursor": datetime.fromtimestamp(cursor, timezone.utc).isoformat() if cursor else None,
                     "lag_seconds": round(now.timestamp() - cursor, 1) if cursor else None,
-                    "status": row["status"]}
+                    # A cursor's row stays `started` for good: whether a run moves it now is the schedule's to say.
+                    "status": "fetching" if status["running"] else "idle"}
             if "begin" in metadata:
                 status["backfills"].append({"name": row["name"], "status": row["status"]})
     finally:

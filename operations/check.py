@@ -1,4 +1,5 @@
-"""`pressroom check`: is each of the three services configured, reachable and ready?
+"""`pressroom check`: is each of the three services configured, reachable and ready (and, given
+the checks of operations/readiness.py, is what running needs there)?
 
 Each check answers in one line that names its service, so an operator reading a failure knows
 where to look without a traceback.
@@ -7,6 +8,7 @@ where to look without a traceback.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 
@@ -20,6 +22,7 @@ class CheckResult:
     service: str
     ok: bool
     detail: str
+    checked: bool = True  # False: not checked, since what it needs is not ready
 
 
 async def check_postgres(settings: Settings) -> CheckResult:
@@ -66,14 +69,20 @@ async def check_mailgun(settings: Settings) -> CheckResult:
 
     provider = provider_from_settings(settings)
     try:
+        if settings.email_provider == "ses":  # nothing to poll: ask for the account's sending quota
+            quota = await provider.sending_quota()  # type: ignore[attr-defined]
+            return CheckResult(provider.title, True, f"{provider!r}: {quota['sent_last_24_hours']:.0f} of "
+                                                     f"{quota['max_24_hour_send']:.0f} sent in 24 h, "
+                                                     f"{quota['max_send_rate']:g}/s")
         await provider.read_events(None, EventQuery(begin=datetime.now(timezone.utc) - timedelta(minutes=5), limit=1))
     finally:
         await provider.aclose()
     return CheckResult("Mailgun", True, f"{settings.mailgun_base_url} domain {settings.mailgun_domain}")
 
 
-async def run_checks(settings: Settings) -> list[CheckResult]:
-    """Every check, side by side; a failure becomes a result that names its service."""
+async def run_checks(settings: Settings, more: Sequence[tuple[str, Callable]] = ()) -> list[CheckResult]:
+    """Every check, side by side; a failure becomes a result that names its service. `more`: checks
+    of what running needs, `(name, check(client, settings))`, made once Temporal answered."""
     from temporalio.service import RPCError
 
     from pressroom.providers.port import ProviderError
@@ -90,5 +99,17 @@ async def run_checks(settings: Settings) -> list[CheckResult]:
         except TimeoutError:
             return CheckResult(service, False, f"no answer within {CHECK_TIMEOUT_SECONDS} s")
 
-    return list(await asyncio.gather(guarded("PostgreSQL", check_postgres), guarded("Temporal", check_temporal),
-                                     guarded("Mailgun", check_mailgun)))
+    results = list(await asyncio.gather(guarded("PostgreSQL", check_postgres), guarded("Temporal", check_temporal),
+                                        guarded("Amazon SES" if settings.email_provider == "ses" else "Mailgun",
+                                                 check_mailgun)))
+    if not more:
+        return results
+    if not all(result.ok for result in results[:2]):
+        unready = " and ".join(result.service for result in results[:2] if not result.ok)
+        return results + [CheckResult(name, False, f"not checked: {unready} not ready", checked=False)
+                          for name, _ in more]
+    from pressroom.temporal import connect
+
+    client = await connect(settings)
+    return results + list(await asyncio.gather(*(
+        guarded(name, lambda settings, check=check: check(client, settings)) for name, check in more)))

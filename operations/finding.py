@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from datetime import datetime, timedelta, timezone
 
+from activities.posts import NEWSLETTER_NOT_GOING
 from pressroom.errors import BadInput, NotFound, shorten
 from pressroom.inputs import entity_id
 from pressroom.settings import Settings, get_settings
@@ -17,20 +18,22 @@ from pressroom.settings import Settings, get_settings
 DEFAULT_PAGE = 50
 LARGEST_PAGE = 1000
 
-EMAIL_STATES = ("pending", "submitting", "submitted", "failed")
+EMAIL_STATES = ("pending", "submitting", "submitted", "failed", "cancelled")
 POST_STATES = ("draft", "scheduled", "published", "sent")
 MEMBER_STATES = ("free", "paid", "comped")
-OUTBOX_STATES = ("pending", "sending", "succeeded", "failed", "aborted", "completed")
+OUTBOX_STATES = ("pending", "sending", "succeeded", "failed", "aborted", "completed", "skipped")
 
+# "failed" is the report's: recipients with a recorded failure, permanent or temporary.
 _EMAILS = """
 SELECT e.id AS email_id, e.post_id, e.newsletter_id, n.slug AS newsletter, e.subject, e.status, e.error,
        e.email_count AS recipients, e.delivered_count AS delivered, e.opened_count AS opened,
-       e.failed_count AS failed, e.created_at, e.submitted_at
-FROM emails e LEFT JOIN newsletters n ON n.id = e.newsletter_id
+       (SELECT count(*) FROM email_recipient_failures f WHERE f.email_id = e.id) AS failed, e.created_at,
+       e.submitted_at, {NEWSLETTER_NOT_GOING} AS will_not_go_out
+FROM emails e LEFT JOIN newsletters n ON n.id = e.newsletter_id LEFT JOIN posts p ON p.id = e.post_id
 WHERE ($1::text IS NULL OR e.status = $1) AND ($2::timestamptz IS NULL OR e.created_at >= $2)
   AND ($3::text IS NULL OR e.newsletter_id = $3)
   AND ($4::timestamptz IS NULL OR (e.created_at, e.id) < ($4, $5::text))
-ORDER BY e.created_at DESC, e.id DESC LIMIT $6"""
+ORDER BY e.created_at DESC, e.id DESC LIMIT $6""".format(NEWSLETTER_NOT_GOING=NEWSLETTER_NOT_GOING)
 
 _POSTS = """
 SELECT p.id AS post_id, p.title, p.status, p.visibility, p.published_at AS publish_at,

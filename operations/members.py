@@ -71,6 +71,7 @@ async def add_member(email: str, name: str | None = None, *, status: str = "free
             except asyncpg.UniqueViolationError:
                 raise BadInput("a member with that address already exists") from None
             tracing.annotate(member_id=member_id)
+            await restore_suppressions(conn, [email], settings)
             await give_labels_and_tiers(conn, member_id, labels, tiers)
             await conn.execute("INSERT INTO members_newsletters (member_id, newsletter_id) "
                                "SELECT $1, id FROM newsletters WHERE subscribe_on_signup AND status = 'active'",
@@ -262,3 +263,225 @@ async def unsubscribe_member(member: str, newsletter: str | None = None, *,
                 raise NotFound(f"newsletter {newsletter} does not exist")
         removed = await leave(conn, member_id, newsletter_id, "operator")
     return Unsubscribed(member_id, newsletter_id, removed)
+
+
+async def _member_row(conn, member: str, *, lock: bool = False):
+    """A member named by id or address (`members show` takes either), or NotFound in one line."""
+    from pressroom.errors import NotFound
+    from pressroom.inputs import entity_id
+
+    by_address = "@" in member
+    if not by_address:
+        entity_id(member, "member")
+    row = await conn.fetchrow(
+        "SELECT id, uuid, email, name, status, email_disabled FROM members "
+        + ("WHERE lower(email) = lower($1)" if by_address else "WHERE id = $1") + (" FOR UPDATE" if lock else ""),
+        member.strip())
+    if row is None:
+        # The address is not repeated: it may be a mistyped one of someone else's.
+        raise NotFound("no member has that address" if by_address else f"member {member} does not exist")
+    return row
+
+
+async def _newsletter_ids(conn, names: list[str], option: str) -> dict[str, str]:
+    """Newsletters named by id or slug: {name as given: id}; the first one unknown refused."""
+    from pressroom.errors import NotFound
+    from pressroom.inputs import entity_id
+
+    for name in names:
+        entity_id(name, "newsletter")
+    rows = await conn.fetch("SELECT n.name AS given, (SELECT id FROM newsletters WHERE id = n.name OR slug = n.name "
+                            "ORDER BY id = n.name DESC LIMIT 1) AS id FROM unnest($1::text[]) AS n(name)", names)
+    found = {row["given"]: row["id"] for row in rows}
+    missing = [name for name in names if found.get(name) is None]
+    if missing:
+        raise NotFound(f"{option} {missing[0]}: no newsletter has that id or slug")
+    return found
+
+
+@dataclass(frozen=True)
+class MemberUpdated:
+    member_id: str
+    changed: list[str]  # the fields that changed: name, status, newsletters
+    subscribed: list[str]  # newsletter slugs newly subscribed to
+    unsubscribed: list[str]  # newsletter slugs newly left
+    labels: list[str]  # the member's labels now
+
+
+@tracing.traced("pressroom members update")
+async def update_member(member: str, *, name: str | None = None, status: str | None = None,
+                        newsletters: list[str] = (), no_newsletters: list[str] = (), labels: list[str] = (),
+                        no_labels: list[str] = (), settings: Settings | None = None) -> MemberUpdated:
+    """A member's name, status and subscriptions, every input checked before one transaction writes them.
+
+    `name` None leaves it, "" clears it. Subscribing to a newsletter the member has is a no-op, and
+    so is leaving one they are not on, and the same for labels (one the site has not got is made, as
+    `members add --label` makes it): safe to repeat.
+    """
+    from activities.outbox import WELCOME_EMAIL_SLUGS
+    from pressroom import database
+    from pressroom.inputs import free_text
+
+    if status is not None and status not in WELCOME_EMAIL_SLUGS:
+        raise BadInput(f"--status {status!r} is not one of {', '.join(WELCOME_EMAIL_SLUGS)}")
+    both = set(newsletters) & set(no_newsletters)
+    if both:
+        raise BadInput(f"newsletter {sorted(both)[0]} is given to both --newsletter and --no-newsletter")
+    new_name = free_text(name, "name") if name is not None else None
+    labels, no_labels = _slugs(labels, "label"), _slugs(no_labels, "label")
+    if set(labels) & set(no_labels):
+        raise BadInput(f"label {sorted(set(labels) & set(no_labels))[0]} is given to both --label and --no-label")
+    if name is None and status is None and not (newsletters or no_newsletters or labels or no_labels):
+        raise BadInput("nothing to update: give --name, --status, --newsletter, --no-newsletter, --label or --no-label")
+    settings = settings or get_settings()
+    async with database.connection(settings.require_database()) as conn, conn.transaction():
+        row = await _member_row(conn, member, lock=True)
+        member_id = row["id"]
+        tracing.annotate(member_id=member_id)
+        joining = await _newsletter_ids(conn, list(newsletters), "--newsletter")
+        leaving = await _newsletter_ids(conn, list(no_newsletters), "--no-newsletter")
+        if set(joining.values()) & set(leaving.values()):
+            raise BadInput("one newsletter is given to both --newsletter and --no-newsletter (by id and by slug)")
+        changed = []
+        if name is not None and new_name != row["name"]:
+            changed.append("name")
+        if status is not None and status != row["status"]:
+            changed.append("status")
+        if changed:
+            await conn.execute(
+                "UPDATE members SET name = CASE WHEN $2 THEN $3 ELSE name END, status = coalesce($4, status), "
+                "updated_at = now() WHERE id = $1", member_id, name is not None, new_name, status)
+        subscribed = [r["slug"] for r in await conn.fetch(
+            "WITH added AS (INSERT INTO members_newsletters (member_id, newsletter_id) "
+            "SELECT $1, unnest($2::text[]) ON CONFLICT (member_id, newsletter_id) DO NOTHING RETURNING newsletter_id) "
+            "SELECT n.slug FROM added JOIN newsletters n ON n.id = added.newsletter_id ORDER BY n.slug",
+            member_id, list(set(joining.values())))]
+        unsubscribed = [r["slug"] for r in await conn.fetch(
+            "WITH removed AS (DELETE FROM members_newsletters WHERE member_id = $1 AND newsletter_id = ANY($2::text[]) "
+            "RETURNING newsletter_id) "
+            "SELECT n.slug FROM removed JOIN newsletters n ON n.id = removed.newsletter_id ORDER BY n.slug",
+            member_id, list(set(leaving.values())))]
+        if subscribed or unsubscribed:
+            changed.append("newsletters")
+        if labels:
+            await conn.execute(_MAKE_LABELS, labels)
+        given = await conn.fetch(_ADD_LABELS + " RETURNING label_id", member_id, labels)
+        taken = await conn.fetch("DELETE FROM members_labels ml USING labels l WHERE ml.member_id = $1 "
+                                 "AND l.id = ml.label_id AND l.slug = ANY($2::text[]) RETURNING ml.label_id",
+                                 member_id, no_labels)
+        if given or taken:
+            changed.append("labels")
+        labelled = [r["slug"] for r in await conn.fetch(
+            "SELECT l.slug FROM members_labels ml JOIN labels l ON l.id = ml.label_id WHERE ml.member_id = $1 "
+            "ORDER BY l.slug", member_id)]
+        if changed and "name" not in changed and "status" not in changed:
+            await conn.execute("UPDATE members SET updated_at = now() WHERE id = $1", member_id)
+    return MemberUpdated(member_id, changed, subscribed, unsubscribed, labelled)
+
+
+# A deleted member's suppression keeps this instead of their address (suppressions.email holds no
+# '@' then, so it matches no member): the address cannot be read back from it, and the same address
+# added again finds its suppression (`restore_suppressions`).
+ADDRESS_HASH_PREFIX = "hmac-sha256:"
+
+
+def address_hash(address: str, key: str) -> str:
+    """The keyed hash a suppression keeps of a deleted member's address (case folded, as members are found)."""
+    import hashlib
+    import hmac
+
+    return ADDRESS_HASH_PREFIX + hmac.new(key.encode(), address.strip().lower().encode(), hashlib.sha256).hexdigest()
+
+
+async def restore_suppressions(conn, addresses: list[str], settings: Settings) -> int:
+    """Suppressions kept as keyed hashes of deleted members' addresses, given back to these addresses
+    (members added again): a bounce or a complaint still stands. Returns how many were restored."""
+    key = settings.address_hash_key.get_secret_value()
+    if not key or not addresses:
+        return 0
+    restored = await conn.fetch(
+        "UPDATE suppressions s SET email = a.address FROM unnest($1::text[], $2::text[]) AS a(address, hash) "
+        "WHERE s.email = a.hash AND NOT EXISTS (SELECT 1 FROM suppressions c WHERE c.email = a.address) "
+        "RETURNING s.id", addresses, [address_hash(address, key) for address in addresses])
+    return len(restored)
+
+
+@dataclass(frozen=True)
+class MemberDeleted:
+    member_id: str
+    suppression: str | None  # "kept as a keyed hash" or "removed", when the address was suppressed
+    recipients_cleared: int  # rows of sent emails kept by member id, their address and name cleared
+    recipients_removed: int  # rows of batches never sent, removed
+
+
+def _like_pattern(address: str) -> str:
+    """The address as a case-insensitive regular expression matching it literally (PostgreSQL's AREs
+    take a backslash before any character other than a letter or digit as that character)."""
+    return "".join(c if c.isalnum() else "\\" + c for c in address)
+
+
+# Rows that keep a copy of the member's address or name, in the tables that outlive them. Each is
+# reached through the member id ($1) or, for raw provider events, by the address itself ($2, the
+# pattern). Records of sends, failures and complaints stay, by member id.
+_SCRUB = [
+    # A batch that never went out (nor may have: no uncertain send) loses the recipient: it must not
+    # send to an address that is gone.
+    ("removed", "DELETE FROM email_recipients er USING email_batches b WHERE er.member_id = $1 AND b.id = er.batch_id "
+                "AND b.status <> 'submitted' AND b.send_outcome IS DISTINCT FROM 'uncertain' "
+                "AND b.send_outcome IS DISTINCT FROM 'accepted'"),
+    ("cleared", "UPDATE email_recipients SET member_email = '', member_name = NULL WHERE member_id = $1"),
+    (None, "UPDATE email_recipient_failures SET message = regexp_replace(message, $2, '<address>', 'gi') "
+           "WHERE member_id = $1 OR email_recipient_id IN (SELECT id FROM email_recipients WHERE member_id = $1)"),
+    (None, "UPDATE email_spam_complaint_events SET email_address = '' WHERE member_id = $1"),
+    (None, "UPDATE automated_email_recipients SET member_email = '', member_name = NULL WHERE member_id = $1"),
+    (None, "UPDATE outbox SET last_error_msg = regexp_replace(last_error_msg, $2, '<address>', 'gi') "
+           "WHERE payload->>'member_id' = $1 AND last_error_msg ~* $2"),
+    (None, "UPDATE delivery_events_rejected SET event = regexp_replace(event, $2, '<address>', 'gi') "
+           "WHERE event ~* $2 AND $1::text IS NOT NULL"),  # $1 unused: every statement takes the same two
+    (None, "UPDATE webhook_inbox SET event = regexp_replace(event, $2, '<address>', 'gi') "
+           "WHERE event ~* $2 AND $1::text IS NOT NULL"),  # $1 unused: every statement takes the same two
+]
+
+
+@tracing.traced("pressroom members delete")
+async def delete_member(member: str, *, settings: Settings | None = None) -> MemberDeleted:
+    """The member's row and personal data, in one transaction: subscriptions go with the row
+    (cascade); sent emails' records keep the member id with the address and name cleared; a batch
+    never sent loses them; raw provider events and stored errors have the address replaced. A
+    suppression keeps a keyed hash of the address (PRESSROOM_ADDRESS_HASH_KEY), or goes.
+
+    Refused, writing nothing, while a batch holding the member may be at the provider (its send
+    uncertain): its look-up needs the address. Deleting again finds no member.
+    """
+    from pressroom import database
+    from pressroom.errors import PressroomError
+
+    settings = settings or get_settings()
+    key = settings.address_hash_key.get_secret_value()
+    async with database.connection(settings.require_database()) as conn, conn.transaction():
+        row = await _member_row(conn, member, lock=True)
+        member_id, address = row["id"], row["email"]
+        tracing.annotate(member_id=member_id)
+        in_flight = await conn.fetchval(
+            "SELECT b.email_id FROM email_recipients er JOIN email_batches b ON b.id = er.batch_id "
+            "WHERE er.member_id = $1 AND b.status <> 'submitted' AND b.send_outcome = 'uncertain' LIMIT 1", member_id)
+        if in_flight is not None:
+            raise PressroomError(f"member {member_id} was not deleted: a batch of email {in_flight} holding them may "
+                                 "have reached the provider and is being looked up; delete them once that send is done")
+        pattern = _like_pattern(address)
+        counts = {}
+        for counted, statement in _SCRUB:
+            done = await conn.execute(statement, member_id, *([pattern] if "$2" in statement else []))
+            if counted:
+                counts[counted] = int(done.rsplit(" ", 1)[-1])
+        suppression = None
+        if key:
+            # An older hash of the same address (deleted, added again meanwhile without the key) gives way.
+            await conn.execute("DELETE FROM suppressions WHERE email = $1", address_hash(address, key))
+            kept = await conn.fetchval("UPDATE suppressions SET email = $2 WHERE lower(email) = lower($1) RETURNING id",
+                                       address, address_hash(address, key))
+            suppression = "kept as a keyed hash" if kept else None
+        elif await conn.fetchval("DELETE FROM suppressions WHERE lower(email) = lower($1) RETURNING id", address):
+            suppression = "removed"
+        await conn.execute("DELETE FROM members WHERE id = $1", member_id)
+    return MemberDeleted(member_id, suppression, counts["cleared"], counts["removed"])

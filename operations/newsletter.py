@@ -36,9 +36,13 @@ async def start_newsletter(email_id: str, *, client=None, settings: Settings | N
     settings = settings or get_settings()
     settings.require_members_link_secret()  # each reader's unsubscribe link is signed with it
     async with database.connection(settings.require_database()) as conn:
-        status = await conn.fetchval("SELECT status FROM emails WHERE id = $1", email_id)
-    if status is None:
+        email = await conn.fetchrow("SELECT e.status, e.post_id, p.status AS post_status, p.published_at "
+                                    "FROM emails e LEFT JOIN posts p ON p.id = e.post_id WHERE e.id = $1", email_id)
+    if email is None:
         raise NotFound(f"email {email_id} does not exist")
+    status = email["status"]
+    if status != "submitted" and (refused := not_published_yet(email_id, email)):
+        raise BadInput(refused)
     client = client or await temporal_client(settings)
     workflow_id = newsletter_workflow_id(email_id)
     if status == "submitted":
@@ -48,6 +52,9 @@ async def start_newsletter(email_id: str, *, client=None, settings: Settings | N
         except RPCError:
             by = ""
         return NewsletterStart(workflow_id, "", False, f"email {email_id} was already sent{by}; nothing to send")
+    if status == "cancelled":
+        raise BadInput(f"email {email_id} was cancelled (`pressroom newsletter status {email_id}` says by whom); "
+                       "it is not sent again")
     try:
         handle = await client.start_workflow(
             SendNewsletterWorkflow.run, SendNewsletterInput(email_id=email_id), id=workflow_id,
@@ -61,6 +68,120 @@ async def start_newsletter(email_id: str, *, client=None, settings: Settings | N
         raise
     return NewsletterStart(workflow_id, handle.first_execution_run_id or handle.result_run_id or "", True,
                            f"started {workflow_id}")
+
+
+@dataclass(frozen=True)
+class NewsletterCancel:
+    email_id: str
+    status: str  # cancelling (its run stops between batches) | cancelled | submitted (too late)
+    by: str | None
+    at: object  # datetime of the cancel, None while its run has not recorded it
+    message: str
+
+
+def operator_name() -> str:
+    """Who cancels, when not told: the operator's login on this machine."""
+    import getpass
+
+    try:
+        return getpass.getuser()
+    except Exception:
+        return "an operator"
+
+
+@tracing.traced("pressroom newsletter cancel", "email_id")
+async def cancel_newsletter(email_id: str, *, by: str | None = None, wait: bool = False, client=None,
+                            settings: Settings | None = None) -> NewsletterCancel:
+    """Stop the email's send between batches, or keep an unsent email from going out; safe to repeat.
+
+    A running send is signalled: batches in flight finish, none starts after, and the run records
+    the email `cancelled` with who and when (batches already accepted stay accepted and counted).
+    An email no run is sending is recorded cancelled here. `wait` follows the run until it has.
+    """
+    from temporalio.client import WorkflowExecutionStatus
+    from temporalio.service import RPCError, RPCStatusCode
+
+    from pressroom import database
+    from pressroom.inputs import entity_id
+    from workflows.newsletter import CancelSendInput, SendNewsletterWorkflow, newsletter_workflow_id
+
+    entity_id(email_id, "email")
+    by = (by or operator_name()).strip()
+    if not by or len(by) > 200 or not by.isprintable():
+        raise BadInput("--by must be 1 to 200 printable characters")
+    settings = settings or get_settings()
+    workflow_id = newsletter_workflow_id(email_id)
+    client = client or await temporal_client(settings)
+    async with database.connection(settings.require_database()) as conn:
+        for _ in range(3):  # a send that starts between the read and the write is signalled instead
+            email = await conn.fetchrow("SELECT status, cancelled_by, cancelled_at FROM emails WHERE id = $1",
+                                        email_id)
+            if email is None:
+                raise NotFound(f"email {email_id} does not exist")
+            if email["status"] == "cancelled":
+                return NewsletterCancel(email_id, "cancelled", email["cancelled_by"], email["cancelled_at"],
+                                        f"email {email_id} was cancelled by {email['cancelled_by']} at "
+                                        f"{_utc(email['cancelled_at'])}")
+            if email["status"] == "submitted":
+                raise BadInput(f"email {email_id} was already sent to every recipient; there is nothing to cancel")
+            handle = client.get_workflow_handle_for(SendNewsletterWorkflow.run, workflow_id)
+            try:
+                running = (await handle.describe()).status == WorkflowExecutionStatus.RUNNING
+            except RPCError as error:
+                if error.status != RPCStatusCode.NOT_FOUND:
+                    raise
+                running = False
+            if running:
+                await handle.signal(SendNewsletterWorkflow.cancel, CancelSendInput(by=by))
+                if wait:
+                    return await _cancelled_by_run(conn, email_id, handle)
+                return NewsletterCancel(email_id, "cancelling", by, None,
+                                        f"cancelling {workflow_id}: batches in flight finish, no other starts; "
+                                        f"`pressroom newsletter status {email_id}` shows when it has stopped")
+            row = await conn.fetchrow(
+                "UPDATE emails SET status = 'cancelled', cancelled_by = $2, cancelled_at = now(), locked_by = NULL, "
+                "error = 'The email was cancelled by ' || $2 || ' before its send: nothing more is sent.', "
+                "updated_at = now() WHERE id = $1 AND status IN ('pending', 'failed') RETURNING cancelled_at",
+                email_id, by)
+            if row is not None:
+                return NewsletterCancel(email_id, "cancelled", by, row["cancelled_at"],
+                                        f"email {email_id} cancelled: it will not be sent")
+    raise PressroomError(f"email {email_id} changed while it was being cancelled three times; try again")
+
+
+async def _cancelled_by_run(conn, email_id: str, handle) -> NewsletterCancel:
+    """Wait for the run to end after a cancel; what it recorded."""
+    from temporalio.client import WorkflowFailureError
+
+    try:
+        await handle.result()
+    except WorkflowFailureError:
+        pass  # the row says how it ended
+    row = await conn.fetchrow("SELECT status, cancelled_by, cancelled_at, error FROM emails WHERE id = $1", email_id)
+    return NewsletterCancel(email_id, row["status"], row["cancelled_by"], row["cancelled_at"],
+                            row["error"] or f"email {email_id} is {row['status']}")
+
+
+def _utc(moment) -> str:
+    from datetime import timezone
+
+    return moment.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC") if moment else "-"
+
+
+def not_published_yet(email_id: str, email) -> str:
+    """Why the email may not be sent yet (its post is a draft or scheduled), or "": refused before
+    anything is written, since its post's publication sends it."""
+    from datetime import timezone
+
+    post = email["post_id"]
+    if email["post_status"] == "draft":
+        return (f"email {email_id} is not sent: its post {post} is a draft; it goes out when the post is published "
+                f"(`pressroom posts schedule {post} --at …`)")
+    if email["post_status"] == "scheduled":
+        due = email["published_at"].astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+        return (f"email {email_id} is not sent: its post {post} is scheduled for {due}; "
+                "it goes out when the post is published")
+    return ""
 
 
 def progress_words(progress) -> str:
@@ -151,56 +272,123 @@ async def follow_newsletter(workflow_id: str, *, client=None, on_progress=None, 
 
 async def newsletter_status(email_id: str, *, client=None, settings: Settings | None = None) -> dict:
     """The email's row, its batches and recipients, and its run: while it runs, its live progress
-    when a worker answers within QUERY_TIMEOUT, and in any case what it waits for (`waiting_for`)."""
-    from temporalio.service import RPCError, RPCStatusCode
+    when a worker answers, and in any case what it waits for (`waiting_for`).
 
+    PostgreSQL's view always comes first; everything asked of Temporal shares one bound
+    (QUERY_TIMEOUT), past which the answer says so (`temporal`) instead of waiting on the SDK's
+    retries. Whether a worker polls and answers is decided here, once, for every form of output.
+    """
     from pressroom import database
-    from operations.waiting import open_timer
-    from workflows.newsletter import SendNewsletterWorkflow, newsletter_workflow_id
+    from workflows.newsletter import newsletter_workflow_id
 
     settings = settings or get_settings()
     async with database.connection(settings.require_database()) as conn:
-        email = await conn.fetchrow("SELECT status, error, submitted_at, email_count_expected, skipped_recipients "
-                                    "FROM emails WHERE id = $1", email_id)
+        email = await conn.fetchrow("SELECT status, error, submitted_at, email_count_expected, skipped_recipients, "
+                                    "cancelled_by, cancelled_at FROM emails WHERE id = $1", email_id)
         if email is None:
             raise NotFound(f"email {email_id} does not exist")
         batches = await conn.fetchrow(
             "SELECT count(*) AS total, count(*) FILTER (WHERE status = 'submitted') AS submitted, "
             "count(*) FILTER (WHERE status = 'failed') AS failed FROM email_batches WHERE email_id = $1", email_id)
         recipients = await conn.fetchval("SELECT count(*) FROM email_recipients WHERE email_id = $1", email_id)
-    client = client or await temporal_client(settings)
     workflow_id = newsletter_workflow_id(email_id)
-    run = progress = waiting_for = None
-    try:
-        description = await client.get_workflow_handle(workflow_id).describe()
-        run = {**await run_summary(client, description), "worker_answering": None}
-        if run["status"] == "running":
-            handle = client.get_workflow_handle_for(SendNewsletterWorkflow.run, workflow_id)
-            try:
-                answer = await _ask_progress(handle)
-            except Exception:
-                answer = False  # refused (before the first task): neither an answer nor a silence
-            run["worker_answering"] = answer is not None if run["worker_polling"] is not False else False
-            progress = answer.model_dump() if answer else None
-            waiting_for = _waiting_words(answer, await open_timer(client, workflow_id), run)
-    except RPCError as error:
-        if error.status != RPCStatusCode.NOT_FOUND:
-            raise
+    run, progress, waiting_for, temporal = await _run_view(workflow_id, client, settings)
     return {"email_id": email_id, "status": email["status"], "error": email["error"],
             "submitted_at": email["submitted_at"], "workflow_id": workflow_id, "run": run, "progress": progress,
             "batches": {"total": batches["total"], "submitted": batches["submitted"], "failed": batches["failed"]},
             "recipients": recipients, "recipients_expected": email["email_count_expected"],
-            "waiting_for": waiting_for, "skipped_recipients": email["skipped_recipients"]}
+            "waiting_for": waiting_for, "skipped_recipients": email["skipped_recipients"],
+            "cancelled_by": email["cancelled_by"], "cancelled_at": email["cancelled_at"], "temporal": temporal}
 
 
-def _waiting_words(progress, timer: str | None, run: dict) -> str | None:
-    """What a running send waits for, in the Web UI's words: a worker, a cap, a batch's events."""
+async def _run_view(workflow_id: str, client, settings: Settings):
+    """(run, progress, waiting_for, temporal) within QUERY_TIMEOUT in all: `temporal` is None when
+    Temporal answered, else why it could not be read (then the run is unknown: None)."""
+    import time
+
+    from temporalio.service import RPCError, RPCStatusCode
+
+    from pressroom.temporal import TemporalUnavailable, describe_rpc_error
+    from operations.waiting import QUERY_TIMEOUT, has_worker, open_timer
+    from workflows.newsletter import SendNewsletterWorkflow
+
+    deadline = time.monotonic() + QUERY_TIMEOUT.total_seconds()
+
+    async def bounded(call, default=None):
+        """The call's answer, or `default` past the shared deadline."""
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return default
+        try:
+            return await asyncio.wait_for(call, left)
+        except asyncio.TimeoutError:
+            return default
+
+    unreachable = (f"Temporal at {settings.temporal_address} did not answer within "
+                   f"{QUERY_TIMEOUT.total_seconds():g} s; shown is what PostgreSQL holds")
+    try:
+        if client is None:
+            client = await bounded(temporal_client(settings))
+            if client is None:
+                return None, None, None, unreachable
+        handle = client.get_workflow_handle_for(SendNewsletterWorkflow.run, workflow_id)
+        description = await bounded(handle.describe(rpc_timeout=QUERY_TIMEOUT))
+        if description is None:
+            return None, None, None, unreachable
+    except TemporalUnavailable as error:
+        return None, None, None, f"{error}; shown is what PostgreSQL holds"
+    except RPCError as error:
+        if error.status == RPCStatusCode.NOT_FOUND:
+            return None, None, None, None
+        return None, None, None, f"{describe_rpc_error(error, settings)}; shown is what PostgreSQL holds"
+    status = description.status.name.lower() if description.status else None
+    run = {"run_id": description.run_id, "status": status, "task_queue": description.task_queue,
+           "worker_polling": None, "worker_answering": None}
+    if status != "running":
+        return run, None, None, None
+
+    async def ask():
+        try:
+            return await _ask_progress(handle)
+        except Exception:
+            return False  # refused (before the first task): neither an answer nor a silence
+
+    polling, answer, timer = await asyncio.gather(
+        bounded(has_worker(client, description.task_queue)), bounded(ask()), bounded(open_timer(client, workflow_id)))
+    run["worker_polling"] = polling
+    run["worker_answering"] = False if polling is False else (
+        True if answer else None if answer is False else False)  # None: unanswered within the bound
+    waiting_for = _waiting_words(answer or None, timer, run, retrying(description))
+    return run, answer.model_dump() if answer else None, waiting_for, None
+
+
+def retrying(description) -> str | None:
+    """An activity of the run being retried after a failure, in words (the last step retrying a
+    database error is waiting too), or None."""
+    from datetime import timezone
+
+    for pending in description.raw_description.pending_activities:
+        if pending.attempt > 1 and pending.HasField("last_failure"):
+            words = (f"{pending.activity_type.name} to succeed: attempt {pending.attempt} after "
+                     f"{pending.last_failure.message.splitlines()[0] if pending.last_failure.message else 'a failure'}")
+            if pending.HasField("next_attempt_schedule_time"):
+                at = pending.next_attempt_schedule_time.ToDatetime(timezone.utc)
+                words += f" (next attempt at {at:%Y-%m-%d %H:%M:%S} UTC)"
+            return words
+    return None
+
+
+def _waiting_words(progress, timer: str | None, run: dict, retried: str | None = None) -> str | None:
+    """What a running send waits for, in the Web UI's words: a worker, a retried step, a cap, a
+    batch's events."""
     if run["worker_polling"] is False:
         return "no worker is polling its task queue" + (f"; {timer}" if timer else "")
     if run["worker_answering"] is False:
         return "no worker is answering" + (f"; {timer}" if timer else "")
     if progress and progress.message:
         return progress.message
+    if retried:
+        return retried
     return timer  # "confirming batch N until T", or None while it just sends
 
 
@@ -297,8 +485,9 @@ async def send_test_email(email_id: str, to: str, *, segment: str | None = None,
             from_address=loaded.from_address, subject=f"[TEST] {rendered.subject}", html=rendered.html,
             text=rendered.text, tags=["test-email"], headers={"Reply-To": loaded.reply_to},
             tracking_opens=False, tracking_clicks=False))
-        return await provider.send(message, {to: rendered.recipient_variables(values)}, mark={},
+        sent = await provider.send(message, {to: rendered.recipient_variables(values)}, mark={},
                                    message_id=provider.message_id(f"test-{uuid.uuid4().hex}"))
+        return sent.provider_id
     except ProviderError as error:
         raise PressroomError(f"the test email was not sent: {error}") from None
     finally:

@@ -37,6 +37,7 @@ PATCHES = [
           "SendNewsletterWorkflow", "0.3.0"),
     Patch("workflows.newsletter.PROVIDER_OUTAGE_PATCH", newsletter.PROVIDER_OUTAGE_PATCH,
           "SendNewsletterWorkflow", "0.5.0"),
+    Patch("workflows.newsletter.CANCEL_PATCH", newsletter.CANCEL_PATCH, "SendNewsletterWorkflow", "0.7.0"),
     Patch("workflows.outbox.CONFIRM_UNCERTAIN_PATCH", outbox.CONFIRM_UNCERTAIN_PATCH,
           "DeliverOutboxEntryWorkflow", "0.2.0"),
     Patch("workflows.outbox.COMPLETE_LOCALLY_PATCH", outbox.COMPLETE_LOCALLY_PATCH,

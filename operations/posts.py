@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from activities.posts import reconcile_scheduled_posts, start_or_move_publication, stop_publication
+from activities.posts import (NEWSLETTER_NOT_GOING, reconcile_scheduled_posts, start_or_move_publication,
+                              stop_publication)
 from operations.common import run_summary, temporal_client
 from pressroom import tracing
 from pressroom.errors import BadInput, NotFound, PressroomError
@@ -146,10 +147,17 @@ async def posts_status(post_id: str | None = None, *, client=None, settings: Set
                                         "ORDER BY published_at LIMIT 10")
             overdue = await conn.fetchval("SELECT count(*) FROM posts WHERE status = 'scheduled' "
                                           "AND published_at < now()")
+            not_going = await conn.fetch(
+                f"SELECT p.id, {NEWSLETTER_NOT_GOING} AS why FROM posts p LEFT JOIN emails e ON e.post_id = p.id "
+                f"WHERE p.status IN ('published', 'sent') AND p.newsletter_id IS NOT NULL "
+                f"AND {NEWSLETTER_NOT_GOING} IS NOT NULL ORDER BY p.publish_completed_at DESC NULLS LAST LIMIT 10")
             return {"counts": counts, "overdue": overdue,
-                    "next": [{"post_id": r["id"], "publish_at": r["published_at"]} for r in upcoming]}
-        post = await conn.fetchrow("SELECT status, published_at, publish_completed_at FROM posts WHERE id = $1",
-                                   post_id)
+                    "next": [{"post_id": r["id"], "publish_at": r["published_at"]} for r in upcoming],
+                    "newsletter_not_going": [{"post_id": r["id"], "why": r["why"]} for r in not_going]}
+        post = await conn.fetchrow(
+            f"SELECT p.status, p.published_at, p.publish_completed_at, e.id AS email_id, e.status AS email_status, "
+            f"{NEWSLETTER_NOT_GOING} AS not_going FROM posts p LEFT JOIN emails e ON e.post_id = p.id "
+            f"WHERE p.id = $1", post_id)
     if post is None:
         raise NotFound(f"post {post_id} does not exist")
     client = client or await temporal_client(settings)
@@ -164,4 +172,6 @@ async def posts_status(post_id: str | None = None, *, client=None, settings: Set
         if error.status != RPCStatusCode.NOT_FOUND:
             raise
     return {"post_id": post_id, "status": post["status"], "publish_at": post["published_at"],
-            "published_at": post["publish_completed_at"], "workflow_id": workflow_id, "run": run}
+            "published_at": post["publish_completed_at"], "workflow_id": workflow_id, "run": run,
+            "email": {"email_id": post["email_id"], "status": post["email_status"],
+                      "will_not_go_out": post["not_going"]} if post["email_id"] or post["not_going"] else None}

@@ -137,7 +137,7 @@ async def _email(conn, email_id: str):
     entity_id(email_id, "email")
     email = await conn.fetchrow(
         "SELECT e.id, e.subject, e.status, e.error, e.post_id, e.newsletter_id, n.slug AS newsletter, e.recipient_filter, "
-        "e.created_at, e.submitted_at, e.left_out, e.first_opened_at, e.last_opened_at "
+        "e.created_at, e.submitted_at, e.left_out, e.first_opened_at, e.last_opened_at, e.cancelled_by, e.cancelled_at "
         "FROM emails e LEFT JOIN newsletters n ON n.id = e.newsletter_id WHERE e.id = $1", email_id)
     if email is None:
         raise NotFound(f"email {email_id} does not exist (`pressroom newsletter list` shows the emails)")
@@ -214,7 +214,8 @@ async def newsletter_report(email_id: str, *, reasons: int = 5, settings: Settin
     return {"email_id": email["id"], "subject": email["subject"], "status": email["status"], "error": email["error"],
             "post_id": email["post_id"], "newsletter_id": email["newsletter_id"], "newsletter": email["newsletter"],
             "recipient_filter": email["recipient_filter"], "created_at": email["created_at"],
-            "submitted_at": email["submitted_at"],
+            "submitted_at": email["submitted_at"], "cancelled_by": email["cancelled_by"],
+            "cancelled_at": email["cancelled_at"],
             **figures,
             "rates": {key: _rate(figures[key], whole) for key in ("delivered", "opened", "failed", "unsubscribed",
                                                                   "complained")},

@@ -25,6 +25,13 @@ def no_worker_message(task_queue: str) -> str:
 
 async def has_worker(client: Client, task_queue: str) -> bool | None:
     """Does a worker poll the queue for workflow tasks? None when Temporal cannot say."""
+    pollers = await fresh_pollers(client, task_queue)
+    return None if pollers is None else bool(pollers)
+
+
+async def fresh_pollers(client: Client, task_queue: str, *, activities: bool = False) -> list[str] | None:
+    """The identities of the workers that polled the queue lately, for workflow tasks (or activity
+    tasks); None when Temporal cannot say."""
     from temporalio.api.enums.v1 import TaskQueueKind, TaskQueueType
     from temporalio.api.taskqueue.v1 import TaskQueue
     from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
@@ -33,12 +40,14 @@ async def has_worker(client: Client, task_queue: str) -> bool | None:
         response = await client.workflow_service.describe_task_queue(DescribeTaskQueueRequest(
             namespace=client.namespace,
             task_queue=TaskQueue(name=task_queue, kind=TaskQueueKind.TASK_QUEUE_KIND_NORMAL),
-            task_queue_type=TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW))
+            task_queue_type=TaskQueueType.TASK_QUEUE_TYPE_ACTIVITY if activities
+            else TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW), timeout=QUERY_TIMEOUT)
     except RPCError:
         return None
     now = datetime.now(timezone.utc)
-    return any(not poller.HasField("last_access_time") or now - poller.last_access_time.ToDatetime(timezone.utc)
-               < POLLER_FRESH for poller in response.pollers)
+    return sorted({poller.identity for poller in response.pollers
+                   if not poller.HasField("last_access_time")
+                   or now - poller.last_access_time.ToDatetime(timezone.utc) < POLLER_FRESH})
 
 
 @asynccontextmanager
@@ -115,7 +124,9 @@ def is_unanswered(error: BaseException) -> bool:
     if not isinstance(error, RPCError):
         return False
     return error.status in (RPCStatusCode.CANCELLED, RPCStatusCode.DEADLINE_EXCEEDED) or (
-        error.status == RPCStatusCode.FAILED_PRECONDITION and "no poller" in (error.message or ""))
+        error.status == RPCStatusCode.FAILED_PRECONDITION and "no poller" in (error.message or "")) or (
+        # Queries pile up for a worker that does not take them ("consistent query buffer is full").
+        error.status == RPCStatusCode.RESOURCE_EXHAUSTED and "query buffer" in (error.message or ""))
 
 
 def as_words(details: str) -> str:

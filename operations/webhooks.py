@@ -97,6 +97,10 @@ class Receiver:
     def routes(self) -> list:
         from aiohttp import web
 
+        if self.push.name == "ses":  # SNS's messages: their own handler (operations/ses_webhooks.py)
+            from operations.ses_webhooks import SesHandler
+
+            return [web.post(self.push.path, SesHandler(self).receive)]
         return [web.post(self.push.path, self.receive)]
 
     async def receive(self, request: web.Request) -> web.Response:
@@ -204,9 +208,11 @@ def metrics_runtime(settings: Settings):
     """With PRESSROOM_METRICS_PORT set, a runtime serving Prometheus metrics on /metrics there (as the worker's)."""
     if not settings.metrics_port:
         return None
-    from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
+    from temporalio.runtime import PrometheusConfig, Runtime
 
-    return Runtime(telemetry=TelemetryConfig(metrics=PrometheusConfig(
+    from pressroom.temporal import telemetry
+
+    return Runtime(telemetry=telemetry(metrics=PrometheusConfig(
         bind_address=f"{settings.metrics_host}:{settings.metrics_port}", durations_as_seconds=True)))
 
 
@@ -277,11 +283,11 @@ async def webhooks_status(settings: Settings | None = None) -> dict:
     settings = settings or get_settings()
     async with database.connection(settings.require_database()) as conn:
         kinds = await conn.fetch("SELECT kind, applied, last_received_at, last_applied_at FROM webhook_kinds "
-                                 "WHERE provider = $1 ORDER BY kind", PROVIDER)
+                                 "WHERE provider = $1 ORDER BY kind", settings.email_provider)
         inbox = await conn.fetchrow("SELECT count(*) AS depth, extract(epoch FROM now() - min(received_at)) AS age "
                                     "FROM webhook_inbox")
         refusals = await conn.fetch("SELECT reason, count, last_at FROM webhook_refusals WHERE provider = $1 "
-                                    "ORDER BY count DESC, reason", PROVIDER)
+                                    "ORDER BY count DESC, reason", settings.email_provider)
         set_aside = await conn.fetchval("SELECT count(*) FROM delivery_events_rejected WHERE source = 'push'")
         link_refusals = await conn.fetch("SELECT reason, count, last_at FROM webhook_refusals WHERE provider = $1 "
                                          "ORDER BY count DESC, reason", LINK_SOURCE)

@@ -108,7 +108,10 @@ class RunFormatter(logging.Formatter):
         if self._tracebacks:
             line = super().format(record)  # the message, then exception text and stack on lines below
         else:
-            record.message, record.asctime = record.getMessage(), self.formatTime(record, self.datefmt)
+            # One line per event, even for a library's message with line breaks (the Temporal core's).
+            message = record.getMessage()
+            record.message = " ".join(line.strip() for line in message.splitlines()) if "\n" in message else message
+            record.asctime = self.formatTime(record, self.datefmt)
             line = self.formatMessage(record)
             if error_field(record):
                 fields["error"] = repr(error_field(record))

@@ -57,6 +57,8 @@ class Settings(BaseSettings):
     mailgun_api_key: SecretStr = Field(default=SecretStr(""), validation_alias="MAILGUN_API_KEY")
     mailgun_domain: str = Field(default="", validation_alias="MAILGUN_DOMAIN")
     mailgun_base_url: str = Field(default=MAILGUN_US, validation_alias="MAILGUN_BASE_URL")
+    # The email provider; each one's own settings live in its package (pressroom/providers/<name>/).
+    email_provider: Literal["mailgun", "ses"] = Field(default="mailgun", validation_alias="PRESSROOM_EMAIL_PROVIDER")
 
     # --- Temporal connection for clusters and Temporal Cloud ---
     # The SDK's standard client settings (temporalio.envconfig): these variables, and under them the
@@ -113,8 +115,18 @@ class Settings(BaseSettings):
     daily_send_limit: Annotated[dict[str, int], NoDecode] = Field(
         default={}, validation_alias="PRESSROOM_DAILY_SEND_LIMIT")
 
+    # --- members ---
+    # The key of the HMAC-SHA256 a deleted member's suppression keeps instead of their address, so
+    # the address, added again, is still suppressed. It must stay the same for as long as those
+    # suppressions matter. Unset: a deleted member's suppression is removed with them.
+    address_hash_key: SecretStr = Field(default=SecretStr(""), validation_alias="PRESSROOM_ADDRESS_HASH_KEY")
+
     # --- outbox ---
     welcome_emails: bool = Field(default=True, validation_alias="PRESSROOM_WELCOME_EMAILS")
+    # A welcome email whose template cannot be rendered waits, pending, and is tried again this long
+    # after; once the template is fixed, it goes out.
+    welcome_template_retry_seconds: float = Field(default=60.0, gt=0,
+                                                  validation_alias="PRESSROOM_WELCOME_TEMPLATE_RETRY_SECONDS")
     # Each variable's first name is the one to set; the names after it are deprecated aliases that
     # deployments made before the PRESSROOM_/_SECONDS naming still set (docs/production.md "Configuration").
     outbox_batch: int = Field(default=32, ge=1, le=10_000,
@@ -273,7 +285,7 @@ class Settings(BaseSettings):
     def secret_values(self) -> list[str]:
         """Every secret this process holds, for the log mask: keys, tokens, each encryption key."""
         values = [self.mailgun_api_key, self.temporal_api_key, self.codec_token, self.encryption_key,
-                  self.webhook_signing_key, self.members_link_secret]
+                  self.webhook_signing_key, self.members_link_secret, self.address_hash_key]
         found = [value.get_secret_value() for value in values if value.get_secret_value()]
         for entry in self.encryption_key.get_secret_value().split(","):  # "k2:<base64>,k1:<base64>"
             found.extend(part.strip() for part in entry.split(":") if len(part.strip()) >= 16)
@@ -365,6 +377,35 @@ class Settings(BaseSettings):
                 "DATABASE_URL is not set and the development stack is not running "
                 "(start it with `pressroom dev up`, or set DATABASE_URL)")
         return self.database_url
+
+    # --- the provider's neutral view: what activities read, whichever provider sends ---
+
+    @property
+    def sending_scope(self) -> str:
+        """Where the provider sends from (Mailgun: MAILGUN_DOMAIN; SES: the verified domain)."""
+        if self.email_provider == "ses":
+            from pressroom.providers.ses.settings import ses_settings
+
+            return ses_settings().domain
+        return self.mailgun_domain
+
+    # The send policy (retries of a failed send, outage waits) is the same for every provider; its
+    # variables keep the names they were introduced under.
+    @property
+    def provider_retries(self) -> int:
+        return self.mailgun_retries
+
+    @property
+    def provider_retry_seconds(self) -> float:
+        return self.mailgun_retry_seconds
+
+    @property
+    def provider_outage_first_wait_seconds(self) -> float:
+        return self.mailgun_outage_first_wait_seconds
+
+    @property
+    def provider_outage_max_wait_seconds(self) -> float:
+        return self.mailgun_outage_max_wait_seconds
 
     def require_mailgun(self) -> None:
         if not self.mailgun_api_key.get_secret_value():

@@ -35,8 +35,20 @@ _runtime: Runtime | None = None
 def process_runtime() -> Runtime:
     global _runtime
     if _runtime is None:
-        _runtime = Runtime(telemetry=TelemetryConfig())
+        _runtime = Runtime(telemetry=telemetry())
     return _runtime
+
+
+def telemetry(**settings) -> TelemetryConfig:
+    """The runtime's telemetry: the Temporal core's own warnings go to Python's logging (stderr, in
+    Pressroom's one-line format, masked), never to stdout, which carries only a command's output."""
+    import logging
+
+    from temporalio.runtime import LogForwardingConfig, LoggingConfig, TelemetryFilter
+
+    return TelemetryConfig(logging=LoggingConfig(filter=TelemetryFilter(core_level="WARN", other_level="ERROR"),
+                                                 forwarding=LogForwardingConfig(logger=logging.getLogger(
+                                                     "temporalio.core"))), **settings)
 
 
 def close_runtime() -> bool:

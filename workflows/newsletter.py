@@ -50,6 +50,9 @@ PIPELINED_BATCHES_PATCH = "pipelined-batches"
 # connection, 429); later runs wait for it on a timer and send the batch when it is back. (Named
 # when Mailgun was the only provider; the name is what histories hold.)
 PROVIDER_OUTAGE_PATCH = "wait-out-mailgun-outages"
+# Runs recorded before this patch had no `cancel` signal; later ones stop sending between batches
+# when an operator cancels, and record the email cancelled.
+CANCEL_PATCH = "operator-cancel"
 
 
 NEWSLETTER_WORKFLOW_PREFIX = "newsletter-"
@@ -70,11 +73,17 @@ class SendNewsletterInput(BaseModel):
     resume: Resume | None = None  # set only when the run continues as new
 
 
+class CancelSendInput(BaseModel):
+    """Who cancels a send (`pressroom newsletter cancel`): an operator's name, as the CLI gives it."""
+
+    by: str
+
+
 class NewsletterProgress(BaseModel):
     """What the `progress` query answers: the CLI's progress bar and the Web UI read it."""
 
     email_id: str
-    status: str = "starting"  # starting | sending | submitted | failed | skipped
+    status: str = "starting"  # starting | sending | cancelling | submitted | failed | skipped | cancelled
     batches_total: int = 0
     batches_sent: int = 0
     batches_failed: int = 0
@@ -116,6 +125,15 @@ class SendNewsletterWorkflow:
         self._wait_out_outages = False
         self._outage: Outage | None = None  # the provider unreachable: since when, and when to try next
         self._provider = ""  # the provider's name, as the plan gives it, for what the run says
+        self._cancel: FinishEmailInput | None = None  # an operator's cancel: no batch starts after it
+
+    @workflow.signal
+    def cancel(self, input: CancelSendInput) -> None:
+        """Stop between batches: batches in flight finish, no other starts; safe to repeat."""
+        if self._cancel is None and workflow.patched(CANCEL_PATCH):
+            self._cancel = FinishEmailInput(email_id=self._progress.email_id, cancelled_by=input.by,
+                                            cancelled_at=workflow.now())
+            self._show(status="cancelling", message=f"cancelled by {input.by}: no batch starts after this")
 
     @workflow.query
     def progress(self) -> NewsletterProgress:
@@ -141,11 +159,13 @@ class SendNewsletterWorkflow:
             resume, creation = started
         self._progress = resume.progress
         self._provider = resume.plan.provider_title
-        self._show(status="sending")
+        self._show(status="sending" if self._cancel is None else "cancelling")
         await self._send_all(input.email_id, resume, creation)
 
+        finish = FinishEmailInput(email_id=input.email_id) if self._cancel is None else \
+            self._cancel.model_copy(update={"email_id": input.email_id})
         outcome = await workflow.execute_activity_method(
-            EmailFinishActivities.finish_email, FinishEmailInput(email_id=input.email_id),
+            EmailFinishActivities.finish_email, finish,
             start_to_close_timeout=timedelta(seconds=60), retry_policy=DATABASE_RETRY)
         if outcome.counts:
             self._progress = self._from_counts(input.email_id, outcome.counts)
@@ -188,21 +208,24 @@ class SendNewsletterWorkflow:
             batch_ids = await workflow.execute_activity_method(
                 BatchSendActivities.list_unsent_batches, ListUnsentBatchesInput(email_id=email_id, limit=BATCH_PAGE),
                 start_to_close_timeout=timedelta(seconds=60), retry_policy=DATABASE_RETRY)
+            if self._cancel is not None:
+                batch_ids = []  # cancelled: nothing more is sent (a chunk being written ends the creation)
             if not batch_ids:
-                if self._creating:  # everything written so far is sent: wait for the next chunk
-                    await workflow.wait_condition(lambda: self._chunks != chunks or not self._creating)
+                if self._creating and self._cancel is None:  # all written so far is sent: wait for the next chunk
+                    await workflow.wait_condition(lambda: self._chunks != chunks or not self._creating
+                                                  or self._cancel is not None)
                     continue
                 if creation is not None:
                     await creation  # raises what stopped the creation, if anything did
                     creation = None
-                    if self._chunks != chunks:
+                    if self._chunks != chunks and self._cancel is None:
                         continue  # its last chunk was written after the listing
                 return
             if self._within_limits:
                 await self._send_page_within_limits(batch_ids, resume)
             else:
                 await self._send_page(batch_ids, resume)
-            if not self._creating and workflow.info().is_continue_as_new_suggested():
+            if not self._creating and self._cancel is None and workflow.info().is_continue_as_new_suggested():
                 resume.progress = self._progress
                 workflow.continue_as_new(SendNewsletterInput(email_id=email_id, resume=resume))
 
@@ -219,6 +242,8 @@ class SendNewsletterWorkflow:
             while True:
                 counts = await self._create_batches(email_id, retry_failed=False, chunked=True)
                 self._chunks += 1
+                if self._cancel is not None:
+                    return  # cancelled: the batches not written are not needed
                 if not counts.creating:
                     # The totals were planned; now they are what was written.
                     self._progress.batches_total = counts.batches_total
@@ -236,6 +261,8 @@ class SendNewsletterWorkflow:
 
         async def send(batch_id: str, number: int) -> None:
             async with slots:
+                if self._cancel is not None:
+                    return
                 try:
                     sent = await workflow.execute_activity_method(
                         BatchSendActivities.send_batch,
@@ -262,7 +289,7 @@ class SendNewsletterWorkflow:
         resume.dispatched += len(batch_ids)
 
         async def sender() -> None:
-            while queue:
+            while queue and self._cancel is None:
                 batch_id, number = queue.popleft()
                 pieces = await self._admit_and_send(batch_id, number, resume)
                 queue.extendleft((piece, number) for piece in reversed(pieces))

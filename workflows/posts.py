@@ -4,7 +4,8 @@ No wake-up loop and no look-ahead window: the run sleeps until its post is due, 
 and a reschedule moves the timer in place. The timer fires `lead_seconds` early so the publish
 activity is already running when the time comes; the activity waits out the rest and publishes
 only a post still scheduled for that time, so a post is never published early and never twice.
-After publishing, the post's pending newsletter email is handed to SendNewsletterWorkflow.
+After publishing, the post's newsletter email that no attempt sent is handed to SendNewsletterWorkflow;
+when it will not go out, the outcome and the run's details say why.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ class PublishOutcome(BaseModel):
     status: str  # published | unscheduled | not_found | not_scheduled
     publish_at: datetime
     newsletter_workflow_id: str | None = None
+    newsletter_note: str | None = None  # why the post's newsletter will not go out, when it will not
 
 
 @workflow.defn
@@ -109,7 +111,7 @@ class PublishPostWorkflow:
                 self._publish_at = result.publish_at  # changed in the database: follow it
                 continue
             newsletter = await self._start_newsletter(result.email_id) if result.email_id else None
-            return self._end(input, result.status, newsletter)
+            return self._end(input, result.status, newsletter, result.newsletter_note)
 
     async def _start_newsletter(self, email_id: str) -> str:
         """Hand over to the newsletter send; its workflow id keeps it to one send."""
@@ -123,10 +125,12 @@ class PublishPostWorkflow:
             pass  # already sending or sent: nothing more to do
         return workflow_id
 
-    def _end(self, input: PublishPostInput, status: str, newsletter: str | None = None) -> PublishOutcome:
-        workflow.set_current_details(f"{status} (scheduled for {self._publish_at.isoformat()})")
+    def _end(self, input: PublishPostInput, status: str, newsletter: str | None = None,
+             note: str | None = None) -> PublishOutcome:
+        details = f"{status} (scheduled for {self._publish_at.isoformat()})"
+        workflow.set_current_details(f"{details}\n\nits newsletter will not go out: {note}" if note else details)
         return PublishOutcome(post_id=input.post_id, status=status, publish_at=self._publish_at,
-                              newsletter_workflow_id=newsletter)
+                              newsletter_workflow_id=newsletter, newsletter_note=note)
 
 
 @workflow.defn

@@ -24,11 +24,11 @@ from pressroom.recipient_filter import FilterError
 
 SKIPPED_SHOWN = 20  # members named in the log line of an email's left-out members; the rest are counted
 # The email's count becomes the recipients written ($2); the site's own count is kept when they
-# differ by more than 1% (returned then, NULL otherwise), for the log and `newsletter status`.
+# differ by 1% or more (returned then, NULL otherwise), for the log and `newsletter status`.
 RECORD_EMAIL_COUNT = """
     WITH old AS (SELECT email_count FROM emails WHERE id = $1),
     drift AS (SELECT email_count AS expected FROM old
-              WHERE email_count > 0 AND abs($2::int - email_count) > email_count * 0.01)
+              WHERE email_count > 0 AND abs($2::int - email_count) * 100 >= email_count)
     UPDATE emails e SET email_count = $2, updated_at = now(),
            email_count_expected = coalesce((SELECT expected FROM drift), e.email_count_expected)
     WHERE e.id = $1 RETURNING (SELECT expected FROM drift)
@@ -105,6 +105,7 @@ class BatchCreationActivities:
     def __init__(self, deps: Dependencies) -> None:
         self.pool = deps.pool
         self.settings = deps.settings
+        self.provider = deps.provider
 
     @activity.defn
     async def create_batches(self, input: CreateBatchesInput) -> BatchCounts:
@@ -133,7 +134,7 @@ class BatchCreationActivities:
                 chosen = audience_of(email, as_of=await conn.fetchval("SELECT now()"), segments=segments)
                 await self._leave_out_unusable(conn, input.email_id, chosen)
                 custom_limit = await self._warmup_limit(conn) if self.settings.warming else None
-                sizes = await batch_sizes(conn, self.settings)
+                sizes = await batch_sizes(conn, self.settings, self.provider)
                 # Domain warming: the first `custom_limit` recipients, most engaged first (a new
                 # domain's reputation grows on opens), go through the custom domain, the rest
                 # through the fallback one, in batches of their own.
@@ -214,7 +215,7 @@ class BatchCreationActivities:
         usable = await self._leave_out_unusable(conn, email_id, chosen)
         segmented = segments != (None,)
         custom_limit = await self._warmup_limit(conn) if self.settings.warming else None
-        sizes = await batch_sizes(conn, self.settings)
+        sizes = await batch_sizes(conn, self.settings, self.provider)
         rate, first_id = None, None
         planned = [{"segment": segment, "fallback": False, "n": n} for segment, n in usable.items()]
         if custom_limit is not None and sum(usable.values()) > custom_limit:
@@ -300,5 +301,5 @@ class BatchCreationActivities:
                FROM email_batches b JOIN emails e ON e.id = b.email_id WHERE e.csd_email_count IS NOT NULL""")
         limit = warmup_limit(day)
         activity.logger.info("domain warming day %d: %s recipients through %s", day,
-                             "all" if limit is None else limit, self.settings.mailgun_domain)
+                             "all" if limit is None else limit, self.settings.sending_scope)
         return limit

@@ -14,6 +14,8 @@ from pressroom.dependencies import Dependencies
 PARTIALLY_SENT = "The email was only partially sent: {failed} of {total} batches failed. Send it again to retry them."
 STOPPED = ("The email was stopped: {why}; {submitted} of {total} batches had been sent and nothing more is. "
            "Publish the post again, then send it to send the rest.")
+CANCELLED = ("The email was cancelled by {by} at {at:%Y-%m-%d %H:%M:%S} UTC: {submitted} of {total} batches had been "
+             "sent and stay sent; nothing more is.")
 NOT_SENT = "The email failed to send: no batch was accepted by {provider}. Send it again to retry."
 MAY_HAVE_BEEN_SENT = (" {uncertain} of the failed batches may have reached {provider} all the same: sending again "
                       "looks them up in its events first and sends only those it cannot find.")
@@ -26,11 +28,19 @@ class EmailFinishActivities:
 
     @activity.defn
     async def finish_email(self, input: FinishEmailInput) -> EmailOutcome:
-        """submitted when every batch is; failed otherwise, the message saying how many batches failed."""
+        """submitted when every batch is; cancelled when an operator stopped it; failed otherwise, the
+        message saying how many batches failed. Safe to repeat: it writes what the batches say."""
         async with self.pool.acquire() as conn, conn.transaction():
             counts = await batch_counts(conn, input.email_id)
-            if counts.batches_submitted == counts.batches_total:
+            # A cancel during a chunked creation leaves recipients with no batch: not all sent.
+            written = input.cancelled_by is None or await conn.fetchval(
+                "SELECT coalesce(bool_and(done), true) FROM email_batch_creation WHERE email_id = $1", input.email_id)
+            if counts.batches_submitted == counts.batches_total and written:
                 status, message = "submitted", ""
+            elif input.cancelled_by is not None:
+                status = "cancelled"
+                message = CANCELLED.format(by=input.cancelled_by, at=input.cancelled_at,
+                                           submitted=counts.batches_submitted, total=counts.batches_total)
             elif counts.batches_submitted:
                 status = "failed"
                 message = PARTIALLY_SENT.format(failed=counts.batches_total - counts.batches_submitted,
@@ -46,8 +56,10 @@ class EmailFinishActivities:
                 message += MAY_HAVE_BEEN_SENT.format(uncertain=counts.batches_uncertain, provider=self.provider_title)
             await conn.execute(
                 "UPDATE emails SET status = $2, error = nullif($3, ''), locked_by = NULL, updated_at = now(), "
-                "submitted_at = CASE WHEN $2 = 'submitted' THEN now() ELSE submitted_at END WHERE id = $1",
-                input.email_id, status, message)
+                "submitted_at = CASE WHEN $2 = 'submitted' THEN now() ELSE submitted_at END, "
+                "cancelled_by = CASE WHEN $2 = 'cancelled' THEN $4 END, "
+                "cancelled_at = CASE WHEN $2 = 'cancelled' THEN $5::timestamptz END WHERE id = $1",
+                input.email_id, status, message, input.cancelled_by, input.cancelled_at)
         return EmailOutcome(email_id=input.email_id, status=status, message=message, counts=counts)
 
 

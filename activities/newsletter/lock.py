@@ -54,12 +54,12 @@ class EmailLockActivities:
 
     def _plan(self) -> SendPlan:
         s = self.settings
-        return SendPlan(batch_size=s.batch_size, concurrency=s.send_concurrency, provider_retries=s.mailgun_retries,
-                        provider_retry_seconds=s.mailgun_retry_seconds,
+        return SendPlan(batch_size=s.batch_size, concurrency=s.send_concurrency, provider_retries=s.provider_retries,
+                        provider_retry_seconds=s.provider_retry_seconds,
                         delivery_window_seconds=s.delivery_window_seconds,
                         send_caps=bool(s.hourly_send_limit or s.daily_send_limit),
-                        outage_first_wait_seconds=s.mailgun_outage_first_wait_seconds,
-                        outage_max_wait_seconds=s.mailgun_outage_max_wait_seconds, provider_title=self.provider_title)
+                        outage_first_wait_seconds=s.provider_outage_first_wait_seconds,
+                        outage_max_wait_seconds=s.provider_outage_max_wait_seconds, provider_title=self.provider_title)
 
     @activity.defn
     async def lock_email(self, input: LockEmailInput) -> EmailLock:
@@ -77,6 +77,8 @@ class EmailLockActivities:
                 raise non_retryable("EmailNotFound", f"email {input.email_id} does not exist")
             if email["status"] == "submitted":
                 return EmailLock(acquired=False, reason=f"email {input.email_id} is already submitted")
+            if email["status"] == "cancelled":
+                return EmailLock(acquired=False, reason=f"email {input.email_id} was cancelled")
             refused = self._unpublished(email)
             if refused:
                 # Failed with the reason, whoever held it: a send resumed or taken over after its post

@@ -88,10 +88,13 @@ class FailBatchInput(BaseModel):
 
 class FinishEmailInput(BaseModel):
     email_id: str
+    # Set when an operator cancelled the send (`newsletter cancel`): who, and when the run heard it.
+    cancelled_by: str | None = None
+    cancelled_at: datetime | None = None
 
 
 class EmailOutcome(BaseModel):
     email_id: str
-    status: str  # submitted | failed | skipped
+    status: str  # submitted | failed | skipped | cancelled
     message: str = ""
     counts: BatchCounts | None = None

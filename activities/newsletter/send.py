@@ -7,54 +7,23 @@ anything is resent.
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import datetime
 
 from temporalio import activity
-from temporalio.exceptions import ApplicationError
 
 from activities.confirm import confirm_wait, lookup_window, uncertain_sends_exhausted
 from activities.errors import non_retryable
 from activities.heartbeat import heartbeating
 from activities.newsletter.content import Messages
 from activities.newsletter.lock import unpublished
-from activities.newsletter.failures import (BATCH_NOT_FOUND, PROVIDER_BAD_RESPONSE, PROVIDER_ERROR,
-                                            PROVIDER_RATE_LIMITED, PROVIDER_REJECTED, PROVIDER_UNAVAILABLE,
-                                            RECIPIENT_LIMIT_EXCEEDED, SENDING_LIMIT_REACHED, RecipientLimitDetails,
-                                            RejectedDetails, SendingLimitDetails, UnavailableDetails, send_failure)
+from activities.newsletter.failures import BATCH_NOT_FOUND, PROVIDER_UNAVAILABLE, UnavailableDetails, send_failure
 from activities.newsletter.models import BatchSent, FailBatchInput, ListUnsentBatchesInput, SendBatchInput
+from activities.provider_errors import send_failure_of
 from activities.sending_limits import sending_domain
 from pressroom.dependencies import Dependencies
 from pressroom.email_rendering import Rendered, member_values
 from pressroom.providers.port import (ACCEPTED, BATCH_MARK, EMAIL_MARK, NOT_ACCEPTED, UNCERTAIN, EmailProvider,
-                                     ProviderBadResponse, ProviderError, ProviderRateLimited, ProviderRejected,
-                                     ProviderUnavailable, RecipientLimitExceeded)
-
-SENDING_LIMIT_SECONDS = 60  # a provider asking to wait this long or more names its hourly or daily cap
-
-
-def send_failure_of(error: ProviderError, recipients: int) -> ApplicationError:
-    """The provider's refusal or trouble as the workflow reads it: a kind and its details model."""
-    if isinstance(error, RecipientLimitExceeded):  # certainly not accepted; the workflow splits the batch
-        return send_failure(RECIPIENT_LIMIT_EXCEEDED, str(error), RecipientLimitDetails(
-            status_code=error.status_code, refused_size=recipients, stated_limit=error.limit), non_retryable=True)
-    if isinstance(error, ProviderRejected):
-        return send_failure(PROVIDER_REJECTED, str(error), RejectedDetails(status_code=error.status_code),
-                            non_retryable=True)
-    if isinstance(error, ProviderRateLimited):
-        delay = timedelta(seconds=error.retry_after) if error.retry_after is not None else None
-        # A cap's wait is waited out on a workflow timer (SendingLimitReached is not retried).
-        if error.retry_after is not None and error.retry_after >= SENDING_LIMIT_SECONDS:
-            return send_failure(SENDING_LIMIT_REACHED, str(error), SendingLimitDetails(
-                status_code=error.status_code, retry_after_seconds=error.retry_after), next_retry_delay=delay)
-        return send_failure(PROVIDER_RATE_LIMITED, str(error), UnavailableDetails(
-            status_code=error.status_code, outage=True, retry_after_seconds=error.retry_after), next_retry_delay=delay)
-    # Not taken for a reason that will pass (no connection, a request never written) is an outage the
-    # workflow waits out once the retries are spent; an uncertain one is not.
-    outage = isinstance(error, ProviderUnavailable) and error.outcome == NOT_ACCEPTED
-    kind = PROVIDER_UNAVAILABLE if isinstance(error, ProviderUnavailable) else \
-        PROVIDER_BAD_RESPONSE if isinstance(error, ProviderBadResponse) else PROVIDER_ERROR
-    return send_failure(kind, str(error), UnavailableDetails(status_code=error.status_code, outage=outage))
-
+                                     ProviderError)
 
 # Claims a batch not yet submitted ($1) whose post is still published (or has none) and returns its
 # recipients in order. Unless the last send
@@ -137,16 +106,23 @@ class BatchSendActivities:
             if settled is not None:
                 return settled
         recipients = self._personalised(batch, body)
+        if not recipients:  # every member of it was deleted since it was written; a provider refuses an empty message
+            activity.logger.info("batch %s has no recipient left: closed without a send", input.batch_id)
+            await self._record_submitted(input.batch_id, "")
+            return BatchSent(batch_id=input.batch_id, recipients=0, provider_id="", reconciled=False)
         activity.logger.info("sending batch %s (%d recipients)", input.batch_id, len(recipients))
         try:
-            provider_id = await provider.send(message, recipients,
-                                              mark={EMAIL_MARK: batch["email_id"], BATCH_MARK: input.batch_id},
-                                              message_id=message_id, delivery_time=input.delivery_time)
+            sent = await provider.send(message, recipients,
+                                       mark={EMAIL_MARK: batch["email_id"], BATCH_MARK: input.batch_id},
+                                       message_id=message_id, delivery_time=input.delivery_time)
         except ProviderError as error:
             await self._record_outcome(input.batch_id, error.outcome)
             raise send_failure_of(error, len(recipients)) from None
-        await self._record_submitted(input.batch_id, provider_id)
-        return BatchSent(batch_id=input.batch_id, recipients=len(recipients), provider_id=provider_id,
+        if sent.refused:  # refused one by one (SES): their bounces and suppressions come as events
+            activity.logger.warning("batch %s: the provider refused %d of its %d recipients", input.batch_id,
+                                    len(sent.refused), len(recipients))
+        await self._record_submitted(input.batch_id, sent.provider_id)
+        return BatchSent(batch_id=input.batch_id, recipients=len(recipients), provider_id=sent.provider_id,
                          reconciled=False)
 
     async def _not_claimed(self, batch_id: str) -> BatchSent:
@@ -182,7 +158,7 @@ class BatchSendActivities:
                                  "looking again in %.0f s", input.batch_id, wait)
             return BatchSent(batch_id=input.batch_id, recipients=recipients, provider_id="",
                              reconciled=False, confirm_in_seconds=wait)
-        if batch["send_attempts"] >= self.settings.mailgun_retries + 1:
+        if batch["send_attempts"] >= self.settings.provider_retries + 1:
             raise uncertain_sends_exhausted(f"batch {input.batch_id}", batch["send_attempts"])
         await self._record_outcome(input.batch_id, UNCERTAIN, sending=True)  # until the answer says otherwise
         return None

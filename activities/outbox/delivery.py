@@ -19,10 +19,10 @@ from activities.heartbeat import heartbeating
 from activities.metrics import Instruments
 from activities.outbox.models import (ERROR_LIMIT, EVENT_TYPES, AbortEntryInput, CompleteEntryInput, EntryInput,
                                       EntryResult, MemberCreatedEvent, outbox_workflow_id)
-from activities.outbox.welcome import WelcomeEmails
+from activities.outbox.welcome import TemplateWaiting, WelcomeEmails
+from activities.provider_errors import retried
 from activities.watchdog import ClosedRun, Job, Watched
 from pressroom.dependencies import Dependencies
-from pressroom.providers.port import ProviderRejected
 
 HANDLE_FIRST_HEARTBEAT_SECONDS = 2.0  # well inside handle_entry's 10 s heartbeat timeout
 DELETE_FAILED = "Processed, but failed to delete outbox entry"  # PRESSROOM_OUTBOX_DELETE_ON_SUCCESS, as the reference says it
@@ -32,7 +32,9 @@ LEDGER_SUCCEEDED = ("INSERT INTO idempotency_ledger (idempotency_key, payload_di
                     "SELECT idempotency_key, payload_digest, 'succeeded', $2::jsonb FROM outbox WHERE id = $1 "
                     "ON CONFLICT (idempotency_key) DO UPDATE SET status = 'succeeded', result = EXCLUDED.result, "
                     "updated_at = now()")
-ENTRY_SUCCEEDED = "UPDATE outbox SET status = 'succeeded', processed_at = now(), updated_at = now() WHERE id = $1"
+# A success is an attempt too: the failed ones recorded before it, and this one (counted once).
+ENTRY_SUCCEEDED = ("UPDATE outbox SET status = 'succeeded', attempts = attempts + (status <> 'succeeded')::int, "
+                   "processed_at = now(), updated_at = now() WHERE id = $1")
 # The handler's activity records its entry only while the entry is still being delivered (`sending`):
 # an attempt that outlives its terminated run writes nothing to an entry the watchdog aborted (nor
 # to one another run finished), as its failures do not. Row and ledger line in one statement ($1 the
@@ -41,9 +43,30 @@ _LEDGER_OF_ENTRY = ("INSERT INTO idempotency_ledger (idempotency_key, payload_di
                     "SELECT idempotency_key, payload_digest, 'succeeded', $2::jsonb FROM entry "
                     "ON CONFLICT (idempotency_key) DO UPDATE SET status = 'succeeded', result = EXCLUDED.result, "
                     "updated_at = now() RETURNING 1")
-OPEN_ENTRY_SUCCEEDED = ("WITH entry AS (UPDATE outbox SET status = 'succeeded', processed_at = now(), updated_at = now() "
+OPEN_ENTRY_SUCCEEDED = ("WITH entry AS (UPDATE outbox SET status = 'succeeded', attempts = attempts + 1, "
+                        "processed_at = now(), updated_at = now() "
                         "WHERE id = $1 AND status = 'sending' RETURNING idempotency_key, payload_digest) "
                         + _LEDGER_OF_ENTRY)
+# A handler that found nothing to send (its result says `skipped`, with a code and why): the entry
+# reads skipped, with them, and is kept whatever PRESSROOM_OUTBOX_DELETE_ON_SUCCESS says, for the
+# operator to read (and `outbox requeue --state skipped` to try again once there is something to
+# send). The ledger line says succeeded: the key was handled.
+OPEN_ENTRY_SKIPPED = ("WITH entry AS (UPDATE outbox SET status = 'skipped', last_error_code = $2::jsonb->>'code', "
+                      "last_error_msg = left($2::jsonb->>'skipped', 2000), processed_at = now(), updated_at = now() "
+                      "WHERE id = $1 AND status = 'sending' RETURNING idempotency_key, payload_digest) "
+                      + _LEDGER_OF_ENTRY)
+# The entry waits, pending, for what it needs (TemplateWaiting), with why; its delivery waits on a
+# durable timer and handles it again (no new run, so no start racing the closing one). next_run_at
+# ($3 seconds on) is past that wait by WAITING_RELAY_GRACE: only a delivery that died meanwhile
+# leaves the entry for the relay to start again.
+ENTRY_WAITING = ("UPDATE outbox SET status = 'pending', last_error_code = $2, last_error_msg = left($4, 2000), "
+                 "next_run_at = now() + make_interval(secs => $3), updated_at = now() "
+                 "WHERE id = $1 AND status IN ('sending', 'failed') RETURNING id")
+WAITING_RELAY_GRACE = 120.0
+# Waiting longer, it looks less often: a quarter of the time waited so far, between
+# PRESSROOM_WELCOME_TEMPLATE_RETRY_SECONDS and this, so a template broken for a week costs its
+# deliveries a few hundred looks each, and a fixed one goes out within this.
+WAITING_MAX_SECONDS = 900.0
 OPEN_ENTRY_DELETED = ("WITH entry AS (DELETE FROM outbox WHERE id = $1 AND status = 'sending' "
                       "RETURNING idempotency_key, payload_digest) " + _LEDGER_OF_ENTRY)
 # The ledger's line for an aborted entry ($1 the outbox id, $2 the error code). A line that succeeded,
@@ -110,16 +133,25 @@ class OutboxDeliveryActivities:
     async def _handle_entry(self, input: EntryInput, row: asyncpg.Record) -> EntryResult:
         event = self._event(row["event_type"], row["payload"])
         attempt = activity.info().attempt
-        if row["status"] == "failed":
-            # The backoff (or the wait for an uncertain send's events) is over: the protocol's failed →
-            # pending → sending. The entry's own delivery workflow held the wait, so no relay can
-            # claim it and it is sent again at once.
+        if row["status"] in ("failed", "pending"):
+            # The backoff (or the wait for an uncertain send's events, or for a template) is over: the
+            # protocol's failed → pending → sending. The entry's own delivery workflow held the wait,
+            # so no relay has claimed it and it is sent again at once.
             await self.pool.execute("UPDATE outbox SET status = 'sending', updated_at = now() "
-                                    "WHERE id = $1 AND status = 'failed'", input.outbox_id)
+                                    "WHERE id = $1 AND status IN ('failed', 'pending')", input.outbox_id)
         try:
             result = await self.handlers[row["event_type"]](event, row["idempotency_key"], input)
         except StillConfirming as waiting:
             return EntryResult(result={}, confirm_in_seconds=waiting.wait_seconds)
+        except TemplateWaiting as waiting:
+            least = self.settings.welcome_template_retry_seconds
+            waited = await self.pool.fetchval(
+                "SELECT extract(epoch FROM now() - created_at)::float8 FROM outbox WHERE id = $1", input.outbox_id)
+            wait = min(max(least, (waited or 0) / 4), max(least, WAITING_MAX_SECONDS))
+            await self.pool.fetchval(ENTRY_WAITING, input.outbox_id, waiting.code, wait + WAITING_RELAY_GRACE,
+                                     str(waiting))
+            self._count("waiting")
+            return EntryResult(result={}, confirm_in_seconds=wait)
         except ApplicationError:
             raise
         except Exception as error:  # the handler's failure, in its own words, kept for `outbox show`
@@ -135,7 +167,7 @@ class OutboxDeliveryActivities:
                 "WHERE id = $1 AND status IN ('sending', 'failed')",
                 input.outbox_id, attempt, code, message, float(delay))
             self.metrics.counter("pressroom_outbox_retries", "Failed handler attempts").add(1)
-            raise ApplicationError(message, type=code, non_retryable=isinstance(error, ProviderRejected),
+            raise ApplicationError(message, type=code, non_retryable=not retried(error),
                                    next_retry_delay=timedelta(seconds=delay)) from None
         return await self._completed_here(input, result)
 
@@ -148,7 +180,8 @@ class OutboxDeliveryActivities:
         """
         if not input.complete:
             return EntryResult(result=result)
-        statement = OPEN_ENTRY_DELETED if self.settings.outbox_delete_on_success else OPEN_ENTRY_SUCCEEDED
+        statement = OPEN_ENTRY_SKIPPED if "skipped" in result else \
+            OPEN_ENTRY_DELETED if self.settings.outbox_delete_on_success else OPEN_ENTRY_SUCCEEDED
         try:
             recorded = await self.pool.fetchval(statement, input.outbox_id, json.dumps(result))
         except Exception as error:
@@ -157,7 +190,7 @@ class OutboxDeliveryActivities:
             return EntryResult(result=result)
         if recorded is None:  # no longer `sending`: its run's own step (if the run is open) records it
             return EntryResult(result=result)
-        self._count("succeeded")
+        self._count("skipped" if "skipped" in result else "succeeded")
         return EntryResult(result=result, completed=True)
 
     @activity.defn
@@ -170,6 +203,13 @@ class OutboxDeliveryActivities:
 
         Kept rows: the ledger line and the row's state in one statement, so both commit or neither.
         """
+        if "skipped" in result:
+            await self.pool.execute(
+                f"WITH ledger AS ({LEDGER_SUCCEEDED}) UPDATE outbox SET status = 'skipped', "
+                "last_error_code = $2::jsonb->>'code', last_error_msg = left($2::jsonb->>'skipped', 2000), "
+                "processed_at = now(), updated_at = now() WHERE id = $1", outbox_id, json.dumps(result))
+            self._count("skipped")
+            return
         if self.settings.outbox_delete_on_success:
             await self.pool.execute(LEDGER_SUCCEEDED, outbox_id, json.dumps(result))
             await self._finish(outbox_id)
@@ -205,7 +245,8 @@ class OutboxDeliveryActivities:
             await conn.execute(LEDGER_FAILED, input.outbox_id, input.code)
             await conn.execute(
                 "UPDATE outbox SET status = 'aborted', last_error_code = $2, last_error_msg = $3, "
-                "processed_at = now(), updated_at = now() WHERE id = $1", input.outbox_id, input.code, message)
+                "next_run_at = least(next_run_at, now()), processed_at = now(), updated_at = now() WHERE id = $1",
+                input.outbox_id, input.code, message)
         self._count("aborted")
 
     def _count(self, outcome: str) -> None:
@@ -245,7 +286,8 @@ async def _abort_unfinished_entry(pool, watched: Watched, closed: ClosedRun) -> 
         # Only the row as it was read: an entry its run moved on since then is that run's.
         aborted = await conn.fetchval(
             "UPDATE outbox SET status = 'aborted', last_error_code = 'DELIVERY_CLOSED', last_error_msg = $4, "
-            "processed_at = now(), updated_at = now() WHERE id = $1 AND status = $2 AND updated_at = $3 "
+            "next_run_at = least(next_run_at, now()), processed_at = now(), updated_at = now() "
+            "WHERE id = $1 AND status = $2 AND updated_at = $3 "
             "RETURNING id", row["id"], row["status"], row["updated_at"], message)
         if aborted is None:
             return None

@@ -71,7 +71,8 @@ class EntryInput(BaseModel):
 class EntryResult(BaseModel):
     result: dict[str, Any]
     already_succeeded: bool = False  # the ledger had it (W-105, docs/operating.md "The outbox"): nothing was handled
-    # Set when an uncertain send is not in the provider's events yet: nothing was sent; handle again then.
+    # Set when an uncertain send is not in the provider's events yet, or the entry waits for what it
+    # needs (a welcome email whose template cannot be rendered): nothing was sent; handle again then.
     confirm_in_seconds: float | None = None
     completed: bool = False  # the ledger line and the entry's state are written (EntryInput.complete)
 

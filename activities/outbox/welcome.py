@@ -20,6 +20,18 @@ from pressroom.providers.port import ACCEPTED, UNCERTAIN, Message, ProviderError
 OUTBOX_MARK = "pressroom-outbox"  # the v: variable that proves which entry a welcome email carried
 
 
+class TemplateWaiting(Exception):
+    """The welcome email's template cannot be rendered: the entry waits for it to be fixed (it is
+    the site's to fix, and every member queued meanwhile is welcomed once it is), not aborted."""
+
+    code = "WELCOME_TEMPLATE"
+
+
+def skipped(code: str, why: str) -> dict[str, Any]:
+    """A handler's result when there was nothing to send: the entry reads `skipped`, with the code and why."""
+    return {"skipped": why, "code": code}
+
+
 @dataclass(frozen=True)
 class WelcomeMessage:
     rendered: Rendered
@@ -54,11 +66,11 @@ class WelcomeEmails:
         member = await self.pool.fetchrow("SELECT id, uuid, email, name, status FROM members WHERE id = $1",
                                           event.member_id)
         if member is None:
-            return {"skipped": f"member {event.member_id} was deleted before the welcome email"}
+            return skipped("MEMBER_DELETED", f"member {event.member_id} was deleted before the welcome email")
         welcome = await self._welcome_email(member)
         if welcome is None:
-            return {"skipped": f"no active welcome email {WELCOME_EMAIL_SLUGS[member['status']]} "
-                               f"for {member['status']} members"}
+            return skipped("WELCOME_INACTIVE", f"no active welcome email {WELCOME_EMAIL_SLUGS[member['status']]} "
+                                               f"for {member['status']} members")
         sent = await self.pool.fetchrow(
             "SELECT provider_id, send_outcome, send_attempts, first_uncertain_at, now() AS now, "
             "extract(epoch FROM now() - last_uncertain_at)::float8 AS uncertain_for "
@@ -139,7 +151,7 @@ class WelcomeEmails:
 
     def _welcome_message(self, welcome) -> WelcomeMessage:
         """The automated email as sent: its replacements through the newsletter's renderer (a member's
-        name is escaped in its HTML), its subject and sender checked as headers; refused otherwise."""
+        name is escaped in its HTML), its subject and sender checked as headers; TemplateWaiting otherwise."""
         try:
             rendered = render_automated(welcome["id"], welcome["subject"], welcome["html"],
                                         welcome["plaintext"] or welcome["subject"])
@@ -151,7 +163,7 @@ class WelcomeEmails:
                 if welcome["sender_reply_to"] else None
             header_text(rendered.subject, "subject", welcome["id"])
         except ContentError as error:
-            raise non_retryable("WELCOME_CONTENT", f"the automated {error}; fix it and requeue the entry") from None
+            raise TemplateWaiting(f"the automated {error}; the entry waits and goes out once it is fixed") from None
         return WelcomeMessage(rendered, from_address, reply_to)
 
     async def _send_welcome(self, member, welcome, message: WelcomeMessage, message_id: str, key: str) -> str:
@@ -162,7 +174,8 @@ class WelcomeEmails:
         prepared = self.provider.prepare(Message(
             from_address=message.from_address, subject=rendered.subject, html=rendered.html, text=rendered.text,
             tags=["welcome-email"], headers={"Reply-To": message.reply_to} if message.reply_to else {}))
-        return await self.provider.send(prepared, {member["email"]: rendered.recipient_variables(values)},
+        sent = await self.provider.send(prepared, {member["email"]: rendered.recipient_variables(values)},
                                         mark={"automated-email-id": welcome["id"], OUTBOX_MARK: key},
                                         message_id=message_id)
+        return sent.provider_id
 

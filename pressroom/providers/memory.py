@@ -19,9 +19,10 @@ from typing import Any
 import pydantic
 
 from pressroom.delivery_events import DeliveryEvent, EventRejected
-from pressroom.providers.port import (BATCH_MARK, EMAIL_MARK, EventQuery, EventsPage, Message, ProviderLimits,
-                                      ProviderRateLimited, ProviderRejected, ProviderUnavailable,
-                                      RecipientLimitExceeded, TooManyRecipients, fill_placeholders)
+from pressroom.providers.port import (BATCH_MARK, CONFIRM_BY_QUERY, EMAIL_MARK, Capabilities, EventQuery, EventsPage,
+                                      Message, ProviderLimits, ProviderRateLimited, ProviderRejected,
+                                      ProviderUnavailable, RecipientLimitExceeded, SendResult, TooManyRecipients,
+                                      fill_placeholders)
 
 PROVIDER = "memory"
 PUSH_KINDS = ("delivered", "opened", "failed", "unsubscribed", "complained")
@@ -93,6 +94,7 @@ class MemoryProvider:
 
     name = PROVIDER
     title = "the in-memory provider"
+    capabilities = Capabilities(confirms_by=CONFIRM_BY_QUERY, polls_events=True)
 
     def __init__(self, scope: str = "mail.memory.test", *, limits: ProviderLimits | None = None,
                  clock=time.time, _account: _Account | None = None) -> None:
@@ -147,7 +149,7 @@ class MemoryProvider:
 
     async def send(self, message: MemoryMessage, recipients: Mapping[str, Mapping[str, str]], *,
                    mark: Mapping[str, str], message_id: str | None = None, headers: Mapping[str, str] = {},
-                   delivery_time: datetime | None = None) -> str:
+                   delivery_time: datetime | None = None) -> SendResult:
         self._refuse(len(recipients))
         sent = Sent(f"{next(self._account.ids)}.{self.scope}@memory", self.scope, message.message,
                     {address: dict(values) for address, values in recipients.items()}, dict(mark), message_id,
@@ -160,7 +162,7 @@ class MemoryProvider:
             self.faults.lost_answers -= 1
             raise ProviderUnavailable(f"the in-memory provider lost its answer to a batch of {len(recipients)} "
                                       "recipients; it may have been accepted")
-        return sent.provider_id
+        return SendResult.whole(sent.provider_id, list(recipients))
 
     def _reachable(self) -> None:
         if self.faults.outage:

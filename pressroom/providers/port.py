@@ -5,7 +5,7 @@ send was accepted; read events in a window, a page at a time; report the provide
 provider (one package under pressroom/providers/) implements `EmailProvider`; jobs and commands
 see only this module.
 
-A send returns the provider's message id when it was accepted, or raises a `ProviderError` whose
+A send returns what the provider accepted, per recipient (`SendResult`), or raises a `ProviderError` whose
 `outcome` says what the attempt achieved: certainly not accepted (sending again cannot make a
 second copy) or uncertain (it may be queued: look it up with `find_accepted` before sending again).
 Errors carry typed `ErrorDetails`, never details by position. Their texts hold neither a key nor
@@ -175,9 +175,41 @@ class PreparedMessage(Protocol):
 
 @dataclass(frozen=True)
 class ProviderLimits:
-    max_recipients: int  # recipients of one message
+    """What one call takes; batch sizes ask this (never more recipients than `max_recipients`)."""
+
+    max_recipients: int  # recipients of one send call (Mailgun 1,000 per message, SES 50 per bulk call)
     max_tags: int  # tags of one message
-    max_events_page: int  # events of one page
+    max_events_page: int  # events of one page (0: events cannot be read a page at a time)
+    rate_per_second: float | None = None  # sends a second the account takes, when the provider says
+
+
+# How an uncertain send is confirmed: by asking the provider's events API for our marks, or only
+# from the pushed events Pressroom itself has received and kept (a provider with nothing to poll).
+CONFIRM_BY_QUERY = "query"
+CONFIRM_BY_RECEIVED_EVENTS = "received_events"
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    confirms_by: Literal["query", "received_events"]
+    polls_events: bool  # `read_events` works; False: events only arrive pushed
+
+
+@dataclass(frozen=True)
+class SendResult:
+    """What one send call achieved. `provider_id` names the call (stored with the batch); `accepted`
+    maps each accepted recipient to the provider's id of their copy (Mailgun: the batch's id for
+    all); `refused` maps a recipient the provider turned away on its own to a one-line reason
+    without their address (SES answers each destination apart)."""
+
+    provider_id: str
+    accepted: Mapping[str, str]
+    refused: Mapping[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def whole(cls, provider_id: str, recipients: Sequence[str]) -> SendResult:
+        """One id for every recipient of a batch accepted whole."""
+        return cls(provider_id, {address: provider_id for address in recipients})
 
 
 @dataclass(frozen=True)
@@ -203,11 +235,17 @@ class EventsPage:
 
 @dataclass(frozen=True)
 class PushedEvent:
-    """A pushed event whose signature was checked: its timestamp, its one-time token, the event."""
+    """A pushed event whose signature was checked: its timestamp, the identity the provider gave it
+    (Mailgun: the one-time token; SNS: the MessageId), kept to refuse a second copy, and the event."""
 
     timestamp: int
-    token: str
+    identity: str
     item: Any
+
+    @property
+    def token(self) -> str:
+        """The identity under the name the receiver stores it by (webhook_tokens.token)."""
+        return self.identity
 
 
 class EmailProvider(Protocol):
@@ -217,6 +255,7 @@ class EmailProvider(Protocol):
     title: str  # for people: "Mailgun"
     scope: str
     limits: ProviderLimits
+    capabilities: Capabilities
 
     def for_scope(self, scope: str) -> EmailProvider:
         """The same account sending from another scope (domain warming's fallback domain)."""
@@ -228,15 +267,16 @@ class EmailProvider(Protocol):
 
     async def send(self, message: PreparedMessage, recipients: Mapping[str, Mapping[str, str]], *,
                    mark: Mapping[str, str], message_id: str | None = None, headers: Mapping[str, str] = {},
-                   delivery_time: datetime | None = None) -> str:
-        """Queue the message for `recipients` (address → their values); the provider's message id.
+                   delivery_time: datetime | None = None) -> SendResult:
+        """Queue the message for `recipients` (address → their values); what was accepted.
         `mark` travels with the message and comes back in its events; `headers` are this batch's."""
 
     async def find_accepted(self, *, recipient: str, mark: Mapping[str, str], begin: datetime, end: datetime,
                             message_id: str | None = None) -> str | None:
         """The provider's id of the message that proves an uncertain send was accepted, or None: not
         visible yet (events may come late), which is not "not accepted". Only the events' own
-        fields count: every item of `mark`, or our `message_id`."""
+        fields count: every item of `mark`, or our `message_id`. A provider that `confirms_by`
+        received events answers from `received` (see `ReceivedEvents`), never from a query."""
 
     async def read_events(self, page: str | None, query: EventQuery) -> EventsPage:
         """The first page of `query`, or the page a token names (a retry resumes there)."""
@@ -255,7 +295,9 @@ class EmailProvider(Protocol):
 
 
 class EventPush(Protocol):
-    """The receiving end of a provider's pushed events (webhooks): needs no API key."""
+    """The receiving end of a provider's pushed events (webhooks): needs no API key. A push whose
+    checks need I/O of their own (SNS: the signing certificate, the subscription's confirmation)
+    has its own handler in the receiver instead of `verify` (operations/ses_webhooks.py)."""
 
     name: str
     path: str  # where the receiver listens: /webhooks/<name>

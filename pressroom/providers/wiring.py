@@ -1,28 +1,48 @@
-"""The one place that picks the email provider: Mailgun, from the settings.
+"""The one place that picks the email provider: PRESSROOM_EMAIL_PROVIDER=mailgun (the default) or ses.
 
 The worker builds its provider here (worker.py); the commands that reach the provider directly
 (`members resubscribe`, `newsletter test`, `webhooks setup`, `check`) and the webhook receiver do
-too. A second provider is one package beside pressroom/providers/mailgun, its settings, and a
-branch here."""
+too. A provider is one package under pressroom/providers/, its settings there, and a branch here
+(docs/providers-ses.md, "Adding a provider")."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    import asyncpg
+
     from pressroom.providers.port import EmailProvider, EventPush
     from pressroom.settings import Settings
 
 
-def provider_from_settings(settings: Settings) -> EmailProvider:
-    """The provider the settings name, with its own connection pool: close it with `aclose()`."""
+def provider_from_settings(settings: Settings, pool: asyncpg.Pool | None = None) -> EmailProvider:
+    """The provider the settings name, with its own connection pool: close it with `aclose()`.
+    `pool`: where a provider that confirms sends from received events finds them (SES); without
+    it such a provider sends, but cannot confirm an uncertain send."""
+    if settings.email_provider == "ses":
+        from pressroom.providers.received import StoredAcceptances
+        from pressroom.providers.ses import SesClient
+        from pressroom.providers.ses.settings import ses_settings
+
+        return SesClient.from_settings(ses_settings(), StoredAcceptances(pool) if pool is not None else None)
     from pressroom.providers.mailgun import MailgunClient
 
     return MailgunClient.from_settings(settings)
 
 
 def push_from_settings(settings: Settings) -> EventPush:
-    """The receiving end of the provider's pushed events; needs the signing key, not the API key."""
+    """The receiving end of the provider's pushed events; needs the signing key (Mailgun) or the
+    topic (SES), not the API key."""
+    if settings.email_provider == "ses":
+        from pathlib import Path
+
+        from pressroom.providers.ses.push import SesPush
+        from pressroom.providers.ses.settings import ses_settings
+
+        ses = ses_settings()
+        dev = Path(ses.sns_dev_certificate).read_bytes() if ses.sns_dev_certificate else None
+        return SesPush(topic_arn=ses.require_topic(), region=ses.region, dev_certificate=dev)
     from pressroom.providers.mailgun import MailgunPush
 
     settings.require_webhook_signing_key()

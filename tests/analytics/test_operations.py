@@ -97,11 +97,17 @@ async def test_the_schedule_is_created_once_and_keeps_its_paused_state(dev_env, 
             while not await db.fetchval("SELECT metadata ? 'runs' FROM jobs WHERE name = 'email-analytics'"):
                 assert time.monotonic() < deadline, "the triggered run did not finish"
                 await asyncio.sleep(0.2)
-        status = await analytics_status(analytics_settings, client)
+            status = await analytics_status(analytics_settings, client)
+            while status["running"]:  # its last step recorded the run; the run itself closes just after
+                assert time.monotonic() < deadline, "the triggered run did not close"
+                await asyncio.sleep(0.2)
+                status = await analytics_status(analytics_settings, client)
         assert status["paused"] is False and status["recent"] and status["runs"][0]["error"] is None
         assert set(status["cursors"]) == {"email-analytics-latest-opened", "email-analytics-latest",
                                           "email-analytics-missing"}
         assert all(c["lag_seconds"] is not None for c in status["cursors"].values())
+        # The run has finished: no cursor reads as started.
+        assert {c["status"] for c in status["cursors"].values()} == {"idle"}
         emails, _ = await actual_counts(db)
         assert emails["e0"] == (1, 1, 0)
         out = Console(file=io.StringIO(), width=200)

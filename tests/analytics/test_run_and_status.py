@@ -82,7 +82,8 @@ async def test_a_paused_schedule_says_paused(dev_env, db, mailgun, analytics_set
         assert "next run: none while paused" in out and "next run: 2" not in out
         code, out, err = await cli("analytics", "status", "--json", env=env)
         status = json.loads(out)
-        assert set(status) == {"paused", "note", "next", "recent", "running", "cursors", "runs", "backfills", "rejected"}
+        assert set(status) == {"exists", "paused", "note", "next", "recent", "running", "cursors", "runs", "backfills",
+                               "rejected"}
         assert status["rejected"] == {"total": 0, "by_reason": {}, "last_at": None}
         assert status["paused"] is True and status["next"] == []
 
@@ -91,3 +92,15 @@ async def test_a_paused_schedule_says_paused(dev_env, db, mailgun, analytics_set
         assert status["paused"] is False and len(status["next"]) >= 1
     finally:
         await client.get_schedule_handle(SCHEDULE_ID).delete()
+
+
+async def test_status_before_the_schedule_exists_says_so(dev_env, db, analytics_settings):
+    """Right after the demo (or before a worker's first start) there is no schedule: said, not failed on."""
+    env = cli_env(analytics_settings, dev_env)
+    code, out, err = await cli("analytics", "status", env=env)
+    assert code == 0, err
+    assert "schedule email-analytics: not created yet" in out
+    code, out, err = await cli("analytics", "status", "--json", env=env)
+    assert code == 0, err
+    status = json.loads(out)
+    assert status["exists"] is False and status["paused"] is None and status["running"] == []

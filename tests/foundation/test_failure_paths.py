@@ -14,6 +14,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from devstack.servers import free_port
+from tests.conftest import TEST_LINK_SECRET
 from tests.foundation.test_cli import pressroom
 from tests.newsletter.conftest import seed_email
 
@@ -39,7 +40,8 @@ async def site(db, postgres_url, dev_env, mailgun):
                                "VALUES ('NoopEvent', '{}', 'walk', 'd', 'aborted') RETURNING id")
     env = {"DATABASE_URL": postgres_url, "TEMPORAL_ADDRESS": dev_env.client.service_client.config.target_host,
            "MAILGUN_BASE_URL": mailgun.base_url, "MAILGUN_API_KEY": mailgun.api_key,
-           "MAILGUN_DOMAIN": mailgun.domain, "PRESSROOM_TASK_QUEUE": f"walk-{free_port()}"}
+           "MAILGUN_DOMAIN": mailgun.domain, "PRESSROOM_TASK_QUEUE": f"walk-{free_port()}",
+           "PRESSROOM_MEMBERS_LINK_SECRET": TEST_LINK_SECRET}
     return {"email": seeded.email_id, "draft": draft, "scheduled": scheduled, "outbox": outbox, "env": env}
 
 

@@ -184,10 +184,12 @@ def spawn_worker(settings, dev_env, **extra_env: str) -> subprocess.Popen:
            "TEMPORAL_ADDRESS": dev_env.client.service_client.config.target_host,
            "PRESSROOM_TASK_QUEUE": settings.task_queue, "MAILGUN_BASE_URL": settings.mailgun_base_url,
            "MAILGUN_API_KEY": settings.mailgun_api_key.get_secret_value(), "MAILGUN_DOMAIN": settings.mailgun_domain,
+           "PRESSROOM_MEMBERS_LINK_SECRET": settings.members_link_secret.get_secret_value(),
            "PRESSROOM_BATCH_SIZE": str(settings.batch_size), "PRESSROOM_SEND_CONCURRENCY": "2",
            "PRESSROOM_MAILGUN_RETRY_SECONDS": "0.5",
            "PRESSROOM_SEND_CONFIRM_WINDOW_SECONDS": str(settings.send_confirm_window_seconds),
-           "PRESSROOM_SEND_CONFIRM_POLL_SECONDS": str(settings.send_confirm_poll_seconds), **extra_env}
+           "PRESSROOM_SEND_CONFIRM_POLL_SECONDS": str(settings.send_confirm_poll_seconds),
+           "PRESSROOM_MEMBERS_LINK_SECRET": settings.members_link_secret.get_secret_value(), **extra_env}
     log = tempfile.NamedTemporaryFile(prefix="pressroom-worker-", suffix=".log", delete=False)
     worker = subprocess.Popen([sys.executable, "-m", "worker"], cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
                               stderr=log)

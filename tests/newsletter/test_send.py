@@ -131,3 +131,32 @@ async def test_bad_input_ends_with_a_reason_and_no_write(db, mailgun, ts_worker,
         email = await db.fetchrow("SELECT status, error, locked_by FROM emails WHERE id = $1", email_id)
         assert email["status"] == "failed" and words in email["error"] and email["locked_by"] is None
     assert mailgun.stats()["messages"] == 0
+
+
+async def test_a_batch_whose_members_were_all_deleted_sends_nothing_and_the_rest_go_out(
+        db, mailgun, time_skipping_env, newsletter_settings):
+    """Members deleted after their batch was written leave it empty: it is closed without a provider
+    call (a message with no recipient is refused), and the email's other batches are sent."""
+    from temporalio.testing import ActivityEnvironment
+
+    from activities.newsletter.batches import BatchCreationActivities
+    from activities.newsletter.models import CreateBatchesInput
+    from operations.members import delete_member
+    from pressroom.dependencies import Dependencies
+    from worker import running_worker
+
+    settings = newsletter_settings(batch_size=5)
+    seeded = await seed_email(db, members=15)
+    creation = BatchCreationActivities(Dependencies(settings=settings, pool=db, provider=None, temporal=None))
+    await ActivityEnvironment().run(creation.create_batches,
+                                    CreateBatchesInput(email_id=seeded.email_id, retry_failed=False))
+    emptied = await db.fetchval("SELECT min(batch_id) FROM email_recipients WHERE email_id = $1", seeded.email_id)
+    for member_id in await db.fetch("SELECT member_id FROM email_recipients WHERE batch_id = $1", emptied):
+        await delete_member(member_id["member_id"], settings=settings)
+
+    async with running_worker(time_skipping_env.client, settings):
+        outcome = await run_send(time_skipping_env.client, settings, seeded.email_id)
+
+    assert outcome.status == "submitted"
+    assert sum(delivered(mailgun, seeded.email_id).values()) == 10 and len(mailgun.messages_for(seeded.email_id)) == 2
+    assert await db.fetchval("SELECT status FROM email_batches WHERE id = $1", emptied) == "submitted"

@@ -99,12 +99,13 @@ async def test_outbox_entries_are_found_by_what_operators_have(dev_env, settings
     [row] = listed["items"]
     assert row["member_id"] == added.member_id and row["idempotency_key"] == added.welcome_key
     assert (await json_of("outbox", "list", "--member", "someone-else", env=env))["items"] == []
-    names = (row["outbox_id"], added.member_id, added.welcome_key, f"outbox-{added.welcome_key}")
-    *entries, (code, out, err), profile = await asyncio.gather(  # each its own process, all at once
-        *(json_of("outbox", "show", name, env=env) for name in names), cli("outbox", "show", added.member_id, env=env),
-        json_of("members", "show", "Finder@Example.com", env=env))
+    names = (row["outbox_id"], added.member_id, added.welcome_key, f"outbox-{added.welcome_key}", "Finder@Example.com")
+    *entries, (missing_code, _, missing_err), (code, out, err), profile = await asyncio.gather(  # all at once
+        *(json_of("outbox", "show", name, env=env) for name in names), cli("outbox", "show", "nobody@example.com", env=env),
+        cli("outbox", "show", added.member_id, env=env), json_of("members", "show", "Finder@Example.com", env=env))
     for entry in entries:
-        assert entry["id"] == row["outbox_id"] and entry["member_id"] == added.member_id
+        assert entry["outbox_id"] == row["outbox_id"] and entry["member_id"] == added.member_id
+    assert missing_code == 1 and "no member has that address" in missing_err and "nobody@" not in missing_err
     assert code == 0 and row["outbox_id"] in out and "UTC" in out, err
 
     assert profile["member_id"] == added.member_id and profile["suppression"] is None

@@ -13,7 +13,8 @@ from tests.operations.test_waiting import cli, cli_env
 from worker import running_worker
 
 NEWSLETTER_STATUS = {"email_id", "status", "error", "submitted_at", "workflow_id", "run", "progress", "batches",
-                     "waiting_for", "recipients", "recipients_expected", "skipped_recipients"}
+                     "waiting_for", "recipients", "recipients_expected", "skipped_recipients",
+                     "cancelled_by", "cancelled_at", "temporal"}
 
 
 async def json_of(*args: str, env) -> dict:
@@ -52,14 +53,15 @@ async def test_outbox_status_and_show(dev_env, settings, db):
                      "('Welcome', 'member-welcome-email-free', 'Welcome!', '<p>Hi</p>')")
     added = await add_member("json.reader@example.com", settings=settings)
     status = await json_of("outbox", "status", env=env)
-    assert status == {"counts": {"pending": 1}, "oldest_pending_seconds": status["oldest_pending_seconds"]}
+    assert status == {"counts": {"pending": 1}, "oldest_pending_seconds": status["oldest_pending_seconds"],
+                      "waiting": [], "skipped": []}
     assert isinstance(status["oldest_pending_seconds"], float)
     outbox_id = await db.fetchval("SELECT id FROM outbox WHERE idempotency_key = $1", added.welcome_key)
     entry = await json_of("outbox", "show", outbox_id, env=env)
-    assert set(entry) == {"id", "event_type", "idempotency_key", "status", "attempts", "next_run_at",
+    assert set(entry) == {"outbox_id", "event_type", "idempotency_key", "status", "attempts", "next_run_at",
                           "last_error_code", "last_error_msg", "created_at", "dispatched_at", "processed_at", "ledger",
                           "member_id"}
-    assert entry["id"] == outbox_id and entry["event_type"] == "MemberCreatedEvent" and entry["status"] == "pending"
+    assert entry["outbox_id"] == outbox_id and entry["event_type"] == "MemberCreatedEvent" and entry["status"] == "pending"
     assert "json.reader@example.com" not in json.dumps(entry)
 
 
@@ -70,11 +72,12 @@ async def test_posts_status(dev_env, settings, db):
     await schedule_post(seeded.post_id, at.isoformat(), client=dev_env.client, settings=settings)
     try:
         overview = await json_of("posts", "status", env=env)
-        assert overview == {"counts": {"scheduled": 1}, "overdue": 0,
+        assert overview == {"counts": {"scheduled": 1}, "overdue": 0, "newsletter_not_going": [],
                             "next": [{"post_id": seeded.post_id, "publish_at": overview["next"][0]["publish_at"]}]}
         assert datetime.fromisoformat(overview["next"][0]["publish_at"]) == at
         one = await json_of("posts", "status", seeded.post_id, env=env)
-        assert set(one) == {"post_id", "status", "publish_at", "published_at", "workflow_id", "run"}
+        assert set(one) == {"post_id", "status", "publish_at", "published_at", "workflow_id", "run", "email"}
+        assert one["email"] == {"email_id": seeded.email_id, "status": "pending", "will_not_go_out": None}
         assert one["status"] == "scheduled" and one["published_at"] is None
         assert set(one["run"]) == {"run_id", "status", "task_queue", "worker_polling", "timer_at"}
         # No worker has run it yet: no timer is set, and the status says nobody polls.

@@ -94,3 +94,98 @@ async def test_follow_on_a_finished_send_answers_from_its_history_without_a_work
     assert json.loads(out)["status"] == "submitted" and "no worker" not in err
     status = await status_of(seeded.email_id, env)
     assert status["run"]["status"] == "completed" and status["waiting_for"] is None
+
+
+def text_waits_for(out: str) -> str | None:
+    lines = [line.removeprefix("waits for: ") for line in out.splitlines() if line.startswith("waits for: ")]
+    return lines[0] if lines else None
+
+
+async def test_status_with_a_watcher_after_a_kill_9_answers_in_both_forms_alike(
+        dev_env, settings, db, mailgun, schedules_removed_after):  # noqa: F811
+    from operations.newsletter import newsletter_status
+
+    seeded = await seed_email(db, members=30)
+    env = cli_env(settings, dev_env)
+    worker = start_worker(settings, dev_env, PRESSROOM_BATCH_SIZE="10", PRESSROOM_DAILY_SEND_LIMIT="10")
+    watcher = None
+    try:
+        code, _, err = await cli("newsletter", "send", seeded.email_id, env=env)
+        assert code == 0, err
+
+        async def capped() -> bool:
+            return ((await status_of(seeded.email_id, env))["waiting_for"] or "").startswith("waiting for the daily")
+        await wait_until(capped, 90, worker)
+        watcher = await start_cli("newsletter", "follow", seeded.email_id, env=env)  # another watcher, querying
+        worker.kill()  # SIGKILL: no goodbye to Temporal, which lists it as polling for a while
+        worker.wait()
+
+        began = time.monotonic()
+        code, out, err = await cli("newsletter", "status", seeded.email_id, "--json", env=env)
+        took = time.monotonic() - began
+        assert code == 0, err
+        answer = json.loads(out)  # stdout carries the JSON alone
+        code, text, text_err = await cli("newsletter", "status", seeded.email_id, env=env)
+        assert code == 0, text_err
+        began = time.monotonic()
+        direct = await newsletter_status(seeded.email_id, settings=settings.model_copy(
+            update={"temporal_address": dev_env.client.service_client.config.target_host}))
+        in_process = time.monotonic() - began
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+            worker.wait()
+        if watcher is not None and watcher.returncode is None:
+            watcher.kill()
+            await watcher.wait()
+    print(f"\n`newsletter status --json` with a watcher, after kill -9: {took:.1f} s (process start included), "
+          f"{in_process:.1f} s in process (connection included)")
+    assert direct["run"]["worker_answering"] is False
+    assert answer["run"]["status"] == "running" and answer["temporal"] is None
+    assert answer["run"]["worker_answering"] is False and answer["progress"] is None
+    assert answer["waiting_for"].startswith("no worker is answering; waiting for the daily limit of "), answer
+    # The text form says the same, from the same computation.
+    assert text_waits_for(text) == answer["waiting_for"]
+    assert "no worker is answering (a query got no answer within 3 s" in text_err
+
+
+async def test_status_with_temporal_down_shows_what_postgresql_holds(dev_env, settings, db, mailgun):
+    from devstack.servers import free_port
+
+    seeded = await seed_email(db, members=3)
+    env = cli_env(settings, dev_env, TEMPORAL_ADDRESS=f"127.0.0.1:{free_port()}")  # nothing listens there
+    code, out, err = await cli("newsletter", "status", seeded.email_id, "--json", env=env)
+    assert code == 0, err
+    answer = json.loads(out)
+    assert answer["status"] == "pending" and answer["run"] is None and answer["batches"]["total"] == 0
+    assert "cannot connect to Temporal at 127.0.0.1:" in answer["temporal"]
+    assert answer["temporal"].endswith("shown is what PostgreSQL holds")
+    code, text, text_err = await cli("newsletter", "status", seeded.email_id, env=env)
+    assert code == 0, text_err
+    assert f"email {seeded.email_id}: pending" in text and "run: newsletter-" in text
+    assert "unknown: Temporal is unreachable" in text and "cannot connect to Temporal at" in text_err
+
+
+async def test_status_against_a_temporal_that_never_answers_is_bounded(settings, db):
+    """A frontend that takes the connection and says nothing: the status answers from PostgreSQL,
+    saying Temporal did not answer within the bound, instead of hanging on the SDK's retries."""
+    from operations.newsletter import newsletter_status
+
+    held = []
+
+    async def hold(reader, writer) -> None:
+        held.append(writer)  # accept, never answer
+
+    server = await asyncio.start_server(hold, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    seeded = await seed_email(db, members=2)
+    try:
+        answer = await newsletter_status(seeded.email_id,
+                                         settings=settings.model_copy(update={"temporal_address": f"127.0.0.1:{port}"}))
+    finally:
+        for writer in held:
+            writer.close()
+        server.close()
+    assert answer["status"] == "pending" and answer["run"] is None
+    assert answer["temporal"] == (f"Temporal at 127.0.0.1:{port} did not answer within 3 s; "
+                                  "shown is what PostgreSQL holds")

@@ -40,7 +40,7 @@ async def test_send_wait_says_no_worker_polls_then_keeps_waiting(dev_env, settin
     process = await start_cli("newsletter", "send", seeded.email_id, "--wait", env=cli_env(settings, dev_env))
     try:
         began = time.monotonic()
-        expected = (f"no worker is polling task queue {settings.task_queue}; start one with `pressroom worker`")
+        expected = (f"note: no worker is polling task queue {settings.task_queue}; start one with `pressroom worker`")
         said = []
         while expected not in said:
             line = await asyncio.wait_for(process.stderr.readline(), 30)

@@ -87,6 +87,7 @@ async def test_w102_a_failure_then_success(db, mailgun, relay):
     row = await outbox_entry(await db.fetchval("SELECT id FROM outbox WHERE idempotency_key = $1", added.welcome_key),
                              settings=relay)
     assert row["last_error_code"] == "ProviderUnavailable" and row["ledger"] == "succeeded"
+    assert row["attempts"] >= 2  # the failed ones, and the one that succeeded
     assert sum("flaky@example.com" in m.recipients for m in mailgun.messages) == 1
 
 
@@ -173,11 +174,14 @@ async def test_w104_max_attempts_then_requeue_then_success(db, mailgun, dev_env,
         aborted = await outbox_entry(outbox_id, settings=settings)
         assert aborted["attempts"] == 3 and aborted["last_error_code"] == "ProviderUnavailable"
         assert aborted["ledger"] == "failed" and "500" in aborted["last_error_msg"]
+        # Aborted, it runs no more: no run time in the future.
+        assert aborted["next_run_at"] <= await db.fetchval("SELECT now()")
         mailgun.set_faults(error_rate=0.0)
         await requeue_outbox_entry(outbox_id, client=dev_env.client, settings=settings)
         await settled(db, added.welcome_key)
         await dev_env.client.get_workflow_handle(f"{RELAY_WORKFLOW_ID}-{settings.task_queue}").terminate()
     assert sum("unlucky@example.com" in m.recipients for m in mailgun.messages) == 1
+    assert await db.fetchval("SELECT attempts FROM outbox WHERE id = $1", outbox_id) == 1  # requeued: afresh
 
 
 async def test_w105_a_key_already_succeeded_is_not_handled_again(db, mailgun, relay):

@@ -362,3 +362,86 @@ async def test_posts_due_at_the_same_instant_are_published_by_one_statement_each
     assert len({by_id[post_id]["tx"] for post_id in due}) == 1  # one transaction wrote all three
     # Asked again, a published post is not published twice.
     assert await together.publish(due[1], at) is None
+
+
+async def test_an_early_send_is_refused_and_the_newsletter_goes_out_once_when_the_post_publishes(
+        db, mailgun, dev_env, postgres_url):
+    from operations.newsletter import start_newsletter
+    from pressroom.errors import BadInput
+    from temporalio.service import RPCError
+
+    settings = make_settings(postgres_url, mailgun, publish_lead_seconds=0.2)
+    seeded = await seed_email(db, members=25, post_status="draft")
+    with pytest.raises(BadInput, match=f"its post {seeded.post_id} is a draft"):
+        await start_newsletter(seeded.email_id, client=dev_env.client, settings=settings)
+    async with running_worker(dev_env.client, settings):
+        at = await schedule_post(seeded.post_id, soon(2), client=dev_env.client, settings=settings)
+        with pytest.raises(BadInput, match=f"scheduled for {at:%Y-%m-%d %H:%M:%S} UTC"):
+            await start_newsletter(seeded.email_id, client=dev_env.client, settings=settings)
+        # Refused without writing anything: the email is as it was, and no send was started.
+        email = await db.fetchrow("SELECT status, error, locked_by FROM emails WHERE id = $1", seeded.email_id)
+        assert dict(email) == {"status": "pending", "error": None, "locked_by": None}
+        with pytest.raises(RPCError):
+            await dev_env.client.get_workflow_handle(f"newsletter-{seeded.email_id}").describe()
+        result = await outcome(dev_env, seeded.post_id)
+        assert result.status == "published" and result.newsletter_note is None
+        sent = await dev_env.client.get_workflow_handle_for(SendNewsletterWorkflow.run,
+                                                            result.newsletter_workflow_id).result()
+    assert sent.status == "submitted"
+    counts = delivered(mailgun, seeded.email_id)
+    assert len(counts) == 25 and set(counts.values()) == {1}
+    times = await db.fetchrow("SELECT p.publish_completed_at, e.submitted_at FROM posts p JOIN emails e "
+                              "ON e.post_id = p.id WHERE p.id = $1", seeded.post_id)
+    assert times["publish_completed_at"] >= at and times["submitted_at"] >= times["publish_completed_at"]
+
+
+async def test_an_email_an_earlier_send_left_failed_goes_out_when_its_post_publishes(db, mailgun, dev_env,
+                                                                                      postgres_url):
+    """A send started straight on Temporal (as before the refusal) fails the email of a scheduled post;
+    the publication still sends it, once."""
+    from temporalio.client import WorkflowFailureError
+    from workflows.newsletter import SendNewsletterInput
+
+    settings = make_settings(postgres_url, mailgun, publish_lead_seconds=0.2)
+    seeded = await seed_email(db, members=5, post_status="draft")
+    async with running_worker(dev_env.client, settings):
+        await schedule_post(seeded.post_id, soon(3), client=dev_env.client, settings=settings)
+        with pytest.raises(WorkflowFailureError):
+            await dev_env.client.execute_workflow(
+                SendNewsletterWorkflow.run, SendNewsletterInput(email_id=seeded.email_id),
+                id=f"newsletter-{seeded.email_id}", task_queue=settings.task_queue)
+        assert await db.fetchval("SELECT status FROM emails WHERE id = $1", seeded.email_id) == "failed"
+        result = await outcome(dev_env, seeded.post_id)
+        assert result.newsletter_workflow_id == f"newsletter-{seeded.email_id}"
+        sent = await dev_env.client.get_workflow_handle_for(SendNewsletterWorkflow.run,
+                                                            result.newsletter_workflow_id).result()
+    assert sent.status == "submitted"
+    counts = delivered(mailgun, seeded.email_id)
+    assert len(counts) == 5 and set(counts.values()) == {1}
+
+
+async def test_a_published_post_whose_newsletter_will_not_go_out_says_so_and_why(db, mailgun, dev_env, postgres_url):
+    from operations.finding import list_page
+    from operations.posts import posts_status
+
+    settings = make_settings(postgres_url, mailgun, publish_lead_seconds=0.2)
+    seeded = await seed_email(db, members=1, post_status="draft")
+    await db.execute("DELETE FROM emails WHERE id = $1", seeded.email_id)  # a newsletter post with no email
+    async with running_worker(dev_env.client, settings):
+        await schedule_post(seeded.post_id, soon(1), client=dev_env.client, settings=settings)
+        result = await outcome(dev_env, seeded.post_id)
+    assert result.status == "published" and result.newsletter_workflow_id is None
+    assert result.newsletter_note == "its post is published but has no email to send"
+    status = await posts_status(seeded.post_id, client=dev_env.client, settings=settings)
+    assert status["email"] == {"email_id": None, "status": None, "will_not_go_out": result.newsletter_note}
+    overview = await posts_status(client=dev_env.client, settings=settings)
+    assert {"post_id": seeded.post_id, "why": result.newsletter_note} in overview["newsletter_not_going"]
+
+    # An email that failed after its post was published: the list says it will not go out, and why.
+    other = await seed_email(db, members=1)
+    await db.execute("UPDATE emails SET status = 'failed', error = 'The email failed to send.' WHERE id = $1",
+                     other.email_id)
+    page = await list_page("email", newsletter=other.newsletter_id, settings=settings)
+    [row] = page["items"]
+    assert row["will_not_go_out"] == (f"its post is published but email {other.email_id} failed: "
+                                      "The email failed to send.")

@@ -1,5 +1,11 @@
 """The email provider port's contract, run the same way against every implementation: the in-memory
-provider (the fast tier's) and Mailgun's client against the Mailgun simulator over real HTTP.
+provider (the fast tier's), Mailgun's client against the Mailgun simulator and SES's client against
+the SES stand-in, both over real HTTP.
+
+SES has nothing to poll: its harness plays the receiver, taking the stand-in's signed SNS
+notifications visible by now through the SES push's checks and keeping the acceptances
+(`ReceivedEvents`), which is all an SES send can be confirmed from. The tests of reading events a
+page at a time run for the providers that poll.
 
 Each test uses the port only (send, find_accepted, read_events, parse_event, remove_suppressions,
 register_push, for_scope); a `Harness` plays each implementation's worst cases with its own switches
@@ -17,8 +23,12 @@ from devstack.servers import free_port
 from pressroom.delivery_events import DeliveryEvent
 from pressroom.providers.mailgun import MailgunClient
 from pressroom.providers.memory import MemoryProvider
-from pressroom.providers.port import (NOT_ACCEPTED, UNCERTAIN, EmailProvider, EventQuery, Message, ProviderRateLimited,
-                                      ProviderUnavailable, RecipientLimitExceeded, TooManyRecipients, placeholder)
+from pressroom.providers.port import (CONFIRM_BY_QUERY, NOT_ACCEPTED, UNCERTAIN, EmailProvider, EventQuery, Message,
+                                      ProviderRateLimited, ProviderUnavailable, RecipientLimitExceeded,
+                                      TooManyRecipients, placeholder)
+from pressroom.providers.received import MemoryAcceptances
+from pressroom.providers.ses import SesClient
+from pressroom.providers.ses.push import SesPush
 
 FROM = "Pressroom <news@example.com>"
 
@@ -99,6 +109,97 @@ class MailgunHarness:
                              domain=self.simulator.domain, timeout=5.0)
 
 
+class SimulatorReceived:
+    """The receiver's part, in-process: before each lookup, the notifications SNS would have pushed
+    by now go through the SES push's checks (signature, certificate, topic, age) into the kept
+    acceptances; each notification once."""
+
+    def __init__(self, simulator) -> None:
+        self.simulator, self.kept, self.taken = simulator, MemoryAcceptances(), set()
+        self.push = SesPush(topic_arn=simulator.topic_arn, region=simulator.region,
+                            dev_certificate=simulator.certificate_pem)
+
+    async def receive(self) -> None:
+        for body in self.simulator.notifications():
+            message = self.push.checked_fields(body)
+            pushed = self.push.verify_with(message, await self.push.certificate(message["SigningCertURL"]),
+                                           self.simulator.now(), 3600)
+            if pushed.identity in self.taken:
+                continue
+            self.taken.add(pushed.identity)
+            event = self.push.parse_event(pushed.item)
+            if event.kind == "accepted":
+                from pressroom.providers.ses.events import marks_of
+
+                await self.kept.keep("ses", event.recipient, marks_of(pushed.item["event"]),
+                                     event.provider_message_id, datetime.fromtimestamp(event.timestamp, timezone.utc))
+
+    async def keep(self, *args, **kwargs) -> None:
+        await self.kept.keep(*args, **kwargs)
+
+    async def find(self, provider: str, **query):
+        await self.receive()
+        return await self.kept.find(provider, **query)
+
+
+class SesHarness:
+    def __init__(self, simulator, client: SesClient) -> None:
+        self.simulator, self.provider = simulator, client
+
+    def now(self) -> float:
+        return self.simulator.now()
+
+    def advance(self, seconds: float) -> None:
+        self.simulator.advance(seconds)
+
+    def lose_next_answer(self) -> None:
+        self.simulator.set_faults(lost_answers=1)
+
+    def rate_limit(self, retry_after: float) -> None:
+        self.simulator.set_faults(throttled=1)  # SES says no time: the client waits a second
+
+    def limit_recipients(self, limit: int) -> None:
+        self.simulator.set_faults(recipient_limit=limit)
+
+    def delay_events(self, seconds: float) -> None:
+        self.simulator.set_faults(events_delay=seconds)
+
+    def suppress(self, address: str) -> None:
+        self.simulator.suppress(address, "BOUNCE")
+
+    def add_scope(self, scope: str) -> None:
+        pass
+
+    def received(self, address: str) -> tuple[str, str, str]:
+        return self.simulator.received(address)
+
+    async def unreachable(self) -> EmailProvider:
+        return SesClient(endpoint=f"http://127.0.0.1:{free_port()}", region=self.simulator.region,
+                         access_key_id="AKIAUNREACHABLE", secret_access_key="x", domain=self.simulator.domain,
+                         configuration_set="pressroom", timeout=5.0)
+
+
+@pytest.fixture
+async def ses_simulator():
+    from devstack.ses_simulator import running_ses_simulator
+
+    async with running_ses_simulator() as simulator:
+        simulator.send_confirmations = False
+        yield simulator
+
+
+@pytest.fixture
+async def ses_harness(ses_simulator) -> AsyncIterator[SesHarness]:
+    """SES's client against a fresh stand-in, confirming from the notifications it pushes."""
+    async with SesClient(endpoint=ses_simulator.base_url, region=ses_simulator.region,
+                         access_key_id=ses_simulator.access_key_id,
+                         secret_access_key=ses_simulator.secret_access_key, domain=ses_simulator.domain,
+                         configuration_set=ses_simulator.configuration_set, topic_arn=ses_simulator.topic_arn,
+                         sns_endpoint=f"{ses_simulator.base_url}/sns", received=SimulatorReceived(ses_simulator),
+                         timeout=5.0) as client:
+        yield SesHarness(ses_simulator, client)
+
+
 @pytest.fixture
 def memory_harness() -> MemoryHarness:
     return MemoryHarness()
@@ -112,9 +213,17 @@ async def mailgun_harness(mailgun) -> AsyncIterator[MailgunHarness]:
         yield MailgunHarness(mailgun, client)
 
 
-@pytest.fixture(params=["memory_harness", "mailgun_harness"])
-def harness(request) -> MemoryHarness | MailgunHarness:
+@pytest.fixture(params=["memory_harness", "mailgun_harness", "ses_harness"])
+def harness(request) -> MemoryHarness | MailgunHarness | SesHarness:
     return request.getfixturevalue(request.param)
+
+
+@pytest.fixture(params=["memory_harness", "mailgun_harness"])
+def polling_harness(request) -> MemoryHarness | MailgunHarness:
+    """The providers whose events can be read a page at a time (`capabilities.polls_events`)."""
+    harness = request.getfixturevalue(request.param)
+    assert harness.provider.capabilities.polls_events
+    return harness
 
 
 def message(provider: EmailProvider, *, tags: tuple[str, ...] = ("bulk-email",)):
@@ -139,9 +248,10 @@ async def test_a_send_is_accepted_each_reader_gets_their_values_and_the_mark_pro
     provider = harness.provider
     recipients = readers(3)
     begin, _ = window(harness)
-    provider_id = await provider.send(message(provider), recipients, mark={"email-id": "e1", "pressroom-batch": "b1"},
-                                      message_id=provider.message_id("b1"))
-    assert provider_id
+    sent = await provider.send(message(provider), recipients, mark={"email-id": "e1", "pressroom-batch": "b1"},
+                               message_id=provider.message_id("b1"))
+    assert sent.provider_id and set(sent.accepted) == set(recipients) and not sent.refused
+    provider_id = sent.accepted["reader0@example.com"]
     subject, html, text = harness.received("reader1@example.com")
     assert (subject, text) == ("Hello Reader 1", "Hi Reader 1")
     assert "<p>Hi Reader &lt;1&gt;</p>" in html and 'href="https://site.example/unsubscribe/?uuid=u1"' in html
@@ -152,6 +262,8 @@ async def test_a_send_is_accepted_each_reader_gets_their_values_and_the_mark_pro
     assert found == provider_id
     assert await provider.find_accepted(recipient="reader0@example.com", mark={"pressroom-batch": "b2"},
                                         begin=begin, end=end) is None
+    if provider.capabilities.confirms_by != CONFIRM_BY_QUERY:
+        return  # SES writes its own Message-ID: only the marks can prove a send
     # Our own Message-Id proves it too, whatever the mark.
     assert await provider.find_accepted(recipient="reader0@example.com", mark={"pressroom-batch": "other"},
                                         begin=begin, end=end, message_id=provider.message_id("b1")) == provider_id
@@ -191,6 +303,8 @@ async def test_an_unreachable_provider_accepted_nothing_and_its_events_cannot_be
             await provider.send(message(provider), readers(1), mark={"pressroom-batch": "b4"})
         assert caught.value.outcome == NOT_ACCEPTED and caught.value.retryable
         begin, end = window(harness)
+        if not provider.capabilities.polls_events:
+            return  # nothing to read from the provider: its events come pushed
         with pytest.raises(ProviderUnavailable):
             await provider.read_events(None, EventQuery(begin=begin, end=end))
     finally:
@@ -217,7 +331,8 @@ async def test_late_events_are_not_found_until_they_are_visible(harness):
     provider = harness.provider
     begin, _ = window(harness)
     harness.delay_events(120)
-    provider_id = await provider.send(message(provider), readers(1), mark={"pressroom-batch": "b6"})
+    provider_id = (await provider.send(message(provider), readers(1), mark={"pressroom-batch": "b6"})).accepted[
+        "reader0@example.com"]
     harness.advance(5)
     _, end = window(harness)
     assert await provider.find_accepted(recipient="reader0@example.com", mark={"pressroom-batch": "b6"},
@@ -227,7 +342,8 @@ async def test_late_events_are_not_found_until_they_are_visible(harness):
                                         begin=begin, end=end) == provider_id
 
 
-async def test_events_are_read_page_by_page_and_parse_to_delivery_events_with_our_marks(harness):
+async def test_events_are_read_page_by_page_and_parse_to_delivery_events_with_our_marks(polling_harness):
+    harness = polling_harness
     provider = harness.provider
     begin, _ = window(harness)
     await provider.send(message(provider, tags=("bulk-email", "site-a")), readers(7),
@@ -256,7 +372,8 @@ async def test_events_are_read_page_by_page_and_parse_to_delivery_events_with_ou
     assert [event.timestamp for event in parsed] == sorted(event.timestamp for event in parsed)
 
 
-async def test_a_scope_sends_under_its_own_message_ids_and_reads_only_its_own_events(harness):
+async def test_a_scope_sends_under_its_own_message_ids_and_reads_only_its_own_events(polling_harness):
+    harness = polling_harness
     harness.add_scope("fallback.contract.test")
     main, fallback = harness.provider, harness.provider.for_scope("fallback.contract.test")
     assert fallback.scope == "fallback.contract.test" and main.for_scope(main.scope) is main
@@ -279,7 +396,7 @@ async def test_suppressions_are_removed_once(harness):
 
 async def test_pushed_events_are_registered_once_per_kind(harness):
     provider = harness.provider
-    first = await provider.register_push("https://hooks.example.com/one")
+    first = await provider.register_push("https://hooks.example.com/one")  # SES: one subscription for all kinds
     assert first and set(first.values()) == {"created"}
     assert set((await provider.register_push("https://hooks.example.com/one")).values()) == {"unchanged"}
     assert set((await provider.register_push("https://hooks.example.com/two")).values()) == {"added"}

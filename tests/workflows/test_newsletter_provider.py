@@ -36,9 +36,9 @@ class ProviderSending(FakeSending):
         readers = {f"{input.batch_id}-{n}@example.com": {"name": f"Reader {n}", "name_html": f"Reader {n}"}
                    for n in range(10)}
         try:
-            provider_id = await self.provider.send(
+            provider_id = (await self.provider.send(
                 self.provider.prepare(MESSAGE), readers, mark={EMAIL_MARK: "e1", BATCH_MARK: input.batch_id},
-                message_id=self.provider.message_id(input.batch_id), delivery_time=input.delivery_time)
+                message_id=self.provider.message_id(input.batch_id), delivery_time=input.delivery_time)).provider_id
         except ProviderError as error:
             raise send_failure_of(error, len(readers)) from None
         self.status[input.batch_id] = "submitted"

@@ -47,8 +47,8 @@ class FakeDelivery:
         message = provider.prepare(Message(from_address="news@example.com", subject="Welcome",
                                            html="<p>Welcome</p>", text="Welcome", tags=["welcome-email"]))
         try:
-            provider_id = await provider.send(message, {"new@example.com": {}},
-                                              mark={"pressroom-outbox": input.outbox_id})
+            provider_id = (await provider.send(message, {"new@example.com": {}},
+                                               mark={"pressroom-outbox": input.outbox_id})).provider_id
         except ProviderError as error:
             raise activity_error(error) from None
         return EntryResult(result={"provider_id": provider_id})

@@ -27,8 +27,9 @@ from pressroom.providers.mailgun.errors import not_json, status_error, transport
 from pressroom.providers.mailgun.events import PROVIDER, event_message_id, parse_event
 from pressroom.providers.mailgun.template import mailgun_template
 from pressroom.providers.mailgun.webhooks import WEBHOOK_KINDS
-from pressroom.providers.port import (EventQuery, EventsPage, Message, ProviderBadResponse, ProviderLimits,
-                                      ProviderRejected, TooManyRecipients)
+from pressroom.providers.port import (CONFIRM_BY_QUERY, Capabilities, EventQuery, EventsPage, Message,
+                                      ProviderBadResponse, ProviderLimits, ProviderRejected, SendResult,
+                                      TooManyRecipients)
 from pressroom.settings import MAILGUN_MAX_RECIPIENTS
 
 if TYPE_CHECKING:
@@ -39,6 +40,7 @@ MAILGUN_MAX_EVENTS_PAGE = 300
 SUPPRESSION_LISTS = ("bounces", "unsubscribes", "complaints")  # Mailgun's per-domain suppression lists
 LIMITS = ProviderLimits(max_recipients=MAILGUN_MAX_RECIPIENTS, max_tags=MAILGUN_MAX_TAGS,
                         max_events_page=MAILGUN_MAX_EVENTS_PAGE)
+CAPABILITIES = Capabilities(confirms_by=CONFIRM_BY_QUERY, polls_events=True)
 
 # multipart/form-data, the format Mailgun documents for sending: each value goes as its UTF-8 bytes
 # between boundaries, with nothing to escape (url-encoding a 1,000-recipient batch byte by byte
@@ -132,6 +134,7 @@ class MailgunClient:
     name = PROVIDER
     title = "Mailgun"
     limits = LIMITS
+    capabilities = CAPABILITIES
 
     def __init__(self, *, base_url: str, api_key: str, domain: str, timeout: float = 30.0,
                  max_connections: int = 20, transport: httpx.AsyncBaseTransport | None = None) -> None:
@@ -214,11 +217,13 @@ class MailgunClient:
 
     async def send(self, message: MessageFields, recipients: Mapping[str, Mapping[str, str]], *,
                    mark: Mapping[str, str], message_id: str | None = None, headers: Mapping[str, str] = {},
-                   delivery_time: datetime | None = None) -> str:
-        """The port's send: `mark` as `v:` variables, `message_id` as the Message-Id header."""
+                   delivery_time: datetime | None = None) -> SendResult:
+        """The port's send: `mark` as `v:` variables, `message_id` as the Message-Id header; one
+        message, so every recipient shares its id."""
         own_headers = {**({"Message-Id": f"<{message_id}>"} if message_id else {}), **headers}
-        return await self.send_fields(message, to=list(recipients), recipient_variables=dict(recipients),
+        provider_id = await self.send_fields(message, to=list(recipients), recipient_variables=dict(recipients),
                                       variables=mark, headers=own_headers, delivery_time=delivery_time)
+        return SendResult.whole(provider_id, list(recipients))
 
     async def send_batch(self, *, from_address: str, to: list[str], subject: str, html: str, text: str,
                          recipient_variables: dict[str, dict[str, str]], tags: Sequence[str] = (),

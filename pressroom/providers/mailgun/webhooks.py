@@ -67,7 +67,7 @@ class MailgunPush:
 
     def verify(self, body: Any, now: float, max_age: float, retry_window: float | None = None) -> PushedEvent:
         signature = verify_webhook(self._signing_key, body, now, max_age, retry_window)
-        return PushedEvent(timestamp=signature.timestamp, token=signature.token, item=body["event-data"])
+        return PushedEvent(timestamp=signature.timestamp, identity=signature.token, item=body["event-data"])
 
     def parse_event(self, item: Any) -> DeliveryEvent | EventRejected:
         return parse_event(item)

@@ -1,0 +1,180 @@
+"""Fault matrix through SES: does every member get each email exactly once? (not a test)
+
+`bench/faults.py --provider ses` runs this. PostgreSQL and a Temporal dev server of its own; in
+this process the SES stand-in and the webhook receiver (PRESSROOM_EMAIL_PROVIDER=ses), subscribed
+to the stand-in's topic, its notifications pushed as they become visible; workers as processes of
+their own, one per row:
+
+    {throttling + 5xx before and after accepting, lost answers, kill -9 of the worker mid-send}
+  × {stand-in faithful, notifications 45 s late, notifications duplicated and reordered}
+  + lost answers with no retries, then `newsletter send` again
+
+SES has no events API: every uncertain send is confirmed from the Send events the receiver kept.
+Counted from what the stand-in accepted: eligible / received / missing / duplicates / status.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+
+from aiohttp import web
+
+from bench.faults import CONFIRM_WINDOW_SECONDS, LATE_SECONDS, ROOT, SEED, Row, until
+from bench.servers import bench_servers
+from devstack.servers import free_port
+from devstack.ses_simulator import SesSimulator, running_ses_simulator
+from operations.newsletter import follow_newsletter, start_newsletter
+from operations.webhooks import Receiver
+from pressroom import database
+from pressroom.providers.ses import SesClient
+from pressroom.providers.ses.settings import ses_settings
+from pressroom.settings import load_settings
+
+ADVERSARIES = {"faithful": {}, "events 45 s late": {"events_delay": LATE_SECONDS},
+               "pushes doubled, reordered": {"duplicate_pushes": True, "reorder_pushes": True}}
+ERRORS = {"throttled": 5, "server_errors": 3, "errors_after_accept": 3}
+LOST = {"lost_answers": 6}
+OFF = {"throttled": 0, "server_errors": 0, "errors_after_accept": 0, "lost_answers": 0, "events_delay": 0.0,
+       "duplicate_pushes": False, "reorder_pushes": False, "latency_ms": 0.0}
+
+
+def print_row(row: Row) -> None:
+    print(f"| {row.case:<38} | {row.adversary:<25} | {row.eligible:>8,} | {row.received:>8,} | {row.missing:>7,} "
+          f"| {row.duplicates:>10,} | {row.status:<10} | {row.seconds:>7.1f} |", flush=True)
+
+
+class SesMatrix:
+    def __init__(self, servers, ses: SesSimulator, members: int, environment: dict[str, str]) -> None:
+        self.servers, self.ses, self.members, self.environment = servers, ses, members, environment
+        self.rows = 0
+
+    def settings(self, queue: str):
+        return load_settings(database_url=self.servers.database_url, email_provider="ses", task_queue=queue)
+
+    def worker(self, queue: str, **extra: str) -> subprocess.Popen:
+        env = {**os.environ, **self.environment, "DATABASE_URL": self.servers.database_url,
+               "TEMPORAL_ADDRESS": self.servers.env.client.service_client.config.target_host,
+               "PRESSROOM_TASK_QUEUE": queue, "PRESSROOM_EMAIL_PROVIDER": "ses", "PRESSROOM_SEND_CONCURRENCY": "4",
+               "PRESSROOM_MAILGUN_RETRY_SECONDS": "1",
+               "PRESSROOM_SEND_CONFIRM_WINDOW_SECONDS": str(CONFIRM_WINDOW_SECONDS),
+               "PRESSROOM_SEND_CONFIRM_POLL_SECONDS": "5", **extra}
+        return subprocess.Popen([sys.executable, "-m", "worker"], cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL)
+
+    @staticmethod
+    def stop(process: subprocess.Popen, sig: int = signal.SIGTERM) -> None:
+        process.send_signal(sig)
+        process.wait()
+
+    def faults(self, adversary: str, **faults) -> None:
+        self.ses.set_faults(**{**OFF, **faults, **ADVERSARIES[adversary]})
+
+    async def fresh_email(self, pool) -> str:
+        self.rows += 1
+        tag = f"r{self.rows}"
+        await pool.execute(SEED.format(tag=tag, members=self.members))
+        return f"e-{tag}"
+
+    async def count(self, pool, case: str, adversary: str, email_id: str, started: float) -> Row:
+        seconds = time.perf_counter() - started
+        eligible = {r["email"] for r in await pool.fetch(
+            "SELECT m.email FROM members m JOIN members_newsletters mn ON mn.member_id = m.id "
+            "JOIN emails e ON e.newsletter_id = mn.newsletter_id WHERE e.id = $1", email_id)}
+        counts = Counter(copy.address for copy in self.ses.delivered if copy.tags.get("email-id") == email_id)
+        status = await pool.fetchval("SELECT status FROM emails WHERE id = $1", email_id)
+        return Row(case, adversary, len(eligible), len(eligible & set(counts)), len(eligible - set(counts)),
+                   sum(n - 1 for n in counts.values()), status, seconds)
+
+    async def send(self, pool, case: str, adversary: str, faults: dict, *, kill: bool = False) -> Row:
+        email_id = await self.fresh_email(pool)
+        queue = f"faults-ses-{self.rows}"
+        settings = self.settings(queue)
+        self.faults(adversary, **faults)
+        worker = self.worker(queue)
+        started = time.perf_counter()
+        try:
+            start = await start_newsletter(email_id, client=self.servers.env.client, settings=settings)
+            if kill:
+                await until(pool, "SELECT bool_or(status = 'submitted') AND bool_or(status = 'submitting' "
+                                  "AND send_outcome = 'uncertain') FROM email_batches WHERE email_id = $1", email_id)
+                self.stop(worker, signal.SIGKILL)
+                worker = self.worker(queue)
+            await follow_newsletter(start.workflow_id, client=self.servers.env.client)
+        finally:
+            self.stop(worker)
+        return await self.count(pool, case, adversary, email_id, started)
+
+    async def send_again(self, pool, adversary: str) -> Row:
+        email_id = await self.fresh_email(pool)
+        queue = f"faults-ses-{self.rows}"
+        settings = self.settings(queue)
+        self.faults(adversary, lost_answers=1_000_000)
+        started = time.perf_counter()
+        worker = self.worker(queue, PRESSROOM_MAILGUN_RETRIES="0")
+        try:
+            first = await start_newsletter(email_id, client=self.servers.env.client, settings=settings)
+            outcome = await follow_newsletter(first.workflow_id, client=self.servers.env.client)
+        finally:
+            self.stop(worker)
+        assert outcome.status == "failed", "no answer was lost: the row proves nothing"
+        self.faults(adversary)
+        worker = self.worker(queue)
+        try:
+            again = await start_newsletter(email_id, client=self.servers.env.client, settings=settings)
+            await follow_newsletter(again.workflow_id, client=self.servers.env.client)
+        finally:
+            self.stop(worker)
+        return await self.count(pool, "lost, no retries, then send again", adversary, email_id, started)
+
+
+async def run(members: int) -> None:
+    async with bench_servers() as servers, running_ses_simulator() as ses:
+        folder = Path(tempfile.mkdtemp(prefix="pressroom-ses-faults-"))
+        (folder / "sns.pem").write_bytes(ses.certificate_pem)
+        environment = {"AWS_REGION": ses.region, "AWS_ACCESS_KEY_ID": ses.access_key_id,
+                       "AWS_SECRET_ACCESS_KEY": ses.secret_access_key, "PRESSROOM_SES_DOMAIN": ses.domain,
+                       "PRESSROOM_SES_CONFIGURATION_SET": ses.configuration_set,
+                       "PRESSROOM_SES_TOPIC_ARN": ses.topic_arn, "PRESSROOM_SES_ENDPOINT_URL": ses.base_url,
+                       "PRESSROOM_SES_SNS_ENDPOINT_URL": f"{ses.base_url}/sns",
+                       "PRESSROOM_SES_SNS_DEV_CERTIFICATE": str(folder / "sns.pem")}
+        os.environ.update(environment)
+        ses_settings.cache_clear()
+        pool = await database.connect(servers.database_url, max_size=4)
+        receiver = Receiver(pool, load_settings(database_url=servers.database_url, email_provider="ses"))
+        runner = web.AppRunner(receiver.app(), access_log=None)
+        await runner.setup()
+        port = free_port()
+        await web.TCPSite(runner, "127.0.0.1", port).start()
+        async with SesClient.from_settings(ses_settings()) as client:
+            await client.register_push(f"http://127.0.0.1:{port}/webhooks/ses")
+        while not all(s["confirmed"] for s in ses.subscriptions.values()):
+            await asyncio.sleep(0.05)
+        pusher = asyncio.create_task(ses.push_forever())
+        matrix = SesMatrix(servers, ses, members, environment)
+        print(f"fault matrix through SES: {members:,} members per email, batches of 50, 4 at a time; confirm "
+              f"window {CONFIRM_WINDOW_SECONDS} s, looked up every 5 s; late notifications {LATE_SECONDS} s")
+        print(f"| {'case':<38} | {'adversary':<25} | eligible | received | missing | duplicates | {'status':<10} "
+              f"| seconds |")
+        rows = []
+        try:
+            for case, faults, kill in (("throttled + 5xx", ERRORS, False), ("lost answers", LOST, False),
+                                       ("kill -9 of the worker mid-send", {"latency_ms": 300}, True)):
+                for adversary in ADVERSARIES:
+                    rows.append(await matrix.send(pool, case, adversary, faults, kill=kill))
+                    print_row(rows[-1])
+            rows.append(await matrix.send_again(pool, "pushes doubled, reordered"))
+            print_row(rows[-1])
+        finally:
+            pusher.cancel()
+            await runner.cleanup()
+            await pool.close()
+        bad = [r for r in rows if r.missing or r.duplicates or r.status != "submitted"]
+        print(f"{len(rows) - len(bad)} of {len(rows)} rows exactly once" + (f"; NOT: {bad}" if bad else ""))

@@ -1,0 +1,104 @@
+"""Benchmark: `members import` of a list in the reference platform's export format (not a test).
+
+Starts its own PostgreSQL with one newsletter new members subscribe to, writes a CSV of `--rows`
+members (names, notes, labels, some comped, some unsubscribed), then times, in the same run:
+the import into an empty site (every row checked and inserted, subscriptions written), the same
+file imported again (every row matched, nothing changed), and a raw COPY of the same file into a
+table of text columns (no checks, no matching, no index but none): the floor set by PostgreSQL.
+
+    .venv/bin/python bench/members_import.py --rows 100000
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import csv
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from devstack.servers import Postgres, free_port  # noqa: E402
+from operations.member_import import import_members  # noqa: E402
+from pressroom import database  # noqa: E402
+from pressroom.settings import load_settings  # noqa: E402
+
+HEADER = ["id", "email", "name", "note", "subscribed_to_emails", "complimentary_plan", "stripe_customer_id",
+          "created_at", "deleted_at", "labels", "tiers"]
+
+
+def write_file(path: Path, rows: int) -> None:
+    with path.open("w", newline="", encoding="utf-8") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(HEADER)
+        for n in range(rows):
+            writer.writerow([f"{n:024x}", f"reader{n}@bench.example", f"Reader {n}",
+                             "met at the launch" if n % 10 == 0 else "", "false" if n % 20 == 0 else "true",
+                             "true" if n % 50 == 0 else "false", "", f"2023-01-{n % 28 + 1:02d}T10:00:00.000Z", "",
+                             "vip,press" if n % 7 == 0 else "", ""])
+
+
+class Phases:
+    """When the import finished reading (every row checked) and writing, from its progress calls."""
+
+    def __init__(self) -> None:
+        self.read_done = None
+
+    def __call__(self, phase: str, done: int, total: int) -> None:
+        if phase == "read" and total and done == total:
+            self.read_done = time.perf_counter()
+
+
+async def timed(name: str, rows: int, work, phases: Phases | None = None) -> object:
+    began = time.perf_counter()
+    result = await work()
+    ended = time.perf_counter()
+    seconds = ended - began
+    split = (f"   (reading and checking {phases.read_done - began:5.2f} s, writing {ended - phases.read_done:5.2f} s)"
+             if phases and phases.read_done else "")
+    print(f"  {name:<40} {seconds:7.2f} s {rows / seconds:10,.0f} rows/s{split}", flush=True)
+    return result
+
+
+async def main(rows: int) -> None:
+    folder = Path(tempfile.mkdtemp(prefix="pressroom-bench-import-"))
+    postgres = Postgres(folder / "postgres", free_port())
+    postgres.start(durable=False)
+    try:
+        await database.migrate(postgres.url)
+        settings = load_settings(database_url=postgres.url)
+        conn = await database.connect_once(postgres.url)
+        try:
+            await conn.execute("INSERT INTO newsletters (name, slug) VALUES ('Weekly', 'weekly')")
+            file = folder / "members.csv"
+            write_file(file, rows)
+            print(f"{rows:,} rows, {file.stat().st_size / 1e6:.1f} MB:", flush=True)
+            phases = Phases()
+            first = await timed("members import (an empty site)", rows,
+                                lambda: import_members(file, settings=settings, progress=phases), phases)
+            phases = Phases()
+            again = await timed("members import again (nothing changes)", rows,
+                                lambda: import_members(file, settings=settings, progress=phases), phases)
+            await conn.execute(f"CREATE TABLE raw_copy ({', '.join(f'{c} text' for c in HEADER)})")
+            await timed("raw COPY of the same file (no checks)", rows,
+                        lambda: conn.copy_to_table("raw_copy", source=str(file), format="csv", header=True))
+            members = await conn.fetchval("SELECT count(*) FROM members")
+            subscribed = await conn.fetchval("SELECT count(*) FROM members_newsletters")
+        finally:
+            await conn.close()
+        print(f"first import: {first.added:,} added, {len(first.refused):,} refused; again: {again.added:,} added, "
+              f"{again.updated:,} updated, {again.unchanged:,} unchanged; {members:,} members, "
+              f"{subscribed:,} subscriptions")
+    finally:
+        postgres.stop()
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, default=100_000)
+    asyncio.run(main(parser.parse_args().rows))

@@ -1,0 +1,70 @@
+"""Acceptances Pressroom received pushed, kept to confirm an uncertain send where the provider has
+nothing to ask (SES: no events API). The receiver keeps every accepted-kind event carrying our
+marks (`keep`); a provider that `confirms_by` received events answers `find_accepted` from here.
+
+Kept in `provider_acceptances` (schema/0028): the recipient, our marks, the provider's id of the
+copy. A row is kept once (recipient, provider id); SNS's retries and duplicates add nothing.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from datetime import datetime
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    import asyncpg
+
+
+class ReceivedEvents(Protocol):
+    async def keep(self, provider: str, recipient: str, marks: Mapping[str, str], provider_message_id: str,
+                   accepted_at: datetime) -> None: ...
+
+    async def find(self, provider: str, *, recipient: str, mark: Mapping[str, str], begin: datetime,
+                   end: datetime) -> str | None:
+        """The provider's id of a kept acceptance of `recipient` carrying every item of `mark`,
+        accepted in [begin, end]."""
+
+
+_KEEP = """
+INSERT INTO provider_acceptances (provider, recipient, marks, provider_message_id, accepted_at)
+VALUES ($1, lower($2), $3::jsonb, $4, $5) ON CONFLICT DO NOTHING"""
+
+_FIND = """
+SELECT provider_message_id FROM provider_acceptances
+WHERE provider = $1 AND recipient = lower($2) AND marks @> $3::jsonb AND accepted_at BETWEEN $4 AND $5
+ORDER BY accepted_at LIMIT 1"""
+
+
+class StoredAcceptances:
+    """`ReceivedEvents` in PostgreSQL, shared by every receiver and worker."""
+
+    def __init__(self, pool: asyncpg.Pool) -> None:
+        self.pool = pool
+
+    async def keep(self, provider: str, recipient: str, marks: Mapping[str, str], provider_message_id: str,
+                   accepted_at: datetime) -> None:
+        await self.pool.execute(_KEEP, provider, recipient, json.dumps(dict(marks)), provider_message_id, accepted_at)
+
+    async def find(self, provider: str, *, recipient: str, mark: Mapping[str, str], begin: datetime,
+                   end: datetime) -> str | None:
+        return await self.pool.fetchval(_FIND, provider, recipient, json.dumps(dict(mark)), begin, end)
+
+
+class MemoryAcceptances:
+    """`ReceivedEvents` in memory, for the port's contract test."""
+
+    def __init__(self) -> None:
+        self.kept: dict[tuple[str, str, str], tuple[dict[str, str], datetime]] = {}
+
+    async def keep(self, provider: str, recipient: str, marks: Mapping[str, str], provider_message_id: str,
+                   accepted_at: datetime) -> None:
+        self.kept.setdefault((provider, recipient.casefold(), provider_message_id), (dict(marks), accepted_at))
+
+    async def find(self, provider: str, *, recipient: str, mark: Mapping[str, str], begin: datetime,
+                   end: datetime) -> str | None:
+        found = sorted((at, message_id) for (name, address, message_id), (marks, at) in self.kept.items()
+                       if name == provider and address == recipient.casefold() and begin <= at <= end
+                       and all(marks.get(k) == v for k, v in mark.items()))
+        return found[0][1] if found else None
