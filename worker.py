@@ -18,7 +18,7 @@ from temporalio.client import Client
 from temporalio.runtime import PrometheusConfig, Runtime
 from temporalio.worker import Worker
 
-from activities.analytics import AnalyticsActivities
+from activities.analytics.run import AnalyticsActivities
 from activities.newsletter.batches import BatchCreationActivities
 from activities.newsletter.finish import EmailFinishActivities
 from activities.newsletter.lock import EmailLockActivities

@@ -3,7 +3,7 @@
 The receiver (operations/webhooks.py) stores each verified event raw in `webhook_inbox` and
 NOTIFYs; `apply_inbox` runs for minutes at a time in WebhookInboxWorkflow, woken by that NOTIFY as
 the outbox relay is, and applies the oldest rows in batches through the same normalisation and the
-same set-based apply as polling (activities/delivery_events.py), deleting them in the apply's own
+same set-based apply as polling (activities/delivery_events/apply.py), deleting them in the apply's own
 transaction. Then it recounts the aggregates, at most every AGGREGATE_EVERY_SECONDS while a burst
 lasts: statistics move within about a second of the push.
 """
@@ -18,7 +18,9 @@ import asyncpg
 from pydantic import BaseModel
 from temporalio import activity
 
-from activities.delivery_events import EventBatch, aggregate, apply_batch
+from activities.delivery_events.aggregates import aggregate
+from activities.delivery_events.apply import apply_batch
+from activities.delivery_events.batch import EventBatch
 from activities.heartbeat import wait_for_work, woken_by_notify
 from activities.metrics import Instruments
 

@@ -25,7 +25,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import httpx  # noqa: E402
 from temporalio.testing import ActivityEnvironment  # noqa: E402
 
-from activities.analytics import AggregateInput, AnalyticsActivities, FetchPhaseInput  # noqa: E402
+from activities.analytics.models import AggregateInput, FetchPhaseInput  # noqa: E402
+from activities.analytics.run import AnalyticsActivities  # noqa: E402
 from pressroom.providers.mailgun import MailgunClient  # noqa: E402
 from bench.processes import cpu_seconds_by_family  # noqa: E402
 from devstack.servers import Postgres, free_port, start_simulator, stop_process  # noqa: E402

@@ -1,7 +1,7 @@
 """Benchmark: PostgreSQL's own work for analytics' apply and aggregates, next to the raw UPDATE (not a test).
 
 bench/analytics.py times the whole fetch; this one leaves HTTP and parsing out and drives the
-set-based apply (activities/delivery_events.py) directly with pages of 3,000 events, for N
+set-based apply (activities/delivery_events/apply.py) directly with pages of 3,000 events, for N
 recipients with a delivered and an opened event each, and prints per step the wall time, the
 PostgreSQL server's CPU and the WAL it wrote:
 
@@ -32,14 +32,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import asyncpg  # noqa: E402
 
-from activities.delivery_events import EventBatch, aggregate, apply_batch  # noqa: E402
+from activities.delivery_events.aggregates import aggregate  # noqa: E402
+from activities.delivery_events.apply import apply_batch  # noqa: E402
+from activities.delivery_events.batch import EventBatch  # noqa: E402
 from bench.analytics import RAW, RESET, SEED  # noqa: E402
 from bench.processes import cpu_seconds_by_family  # noqa: E402
 from devstack.servers import Postgres, free_port  # noqa: E402
 from pressroom import database  # noqa: E402
 from pressroom.delivery_events import DeliveryEvent  # noqa: E402
 
-PAGE_EVENTS = 3000  # events per transaction, as activities.analytics.APPLY_EVENTS
+PAGE_EVENTS = 3000  # events per transaction, as activities.analytics.window.APPLY_EVENTS
 FRESH = RESET + """
 UPDATE members SET email_count = 0, email_opened_count = 0, email_open_rate = NULL;
 TRUNCATE email_analytics_dirty_members;

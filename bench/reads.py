@@ -26,7 +26,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from activities.delivery_events import _AGGREGATE_EMAILS  # noqa: E402
+from activities.delivery_events.aggregates import _AGGREGATE_EMAILS  # noqa: E402
 from activities.newsletter.left_out import record_left_out  # noqa: E402
 from devstack.servers import Postgres, free_port  # noqa: E402
 from operations.finding import list_page  # noqa: E402

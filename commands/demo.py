@@ -91,7 +91,7 @@ async def run_demo(console: Console, *, members: int, publish_in: float, keep_ru
             console.print("[bold]Analytics[/bold]: waiting for the recipients to open it…")
             await asyncio.sleep(7)  # the simulator's members open 5 s after delivery
             analytics_id = f"email-analytics-demo-{tag}"
-            from activities.analytics import FetchEmailAnalyticsInput
+            from activities.analytics.models import FetchEmailAnalyticsInput
 
             await client.execute_workflow(FetchEmailAnalyticsWorkflow.run, FetchEmailAnalyticsInput(),
                                                 id=analytics_id, task_queue=settings.task_queue)

@@ -6,7 +6,7 @@ import asyncio
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
-from activities.analytics import SCHEDULE_ID, FetchEmailAnalyticsInput
+from activities.analytics.models import SCHEDULE_ID, FetchEmailAnalyticsInput
 from operations.common import parse_moment, temporal_client
 from pressroom.settings import Settings, get_settings
 
@@ -112,7 +112,7 @@ async def analytics_backfill(begin: str, end: str, settings: Settings | None = N
     import json
     import uuid
 
-    from activities.analytics import BACKFILL_PREFIX
+    from activities.analytics.models import BACKFILL_PREFIX
     from pressroom import database
     from pressroom.errors import BadInput
 
@@ -139,7 +139,7 @@ async def analytics_status(settings: Settings | None = None, client=None) -> dic
     import json
     from datetime import datetime, timezone
 
-    from activities.analytics import PHASE_JOBS, RUNS_JOB
+    from activities.analytics.models import PHASE_JOBS, RUNS_JOB
     from pressroom import database
 
     from pressroom.errors import NotFound

@@ -238,7 +238,7 @@ async def unsubscribe_member(member: str, newsletter: str | None = None, *,
     """Unsubscribe a member (by id or address) from a newsletter (by id or slug), or from every one:
     the path a member's link and a provider's unsubscribe event take, recorded as the operator's.
     Safe to repeat."""
-    from activities.delivery_events import leave
+    from activities.delivery_events.leave import leave
     from pressroom import database
     from pressroom.errors import NotFound
     from pressroom.inputs import entity_id

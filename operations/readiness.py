@@ -7,7 +7,7 @@ creates the schedules and starts the relay and the inbox's workflow when it star
 
 from __future__ import annotations
 
-from activities.analytics import SCHEDULE_ID as ANALYTICS_SCHEDULE_ID
+from activities.analytics.models import SCHEDULE_ID as ANALYTICS_SCHEDULE_ID
 from activities.webhooks import INBOX_WORKFLOW_ID
 from operations.posts import RECONCILE_SCHEDULE_ID
 from operations.check import CheckResult

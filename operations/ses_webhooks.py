@@ -21,7 +21,7 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any
 
-from activities.delivery_events import raw_text
+from activities.delivery_events.batch import raw_text
 from activities.webhooks import NOTIFY_CHANNEL
 from pressroom.providers.ses.events import marks_of
 

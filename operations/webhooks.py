@@ -24,7 +24,7 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any
 
-from activities.delivery_events import EventBatch, raw_text
+from activities.delivery_events.batch import EventBatch, raw_text
 from activities.webhooks import INBOX_WORKFLOW_ID, InboxInput
 from operations.webhooks_group_commit import GroupCommit, Pushed
 from pressroom.settings import Settings, get_settings

@@ -330,8 +330,10 @@ class SendNewsletterWorkflow:
                 break
             # A cap is reached: wait on a durable timer for the next window, not on failing retries.
             self._show(message=admission.reason)
-            await workflow.sleep(max(admission.resume_at - workflow.now(), timedelta(seconds=1)),
-                                 summary=admission.reason)
+            await self._wait_unless_cancelled(max(admission.resume_at - workflow.now(), timedelta(seconds=1)),
+                                              admission.reason)
+            if self._cancel is not None:
+                return [batch_id]  # back in the queue, which a cancelled send no longer reads
         if self._progress.message.startswith("waiting for"):
             self._show(message="")
         return []
@@ -365,7 +367,7 @@ class SendNewsletterWorkflow:
             resume_at = workflow.now() + timedelta(seconds=max(1.0, wait))
             reason = f"waiting for {self._provider}'s sending limit, resumes at {resume_at:%Y-%m-%d %H:%M:%S} UTC"
             self._show(message=reason)
-            await workflow.sleep(resume_at - workflow.now(), summary=reason)
+            await self._wait_unless_cancelled(resume_at - workflow.now(), reason)
             return [batch_id]
         if self._wait_out_outages and failure.outage:
             await self._wait_for_provider(plan, message)
@@ -415,7 +417,18 @@ class SendNewsletterWorkflow:
         reason = (f"{self._provider} unreachable since {outage.since:%Y-%m-%d %H:%M:%S} UTC, next try at "
                   f"{outage.next_try:%Y-%m-%d %H:%M:%S} UTC ({error})")
         self._show(message=reason)
-        await workflow.sleep(max(outage.next_try - now, timedelta(seconds=1)), summary=reason[:200])
+        await self._wait_unless_cancelled(max(outage.next_try - now, timedelta(seconds=1)), reason[:200])
+
+    async def _wait_unless_cancelled(self, duration: timedelta, summary: str) -> None:
+        """A durable wait (a cap's window, the provider's return) that an operator's cancel ends at
+        once: waits last hours, and nothing is sent after a cancel anyway."""
+        if not workflow.patched(CANCEL_PATCH):  # runs recorded before the patch slept on a plain timer
+            await workflow.sleep(duration, summary=summary)
+            return
+        try:
+            await workflow.wait_condition(lambda: self._cancel is not None, timeout=duration, timeout_summary=summary)
+        except asyncio.TimeoutError:
+            pass
 
     def _batch_sent(self, sent: BatchSent) -> None:
         if self._outage is not None:  # the provider is back

@@ -10,7 +10,7 @@ from decimal import ROUND_HALF_UP, Decimal
 import asyncpg
 import pytest
 
-from activities.analytics import AnalyticsActivities
+from activities.analytics.run import AnalyticsActivities
 from pressroom.providers.mailgun import MailgunClient
 from devstack.mailgun_simulator import MailgunSimulator
 from pressroom.dependencies import Dependencies

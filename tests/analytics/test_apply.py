@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from datetime import datetime, timezone
 
-from activities.analytics import PhaseResult
-from activities.delivery_events import EventBatch
+from activities.analytics import window
+from activities.analytics.models import PhaseResult
+from activities.delivery_events.batch import EventBatch
 from pressroom.providers.mailgun import parse_event
 
 from .conftest import activities_for, address, seed_newsletter
@@ -30,7 +31,7 @@ def failed(n: int, at: float, severity: str, code: int) -> dict:
 async def apply(activities, items: list[dict]) -> PhaseResult:
     batch, result = EventBatch(), PhaseResult(phase="latest")
     batch.add(items, parse_event)
-    await activities._apply(batch, result, "email-analytics-test", {"cursor": T0})
+    await window.apply(activities.deps.pool, batch, result, "email-analytics-test", {"cursor": T0})
     return result
 
 
@@ -97,12 +98,12 @@ async def test_a_batch_of_new_events_marks_exactly_the_rows_it_changed(db, clien
 
 
 async def test_pages_are_read_while_a_batch_is_applied_and_checkpoints_hold_the_figures_at_its_cut(
-        db, mailgun, client, analytics_settings):
+        db, mailgun, client, analytics_settings, monkeypatch):
     import asyncio
 
     from temporalio.testing import ActivityEnvironment
 
-    from activities.analytics import FetchPhaseInput
+    from activities.analytics.models import FetchPhaseInput
 
     from .conftest import sim_now
 
@@ -110,7 +111,7 @@ async def test_pages_are_read_while_a_batch_is_applied_and_checkpoints_hold_the_
     mailgun.add_synthetic_events(email_id="e0", recipients=[address(n) for n in range(4500)], events=["delivered"])
     activities = activities_for(analytics_settings, db, client)
     requests_during: list[tuple[int, int]] = []
-    apply = activities._apply
+    apply = window.apply
 
     async def slow_apply(*args):
         before = mailgun.request_counts["events"]
@@ -118,7 +119,7 @@ async def test_pages_are_read_while_a_batch_is_applied_and_checkpoints_hold_the_
         await apply(*args)
         requests_during.append((before, mailgun.request_counts["events"]))
 
-    activities._apply = slow_apply
+    monkeypatch.setattr(window, "apply", slow_apply)
     env = ActivityEnvironment()
     heartbeats = []
     env.on_heartbeat = lambda *details: heartbeats.append(details[0])
@@ -145,7 +146,7 @@ async def test_an_event_postgresql_refuses_is_found_by_halving_and_set_aside_alo
     batch.add([failed(n, T0, "permanent", 550) for n in range(6)], parse_event)
     bad = batch.events[3]
     batch.events[3] = DeliveryEvent.model_construct(**{**dict(bad), "code": 2**40})  # past the parser's check
-    await activities._apply(batch, result, "email-analytics-test", {"cursor": T0 + 1})
+    await window.apply(activities.deps.pool, batch, result, "email-analytics-test", {"cursor": T0 + 1})
     assert (result.applied, result.malformed) == (5, 1)
     assert await db.fetchval("SELECT count(*) FROM email_recipient_failures") == 5
     reason = await db.fetchval("SELECT reason FROM delivery_events_rejected")
@@ -159,7 +160,8 @@ async def test_one_recipients_events_in_a_page_are_one_write_first_wins_as_appli
     """A page's delivered, opened and failed events of one recipient fold into one row write; the
     first time of each kind wins, and the result is the one the same events give one by one, in
     the opposite order (e0 takes them as one page, e1 one event a page)."""
-    from activities.delivery_events import _apply_events, aggregate
+    from activities.delivery_events.aggregates import aggregate
+    from activities.delivery_events.apply import _apply_events
 
     await seed_newsletter(db, members=4, emails=2)
     activities = activities_for(analytics_settings, db, client)
@@ -205,7 +207,7 @@ async def test_one_recipients_events_in_a_page_are_one_write_first_wins_as_appli
 async def test_a_recount_that_finds_a_members_figures_unchanged_does_not_rewrite_the_member(
         db, client, analytics_settings):
     """Members are recounted exactly as before; only those whose figures changed are written."""
-    from activities.delivery_events import aggregate
+    from activities.delivery_events.aggregates import aggregate
 
     await seed_newsletter(db, members=3, emails=1)
     activities = activities_for(analytics_settings, db, client)
@@ -236,7 +238,8 @@ async def test_a_send_a_delivery_an_open_and_a_recount_stay_on_their_pages(db, c
     update of those rows, keeps about 88% of them in place, the others about 97%."""
     from types import SimpleNamespace
 
-    from activities.delivery_events import _apply_events, aggregate
+    from activities.delivery_events.aggregates import aggregate
+    from activities.delivery_events.apply import _apply_events
     from activities.newsletter.send import BatchSendActivities
 
     await seed_newsletter(db, members=300, emails=2)

@@ -11,7 +11,7 @@ from pydantic import SecretStr
 from temporalio.client import WorkflowFailureError
 from temporalio.worker import Replayer
 
-from activities.analytics import FetchEmailAnalyticsInput, FetchEmailAnalyticsResult
+from activities.analytics.models import FetchEmailAnalyticsInput, FetchEmailAnalyticsResult
 from tests.conftest import make_settings
 from worker import running_worker
 from workflows.analytics import FetchEmailAnalyticsWorkflow

@@ -17,8 +17,8 @@ from temporalio.client import ScheduleOverlapPolicy
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
-from activities.analytics import SCHEDULE_ID, AggregateInput, FetchPhaseInput
-from activities.delivery_events import EventBatch
+from activities.analytics.models import SCHEDULE_ID, AggregateInput, FetchPhaseInput
+from activities.delivery_events.batch import EventBatch
 from pressroom.providers.mailgun import MailgunClient, parse_event
 from pressroom.providers.port import ProviderUnavailable
 from pressroom.errors import BadInput
@@ -186,7 +186,7 @@ class BreaksOnce(BreaksAfter):
 
 async def test_a_failed_attempt_in_a_workflow_resumes_from_temporal_heartbeat_details(
         dev_env, db, mailgun, analytics_settings):
-    from activities.analytics import FetchEmailAnalyticsInput
+    from activities.analytics.models import FetchEmailAnalyticsInput
     from pressroom.dependencies import Dependencies
     from worker import build_worker
     from workflows.analytics import FetchEmailAnalyticsWorkflow

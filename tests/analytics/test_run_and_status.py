@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from activities.analytics import SCHEDULE_ID
+from activities.analytics.models import SCHEDULE_ID
 from operations.analytics import analytics_pause, analytics_schedule
 from tests.operations.test_waiting import cli, cli_env
 from worker import running_worker

@@ -9,7 +9,8 @@ import uuid
 
 import httpx
 
-from activities.delivery_events import EventBatch, apply_batch
+from activities.delivery_events.apply import apply_batch
+from activities.delivery_events.batch import EventBatch
 from operations.members import member_profile, unsubscribe_member
 from operations.reports import newsletter_report
 from operations.webhooks import LINK_SOURCE

@@ -190,6 +190,21 @@ class Capture:
                       "running: 40 sent, waiting on a timer for the next day's cap")
             await self.client.get_workflow_handle(start.workflow_id).terminate("captured")
 
+        # The same wait, cancelled by an operator: the wait ends at once and the email is cancelled.
+        from operations.newsletter import cancel_newsletter
+
+        settings = self.settings("newsletter-cancelled", batch_size=20, daily_send_limit={"*": 40})
+        site = await self.published_site("cancelled")
+        await self.pool.execute("DELETE FROM sending_quota_reservations")  # the capped send above used today's
+        async with running_worker(self.client, settings):
+            start = await start_newsletter(site.email_id, client=self.client, settings=settings)
+            await self.until("SELECT count(*) >= 2 FROM email_batches WHERE email_id = $1 AND status = 'submitted'",
+                             site.email_id)
+            await asyncio.sleep(2)
+            await cancel_newsletter(site.email_id, by="capture", wait=True, client=self.client, settings=settings)
+            self.save("newsletter-cancelled", start.workflow_id, None,
+                      "completed: 40 sent, cancelled by an operator while waiting for the next day's cap")
+
         # Mailgun unreachable (nothing listens on its port): after its retries the send waits for
         # the provider on a timer, and waits again while it stays unreachable.
         settings = self.settings("newsletter-outage", batch_size=60, mailgun_retries=1, mailgun_retry_seconds=0.5,
@@ -291,7 +306,7 @@ class Capture:
     # --- analytics ---
 
     async def analytics(self) -> None:
-        from activities.analytics import FetchEmailAnalyticsInput
+        from activities.analytics.models import FetchEmailAnalyticsInput
         from workflows.analytics import FetchEmailAnalyticsWorkflow
 
         settings = self.settings("analytics", analytics_max_opened_events=5)

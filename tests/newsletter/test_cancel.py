@@ -92,3 +92,27 @@ async def test_cancel_of_a_sent_email_is_refused(db, mailgun, dev_env, settings)
     await db.execute("UPDATE emails SET status = 'submitted', submitted_at = now() WHERE id = $1", seeded.email_id)
     with pytest.raises(BadInput, match="already sent"):
         await cancel_newsletter(seeded.email_id, client=dev_env.client, settings=settings)
+
+
+async def test_cancel_ends_a_send_waiting_for_tomorrows_cap_now(db, mailgun, dev_env, newsletter_settings):
+    """A send waiting hours for its daily cap's next window stops when cancelled, not when the window comes."""
+    from workflows.newsletter import SendNewsletterWorkflow as Send
+
+    settings = newsletter_settings(batch_size=100, daily_send_limit="200")
+    seeded = await seed_email(db, members=500)
+    client = dev_env.client
+    async with running_worker(client, settings):
+        start = await start_newsletter(seeded.email_id, client=client, settings=settings)
+        handle = client.get_workflow_handle(start.workflow_id)
+
+        async def waiting_for_the_cap() -> bool:
+            return (await handle.query(Send.progress)).message.startswith("waiting for the daily limit")
+        await wait_until(waiting_for_the_cap, 60)
+        cancel = await cancel_newsletter(seeded.email_id, by="ops", wait=True, client=client, settings=settings)
+        history = await handle.fetch_history()
+
+    assert cancel.status == "cancelled"
+    sent = sum(delivered(mailgun, seeded.email_id).values())
+    assert sent == 200 == await submitted_batches(db, seeded.email_id) * 100
+    assert await db.fetchval("SELECT status FROM emails WHERE id = $1", seeded.email_id) == "cancelled"
+    await Replayer(workflows=[SendNewsletterWorkflow], data_converter=data_converter()).replay_workflow(history)

@@ -140,7 +140,7 @@ async def test_report_and_member_say_what_happened_and_who_was_left_out(dev_env,
             "failed_at, event_id) SELECT email_id, member_id, id, $2, $3 || member_email || '> refused', $4, now(), "
             "$1 FROM email_recipients WHERE id = $1", recipient, code, "mailbox <", severity)
     # …and its aggregation of the email's figures, with its own statement.
-    from activities.delivery_events import _AGGREGATE_EMAILS
+    from activities.delivery_events.aggregates import _AGGREGATE_EMAILS
 
     await db.execute("INSERT INTO email_analytics_dirty_emails (email_id) VALUES ($1)", seeded.email_id)
     await db.execute(_AGGREGATE_EMAILS)

@@ -9,7 +9,9 @@ import time
 import pytest
 from temporalio.testing import ActivityEnvironment
 
-from activities.delivery_events import EventBatch, aggregate, apply_batch
+from activities.delivery_events.aggregates import aggregate
+from activities.delivery_events.apply import apply_batch
+from activities.delivery_events.batch import EventBatch
 from activities.newsletter.batches import BatchCreationActivities
 from activities.newsletter.models import CreateBatchesInput
 from operations.reports import newsletter_report
@@ -27,6 +29,12 @@ def event(email_id: str, kind: str, address: str, at: float, n: int, **extra) ->
     return DeliveryEvent(provider="mailgun", event_id=f"{kind}-{n}-{at}", kind=kind, name=name, timestamp=at,
                          recipient=address, email_id=email_id, **extra)
 
+
+
+def as_computed(report: dict) -> dict:
+    """The report less who cancelled the send and when: stored facts added after 0029, not in the oracle."""
+    assert (report.pop("cancelled_by"), report.pop("cancelled_at")) == (None, None)
+    return report
 
 async def apply(db, events: list[DeliveryEvent], *, recount: bool = True) -> None:
     await apply_batch(db, EventBatch(events=events), "poll")
@@ -74,6 +82,7 @@ async def test_the_recorded_report_answers_as_the_one_computed_from_the_rows(db,
     await apply(db, events)
 
     report = await newsletter_report(e, settings=settings)
+    report = as_computed(report)
     assert report == await report_before_0029(e, settings=settings)
     assert report["left_out"] == {"suppressed-bounce": 1, "suppressed-complaint": 1, "disabled": 1,
                                   "not-subscribed": 1, "not-in-filter": 0, "unusable-address": 1, "other": 0}
@@ -96,4 +105,4 @@ async def test_the_recorded_report_answers_as_the_one_computed_from_the_rows(db,
     # An email whose batches were written before schema 0029 is counted from its rows, as then.
     await db.execute("UPDATE emails SET left_out = NULL, first_opened_at = NULL, last_opened_at = NULL "
                      "WHERE id = $1", e)
-    assert await newsletter_report(e, settings=settings) == await report_before_0029(e, settings=settings)
+    assert as_computed(await newsletter_report(e, settings=settings)) == await report_before_0029(e, settings=settings)

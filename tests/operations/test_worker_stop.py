@@ -29,7 +29,7 @@ async def schedules_removed_after(dev_env):
     """A `pressroom worker` creates the namespace's schedules at start; later tests expect none."""
     from temporalio.service import RPCError
 
-    from activities.analytics import SCHEDULE_ID
+    from activities.analytics.models import SCHEDULE_ID
     from operations.posts import RECONCILE_SCHEDULE_ID
 
     yield

@@ -25,7 +25,7 @@ async def poll(dev_env, settings, now):
     """One analytics run on the worker already running (the polling net)."""
     from datetime import timedelta
 
-    from activities.analytics import FetchEmailAnalyticsInput
+    from activities.analytics.models import FetchEmailAnalyticsInput
     from workflows.analytics import FetchEmailAnalyticsWorkflow
 
     return await dev_env.client.execute_workflow(

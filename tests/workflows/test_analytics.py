@@ -14,8 +14,8 @@ from temporalio import activity
 from temporalio.client import WorkflowFailureError
 from temporalio.exceptions import ApplicationError
 
-from activities.analytics import (AggregateInput, AggregateResult, FetchEmailAnalyticsInput,
-                                  FetchEmailAnalyticsResult, FetchPhaseInput, PhaseResult, RecordRunInput)
+from activities.analytics.models import (AggregateInput, AggregateResult, FetchEmailAnalyticsInput,
+                                         FetchEmailAnalyticsResult, FetchPhaseInput, PhaseResult, RecordRunInput)
 from pressroom.providers.memory import MemoryProvider
 from pressroom.providers.port import EventQuery, Message, ProviderError, activity_error
 from tests.workflows.conftest import worker_for, workflow_id
