@@ -7,16 +7,45 @@ Every command has --help; every error is one line on stderr, exit status 1 (2 fo
 
 from __future__ import annotations
 
+import importlib
 import sys
 
 import typer
 from rich.console import Console
+from typer.core import TyperGroup
 
-from commands import (analytics, dev, frontdoor, limits, members, newsletter, operate, outbox, posts,
-                      readable_help_types, webhooks)
+from commands import readable_help_types
 from pressroom import tracing
 
-app = typer.Typer(help="Pressroom: durable background jobs for newsletter publishing, on Temporal.",
+# Each job's commands (commands/<module>.py, its Typer app named `app`), in the order --help lists
+# them; the commands of `operate` (migrate, worker, demo, check, temporal, codec-server, patches)
+# and `frontdoor` sit at the top level. A module is imported only when one of its commands runs or
+# help lists it, so a command pays for its own imports only: tests and scripts start the CLI often.
+GROUPS = ["dev", "newsletter", "members", "outbox", "analytics", "posts", "limits", "webhooks"]
+TOP_LEVEL = ["operate", "frontdoor"]
+
+
+def _group(module: str):
+    return typer.main.get_group(importlib.import_module(f"commands.{module}").app)
+
+
+class JobCommands(TyperGroup):
+    def list_commands(self, ctx) -> list[str]:
+        return [*GROUPS, *(name for module in TOP_LEVEL for name in _group(module).list_commands(ctx))]
+
+    def get_command(self, ctx, name: str):
+        if name in GROUPS:
+            group = _group(name)
+            group.name = name
+            return group
+        for module in TOP_LEVEL:
+            command = _group(module).get_command(ctx, name)
+            if command is not None:
+                return command
+        return None
+
+
+app = typer.Typer(cls=JobCommands, help="Pressroom: durable background jobs for newsletter publishing, on Temporal.",
                   no_args_is_help=True, pretty_exceptions_enable=False)
 readable_help_types()
 
@@ -33,16 +62,6 @@ def _version(shown: bool) -> None:
 def _options(version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
                                           help="Print the version and exit.")) -> None:
     """Pressroom: durable background jobs for newsletter publishing, on Temporal."""
-app.add_typer(dev.app, name="dev")
-app.add_typer(newsletter.app, name="newsletter")
-app.add_typer(members.app, name="members")
-app.add_typer(outbox.app, name="outbox")
-app.add_typer(analytics.app, name="analytics")
-app.add_typer(posts.app, name="posts")
-app.add_typer(limits.app, name="limits")
-app.add_typer(webhooks.app, name="webhooks")
-app.add_typer(operate.app)
-app.add_typer(frontdoor.app)
 
 
 def main(args: list[str] | None = None) -> None:
@@ -60,7 +79,6 @@ def run_command(args: list[str]) -> int:
     from typer._click.exceptions import ClickException, NoArgsIsHelpError, UsageError  # Typer's own click
 
     from commands.failures import EXIT_USAGE, explain
-    from pressroom.temporal import close_runtime
 
     tracing.configure_from_environment()  # OTEL_* variables; off when unset
     configure_command_logging()
@@ -94,7 +112,10 @@ def run_command(args: list[str]) -> int:
     finally:
         # Join the Temporal runtime's threads now, while the interpreter is whole: a thread left
         # finishing an RPC callback during finalisation aborts the process after its work succeeded.
-        close_runtime()
+        # A command that never loaded the Temporal module has no runtime (and need not load it).
+        temporal = sys.modules.get("pressroom.temporal")
+        if temporal is not None:
+            temporal.close_runtime()
 
 
 def configure_command_logging() -> None:

@@ -16,6 +16,15 @@ def pressroom(*args: str, env: dict[str, str] | None = None, timeout: float = 60
                           env=full_env, timeout=timeout, cwd=os.path.dirname(os.path.dirname(__file__)))
 
 
+def pressroom_each(*commands: tuple[str, ...], env: dict[str, str] | None = None) -> list[subprocess.CompletedProcess]:
+    """Independent commands, each its own process, all at once: a command's cost is mostly starting
+    Python, and the test need not pay it once after the other."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(len(commands)) as pool:
+        return list(pool.map(lambda command: pressroom(*command, env=env), commands))
+
+
 def dev_down_and_forget(env: dict[str, str]) -> None:
     """`pressroom dev down`, then remove the stack's database (as root it lives outside the
     test's folder, in the PostgreSQL service user's own folder)."""
@@ -44,10 +53,10 @@ def assert_one_line_error(result: subprocess.CompletedProcess, *words: str) -> N
 
 
 def test_every_command_has_help():
-    for command in (["--help"], ["dev", "--help"], ["dev", "up", "--help"], ["migrate", "--help"],
-                    ["worker", "--help"], ["check", "--help"], ["temporal", "setup", "--help"],
-                    ["codec-server", "--help"]):
-        result = pressroom(*command)
+    commands = (["--help"], ["dev", "--help"], ["dev", "up", "--help"], ["migrate", "--help"],
+                ["worker", "--help"], ["check", "--help"], ["temporal", "setup", "--help"],
+                ["codec-server", "--help"], ["patches", "check", "--help"])
+    for command, result in zip(commands, pressroom_each(*commands)):
         assert result.returncode == 0, (command, result.stderr)
         assert "Usage" in result.stdout
 
@@ -86,6 +95,7 @@ def stack_env(tmp_path):
     dev_down_and_forget(env)
 
 
+@pytest.mark.slow
 def test_dev_up_brings_up_the_stack_and_down_stops_it(stack_env):
     env, ports = stack_env
     up = pressroom("dev", "up", env=env, timeout=120)

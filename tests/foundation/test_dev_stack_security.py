@@ -57,6 +57,7 @@ def private_clone(tmp_path):
     return clone
 
 
+@pytest.mark.slow
 async def test_dev_up_in_a_private_folder_is_private_and_needs_its_password(private_clone):
     home = private_clone / ".pressroom"
     env = {f"PRESSROOM_DEV_{name}_PORT": str(free_port()) for name in ("POSTGRES", "TEMPORAL", "UI", "SIMULATOR")}

@@ -58,6 +58,7 @@ def test_a_command_refused_by_temporal_also_leaves_only_the_main_thread(dev_env,
     assert (status, threads) == (1, 1)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(2400)  # 500 interpreters start one after another: minutes, more on a busy machine
 def test_many_commands_four_at_a_time_all_exit_cleanly(dev_env):
     """500 commands (PRESSROOM_EXIT_TEST_COMMANDS), four at a time, each reaching Temporal: every one

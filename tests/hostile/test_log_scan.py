@@ -20,6 +20,7 @@ from pathlib import Path
 from urllib.parse import quote, quote_plus
 
 import httpx
+import pytest
 
 from devstack.servers import free_port
 from tests.conftest import SIMULATOR_KEY
@@ -63,6 +64,7 @@ def leaks(output: str, secrets: dict[str, str]) -> list[str]:
     return found
 
 
+@pytest.mark.slow
 async def test_no_address_name_or_key_in_any_output(db, mailgun, dev_env, newsletter_settings):
     settings = newsletter_settings(batch_size=10)
     seeded = await seed_email(db, members=30)

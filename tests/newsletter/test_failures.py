@@ -217,6 +217,7 @@ async def wait_until(check, timeout: float = 90, worker: subprocess.Popen | None
         await asyncio.sleep(0.05)
 
 
+@pytest.mark.crash
 async def test_a_worker_killed_while_creating_batches_and_while_sending(db, mailgun, dev_env, newsletter_settings):
     """SIGKILL a worker process twice; the next worker finishes with nobody missing and nobody twice."""
     settings = newsletter_settings(batch_size=500)
@@ -261,6 +262,7 @@ async def test_a_worker_killed_while_creating_batches_and_while_sending(db, mail
 
 
 @pytest.mark.parametrize("adversary", ["faithful", "own-ids", "late-events"])
+@pytest.mark.crash
 async def test_a_worker_killed_mid_send_under_each_adversary(adversary, db, mailgun, dev_env, newsletter_settings):
     """SIGKILL while requests are in flight: what Mailgun stored is found, the rest is sent, nobody twice."""
     settings = newsletter_settings(batch_size=100)

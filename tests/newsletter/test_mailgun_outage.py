@@ -7,6 +7,8 @@ from __future__ import annotations
 import asyncio
 from urllib.parse import urlsplit
 
+import pytest
+
 from devstack.servers import free_port
 from operations.newsletter import newsletter_status
 from tests.newsletter.test_failures import assert_each_member_once, wait_until
@@ -56,6 +58,7 @@ class Gate:
         self._writers -= {writer, up_writer}
 
 
+@pytest.mark.fault
 async def test_a_mailgun_outage_longer_than_the_retries_is_waited_out_and_the_send_finishes_by_itself(
         db, mailgun, dev_env, newsletter_settings):
     gate = Gate(mailgun.base_url)

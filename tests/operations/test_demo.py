@@ -25,6 +25,7 @@ def figure(report: str, name: str) -> int:
     return int(found.group(1).replace(",", ""))
 
 
+@pytest.mark.slow
 def test_the_demo_runs_to_its_report_and_again_on_the_same_data(demo_env):
     first = pressroom("demo", "--members", "60", "--publish-in", "3", env=demo_env, timeout=240)
     assert first.returncode == 0, first.stdout + first.stderr

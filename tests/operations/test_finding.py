@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 from operations.members import add_member
@@ -21,16 +22,20 @@ async def json_of(*args: str, env) -> dict:
 
 async def test_an_empty_site_lists_nothing_and_says_so(dev_env, settings, db):
     env = cli_env(settings, dev_env)
-    for command in LIST_COMMANDS:
-        assert await json_of(*command, env=env) == {"items": [], "next_after": None}
-        code, out, err = await cli(*command, env=env)
+    # Independent commands, each its own process, all at once.
+    answers = await asyncio.gather(*(json_of(*command, env=env) for command in LIST_COMMANDS))
+    assert answers == [{"items": [], "next_after": None}] * len(LIST_COMMANDS)
+    *lists, member, report, entry = await asyncio.gather(
+        *(cli(*command, env=env) for command in LIST_COMMANDS), cli("members", "show", "nobody@example.com", env=env),
+        cli("newsletter", "report", "no-such-email", env=env), cli("outbox", "show", "no-such-entry", env=env))
+    for code, out, err in lists:
         assert code == 0, err
         assert " match" in out and "Traceback" not in out + err
-    code, _, err = await cli("members", "show", "nobody@example.com", env=env)
+    code, _, err = member
     assert code == 1 and err.startswith("error: no member has that address")
-    code, _, err = await cli("newsletter", "report", "no-such-email", env=env)
+    code, _, err = report
     assert code == 1 and "email no-such-email does not exist" in err
-    code, _, err = await cli("outbox", "show", "no-such-entry", env=env)
+    code, _, err = entry
     assert code == 1 and "outbox entry no-such-entry does not exist" in err
 
 
@@ -52,28 +57,36 @@ async def test_lists_page_newest_first_with_filters(dev_env, settings, db):
         assert after == page["items"][-1]["member_id"]
     assert seen == newest_first
 
-    paid = await json_of("members", "list", "--status", "paid", env=env)
+    # The filters, the human page and the refusals: independent commands, each its own process, all at once.
+    (paid, subscribers, future, emails, submitted, posts, (code, out, err), gold, yesterday,
+     unknown_post) = await asyncio.gather(
+        json_of("members", "list", "--status", "paid", env=env),
+        json_of("members", "list", "--newsletter", seeded.newsletter_id, "--since", "2h", env=env),
+        json_of("members", "list", "--since", "2099-01-01T00:00:00+00:00", env=env),
+        json_of("newsletter", "list", "--status", "pending", env=env),
+        json_of("newsletter", "list", "--status", "submitted", env=env),
+        json_of("posts", "list", env=env),
+        cli("members", "list", "--limit", "3", env=env),
+        cli("members", "list", "--status", "gold", env=env),
+        cli("members", "list", "--since", "yesterday", env=env),
+        cli("posts", "list", "--after", "no-such-post", env=env))
     assert {row["status"] for row in paid["items"]} == {"paid"} and len(paid["items"]) == 2
-    subscribers = await json_of("members", "list", "--newsletter", seeded.newsletter_id, "--since", "2h", env=env)
     assert len(subscribers["items"]) == 7
-    assert (await json_of("members", "list", "--since", "2099-01-01T00:00:00+00:00", env=env))["items"] == []
+    assert future["items"] == []
 
-    code, out, err = await cli("members", "list", "--limit", "3", env=env)
     assert code == 0, err
     assert newest_first[0] in out and f"more: pressroom members list --after {newest_first[2]}" in out
 
-    emails = await json_of("newsletter", "list", "--status", "pending", env=env)
     assert [(row["email_id"], row["post_id"]) for row in emails["items"]] == [(seeded.email_id, seeded.post_id)]
-    assert (await json_of("newsletter", "list", "--status", "submitted", env=env))["items"] == []
-    posts = await json_of("posts", "list", env=env)
+    assert submitted["items"] == []
     assert [(row["post_id"], row["email_id"], row["status"]) for row in posts["items"]] == [
         (seeded.post_id, seeded.email_id, "published")]
 
-    code, _, err = await cli("members", "list", "--status", "gold", env=env)
+    code, _, err = gold
     assert code == 1 and "--status 'gold' is not one of free, paid, comped" in err
-    code, _, err = await cli("members", "list", "--since", "yesterday", env=env)
+    code, _, err = yesterday
     assert code == 1 and "--since 'yesterday' is not an ISO 8601 time" in err
-    code, _, err = await cli("posts", "list", "--after", "no-such-post", env=env)
+    code, _, err = unknown_post
     assert code == 1 and "--after no-such-post: no post has that id" in err
 
 
@@ -86,16 +99,15 @@ async def test_outbox_entries_are_found_by_what_operators_have(dev_env, settings
     [row] = listed["items"]
     assert row["member_id"] == added.member_id and row["idempotency_key"] == added.welcome_key
     assert (await json_of("outbox", "list", "--member", "someone-else", env=env))["items"] == []
-    for name in (row["outbox_id"], added.member_id, added.welcome_key, f"outbox-{added.welcome_key}",
-                 "Finder@Example.com"):
-        entry = await json_of("outbox", "show", name, env=env)
+    names = (row["outbox_id"], added.member_id, added.welcome_key, f"outbox-{added.welcome_key}", "Finder@Example.com")
+    *entries, (missing_code, _, missing_err), (code, out, err), profile = await asyncio.gather(  # all at once
+        *(json_of("outbox", "show", name, env=env) for name in names), cli("outbox", "show", "nobody@example.com", env=env),
+        cli("outbox", "show", added.member_id, env=env), json_of("members", "show", "Finder@Example.com", env=env))
+    for entry in entries:
         assert entry["outbox_id"] == row["outbox_id"] and entry["member_id"] == added.member_id
-    code, _, err = await cli("outbox", "show", "nobody@example.com", env=env)
-    assert code == 1 and "no member has that address" in err and "nobody@" not in err
-    code, out, err = await cli("outbox", "show", added.member_id, env=env)
+    assert missing_code == 1 and "no member has that address" in missing_err and "nobody@" not in missing_err
     assert code == 0 and row["outbox_id"] in out and "UTC" in out, err
 
-    profile = await json_of("members", "show", "Finder@Example.com", env=env)
     assert profile["member_id"] == added.member_id and profile["suppression"] is None
     assert [o["outbox_id"] for o in profile["outbox"]] == [row["outbox_id"]]
 
@@ -136,7 +148,18 @@ async def test_report_and_member_say_what_happened_and_who_was_left_out(dev_env,
     await db.execute("INSERT INTO email_spam_complaint_events (member_id, email_id, email_address) "
                      "VALUES ($1, $2, 'x')", complainer, seeded.email_id)
 
-    report = await json_of("newsletter", "report", seeded.email_id, env=env)
+    failed_member = await db.fetchval("SELECT member_id FROM email_recipients WHERE id = $1", recipients[5])
+    # What the operator reads, each command its own process, all at once.
+    (report, (code, out, err), left_out, only, profile, (failed_code, failed_out, failed_err), bounced_profile,
+     gone_profile) = await asyncio.gather(
+        json_of("newsletter", "report", seeded.email_id, env=env),
+        cli("newsletter", "report", seeded.email_id, env=env),
+        json_of("members", "list", "--left-out-of", seeded.email_id, env=env),
+        json_of("members", "list", "--left-out-of", seeded.email_id, "--reason", "disabled", env=env),
+        json_of("members", "show", complainer, env=env),
+        cli("members", "show", failed_member, env=env),
+        json_of("members", "show", bounced, env=env),
+        json_of("members", "show", gone, env=env))
     assert (report["recipients"], report["sent"], report["delivered"], report["opened"]) == (7, 7, 5, 3)
     assert (report["failed"], report["failed_permanent"], report["failed_temporary"]) == (2, 1, 1)
     assert report["complained"] == 1 and report["unsubscribed"] == 0
@@ -148,25 +171,17 @@ async def test_report_and_member_say_what_happened_and_who_was_left_out(dev_env,
     assert [f["message"] for f in report["top_failures"]] == ["mailbox <<address>> refused"] * 2
     assert "@" not in json.dumps(report["top_failures"])
 
-    code, out, err = await cli("newsletter", "report", seeded.email_id, env=env)
     assert code == 0, err
     print(out)
     assert "suppressed after a bounce" in out and "opens over time" in out and "█" in out
     assert f"pressroom members list --left-out-of {seeded.email_id} --reason disabled" in out
 
-    left_out = await json_of("members", "list", "--left-out-of", seeded.email_id, env=env)
     assert {(row["member_id"], row["reason"]) for row in left_out["items"]} == {
         (bounced, "suppressed-bounce"), (disabled, "disabled"), (gone, "not-subscribed")}
-    only = await json_of("members", "list", "--left-out-of", seeded.email_id, "--reason", "disabled", env=env)
     assert [row["member_id"] for row in only["items"]] == [disabled]
 
-    profile = await json_of("members", "show", complainer, env=env)
     [email] = profile["emails"]
     assert email["email_id"] == seeded.email_id and email["outcome"] == "complained"
-    failed_member = await db.fetchval("SELECT member_id FROM email_recipients WHERE id = $1", recipients[5])
-    code, out, err = await cli("members", "show", failed_member, env=env)
-    assert code == 0 and "failed (permanent): 550" in out, err
-    bounced_profile = await json_of("members", "show", bounced, env=env)
+    assert failed_code == 0 and "failed (permanent): 550" in failed_out, failed_err
     assert bounced_profile["suppression"]["reason"] == "bounce" and bounced_profile["emails"] == []
-    gone_profile = await json_of("members", "show", gone, env=env)
     assert not any(s["subscribed"] for s in gone_profile["subscriptions"])

@@ -8,6 +8,8 @@ import asyncio
 import json
 import time
 
+import pytest
+
 from tests.newsletter.conftest import seed_email
 from tests.newsletter.test_failures import wait_until
 from tests.operations.test_waiting import cli, cli_env, start_cli
@@ -20,6 +22,7 @@ async def status_of(email_id: str, env) -> dict:
     return json.loads(out)
 
 
+@pytest.mark.crash
 async def test_a_capped_send_says_why_it_waits_and_that_its_dead_worker_does_not_answer(
         dev_env, settings, db, mailgun, schedules_removed_after):  # noqa: F811
     seeded = await seed_email(db, members=30)

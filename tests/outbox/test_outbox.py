@@ -138,6 +138,7 @@ async def settled_in(db, key: str, states: tuple[str, ...]) -> bool:
     return await entry_state(db, key) in states
 
 
+@pytest.mark.crash
 async def test_w103_a_worker_killed_mid_delivery_another_completes(db, mailgun, dev_env, outbox_settings):
     settings = outbox_settings()
     await db.execute(WELCOME)

@@ -222,6 +222,7 @@ async def test_reconcile_leaves_a_timer_that_is_right_alone(db, dev_env, postgre
         await handle.terminate()
 
 
+@pytest.mark.crash
 async def test_a_worker_killed_while_posts_wait_publishes_each_once_after_restart(db, dev_env, postgres_url,
                                                                                   mailgun):
     settings = make_settings(postgres_url, mailgun)
@@ -243,6 +244,7 @@ async def test_a_worker_killed_while_posts_wait_publishes_each_once_after_restar
     assert len(rows) == 5 and all(row["publish_completed_at"] >= row["published_at"] for row in rows)
 
 
+@pytest.mark.crash
 async def test_a_worker_killed_10s_before_a_post_is_due_is_replaced_and_the_post_publishes_on_time(
         db, dev_env, postgres_url, mailgun):
     """Two workers; the one whose publish activity waits out the lead time is killed 10 s before the

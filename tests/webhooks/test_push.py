@@ -9,6 +9,8 @@ import os
 import signal
 import uuid
 
+import pytest
+
 from devstack.servers import free_port
 from operations.webhooks import PATH, webhooks_setup
 from tests.analytics.conftest import (actual_counts, address, expected_counts, seed_newsletter, send_all, sim_now,
@@ -56,6 +58,7 @@ async def test_setup_registers_every_kind_once_and_shows_what_changed(dev_env, m
     assert code == 1 and len(lines) == 1 and "--url" in lines[0] and "pw" not in lines[0]
 
 
+@pytest.mark.slow
 async def test_a_send_pushed_reaches_the_statistics_and_polling_then_changes_nothing(
         dev_env, db, mailgun, receiver, webhook_settings):
     from pressroom.providers.mailgun import MailgunClient
@@ -115,6 +118,7 @@ async def _state(db, email_id: str) -> list[tuple]:
     return [tuple(r) for r in rows]
 
 
+@pytest.mark.slow
 async def test_duplicated_and_reordered_pushes_end_in_the_state_polling_gives(
         dev_env, db, mailgun, receiver, webhook_settings):
     await seed_newsletter(db, members=60, emails=2)
@@ -143,6 +147,7 @@ async def test_duplicated_and_reordered_pushes_end_in_the_state_polling_gives(
             await stop_inbox(dev_env, webhook_settings)
 
 
+@pytest.mark.crash
 async def test_a_receiver_killed_mid_burst_loses_nothing_the_simulator_retries(
         dev_env, db, mailgun, webhook_settings):
     """`pressroom webhooks serve` as a process, kill -9 while the simulator pushes 3,000 events, started
