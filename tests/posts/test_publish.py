@@ -398,7 +398,7 @@ async def test_an_email_an_earlier_send_left_failed_goes_out_when_its_post_publi
     """A send started straight on Temporal (as before the refusal) fails the email of a scheduled post;
     the publication still sends it, once."""
     from temporalio.client import WorkflowFailureError
-    from workflows.newsletter import SendNewsletterInput
+    from workflows.newsletter_models import SendNewsletterInput
 
     settings = make_settings(postgres_url, mailgun, publish_lead_seconds=0.2)
     seeded = await seed_email(db, members=5, post_status="draft")
