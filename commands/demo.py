@@ -27,7 +27,7 @@ from pressroom.settings import load_settings
 
 async def run_demo(console: Console, *, members: int, publish_in: float, keep_running: bool) -> None:
     from activities.outbox import outbox_workflow_id
-    from activities.posts import publish_workflow_id
+    from activities.posts.models import publish_workflow_id
     from devstack import stack
     from pressroom.temporal import connect
     from worker import running_worker

@@ -19,8 +19,9 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
 
 with workflow.unsafe.imports_passed_through():
-    from activities.posts import (PostsActivities, PublishPostActivityInput, PublishPostInput, PublishResult,
-                                  ReconcileResult, RescheduleInput, publish_workflow_id)
+    from activities.posts.models import (PublishPostActivityInput, PublishPostInput, PublishResult, ReconcileResult,
+                                         RescheduleInput, publish_workflow_id)
+    from activities.posts.publish import PostsActivities
     from pressroom.temporal import POST_ID, PUBLISH_AT
     from workflows.newsletter import SendNewsletterWorkflow
     from workflows.newsletter_models import SendNewsletterInput, newsletter_workflow_id

@@ -19,7 +19,7 @@ from tests.newsletter.conftest import seed_email
 from tests.newsletter.test_failures import spawn_worker, wait_until
 from tests.newsletter.test_send import delivered
 from workflows.newsletter import SendNewsletterWorkflow
-from activities.posts import publish_workflow_id
+from activities.posts.models import publish_workflow_id
 from workflows.posts import PublishPostWorkflow
 from worker import running_worker
 
@@ -341,7 +341,7 @@ async def test_an_unknown_post_is_refused_and_nothing_starts(postgres_url, dev_e
 
 
 async def test_posts_due_at_the_same_instant_are_published_by_one_statement_each_with_its_guard(db):
-    from activities.posts import DueTogether
+    from activities.posts.publish import DueTogether
 
     at = datetime.now(timezone.utc).replace(microsecond=0) + timedelta(hours=1)
     due = [await seed_post(db) for _ in range(3)]
