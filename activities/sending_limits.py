@@ -26,6 +26,8 @@ from pydantic import BaseModel
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from pressroom.providers.port import AccountQuota
+
 if TYPE_CHECKING:
     import asyncpg
 
@@ -219,7 +221,7 @@ class SendingLimitsActivities:
 
     async def _reserve(self, conn: asyncpg.Connection, batch_id: str, domain: str, count: int,
                        at: datetime) -> Admission:
-        caps = {window: self.settings.send_limit(domain, window) for window in ("hour", "day")}
+        caps = send_caps(self.settings, domain, await self.provider.account_quota())
         if not any(caps.values()):
             return Admission(batch_id=batch_id, send=True)
         # One domain's reservations one at a time, across every worker and every email.
@@ -255,9 +257,22 @@ class SendingLimitsActivities:
         return Admission(batch_id=batch_id, resume_at=resume_at, reason=reason)
 
 
+def send_caps(settings: Settings, domain: str, quota: AccountQuota) -> dict[str, int | None]:
+    """The caps of `domain` per "hour" and "day": the configured one (PRESSROOM_HOURLY/DAILY_SEND_LIMIT)
+    or the account's stated quota (SES: MaxSendRate × 3,600 an hour, Max24HourSend a day), the
+    smaller when both; None: no cap."""
+    stated = {"hour": quota.per_hour, "day": quota.per_day}
+    caps = {}
+    for window in ("hour", "day"):
+        given = [cap for cap in (settings.send_limit(domain, window), stated[window]) if cap is not None]
+        caps[window] = min(given) if given else None
+    return caps
+
+
 # --- what an operator sees and resets (`pressroom limits`) -----------------------------------------
 
-async def describe_limits(conn: asyncpg.Connection, settings: Settings, now: datetime | None = None) -> list[dict]:
+async def describe_limits(conn: asyncpg.Connection, settings: Settings, now: datetime | None = None,
+                          quota: AccountQuota | None = None) -> list[dict]:
     """Per sending domain: the learned batch size, the caps and what they used this hour and today."""
     now = (now or datetime.now(timezone.utc)).astimezone(timezone.utc)
     domains = [settings.sending_scope] + ([settings.fallback_domain] if settings.fallback_domain else [])
@@ -275,9 +290,10 @@ async def describe_limits(conn: asyncpg.Connection, settings: Settings, now: dat
     out = []
     for domain in dict.fromkeys([d for d in domains if d] + list(learned)):
         row = learned.get(domain, {})
+        caps = send_caps(settings, domain, quota or AccountQuota())
         out.append({"domain": domain, "batch_size": row.get("batch_size"), "refused_size": row.get("refused_size"),
                     "refused_at": row.get("refused_at"), "reason": row.get("reason"),
-                    "hourly_limit": settings.send_limit(domain, "hour"), "daily_limit": settings.send_limit(domain, "day"),
+                    "hourly_limit": caps["hour"], "daily_limit": caps["day"],
                     "sent_this_hour": used[domain]["hour"] if domain in used else 0,
                     "sent_today": used[domain]["day"] if domain in used else 0})
     return out

@@ -4,6 +4,11 @@ A site is seeded, a worker runs in this process, a new member gets their welcome
 the outbox, a post is scheduled a few seconds ahead and published on time, its newsletter goes to
 every member with a progress bar, an analytics run fetches the simulator's events, and the email's
 report (`newsletter report`) shows what happened. Every step is a real workflow you can open in the Web UI.
+
+With `PRESSROOM_EMAIL_PROVIDER=ses` the stack runs the SES stand-in instead of the Mailgun
+simulator; SES has no events to fetch, so the demo also runs the webhook receiver
+(POST /webhooks/ses) in this process, subscribes it to the stand-in's SNS topic, and the report
+shows the events the stand-in pushed to it.
 """
 
 from __future__ import annotations
@@ -11,6 +16,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from datetime import datetime, timedelta, timezone
 
 from rich.console import Console
@@ -51,8 +58,13 @@ async def run_demo(console: Console, *, members: int, publish_in: float, keep_ru
         site = await seed_site(pool, members=members, run_tag=tag)
         console.print(f"[bold]Site[/bold]: newsletter with {site.members:,} members; post {site.post_id} "
                       f"with email {site.email_id}")
-        async with running_worker(client, settings):
+        async with running_worker(client, settings), _receiving_pushes(pool, settings) as receiver_url:
             await ensure_relay(client, settings)
+            if receiver_url:
+                from operations.webhooks import ensure_inbox_applier
+
+                await ensure_inbox_applier(client, settings)  # the pushed events are applied from the inbox
+                console.print(f"[bold]Events[/bold]: SES's SNS topic pushes to {receiver_url}", highlight=False)
             console.print("[bold]Worker[/bold]: running in this process on task queue "
                           f"{settings.task_queue}")
 
@@ -89,7 +101,10 @@ async def run_demo(console: Console, *, members: int, publish_in: float, keep_ru
             console.print(f"[bold]Newsletter[/bold]: {outcome.status} (workflow {newsletter_id})")
 
             console.print("[bold]Analytics[/bold]: waiting for the recipients to open it…")
-            await asyncio.sleep(7)  # the simulator's members open 5 s after delivery
+            if receiver_url:  # pushed: the stand-in's readers open at once; wait until the inbox is applied
+                await _wait_for_opens(site.email_id, settings)
+            else:
+                await asyncio.sleep(7)  # the simulator's members open 5 s after delivery
             analytics_id = f"email-analytics-demo-{tag}"
             from activities.analytics.models import FetchEmailAnalyticsInput
 
@@ -108,7 +123,8 @@ async def run_demo(console: Console, *, members: int, publish_in: float, keep_ru
             console.print(f"\nOpen [bold]{ui}[/bold] and search for [bold]EmailId=\"{site.email_id}\"[/bold], or "
                           f"open the workflows {publish_workflow_id(site.post_id)}, {newsletter_id}, "
                           f"{outbox_workflow_id(added.welcome_key)} and {analytics_id}.", highlight=False)
-            console.print("\nThe development stack (PostgreSQL, Temporal and its Web UI, the Mailgun simulator) keeps "
+            stand_in = "the SES stand-in" if receiver_url else "the Mailgun simulator"
+            console.print(f"\nThe development stack (PostgreSQL, Temporal and its Web UI, {stand_in}) keeps "
                           "running in the background, with its data in ./.pressroom; [bold]pressroom dev down[/bold] "
                           "stops it.", highlight=False)
             if keep_running:
@@ -116,6 +132,42 @@ async def run_demo(console: Console, *, members: int, publish_in: float, keep_ru
                 await asyncio.Event().wait()
     finally:
         await pool.close()
+
+
+@asynccontextmanager
+async def _receiving_pushes(pool, settings) -> AsyncIterator[str]:
+    """With a provider that only pushes its events (SES), the webhook receiver on a free local port,
+    subscribed to the provider's topic; its URL. With Mailgun, nothing (the demo fetches events)."""
+    if settings.email_provider != "ses":
+        yield ""
+        return
+    from aiohttp import web
+
+    from devstack.servers import free_port
+    from operations.webhooks import Receiver, webhooks_setup
+
+    receiver = Receiver(pool, settings)
+    runner = web.AppRunner(receiver.app(), access_log=None)
+    await runner.setup()
+    port = free_port()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    url = f"http://127.0.0.1:{port}{receiver.push.path}"
+    try:
+        # The stand-in confirms by SNS's handshake and keeps every notification until it is taken.
+        await webhooks_setup(url, settings)
+        yield url
+    finally:
+        await runner.cleanup()
+
+
+async def _wait_for_opens(email_id: str, settings, timeout: float = 60) -> None:
+    from operations.reports import newsletter_report
+
+    deadline = time.monotonic() + timeout
+    while (report := await newsletter_report(email_id, settings=settings))["opened"] < report["sent"]:
+        if time.monotonic() > deadline:
+            return  # the report shows what arrived
+        await asyncio.sleep(0.5)
 
 
 async def _wait_for_workflow(client, workflow_id: str, timeout: float = 30) -> None:

@@ -9,7 +9,8 @@ from pressroom import database
 from pressroom.errors import PressroomError
 from pressroom.settings import dev_stack_file, get_settings
 
-app = typer.Typer(help="The local development stack: PostgreSQL, Temporal with its Web UI, a Mailgun simulator.",
+app = typer.Typer(help="The local development stack: PostgreSQL, Temporal with its Web UI, a Mailgun simulator "
+                  "(or, with PRESSROOM_EMAIL_PROVIDER=ses, the SES stand-in).",
                   no_args_is_help=True)
 
 
@@ -40,7 +41,14 @@ def dev_up() -> None:
 # The variables a program needs to use the running stack, as `pressroom dev env` prints them.
 STACK_VARIABLES = (("DATABASE_URL", "database_url"), ("TEMPORAL_ADDRESS", "temporal_address"),
                    ("MAILGUN_BASE_URL", "mailgun_base_url"), ("MAILGUN_DOMAIN", "mailgun_domain"),
-                   ("MAILGUN_API_KEY", "mailgun_api_key"), ("MAILGUN_WEBHOOK_SIGNING_KEY", "webhook_signing_key"))
+                   ("MAILGUN_API_KEY", "mailgun_api_key"), ("MAILGUN_WEBHOOK_SIGNING_KEY", "webhook_signing_key"),
+                   ("PRESSROOM_EMAIL_PROVIDER", "email_provider"),
+                   ("AWS_REGION", "ses_region"), ("AWS_ACCESS_KEY_ID", "ses_access_key_id"),
+                   ("AWS_SECRET_ACCESS_KEY", "ses_secret_access_key"), ("PRESSROOM_SES_DOMAIN", "ses_domain"),
+                   ("PRESSROOM_SES_CONFIGURATION_SET", "ses_configuration_set"),
+                   ("PRESSROOM_SES_TOPIC_ARN", "ses_topic_arn"), ("PRESSROOM_SES_ENDPOINT_URL", "ses_endpoint_url"),
+                   ("PRESSROOM_SES_SNS_ENDPOINT_URL", "ses_sns_endpoint_url"),
+                   ("PRESSROOM_SES_SNS_DEV_CERTIFICATE", "ses_sns_dev_certificate"))
 
 
 @app.command("env")

@@ -239,7 +239,7 @@ def print_report(r: dict) -> None:
                   highlight=False)
     if r["error"]:
         console.print(f"why: {r['error']}", highlight=False, markup=False)
-    notes = {"sent": "accepted by Mailgun",
+    notes = {"sent": "accepted by the provider",
              "failed": f"permanent {r['failed_permanent']:,}, temporary {r['failed_temporary']:,}",
              "unsubscribed": "no longer subscribed to the newsletter; through this email: "
                              f"{r['unsubscribed_through_email']['link']:,} by its link, "

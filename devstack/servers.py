@@ -360,3 +360,19 @@ def start_simulator(*, port: int, api_key: str, domain: str, log: Path, detach: 
                       "--port", str(port), "--domain", domain], log, detach=detach, env=keys)
     wait_for_port(port, "the Mailgun simulator", process, log)
     return process
+
+
+def start_ses_simulator(*, port: int, access_key_id: str, secret_access_key: str, region: str, domain: str,
+                        certificate: Path, log: Path, detach: bool = False) -> subprocess.Popen:
+    """The SES stand-in (devstack/ses_simulator.py) as a process of its own, pushing its SNS
+    notifications to the subscribed receivers; its signing certificate written to `certificate`."""
+    from devstack.ses_simulator import SECRET_KEY_VARIABLE
+
+    require_free_port(port, "the SES stand-in")
+    certificate.unlink(missing_ok=True)
+    process = _spawn([sys.executable, "-m", "devstack.ses_simulator", "--host", "127.0.0.1", "--port", str(port),
+                      "--region", region, "--access-key-id", access_key_id, "--domain", domain,
+                      "--certificate-out", str(certificate)], log, detach=detach,
+                     env={SECRET_KEY_VARIABLE: secret_access_key})
+    wait_for_port(port, "the SES stand-in", process, log)
+    return process

@@ -25,18 +25,21 @@ the pushes: delay, duplicates, reordering.
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import base64
 import hashlib
 import hmac
 import itertools
 import json
+import os
 import re
+import signal
 import socket
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Any
 from urllib.parse import parse_qsl, quote, unquote
@@ -96,7 +99,7 @@ class _Notification:
     visible_at: float
     unsigned: dict[str, Any]
     signer: Any
-    pushed: bool = False
+    taken_by: set[str] = field(default_factory=set)  # the endpoints that answered 2xx
     _body: dict[str, Any] | None = None
 
     @property
@@ -168,6 +171,7 @@ class SesSimulator:
         self.send_confirmations = True  # off: a test's made-up endpoints are never called
         self.max_24_hour_send, self.max_send_rate = 50_000.0, 14.0  # the account's quota (GetAccount)
         self.auto_push = False  # on: every send's notifications are pushed to the subscribers at once
+        self.opens = False  # on: every delivered copy is opened too (the development stack's readers)
         self._notifications: list[_Notification] = []
         self._ids = itertools.count()
         self.requests = {"send": 0, "refused_signature": 0}
@@ -376,6 +380,8 @@ class SesSimulator:
             self.add_event("Delivery", copy)
             if address.casefold() in self.suppressed:
                 self.add_event("Bounce", copy)
+            elif self.opens:
+                self.add_event("Open", copy)
             results.append({"Status": "SUCCESS", "MessageId": copy.message_id})
         if self.auto_push:
             self._background(self.push_to_subscribers())
@@ -483,22 +489,30 @@ class SesSimulator:
             return response.status
 
     async def push_to_subscribers(self) -> dict[str, int]:
-        """POST every visible notification not yet taken (2xx) to each confirmed subscription, with
-        the duplicate / reorder switches; the answers' counts by status."""
-        due = [n for n in self._notifications if not n.pushed and n.visible_at <= self.now()]
+        """POST every visible notification to each confirmed subscription that has not taken it (2xx)
+        yet, with the duplicate / reorder switches; the answers' counts by status ("unreachable":
+        no answer). As with SNS, an endpoint that is down holds back no other endpoint."""
+        endpoints = [endpoint for endpoint, s in self.subscriptions.items() if s["confirmed"]]
+        due = [n for n in self._notifications if n.visible_at <= self.now() and not n.taken_by.issuperset(endpoints)]
         if self.faults.reorder_pushes:
             due.reverse()
         counts: dict[str, int] = {}
+        down: set[str] = set()  # not tried again in this round
         for notification in due:
-            taken = True
-            for endpoint, subscription in self.subscriptions.items():
-                if not subscription["confirmed"]:
+            for endpoint in endpoints:
+                if endpoint in notification.taken_by or endpoint in down:
                     continue
+                taken = True
                 for _ in range(2 if self.faults.duplicate_pushes else 1):
-                    status = await self._post(endpoint, notification.body)
-                    counts[str(status)] = counts.get(str(status), 0) + 1
-                    taken = taken and 200 <= status < 300
-            notification.pushed = taken
+                    try:
+                        status = str(await self._post(endpoint, notification.body))
+                    except (aiohttp.ClientError, asyncio.TimeoutError):
+                        status = "unreachable"
+                        down.add(endpoint)
+                    counts[status] = counts.get(status, 0) + 1
+                    taken = taken and status.isdigit() and 200 <= int(status) < 300
+                if taken:
+                    notification.taken_by.add(endpoint)
         return counts
 
 
@@ -514,3 +528,51 @@ async def running_ses_simulator(**kwargs: Any) -> AsyncIterator[SesSimulator]:
         yield simulator
     finally:
         await simulator.stop()
+
+
+# The secret key comes from the environment: a command line is readable by every local account.
+SECRET_KEY_VARIABLE = "PRESSROOM_SES_SIMULATOR_SECRET_KEY"
+
+
+async def _serve(args: argparse.Namespace, secret: str) -> None:
+    from devstack.servers import private_file
+
+    simulator = SesSimulator(region=args.region, access_key_id=args.access_key_id, secret_access_key=secret,
+                             domain=args.domain)
+    simulator.opens = True
+    # Written before the port opens, so whoever waits for the port finds it. The receiver trusts it
+    # only through PRESSROOM_SES_SNS_DEV_CERTIFICATE, and only for certificate URLs on the loopback.
+    private_file(args.certificate_out, simulator.certificate_pem.decode())
+    url = await simulator.start(args.host, args.port)
+    print(f"SES stand-in for {args.domain} on {url}, topic {simulator.topic_arn}", flush=True)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for number in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(number, stop.set)
+    pushing = loop.create_task(simulator.push_forever())
+    await stop.wait()
+    pushing.cancel()
+    await simulator.stop()
+
+
+def main(argv: list[str] | None = None) -> None:
+    from pathlib import Path
+
+    parser = argparse.ArgumentParser(prog="python -m devstack.ses_simulator",
+                                     description="A local Amazon SES and SNS topic for development.")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8090)
+    parser.add_argument("--region", default="us-east-1")
+    parser.add_argument("--access-key-id", default="AKIASIMULATOR")
+    parser.add_argument("--domain", default="ses.pressroom.test")
+    parser.add_argument("--certificate-out", type=Path, required=True,
+                        help="where to write the certificate its SNS notifications are signed with")
+    args = parser.parse_args(argv)
+    secret = os.environ.get(SECRET_KEY_VARIABLE, "")
+    if not secret:
+        parser.error(f"{SECRET_KEY_VARIABLE} is not set: the secret access key the stand-in accepts")
+    asyncio.run(_serve(args, secret))
+
+
+if __name__ == "__main__":
+    main()

@@ -13,8 +13,8 @@ import secrets
 import signal
 from dataclasses import dataclass, field
 
-from devstack.servers import (Postgres, private_file, private_folder, start_simulator, start_temporal_dev_server,
-                              stop_process)
+from devstack.servers import (Postgres, private_file, private_folder, start_ses_simulator, start_simulator,
+                              start_temporal_dev_server, stop_process)
 from pressroom.settings import dev_stack_file, project_home, read_dev_stack
 from pressroom.temporal import search_attribute_kinds
 
@@ -29,6 +29,8 @@ def _port(variable: str, default: int) -> int:
     return int(value)
 
 SIMULATOR_DOMAIN = "mg.pressroom.test"
+SES_DOMAIN = "ses.pressroom.test"
+SES_REGION = "us-east-1"
 
 
 
@@ -56,6 +58,7 @@ def up() -> StackStatus:
     temporal_port = _port("PRESSROOM_DEV_TEMPORAL_PORT", 7233)
     ui_port = _port("PRESSROOM_DEV_UI_PORT", 8233)
     simulator_port = _port("PRESSROOM_DEV_SIMULATOR_PORT", 8089)
+    ses_port = _port("PRESSROOM_DEV_SES_PORT", 8090)
     home = private_folder(project_home())  # its files hold the stack's passwords and data: the owner's alone
     for existing in home.glob("temporal.db*"):  # written before the stack made its files private
         existing.chmod(0o600)
@@ -92,7 +95,17 @@ def up() -> StackStatus:
     # Signs members' unsubscribe links; kept across restarts so links already sent keep working.
     state.setdefault("members_link_secret", secrets.token_hex(32))
 
-    if "MAILGUN_API_KEY" in os.environ:
+    # The provider: PRESSROOM_EMAIL_PROVIDER, else the one this stack was started for; only its
+    # stand-in is started, and the stack file names it for the commands that read the stack.
+    provider = os.environ.get("PRESSROOM_EMAIL_PROVIDER") or state.get("email_provider") or "mailgun"
+    if provider not in ("mailgun", "ses"):
+        from pressroom.settings import ConfigurationError
+
+        raise ConfigurationError(f"PRESSROOM_EMAIL_PROVIDER is invalid: mailgun or ses, got {provider!r}")
+    state["email_provider"] = provider
+    if provider == "ses":
+        _ses_up(state, status, home, ses_port)
+    elif "MAILGUN_API_KEY" in os.environ:
         status.external.append("Mailgun")
     elif _alive(state.get("simulator_pid")):
         status.running.append("Mailgun simulator")
@@ -110,11 +123,38 @@ def up() -> StackStatus:
     return status
 
 
+def _ses_up(state: dict, status: StackStatus, home, port: int) -> None:
+    """The SES stand-in, unless AWS credentials say a real SES is to be used."""
+    if "AWS_ACCESS_KEY_ID" in os.environ:
+        status.external.append("Amazon SES")
+        return
+    if _alive(state.get("ses_simulator_pid")):
+        status.running.append("SES stand-in")
+        return
+    from devstack.ses_simulator import SesSimulator
+
+    access_key_id = state.get("ses_access_key_id") or f"AKIASIM{secrets.token_hex(6).upper()}"
+    secret_key = state.get("ses_secret_access_key") or secrets.token_hex(20)
+    certificate = home / "sns-dev-certificate.pem"
+    process = start_ses_simulator(port=port, access_key_id=access_key_id, secret_access_key=secret_key,
+                                  region=SES_REGION, domain=SES_DOMAIN, certificate=certificate,
+                                  log=home / "ses-simulator.log", detach=True)
+    base_url = f"http://127.0.0.1:{port}"
+    defaults = SesSimulator.__init__.__kwdefaults__
+    state.update(ses_simulator_pid=process.pid, ses_endpoint_url=base_url, ses_sns_endpoint_url=f"{base_url}/sns",
+                 ses_region=SES_REGION, ses_access_key_id=access_key_id, ses_secret_access_key=secret_key,
+                 ses_domain=SES_DOMAIN, ses_configuration_set=defaults["configuration_set"],
+                 ses_topic_arn=f"arn:aws:sns:{SES_REGION}:{defaults['account']}:{defaults['topic']}",
+                 ses_sns_dev_certificate=str(certificate))
+    status.started.append("SES stand-in")
+
+
 def down() -> list[str]:
     """Stop what `up` started; data stays for the next `up`."""
     state = read_dev_stack()
     stopped = []
-    for key, name in (("simulator_pid", "Mailgun simulator"), ("temporal_pid", "Temporal"),
+    for key, name in (("simulator_pid", "Mailgun simulator"), ("ses_simulator_pid", "SES stand-in"),
+                      ("temporal_pid", "Temporal"),
                       ("postgres_pid", "PostgreSQL")):
         if _alive(state.get(key)):
             # SIGINT is PostgreSQL's fast shutdown; the others stop on SIGTERM.

@@ -495,7 +495,8 @@ def load_settings(**overrides: object) -> Settings:
                             ("mailgun_base_url", "MAILGUN_BASE_URL"), ("mailgun_api_key", "MAILGUN_API_KEY"),
                             ("mailgun_domain", "MAILGUN_DOMAIN"),
                             ("webhook_signing_key", "MAILGUN_WEBHOOK_SIGNING_KEY"),
-                            ("members_link_secret", "PRESSROOM_MEMBERS_LINK_SECRET")):
+                            ("members_link_secret", "PRESSROOM_MEMBERS_LINK_SECRET"),
+                            ("email_provider", "PRESSROOM_EMAIL_PROVIDER")):
         if variable not in os.environ and stack.get(field):
             fallback[_ALIASES[field]] = stack[field]
     for field, value in _profile_values(temporal_profile()).items():

@@ -16,6 +16,7 @@ from activities.newsletter.audience import RECIPIENTS, audience, missing
 from activities.newsletter.content import check_content
 from activities.newsletter.models import EmailLock, LockEmailInput, SendPlan
 from pressroom.dependencies import Dependencies
+from pressroom.providers.port import AccountQuota
 from pressroom.recipient_filter import FilterError
 
 # Refusals of the email itself: they end it failed with the reason, so the operator reads why.
@@ -51,13 +52,16 @@ class EmailLockActivities:
         self.settings = deps.settings
         self.temporal = deps.temporal  # asks whether another holder of an email's lock is gone
         self.provider_title = deps.provider_title
+        self.provider = deps.provider
 
-    def _plan(self) -> SendPlan:
+    def _plan(self, quota: AccountQuota) -> SendPlan:
         s = self.settings
         return SendPlan(batch_size=s.batch_size, concurrency=s.send_concurrency, provider_retries=s.provider_retries,
                         provider_retry_seconds=s.provider_retry_seconds,
                         delivery_window_seconds=s.delivery_window_seconds,
-                        send_caps=bool(s.hourly_send_limit or s.daily_send_limit),
+                        # A cap configured, or the account's quota stating one (SES): batches are admitted.
+                        send_caps=bool(s.hourly_send_limit or s.daily_send_limit) or quota.per_day is not None
+                        or quota.per_hour is not None,
                         outage_first_wait_seconds=s.provider_outage_first_wait_seconds,
                         outage_max_wait_seconds=s.provider_outage_max_wait_seconds, provider_title=self.provider_title)
 
@@ -68,6 +72,7 @@ class EmailLockActivities:
         Safe to repeat: the holder finds its own lock. Bad input (unknown email, a filter that cannot
         be parsed, nobody to send to) fails before anything is written.
         """
+        quota = await self.provider.account_quota()  # read before the row is locked; cached by the provider
         async with self.pool.acquire() as conn, conn.transaction():
             email = await conn.fetchrow(
                 "SELECT e.status, e.locked_by, e.post_id, e.newsletter_id, e.recipient_filter, e.created_at, "
@@ -87,7 +92,7 @@ class EmailLockActivities:
                                    "updated_at = now() WHERE id = $1", input.email_id, refused)
             else:
                 try:
-                    return await self._lock(conn, input, email)
+                    return await self._lock(conn, input, email, quota)
                 except ApplicationError as error:
                     if error.type not in REFUSALS:
                         raise
@@ -108,14 +113,14 @@ class EmailLockActivities:
         return (f"The email is not sent: {unpublished(email['post_id'], email['post_status'])}. "
                 "Publish the post again, then send it.")
 
-    async def _lock(self, conn, input: LockEmailInput, email) -> EmailLock:
+    async def _lock(self, conn, input: LockEmailInput, email, quota: AccountQuota) -> EmailLock:
         """The lock itself, in the caller's transaction: taken over from a sender proved gone, and
         refused for bad input before anything is written."""
         holder = self._holder(input.holder)
         took_over = ""
         if email["status"] == "submitting":
             if email["locked_by"] in (holder, input.holder):  # its own lock, in either stored form
-                return EmailLock(acquired=True, post_id=email["post_id"], plan=self._plan())
+                return EmailLock(acquired=True, post_id=email["post_id"], plan=self._plan(quota))
             took_over = await self._take_over(input.email_id, email["locked_by"])
         try:
             chosen = audience(email, as_of=await conn.fetchval("SELECT now()"), tiers=False)
@@ -138,7 +143,7 @@ class EmailLockActivities:
             "UPDATE emails SET status = 'submitting', locked_by = $2, error = NULL, updated_at = now() "
             "WHERE id = $1", input.email_id, holder)
         activity.logger.info("locked email %s for sending", input.email_id)
-        return EmailLock(acquired=True, reason=took_over, post_id=email["post_id"], plan=self._plan())
+        return EmailLock(acquired=True, reason=took_over, post_id=email["post_id"], plan=self._plan(quota))
 
     @staticmethod
     def _holder(first_run_id: str) -> str:

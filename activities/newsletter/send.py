@@ -7,6 +7,7 @@ anything is resent.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import datetime
 
 from temporalio import activity
@@ -53,6 +54,19 @@ CLAIM_BATCH = """
                array_agg(r.member_uuid::text ORDER BY r.id) AS uuids,
                array_agg(coalesce(m.status, '') ORDER BY r.id) AS statuses
         FROM email_recipients r LEFT JOIN members m ON m.id = r.member_id WHERE r.batch_id = claimed.id) r
+"""
+
+# Recipients the provider refused one by one in an accepted call: each recorded as that
+# recipient's failure, in the shape a failed event leaves (activities/delivery_events/apply.py), with
+# the provider's reason (no address) and no code. Its event id is the recipient's, so a repeat
+# changes nothing, and a failed event that comes later replaces it by the events' own rules.
+RECORD_REFUSED = """
+    INSERT INTO email_recipient_failures (email_id, member_id, email_recipient_id, code, enhanced_code, message,
+                                          severity, failed_at, event_id)
+    SELECT er.email_id, er.member_id, er.id, 0, NULL, t.reason, t.severity, now(), 'refused-at-send:' || er.id
+    FROM unnest($2::text[], $3::text[], $4::text[]) AS t(address, reason, severity)
+    JOIN email_recipients er ON er.batch_id = $1 AND er.member_email = t.address
+    ON CONFLICT (email_recipient_id) DO NOTHING
 """
 
 
@@ -118,10 +132,10 @@ class BatchSendActivities:
         except ProviderError as error:
             await self._record_outcome(input.batch_id, error.outcome)
             raise send_failure_of(error, len(recipients)) from None
-        if sent.refused:  # refused one by one (SES): their bounces and suppressions come as events
-            activity.logger.warning("batch %s: the provider refused %d of its %d recipients", input.batch_id,
-                                    len(sent.refused), len(recipients))
-        await self._record_submitted(input.batch_id, sent.provider_id)
+        if sent.refused:  # refused one by one (SES): each is that recipient's failure, as a failed event is
+            activity.logger.warning("batch %s: the provider refused %d of its %d recipients; recorded as their "
+                                    "failures", input.batch_id, len(sent.refused), len(recipients))
+        await self._record_submitted(input.batch_id, sent.provider_id, sent.refused, sent.refused_temporarily)
         return BatchSent(batch_id=input.batch_id, recipients=len(recipients), provider_id=sent.provider_id,
                          reconciled=False)
 
@@ -194,15 +208,21 @@ class BatchSendActivities:
                       last_uncertain_at = CASE WHEN $2 = 'uncertain' THEN now() END, updated_at = now()
                WHERE id = $1""", batch_id, outcome, 1 if sending else 0)
 
-    async def _record_submitted(self, batch_id: str, provider_id: str) -> None:
-        # One statement, so one transaction: the batch and its recipients are marked together.
-        await self.pool.execute(
-            """WITH batch AS (
-                   UPDATE email_batches SET status = 'submitted', provider_id = $2, send_outcome = $3,
-                          error_status_code = NULL, error_message = NULL, error_data = NULL, updated_at = now()
-                   WHERE id = $1)
-               UPDATE email_recipients SET processed_at = now() WHERE batch_id = $1""",
-            batch_id, provider_id, ACCEPTED)
+    async def _record_submitted(self, batch_id: str, provider_id: str, refused: Mapping[str, str] | None = None,
+                                temporarily: frozenset[str] = frozenset()) -> None:
+        # One transaction: the batch, its recipients and the failures of those refused, together.
+        async with self.pool.acquire() as conn, conn.transaction():
+            await conn.execute(
+                """WITH batch AS (
+                       UPDATE email_batches SET status = 'submitted', provider_id = $2, send_outcome = $3,
+                              error_status_code = NULL, error_message = NULL, error_data = NULL, updated_at = now()
+                       WHERE id = $1)
+                   UPDATE email_recipients SET processed_at = now() WHERE batch_id = $1""",
+                batch_id, provider_id, ACCEPTED)
+            if refused:
+                addresses = list(refused)
+                await conn.execute(RECORD_REFUSED, batch_id, addresses, [refused[a] for a in addresses],
+                                   ["temporary" if a in temporarily else "permanent" for a in addresses])
 
     @activity.defn
     async def fail_batch(self, input: FailBatchInput) -> None:

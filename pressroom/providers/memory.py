@@ -19,8 +19,8 @@ from typing import Any
 import pydantic
 
 from pressroom.delivery_events import DeliveryEvent, EventRejected
-from pressroom.providers.port import (BATCH_MARK, CONFIRM_BY_QUERY, EMAIL_MARK, Capabilities, EventQuery, EventsPage,
-                                      Message, ProviderLimits, ProviderRateLimited, ProviderRejected,
+from pressroom.providers.port import (AccountQuota, BATCH_MARK, CONFIRM_BY_QUERY, EMAIL_MARK, Capabilities, EventQuery,
+                                      EventsPage, Message, ProviderLimits, ProviderRateLimited, ProviderRejected,
                                       ProviderUnavailable, RecipientLimitExceeded, SendResult, TooManyRecipients,
                                       fill_placeholders)
 
@@ -209,6 +209,10 @@ class MemoryProvider:
                     (message_id is not None and sent.message_id == message_id):
                 return sent.provider_id
         return None
+
+    async def account_quota(self) -> AccountQuota:
+        """None stated."""
+        return AccountQuota()
 
     async def read_events(self, page: str | None, query: EventQuery) -> EventsPage:
         start = int(page) if page else 0

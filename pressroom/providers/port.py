@@ -183,6 +183,19 @@ class ProviderLimits:
     rate_per_second: float | None = None  # sends a second the account takes, when the provider says
 
 
+@dataclass(frozen=True)
+class AccountQuota:
+    """What the account may send, as the provider states it (SES's sending quota); None: nothing
+    stated. Send caps take the smaller of this and PRESSROOM_HOURLY/DAILY_SEND_LIMIT."""
+
+    per_day: int | None = None  # messages a day (SES: in any 24 hours)
+    rate_per_second: float | None = None  # messages a second
+
+    @property
+    def per_hour(self) -> int | None:
+        return int(self.rate_per_second * 3600) if self.rate_per_second else None
+
+
 # How an uncertain send is confirmed: by asking the provider's events API for our marks, or only
 # from the pushed events Pressroom itself has received and kept (a provider with nothing to poll).
 CONFIRM_BY_QUERY = "query"
@@ -200,11 +213,13 @@ class SendResult:
     """What one send call achieved. `provider_id` names the call (stored with the batch); `accepted`
     maps each accepted recipient to the provider's id of their copy (Mailgun: the batch's id for
     all); `refused` maps a recipient the provider turned away on its own to a one-line reason
-    without their address (SES answers each destination apart)."""
+    without their address (SES answers each destination apart), `refused_temporarily` names those
+    of them refused for the moment (throttling, a transient failure) rather than for good."""
 
     provider_id: str
     accepted: Mapping[str, str]
     refused: Mapping[str, str] = field(default_factory=dict)
+    refused_temporarily: frozenset[str] = frozenset()
 
     @classmethod
     def whole(cls, provider_id: str, recipients: Sequence[str]) -> SendResult:
@@ -277,6 +292,10 @@ class EmailProvider(Protocol):
         visible yet (events may come late), which is not "not accepted". Only the events' own
         fields count: every item of `mark`, or our `message_id`. A provider that `confirms_by`
         received events answers from `received` (see `ReceivedEvents`), never from a query."""
+
+    async def account_quota(self) -> AccountQuota:
+        """The account's sending quota as the provider states it (SES's GetAccount), or an empty
+        one: a provider without one, or whose answer cannot be read now (the configured caps hold)."""
 
     async def read_events(self, page: str | None, query: EventQuery) -> EventsPage:
         """The first page of `query`, or the page a token names (a retry resumes there)."""

@@ -51,3 +51,81 @@ async def test_each_member_gets_one_message_with_their_own_values_and_headers_ev
         return await db.fetchval("SELECT count(*) FROM provider_acceptances WHERE marks ->> 'email-id' = $1",
                                  seeded.email_id) == 120
     assert await eventually(all_kept, seconds=30)
+
+
+async def test_destinations_ses_refuses_in_an_accepted_call_are_recorded_as_those_recipients_failures(
+        db, ses, time_skipping_env, caplog):
+    from operations.reports import newsletter_report
+
+    seeded = await seed_email(db, members=60)
+    members = [r["email"] for r in await db.fetch(
+        "SELECT m.email FROM members m JOIN members_newsletters mn ON mn.member_id = m.id "
+        "WHERE mn.newsletter_id = $1 ORDER BY m.email", seeded.newsletter_id)]
+    refused = {members[3], members[41]}
+    ses.simulator.refused = {address.casefold() for address in refused}
+    async with running_worker(time_skipping_env.client, ses.settings):
+        outcome = await run_send(time_skipping_env.client, ses.settings, seeded.email_id)
+
+    assert outcome.status == "submitted" and outcome.counts.batches_total == 2
+    assert {copy.address for copy in ses.simulator.delivered} == set(members) - refused
+    failures = await db.fetch(
+        "SELECT er.member_email, f.member_id = er.member_id AS same_member, f.code, f.message, f.severity "
+        "FROM email_recipient_failures f JOIN email_recipients er ON er.id = f.email_recipient_id "
+        "WHERE f.email_id = $1", seeded.email_id)
+    assert {f["member_email"] for f in failures} == refused
+    assert {(f["same_member"], f["code"], f["message"], f["severity"]) for f in failures} == {
+        (True, 0, "SES answered MESSAGE_REJECTED", "permanent")}
+    report = await newsletter_report(seeded.email_id, settings=ses.settings)
+    assert (report["failed"], report["failed_permanent"]) == (2, 2)
+    assert report["top_failures"] and report["top_failures"][0]["message"] == "SES answered MESSAGE_REJECTED"
+    logged = caplog.text.casefold()
+    assert "recorded as their failures" in logged and not any(a.casefold() in logged for a in refused)
+
+
+async def test_the_accounts_sending_quota_sets_the_daily_cap_and_the_rate(db, ses, time_skipping_env):
+    import asyncio
+    from datetime import timedelta
+
+    from activities.sending_limits import send_caps
+    from operations.limits import sending_limits
+    from pressroom.providers.port import AccountQuota
+    from pressroom.providers.ses import SesClient
+    from pressroom.providers.ses.settings import ses_settings
+    from workflows.newsletter import SendNewsletterInput, SendNewsletterWorkflow, newsletter_workflow_id
+
+    ses.simulator.max_24_hour_send, ses.simulator.max_send_rate = 120.0, 2.0
+    domain = ses.simulator.domain
+    shown = {row["domain"]: row for row in await sending_limits(ses.settings)}[domain]
+    assert (shown["daily_limit"], shown["hourly_limit"]) == (120, 7200)  # MaxSendRate 2 a second: 7,200 an hour
+    # A configured cap below the quota wins; -1 (SES's "unlimited") states nothing.
+    assert send_caps(ses.settings.model_copy(update={"daily_send_limit": {"*": 100}}), domain,
+                     AccountQuota(per_day=120, rate_per_second=2.0)) == {"hour": 7200, "day": 100}
+    ses.simulator.max_24_hour_send = -1.0
+    fresh = SesClient.from_settings(ses_settings())  # a quota is read once per QUOTA_TTL: a new client reads it
+    try:
+        assert await fresh.account_quota() == AccountQuota(per_day=None, rate_per_second=2.0)
+    finally:
+        await fresh.aclose()
+    ses.simulator.max_24_hour_send = 120.0
+
+    seeded = await seed_email(db, members=200)
+    client = time_skipping_env.client
+    async with running_worker(client, ses.settings):
+        handle = await client.start_workflow(
+            SendNewsletterWorkflow.run, SendNewsletterInput(email_id=seeded.email_id),
+            id=newsletter_workflow_id(seeded.email_id), task_queue=ses.settings.task_queue)
+        # Time stands still until the result is awaited: the email waits at the account's quota.
+        for _ in range(600):
+            progress = await handle.query(SendNewsletterWorkflow.progress)
+            if progress.message.startswith("waiting for"):
+                break
+            await asyncio.sleep(0.1)
+        assert progress.message.startswith(f"waiting for the daily limit of {domain} (120 messages)"), progress
+        assert len(ses.simulator.delivered) == 120
+        outcome = await handle.result()
+
+    assert outcome.status == "submitted" and len({c.address for c in ses.simulator.delivered}) == 200
+    assert len(ses.simulator.delivered) == 200
+    days = await db.fetch("SELECT date_trunc('day', reserved_at) AS day, sum(recipients) AS n "
+                          "FROM sending_quota_reservations WHERE domain = $1 GROUP BY 1 ORDER BY 1", domain)
+    assert [row["n"] for row in days] == [120, 80] and days[1]["day"] - days[0]["day"] == timedelta(days=1)

@@ -27,7 +27,7 @@ from pressroom.providers.mailgun.errors import not_json, status_error, transport
 from pressroom.providers.mailgun.events import PROVIDER, event_message_id, parse_event
 from pressroom.providers.mailgun.template import mailgun_template
 from pressroom.providers.mailgun.webhooks import WEBHOOK_KINDS
-from pressroom.providers.port import (CONFIRM_BY_QUERY, Capabilities, EventQuery, EventsPage, Message,
+from pressroom.providers.port import (AccountQuota, CONFIRM_BY_QUERY, Capabilities, EventQuery, EventsPage, Message,
                                       ProviderBadResponse, ProviderLimits, ProviderRejected, SendResult,
                                       TooManyRecipients)
 from pressroom.settings import MAILGUN_MAX_RECIPIENTS
@@ -324,6 +324,10 @@ class MailgunClient:
         if next_url:
             self._check_same_origin(next_url)
         return items, next_url or None
+
+    async def account_quota(self) -> AccountQuota:
+        """Mailgun states none: its plan's caps are configured (PRESSROOM_HOURLY/DAILY_SEND_LIMIT)."""
+        return AccountQuota()
 
     async def read_events(self, page: str | None, query: EventQuery) -> EventsPage:
         """The port's page of events: names joined with OR, tags with AND (Mailgun's filter syntax)."""

@@ -16,7 +16,10 @@ from __future__ import annotations
 import copy
 import html
 import json
+import logging
+import math
 import re
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -29,8 +32,8 @@ from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
 
 from pressroom.delivery_events import DeliveryEvent, EventRejected
-from pressroom.providers.port import (CONFIRM_BY_RECEIVED_EVENTS, Capabilities, EventQuery, EventsPage, Message,
-                                      ProviderBadResponse, ProviderError, ProviderLimits, ProviderRateLimited,
+from pressroom.providers.port import (AccountQuota, CONFIRM_BY_RECEIVED_EVENTS, Capabilities, EventQuery, EventsPage,
+                                      Message, ProviderBadResponse, ProviderError, ProviderLimits, ProviderRateLimited,
                                       ProviderRejected, ProviderUnavailable, RecipientLimitExceeded, SendResult,
                                       TooManyRecipients, fill_placeholders)
 from pressroom.providers.ses.events import PROVIDER, parse_event, tag_value
@@ -49,6 +52,10 @@ _NOT_HEADERS = {"message-id", "reply-to", "from", "to", "subject", "date"}
 # Statuses of a destination that say the account, not the reader, stopped it (all destinations alike).
 _THROTTLED = {"ACCOUNT_THROTTLED", "ACCOUNT_DAILY_QUOTA_EXCEEDED"}
 _TRANSIENT = {"TRANSIENT_FAILURE", "FAILED"}
+log = logging.getLogger(__name__)
+QUOTA_TTL = 300.0  # seconds a sending quota read is used (an account's quota changes on request, rarely)
+QUOTA_RETRY = 60.0
+_STATUS = re.compile(r"[A-Z][A-Z_]{0,63}")  # a destination's status, as SES spells them (MESSAGE_REJECTED)
 _ENDPOINT = re.compile(r"<Endpoint>([^<]{1,2048})</Endpoint>")
 _NEVER_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout, httpx.UnsupportedProtocol,
                httpx.WriteError, httpx.WriteTimeout)
@@ -97,6 +104,7 @@ class SesClient:
         self.topic_arn = topic_arn
         self.sns_endpoint = (sns_endpoint or f"https://sns.{region}.amazonaws.com").rstrip("/")
         self.received = received
+        self._quota: dict[str, Any] = {}  # the last quota read and when; shared with for_scope's siblings
         self._credentials = Credentials(access_key_id, secret_access_key, session_token or None)
         self._http = httpx.AsyncClient(timeout=httpx.Timeout(timeout, connect=min(timeout, 10.0)),
                                        limits=httpx.Limits(max_connections=max_connections,
@@ -196,16 +204,21 @@ class SesClient:
 
     @staticmethod
     def _outcome(what: str, addresses: list[str], results: list[dict[str, Any]]) -> SendResult:
-        accepted, refused, statuses = {}, {}, set()
+        accepted, refused, temporarily, statuses = {}, {}, set(), set()
         for address, result in zip(addresses, results):
             status = result.get("Status")
             if status == "SUCCESS" and isinstance(result.get("MessageId"), str) and result["MessageId"]:
                 accepted[address] = result["MessageId"]
             else:
                 statuses.add(str(status))
-                refused[address] = f"SES answered {status}"  # its Error text may quote the address
+                # Only the status, which is SES's own word: its Error text may quote the address.
+                refused[address] = f"SES answered {status}" if _STATUS.fullmatch(str(status)) \
+                    else "SES answered an unknown status"
+                if status in _THROTTLED | _TRANSIENT:
+                    temporarily.add(address)
         if accepted:
-            return SendResult(provider_id=next(iter(accepted.values())), accepted=accepted, refused=refused)
+            return SendResult(provider_id=next(iter(accepted.values())), accepted=accepted, refused=refused,
+                              refused_temporarily=frozenset(temporarily))
         # Nothing accepted: the account's state speaks for the whole call.
         if statuses <= _THROTTLED:
             daily = "ACCOUNT_DAILY_QUOTA_EXCEEDED" in statuses
@@ -244,6 +257,26 @@ class SesClient:
                     "sent_last_24_hours": float(quota.get("SentLast24Hours", 0))}
         except (KeyError, TypeError, ValueError):
             raise ProviderBadResponse("SES answered the account query with a malformed SendQuota") from None
+
+    async def account_quota(self) -> AccountQuota:
+        """The sending quota (GetAccount), read at most every QUOTA_TTL seconds: Max24HourSend (-1:
+        unlimited) caps a day, MaxSendRate a second. Unreadable now: an empty quota, for a minute
+        (the configured caps hold, and SES's own refusals still stop a send)."""
+        now = time.monotonic()
+        if self._quota and now < self._quota["until"]:
+            return self._quota["quota"]
+        try:
+            stated = await self.sending_quota()
+        except ProviderError as error:
+            log.warning("SES's sending quota cannot be read (%s); the configured caps hold", error)
+            quota, ttl = AccountQuota(), QUOTA_RETRY
+        else:
+            day, rate = stated["max_24_hour_send"], stated["max_send_rate"]
+            quota = AccountQuota(per_day=int(day) if 0 <= day < math.inf else None,
+                                 rate_per_second=rate if 0 < rate < math.inf else None)
+            ttl = QUOTA_TTL
+        self._quota.update(quota=quota, until=now + ttl)
+        return quota
 
     # --- suppressions, pushes ---
 

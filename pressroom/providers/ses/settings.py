@@ -83,6 +83,25 @@ class SesSettings(BaseSettings):
         return self.topic_arn
 
 
+# The development stack's SES stand-in (`PRESSROOM_EMAIL_PROVIDER=ses pressroom dev up`): its
+# values, from the stack file, for the variables that are not set.
+_STACK_VALUES = (("ses_region", "AWS_REGION"), ("ses_access_key_id", "AWS_ACCESS_KEY_ID"),
+                 ("ses_secret_access_key", "AWS_SECRET_ACCESS_KEY"), ("ses_domain", "PRESSROOM_SES_DOMAIN"),
+                 ("ses_configuration_set", "PRESSROOM_SES_CONFIGURATION_SET"),
+                 ("ses_topic_arn", "PRESSROOM_SES_TOPIC_ARN"), ("ses_endpoint_url", "PRESSROOM_SES_ENDPOINT_URL"),
+                 ("ses_sns_endpoint_url", "PRESSROOM_SES_SNS_ENDPOINT_URL"),
+                 ("ses_sns_dev_certificate", "PRESSROOM_SES_SNS_DEV_CERTIFICATE"))
+
+
 @lru_cache(maxsize=1)
 def ses_settings() -> SesSettings:
-    return SesSettings()
+    import os
+
+    from pressroom.settings import read_dev_stack
+
+    stack = read_dev_stack()
+    # Credentials come as a set: with AWS_ACCESS_KEY_ID set, none of the stand-in's are mixed in.
+    real = "AWS_ACCESS_KEY_ID" in os.environ
+    fallback = {variable: stack[key] for key, variable in _STACK_VALUES
+                if variable not in os.environ and stack.get(key) and not real}
+    return SesSettings(**fallback)
