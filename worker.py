@@ -25,7 +25,7 @@ from activities.newsletter.lock import EmailLockActivities
 from activities.newsletter.send import BatchSendActivities
 from activities.outbox.delivery import OutboxDeliveryActivities
 from activities.outbox.relay import OutboxRelayActivities
-from activities.posts import PostsActivities
+from activities.posts.publish import PostsActivities
 from activities.sending_limits import SendingLimitsActivities
 from activities.webhooks import WebhookActivities
 from operations.analytics import ensure_schedule as ensure_analytics_schedule

@@ -44,7 +44,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 
-from activities.posts import start_or_move_publication  # noqa: E402
+from activities.posts.schedule import start_or_move_publication  # noqa: E402
 from bench.processes import cpu_seconds_by_family, peak_rss_mb, rss_mb  # noqa: E402
 from bench.servers import bench_servers  # noqa: E402
 from pressroom import database  # noqa: E402
@@ -119,7 +119,7 @@ async def phase_times(client, n: int, at: datetime, prefix: str = "p") -> dict[s
     how many attempts it took; read from the histories, so it costs nothing during the measurement."""
     from temporalio.api.enums.v1 import EventType
 
-    from activities.posts import publish_workflow_id
+    from activities.posts.models import publish_workflow_id
 
     phases: dict[str, list[float]] = {"timer fired": [], "its workflow task started": [],
                                       "its workflow task completed": [], "activity scheduled": [],

@@ -34,12 +34,12 @@ from pressroom.settings import load_settings
 
 async def run_demo(console: Console, *, members: int, publish_in: float, keep_running: bool) -> None:
     from activities.outbox import outbox_workflow_id
-    from activities.posts import publish_workflow_id
+    from activities.posts.models import publish_workflow_id
     from devstack import stack
     from pressroom.temporal import connect
     from worker import running_worker
     from workflows.analytics import FetchEmailAnalyticsWorkflow
-    from workflows.newsletter import newsletter_workflow_id
+    from workflows.newsletter_models import newsletter_workflow_id
 
     # The worker runs in this process: its retried failures are part of the show, not errors to print;
     # a real error is one line (a traceback only with PRESSROOM_DEBUG=1).

@@ -113,7 +113,7 @@ def newsletter_status_command(email_id: str = typer.Argument(..., help="The emai
                                                       "is unreachable" if status["temporal"] else "never started"),
                   highlight=False)
     if status["progress"]:
-        from workflows.newsletter import NewsletterProgress
+        from workflows.newsletter_models import NewsletterProgress
 
         console.print(f"now: {progress_words(NewsletterProgress(**status['progress']))}", highlight=False)
     if run and run["status"] == "running":
@@ -131,7 +131,7 @@ def newsletter_status_command(email_id: str = typer.Argument(..., help="The emai
 def newsletter_follow(email_id: str = typer.Argument(..., help="The email (emails.id)."),
                       as_json: bool = JSON_OPTION) -> None:
     """Follow the email's run until it ends; print its outcome."""
-    from workflows.newsletter import newsletter_workflow_id
+    from workflows.newsletter_models import newsletter_workflow_id
 
     async def work():
         client = await temporal_client()

@@ -6,7 +6,7 @@ import typer
 
 from commands import (AFTER_OPTION, JSON_OPTION, LIMIT_OPTION, SINCE_OPTION, console, plural, print_json, print_page,
                       repeated_filters, run_async, warn, when)
-from activities.posts import publish_workflow_id
+from activities.posts.models import publish_workflow_id
 from operations.posts import posts_status, reconcile_posts, schedule_post, unschedule_post
 from operations.waiting import no_worker_message
 

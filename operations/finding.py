@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from datetime import datetime, timedelta, timezone
 
-from activities.posts import NEWSLETTER_NOT_GOING
+from activities.posts.publish import NEWSLETTER_NOT_GOING
 from pressroom.errors import BadInput, NotFound, shorten
 from pressroom.inputs import entity_id
 from pressroom.settings import Settings, get_settings

@@ -30,7 +30,8 @@ async def start_newsletter(email_id: str, *, client=None, settings: Settings | N
 
     from pressroom import database
     from pressroom.inputs import entity_id
-    from workflows.newsletter import SendNewsletterInput, SendNewsletterWorkflow, newsletter_workflow_id
+    from workflows.newsletter import SendNewsletterWorkflow
+    from workflows.newsletter_models import SendNewsletterInput, newsletter_workflow_id
 
     entity_id(email_id, "email")
     settings = settings or get_settings()
@@ -103,7 +104,8 @@ async def cancel_newsletter(email_id: str, *, by: str | None = None, wait: bool 
 
     from pressroom import database
     from pressroom.inputs import entity_id
-    from workflows.newsletter import CancelSendInput, SendNewsletterWorkflow, newsletter_workflow_id
+    from workflows.newsletter import SendNewsletterWorkflow
+    from workflows.newsletter_models import CancelSendInput, newsletter_workflow_id
 
     entity_id(email_id, "email")
     by = (by or operator_name()).strip()
@@ -279,7 +281,7 @@ async def newsletter_status(email_id: str, *, client=None, settings: Settings | 
     retries. Whether a worker polls and answers is decided here, once, for every form of output.
     """
     from pressroom import database
-    from workflows.newsletter import newsletter_workflow_id
+    from workflows.newsletter_models import newsletter_workflow_id
 
     settings = settings or get_settings()
     async with database.connection(settings.require_database()) as conn:

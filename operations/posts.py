@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from activities.posts import (NEWSLETTER_NOT_GOING, reconcile_scheduled_posts, start_or_move_publication,
-                              stop_publication)
+from activities.posts.publish import NEWSLETTER_NOT_GOING
+from activities.posts.schedule import reconcile_scheduled_posts, start_or_move_publication, stop_publication
 from operations.common import run_summary, temporal_client
 from pressroom import tracing
 from pressroom.errors import BadInput, NotFound, PressroomError
@@ -136,7 +136,7 @@ async def posts_status(post_id: str | None = None, *, client=None, settings: Set
 
     from pressroom import database
     from pressroom.temporal import PUBLISH_AT
-    from activities.posts import publish_workflow_id
+    from activities.posts.models import publish_workflow_id
 
     settings = settings or get_settings()
     async with database.connection(settings.require_database()) as conn:

@@ -10,12 +10,9 @@ when Temporal suggests it.
 from __future__ import annotations
 
 import asyncio
-from collections import deque
-from datetime import datetime, timedelta, timezone
+from datetime import timedelta
 
-from pydantic import BaseModel
 from temporalio import workflow
-from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
@@ -23,20 +20,18 @@ with workflow.unsafe.imports_passed_through():
     from activities.newsletter.batches import BatchCreationActivities
     from activities.newsletter.finish import EmailFinishActivities
     from activities.newsletter.lock import EmailLockActivities
-    from activities.newsletter.failures import (NOT_RETRIED, RECIPIENT_LIMIT_EXCEEDED, SENDING_LIMIT_REACHED,
-                                                RecipientLimitDetails, SendFailure, SendingLimitDetails,
-                                                read_send_failure)
-    from activities.newsletter.models import (BatchCounts, BatchSent, CreateBatchesInput, EmailOutcome,
-                                              FailBatchInput, FinishEmailInput, ListUnsentBatchesInput,
-                                              LockEmailInput, SendBatchInput, SendPlan)
+    from activities.newsletter.failures import read_send_failure
+    from activities.newsletter.models import (BatchCounts, CreateBatchesInput, EmailOutcome, FinishEmailInput,
+                                              ListUnsentBatchesInput, LockEmailInput, SendBatchInput)
     from activities.newsletter.send import BatchSendActivities
-    from activities.sending_limits import AdmitBatchInput, SendingLimitsActivities, SplitRefusedBatchInput
     from pressroom.temporal import EMAIL_ID, POST_ID
     from workflows.policies import DATABASE_RETRY
 
+from workflows.newsletter_models import (CancelSendInput, NewsletterProgress, Outage, Resume, SendNewsletterInput,
+                                         newsletter_workflow_id)
+from workflows.newsletter_sending import HEARTBEAT_TIMEOUT, BatchSending
+
 DATABASE_TIMEOUT = timedelta(minutes=30)
-# Long activities heartbeat; a worker that dies is noticed this fast and its work retried elsewhere.
-HEARTBEAT_TIMEOUT = timedelta(seconds=15)
 BATCH_PAGE = 100  # batch ids fetched per page: a history holds a few pages at most
 # Runs recorded before this patch resend an uncertain batch at once; later ones wait for its events.
 CONFIRM_UNCERTAIN_PATCH = "confirm-uncertain-batches"
@@ -55,68 +50,8 @@ PROVIDER_OUTAGE_PATCH = "wait-out-mailgun-outages"
 CANCEL_PATCH = "operator-cancel"
 
 
-NEWSLETTER_WORKFLOW_PREFIX = "newsletter-"
-
-
-def provider_retry(plan: SendPlan, not_retried: list[str]) -> RetryPolicy:
-    """A batch's send: the plan's attempts at its fixed pause, except for what retrying cannot help."""
-    return RetryPolicy(initial_interval=timedelta(seconds=plan.provider_retry_seconds), backoff_coefficient=1.0,
-                       maximum_attempts=plan.provider_retries + 1, non_retryable_error_types=not_retried)
-
-
-def newsletter_workflow_id(email_id: str) -> str:
-    return f"{NEWSLETTER_WORKFLOW_PREFIX}{email_id}"
-
-
-class SendNewsletterInput(BaseModel):
-    email_id: str
-    resume: Resume | None = None  # set only when the run continues as new
-
-
-class CancelSendInput(BaseModel):
-    """Who cancels a send (`pressroom newsletter cancel`): an operator's name, as the CLI gives it."""
-
-    by: str
-
-
-class NewsletterProgress(BaseModel):
-    """What the `progress` query answers: the CLI's progress bar and the Web UI read it."""
-
-    email_id: str
-    status: str = "starting"  # starting | sending | cancelling | submitted | failed | skipped | cancelled
-    batches_total: int = 0
-    batches_sent: int = 0
-    batches_failed: int = 0
-    recipients_total: int = 0
-    recipients_sent: int = 0
-    message: str = ""
-    # Batches (numbered from 1) whose send may have reached the provider and which are being looked up
-    # in its events, waiting for them to appear, before anything is sent again.
-    confirming: list[int] = []
-
-
-class Outage(BaseModel):
-    """The provider unreachable: since when, how many waits so far, and when every sender tries next."""
-
-    since: datetime
-    waits: int = 0
-    next_try: datetime | None = None
-
-
-class Resume(BaseModel):
-    """What a continued run carries over: the plan and the progress so far."""
-
-    plan: SendPlan
-    progress: NewsletterProgress
-    started_at: float  # epoch seconds of the first run's start, for delivery-time spreading
-    dispatched: int  # batches handed to the provider so far, for delivery-time spreading
-
-
-SendNewsletterInput.model_rebuild()
-
-
 @workflow.defn
-class SendNewsletterWorkflow:
+class SendNewsletterWorkflow(BatchSending):
     def __init__(self) -> None:
         self._progress = NewsletterProgress(email_id="")
         self._within_limits = False
@@ -253,49 +188,6 @@ class SendNewsletterWorkflow:
         finally:
             self._creating = False
 
-    async def _send_page(self, batch_ids: list[str], resume: Resume) -> None:
-        """Send a page of batches, at most `concurrency` at a time (runs from before provider limits)."""
-        plan = resume.plan
-        slots = asyncio.Semaphore(plan.concurrency)
-        retry = provider_retry(plan, NOT_RETRIED)
-
-        async def send(batch_id: str, number: int) -> None:
-            async with slots:
-                if self._cancel is not None:
-                    return
-                try:
-                    sent = await workflow.execute_activity_method(
-                        BatchSendActivities.send_batch,
-                        SendBatchInput(batch_id=batch_id, delivery_time=self._delivery_time(number, resume)),
-                        start_to_close_timeout=timedelta(minutes=2), heartbeat_timeout=HEARTBEAT_TIMEOUT,
-                        retry_policy=retry, summary=f"batch {number + 1} of {self._progress.batches_total}")
-                except ActivityError as error:
-                    cause = cause_of(error)
-                    await self._batch_failed(batch_id, read_send_failure(cause.type, cause.details).status_code,
-                                             str(cause))
-                else:
-                    self._batch_sent(sent)
-
-        first = resume.dispatched
-        resume.dispatched += len(batch_ids)
-        await asyncio.gather(*(send(batch_id, first + n) for n, batch_id in enumerate(batch_ids)))
-
-    async def _send_page_within_limits(self, batch_ids: list[str], resume: Resume) -> None:
-        """Send a page of batches, at most `concurrency` at a time, each admitted under the send caps
-        first when there are any; a batch split into smaller ones (refused for its size, or too large
-        for the room left under a cap) puts its pieces at the front of the queue."""
-        plan = resume.plan
-        queue = deque((batch_id, resume.dispatched + n) for n, batch_id in enumerate(batch_ids))
-        resume.dispatched += len(batch_ids)
-
-        async def sender() -> None:
-            while queue and self._cancel is None:
-                batch_id, number = queue.popleft()
-                pieces = await self._admit_and_send(batch_id, number, resume)
-                queue.extendleft((piece, number) for piece in reversed(pieces))
-
-        await asyncio.gather(*(sender() for _ in range(min(plan.concurrency, len(queue)))))
-
     async def _admit_and_send(self, batch_id: str, number: int, resume: Resume) -> list[str]:
         """Send one batch once it is admitted; the batches to send instead: smaller ones if it was
         split, itself again after a wait."""
@@ -315,110 +207,6 @@ class SendNewsletterWorkflow:
         self._batch_sent(sent)
         return []
 
-    async def _admit(self, batch_id: str, plan: SendPlan) -> list[str]:
-        """With send caps, wait on durable timers until the batch is admitted; the smaller batches
-        to send instead when admission split it, else nothing."""
-        while plan.send_caps:
-            admission = await workflow.execute_activity_method(
-                SendingLimitsActivities.admit_batch, AdmitBatchInput(batch_id=batch_id, at=workflow.now()),
-                start_to_close_timeout=timedelta(seconds=60), retry_policy=DATABASE_RETRY)
-            if admission.split_into:
-                self._progress.batches_total += len(admission.split_into) - 1
-                self._show()
-                return admission.split_into
-            if admission.send:
-                break
-            # A cap is reached: wait on a durable timer for the next window, not on failing retries.
-            self._show(message=admission.reason)
-            await self._wait_unless_cancelled(max(admission.resume_at - workflow.now(), timedelta(seconds=1)),
-                                              admission.reason)
-            if self._cancel is not None:
-                return [batch_id]  # back in the queue, which a cancelled send no longer reads
-        if self._progress.message.startswith("waiting for"):
-            self._show(message="")
-        return []
-
-    async def _send_and_confirm(self, batch: SendBatchInput, number: int, plan: SendPlan) -> BatchSent:
-        """Send the batch; while the provider may have accepted it and its events are not there yet,
-        look again after the wait the activity names."""
-        retry = provider_retry(plan, [*NOT_RETRIED, RECIPIENT_LIMIT_EXCEEDED, SENDING_LIMIT_REACHED])
-
-        async def attempt() -> BatchSent:
-            return await workflow.execute_activity_method(
-                BatchSendActivities.send_batch, batch, start_to_close_timeout=timedelta(minutes=2),
-                heartbeat_timeout=HEARTBEAT_TIMEOUT, retry_policy=retry, summary=f"batch {batch.batch_id}")
-
-        sent = await attempt()
-        while sent.confirm_in_seconds is not None:
-            self._progress.confirming.append(number + 1)
-            self._show()
-            await workflow.sleep(timedelta(seconds=sent.confirm_in_seconds), summary=f"confirming batch {number + 1}")
-            self._progress.confirming.remove(number + 1)
-            sent = await attempt()
-        return sent
-
-    async def _after_failure(self, batch_id: str, failure: SendFailure, message: str, plan: SendPlan) -> list[str]:
-        """A batch not sent after its retries: wait for a cap's window or the provider's return and
-        send it again, split it when refused for its size, or record it failed."""
-        if isinstance(failure.details, SendingLimitDetails):
-            # The provider refused it and named when to come back (its own hourly or daily cap):
-            # wait on a timer as long as it asks, then send the batch again.
-            wait = failure.details.retry_after_seconds or plan.provider_retry_seconds
-            resume_at = workflow.now() + timedelta(seconds=max(1.0, wait))
-            reason = f"waiting for {self._provider}'s sending limit, resumes at {resume_at:%Y-%m-%d %H:%M:%S} UTC"
-            self._show(message=reason)
-            await self._wait_unless_cancelled(resume_at - workflow.now(), reason)
-            return [batch_id]
-        if self._wait_out_outages and failure.outage:
-            await self._wait_for_provider(plan, message)
-            return [batch_id]
-        if isinstance(failure.details, RecipientLimitDetails):
-            pieces = await workflow.execute_activity_method(
-                SendingLimitsActivities.split_refused_batch,
-                SplitRefusedBatchInput(batch_id=batch_id, status_code=failure.status_code, message=message,
-                                       refused_size=failure.details.refused_size,
-                                       stated_limit=failure.details.stated_limit),
-                start_to_close_timeout=timedelta(seconds=60), retry_policy=DATABASE_RETRY)
-            if pieces:
-                self._progress.batches_total += len(pieces) - 1
-                self._show()
-                return pieces
-        await self._batch_failed(batch_id, failure.status_code, message)
-        return []
-
-    def _delivery_time(self, number: int, resume: Resume, *, at_most_end: bool = False) -> datetime | None:
-        """When the provider should deliver batch `number`: spread over the plan's delivery window."""
-        plan = resume.plan
-        if not plan.delivery_window_seconds or not self._progress.batches_total:
-            return None
-        share = number / self._progress.batches_total
-        if at_most_end:
-            share = min(1.0, share)
-        return datetime.fromtimestamp(resume.started_at + plan.delivery_window_seconds * share, timezone.utc)
-
-    async def _batch_failed(self, batch_id: str, status_code: int | None, message: str) -> None:
-        await workflow.execute_activity_method(
-            BatchSendActivities.fail_batch,
-            FailBatchInput(batch_id=batch_id, status_code=status_code, message=message),
-            start_to_close_timeout=timedelta(seconds=60), retry_policy=DATABASE_RETRY)
-        self._progress.batches_failed += 1
-        self._show()
-
-    async def _wait_for_provider(self, plan: SendPlan, error: str) -> None:
-        """The provider cannot be reached (or asks to slow down) after the batch's retries: an outage, not
-        a verdict on the batch. Wait on a durable timer, from the first wait doubling to the longest;
-        every sender waits for the same next try, then the batch goes out as any other would."""
-        now = workflow.now()
-        outage = self._outage or Outage(since=now)
-        if outage.next_try is None or outage.next_try <= now:
-            wait = min(plan.outage_first_wait_seconds * 2 ** outage.waits, plan.outage_max_wait_seconds)
-            outage = Outage(since=outage.since, waits=outage.waits + 1, next_try=now + timedelta(seconds=wait))
-        self._outage = outage
-        reason = (f"{self._provider} unreachable since {outage.since:%Y-%m-%d %H:%M:%S} UTC, next try at "
-                  f"{outage.next_try:%Y-%m-%d %H:%M:%S} UTC ({error})")
-        self._show(message=reason)
-        await self._wait_unless_cancelled(max(outage.next_try - now, timedelta(seconds=1)), reason[:200])
-
     async def _wait_unless_cancelled(self, duration: timedelta, summary: str) -> None:
         """A durable wait (a cap's window, the provider's return) that an operator's cancel ends at
         once: waits last hours, and nothing is sent after a cancel anyway."""
@@ -429,33 +217,3 @@ class SendNewsletterWorkflow:
             await workflow.wait_condition(lambda: self._cancel is not None, timeout=duration, timeout_summary=summary)
         except asyncio.TimeoutError:
             pass
-
-    def _batch_sent(self, sent: BatchSent) -> None:
-        if self._outage is not None:  # the provider is back
-            self._outage = None
-            if self._progress.message.startswith(f"{self._provider} unreachable"):
-                self._progress.message = ""
-        self._progress.batches_sent += 1
-        self._progress.recipients_sent += sent.recipients
-        self._show()
-
-    @staticmethod
-    def _from_counts(email_id: str, counts: BatchCounts) -> NewsletterProgress:
-        return NewsletterProgress(email_id=email_id, batches_total=counts.batches_total,
-                                  batches_sent=counts.batches_submitted, batches_failed=counts.batches_failed,
-                                  recipients_total=counts.recipients_total,
-                                  recipients_sent=counts.recipients_submitted)
-
-    def _show(self, *, status: str | None = None, message: str | None = None) -> None:
-        """Update the progress and the Web UI's "current details" line."""
-        p = self._progress
-        if status is not None:
-            p.status = status
-        if message is not None:
-            p.message = message
-        details = (f"**{p.status}**: {p.batches_sent}/{p.batches_total} batches sent, {p.batches_failed} failed; "
-                   f"{p.recipients_sent}/{p.recipients_total} recipients")
-        if p.confirming:
-            details += (f"\n\nconfirming batch {', '.join(map(str, sorted(p.confirming)))}: {self._provider} may "
-                        "have accepted it; waiting for its events before sending it again")
-        workflow.set_current_details(f"{details}\n\n{p.message}" if p.message else details)

@@ -19,10 +19,12 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
 
 with workflow.unsafe.imports_passed_through():
-    from activities.posts import (PostsActivities, PublishPostActivityInput, PublishPostInput, PublishResult,
-                                  ReconcileResult, RescheduleInput, publish_workflow_id)
+    from activities.posts.models import (PublishPostActivityInput, PublishPostInput, PublishResult, ReconcileResult,
+                                         RescheduleInput, publish_workflow_id)
+    from activities.posts.publish import PostsActivities
     from pressroom.temporal import POST_ID, PUBLISH_AT
-    from workflows.newsletter import SendNewsletterInput, SendNewsletterWorkflow, newsletter_workflow_id
+    from workflows.newsletter import SendNewsletterWorkflow
+    from workflows.newsletter_models import SendNewsletterInput, newsletter_workflow_id
 
 
 # Runs of 0.1.0 retried a dead worker's publish only after a 10 s heartbeat timeout plus 5 s.

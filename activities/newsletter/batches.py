@@ -12,6 +12,7 @@ from temporalio import activity
 from activities.errors import non_retryable
 from activities.heartbeat import heartbeating
 from activities.newsletter.audience import AUDIENCE_BY_SEGMENT, NOT_SKIPPED, RECIPIENTS, SEGMENT, Audience, audience
+from activities.newsletter.chunks import RANK_KEY, WRITE_CHUNK, creation_groups, creation_segments, falls_back
 from activities.newsletter.content import load_for_sending
 from activities.newsletter.counts import batch_counts
 from activities.newsletter.left_out import record_left_out
@@ -42,41 +43,6 @@ SEGMENT_NAMES = {FREE: "free", NOT_FREE: "paid", FREE_OF_TIER: "free-tiers",  # 
 # A batch id's segment part, in SQL, from a `segment` column (names from SEGMENT_NAMES only, never input).
 SEGMENT_NAME_SQL = ("CASE segment " + " ".join(f"WHEN '{s}' THEN '{n}'" for s, n in SEGMENT_NAMES.items())
                     + " ELSE 'all' END")
-# A member's place in the warming order (open rate highest first, none last; then member id) as
-# one ascending key.
-RANK_KEY = "coalesce(-m.email_open_rate::float8, 'Infinity'::float8)"
-
-
-def falls_back(rate: str, member_id: str) -> str:
-    """Whether a member is at or past the first one who falls back (NULLs: nobody does)."""
-    return f"coalesce(({RANK_KEY}, m.id) >= ({rate}::float8, {member_id}::text), false)"
-
-
-# One chunk of a group: $4 segment (NULL: unsegmented), $5-$6 warming's first fallback, $7 the
-# group's domain, $8 the last member written in the group, $9 how many, $10 the batch id prefix,
-# $11 the first batch's number, $12 the batch size, $13 the email. `after` is formatted in as a plain
-# range condition (not "$8 IS NULL OR ..."), so that every chunk is an index range scan.
-WRITE_CHUNK = f"""
-    WITH chosen AS (
-        SELECT m.id, m.uuid, m.email, m.name
-        {RECIPIENTS}
-          AND ($4::text IS NULL OR {SEGMENT} = $4::text)
-          AND {falls_back('$5', '$6')} = $7
-          {NOT_SKIPPED.format(param=13)}
-          {{after}}
-        ORDER BY m.id LIMIT $9),
-    numbered AS (
-        SELECT chosen.*, $10 || '-' || lpad(($11 + (row_number() OVER (ORDER BY id) - 1) / $12)::text, 5, '0')
-                         AS batch_id
-        FROM chosen),
-    batches AS (
-        INSERT INTO email_batches (id, email_id, member_segment, fallback_sending_domain)
-        SELECT DISTINCT batch_id, $13, $4, $7 FROM numbered),
-    recipients AS (
-        INSERT INTO email_recipients (email_id, member_id, batch_id, member_uuid, member_email, member_name)
-        SELECT $13, id, batch_id, uuid, email, name FROM numbered)
-    SELECT count(*) AS n, max(id) AS last FROM numbered
-"""
 
 
 def audience_of(email, *, as_of, segments) -> Audience:
@@ -86,19 +52,6 @@ def audience_of(email, *, as_of, segments) -> Audience:
         return audience(email, as_of=as_of, tiers=any(s is not None and s not in (FREE, NOT_FREE) for s in segments))
     except FilterError as error:
         raise non_retryable("BadRecipientFilter", str(error)) from None
-
-
-def creation_segments(creation) -> tuple[str | None, ...]:
-    """The segments a chunked creation writes; a creation planned before tiers stored only whether
-    it was segmented."""
-    if creation["segments"] is not None:
-        return tuple(creation["segments"])
-    return (FREE, NOT_FREE) if creation["segmented"] else (None,)
-
-
-def creation_groups(segments: tuple[str | None, ...], warming: bool) -> list[tuple[str | None, bool]]:
-    """The groups a chunked creation writes in turn: (segment, through the fallback domain)."""
-    return [(segment, fallback) for segment in segments for fallback in ((False, True) if warming else (False,))]
 
 
 class BatchCreationActivities:

@@ -19,7 +19,8 @@ from pressroom.errors import PressroomError
 from operations.outbox import ensure_relay
 from tests.newsletter.test_failures import send_and_follow, wait_until
 from tests.outbox.test_orphans import stop_relay
-from workflows.newsletter import SendNewsletterInput, SendNewsletterWorkflow, newsletter_workflow_id
+from workflows.newsletter import SendNewsletterWorkflow
+from workflows.newsletter_models import SendNewsletterInput, newsletter_workflow_id
 from worker import running_worker
 
 from .conftest import seed_email

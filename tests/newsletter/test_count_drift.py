@@ -10,7 +10,8 @@ import pytest
 
 from commands.newsletter import drift_note
 from operations.newsletter import newsletter_status
-from workflows.newsletter import SendNewsletterInput, SendNewsletterWorkflow, newsletter_workflow_id
+from workflows.newsletter import SendNewsletterWorkflow
+from workflows.newsletter_models import SendNewsletterInput, newsletter_workflow_id
 
 from .conftest import seed_email
 

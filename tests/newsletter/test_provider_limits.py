@@ -13,7 +13,8 @@ from temporalio.worker import Replayer
 
 from activities.sending_limits import batch_sizes, size_after_refusal, warmup_limit
 from operations.limits import reset_sending_limit, sending_limits
-from workflows.newsletter import SendNewsletterInput, SendNewsletterWorkflow, newsletter_workflow_id
+from workflows.newsletter import SendNewsletterWorkflow
+from workflows.newsletter_models import SendNewsletterInput, newsletter_workflow_id
 from worker import running_worker
 
 from .conftest import seed_email

@@ -7,7 +7,8 @@ import pytest
 
 from operations.members import resubscribe_member
 from pressroom.errors import NotFound
-from workflows.newsletter import SendNewsletterInput, SendNewsletterWorkflow, newsletter_workflow_id
+from workflows.newsletter import SendNewsletterWorkflow
+from workflows.newsletter_models import SendNewsletterInput, newsletter_workflow_id
 
 from .conftest import seed_email
 from .test_send import delivered

@@ -11,7 +11,8 @@ import pytest
 from temporalio.client import WorkflowFailureError
 
 from operations.newsletter import start_newsletter
-from workflows.newsletter import SendNewsletterInput, SendNewsletterWorkflow, newsletter_workflow_id
+from workflows.newsletter import SendNewsletterWorkflow
+from workflows.newsletter_models import SendNewsletterInput, newsletter_workflow_id
 
 from tests.conftest import TEST_LINK_SECRET
 

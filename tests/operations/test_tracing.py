@@ -24,7 +24,8 @@ from tests.newsletter.conftest import seed_email
 from tests.newsletter.test_failures import wait_until
 from tests.operations.test_worker_stop import schedules_removed_after  # noqa: F401 (a fixture)
 from tests.outbox.test_outbox import WELCOME, settled
-from workflows.newsletter import SendNewsletterWorkflow, newsletter_workflow_id
+from workflows.newsletter import SendNewsletterWorkflow
+from workflows.newsletter_models import newsletter_workflow_id
 from workflows.outbox import RELAY_WORKFLOW_ID
 from workflows.posts import PublishPostWorkflow
 from worker import running_worker

@@ -18,7 +18,8 @@ import pytest
 
 from tests.newsletter.conftest import seed_email
 from tests.newsletter.test_failures import wait_until
-from workflows.newsletter import SendNewsletterWorkflow, newsletter_workflow_id
+from workflows.newsletter import SendNewsletterWorkflow
+from workflows.newsletter_models import newsletter_workflow_id
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(__file__)))
 GRACE_SECONDS = 20  # worker.build_worker's graceful_shutdown_timeout

@@ -19,7 +19,7 @@ from tests.newsletter.conftest import seed_email
 from tests.newsletter.test_failures import spawn_worker, wait_until
 from tests.newsletter.test_send import delivered
 from workflows.newsletter import SendNewsletterWorkflow
-from activities.posts import publish_workflow_id
+from activities.posts.models import publish_workflow_id
 from workflows.posts import PublishPostWorkflow
 from worker import running_worker
 
@@ -343,7 +343,7 @@ async def test_an_unknown_post_is_refused_and_nothing_starts(postgres_url, dev_e
 
 
 async def test_posts_due_at_the_same_instant_are_published_by_one_statement_each_with_its_guard(db):
-    from activities.posts import DueTogether
+    from activities.posts.publish import DueTogether
 
     at = datetime.now(timezone.utc).replace(microsecond=0) + timedelta(hours=1)
     due = [await seed_post(db) for _ in range(3)]
@@ -400,7 +400,7 @@ async def test_an_email_an_earlier_send_left_failed_goes_out_when_its_post_publi
     """A send started straight on Temporal (as before the refusal) fails the email of a scheduled post;
     the publication still sends it, once."""
     from temporalio.client import WorkflowFailureError
-    from workflows.newsletter import SendNewsletterInput
+    from workflows.newsletter_models import SendNewsletterInput
 
     settings = make_settings(postgres_url, mailgun, publish_lead_seconds=0.2)
     seeded = await seed_email(db, members=5, post_status="draft")

@@ -18,8 +18,8 @@ from activities.newsletter.models import (BatchCounts, BatchSent, CreateBatchesI
                                           FailBatchInput, FinishEmailInput, ListUnsentBatchesInput, LockEmailInput,
                                           SendBatchInput, SendPlan)
 from tests.workflows.conftest import worker_for
-from workflows.newsletter import (BATCH_PAGE, NewsletterProgress, Resume, SendNewsletterInput,
-                                  SendNewsletterWorkflow, newsletter_workflow_id)
+from workflows.newsletter import BATCH_PAGE, SendNewsletterWorkflow
+from workflows.newsletter_models import NewsletterProgress, Resume, SendNewsletterInput, newsletter_workflow_id
 
 
 def plan(**overrides) -> SendPlan:

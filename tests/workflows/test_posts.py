@@ -14,7 +14,7 @@ from temporalio import activity
 from temporalio.client import WorkflowFailureError
 from temporalio.exceptions import ApplicationError
 
-from activities.posts import PublishPostActivityInput, PublishResult, ReconcileResult
+from activities.posts.models import PublishPostActivityInput, PublishResult, ReconcileResult
 from tests.workflows.conftest import worker_for, workflow_id
 from workflows.posts import (PublishPostInput, PublishPostWorkflow, ReconcilePostsWorkflow, RescheduleInput,
                              publish_workflow_id)

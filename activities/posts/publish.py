@@ -13,58 +13,18 @@ import time
 from datetime import datetime, timedelta
 
 import asyncpg
-from pydantic import BaseModel
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.heartbeat import heartbeating
 from activities.metrics import Instruments
+from activities.posts.models import PublishPostActivityInput, PublishResult, ReconcileResult
+from activities.posts.schedule import reconcile_scheduled_posts
 from pressroom.dependencies import Dependencies
 
 # The worker's clock and Temporal's agree to milliseconds in practice (NTP); this bounds the local
 # wait should they not, so a timer never turns into an unbounded sleep.
 MAX_CLOCK_SKEW_SECONDS = 1.0
-
-
-PUBLISH_WORKFLOW_PREFIX = "post-publish-"
-
-
-def publish_workflow_id(post_id: str) -> str:
-    """The post's workflow id: its idempotency key, one timer per post."""
-    return f"{PUBLISH_WORKFLOW_PREFIX}{post_id}"
-
-
-class PublishPostInput(BaseModel):
-    post_id: str
-    publish_at: datetime
-    lead_seconds: float = 10.0
-    retries: int = 30  # a 503 is retried every 5 s, 30 times, then the run fails visibly
-    retry_seconds: float = 5.0
-    # How soon a worker that dies while the publish waits is noticed (its activity's heartbeat
-    # timeout); runs started before this field existed use 2 s.
-    heartbeat_seconds: float | None = None
-
-
-class RescheduleInput(BaseModel):
-    publish_at: datetime
-
-
-class PublishPostActivityInput(BaseModel):
-    post_id: str
-    publish_at: datetime
-    lead_seconds: float
-    # Set by runs that retry a dead worker's attempt at once: a failure raised here then waits this
-    # long before the next attempt (a steady PRESSROOM_PUBLISH_RETRY_SECONDS, as an unavailable
-    # database is tried again), instead of the retry policy's interval.
-    retry_seconds: float | None = None
-
-
-class PublishResult(BaseModel):
-    status: str  # published | moved | not_found | not_scheduled
-    publish_at: datetime | None = None  # the post's time now (for "moved")
-    email_id: str | None = None  # a newsletter email left unsent, to send after publishing
-    lateness_ms: float | None = None
-    newsletter_note: str | None = None  # why the post's newsletter will not go out, when it will not
 
 
 # The post's email that no attempt has sent (pending, or failed: an early send refused because the
@@ -85,11 +45,6 @@ NEWSLETTER_NOT_GOING = """CASE
              || ' and email ' || e.id || ' is still pending: is a worker running? '
              || '`pressroom newsletter send ' || e.id || '` sends it'
     END"""
-
-
-class ReconcileResult(BaseModel):
-    started_or_moved: int
-    stopped: int
 
 
 def heartbeat_interval() -> float:
@@ -259,70 +214,3 @@ class PostsActivities:
         activity.logger.info("reconciled posts: %d started or moved, %d stopped", result.started_or_moved,
                              result.stopped)
         return result
-
-
-async def start_or_move_publication(client, settings, post_id: str, publish_at: datetime) -> None:
-    """Signal-with-start: the post's workflow starts, or the running one moves to the new time.
-
-    The workflow is named by its registered name: activities (the reconcile) call this too, and
-    activities do not import workflow code.
-    """
-    await client.start_workflow(
-        "PublishPostWorkflow",
-        PublishPostInput(post_id=post_id, publish_at=publish_at, lead_seconds=settings.publish_lead_seconds,
-                         retries=settings.publish_retries, retry_seconds=settings.publish_retry_seconds,
-                         heartbeat_seconds=settings.publish_heartbeat_seconds),
-        id=publish_workflow_id(post_id), task_queue=settings.task_queue,
-        start_signal="reschedule", start_signal_args=[RescheduleInput(publish_at=publish_at)],
-        static_summary=f"Publish post {post_id} at its scheduled time")
-
-
-async def stop_publication(client, post_id: str) -> bool:
-    """Tell the post's workflow it is unscheduled; False when no workflow runs for it."""
-    from temporalio.service import RPCError, RPCStatusCode
-
-    try:
-        await client.get_workflow_handle(publish_workflow_id(post_id)).signal("unschedule")
-        return True
-    except RPCError as error:
-        if error.status == RPCStatusCode.NOT_FOUND:
-            return False
-        raise
-
-
-async def reconcile_scheduled_posts(client, pool, settings, *, concurrency: int = 20) -> ReconcileResult:
-    """Start or move a workflow for every scheduled post whose timer is missing or at another time;
-    stop those whose post is not scheduled.
-
-    A post whose timer is already right gets no signal: a year-long timer reconciled every 10
-    minutes must not fill its history.
-    """
-    from pressroom.temporal import PUBLISH_AT
-
-    running: dict[str, datetime | None] = {}
-    async for execution in client.list_workflows(
-            "WorkflowType = 'PublishPostWorkflow' AND ExecutionStatus = 'Running'"):
-        running[execution.id.removeprefix(PUBLISH_WORKFLOW_PREFIX)] = execution.typed_search_attributes.get(PUBLISH_AT)
-    scheduled = {row["id"]: row["published_at"] for row in await pool.fetch(
-        "SELECT id, published_at FROM posts WHERE status = 'scheduled'")}
-
-    def timer_is_right(post_id: str, at: datetime) -> bool:
-        timer = running.get(post_id)
-        return timer is not None and abs((timer - at).total_seconds()) < 0.001
-
-    slots = asyncio.Semaphore(concurrency)
-
-    async def start(post_id: str, publish_at: datetime) -> None:
-        async with slots:
-            await start_or_move_publication(client, settings, post_id, publish_at)
-
-    moved = {post_id: at for post_id, at in scheduled.items() if not timer_is_right(post_id, at)}
-    await asyncio.gather(*(start(post_id, at) for post_id, at in moved.items()))
-    # Read the rows again: a post scheduled since the first read is not a stray.
-    candidates = [post_id for post_id in running if post_id not in scheduled]
-    still = {row["id"] for row in await pool.fetch(
-        "SELECT id FROM posts WHERE id = ANY($1::text[]) AND status = 'scheduled'", candidates)}
-    stray = [post_id for post_id in candidates if post_id not in still]
-    for post_id in stray:
-        await stop_publication(client, post_id)
-    return ReconcileResult(started_or_moved=len(moved), stopped=len(stray))
