@@ -268,37 +268,3 @@ def send_caps(settings: Settings, domain: str, quota: AccountQuota) -> dict[str,
         caps[window] = min(given) if given else None
     return caps
 
-
-# --- what an operator sees and resets (`pressroom limits`) -----------------------------------------
-
-async def describe_limits(conn: asyncpg.Connection, settings: Settings, now: datetime | None = None,
-                          quota: AccountQuota | None = None) -> list[dict]:
-    """Per sending domain: the learned batch size, the caps and what they used this hour and today."""
-    now = (now or datetime.now(timezone.utc)).astimezone(timezone.utc)
-    domains = [settings.sending_scope] + ([settings.fallback_domain] if settings.fallback_domain else [])
-    learned = {row["domain"]: dict(row) for row in await conn.fetch(
-        "SELECT domain, batch_size, refused_size, reason, refused_at FROM sending_domain_limits ORDER BY domain")}
-    # Sent is what the provider accepted: the recipients of batches submitted this hour and today
-    # (the caps' reservations exist only while caps are set, so they cannot say it).
-    sent = await conn.fetch(
-        """SELECT b.fallback_sending_domain AS fallback, count(*) FILTER (WHERE b.updated_at >= $1) AS hour,
-                  count(*) AS day
-           FROM email_batches b JOIN email_recipients r ON r.batch_id = b.id
-           WHERE b.status = 'submitted' AND b.updated_at >= $2 GROUP BY 1""",
-        now.replace(minute=0, second=0, microsecond=0), now.replace(hour=0, minute=0, second=0, microsecond=0))
-    used = {(settings.fallback_domain if row["fallback"] else settings.mailgun_domain): row for row in sent}
-    out = []
-    for domain in dict.fromkeys([d for d in domains if d] + list(learned)):
-        row = learned.get(domain, {})
-        caps = send_caps(settings, domain, quota or AccountQuota())
-        out.append({"domain": domain, "batch_size": row.get("batch_size"), "refused_size": row.get("refused_size"),
-                    "refused_at": row.get("refused_at"), "reason": row.get("reason"),
-                    "hourly_limit": caps["hour"], "daily_limit": caps["day"],
-                    "sent_this_hour": used[domain]["hour"] if domain in used else 0,
-                    "sent_today": used[domain]["day"] if domain in used else 0})
-    return out
-
-
-async def reset_learned_limit(conn: asyncpg.Connection, domain: str) -> bool:
-    """Forget the batch size learned for a domain (its account left probation); True if there was one."""
-    return await conn.fetchval("DELETE FROM sending_domain_limits WHERE domain = $1 RETURNING true", domain) or False
