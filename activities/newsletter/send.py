@@ -60,6 +60,13 @@ CLAIM_BATCH = """
 # recipient's failure, in the shape a failed event leaves (activities/delivery_events/apply.py), with
 # the provider's reason (no address) and no code. Its event id is the recipient's, so a repeat
 # changes nothing, and a failed event that comes later replaces it by the events' own rules.
+RECORD_SUBMITTED = """
+WITH batch AS (
+    UPDATE email_batches SET status = 'submitted', provider_id = $2, send_outcome = $3,
+           error_status_code = NULL, error_message = NULL, error_data = NULL, updated_at = now()
+    WHERE id = $1)
+UPDATE email_recipients SET processed_at = now() WHERE batch_id = $1"""
+
 RECORD_REFUSED = """
     INSERT INTO email_recipient_failures (email_id, member_id, email_recipient_id, code, enhanced_code, message,
                                           severity, failed_at, event_id)
@@ -211,18 +218,14 @@ class BatchSendActivities:
     async def _record_submitted(self, batch_id: str, provider_id: str, refused: Mapping[str, str] | None = None,
                                 temporarily: frozenset[str] = frozenset()) -> None:
         # One transaction: the batch, its recipients and the failures of those refused, together.
+        if not refused:  # one statement is its own transaction
+            await self.pool.execute(RECORD_SUBMITTED, batch_id, provider_id, ACCEPTED)
+            return
         async with self.pool.acquire() as conn, conn.transaction():
-            await conn.execute(
-                """WITH batch AS (
-                       UPDATE email_batches SET status = 'submitted', provider_id = $2, send_outcome = $3,
-                              error_status_code = NULL, error_message = NULL, error_data = NULL, updated_at = now()
-                       WHERE id = $1)
-                   UPDATE email_recipients SET processed_at = now() WHERE batch_id = $1""",
-                batch_id, provider_id, ACCEPTED)
-            if refused:
-                addresses = list(refused)
-                await conn.execute(RECORD_REFUSED, batch_id, addresses, [refused[a] for a in addresses],
-                                   ["temporary" if a in temporarily else "permanent" for a in addresses])
+            await conn.execute(RECORD_SUBMITTED, batch_id, provider_id, ACCEPTED)
+            addresses = list(refused)
+            await conn.execute(RECORD_REFUSED, batch_id, addresses, [refused[a] for a in addresses],
+                               ["temporary" if a in temporarily else "permanent" for a in addresses])
 
     @activity.defn
     async def fail_batch(self, input: FailBatchInput) -> None:
