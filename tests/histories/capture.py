@@ -198,9 +198,12 @@ class Capture:
         await self.pool.execute("DELETE FROM sending_quota_reservations")  # the capped send above used today's
         async with running_worker(self.client, settings):
             start = await start_newsletter(site.email_id, client=self.client, settings=settings)
-            await self.until("SELECT count(*) >= 2 FROM email_batches WHERE email_id = $1 AND status = 'submitted'",
-                             site.email_id)
-            await asyncio.sleep(2)
+            handle = self.client.get_workflow_handle(start.workflow_id)
+            deadline = time.monotonic() + 60
+            while not (await handle.query("progress")).get("message", "").startswith("waiting for the daily limit"):
+                if time.monotonic() > deadline:
+                    raise SystemExit("waited 60 s for the send to wait for its daily cap")
+                await asyncio.sleep(0.1)
             await cancel_newsletter(site.email_id, by="capture", wait=True, client=self.client, settings=settings)
             self.save("newsletter-cancelled", start.workflow_id, None,
                       "completed: 40 sent, cancelled by an operator while waiting for the next day's cap")
