@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING
 
-from activities.sending_limits import send_caps
+from activities.sending_limits import send_caps, sending_domain
 from pressroom.errors import NotFound
 from pressroom.providers.port import AccountQuota
 from pressroom.settings import ConfigurationError, Settings, get_settings
@@ -56,7 +56,11 @@ async def describe_limits(conn: asyncpg.Connection, settings: Settings, now: dat
            FROM email_batches b JOIN email_recipients r ON r.batch_id = b.id
            WHERE b.status = 'submitted' AND b.updated_at >= $2 GROUP BY 1""",
         now.replace(minute=0, second=0, microsecond=0), now.replace(hour=0, minute=0, second=0, microsecond=0))
-    used = {(settings.fallback_domain if row["fallback"] else settings.sending_scope): row for row in sent}
+    used: dict[str, dict[str, int]] = {}
+    for row in sent:  # without a fallback domain configured, fallback batches went through the main one
+        counts = used.setdefault(sending_domain(settings, row["fallback"]), {"hour": 0, "day": 0})
+        counts["hour"] += row["hour"]
+        counts["day"] += row["day"]
     out = []
     for domain in dict.fromkeys([d for d in domains if d] + list(learned)):
         row = learned.get(domain, {})

@@ -109,8 +109,9 @@ async def cancel_newsletter(email_id: str, *, by: str | None = None, wait: bool 
 
     entity_id(email_id, "email")
     by = (by or operator_name()).strip()
-    if not by or len(by) > 200 or not by.isprintable():
-        raise BadInput("--by must be 1 to 200 printable characters")
+    if not by or len(by) > 200 or not by.isprintable() or "@" in by:
+        # It enters the run's history and details: a name, never an address.
+        raise BadInput("--by must be 1 to 200 printable characters, a name and not an address")
     settings = settings or get_settings()
     workflow_id = newsletter_workflow_id(email_id)
     client = client or await temporal_client(settings)

@@ -84,14 +84,14 @@ class SesHandler:
         return web.Response(status=status, text=text)
 
     async def _receive(self, request: web.Request) -> tuple[int, str]:
-        from aiohttp import web
+        from operations.deadlines import BodyTooLarge, BodyTooSlow, read_body
 
-        if request.content_length is not None and request.content_length > self.receiver.max_body:
-            raise _Refused("body too large")
         try:
-            body = await request.read()
-        except web.HTTPRequestEntityTooLarge:
+            body = await read_body(request, self.receiver.max_body, self.receiver.body_seconds)
+        except BodyTooLarge:
             raise _Refused("body too large") from None
+        except BodyTooSlow:
+            raise _Refused("body too slow") from None
         try:
             document = json.loads(body)
         except (ValueError, RecursionError):
@@ -100,8 +100,8 @@ class SesHandler:
             message = self.push.checked_fields(document)
         except ValueError as error:
             raise _Refused(str(error)) from None
-        certificate = await self.push.certificate(message["SigningCertURL"])
         try:
+            certificate = await self.push.certificate(message["SigningCertURL"])
             pushed = self.push.verify_with(message, certificate, time.time(), SNS_MAX_AGE)
         except ValueError as error:
             raise _Refused(str(error)) from None

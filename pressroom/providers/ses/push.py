@@ -50,7 +50,7 @@ def certificate_url_allowed(url: str, region: str, dev: bool) -> bool:
         parsed = httpx.URL(url)
     except (httpx.InvalidURL, TypeError):
         return False
-    if parsed.userinfo or not parsed.path.endswith(".pem"):
+    if parsed.userinfo or parsed.query or parsed.fragment or not parsed.path.endswith(".pem"):
         return False
     if parsed.scheme == "https" and parsed.host == f"sns.{region}.amazonaws.com" and parsed.port in (None, 443):
         return True
