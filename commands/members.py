@@ -83,7 +83,7 @@ def members_delete(member: str = typer.Argument(..., metavar="ID|ADDRESS", help=
 
     if not yes:
         if not sys.stdin.isatty():
-            raise BadInput(f"members delete {member} asks before deleting; give --yes to delete without asking")
+            raise BadInput("members delete asks before deleting; give --yes to delete without asking")
         typer.confirm(f"Delete member {member} and their personal data? This cannot be undone", abort=True)
     done = run_async(delete_member(member))
     if done.suppression == "removed":

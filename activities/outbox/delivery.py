@@ -51,8 +51,9 @@ OPEN_ENTRY_SUCCEEDED = ("WITH entry AS (UPDATE outbox SET status = 'succeeded', 
 # reads skipped, with them, and is kept whatever PRESSROOM_OUTBOX_DELETE_ON_SUCCESS says, for the
 # operator to read (and `outbox requeue --state skipped` to try again once there is something to
 # send). The ledger line says succeeded: the key was handled.
-OPEN_ENTRY_SKIPPED = ("WITH entry AS (UPDATE outbox SET status = 'skipped', last_error_code = $2::jsonb->>'code', "
-                      "last_error_msg = left($2::jsonb->>'skipped', 2000), processed_at = now(), updated_at = now() "
+SKIPPED = ("status = 'skipped', last_error_code = $2::jsonb->>'code', "
+           f"last_error_msg = left($2::jsonb->>'skipped', {ERROR_LIMIT}), processed_at = now(), updated_at = now()")
+OPEN_ENTRY_SKIPPED = (f"WITH entry AS (UPDATE outbox SET {SKIPPED} "
                       "WHERE id = $1 AND status = 'sending' RETURNING idempotency_key, payload_digest) "
                       + _LEDGER_OF_ENTRY)
 # The entry waits, pending, for what it needs (TemplateWaiting), with why; its delivery waits on a
@@ -205,9 +206,8 @@ class OutboxDeliveryActivities:
         """
         if "skipped" in result:
             await self.pool.execute(
-                f"WITH ledger AS ({LEDGER_SUCCEEDED}) UPDATE outbox SET status = 'skipped', "
-                "last_error_code = $2::jsonb->>'code', last_error_msg = left($2::jsonb->>'skipped', 2000), "
-                "processed_at = now(), updated_at = now() WHERE id = $1", outbox_id, json.dumps(result))
+                f"WITH ledger AS ({LEDGER_SUCCEEDED}) UPDATE outbox SET {SKIPPED} WHERE id = $1",
+                outbox_id, json.dumps(result))
             self._count("skipped")
             return
         if self.settings.outbox_delete_on_success:

@@ -56,6 +56,7 @@ log = logging.getLogger(__name__)
 QUOTA_TTL = 300.0  # seconds a sending quota read is used (an account's quota changes on request, rarely)
 QUOTA_RETRY = 60.0
 _STATUS = re.compile(r"[A-Z][A-Z_]{0,63}")  # a destination's status, as SES spells them (MESSAGE_REJECTED)
+_ERROR_TYPE = re.compile(r"[A-Za-z][A-Za-z0-9]{0,63}")  # x-amzn-ErrorType: ThrottlingException
 _ENDPOINT = re.compile(r"<Endpoint>([^<]{1,2048})</Endpoint>")
 _NEVER_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout, httpx.UnsupportedProtocol,
                httpx.WriteError, httpx.WriteTimeout)
@@ -210,10 +211,10 @@ class SesClient:
             if status == "SUCCESS" and isinstance(result.get("MessageId"), str) and result["MessageId"]:
                 accepted[address] = result["MessageId"]
             else:
-                statuses.add(str(status))
                 # Only the status, which is SES's own word: its Error text may quote the address.
-                refused[address] = f"SES answered {status}" if _STATUS.fullmatch(str(status)) \
-                    else "SES answered an unknown status"
+                status = str(status) if _STATUS.fullmatch(str(status)) else "an unknown status"
+                statuses.add(status)
+                refused[address] = f"SES answered {status}"
                 if status in _THROTTLED | _TRANSIENT:
                     temporarily.add(address)
         if accepted:
@@ -360,6 +361,7 @@ def status_error(response: httpx.Response, what: str) -> ProviderError:
     text where it may quote an address."""
     status = response.status_code
     kind = response.headers.get("x-amzn-ErrorType", "").split(":")[0]
+    kind = kind if _ERROR_TYPE.fullmatch(kind) else ""  # a header: only a name of SES's reaches a message
     try:
         said = str((response.json() or {}).get("message", ""))
     except ValueError:
