@@ -22,7 +22,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from activities.delivery_events.batch import raw_text
-from activities.webhooks import NOTIFY_CHANNEL
+from operations.webhooks_group_commit import Pushed
 from pressroom.providers.ses.events import marks_of
 
 if TYPE_CHECKING:
@@ -34,14 +34,6 @@ log = logging.getLogger("pressroom.webhooks")
 # SNS retries a notification for up to an hour by default delivery policy's longest settings; a
 # notification older than this is refused, and its MessageId is remembered this long.
 SNS_MAX_AGE = 3600
-_STORE_EVENT = f"""
-WITH token AS (
-    INSERT INTO webhook_tokens (provider, token, expires_at) VALUES ($1, $2, to_timestamp($3))
-    ON CONFLICT DO NOTHING RETURNING token
-), stored AS (
-    INSERT INTO webhook_inbox (provider, kind, event) SELECT $1, $4, $5 FROM token RETURNING id
-)
-SELECT (SELECT count(*) FROM stored) AS stored, pg_notify('{NOTIFY_CHANNEL}', '')"""
 _KEEP_ACCEPTED = """
 WITH token AS (
     INSERT INTO webhook_tokens (provider, token, expires_at) VALUES ($1, $2, to_timestamp($3))
@@ -122,8 +114,7 @@ class SesHandler:
                 _KEEP_ACCEPTED, self.push.name, pushed.identity, expires, event.recipient,
                 json.dumps(marks_of(item["event"])), event.provider_message_id or "", event.timestamp)
         else:
-            fresh = await self.receiver.pool.fetchval(_STORE_EVENT, self.push.name, pushed.identity, expires,
-                                                      event.name, raw)
+            fresh = await self.receiver.group_commit.store(Pushed(pushed.identity, expires, event.name, raw))
         self.receiver.requests.with_additional_attributes(
             {"outcome": "stored" if fresh else "duplicate", "kind": event.name}).add(1)
         return 200, "stored" if fresh else "already stored"

@@ -8,6 +8,7 @@ documented default; a value that is missing or malformed is one line naming the 
 from __future__ import annotations
 
 import json
+import os
 from functools import lru_cache
 from pathlib import Path
 from typing import Annotated, Literal
@@ -286,11 +287,8 @@ class Settings(BaseSettings):
         """Every secret this process holds, for the log mask: keys, tokens, each encryption key."""
         values = [self.mailgun_api_key, self.temporal_api_key, self.codec_token, self.encryption_key,
                   self.webhook_signing_key, self.members_link_secret, self.address_hash_key]
-        if self.email_provider == "ses":  # the AWS credentials live in the provider's own settings
-            from pressroom.providers.ses.settings import ses_settings
-
-            ses = ses_settings()
-            values += [ses.secret_access_key, ses.session_token]
+        if self.email_provider == "ses":  # AWS credentials come from the standard variables, read raw here
+            values += [SecretStr(os.environ.get(name, "")) for name in ("AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN")]
         found = [value.get_secret_value() for value in values if value.get_secret_value()]
         for entry in self.encryption_key.get_secret_value().split(","):  # "k2:<base64>,k1:<base64>"
             found.extend(part.strip() for part in entry.split(":") if len(part.strip()) >= 16)

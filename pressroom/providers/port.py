@@ -180,7 +180,6 @@ class ProviderLimits:
     max_recipients: int  # recipients of one send call (Mailgun 1,000 per message, SES 50 per bulk call)
     max_tags: int  # tags of one message
     max_events_page: int  # events of one page (0: events cannot be read a page at a time)
-    rate_per_second: float | None = None  # sends a second the account takes, when the provider says
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """Acceptances Pressroom received pushed, kept to confirm an uncertain send where the provider has
 nothing to ask (SES: no events API). The receiver keeps every accepted-kind event carrying our
-marks (`keep`); a provider that `confirms_by` received events answers `find_accepted` from here.
+marks (operations/ses_webhooks.py); a provider that `confirms_by` received events answers `find_accepted` here.
 
 Kept in `provider_acceptances` (schema/0028): the recipient, our marks, the provider's id of the
 copy. A row is kept once (recipient, provider id); SNS's retries and duplicates add nothing.
@@ -18,18 +18,13 @@ if TYPE_CHECKING:
 
 
 class ReceivedEvents(Protocol):
-    async def keep(self, provider: str, recipient: str, marks: Mapping[str, str], provider_message_id: str,
-                   accepted_at: datetime) -> None: ...
+    """Acceptances kept from pushed events (the receiver writes them with the push's token)."""
 
     async def find(self, provider: str, *, recipient: str, mark: Mapping[str, str], begin: datetime,
                    end: datetime) -> str | None:
         """The provider's id of a kept acceptance of `recipient` carrying every item of `mark`,
         accepted in [begin, end]."""
 
-
-_KEEP = """
-INSERT INTO provider_acceptances (provider, recipient, marks, provider_message_id, accepted_at)
-VALUES ($1, lower($2), $3::jsonb, $4, $5) ON CONFLICT DO NOTHING"""
 
 _FIND = """
 SELECT provider_message_id FROM provider_acceptances
@@ -42,10 +37,6 @@ class StoredAcceptances:
 
     def __init__(self, pool: asyncpg.Pool) -> None:
         self.pool = pool
-
-    async def keep(self, provider: str, recipient: str, marks: Mapping[str, str], provider_message_id: str,
-                   accepted_at: datetime) -> None:
-        await self.pool.execute(_KEEP, provider, recipient, json.dumps(dict(marks)), provider_message_id, accepted_at)
 
     async def find(self, provider: str, *, recipient: str, mark: Mapping[str, str], begin: datetime,
                    end: datetime) -> str | None:
