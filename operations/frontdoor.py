@@ -30,7 +30,8 @@ import uuid as uuid_module
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from operations.webhooks import LINK_SOURCE, PATH, Receiver, flush_refusals, metrics_runtime
+from operations.webhooks import (LINK_SOURCE, PATH, Receiver, database_unavailable, flush_refusals,
+                                 metrics_runtime)
 from pressroom.settings import Settings, get_settings
 
 if TYPE_CHECKING:
@@ -111,8 +112,7 @@ class Unsubscribe:
             try:
                 return await handler(request)
             except Exception as error:
-                if not isinstance(error, (OSError, asyncio.TimeoutError)) \
-                        and not type(error).__module__.startswith("asyncpg"):
+                if not database_unavailable(error):
                     raise
                 self.requests.with_additional_attributes({"outcome": "unavailable"}).add(1)
                 log.error("unsubscribe link not handled (503): %s", type(error).__name__)

@@ -15,13 +15,13 @@ cannot be stored or the certificate cannot be fetched now (SNS tries again).
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import time
 from typing import TYPE_CHECKING, Any
 
 from activities.delivery_events.batch import raw_text
+from operations.webhooks import database_unavailable
 from operations.webhooks_group_commit import Pushed
 from pressroom.providers.ses.events import marks_of
 
@@ -65,11 +65,8 @@ class SesHandler:
             status, text = 400, "refused"
             kind = self.receiver.refusals.refused(str(refusal), status)  # counted; the reason holds no content
             self.receiver.requests.with_additional_attributes({"outcome": "refused", "reason": kind}).add(1)
-        except (OSError, ConnectionError, asyncio.TimeoutError) as error:
-            status, text = 503, "try again"
-            self.receiver._cannot_store(error)
         except Exception as error:
-            if not type(error).__module__.startswith("asyncpg"):
+            if not database_unavailable(error):
                 raise
             status, text = 503, "try again"
             self.receiver._cannot_store(error)

@@ -58,6 +58,12 @@ SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[],
 ON CONFLICT (provider, digest) DO NOTHING"""
 
 
+def database_unavailable(error: BaseException) -> bool:
+    """A database that cannot answer now (a connection lost, a timeout, asyncpg's errors, a pool
+    closing): the request is answered 503, try again, never refused."""
+    return isinstance(error, (OSError, asyncio.TimeoutError)) or type(error).__module__.startswith("asyncpg")
+
+
 class Refused(Exception):
     """A request answered 406: one line, no address."""
 
@@ -117,15 +123,11 @@ class Receiver:
             except Refused as refusal:
                 status = 406
                 self._refused(str(refusal))
-            except (OSError, asyncio.TimeoutError) as error:
-                status = 503
-                self._cannot_store(error)
-            except Exception as error:  # asyncpg's errors, a pool closing: Mailgun must try again
-                if type(error).__module__.startswith("asyncpg"):
-                    status = 503
-                    self._cannot_store(error)
-                else:
+            except Exception as error:
+                if not database_unavailable(error):
                     raise
+                status = 503  # the provider tries again
+                self._cannot_store(error)
             span.set_attribute("http.response.status_code", status)
         return web.Response(status=status, text={200: "stored", 406: "refused", 503: "try again"}[status])
 
