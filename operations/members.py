@@ -243,17 +243,11 @@ async def unsubscribe_member(member: str, newsletter: str | None = None, *,
     from pressroom.errors import NotFound
     from pressroom.inputs import entity_id
 
-    by_address = "@" in member
-    if not by_address:
-        entity_id(member, "member")
     if newsletter is not None:
         entity_id(newsletter, "newsletter")
     settings = settings or get_settings()
     async with database.connection(settings.require_database()) as conn, conn.transaction():
-        member_id = await conn.fetchval("SELECT id FROM members WHERE " + (
-            "lower(email) = lower($1)" if by_address else "id = $1"), member.strip())
-        if member_id is None:
-            raise NotFound("no member has that address" if by_address else f"member {member} does not exist")
+        member_id = (await _member_row(conn, member))["id"]
         tracing.annotate(member_id=member_id)
         newsletter_id = None
         if newsletter is not None:
