@@ -12,6 +12,10 @@ from typing import Any
 from temporalio import activity
 
 
+# A first beat this late still comes well inside the shortest heartbeat timeout (10 s).
+FIRST_HEARTBEAT_SECONDS = 2.0
+
+
 @asynccontextmanager
 async def heartbeating(every: float = 2.0, *, first_after: float = 0.0):
     """Heartbeat while a long statement runs, so a dead worker is noticed by the heartbeat timeout.

@@ -200,7 +200,35 @@ async def creation_times(client, workflow_id: str, run_id: str) -> tuple[float, 
     return (created or started) - started, (first_send or started) - started, chunks, inside
 
 
+def preload_statement_statistics() -> None:
+    """Start the bench's PostgreSQL with pg_stat_statements loaded (--statements)."""
+    from devstack import servers as devstack_servers
+
+    spawn = devstack_servers._spawn
+
+    def with_statements(args, log, **kwargs):
+        if Path(args[0]).name == "postgres":
+            args = [*args, "-c", "shared_preload_libraries=pg_stat_statements", "-c", "pg_stat_statements.track=all"]
+        return spawn(args, log, **kwargs)
+
+    devstack_servers._spawn = with_statements
+
+
+async def print_statements(pool, limit: int = 12) -> None:
+    """The pipeline's statements by total execution time (pg_stat_statements, reset at its start)."""
+    rows = await pool.fetch(
+        "SELECT calls, rows, total_exec_time, total_plan_time, regexp_replace(query, '\\s+', ' ', 'g') AS query "
+        "FROM pg_stat_statements ORDER BY total_exec_time + total_plan_time DESC LIMIT $1", limit)
+    total = await pool.fetchval("SELECT sum(total_exec_time + total_plan_time) FROM pg_stat_statements")
+    print(f"  the pipeline's statements (pg_stat_statements): {total / 1000:.2f} s executing and planning; the first {limit}:")
+    for row in rows:
+        print(f"    {row['calls']:6d} calls {row['rows']:8d} rows {row['total_exec_time'] / 1000:6.2f} s "
+              f"(+{row['total_plan_time'] / 1000:.2f} s planning)  {row['query'][:110]}")
+
+
 async def main(args: argparse.Namespace) -> None:
+    if args.statements:
+        preload_statement_statistics()
     async with bench_servers(simulator=True) as servers:
         base_url, env = servers.simulator_url, servers.env
         httpx.post(f"{base_url}/_sim/faults", json={"latency_ms": args.latency_ms})
@@ -208,6 +236,8 @@ async def main(args: argparse.Namespace) -> None:
                                  mailgun_domain=DOMAIN, send_concurrency=args.concurrency, task_queue="bench",
                                  members_link_secret="bench-link-secret")
         pool = await database.connect(servers.database_url, max_size=4)
+        if args.statements:
+            await pool.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
         await pool.execute(SEED.format(members=args.members, tag="b"))
 
         copy_seconds = await raw_copy(pool, args.members)
@@ -221,12 +251,19 @@ async def main(args: argparse.Namespace) -> None:
         # The honest baseline, before the pipeline and again after it (the machine is shared).
         baseline = [await raw_send(pool, base_url, args.members, args.concurrency, "raw-before")]
         async with running_worker(env.client, settings):
+            if args.statements:
+                await pool.execute("SELECT pg_stat_statements_reset()")
             before = cpu_seconds_by_family()
+            own_before = resource.getrusage(resource.RUSAGE_SELF)
             started = time.perf_counter()
             start = await start_newsletter("e1", client=env.client, settings=settings)
             outcome = await follow_newsletter(start.workflow_id, client=env.client, poll_seconds=0.2)
             pipeline = time.perf_counter() - started
             pipeline_cpu = cpu_seconds_by_family() - before
+            own = resource.getrusage(resource.RUSAGE_SELF)
+            worker_cpu = own.ru_utime + own.ru_stime - own_before.ru_utime - own_before.ru_stime
+            if args.statements:
+                await print_statements(pool)
             created, first_send, chunks, inside = await creation_times(env.client, start.workflow_id, start.run_id)
         baseline.append(await raw_send(pool, base_url, args.members, args.concurrency, "raw-after"))
         stats = httpx.get(f"{base_url}/_sim/stats").json()
@@ -244,7 +281,7 @@ async def main(args: argparse.Namespace) -> None:
     print(f"    creation: {chunks} activities, {inside:.2f} s inside them, {created - inside:.2f} s before and "
           "between them")
     print(f"    CPU: PostgreSQL {pipeline_cpu['postgres']:.2f} s, Temporal server {pipeline_cpu['temporal']:.2f} s, "
-          f"worker and simulator {pipeline_cpu['python']:.2f} s")
+          f"worker and simulator {pipeline_cpu['python']:.2f} s (the worker's process {worker_cpu:.2f} s)")
     for when, (seconds, written, first_post, cpu) in zip(("before", "after"), baseline):
         print(f"  raw send ({when}): COPY into email_recipients + posts, overlapped  {seconds:7.2f} s  "
               f"{n / seconds:>10,.0f} recipients/s")
@@ -277,5 +314,7 @@ if __name__ == "__main__":
     parser.add_argument("--members", type=int, default=100_000)
     parser.add_argument("--latency-ms", type=float, default=200)
     parser.add_argument("--concurrency", type=int, default=10)
+    parser.add_argument("--statements", action="store_true",
+                        help="load pg_stat_statements and print the pipeline's costliest statements")
     tune_garbage_collection()  # as the worker process does
     asyncio.run(main(parser.parse_args()))

@@ -27,6 +27,7 @@ from collections.abc import Hashable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 from functools import cached_property
+from urllib.parse import quote_plus, urlencode
 
 from selectolax.lexbor import LexborHTMLParser, LexborNode
 
@@ -123,34 +124,54 @@ class Rendered:
 def member_key(secret: str, member_uuid: str) -> str:
     """The key of a member's links as the reference platform makes it: lowercase hex HMAC-SHA256 of
     the member's uuid (text), keyed with the members secret's UTF-8 bytes."""
-    return hmac.new(secret.encode(), member_uuid.encode(), hashlib.sha256).hexdigest()
+    return hmac.digest(secret.encode(), member_uuid.encode(), "sha256").hex()
+
+
+def _link_tail(newsletter_uuid: str | None, email_id: str | None) -> str:
+    """What follows an unsubscribe link's key: the same for every member of one email."""
+    query = {}
+    if newsletter_uuid:
+        query["newsletter"] = newsletter_uuid
+    if email_id:
+        query["email"] = email_id
+    return f"&{urlencode(query)}" if query else ""
 
 
 def unsubscribe_url(site_url: str, member_uuid: str, secret: str, *, newsletter_uuid: str | None = None,
                     email_id: str | None = None) -> str:
     """`{site}/unsubscribe/?uuid=…&key=…&newsletter=…`, the reference platform's link (a site holding
     the same secret answers it); `email` names the email it came from, which such a site ignores."""
-    from urllib.parse import urlencode
+    return (f"{site_url.rstrip('/')}/unsubscribe/?uuid={quote_plus(member_uuid)}&key={member_key(secret, member_uuid)}"
+            f"{_link_tail(newsletter_uuid, email_id)}")
 
-    query = {"uuid": member_uuid, "key": member_key(secret, member_uuid)}
-    if newsletter_uuid:
-        query["newsletter"] = newsletter_uuid
-    if email_id:
-        query["email"] = email_id
-    return f"{site_url.rstrip('/')}/unsubscribe/?{urlencode(query)}"
+
+class MemberValues:
+    """`member_values` for the members of one email: what they share (the site, the key's secret, the
+    link's tail) prepared once, and each member's link key computed once (a send does this for every
+    recipient, so it is most of a batch's own work)."""
+
+    def __init__(self, *, site_url: str, link_secret: str, newsletter_uuid: str | None = None,
+                 email_id: str | None = None) -> None:
+        self._site = site_url.rstrip("/")
+        self._secret = link_secret.encode()
+        self._tail = _link_tail(newsletter_uuid, email_id)
+        self._manage = f"{self._site}/#/portal/account"
+
+    def __call__(self, *, name: str | None, email: str, uuid: str, status: str) -> dict[str, str]:
+        name = " ".join((name or "").split())  # a line break in a stored name must not reach a header
+        key = hmac.digest(self._secret, uuid.encode(), "sha256").hex()
+        return {"first_name": name.split()[0] if name else "", "name": name, "email": email, "uuid": uuid,
+                "key": key, "status": status,
+                "unsubscribe_url": f"{self._site}/unsubscribe/?uuid={quote_plus(uuid)}&key={key}{self._tail}",
+                "manage_account_url": self._manage}
 
 
 def member_values(*, name: str | None, email: str, uuid: str, status: str, site_url: str, link_secret: str,
                   newsletter_uuid: str | None = None, email_id: str | None = None) -> dict[str, str]:
     """What each replacement stands for, for one member. Without `newsletter_uuid` the link leaves
     every newsletter; `email_id` (an email of the emails table) lets its report count who left."""
-    site = site_url.rstrip("/")
-    name = " ".join((name or "").split())  # a line break in a stored name must not reach a header
-    return {"first_name": name.split()[0] if name else "", "name": name, "email": email, "uuid": uuid,
-            "key": member_key(link_secret, uuid), "status": status,
-            "unsubscribe_url": unsubscribe_url(site, uuid, link_secret, newsletter_uuid=newsletter_uuid,
-                                               email_id=email_id),
-            "manage_account_url": f"{site}/#/portal/account"}
+    return MemberValues(site_url=site_url, link_secret=link_secret, newsletter_uuid=newsletter_uuid,
+                        email_id=email_id)(name=name, email=email, uuid=uuid, status=status)
 
 
 # --- headers: what goes into Subject, From and Reply-To ---------------------------------------------

@@ -10,7 +10,7 @@ from __future__ import annotations
 from temporalio import activity
 
 from activities.errors import non_retryable
-from activities.heartbeat import heartbeating
+from activities.heartbeat import FIRST_HEARTBEAT_SECONDS, heartbeating
 from activities.newsletter.audience import AUDIENCE_BY_SEGMENT, NOT_SKIPPED, RECIPIENTS, SEGMENT, Audience, audience
 from activities.newsletter.chunks import RANK_KEY, WRITE_CHUNK, creation_groups, creation_segments, falls_back
 from activities.newsletter.content import load_for_sending
@@ -36,7 +36,6 @@ RECORD_EMAIL_COUNT = """
 """
 
 
-FIRST_HEARTBEAT_SECONDS = 2.0
 CHUNK_BATCHES = 10  # batches per chunk of a chunked creation: the first go out while the next are written
 SEGMENT_NAMES = {FREE: "free", NOT_FREE: "paid", FREE_OF_TIER: "free-tiers",  # in batch ids; an unsegmented
                  NOT_FREE_OF_TIER: "paid-tiers"}  # email's batches say "all"
