@@ -268,7 +268,7 @@ async def main(args: argparse.Namespace) -> None:
                 await print_statements(pool)
             created, first_send, chunks, inside = await creation_times(env.client, start.workflow_id, start.run_id)
         baseline.append(await raw_send(pool, base_url, args.members, args.concurrency, "raw-after"))
-        stats = httpx.get(f"{base_url}/_sim/stats").json()
+        stats = httpx.get(f"{base_url}/_sim/stats", timeout=300).json()  # a million recipients take it a while
         heap_mb, indexes_mb = await pool.fetchrow(
             "SELECT pg_relation_size('email_recipients') / 1048576.0, pg_indexes_size('email_recipients') / 1048576.0")
         await pool.close()
