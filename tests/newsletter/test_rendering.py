@@ -298,3 +298,26 @@ def test_authors_key_replacement_is_the_members_link_key():
     post = content("public", '<p><a href="https://site.test/unsubscribe/?uuid=%%{uuid}%%&amp;key=%%{key}%%">out</a></p>')
     _, body, _ = render(post, None).personalise(NAMED)
     assert f'href="https://site.test/unsubscribe/?uuid=u-ann&amp;key={ANN_KEY}"' in body
+
+
+def test_a_batchs_values_are_each_members_own_and_the_reference_link():
+    """A send prepares what its members share once (MemberValues) and reuses it for every member: each
+    member still gets their own values, equal to `member_values`, and the reference platform's link."""
+    from urllib.parse import urlencode
+
+    from pressroom.email_rendering import MemberValues
+
+    members = [("Ann <Lee>", "ann@example.com", "u-ann", "paid"), (None, "x@example.com", "u-x", "free"),
+               ("  Zoë \n Ünal ", "z@example.com", "0190a8e2-7c1d-7000-8000-000000000001", "comped")]
+    for site, newsletter, email_id in (("https://site.test/", "n-1", "e1"), ("https://site.test", None, "e 1&x"),
+                                       ("https://site.test", "", None)):
+        batch = MemberValues(site_url=site, link_secret=LINK_SECRET, newsletter_uuid=newsletter, email_id=email_id)
+        for name, email, uuid, status in members:
+            values = batch(name=name, email=email, uuid=uuid, status=status)
+            assert values == member_values(name=name, email=email, uuid=uuid, status=status, site_url=site,
+                                           link_secret=LINK_SECRET, newsletter_uuid=newsletter, email_id=email_id)
+            key = hmac.new(LINK_SECRET.encode("utf-8"), uuid.encode(), hashlib.sha256).hexdigest()
+            query = {"uuid": uuid, "key": key, **({"newsletter": newsletter} if newsletter else {}),
+                     **({"email": email_id} if email_id else {})}
+            assert values["key"] == key
+            assert values["unsubscribe_url"] == f"https://site.test/unsubscribe/?{urlencode(query)}"
