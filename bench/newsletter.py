@@ -220,7 +220,8 @@ async def print_statements(pool, limit: int = 12) -> None:
         "SELECT calls, rows, total_exec_time, total_plan_time, regexp_replace(query, '\\s+', ' ', 'g') AS query "
         "FROM pg_stat_statements ORDER BY total_exec_time + total_plan_time DESC LIMIT $1", limit)
     total = await pool.fetchval("SELECT sum(total_exec_time + total_plan_time) FROM pg_stat_statements")
-    print(f"  the pipeline's statements (pg_stat_statements): {total / 1000:.2f} s executing and planning; the first {limit}:")
+    print(f"  the pipeline's statements (pg_stat_statements): {total / 1000:.2f} s executing and planning; "
+          f"the first {limit}:")
     for row in rows:
         print(f"    {row['calls']:6d} calls {row['rows']:8d} rows {row['total_exec_time'] / 1000:6.2f} s "
               f"(+{row['total_plan_time'] / 1000:.2f} s planning)  {row['query'][:110]}")

@@ -18,7 +18,6 @@ twin. Authors may write Mailgun's `%recipient.NAME%` too (posts written for Ghos
 
 from __future__ import annotations
 
-import hashlib
 import hmac
 import html as html_lib
 import re

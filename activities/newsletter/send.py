@@ -101,8 +101,7 @@ class BatchSendActivities:
         uncertain is first looked up in the provider's events; while it may still appear there,
         nothing is sent and the workflow is told when to look again.
         """
-        # A send is usually answered within the first wait: it then costs the engine no heartbeat
-        # request (a beat per batch was a tenth of the Temporal server's work in a send).
+        # A send is usually answered within the first wait: it then costs the server no heartbeat request.
         async with heartbeating(first_after=FIRST_HEARTBEAT_SECONDS):
             return await self._send_batch(input)
 
