@@ -80,9 +80,14 @@ async def add_member(email: str, name: str | None = None, *, status: str = "free
             # Every new member is welcomed, with the automated email for their status, when the
             # setting is on (the handler reads it again when it sends).
             if settings.welcome_emails:
-                key = await enqueue(conn, "MemberCreatedEvent", {"member_id": member_id},
-                                    idempotency_key=f"member-created-{member_id}")
+                key = await enqueue(conn, "MemberCreatedEvent", *member_created(member_id))
     return MemberAdded(member_id, key)
+
+
+def member_created(member_id: str) -> tuple[dict, str]:
+    """A new member's MemberCreatedEvent, (payload, idempotency key), as `members add` and `members
+    import --welcome` enqueue it: the same member is welcomed once, whichever added them."""
+    return {"member_id": member_id}, f"member-created-{member_id}"
 
 
 # A member's last emails and what became of each: sent (its batch), delivered, opened, failed (the
