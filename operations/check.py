@@ -36,7 +36,8 @@ async def check_postgres(settings: Settings) -> CheckResult:
     where = database.describe_url(url)
     if applied != latest:
         return CheckResult("PostgreSQL", False, f"{where}: the schema is not up to date "
-                                                f"(at {applied or 'nothing'}, latest {latest}); run `pressroom migrate`")
+                                                f"(at {applied or 'nothing'}, latest {latest}); "
+                                                "run `pressroom migrate`")
     return CheckResult("PostgreSQL", True, f"{where}, schema {latest}")
 
 

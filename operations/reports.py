@@ -88,7 +88,8 @@ SELECT m.id AS member_id, m.email, m.name, m.status, {LEFT_OUT_REASON} AS reason
   AND ($6::timestamptz IS NULL OR (m.created_at, m.id) < ($6, $7::text))
 ORDER BY m.created_at DESC, m.id DESC LIMIT $8"""
 
-_OPENS_RANGE = "SELECT min(opened_at), max(opened_at) FROM email_recipients WHERE email_id = $1 AND opened_at IS NOT NULL"
+_OPENS_RANGE = ("SELECT min(opened_at), max(opened_at) FROM email_recipients "
+                "WHERE email_id = $1 AND opened_at IS NOT NULL")
 _OPENS = """
 SELECT date_bin($2::interval, opened_at, $3) AS at, count(*) AS n
 FROM email_recipients WHERE email_id = $1 AND opened_at IS NOT NULL GROUP BY 1 ORDER BY 1"""
@@ -113,7 +114,8 @@ def _rate(part: int, whole: int) -> float | None:
 async def _email(conn, email_id: str):
     entity_id(email_id, "email")
     email = await conn.fetchrow(
-        "SELECT e.id, e.subject, e.status, e.error, e.post_id, e.newsletter_id, n.slug AS newsletter, e.recipient_filter, "
+        "SELECT e.id, e.subject, e.status, e.error, e.post_id, e.newsletter_id, n.slug AS newsletter, "
+        "e.recipient_filter, "
         "e.created_at, e.submitted_at, e.left_out, e.first_opened_at, e.last_opened_at, e.cancelled_by, e.cancelled_at "
         "FROM emails e LEFT JOIN newsletters n ON n.id = e.newsletter_id WHERE e.id = $1", email_id)
     if email is None:

@@ -172,7 +172,8 @@ def moment(text: str, option: str, *, latest: datetime | None = None, latest_wor
     if utc >= LATEST:
         raise BadInput(f"{option} {shown!r} is after 2099")
     if latest is not None and utc > latest:
-        raise BadInput(f"{option} {shown!r} is {latest_words or 'too late'} (after {latest.isoformat(timespec='seconds')})")
+        raise BadInput(f"{option} {shown!r} is {latest_words or 'too late'} "
+                       f"(after {latest.isoformat(timespec='seconds')})")
     return value
 
 

@@ -106,7 +106,8 @@ class BatchCreationActivities:
                                $4 || '-' || {SEGMENT_NAME_SQL}
                                   || CASE WHEN fallback THEN '-fallback' ELSE '' END
                                   || '-' || lpad(((row_number() OVER (PARTITION BY segment, fallback ORDER BY id) - 1)
-                                                  / CASE WHEN fallback THEN $8::int ELSE $6::int END)::text, 5, '0') AS batch_id
+                                                  / CASE WHEN fallback THEN $8::int ELSE $6::int END)::text, 5, '0')
+                                  AS batch_id
                         FROM ranked),
                     batches AS (
                         INSERT INTO email_batches (id, email_id, member_segment, fallback_sending_domain)
