@@ -72,6 +72,9 @@ class ProviderError(Exception):
 
     retryable: ClassVar[bool] = False
     accepted_unless_told: ClassVar[bool] = False  # `may_have_been_accepted` when the raiser does not say
+    # Set when the provider answered each recipient and took none (SES): what it said of each, so
+    # that a sender resending recipients refused for the moment (a requeued batch) can count them.
+    answered: SendResult | None = None
 
     def __init__(self, message: str, details: ErrorDetails | None = None, **fields: Any) -> None:
         super().__init__(message)
@@ -213,12 +216,14 @@ class SendResult:
     maps each accepted recipient to the provider's id of their copy (Mailgun: the batch's id for
     all); `refused` maps a recipient the provider turned away on its own to a one-line reason
     without their address (SES answers each destination apart), `refused_temporarily` names those
-    of them refused for the moment (throttling, a transient failure) rather than for good."""
+    of them refused for the moment (throttling, a transient failure) rather than for good: a sender
+    sends them again, after `retry_after` seconds."""
 
     provider_id: str
     accepted: Mapping[str, str]
     refused: Mapping[str, str] = field(default_factory=dict)
     refused_temporarily: frozenset[str] = frozenset()
+    retry_after: float | None = None
 
     @classmethod
     def whole(cls, provider_id: str, recipients: Sequence[str]) -> SendResult:

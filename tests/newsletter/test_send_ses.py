@@ -129,3 +129,74 @@ async def test_the_accounts_sending_quota_sets_the_daily_cap_and_the_rate(db, se
     days = await db.fetch("SELECT date_trunc('day', reserved_at) AS day, sum(recipients) AS n "
                           "FROM sending_quota_reservations WHERE domain = $1 GROUP BY 1 ORDER BY 1", domain)
     assert [row["n"] for row in days] == [120, 80] and days[1]["day"] - days[0]["day"] == timedelta(days=1)
+
+
+async def test_destinations_ses_throttles_in_an_accepted_call_are_sent_again_once_in_a_new_batch(
+        db, ses, time_skipping_env, caplog):
+    seeded = await seed_email(db, members=120)
+    ses.simulator.set_faults(throttled_destinations=30)  # every other destination of a call, 30 in all
+    async with running_worker(time_skipping_env.client, ses.settings):
+        outcome = await run_send(time_skipping_env.client, ses.settings, seeded.email_id)
+
+    assert ses.simulator.faults.throttled_destinations == 0 and ses.simulator.requests["refused_for_now"] == 30
+    members = {r["email"] for r in await db.fetch(
+        "SELECT m.email FROM members m JOIN members_newsletters mn ON mn.member_id = m.id "
+        "WHERE mn.newsletter_id = $1", seeded.newsletter_id)}
+    counts = Counter(copy.address for copy in ses.simulator.delivered)
+    assert set(counts) == members and set(counts.values()) == {1}
+    batches = await db.fetch("SELECT id, status, requeued_from, requeue_generation, hold_seconds, "
+                             "(SELECT count(*) FROM email_recipients r WHERE r.batch_id = b.id) AS n "
+                             "FROM email_batches b WHERE email_id = $1 ORDER BY id", seeded.email_id)
+    requeued = [b for b in batches if b["requeued_from"]]
+    assert requeued and all(b["requeue_generation"] == 1 and b["id"] == f"{b['requeued_from']}.r1"
+                            and b["hold_seconds"] is None for b in requeued)
+    assert sum(b["n"] for b in requeued) == 30 and sum(b["n"] for b in batches) == 120
+    assert outcome.status == "submitted" and outcome.counts.batches_total == len(batches) == 3 + len(requeued)
+    assert outcome.counts.batches_submitted == len(batches) and outcome.counts.recipients_submitted == 120
+    assert not await db.fetchval("SELECT count(*) FROM email_recipient_failures WHERE email_id = $1",
+                                 seeded.email_id)
+    assert "to be sent again in a new batch" in caplog.text
+
+
+async def test_a_destination_ses_always_refuses_for_the_moment_ends_as_a_recorded_failure_after_the_cap(
+        db, ses, time_skipping_env, caplog):
+    from activities.newsletter.send import REQUEUE_LIMIT
+    from operations.reports import newsletter_report
+
+    seeded = await seed_email(db, members=60)
+    members = [r["email"] for r in await db.fetch(
+        "SELECT m.email FROM members m JOIN members_newsletters mn ON mn.member_id = m.id "
+        "WHERE mn.newsletter_id = $1 ORDER BY m.email", seeded.newsletter_id)]
+    always = members[7]
+    ses.simulator.refused_for_now = {always.casefold()}
+    async with running_worker(time_skipping_env.client, ses.settings):
+        outcome = await run_send(time_skipping_env.client, ses.settings, seeded.email_id)
+
+    # Its first call and one per generation after it, then no more.
+    assert ses.simulator.requests["refused_for_now"] == 1 + REQUEUE_LIMIT
+    assert Counter(copy.address for copy in ses.simulator.delivered) == Counter(set(members) - {always})
+    assert outcome.status == "submitted"
+    generations = await db.fetch("SELECT requeue_generation FROM email_batches WHERE email_id = $1 "
+                                 "AND requeued_from IS NOT NULL ORDER BY requeue_generation", seeded.email_id)
+    assert [g["requeue_generation"] for g in generations] == list(range(1, REQUEUE_LIMIT + 1))
+    failures = await db.fetch(
+        "SELECT er.member_email, f.message, f.severity FROM email_recipient_failures f "
+        "JOIN email_recipients er ON er.id = f.email_recipient_id WHERE f.email_id = $1", seeded.email_id)
+    assert [tuple(f) for f in failures] == [
+        (always, f"SES answered TRANSIENT_FAILURE; sent again {REQUEUE_LIMIT} times", "temporary")]
+    report = await newsletter_report(seeded.email_id, settings=ses.settings)
+    assert (report["failed"], report["failed_temporary"], report["failed_permanent"]) == (1, 1, 0)
+    assert always.casefold() not in caplog.text.casefold()
+
+
+def test_a_batch_whose_recipients_were_requeued_grows_the_runs_total(monkeypatch):
+    from activities.newsletter.models import BatchSent
+    from workflows.newsletter import SendNewsletterWorkflow
+    from workflows.newsletter_models import NewsletterProgress
+
+    run = SendNewsletterWorkflow()
+    run._progress = NewsletterProgress(email_id="e1", batches_total=3, recipients_total=120)
+    monkeypatch.setattr(run, "_show", lambda **_: None)  # the Web UI's line needs a running workflow
+    run._batch_sent(BatchSent(batch_id="b1", recipients=25, provider_id="p1", reconciled=False, requeued=1))
+    run._batch_sent(BatchSent(batch_id="b1.r1", recipients=25, provider_id="p2", reconciled=False))
+    assert (run._progress.batches_total, run._progress.batches_sent, run._progress.recipients_sent) == (4, 2, 50)

@@ -217,20 +217,25 @@ class SesClient:
                 refused[address] = f"SES answered {status}"
                 if status in _THROTTLED | _TRANSIENT:
                     temporarily.add(address)
+        daily = "ACCOUNT_DAILY_QUOTA_EXCEEDED" in statuses
+        # Resent no sooner than SES's window allows: the rolling day's quota frees over an hour or so.
+        wait = DAILY_QUOTA_WAIT if daily else 1.0
+        answered = SendResult(provider_id=next(iter(accepted.values()), ""), accepted=accepted, refused=refused,
+                              refused_temporarily=frozenset(temporarily), retry_after=wait if temporarily else None)
         if accepted:
-            return SendResult(provider_id=next(iter(accepted.values())), accepted=accepted, refused=refused,
-                              refused_temporarily=frozenset(temporarily))
+            return answered
         # Nothing accepted: the account's state speaks for the whole call.
         if statuses <= _THROTTLED:
-            daily = "ACCOUNT_DAILY_QUOTA_EXCEEDED" in statuses
-            raise ProviderRateLimited(
+            error: ProviderError = ProviderRateLimited(
                 f"SES refused the {what}: {'the daily sending quota is used up' if daily else 'sending too fast'}",
-                retry_after=DAILY_QUOTA_WAIT if daily else 1.0)
-        if statuses <= _TRANSIENT:
-            raise ProviderUnavailable(
-                f"SES failed every destination of the {what} ({', '.join(sorted(statuses))})",
-                may_have_been_accepted=False)
-        raise ProviderRejected(f"SES refused every destination of the {what} ({', '.join(sorted(statuses))})")
+                retry_after=wait)
+        elif statuses <= _THROTTLED | _TRANSIENT:
+            error = ProviderUnavailable(f"SES failed every destination of the {what} ({', '.join(sorted(statuses))})",
+                                        may_have_been_accepted=False)
+        else:
+            error = ProviderRejected(f"SES refused every destination of the {what} ({', '.join(sorted(statuses))})")
+        error.answered = answered
+        raise error
 
     # --- confirming, events ---
 
