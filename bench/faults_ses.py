@@ -58,12 +58,14 @@ class SesMatrix:
         self.rows = 0
 
     def settings(self, queue: str):
-        return load_settings(database_url=self.servers.database_url, email_provider="ses", task_queue=queue)
+        return load_settings(database_url=self.servers.database_url, email_provider="ses", task_queue=queue,
+                             members_link_secret="bench-link-secret")
 
     def worker(self, queue: str, **extra: str) -> subprocess.Popen:
         env = {**os.environ, **self.environment, "DATABASE_URL": self.servers.database_url,
                "TEMPORAL_ADDRESS": self.servers.env.client.service_client.config.target_host,
                "PRESSROOM_TASK_QUEUE": queue, "PRESSROOM_EMAIL_PROVIDER": "ses", "PRESSROOM_SEND_CONCURRENCY": "4",
+               "PRESSROOM_MEMBERS_LINK_SECRET": "bench-link-secret",
                "PRESSROOM_MAILGUN_RETRY_SECONDS": "1",
                "PRESSROOM_SEND_CONFIRM_WINDOW_SECONDS": str(CONFIRM_WINDOW_SECONDS),
                "PRESSROOM_SEND_CONFIRM_POLL_SECONDS": "5", **extra}
