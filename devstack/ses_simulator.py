@@ -197,6 +197,11 @@ class SesSimulator:
     def suppress(self, address: str, reason: str = "BOUNCE") -> None:
         self.suppressed[address.casefold()] = reason
 
+    def sent_last_24_hours(self) -> int:
+        """What GetAccount reports: the copies accepted in the rolling day, by the stand-in's clock."""
+        since = self.now() - 86_400
+        return sum(1 for copy in self.delivered if copy.accepted_at > since)
+
     def received(self, address: str) -> tuple[str, str, str]:
         copy = next(d for d in self.delivered if d.address == address)
         return copy.subject, copy.html, copy.text
@@ -413,7 +418,7 @@ class SesSimulator:
             return refused
         return web.json_response({"SendQuota": {"Max24HourSend": self.max_24_hour_send,
                                                 "MaxSendRate": self.max_send_rate,
-                                                "SentLast24Hours": len(self.delivered)},
+                                                "SentLast24Hours": self.sent_last_24_hours()},
                                   "SendingEnabled": True, "ProductionAccessEnabled": True})
 
     async def _suppression(self, request: web.Request) -> web.Response:

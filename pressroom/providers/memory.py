@@ -210,7 +210,7 @@ class MemoryProvider:
                 return sent.provider_id
         return None
 
-    async def account_quota(self) -> AccountQuota:
+    async def account_quota(self, at: datetime | None = None) -> AccountQuota:
         """None stated."""
         return AccountQuota()
 

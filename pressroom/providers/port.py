@@ -188,10 +188,22 @@ class ProviderLimits:
 @dataclass(frozen=True)
 class AccountQuota:
     """What the account may send, as the provider states it (SES's sending quota); None: nothing
-    stated. Send caps take the smaller of this and PRESSROOM_HOURLY/DAILY_SEND_LIMIT."""
+    stated. Send caps take the smaller of this and PRESSROOM_HOURLY/DAILY_SEND_LIMIT.
+
+    With `sent_last_24_hours` (SES's SentLast24Hours, what the whole account sent in the rolling
+    day, as the provider counts it), the day's cap is the room the provider says is left,
+    `per_day - sent_last_24_hours`, for the account, not a UTC day's count of Pressroom's own sends."""
 
     per_day: int | None = None  # messages a day (SES: in any 24 hours)
     rate_per_second: float | None = None  # messages a second
+    sent_last_24_hours: int | None = None
+
+    @property
+    def room_today(self) -> int | None:
+        """Messages the account may still send in the rolling day; None: not stated."""
+        if self.per_day is None or self.sent_last_24_hours is None:
+            return None
+        return max(0, self.per_day - self.sent_last_24_hours)
 
     @property
     def per_hour(self) -> int | None:
@@ -297,9 +309,11 @@ class EmailProvider(Protocol):
         fields count: every item of `mark`, or our `message_id`. A provider that `confirms_by`
         received events answers from `received` (see `ReceivedEvents`), never from a query."""
 
-    async def account_quota(self) -> AccountQuota:
+    async def account_quota(self, at: datetime | None = None) -> AccountQuota:
         """The account's sending quota as the provider states it (SES's GetAccount), or an empty
-        one: a provider without one, or whose answer cannot be read now (the configured caps hold)."""
+        one: a provider without one, or whose answer cannot be read now (the configured caps hold).
+        `at`: the caller's clock when it is a workflow's; a reading kept for reuse is read again once
+        it is stale by either clock."""
 
     async def read_events(self, page: str | None, query: EventQuery) -> EventsPage:
         """The first page of `query`, or the page a token names (a retry resumes there)."""

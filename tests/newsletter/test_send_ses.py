@@ -82,7 +82,7 @@ async def test_destinations_ses_refuses_in_an_accepted_call_are_recorded_as_thos
     assert "recorded as their failures" in logged and not any(a.casefold() in logged for a in refused)
 
 
-async def test_the_accounts_sending_quota_sets_the_daily_cap_and_the_rate(db, ses, time_skipping_env):
+async def test_the_accounts_sending_quota_caps_a_rolling_day_from_what_ses_says_was_sent(db, ses, time_skipping_env):
     import asyncio
     from datetime import timedelta
 
@@ -97,6 +97,7 @@ async def test_the_accounts_sending_quota_sets_the_daily_cap_and_the_rate(db, se
     domain = ses.simulator.domain
     shown = {row["domain"]: row for row in await sending_limits(ses.settings)}[domain]
     assert (shown["daily_limit"], shown["hourly_limit"]) == (120, 7200)  # MaxSendRate 2 a second: 7,200 an hour
+    assert (shown["account_daily_limit"], shown["account_sent_last_24_hours"]) == (120, 0)
     # A configured cap below the quota wins; -1 (SES's "unlimited") states nothing.
     assert send_caps(ses.settings.model_copy(update={"daily_send_limit": {"*": 100}}), domain,
                      AccountQuota(per_day=120, rate_per_second=2.0)) == {"hour": 7200, "day": 100}
@@ -107,28 +108,45 @@ async def test_the_accounts_sending_quota_sets_the_daily_cap_and_the_rate(db, se
     finally:
         await fresh.aclose()
     ses.simulator.max_24_hour_send = 120.0
+    # Sends of the account's other senders, 20 of them an hour ago: SES counts them, so do we.
+    assert not ses.simulator.delivered
+    ses.simulator.advance(-3600)
+    earlier = await seed_email(db, members=20)
+    async with running_worker(time_skipping_env.client, ses.settings):
+        await run_send(time_skipping_env.client, ses.settings, earlier.email_id)
+    ses.simulator.advance(3600)
+    assert ses.simulator.sent_last_24_hours() == 20
+    await db.execute("DELETE FROM sending_quota_reservations")  # as if another system had sent them
 
     seeded = await seed_email(db, members=200)
     client = time_skipping_env.client
-    async with running_worker(client, ses.settings):
+    # One batch at a time: what was admitted is sent and recorded before the next admission reads the quota.
+    settings = ses.settings.model_copy(update={"send_concurrency": 1})
+    async with running_worker(client, settings):
         handle = await client.start_workflow(
             SendNewsletterWorkflow.run, SendNewsletterInput(email_id=seeded.email_id),
-            id=newsletter_workflow_id(seeded.email_id), task_queue=ses.settings.task_queue)
+            id=newsletter_workflow_id(seeded.email_id), task_queue=settings.task_queue)
         # Time stands still until the result is awaited: the email waits at the account's quota.
         for _ in range(600):
             progress = await handle.query(SendNewsletterWorkflow.progress)
             if progress.message.startswith("waiting for"):
                 break
             await asyncio.sleep(0.1)
-        assert progress.message.startswith(f"waiting for the daily limit of {domain} (120 messages)"), progress
-        assert len(ses.simulator.delivered) == 120
+        assert progress.message.startswith("waiting for Amazon SES's 24-hour sending quota (120 messages, "
+                                           "120 sent in the last 24 hours)"), progress
+        mine = [c for c in ses.simulator.delivered if c.tags.get("email-id") == seeded.email_id]
+        assert len(mine) == 100 and ses.simulator.sent_last_24_hours() == 120
+        ses.simulator.advance(86_400)  # a day on, for SES as for the workflow's timers
         outcome = await handle.result()
 
-    assert outcome.status == "submitted" and len({c.address for c in ses.simulator.delivered}) == 200
-    assert len(ses.simulator.delivered) == 200
-    days = await db.fetch("SELECT date_trunc('day', reserved_at) AS day, sum(recipients) AS n "
-                          "FROM sending_quota_reservations WHERE domain = $1 GROUP BY 1 ORDER BY 1", domain)
-    assert [row["n"] for row in days] == [120, 80] and days[1]["day"] - days[0]["day"] == timedelta(days=1)
+    mine = [c for c in ses.simulator.delivered if c.tags.get("email-id") == seeded.email_id]
+    assert outcome.status == "submitted" and len(mine) == len({c.address for c in mine}) == 200
+    reserved = await db.fetch("SELECT reserved_at, sum(recipients) AS n FROM sending_quota_reservations "
+                              "WHERE domain = $1 GROUP BY 1 ORDER BY 1", domain)
+    first, later = reserved[0]["reserved_at"], [r for r in reserved if r["reserved_at"] > reserved[0]["reserved_at"]
+                                                + timedelta(minutes=30)]
+    assert sum(r["n"] for r in reserved if r not in later) == 100 and sum(r["n"] for r in later) == 100
+    assert later[0]["reserved_at"] - first >= timedelta(minutes=59)  # looked again within the hour
 
 
 async def test_destinations_ses_throttles_in_an_accepted_call_are_sent_again_once_in_a_new_batch(

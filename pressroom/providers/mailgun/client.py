@@ -325,7 +325,7 @@ class MailgunClient:
             self._check_same_origin(next_url)
         return items, next_url or None
 
-    async def account_quota(self) -> AccountQuota:
+    async def account_quota(self, at: datetime | None = None) -> AccountQuota:
         """Mailgun states none: its plan's caps are configured (PRESSROOM_HOURLY/DAILY_SEND_LIMIT)."""
         return AccountQuota()
 
