@@ -210,6 +210,10 @@ class MemoryProvider:
                 return sent.provider_id
         return None
 
+    async def check_account(self) -> str:
+        self._reachable()
+        return f"in memory, scope {self.scope}"
+
     async def account_quota(self, at: datetime | None = None) -> AccountQuota:
         """None stated."""
         return AccountQuota()

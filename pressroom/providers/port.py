@@ -315,6 +315,10 @@ class EmailProvider(Protocol):
         `at`: the caller's clock when it is a workflow's; a reading kept for reuse is read again once
         it is stale by either clock."""
 
+    async def check_account(self) -> str:
+        """One call that proves the account answers with these credentials now; a line saying what it
+        is and what it states (`pressroom check` prints it), or a ProviderError."""
+
     async def read_events(self, page: str | None, query: EventQuery) -> EventsPage:
         """The first page of `query`, or the page a token names (a retry resumes there)."""
 

@@ -311,6 +311,23 @@ async def test_an_unreachable_provider_accepted_nothing_and_its_events_cannot_be
         await provider.aclose()
 
 
+async def test_the_account_answers_a_check_and_states_its_quota_or_nothing(harness):
+    from pressroom.providers.port import AccountQuota, ProviderError
+
+    provider = harness.provider
+    assert await provider.check_account()
+    quota = await provider.account_quota()
+    assert isinstance(quota, AccountQuota)
+    if quota.room_today is not None:  # the provider counts its rolling day (SES): the room is what is left of it
+        assert quota.room_today == quota.per_day - quota.sent_last_24_hours
+    unreachable = await harness.unreachable()
+    try:
+        with pytest.raises(ProviderError):
+            await unreachable.check_account()
+    finally:
+        await unreachable.aclose()
+
+
 async def test_a_batch_too_large_for_the_account_is_refused_whole_and_a_smaller_one_goes(harness):
     provider = harness.provider
     harness.limit_recipients(2)

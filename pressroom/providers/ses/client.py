@@ -270,6 +270,12 @@ class SesClient:
         except (KeyError, TypeError, ValueError):
             raise ProviderBadResponse("SES answered the account query with a malformed SendQuota") from None
 
+    async def check_account(self) -> str:
+        """Nothing to poll: the account's sending quota (GetAccount), read now."""
+        quota = await self.sending_quota()
+        return (f"{self!r}: {quota['sent_last_24_hours']:.0f} of {quota['max_24_hour_send']:.0f} sent in 24 h, "
+                f"{quota['max_send_rate']:g}/s")
+
     async def account_quota(self, at: datetime | None = None) -> AccountQuota:
         """The sending quota (GetAccount): Max24HourSend (-1: unlimited) caps a rolling day, of which
         SentLast24Hours is used, MaxSendRate a second. A reading is reused for QUOTA_TTL seconds (by
