@@ -35,6 +35,7 @@ REQUEUE_LIMIT = 5
 # Each generation waits this many times longer than the one before, from the provider's own wait
 # (SES: 1 s, 1, 4, 16, 64, 256 s): a throttled account has minutes to recover before anyone fails.
 REQUEUE_BACKOFF = 4
+REQUEUE_HOLD_MAX = 86_400.0  # a day: SES's rolling quota has turned over by then
 
 # Claims a batch not yet submitted ($1) whose post is still published (or has none) and returns its
 # recipients in order. Unless the last send
@@ -287,7 +288,7 @@ class BatchSendActivities:
                        f"{reason}; sent again {REQUEUE_LIMIT} times" for address, reason in refused.items()}
         async with self.pool.acquire() as conn, conn.transaction():
             if moved:
-                hold = (sent.retry_after or 1.0) * REQUEUE_BACKOFF ** generation
+                hold = min((sent.retry_after or 1.0) * REQUEUE_BACKOFF ** generation, REQUEUE_HOLD_MAX)
                 await conn.execute(REQUEUE, batch_id, requeued_batch_id(batch_id, generation + 1), moved, hold)
             await conn.execute(RECORD_SUBMITTED, batch_id, sent.provider_id, ACCEPTED)
             if refused:
