@@ -44,8 +44,7 @@ ADVERSARIES = {"faithful": {}, "events 45 s late": {"events_delay": LATE_SECONDS
 ERRORS = {"throttled": 5, "server_errors": 3, "errors_after_accept": 3}
 LOST = {"lost_answers": 6}
 OFF = {"throttled": 0, "throttled_destinations": 0, "server_errors": 0, "errors_after_accept": 0, "lost_answers": 0,
-       "events_delay": 0.0,
-       "duplicate_pushes": False, "reorder_pushes": False, "latency_ms": 0.0}
+       "events_delay": 0.0, "duplicate_pushes": False, "reorder_pushes": False, "latency_ms": 0.0}
 
 
 def print_row(row: Row) -> None:
