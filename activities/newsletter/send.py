@@ -8,7 +8,6 @@ anything is resent.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
 from datetime import datetime
 
 from temporalio import activity
