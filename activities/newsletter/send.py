@@ -8,6 +8,7 @@ anything is resent.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from datetime import datetime
 
 from temporalio import activity
@@ -35,6 +36,8 @@ REQUEUE_LIMIT = 5
 # (SES: 1 s, 1, 4, 16, 64, 256 s): a throttled account has minutes to recover before anyone fails.
 REQUEUE_BACKOFF = 4
 REQUEUE_HOLD_MAX = 86_400.0  # a day: SES's rolling quota has turned over by then
+# Why a recipient of a call whose answer was lost is sent again: the others' acceptances came, its did not.
+NOT_FOUND = "not accepted: no acceptance received for it within the confirm window"
 
 # Claims a batch not yet submitted ($1) whose post is still published (or has none) and returns its
 # recipients in order. Unless the last send
@@ -218,8 +221,12 @@ class BatchSendActivities:
         """A batch whose last send was uncertain: found in the provider's events (sent), not there yet
         (look again later), or None: send it once more, this attempt recorded as uncertain."""
         recipients = len(batch["emails"] or [])
-        provider_id = await self._find_accepted(provider, input.batch_id, batch["emails"][0], message_id,
-                                                *lookup_window(batch["first_uncertain_at"], batch["now"]))
+        window = lookup_window(batch["first_uncertain_at"], batch["now"])
+        found = await self._find_accepted_each(provider, input.batch_id, batch["emails"] or [], *window)
+        if found:  # a provider that answers each recipient apart took the call, for these at least
+            return await self._confirm_each(input, batch, found)
+        provider_id = None if found is not None else \
+            await self._find_accepted(provider, input.batch_id, batch["emails"][0], message_id, *window)
         if provider_id is not None:
             activity.logger.info("batch %s was accepted by an earlier attempt; not sending it again", input.batch_id)
             await self._record_submitted(input.batch_id, provider_id)
@@ -235,6 +242,39 @@ class BatchSendActivities:
             raise uncertain_sends_exhausted(f"batch {input.batch_id}", batch["send_attempts"])
         await self._record_outcome(input.batch_id, UNCERTAIN, sending=True)  # until the answer says otherwise
         return None
+
+    async def _confirm_each(self, input: SendBatchInput, batch, found: Mapping[str, str]) -> BatchSent:
+        """An uncertain call some of whose recipients' acceptances were received (SES): the others'
+        may still come until the confirm window has passed; after it, those not found were refused
+        (for the moment, as far as anyone can tell: SES emits nothing for a refused destination) and
+        are sent again in a new batch, as an answer naming them would have had them."""
+        emails = batch["emails"] or []
+        missing = [address for address in emails if address not in found]
+        provider_id = next(iter(found.values()))
+        if missing:
+            wait = confirm_wait(batch["uncertain_for"], self.settings, input.may_wait_to_confirm)
+            if wait is not None:
+                activity.logger.info("batch %s was accepted by an earlier attempt; %d of its %d recipients are not "
+                                     "in the received events yet: looking again in %.0f s", input.batch_id,
+                                     len(missing), len(emails), wait)
+                return BatchSent(batch_id=input.batch_id, recipients=len(emails), provider_id="",
+                                 reconciled=False, confirm_in_seconds=wait)
+        activity.logger.info("batch %s was accepted by an earlier attempt; not sending it again (%d of its %d "
+                             "recipients not accepted)", input.batch_id, len(missing), len(emails))
+        sent = SendResult(provider_id, dict(found), {address: NOT_FOUND for address in missing},
+                          frozenset(missing), retry_after=1.0)
+        requeued = await self._record_submitted(input.batch_id, sent, batch["requeue_generation"])
+        return BatchSent(batch_id=input.batch_id, recipients=len(emails) - requeued, provider_id=provider_id,
+                         reconciled=True, requeued=1 if requeued else 0)
+
+    async def _find_accepted_each(self, provider: EmailProvider, batch_id: str, emails: list[str],
+                                  begin: datetime, end: datetime) -> Mapping[str, str] | None:
+        try:
+            return await provider.find_accepted_each(recipients=emails, mark={BATCH_MARK: batch_id},
+                                                     begin=begin, end=end)
+        except ProviderError as error:
+            raise send_failure(PROVIDER_UNAVAILABLE, f"cannot check whether batch {batch_id} was accepted: {error}",
+                               UnavailableDetails(outage=True)) from None
 
     def _personalised(self, batch, body: Rendered) -> dict[str, dict]:
         """Each reader's values by address, resolved here so that no address enters a workflow history."""

@@ -315,6 +315,13 @@ class EmailProvider(Protocol):
         `at`: the caller's clock when it is a workflow's; a reading kept for reuse is read again once
         it is stale by either clock."""
 
+    async def find_accepted_each(self, *, recipients: Sequence[str], mark: Mapping[str, str], begin: datetime,
+                                 end: datetime) -> Mapping[str, str] | None:
+        """For a provider that answers each recipient of a call apart (SES): the provider's id of
+        each recipient's accepted copy found by `mark`, in [begin, end]; a recipient missing is not
+        found yet. None from a provider that accepts a call whole (Mailgun): `find_accepted` of one
+        recipient speaks for them all."""
+
     async def check_account(self) -> str:
         """One call that proves the account answers with these credentials now; a line saying what it
         is and what it states (`pressroom check` prints it), or a ProviderError."""

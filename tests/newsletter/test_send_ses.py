@@ -218,3 +218,25 @@ def test_a_batch_whose_recipients_were_requeued_grows_the_runs_total(monkeypatch
     run._batch_sent(BatchSent(batch_id="b1", recipients=25, provider_id="p1", reconciled=False, requeued=1))
     run._batch_sent(BatchSent(batch_id="b1.r1", recipients=25, provider_id="p2", reconciled=False))
     assert (run._progress.batches_total, run._progress.batches_sent, run._progress.recipients_sent) == (4, 2, 50)
+
+
+async def test_destinations_throttled_in_a_call_whose_answer_was_lost_are_found_missing_and_sent_again_once(
+        db, ses, time_skipping_env):
+    seeded = await seed_email(db, members=60)
+    # The first call: 10 of its destinations throttled, and its answer lost after SES accepted the rest.
+    ses.simulator.set_faults(lost_answers=1, throttled_destinations=10)
+    async with running_worker(time_skipping_env.client, ses.settings):
+        outcome = await run_send(time_skipping_env.client, ses.settings, seeded.email_id)
+
+    assert (ses.simulator.faults.lost_answers, ses.simulator.faults.throttled_destinations) == (0, 0)
+    members = {r["email"] for r in await db.fetch(
+        "SELECT m.email FROM members m JOIN members_newsletters mn ON mn.member_id = m.id "
+        "WHERE mn.newsletter_id = $1", seeded.newsletter_id)}
+    counts = Counter(copy.address for copy in ses.simulator.delivered)
+    assert set(counts) == members and set(counts.values()) == {1}
+    requeued = await db.fetch("SELECT id, requeued_from, (SELECT count(*) FROM email_recipients r "
+                              "WHERE r.batch_id = b.id) AS n FROM email_batches b "
+                              "WHERE email_id = $1 AND requeued_from IS NOT NULL", seeded.email_id)
+    assert [r["n"] for r in requeued] == [10]
+    assert outcome.status == "submitted" and outcome.counts.batches_total == 3
+    assert ses.simulator.requests["send"] == 3  # the lost call was confirmed from its Send events, not resent

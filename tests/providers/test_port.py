@@ -141,6 +141,10 @@ class SimulatorReceived:
         await self.receive()
         return await self.kept.find(provider, **query)
 
+    async def find_each(self, provider: str, **query):
+        await self.receive()
+        return await self.kept.find_each(provider, **query)
+
 
 class SesHarness:
     def __init__(self, simulator, client: SesClient) -> None:
@@ -267,6 +271,23 @@ async def test_a_send_is_accepted_each_reader_gets_their_values_and_the_mark_pro
     # Our own Message-Id proves it too, whatever the mark.
     assert await provider.find_accepted(recipient="reader0@example.com", mark={"pressroom-batch": "other"},
                                         begin=begin, end=end, message_id=provider.message_id("b1")) == provider_id
+
+
+async def test_each_recipients_acceptance_is_found_where_the_provider_answers_each_apart(harness):
+    provider = harness.provider
+    recipients = readers(3, prefix="each")
+    begin, _ = window(harness)
+    sent = await provider.send(message(provider), recipients, mark={"pressroom-batch": "b9"})
+    harness.advance(5)
+    _, end = window(harness)
+    found = await provider.find_accepted_each(recipients=[*recipients, "nobody@example.com"],
+                                              mark={"pressroom-batch": "b9"}, begin=begin, end=end)
+    if found is None:  # a call accepted whole: find_accepted of one recipient speaks for all
+        assert provider.name != "ses"
+        return
+    assert dict(found) == dict(sent.accepted)
+    assert not await provider.find_accepted_each(recipients=list(recipients), mark={"pressroom-batch": "b10"},
+                                                 begin=begin, end=end)
 
 
 async def test_an_answer_lost_after_acceptance_is_uncertain_and_found_by_its_mark(harness):

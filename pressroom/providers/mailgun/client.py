@@ -325,6 +325,10 @@ class MailgunClient:
             self._check_same_origin(next_url)
         return items, next_url or None
 
+    async def find_accepted_each(self, *, recipients: Sequence[str], mark: Mapping[str, str], begin: datetime,
+                                 end: datetime) -> Mapping[str, str] | None:
+        return None  # a message is accepted for all its recipients or for none
+
     async def check_account(self) -> str:
         """A one-event query of the last five minutes: the key and the domain answer."""
         await self.read_events(None, EventQuery(begin=datetime.now(timezone.utc) - timedelta(minutes=5), limit=1))

@@ -21,7 +21,7 @@ import logging
 import math
 import re
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -253,6 +253,14 @@ class SesClient:
             raise ProviderUnavailable("SES has no events API and this process keeps no received events: "
                                       "an uncertain send cannot be confirmed here", may_have_been_accepted=False)
         return await self.received.find(PROVIDER, recipient=recipient, mark=mark, begin=begin, end=end)
+
+    async def find_accepted_each(self, *, recipients: Sequence[str], mark: Mapping[str, str], begin: datetime,
+                                 end: datetime) -> Mapping[str, str] | None:
+        """Each destination is answered apart: the Send events received for each, by our marks."""
+        if self.received is None:
+            raise ProviderUnavailable("SES has no events API and this process keeps no received events: "
+                                      "an uncertain send cannot be confirmed here", may_have_been_accepted=False)
+        return await self.received.find_each(PROVIDER, recipients=recipients, mark=mark, begin=begin, end=end)
 
     async def read_events(self, page: str | None, query: EventQuery) -> EventsPage:
         """Nothing to poll: SES's events all arrive through SNS, on /webhooks/ses."""
