@@ -378,7 +378,7 @@ async def crash(bench: Bench, count: int) -> None:
     await asyncio.sleep(1.0)
     bench.postgres.start(durable=True)
 
-    deadline = time.time() + 600
+    deadline = time.time() + 600 + count / 50  # a large burst takes minutes to push
     while time.time() < deadline:
         # As a supervisor would: a process that exited (a worker starting while PostgreSQL restarts
         # gives up at once) is started again.
