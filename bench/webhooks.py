@@ -6,15 +6,20 @@ simulator (`webhooks setup`), seeds one email with `--members` recipients, then:
 
   1. steady: `--rate` delivered events a second for `--steady-seconds`, pushed by the simulator as
      they happen; push-to-effect p50/p99 (from the request that was answered 200 to the moment the
-     email's delivered_count counts it: recipient row and aggregate both done);
+     email's delivered_count counts it: recipient row and aggregate both done), and event-to-effect
+     (from when the event happened: the sender's queue too, when the receiver is slower than the rate);
   2. burst: `--burst` events at once (a newsletter's deliveries); the same latencies, the receiver's
-     accepted events per second, and the raw figure beside it: the same rows INSERTed into the inbox
-     one statement each, from as many connections as the simulator pushes with;
+     accepted events per second and CPU per event (`--profile FILE`: py-spy on the receiver), and
+     the raw figures beside them, each with its CPU and the receiver's ratio to it: the same rows (a
+     token and a real event's text each) INSERTed by a plain program one request at a time (token
+     and event in one statement and commit, from as many connections as the simulator pushes with:
+     the goal's baseline), in the group commit's groups (the database's ceiling), and the old
+     figure (the inbox row alone);
   3. crash: `--crash` events at once while the receiver, then the worker, then PostgreSQL are
      killed with SIGKILL and started again, the simulator retrying as Mailgun does
      (time-compressed): every event applied exactly once, and the figures of what it took.
 
-    .venv/bin/python bench/webhooks.py --members 100000 --rate 1000 --steady-seconds 30 --burst 100000 --crash 20000
+    .venv/bin/python bench/webhooks.py --members 100000 --rate 1000 --steady-seconds 60 --burst 100000 --crash 100000
 """
 
 from __future__ import annotations
@@ -201,6 +206,14 @@ async def steady(bench: Bench, rate: int, seconds: int) -> None:
     sent = (await bench.http.get(bench.sim_url + "/_sim/push/sent")).json()[before:]
     print(f"steady: pushes answered 200 at {len(sent) / max(1e-9, sent[-1] - sent[0]):,.0f}/s on average "
           f"(asked {rate:,}/s); the last {sent[-1] - (start - 1.0 + seconds):+,.1f} s after its due time")
+    # From when each event happened (its chunk's time, the k-th counted taken as the k-th to happen):
+    # what a receiver slower than the rate adds, as the sender's queue grows.
+    step = seconds / max(1, -(-count // chunk))
+    happened, previous = [], 0
+    for at, counted in seen:
+        happened += [at - (start - 1.0 + (k // chunk) * step) for k in range(previous, counted)]
+        previous = max(previous, counted)
+    print(f"steady: event-to-effect p50 {percentile(happened, 0.5):,.1f} s, p99 {percentile(happened, 0.99):,.1f} s")
 
 
 async def burst(bench: Bench, count: int, profile: Path | None = None) -> None:
@@ -209,6 +222,7 @@ async def burst(bench: Bench, count: int, profile: Path | None = None) -> None:
     cpu_before = cpu_seconds_by_family()
     processes = {"receiver": bench.receiver.pid, "worker": bench.worker.pid, "simulator": bench.sim.pid}
     process_before = {name: sum(cpu_seconds_by_family(pid).values()) for name, pid in processes.items()}
+    receiver_before = user_kernel_seconds(bench.receiver.pid)
     profiler = start_profiler(bench, profile) if profile else None
     await bench.sim_post("/_sim/events", {"email_id": "burst", "count": count, "events": ["delivered"],
                                           "timestamp": time.time() - 1.0})
@@ -232,9 +246,19 @@ async def burst(bench: Bench, count: int, profile: Path | None = None) -> None:
     print("burst CPU seconds: " + ", ".join(f"{name} {value:,.1f}" for name, value in cpu.most_common(6)))
     print("  of which: " + ", ".join(f"{name} {sum(cpu_seconds_by_family(pid).values()) - process_before[name]:,.1f}"
                                      for name, pid in processes.items()))
+    user, kernel = (after - before for after, before in zip(user_kernel_seconds(bench.receiver.pid), receiver_before))
+    print(f"  the receiver: {(user + kernel) / count * 1e6:,.0f} µs of CPU an event (user {user:,.1f} s, "
+          f"kernel {kernel:,.1f} s)")
     if profiler is not None:
         print_profile(profile)
     await raw_inserts(bench, count, count / accepted_seconds)
+
+
+def user_kernel_seconds(pid: int) -> tuple[float, float]:
+    """The CPU seconds a process spent in its own code and in the kernel's (sockets, for a server)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    ticks = os.sysconf("SC_CLK_TCK")
+    return int(fields[11]) / ticks, int(fields[12]) / ticks
 
 
 def start_profiler(bench: Bench, path: Path) -> subprocess.Popen:
