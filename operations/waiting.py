@@ -14,9 +14,13 @@ from datetime import datetime, timedelta, timezone
 from temporalio.client import Client
 from temporalio.service import RPCError
 
-# A live worker polls again at least every minute or so (a long poll lasts up to about 60 s);
-# Temporal keeps listing a worker that stopped for minutes, so older pollers do not count.
-POLLER_FRESH = timedelta(seconds=90)
+
+
+def seen_within() -> timedelta:
+    """How recent a worker's last poll must be for it to count as there (PRESSROOM_WORKER_SEEN_WITHIN_SECONDS)."""
+    from pressroom.settings import get_settings
+
+    return timedelta(seconds=get_settings().worker_seen_within_seconds)
 
 
 def no_worker_message(task_queue: str) -> str:
@@ -44,10 +48,10 @@ async def fresh_pollers(client: Client, task_queue: str, *, activities: bool = F
             else TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW), timeout=QUERY_TIMEOUT)
     except RPCError:
         return None
-    now = datetime.now(timezone.utc)
+    now, within = datetime.now(timezone.utc), seen_within()
     return sorted({poller.identity for poller in response.pollers
                    if not poller.HasField("last_access_time")
-                   or now - poller.last_access_time.ToDatetime(timezone.utc) < POLLER_FRESH})
+                   or now - poller.last_access_time.ToDatetime(timezone.utc) < within})
 
 
 @asynccontextmanager

@@ -95,6 +95,11 @@ class Settings(BaseSettings):
     send_confirm_window_seconds: float = Field(default=30 * 60, ge=0,
                                                validation_alias="PRESSROOM_SEND_CONFIRM_WINDOW_SECONDS")
     send_confirm_poll_seconds: float = Field(default=60.0, gt=0, validation_alias="PRESSROOM_SEND_CONFIRM_POLL_SECONDS")
+    # A live worker polls again at least every long poll (Temporal's matching.longPollExpirationInterval,
+    # a minute by default); Temporal keeps listing a worker that stopped for minutes, so a worker
+    # whose last poll is older than this is taken for gone.
+    worker_seen_within_seconds: float = Field(default=90.0, gt=0,
+                                              validation_alias="PRESSROOM_WORKER_SEEN_WITHIN_SECONDS")
     email_tag: str = Field(default="", validation_alias="PRESSROOM_EMAIL_TAG")
     site_url: str = Field(default="http://localhost:2368", validation_alias="PRESSROOM_SITE_URL")
     # Keys the members' unsubscribe links (hex HMAC-SHA256 of the member's uuid), as the reference

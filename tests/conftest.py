@@ -148,7 +148,10 @@ async def dev_env() -> AsyncIterator[WorkflowEnvironment]:
         search_attributes=SEARCH_ATTRIBUTES, ui=True, ui_port=ui_port,
         dev_server_extra_args=["--log-level", "error",
                                # Suggest continue-as-new early so that path runs in every test.
-                               "--dynamic-config-value", "limit.historyCount.suggestContinueAsNew=200"])
+                               "--dynamic-config-value", "limit.historyCount.suggestContinueAsNew=200",
+                               # A live worker polls every 5 s, not every minute, so that a test can
+                               # see a stopped one gone (PRESSROOM_WORKER_SEEN_WITHIN_SECONDS) in seconds.
+                               "--dynamic-config-value", 'matching.longPollExpirationInterval="5s"'])
     env.ui_url = f"http://localhost:{ui_port}"  # the Web UI, for the headless-browser test
     yield env
     await env.shutdown()

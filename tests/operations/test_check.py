@@ -29,7 +29,10 @@ RUNNING_NEEDS = ("Workers", "Schedules", "Outbox relay", "Webhook inbox")
 def healthy_env(postgres_url, dev_env, mailgun) -> dict[str, str]:
     return {"DATABASE_URL": postgres_url, "TEMPORAL_ADDRESS": dev_env.client.service_client.config.target_host,
             "MAILGUN_BASE_URL": mailgun.base_url, "MAILGUN_API_KEY": mailgun.api_key,
-            "MAILGUN_DOMAIN": mailgun.domain, "PRESSROOM_TASK_QUEUE": f"check-{uuid.uuid4().hex[:8]}"}
+            "MAILGUN_DOMAIN": mailgun.domain, "PRESSROOM_TASK_QUEUE": f"check-{uuid.uuid4().hex[:8]}",
+            # The session's Temporal server ends a long poll after 5 s (tests/conftest.py): a live
+            # worker is seen within 15 s, a stopped one is gone after them.
+            "PRESSROOM_WORKER_SEEN_WITHIN_SECONDS": "15"}
 
 
 def spawn_worker(env: dict[str, str]) -> subprocess.Popen:
@@ -76,7 +79,7 @@ async def test_a_healthy_configuration_with_a_worker_passes_and_a_stopped_worker
     try:
         async def named() -> bool:
             return lines_of(await check(healthy_env))["Workers"].startswith("FAIL")
-        await wait_until(named, 120)
+        await wait_until(named, 90)
         result = await check(healthy_env)
     finally:
         await db.execute("DELETE FROM webhook_inbox")
