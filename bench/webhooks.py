@@ -285,7 +285,7 @@ def print_profile(path: Path, top: int = 14) -> None:
         own[frames[-1]] += int(n)
         for frame in set(frames):
             inclusive[frame] += int(n)
-    print(f"receiver profile ({total:,} samples of its CPU, {path}):")
+    print(f"receiver profile ({total:,} samples while it ran or waited for a core, {path}):")
     print("  on the stack: " + ", ".join(f"{name} {n / total:.0%}" for name, n in inclusive.most_common(60)
                                          if n / total < 0.9)[:1500])
     print("  on top: " + ", ".join(f"{name} {n / total:.0%}" for name, n in own.most_common(top)))
