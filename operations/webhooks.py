@@ -234,8 +234,9 @@ async def ensure_inbox_applier(client, settings: Settings) -> None:
 
     from workflows.webhooks import WebhookInboxWorkflow
 
-    await client.start_workflow(WebhookInboxWorkflow.run, InboxInput(), id=f"{INBOX_WORKFLOW_ID}-{settings.task_queue}",
-                                task_queue=settings.task_queue, id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+    await client.start_workflow(WebhookInboxWorkflow.run, InboxInput(),
+                                id=f"{INBOX_WORKFLOW_ID}-{settings.task_queue}", task_queue=settings.task_queue,
+                                id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
                                 static_summary="Apply pushed delivery events from the webhook inbox")
 
 
