@@ -19,6 +19,7 @@ reserves exactly what Mailgun counts, and the workflow waits on a timer until th
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING
 
@@ -41,6 +42,15 @@ WARMUP_START = 200
 WARMUP_END = 200_000
 WARMUP_DAYS = 42
 RESERVATIONS_KEPT = timedelta(days=7)  # a week of reservations for `pressroom limits show` and audits
+# A rolling day's quota (SES) is looked at again at least this often while it is used up.
+ACCOUNT_RECHECK = timedelta(hours=1)
+ACCOUNT_LOCK = "*account*"  # the advisory lock of a quota counted for the whole account (no domain's name)
+
+# Recipients reserved under the caps whose batches are not sent yet (in the last day): the
+# provider's own count of what the account sent cannot include them.
+IN_FLIGHT = """
+SELECT coalesce(sum(q.recipients), 0) FROM sending_quota_reservations q JOIN email_batches b ON b.id = q.batch_id
+WHERE q.reserved_at > $1 AND b.status IN ('pending', 'submitting')"""
 
 
 def warmup_limit(day: int) -> int | None:
@@ -221,11 +231,15 @@ class SendingLimitsActivities:
 
     async def _reserve(self, conn: asyncpg.Connection, batch_id: str, domain: str, count: int,
                        at: datetime) -> Admission:
-        caps = send_caps(self.settings, domain, await self.provider.account_quota())
-        if not any(caps.values()):
+        quota = await self.provider.account_quota(at)
+        rolling = quota.room_today is not None  # the provider counts the account's rolling day itself
+        caps = send_caps(self.settings, domain, dataclasses.replace(quota, per_day=None) if rolling else quota)
+        if not any(caps.values()) and not rolling:
             return Admission(batch_id=batch_id, send=True)
-        # One domain's reservations one at a time, across every worker and every email.
-        await conn.execute("SELECT pg_advisory_xact_lock(hashtext('pressroom-send-cap:' || $1))", domain)
+        # One domain's reservations one at a time, across every worker and every email; the whole
+        # account's when its quota is counted for the account.
+        await conn.execute("SELECT pg_advisory_xact_lock(hashtext('pressroom-send-cap:' || $1))",
+                           ACCOUNT_LOCK if rolling else domain)
         if await conn.fetchval("SELECT EXISTS (SELECT 1 FROM sending_quota_reservations WHERE batch_id = $1)",
                                batch_id):
             return Admission(batch_id=batch_id, send=True)
@@ -237,6 +251,10 @@ class SendingLimitsActivities:
                FROM sending_quota_reservations WHERE domain = $1 AND reserved_at >= $3""",
             domain, starts["hour"], starts["day"])
         rooms = {window: cap - used[window] for window, cap in caps.items() if cap}
+        if rolling:
+            # SES's count leaves out what is reserved and not sent yet, by any worker of any domain.
+            in_flight = await conn.fetchval(IN_FLIGHT, at - timedelta(days=1))
+            rooms["account"] = quota.room_today - in_flight
         room = min(rooms.values())
         if room >= count:
             await conn.execute("DELETE FROM sending_quota_reservations WHERE domain = $1 AND reserved_at < $2",
@@ -244,17 +262,33 @@ class SendingLimitsActivities:
             await conn.execute("INSERT INTO sending_quota_reservations (batch_id, domain, recipients, reserved_at) "
                                "VALUES ($1, $2, $3, $4)", batch_id, domain, count, at)
             return Admission(batch_id=batch_id, send=True)
+        window = min(rooms, key=rooms.get)
         if room > 0:
-            window = min(rooms, key=rooms.get)
+            what = (f"{self.provider.title}'s 24-hour sending quota" if window == "account" else
+                    f"{'hourly' if window == 'hour' else 'daily'} limit of {domain}")
             pieces = await split_batch(conn, batch_id, first=room, size=count, status_code=None,
-                                       reason=f"split to fit the {room} messages left under the "
-                                              f"{'hourly' if window == 'hour' else 'daily'} limit of {domain}")
+                                       reason=f"split to fit the {room} messages left under the {what}")
             return Admission(batch_id=batch_id, split_into=pieces)
+        if window == "account":
+            resume_at = await self._account_room_at(conn, at)
+            reason = (f"waiting for {self.provider.title}'s 24-hour sending quota ({quota.per_day:,} messages, "
+                      f"{quota.sent_last_24_hours:,} sent in the last 24 hours), looks again at "
+                      f"{resume_at:%Y-%m-%d %H:%M} UTC")
+            return Admission(batch_id=batch_id, resume_at=resume_at, reason=reason)
         window = "day" if rooms.get("day", 1) <= 0 else "hour"
         resume_at = starts[window] + (timedelta(days=1) if window == "day" else timedelta(hours=1))
         reason = (f"waiting for the {'daily' if window == 'day' else 'hourly'} limit of {domain} "
                   f"({caps[window]:,} messages), resumes at {resume_at:%Y-%m-%d %H:%M} UTC")
         return Admission(batch_id=batch_id, resume_at=resume_at, reason=reason)
+
+    @staticmethod
+    async def _account_room_at(conn: asyncpg.Connection, at: datetime) -> datetime:
+        """When to look at a rolling day's quota again: when the oldest of our own sends in it leaves
+        it, or within ACCOUNT_RECHECK (sends of others count too, and leave it on their own)."""
+        oldest = await conn.fetchval("SELECT min(reserved_at) FROM sending_quota_reservations WHERE reserved_at > $1",
+                                     at - timedelta(days=1))
+        leaves = oldest + timedelta(days=1) if oldest is not None else at + ACCOUNT_RECHECK
+        return max(at + timedelta(minutes=1), min(leaves, at + ACCOUNT_RECHECK))
 
 
 def send_caps(settings: Settings, domain: str, quota: AccountQuota) -> dict[str, int | None]:

@@ -124,7 +124,8 @@ class Watchdog:
                 try:
                     after[job.name] = await self.check(job, after.get(job.name))
                 except Exception as error:
-                    activity.logger.warning("looking for each %s whose run closed failed (%s: %s); looking again in %g s",
+                    activity.logger.warning("looking for each %s whose run closed failed (%s: %s); "
+                                            "looking again in %g s",
                                             job.name, type(error).__name__, error, self.interval)
             await asyncio.sleep(self.interval)
 

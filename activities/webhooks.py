@@ -130,5 +130,5 @@ class WebhookActivities:
         if applied.rejected:
             self.metrics.counter("pressroom_webhooks_set_aside", "pushed events set aside").add(applied.rejected)
         # From the receiver's commit to this batch's apply, for its oldest row: the inbox's part of push-to-effect.
-        self.metrics.histogram_float("pressroom_webhooks_inbox_wait", "longest wait in the inbox per batch", "ms").record(
-            max(0.0, (started - rows[0]["received_at"].timestamp()) * 1000))
+        self.metrics.histogram_float("pressroom_webhooks_inbox_wait", "longest wait in the inbox per batch",
+                                     "ms").record(max(0.0, (started - rows[0]["received_at"].timestamp()) * 1000))

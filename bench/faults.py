@@ -254,10 +254,12 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--members", type=int, default=3000)
     parser.add_argument("--provider", choices=("mailgun", "ses"), default="mailgun")
+    parser.add_argument("--case", action="append", help="SES only: run only this case (repeatable; "
+                        "e.g. 'destinations throttled', 'send again')")
     arguments = parser.parse_args()
     if arguments.provider == "ses":
         from bench.faults_ses import run
 
-        asyncio.run(run(arguments.members))
+        asyncio.run(run(arguments.members, arguments.case))
     else:
         asyncio.run(main(arguments))

@@ -5,7 +5,8 @@ this process the SES stand-in and the webhook receiver (PRESSROOM_EMAIL_PROVIDER
 to the stand-in's topic, its notifications pushed as they become visible; workers as processes of
 their own, one per row:
 
-    {throttling + 5xx before and after accepting, lost answers, kill -9 of the worker mid-send}
+    {throttling + 5xx before and after accepting, lost answers, kill -9 of the worker mid-send,
+     destinations throttled one by one in accepted calls (sent again in new batches)}
   × {stand-in faithful, notifications 45 s late, notifications duplicated and reordered}
   + lost answers with no retries, then `newsletter send` again
 
@@ -42,8 +43,8 @@ ADVERSARIES = {"faithful": {}, "events 45 s late": {"events_delay": LATE_SECONDS
                "pushes doubled, reordered": {"duplicate_pushes": True, "reorder_pushes": True}}
 ERRORS = {"throttled": 5, "server_errors": 3, "errors_after_accept": 3}
 LOST = {"lost_answers": 6}
-OFF = {"throttled": 0, "server_errors": 0, "errors_after_accept": 0, "lost_answers": 0, "events_delay": 0.0,
-       "duplicate_pushes": False, "reorder_pushes": False, "latency_ms": 0.0}
+OFF = {"throttled": 0, "throttled_destinations": 0, "server_errors": 0, "errors_after_accept": 0, "lost_answers": 0,
+       "events_delay": 0.0, "duplicate_pushes": False, "reorder_pushes": False, "latency_ms": 0.0}
 
 
 def print_row(row: Row) -> None:
@@ -57,12 +58,14 @@ class SesMatrix:
         self.rows = 0
 
     def settings(self, queue: str):
-        return load_settings(database_url=self.servers.database_url, email_provider="ses", task_queue=queue)
+        return load_settings(database_url=self.servers.database_url, email_provider="ses", task_queue=queue,
+                             members_link_secret="bench-link-secret")
 
     def worker(self, queue: str, **extra: str) -> subprocess.Popen:
         env = {**os.environ, **self.environment, "DATABASE_URL": self.servers.database_url,
                "TEMPORAL_ADDRESS": self.servers.env.client.service_client.config.target_host,
                "PRESSROOM_TASK_QUEUE": queue, "PRESSROOM_EMAIL_PROVIDER": "ses", "PRESSROOM_SEND_CONCURRENCY": "4",
+               "PRESSROOM_MEMBERS_LINK_SECRET": "bench-link-secret",
                "PRESSROOM_MAILGUN_RETRY_SECONDS": "1",
                "PRESSROOM_SEND_CONFIRM_WINDOW_SECONDS": str(CONFIRM_WINDOW_SECONDS),
                "PRESSROOM_SEND_CONFIRM_POLL_SECONDS": "5", **extra}
@@ -135,7 +138,7 @@ class SesMatrix:
         return await self.count(pool, "lost, no retries, then send again", adversary, email_id, started)
 
 
-async def run(members: int) -> None:
+async def run(members: int, cases: list[str] | None = None) -> None:
     async with bench_servers() as servers, running_ses_simulator() as ses:
         folder = Path(tempfile.mkdtemp(prefix="pressroom-ses-faults-"))
         (folder / "sns.pem").write_bytes(ses.certificate_pem)
@@ -166,12 +169,17 @@ async def run(members: int) -> None:
         rows = []
         try:
             for case, faults, kill in (("throttled + 5xx", ERRORS, False), ("lost answers", LOST, False),
-                                       ("kill -9 of the worker mid-send", {"latency_ms": 300}, True)):
+                                       ("kill -9 of the worker mid-send", {"latency_ms": 300}, True),
+                                       # half the members, at odd places of their calls: ACCOUNT_THROTTLED
+                                       ("destinations throttled", {"throttled_destinations": members // 2}, False)):
+                if cases and case not in cases:
+                    continue
                 for adversary in ADVERSARIES:
                     rows.append(await matrix.send(pool, case, adversary, faults, kill=kill))
                     print_row(rows[-1])
-            rows.append(await matrix.send_again(pool, "pushes doubled, reordered"))
-            print_row(rows[-1])
+            if not cases or "send again" in cases:
+                rows.append(await matrix.send_again(pool, "pushes doubled, reordered"))
+                print_row(rows[-1])
         finally:
             pusher.cancel()
             await runner.cleanup()

@@ -5,8 +5,10 @@ members (names, notes, labels, some comped, some unsubscribed), then times, in t
 the import into an empty site (every row checked and inserted, subscriptions written), the same
 file imported again (every row matched, nothing changed), and a raw COPY of the same file into a
 table of text columns (no checks, no matching, no index but none): the floor set by PostgreSQL.
+`--welcome` queues each new member's welcome email; `--hash-key` sets PRESSROOM_ADDRESS_HASH_KEY, so
+that every row is looked up among the suppressions deleted members left.
 
-    .venv/bin/python bench/members_import.py --rows 100000
+    .venv/bin/python bench/members_import.py --rows 100000 [--welcome] [--hash-key]
 """
 
 from __future__ import annotations
@@ -64,13 +66,14 @@ async def timed(name: str, rows: int, work, phases: Phases | None = None) -> obj
     return result
 
 
-async def main(rows: int) -> None:
+async def main(rows: int, welcome: bool, hash_key: bool) -> None:
     folder = Path(tempfile.mkdtemp(prefix="pressroom-bench-import-"))
     postgres = Postgres(folder / "postgres", free_port())
     postgres.start(durable=False)
     try:
         await database.migrate(postgres.url)
-        settings = load_settings(database_url=postgres.url)
+        settings = load_settings(database_url=postgres.url,
+                                 address_hash_key="bench-site-key-0123456789abcdef" if hash_key else "")
         conn = await database.connect_once(postgres.url)
         try:
             await conn.execute("INSERT INTO newsletters (name, slug) VALUES ('Weekly', 'weekly')")
@@ -79,10 +82,12 @@ async def main(rows: int) -> None:
             print(f"{rows:,} rows, {file.stat().st_size / 1e6:.1f} MB:", flush=True)
             phases = Phases()
             first = await timed("members import (an empty site)", rows,
-                                lambda: import_members(file, settings=settings, progress=phases), phases)
+                                lambda: import_members(file, welcome=welcome, settings=settings,
+                                                       progress=phases), phases)
             phases = Phases()
             again = await timed("members import again (nothing changes)", rows,
-                                lambda: import_members(file, settings=settings, progress=phases), phases)
+                                lambda: import_members(file, welcome=welcome, settings=settings,
+                                                       progress=phases), phases)
             await conn.execute(f"CREATE TABLE raw_copy ({', '.join(f'{c} text' for c in HEADER)})")
             await timed("raw COPY of the same file (no checks)", rows,
                         lambda: conn.copy_to_table("raw_copy", source=str(file), format="csv", header=True))
@@ -90,7 +95,8 @@ async def main(rows: int) -> None:
             subscribed = await conn.fetchval("SELECT count(*) FROM members_newsletters")
         finally:
             await conn.close()
-        print(f"first import: {first.added:,} added, {len(first.refused):,} refused; again: {again.added:,} added, "
+        print(f"first import: {first.added:,} added, {len(first.refused):,} refused, "
+              f"{first.welcome_queued:,} welcome emails queued; again: {again.added:,} added, "
               f"{again.updated:,} updated, {again.unchanged:,} unchanged; {members:,} members, "
               f"{subscribed:,} subscriptions")
     finally:
@@ -101,4 +107,8 @@ async def main(rows: int) -> None:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=100_000)
-    asyncio.run(main(parser.parse_args().rows))
+    parser.add_argument("--welcome", action="store_true", help="queue the new members' welcome emails")
+    parser.add_argument("--hash-key", action="store_true", help="look every row up among deleted members' "
+                                                                "suppressions")
+    arguments = parser.parse_args()
+    asyncio.run(main(arguments.rows, arguments.welcome, arguments.hash_key))

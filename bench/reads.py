@@ -108,7 +108,7 @@ async def seed(url: str, members: int) -> None:
             began = time.perf_counter()
             created_at = await c.fetchval("SELECT created_at FROM emails WHERE id = 'e1'")
             await record_left_out(c, "e1", {"newsletter_id": "n1", "post_id": "p1", "recipient_filter": "all",
-                                            "created_at": created_at})
+                                            "created_at": created_at}, as_of=created_at)
             print(f"  left out recorded     {time.perf_counter() - began:7.1f} s", flush=True)
             began = time.perf_counter()
             await c.execute("VACUUM ANALYZE")

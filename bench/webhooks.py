@@ -6,15 +6,20 @@ simulator (`webhooks setup`), seeds one email with `--members` recipients, then:
 
   1. steady: `--rate` delivered events a second for `--steady-seconds`, pushed by the simulator as
      they happen; push-to-effect p50/p99 (from the request that was answered 200 to the moment the
-     email's delivered_count counts it: recipient row and aggregate both done);
+     email's delivered_count counts it: recipient row and aggregate both done), and event-to-effect
+     (from when the event happened: the sender's queue too, when the receiver is slower than the rate);
   2. burst: `--burst` events at once (a newsletter's deliveries); the same latencies, the receiver's
-     accepted events per second, and the raw figure beside it: the same rows INSERTed into the inbox
-     one statement each, from as many connections as the simulator pushes with;
+     accepted events per second and CPU per event (`--profile FILE`: py-spy on the receiver), and
+     the raw figures beside them, each with its CPU and the receiver's ratio to it: the same rows (a
+     token and a real event's text each) INSERTed by a plain program one request at a time (token
+     and event in one statement and commit, from as many connections as the simulator pushes with:
+     the goal's baseline), in the group commit's groups (the database's ceiling), and the old
+     figure (the inbox row alone);
   3. crash: `--crash` events at once while the receiver, then the worker, then PostgreSQL are
      killed with SIGKILL and started again, the simulator retrying as Mailgun does
      (time-compressed): every event applied exactly once, and the figures of what it took.
 
-    .venv/bin/python bench/webhooks.py --members 100000 --rate 1000 --steady-seconds 30 --burst 100000 --crash 20000
+    .venv/bin/python bench/webhooks.py --members 100000 --rate 1000 --steady-seconds 60 --burst 100000 --crash 100000
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ import argparse
 import asyncio
 import json
 import os
+import secrets
 import shutil
 import signal
 import statistics
@@ -200,49 +206,170 @@ async def steady(bench: Bench, rate: int, seconds: int) -> None:
     sent = (await bench.http.get(bench.sim_url + "/_sim/push/sent")).json()[before:]
     print(f"steady: pushes answered 200 at {len(sent) / max(1e-9, sent[-1] - sent[0]):,.0f}/s on average "
           f"(asked {rate:,}/s); the last {sent[-1] - (start - 1.0 + seconds):+,.1f} s after its due time")
+    # From when each event happened (its chunk's time, the k-th counted taken as the k-th to happen):
+    # what a receiver slower than the rate adds, as the sender's queue grows.
+    step = seconds / max(1, -(-count // chunk))
+    happened, previous = [], 0
+    for at, counted in seen:
+        happened += [at - (start - 1.0 + (k // chunk) * step) for k in range(previous, counted)]
+        previous = max(previous, counted)
+    print(f"steady: event-to-effect p50 {percentile(happened, 0.5):,.1f} s, p99 {percentile(happened, 0.99):,.1f} s")
 
 
-async def burst(bench: Bench, count: int) -> None:
+async def burst(bench: Bench, count: int, profile: Path | None = None) -> None:
     before = len((await bench.http.get(bench.sim_url + "/_sim/push/sent")).json())
     began = time.time()
     cpu_before = cpu_seconds_by_family()
     processes = {"receiver": bench.receiver.pid, "worker": bench.worker.pid, "simulator": bench.sim.pid}
     process_before = {name: sum(cpu_seconds_by_family(pid).values()) for name, pid in processes.items()}
+    receiver_before = user_kernel_seconds(bench.receiver.pid)
+    profiler = start_profiler(bench, profile) if profile else None
     await bench.sim_post("/_sim/events", {"email_id": "burst", "count": count, "events": ["delivered"],
                                           "timestamp": time.time() - 1.0})
     seen = await bench.follow("burst", count, timeout=1800)
+    if profiler is not None:
+        profiler.send_signal(signal.SIGINT)
+        profiler.wait(60)
     sent = (await bench.http.get(bench.sim_url + "/_sim/push/sent")).json()[before:]
     accepted_seconds = sent[-1] - began
     report(f"burst of {count:,}", await bench.latencies(seen, before))
+    # The same events from when they all happened (the burst's start): what the sender's queue adds.
+    happened, previous = [], 0
+    for at, counted in seen:
+        happened += [at - began] * max(0, counted - previous)
+        previous = max(previous, counted)
+    print(f"burst of {count:,}: event-to-effect (all happened at once; the sender pushes {PUSHERS} at a time) "
+          f"p50 {percentile(happened, 0.5):,.1f} s, p99 {percentile(happened, 0.99):,.1f} s")
     print(f"burst: all {count:,} counted {seen[-1][0] - began:,.1f} s after the burst; receiver accepted "
           f"{count / accepted_seconds:,.0f} events/s ({accepted_seconds:,.1f} s to answer every push 200)")
     cpu = cpu_seconds_by_family() - cpu_before
     print("burst CPU seconds: " + ", ".join(f"{name} {value:,.1f}" for name, value in cpu.most_common(6)))
     print("  of which: " + ", ".join(f"{name} {sum(cpu_seconds_by_family(pid).values()) - process_before[name]:,.1f}"
                                      for name, pid in processes.items()))
-    await raw_inserts(bench, count)
+    user, kernel = (after - before for after, before in zip(user_kernel_seconds(bench.receiver.pid), receiver_before))
+    print(f"  the receiver: {(user + kernel) / count * 1e6:,.0f} µs of CPU an event (user {user:,.1f} s, "
+          f"kernel {kernel:,.1f} s)")
+    if profiler is not None:
+        print_profile(profile)
+    await raw_inserts(bench, count, count / accepted_seconds)
 
 
-async def raw_inserts(bench: Bench, count: int) -> None:
-    """The same rows (an event's JSON text each), one INSERT per row from PUSHERS connections."""
+def user_kernel_seconds(pid: int) -> tuple[float, float]:
+    """The CPU seconds a process spent in its own code and in the kernel's (sockets, for a server)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    ticks = os.sysconf("SC_CLK_TCK")
+    return int(fields[11]) / ticks, int(fields[12]) / ticks
+
+
+def start_profiler(bench: Bench, path: Path) -> subprocess.Popen:
+    """py-spy sampling the receiver (its CPU only, without pausing it) until sent SIGINT."""
+    spy = shutil.which("py-spy", path=str(Path(sys.executable).parent)) or shutil.which("py-spy")
+    if spy is None:
+        raise SystemExit("--profile needs py-spy (.venv/bin/pip install py-spy)")
+    return subprocess.Popen([spy, "record", "--pid", str(bench.receiver.pid), "--rate", "250", "--nonblocking",
+                             "--format", "raw", "--output", str(path)], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+
+
+def print_profile(path: Path, top: int = 14) -> None:
+    """The receiver's profile: the functions holding most samples, on the stack (inclusive) and on top."""
+    from collections import Counter
+
+    inclusive, own, total = Counter(), Counter(), 0
+    for line in path.read_text().splitlines():
+        stack, _, n = line.rpartition(" ")
+        if not stack or not n.isdigit():
+            continue
+        frames = [frame.split(" (")[0] + " " + frame.rsplit("/", 1)[-1].split(":")[0] for frame in stack.split(";")]
+        total += int(n)
+        own[frames[-1]] += int(n)
+        for frame in set(frames):
+            inclusive[frame] += int(n)
+    print(f"receiver profile ({total:,} samples while it ran or waited for a core, {path}):")
+    print("  on the stack: " + ", ".join(f"{name} {n / total:.0%}" for name, n in inclusive.most_common(60)
+                                         if n / total < 0.9)[:1500])
+    print("  on top: " + ", ".join(f"{name} {n / total:.0%}" for name, n in own.most_common(top)))
+
+
+# The raw program's tables: the inbox's and the tokens' columns, keys and indexes, where the worker
+# does not look (it would apply the raw rows while they are timed).
+_RAW_TABLES = """
+CREATE TABLE bench_raw_inbox (LIKE webhook_inbox INCLUDING ALL);
+CREATE TABLE bench_raw_tokens (LIKE webhook_tokens INCLUDING ALL)"""
+# A plain receiver, one request at a time: the token (a replay stores nothing) and the event in one
+# statement and one commit: the fewest round trips a request can take.
+_RAW_ONE = """
+WITH token AS (INSERT INTO bench_raw_tokens (provider, token, expires_at) VALUES ('raw', $1, now() + interval '1 day')
+               ON CONFLICT DO NOTHING RETURNING token)
+INSERT INTO bench_raw_inbox (provider, kind, event) SELECT 'raw', 'delivered', $2 FROM token"""
+_RAW_GROUP = """
+WITH item AS (SELECT * FROM unnest($1::text[], $2::text[]) AS t(token, event)),
+token AS (INSERT INTO bench_raw_tokens (provider, token, expires_at) SELECT 'raw', token, now() + interval '1 day'
+          FROM item ON CONFLICT DO NOTHING RETURNING token)
+INSERT INTO bench_raw_inbox (provider, kind, event) SELECT 'raw', 'delivered', item.event FROM item JOIN token USING (token)"""
+
+
+async def sample_events(bench: Bench, email_id: str) -> list[str]:
+    """Up to 300 of the email's events as the receiver stores them (the simulator renders a push's
+    `event-data` as its events API's item): the raw rows are the same rows."""
+    response = await bench.http.get(f"{bench.sim_url}/v3/{DOMAIN}/events", auth=("api", KEY),
+                                    params={"event": "delivered", "limit": 300})
+    response.raise_for_status()
+    items = [json.dumps(item, ensure_ascii=True) for item in response.json()["items"]]
+    return items or [json.dumps({"id": "x" * 22, "event": "delivered"})]
+
+
+async def raw_inserts(bench: Bench, count: int, accepted_per_second: float) -> None:
+    """The same rows (a token and the event's JSON text each) INSERTed by a plain program: one
+    request at a time from PUSHERS connections (the goal's baseline); in the group commit's groups
+    (the set-based ceiling); and the old figure, the inbox row alone, kept for the history."""
+    from operations.webhooks_group_commit import COMMITS_IN_FLIGHT, GROUP_LIMIT
+
+    events = await sample_events(bench, "burst")
+    rows = [(secrets.token_hex(25), events[n % len(events)]) for n in range(count)]
     pool = await database.connect(bench.postgres.url, max_size=PUSHERS)
-    body = json.dumps({"id": "x" * 22, "event": "delivered", "timestamp": time.time(),
-                       "recipient": "member1@example.com", "user-variables": {"email-id": "burst"},
-                       "message": {"headers": {"message-id": "m@mg"}}, "delivery-status": {"code": 250}})
-    next_row = iter(range(count))
+    figures = {}
 
-    async def insert_some() -> None:
-        for _ in next_row:
-            await pool.execute("INSERT INTO webhook_inbox (provider, kind, event) VALUES ('raw', 'delivered', $1)",
-                               body)
+    async def timed(name: str, connections: int, step: int, work) -> None:
+        await pool.execute("DROP TABLE IF EXISTS bench_raw_inbox, bench_raw_tokens" + ";" + _RAW_TABLES)
+        next_item = iter(range(0, count, step))
 
-    began = time.monotonic()
-    await asyncio.gather(*(insert_some() for _ in range(PUSHERS)))
-    seconds = time.monotonic() - began
-    await pool.execute("DELETE FROM webhook_inbox WHERE provider = 'raw'")
+        async def one_connection() -> None:
+            async with pool.acquire() as conn:
+                for n in next_item:
+                    await work(conn, n)
+
+        cpu_before = cpu_seconds_by_family()
+        began = time.monotonic()
+        await asyncio.gather(*(one_connection() for _ in range(connections)))
+        figures[name] = seconds = time.monotonic() - began
+        cpu = cpu_seconds_by_family() - cpu_before
+        stored = await pool.fetchval("SELECT count(*) FROM bench_raw_inbox")
+        print(f"  raw {name}: {count / seconds:,.0f} rows/s ({seconds:,.1f} s, {stored:,} stored; CPU: PostgreSQL "
+              f"{cpu['postgres']:,.1f} s, Python {cpu['python']:,.1f} s)")
+
+    async def one_each(conn, n):
+        await conn.execute(_RAW_ONE, *rows[n])
+
+    async def grouped(conn, n):
+        group = rows[n:n + GROUP_LIMIT]
+        await conn.execute(_RAW_GROUP, [t for t, _ in group], [e for _, e in group])
+
+    async def inbox_only(conn, n):
+        await conn.execute("INSERT INTO bench_raw_inbox (provider, kind, event) VALUES ('raw', 'delivered', $1)",
+                           rows[n][1])
+
+    print(f"raw INSERT of the same {count:,} rows (a token and the event each, {len(events)} real events' texts):")
+    await timed(f"one request at a time, token + event in one statement and commit, {PUSHERS} connections",
+                PUSHERS, 1, one_each)
+    await timed(f"in groups of {GROUP_LIMIT} (unnest), {COMMITS_IN_FLIGHT} connections", COMMITS_IN_FLIGHT, GROUP_LIMIT, grouped)
+    await timed(f"the old figure: the inbox row alone, one statement each, {PUSHERS} connections", PUSHERS, 1, inbox_only)
+    await pool.execute("DROP TABLE bench_raw_inbox, bench_raw_tokens")
     await pool.close()
-    print(f"raw INSERT of the same {count:,} rows, one statement each from {PUSHERS} connections: "
-          f"{count / seconds:,.0f} rows/s ({seconds:,.1f} s)")
+    names = list(figures)
+    print(f"receiver / raw one request at a time: {accepted_per_second / (count / figures[names[0]]):.2f}x "
+          f"(goal >= 0.7x); / raw in groups: {accepted_per_second / (count / figures[names[1]]):.2f}x; "
+          f"/ the old raw figure: {accepted_per_second / (count / figures[names[2]]):.2f}x")
 
 
 async def crash(bench: Bench, count: int) -> None:
@@ -275,7 +402,7 @@ async def crash(bench: Bench, count: int) -> None:
     await asyncio.sleep(1.0)
     bench.postgres.start(durable=True)
 
-    deadline = time.time() + 600
+    deadline = time.time() + 600 + count / 50  # a large burst takes minutes to push
     while time.time() < deadline:
         # As a supervisor would: a process that exited (a worker starting while PostgreSQL restarts
         # gives up at once) is started again.
@@ -318,6 +445,8 @@ async def main() -> None:
     parser.add_argument("--steady-seconds", type=int, default=30)
     parser.add_argument("--burst", type=int, default=100_000)
     parser.add_argument("--crash", type=int, default=20_000)
+    parser.add_argument("--profile", type=Path, help="record the receiver with py-spy during the burst (raw "
+                                                     "stacks into this file) and print where its CPU went")
     args = parser.parse_args()
     if max(args.rate * args.steady_seconds, args.burst, args.crash) > args.members:
         parser.error("--members must cover the largest phase")
@@ -330,7 +459,7 @@ async def main() -> None:
         if args.rate and args.steady_seconds:
             await steady(bench, args.rate, args.steady_seconds)
         if args.burst:
-            await burst(bench, args.burst)
+            await burst(bench, args.burst, args.profile)
         if args.crash:
             await crash(bench, args.crash)
     finally:

@@ -23,9 +23,11 @@ def limits_show(as_json: bool = JSON_OPTION) -> None:
         learned = (f"batches of {row['batch_size']:,} (refused {row['refused_size']:,} at "
                    f"{when(row['refused_at'])}: {row['reason']})" if row["batch_size"]
                    else "no batch size learned")
-        caps = ", ".join(f"{used:,}/{cap:,} {label}" for cap, used, label in (
-            (row["hourly_limit"], row["sent_this_hour"], "this hour"), (row["daily_limit"], row["sent_today"], "today"))
-            if cap) or "no send cap"
+        caps = [(row["hourly_limit"], row["sent_this_hour"], "this hour"),
+                (row["daily_limit"], row["sent_today"], "today")]
+        if row.get("account_sent_last_24_hours") is not None:  # the provider counts a rolling day for the account
+            caps[1] = (row["account_daily_limit"], row["account_sent_last_24_hours"], "in 24 hours (the account's)")
+        caps = ", ".join(f"{used:,}/{cap:,} {label}" for cap, used, label in caps if cap) or "no send cap"
         console.print(f"{row['domain']}: {learned}; {caps}", highlight=False, soft_wrap=True)
 
 

@@ -187,9 +187,10 @@ def members_list(status: str = typer.Option(None, "--status", metavar="free|paid
 
 @app.command("show")
 def members_show(member: str = typer.Argument(..., metavar="ID|ADDRESS", help="The member's id or address."),
-                 emails: int = typer.Option(10, "--emails", min=1, max=1000, help="How many of their last emails."),
+                 emails: int = typer.Option(10, "--emails", min=0, max=1000,
+                                            help="How many of their last emails (0: none)."),
                  as_json: bool = JSON_OPTION) -> None:
-    """One member: status, subscriptions, suppression and why, outbox entries, and their last emails."""
+    """One member: status, note, subscriptions, suppression and why, outbox entries, and their last emails."""
     profile = run_async(member_profile(member, emails=emails))
     if as_json:
         return print_json(profile)
@@ -197,6 +198,9 @@ def members_show(member: str = typer.Argument(..., metavar="ID|ADDRESS", help="T
     console.print(f"member {p['member_id']}: {p['email']}" + (f" ({p['name']})" if p["name"] else ""), highlight=False)
     console.print(f"status: {p['status']}; joined {when(p['created_at'])}; "
                   f"{'email disabled' if p['email_disabled'] else 'email enabled'}", highlight=False)
+    if p["note"]:  # outside input, of several lines: shown indented, what a terminal would act on blanked
+        lines = "".join(c if c.isprintable() or c == "\n" else " " for c in p["note"]).splitlines()
+        console.print("note: " + "\n      ".join(lines), highlight=False, markup=False)
     open_rate = f"{p['email_open_rate']}%" if p["email_open_rate"] is not None else "none yet (from 5 emails)"
     console.print(f"received {plural(p['email_count'], 'email')}, opened {p['email_opened_count']:,}; "
                   f"open rate {open_rate}", highlight=False)
@@ -226,6 +230,8 @@ def members_show(member: str = typer.Argument(..., metavar="ID|ADDRESS", help="T
     for sent in p["automated_emails"]:
         console.print(f"automated email {sent['slug']}: {sent['send_outcome'] or 'not sent'} "
                       f"({when(sent['created_at'])})", highlight=False)
+    if not emails:
+        return
     if not p["emails"]:
         return console.print("no newsletter emails yet", highlight=False)
     console.print("[bold]last emails[/bold]")

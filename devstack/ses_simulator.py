@@ -70,6 +70,9 @@ class SesFaults:
     server_errors: int = 0  # 500, nothing accepted
     errors_after_accept: int = 0  # 500 after accepting
     lost_answers: int = 0  # accepted, then the connection is dropped
+    # The next this many destinations at odd places of a call (2nd, 4th, ...) are answered
+    # ACCOUNT_THROTTLED in a call that accepts the others: a documented per-destination status.
+    throttled_destinations: int = 0
     recipient_limit: int | None = None  # more destinations than this: 400 LimitExceededException
     events_delay: float = 0.0  # a notification is visible this long after its event
     duplicate_pushes: bool = False  # every notification pushed twice
@@ -167,6 +170,7 @@ class SesSimulator:
         self.delivered: list[Delivered] = []
         self.suppressed: dict[str, str] = {}  # address → BOUNCE | COMPLAINT
         self.refused: set[str] = set()  # destinations answered MESSAGE_REJECTED
+        self.refused_for_now: set[str] = set()  # destinations always answered TRANSIENT_FAILURE
         self.subscriptions: dict[str, dict[str, Any]] = {}  # endpoint → {"arn", "token", "confirmed"}
         self.send_confirmations = True  # off: a test's made-up endpoints are never called
         self.max_24_hour_send, self.max_send_rate = 50_000.0, 14.0  # the account's quota (GetAccount)
@@ -174,7 +178,7 @@ class SesSimulator:
         self.opens = False  # on: every delivered copy is opened too (the development stack's readers)
         self._notifications: list[_Notification] = []
         self._ids = itertools.count()
-        self.requests = {"send": 0, "refused_signature": 0}
+        self.requests = {"send": 0, "refused_signature": 0, "refused_for_now": 0}
 
     # --- for tests ---
 
@@ -192,6 +196,11 @@ class SesSimulator:
 
     def suppress(self, address: str, reason: str = "BOUNCE") -> None:
         self.suppressed[address.casefold()] = reason
+
+    def sent_last_24_hours(self) -> int:
+        """What GetAccount reports: the copies accepted in the rolling day, by the stand-in's clock."""
+        since = self.now() - 86_400
+        return sum(1 for copy in self.delivered if copy.accepted_at > since)
 
     def received(self, address: str) -> tuple[str, str, str]:
         copy = next(d for d in self.delivered if d.address == address)
@@ -362,10 +371,19 @@ class SesSimulator:
             return _error(500, "InternalFailure", "An internal error occurred.")
         tags = {tag["Name"]: tag["Value"] for tag in call.get("DefaultEmailTags", [])}
         results = []
-        for entry in entries:
+        for place, entry in enumerate(entries):
             address = entry["Destination"]["ToAddresses"][0]
             if address.casefold() in self.refused:
                 results.append({"Status": "MESSAGE_REJECTED", "Error": "Email address is not verified."})
+                continue
+            if address.casefold() in self.refused_for_now:
+                self.requests["refused_for_now"] += 1
+                results.append({"Status": "TRANSIENT_FAILURE", "Error": f"Temporary failure for {address}."})
+                continue
+            if faults.throttled_destinations and place % 2 == 1:
+                faults.throttled_destinations -= 1
+                self.requests["refused_for_now"] += 1
+                results.append({"Status": "ACCOUNT_THROTTLED", "Error": "Maximum sending rate exceeded."})
                 continue
             replacement = (entry.get("ReplacementEmailContent") or {}).get("ReplacementTemplate") or {}
             values = json.loads(replacement.get("ReplacementTemplateData") or "{}")
@@ -400,7 +418,7 @@ class SesSimulator:
             return refused
         return web.json_response({"SendQuota": {"Max24HourSend": self.max_24_hour_send,
                                                 "MaxSendRate": self.max_send_rate,
-                                                "SentLast24Hours": len(self.delivered)},
+                                                "SentLast24Hours": self.sent_last_24_hours()},
                                   "SendingEnabled": True, "ProductionAccessEnabled": True})
 
     async def _suppression(self, request: web.Request) -> web.Response:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
 
 from pressroom.settings import ConfigurationError, Settings
 
@@ -36,7 +35,8 @@ async def check_postgres(settings: Settings) -> CheckResult:
     where = database.describe_url(url)
     if applied != latest:
         return CheckResult("PostgreSQL", False, f"{where}: the schema is not up to date "
-                                                f"(at {applied or 'nothing'}, latest {latest}); run `pressroom migrate`")
+                                                f"(at {applied or 'nothing'}, latest {latest}); "
+                                                "run `pressroom migrate`")
     return CheckResult("PostgreSQL", True, f"{where}, schema {latest}")
 
 
@@ -62,22 +62,16 @@ async def check_temporal(settings: Settings) -> CheckResult:
     return CheckResult("Temporal", True, where)
 
 
-async def check_mailgun(settings: Settings) -> CheckResult:
-    """The email provider answers a one-event query with this account's key."""
-    from pressroom.providers.port import EventQuery
+async def check_provider(settings: Settings) -> CheckResult:
+    """The email provider answers with this account's credentials (Mailgun: a one-event query; SES:
+    the account's sending quota): each provider says how (`check_account`)."""
     from pressroom.providers.wiring import provider_from_settings
 
     provider = provider_from_settings(settings)
     try:
-        if settings.email_provider == "ses":  # nothing to poll: ask for the account's sending quota
-            quota = await provider.sending_quota()  # type: ignore[attr-defined]
-            return CheckResult(provider.title, True, f"{provider!r}: {quota['sent_last_24_hours']:.0f} of "
-                                                     f"{quota['max_24_hour_send']:.0f} sent in 24 h, "
-                                                     f"{quota['max_send_rate']:g}/s")
-        await provider.read_events(None, EventQuery(begin=datetime.now(timezone.utc) - timedelta(minutes=5), limit=1))
+        return CheckResult(provider.title, True, await provider.check_account())
     finally:
         await provider.aclose()
-    return CheckResult("Mailgun", True, f"{settings.mailgun_base_url} domain {settings.mailgun_domain}")
 
 
 async def run_checks(settings: Settings, more: Sequence[tuple[str, Callable]] = ()) -> list[CheckResult]:
@@ -87,6 +81,7 @@ async def run_checks(settings: Settings, more: Sequence[tuple[str, Callable]] = 
 
     from pressroom.providers.port import ProviderError
     from pressroom.database import DatabaseUnavailable
+    from pressroom.providers.wiring import provider_title
     from pressroom.temporal import TemporalUnavailable, describe_rpc_error
 
     async def guarded(service: str, check) -> CheckResult:
@@ -100,8 +95,7 @@ async def run_checks(settings: Settings, more: Sequence[tuple[str, Callable]] = 
             return CheckResult(service, False, f"no answer within {CHECK_TIMEOUT_SECONDS} s")
 
     results = list(await asyncio.gather(guarded("PostgreSQL", check_postgres), guarded("Temporal", check_temporal),
-                                        guarded("Amazon SES" if settings.email_provider == "ses" else "Mailgun",
-                                                 check_mailgun)))
+                                        guarded(provider_title(settings), check_provider)))
     if not more:
         return results
     if not all(result.ok for result in results[:2]):

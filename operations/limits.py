@@ -69,7 +69,11 @@ async def describe_limits(conn: asyncpg.Connection, settings: Settings, now: dat
                     "refused_at": row.get("refused_at"), "reason": row.get("reason"),
                     "hourly_limit": caps["hour"], "daily_limit": caps["day"],
                     "sent_this_hour": used[domain]["hour"] if domain in used else 0,
-                    "sent_today": used[domain]["day"] if domain in used else 0})
+                    "sent_today": used[domain]["day"] if domain in used else 0,
+                    # The provider's own count for the whole account (SES: SentLast24Hours) against its
+                    # rolling day's quota, when it states them: what admission reads.
+                    "account_daily_limit": (quota or AccountQuota()).per_day,
+                    "account_sent_last_24_hours": (quota or AccountQuota()).sent_last_24_hours})
     return out
 
 

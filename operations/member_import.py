@@ -2,8 +2,8 @@
 
 Its columns are id, email, name, note, subscribed_to_emails, complimentary_plan, stripe_customer_id,
 created_at, deleted_at, labels, tiers; other exports say `subscribed` and `status`. The file is
-outside input: every row is checked on its own (the csv module reads it; addresses by
-email-validator, as `members add` checks them), a refused row is set aside with its line and why
+outside input: every row is checked on its own (the csv module reads it; addresses as `members add`
+checks them, pressroom.inputs.email_address), a refused row is set aside with its line and why
 (never its address) and the rest goes in. Rows are written in one transaction, a chunk at a time:
 COPY into a temporary table, then set-based statements match each row to a member by its address
 whatever its case, update those that exist and insert the others; labels go into the reference
@@ -15,7 +15,6 @@ changes nothing. No welcome email unless asked for: a site moving its list here 
 from __future__ import annotations
 
 import csv
-import functools
 import re
 import unicodedata
 from collections.abc import Callable
@@ -62,56 +61,6 @@ class _Row:
     labels: tuple[tuple[str, str], ...]  # (name as written, slug)
 
 
-@functools.cache
-def _email_adapter():
-    from pydantic import EmailStr, TypeAdapter
-
-    return TypeAdapter(EmailStr)  # built once: building one costs more than the check itself
-
-
-@functools.cache
-def _plain():
-    from email_validator import SPECIAL_USE_DOMAIN_NAMES
-
-    from pressroom.inputs import PLAIN_ADDRESS
-
-    return re.compile(PLAIN_ADDRESS), tuple(SPECIAL_USE_DOMAIN_NAMES)
-
-
-def _address(text: str) -> tuple[str | None, str | None]:
-    """(the address normalised, None) or (None, why in words that never repeat it).
-
-    An address of the plain ASCII shape (pressroom/inputs.py), within email-validator's lengths and
-    outside its special-use domains, is what email-validator would make of it: the domain in lower
-    case. Any other goes through email-validator (via pydantic, as `members add` checks), which takes
-    some 50 µs: most of a large import's time when every row took it.
-    """
-    from pydantic import ValidationError
-
-    from pressroom.inputs import MAX_TEXT, PLAIN_DOMAIN_LENGTH
-
-    if not text:
-        return None, "no email"
-    if len(text) > MAX_TEXT:
-        return None, f"the email is {len(text):,} characters long; at most {MAX_TEXT}"
-    if any(not c.isprintable() for c in text):
-        return None, "the email holds a line break or control character"
-    shape, special = _plain()
-    if shape.fullmatch(text):
-        local, _, domain = text.rpartition("@")
-        domain = domain.lower()
-        if len(local) <= 64 and len(domain) <= PLAIN_DOMAIN_LENGTH and \
-                not any(domain == name or domain.endswith("." + name) for name in special):
-            return f"{local}@{domain}", None
-    try:
-        return _email_adapter().validate_python(text), None
-    except ValidationError as error:
-        reason = error.errors()[0]["msg"].removeprefix("value is not a valid email address: ").rstrip(".")
-        parts = [part for part in text.rpartition("@")[::2] if len(part) >= 3]
-        said = "" if any(part.casefold() in reason.casefold() for part in parts) else f": {reason}"
-        return None, f"the email is not a valid address{said}"
-
-
 def _flag(value: str, column: str) -> bool | None:
     word = value.strip().lower()
     if not word:
@@ -131,13 +80,13 @@ def _slug(label: str) -> str:
 
 def _row(line: int, cells: dict[str, str]) -> _Row:
     """One row checked; BadInput names what is wrong (never the address, the name or the note)."""
-    from pressroom.inputs import free_text, moment
+    from pressroom.inputs import email_address, free_text, moment
 
     if any("\udc80" <= c <= "\udcff" for value in cells.values() for c in value):
         raise BadInput("holds bytes that are not UTF-8")
-    email, problem = _address(cells.get("email", "").strip())
-    if problem:
-        raise BadInput(problem)
+    if not cells.get("email", "").strip():
+        raise BadInput("no email")
+    email = email_address(cells["email"], "the email")
     name = free_text(cells.get("name"), "name")
     note = (cells.get("note") or "").strip() or None
     if note is not None:
@@ -224,7 +173,7 @@ def read_rows(path: Path, report: ImportReport, progress: Callable[[int], None] 
 # member takes what the row says (an empty cell says nothing); the others are inserted (`added`).
 # Every later statement joins the chunk by member id.
 _STAGE = """CREATE TEMP TABLE member_import (line int, email text, name text, note text, subscribed boolean,
-            status text, created_at timestamptz, hash text, member_id text, added boolean NOT NULL DEFAULT false)
+            status text, created_at timestamptz, member_id text, added boolean NOT NULL DEFAULT false)
             ON COMMIT DROP"""
 _STAGE_LABELS = "CREATE TEMP TABLE member_import_labels (line int, name text, slug text) ON COMMIT DROP"
 _MATCH = "UPDATE member_import i SET member_id = m.id FROM members m WHERE lower(m.email) = lower(i.email)"
@@ -258,12 +207,8 @@ RETURNING member_id"""
 _UNSUBSCRIBE = """
 DELETE FROM members_newsletters mn USING member_import i WHERE NOT i.subscribed AND mn.member_id = i.member_id
 RETURNING mn.member_id"""
-# Suppressions a deleted member left as a keyed hash, given back to their address imported again.
-_RESTORE = """
-UPDATE suppressions s SET email = m.email
-FROM member_import i JOIN members m ON m.id = i.member_id
-WHERE i.hash IS NOT NULL AND s.email = i.hash AND NOT EXISTS (SELECT 1 FROM suppressions c WHERE c.email = m.email)
-RETURNING s.id"""
+# The chunk's members' addresses as stored (a suppression is matched to a member's address exactly).
+_STORED = "SELECT m.email FROM member_import i JOIN members m ON m.id = i.member_id"
 # Labels in the reference platform's tables: one the site does not have is made with the file's name
 # for it (the first row's spelling); a member gets the row's labels and keeps the others.
 _MAKE_LABELS = """
@@ -276,23 +221,14 @@ SELECT i.member_id, l.id FROM member_import_labels x JOIN member_import i ON i.l
 JOIN labels l ON l.slug = x.slug WHERE i.member_id IS NOT NULL
 ON CONFLICT (member_id, label_id) DO NOTHING
 RETURNING member_id"""
-# `--welcome`: each new member's MemberCreatedEvent, as `members add` enqueues it (the same key and
-# payload; the digest is payload_digest's sha256 of {"member_id":"<id>"}).
-_WELCOME = """
-INSERT INTO outbox (event_type, payload, idempotency_key, payload_digest)
-SELECT 'MemberCreatedEvent', jsonb_build_object('member_id', id), 'member-created-' || id,
-       encode(sha256(convert_to('{"member_id":' || to_jsonb(id)::text || '}', 'UTF8')), 'hex')
-FROM unnest($1::text[]) AS id
-ON CONFLICT (idempotency_key) DO NOTHING
-RETURNING id"""
 
 
 @tracing.traced("pressroom members import")
 async def import_members(path: str | Path, *, welcome: bool = False, settings: Settings | None = None,
                          progress: Callable[[str, int, int], None] | None = None) -> ImportReport:
     """Import the file; `progress(phase, done, total)` is told how far reading and writing have got."""
-    from activities.outbox import NOTIFY_CHANNEL
-    from operations.members import address_hash
+    from activities.outbox import enqueue_many
+    from operations.members import member_created, restore_suppressions
     from pressroom import database
 
     path = Path(path)
@@ -309,9 +245,9 @@ async def import_members(path: str | Path, *, welcome: bool = False, settings: S
         for start in range(0, len(rows), CHUNK):
             chunk = rows[start:start + CHUNK]
             await conn.copy_records_to_table(
-                "member_import", records=[(r.line, r.email, r.name, r.note, r.subscribed, r.status, r.created_at,
-                                           address_hash(r.email, key) if key else None) for r in chunk],
-                columns=["line", "email", "name", "note", "subscribed", "status", "created_at", "hash"])
+                "member_import", records=[(r.line, r.email, r.name, r.note, r.subscribed, r.status, r.created_at)
+                                          for r in chunk],
+                columns=["line", "email", "name", "note", "subscribed", "status", "created_at"])
             labels = [(r.line, name, slug) for r in chunk for name, slug in r.labels]
             if labels:
                 await conn.copy_records_to_table("member_import_labels", records=labels)
@@ -324,8 +260,9 @@ async def import_members(path: str | Path, *, welcome: bool = False, settings: S
             moved = {row["member_id"] for row in await conn.fetch(_SUBSCRIBE)}
             if any(r.subscribed is False for r in chunk):
                 moved |= {row["member_id"] for row in await conn.fetch(_UNSUBSCRIBE)}
-            if key:
-                report.suppressions_restored += len(await conn.fetch(_RESTORE))
+            if key:  # the suppressions of deleted members whose address comes back
+                stored = [row["email"] for row in await conn.fetch(_STORED)]
+                report.suppressions_restored += await restore_suppressions(conn, stored, settings)
             if labels:
                 report.labels_made += len(await conn.fetch(_MAKE_LABELS))
                 labelled = [row["member_id"] for row in await conn.fetch(_GIVE_LABELS)]
@@ -340,6 +277,6 @@ async def import_members(path: str | Path, *, welcome: bool = False, settings: S
                 progress("write", start + len(chunk), len(rows))
         report.unchanged = len(rows) - report.added - report.updated
         if welcome and settings.welcome_emails and new_ids:
-            report.welcome_queued = len(await conn.fetch(_WELCOME, new_ids))
-            await conn.execute("SELECT pg_notify($1, '')", NOTIFY_CHANNEL)
+            report.welcome_queued = await enqueue_many(conn, "MemberCreatedEvent",
+                                                       [member_created(member_id) for member_id in new_ids])
     return report

@@ -80,9 +80,14 @@ async def add_member(email: str, name: str | None = None, *, status: str = "free
             # Every new member is welcomed, with the automated email for their status, when the
             # setting is on (the handler reads it again when it sends).
             if settings.welcome_emails:
-                key = await enqueue(conn, "MemberCreatedEvent", {"member_id": member_id},
-                                    idempotency_key=f"member-created-{member_id}")
+                key = await enqueue(conn, "MemberCreatedEvent", *member_created(member_id))
     return MemberAdded(member_id, key)
+
+
+def member_created(member_id: str) -> tuple[dict, str]:
+    """A new member's MemberCreatedEvent, (payload, idempotency key), as `members add` and `members
+    import --welcome` enqueue it: the same member is welcomed once, whichever added them."""
+    return {"member_id": member_id}, f"member-created-{member_id}"
 
 
 # A member's last emails and what became of each: sent (its batch), delivered, opened, failed (the
@@ -143,8 +148,8 @@ def email_outcome(row) -> str:
 
 
 async def member_profile(member: str, *, emails: int = 10, settings: Settings | None = None) -> dict:
-    """A member by id or address: status, subscriptions, suppression (and why), the outbox entries
-    about them, and their last emails with what became of each."""
+    """A member by id or address: status, note, subscriptions, suppression (and why), the outbox
+    entries about them, and their last `emails` emails with what became of each (0: none read)."""
     from pressroom import database
     from pressroom.errors import NotFound
     from pressroom.inputs import entity_id
@@ -155,7 +160,7 @@ async def member_profile(member: str, *, emails: int = 10, settings: Settings | 
     settings = settings or get_settings()
     async with database.connection(settings.require_database()) as conn:
         row = await conn.fetchrow(
-            "SELECT m.id AS member_id, m.email, m.name, m.status, m.email_disabled, m.email_count, "
+            "SELECT m.id AS member_id, m.email, m.name, m.note, m.status, m.email_disabled, m.email_count, "
             "m.email_opened_count, m.email_open_rate, m.created_at FROM members m "
             + ("WHERE lower(m.email) = lower($1)" if by_address else "WHERE m.id = $1"), member.strip())
         if row is None:
@@ -166,7 +171,7 @@ async def member_profile(member: str, *, emails: int = 10, settings: Settings | 
         subscriptions = await conn.fetch(_MEMBER_SUBSCRIPTIONS, member_id)
         outbox = await conn.fetch(_MEMBER_OUTBOX, member_id)
         automated = await conn.fetch(_MEMBER_AUTOMATED, member_id)
-        last = await conn.fetch(_MEMBER_EMAILS, member_id, emails)
+        last = await conn.fetch(_MEMBER_EMAILS, member_id, emails) if emails else []
         labels = await conn.fetch(_MEMBER_LABELS, member_id)
         tiers = await conn.fetch(_MEMBER_TIERS, member_id)
     return {**dict(row),
@@ -332,8 +337,9 @@ async def update_member(member: str, *, name: str | None = None, status: str | N
         row = await _member_row(conn, member, lock=True)
         member_id = row["id"]
         tracing.annotate(member_id=member_id)
-        joining = await _newsletter_ids(conn, list(newsletters), "--newsletter")
-        leaving = await _newsletter_ids(conn, list(no_newsletters), "--no-newsletter")
+        # Only what was asked is run: an option not given costs no statement.
+        joining = await _newsletter_ids(conn, list(newsletters), "--newsletter") if newsletters else {}
+        leaving = await _newsletter_ids(conn, list(no_newsletters), "--no-newsletter") if no_newsletters else {}
         if set(joining.values()) & set(leaving.values()):
             raise BadInput("one newsletter is given to both --newsletter and --no-newsletter (by id and by slug)")
         changed = []
@@ -349,25 +355,25 @@ async def update_member(member: str, *, name: str | None = None, status: str | N
             "WITH added AS (INSERT INTO members_newsletters (member_id, newsletter_id) "
             "SELECT $1, unnest($2::text[]) ON CONFLICT (member_id, newsletter_id) DO NOTHING RETURNING newsletter_id) "
             "SELECT n.slug FROM added JOIN newsletters n ON n.id = added.newsletter_id ORDER BY n.slug",
-            member_id, list(set(joining.values())))]
+            member_id, list(set(joining.values())))] if joining else []
         unsubscribed = [r["slug"] for r in await conn.fetch(
             "WITH removed AS (DELETE FROM members_newsletters WHERE member_id = $1 AND newsletter_id = ANY($2::text[]) "
             "RETURNING newsletter_id) "
             "SELECT n.slug FROM removed JOIN newsletters n ON n.id = removed.newsletter_id ORDER BY n.slug",
-            member_id, list(set(leaving.values())))]
+            member_id, list(set(leaving.values())))] if leaving else []
         if subscribed or unsubscribed:
             changed.append("newsletters")
+        given = taken = []
         if labels:
             await conn.execute(_MAKE_LABELS, labels)
-        given = await conn.fetch(_ADD_LABELS + " RETURNING label_id", member_id, labels)
-        taken = await conn.fetch("DELETE FROM members_labels ml USING labels l WHERE ml.member_id = $1 "
-                                 "AND l.id = ml.label_id AND l.slug = ANY($2::text[]) RETURNING ml.label_id",
-                                 member_id, no_labels)
+            given = await conn.fetch(_ADD_LABELS + " RETURNING label_id", member_id, labels)
+        if no_labels:
+            taken = await conn.fetch("DELETE FROM members_labels ml USING labels l WHERE ml.member_id = $1 "
+                                     "AND l.id = ml.label_id AND l.slug = ANY($2::text[]) RETURNING ml.label_id",
+                                     member_id, no_labels)
         if given or taken:
             changed.append("labels")
-        labelled = [r["slug"] for r in await conn.fetch(
-            "SELECT l.slug FROM members_labels ml JOIN labels l ON l.id = ml.label_id WHERE ml.member_id = $1 "
-            "ORDER BY l.slug", member_id)]
+        labelled = [r["slug"] for r in await conn.fetch(_MEMBER_LABELS, member_id)]  # the answer: labels now
         if changed and "name" not in changed and "status" not in changed:
             await conn.execute("UPDATE members SET updated_at = now() WHERE id = $1", member_id)
     return MemberUpdated(member_id, changed, subscribed, unsubscribed, labelled)

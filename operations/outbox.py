@@ -27,8 +27,9 @@ async def ensure_relay(client, settings) -> None:
     """The relay workflow runs (one per namespace and task queue); an existing run is kept."""
     from temporalio.common import WorkflowIDConflictPolicy
 
-    await client.start_workflow(OutboxRelayWorkflow.run, RelayInput(), id=f"{RELAY_WORKFLOW_ID}-{settings.task_queue}",
-                                task_queue=settings.task_queue, id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+    await client.start_workflow(OutboxRelayWorkflow.run, RelayInput(),
+                                id=f"{RELAY_WORKFLOW_ID}-{settings.task_queue}", task_queue=settings.task_queue,
+                                id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
                                 static_summary="Relay committed outbox entries to delivery workflows")
 
 
@@ -158,8 +159,9 @@ class Requeued:
 async def requeue_outbox_entries(state: str = "aborted", reason: str | None = None, *, client=None,
                                  settings: Settings | None = None,
                                  wait_seconds: float = REQUEUE_WAIT_SECONDS) -> Requeued:
-    """Every entry in `state` (aborted or skipped), with the error or skip code `reason` if given, requeued as `requeue_outbox_entry` requeues one; each on its own, so one
-    whose delivery is still running is named and the others go ahead."""
+    """Every entry in `state` (aborted or skipped), with the error or skip code `reason` if given,
+    requeued as `requeue_outbox_entry` requeues one; each on its own, so one whose delivery is
+    still running is named and the others go ahead."""
     from pressroom import database
     from pressroom.inputs import entity_id
 

@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 from datetime import UTC, datetime, timedelta
 
+from activities.newsletter.left_out import (LEFT_OUT_COUNTS, LEFT_OUT_JOINS, LEFT_OUT_REASON, LEFT_OUT_REASONS,
+                                            with_filter)
 from pressroom.errors import BadInput, NotFound
 from pressroom.inputs import entity_id
 from pressroom.settings import Settings, get_settings
@@ -70,48 +72,24 @@ GROUP BY 1, 2, 3, 4 ORDER BY n DESC, severity, code LIMIT $2"""
 
 _COMPLAINTS = "SELECT count(*) FROM email_spam_complaint_events WHERE email_id = $1"
 
-# Why a member who existed when the email was made is not among its recipients: the first reason
-# that applies, in the order the send's audience query excludes them. Members as they are now (the
-# list; the report's counts are those recorded when the batches were written, see
-# activities/newsletter/left_out.py, and these only for an email written before 0029). $4 is
-# the filter's values (named even when the filter reads none, so that its type is known).
-LEFT_OUT_REASONS = ("suppressed-bounce", "suppressed-complaint", "disabled", "not-subscribed", "not-in-filter",
-                    "unusable-address", "other")
-_LEFT_OUT_REASON = """
-CASE WHEN s.reason = 'bounce' THEN 'suppressed-bounce' WHEN s.reason = 'spam' THEN 'suppressed-complaint'
-     WHEN m.email_disabled THEN 'disabled' WHEN mn.id IS NULL THEN 'not-subscribed'
-     WHEN $4::text[] IS NOT NULL AND NOT (/* the recipient filter */ TRUE) THEN 'not-in-filter'
-     WHEN x.member_id IS NOT NULL THEN 'unusable-address'
-     ELSE 'other' END"""
-_LEFT_OUT_FROM = """
+# The members left out of an email, with why (activities/newsletter/left_out.py): members as they
+# are now (the report's counts are those recorded when the batches were written, and counted here
+# only for an email written before 0029).
+_LEFT_OUT_FROM = f"""
 FROM members m
-LEFT JOIN members_newsletters mn ON mn.member_id = m.id AND mn.newsletter_id = $2
-LEFT JOIN suppressions s ON s.email = m.email
-LEFT JOIN email_skipped_recipients x ON x.email_id = $1 AND x.member_id = m.id
+{LEFT_OUT_JOINS}
 WHERE m.created_at <= $3
   AND NOT EXISTS (SELECT 1 FROM email_recipients er WHERE er.email_id = $1 AND er.member_id = m.id)"""
-# The counts start from the members missing from the recipients, both read in id order from their
-# indexes alone; only those few rows are then read to say why.
-_LEFT_OUT_COUNTS_BEFORE_0029 = f"""
-WITH missing AS MATERIALIZED (
-    SELECT m.id FROM members m
-    WHERE NOT EXISTS (SELECT 1 FROM email_recipients er WHERE er.email_id = $1 AND er.member_id = m.id))
-SELECT {_LEFT_OUT_REASON} AS reason, count(*) AS n
-FROM missing JOIN members m ON m.id = missing.id
-LEFT JOIN members_newsletters mn ON mn.member_id = m.id AND mn.newsletter_id = $2
-LEFT JOIN suppressions s ON s.email = m.email
-LEFT JOIN email_skipped_recipients x ON x.email_id = $1 AND x.member_id = m.id
-WHERE m.created_at <= $3
-GROUP BY 1"""
 LEFT_OUT_PAGE = f"""
-SELECT m.id AS member_id, m.email, m.name, m.status, {_LEFT_OUT_REASON} AS reason, s.email_id AS suppressed_by,
+SELECT m.id AS member_id, m.email, m.name, m.status, {LEFT_OUT_REASON} AS reason, s.email_id AS suppressed_by,
        m.created_at
 {_LEFT_OUT_FROM}
-  AND ($5::text IS NULL OR {_LEFT_OUT_REASON} = $5)
+  AND ($5::text IS NULL OR {LEFT_OUT_REASON} = $5)
   AND ($6::timestamptz IS NULL OR (m.created_at, m.id) < ($6, $7::text))
 ORDER BY m.created_at DESC, m.id DESC LIMIT $8"""
 
-_OPENS_RANGE = "SELECT min(opened_at), max(opened_at) FROM email_recipients WHERE email_id = $1 AND opened_at IS NOT NULL"
+_OPENS_RANGE = ("SELECT min(opened_at), max(opened_at) FROM email_recipients "
+                "WHERE email_id = $1 AND opened_at IS NOT NULL")
 _OPENS = """
 SELECT date_bin($2::interval, opened_at, $3) AS at, count(*) AS n
 FROM email_recipients WHERE email_id = $1 AND opened_at IS NOT NULL GROUP BY 1 ORDER BY 1"""
@@ -136,26 +114,13 @@ def _rate(part: int, whole: int) -> float | None:
 async def _email(conn, email_id: str):
     entity_id(email_id, "email")
     email = await conn.fetchrow(
-        "SELECT e.id, e.subject, e.status, e.error, e.post_id, e.newsletter_id, n.slug AS newsletter, e.recipient_filter, "
+        "SELECT e.id, e.subject, e.status, e.error, e.post_id, e.newsletter_id, n.slug AS newsletter, "
+        "e.recipient_filter, "
         "e.created_at, e.submitted_at, e.left_out, e.first_opened_at, e.last_opened_at, e.cancelled_by, e.cancelled_at "
         "FROM emails e LEFT JOIN newsletters n ON n.id = e.newsletter_id WHERE e.id = $1", email_id)
     if email is None:
         raise NotFound(f"email {email_id} does not exist (`pressroom newsletter list` shows the emails)")
     return email
-
-
-def _with_filter(statement: str, email) -> tuple[str, list[str]]:
-    """The statement with the email's recipient filter as its not-in-filter test, reading its values
-    from $4 (tiers as they are now); a filter that cannot be parsed leaves nobody out for it."""
-    from activities.newsletter.audience import PREDICATE, filter_sql
-    from pressroom.recipient_filter import FilterError
-
-    try:
-        predicate, values = filter_sql(email["recipient_filter"], as_of=datetime.now(UTC), post_id=email["post_id"],
-                                       param=4)
-    except FilterError:
-        predicate, values = "TRUE", []
-    return statement.replace(PREDICATE, predicate), values
 
 
 async def _opens(conn, email) -> dict:
@@ -199,7 +164,7 @@ async def newsletter_report(email_id: str, *, reasons: int = 5, settings: Settin
         if recorded:
             left_out = json.loads(email["left_out"])
         else:
-            counts, values = _with_filter(_LEFT_OUT_COUNTS_BEFORE_0029, email)
+            counts, values = with_filter(LEFT_OUT_COUNTS, email, as_of=datetime.now(UTC))
             left_out = {r["reason"]: r["n"] for r in await conn.fetch(
                 counts, email_id, email["newsletter_id"], email["created_at"], values)}
         opens = await _opens(conn, email)
@@ -246,7 +211,7 @@ async def left_out_members(email_id: str, *, reason: str | None = None, after: s
             cursor = await conn.fetchrow("SELECT created_at, id FROM members WHERE id = $1", after) or (None, None)
             if cursor[0] is None:
                 raise NotFound(f"--after {after}: no member has that id")
-        page, values = _with_filter(LEFT_OUT_PAGE, email)
+        page, values = with_filter(LEFT_OUT_PAGE, email, as_of=datetime.now(UTC))  # tiers as they are now
         rows = await conn.fetch(page, email_id, email["newsletter_id"], email["created_at"],
                                 values, reason, *cursor, limit + 1)
     items = [dict(row) for row in rows[:limit]]

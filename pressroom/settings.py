@@ -1,8 +1,9 @@
 """Pressroom's configuration: environment variables read once into one settings object.
 
-The variable names are a contract (docs/production.md "Configuration"): deployments set them. A variable that is not set falls
-back to the development stack started by `pressroom dev up` when it runs, and otherwise to the
-documented default; a value that is missing or malformed is one line naming the variable.
+The variable names are a contract (docs/production.md "Configuration"): deployments set them. A
+variable that is not set falls back to the development stack started by `pressroom dev up` when it
+runs, and otherwise to the documented default; a value that is missing or malformed is one line
+naming the variable.
 """
 
 from __future__ import annotations
@@ -153,11 +154,14 @@ class Settings(BaseSettings):
         "PRESSROOM_ORPHAN_CHECK_SECONDS", "OUTBOX_ORPHAN_CHECK_SEC"))
 
     # --- email analytics ---
-    analytics_interval_seconds: int = Field(default=300, ge=10, validation_alias="PRESSROOM_ANALYTICS_INTERVAL_SECONDS")
-    analytics_max_opened_events: int = Field(default=10_000, ge=1, validation_alias="PRESSROOM_ANALYTICS_MAX_OPENED_EVENTS")
+    analytics_interval_seconds: int = Field(default=300, ge=10,
+                                            validation_alias="PRESSROOM_ANALYTICS_INTERVAL_SECONDS")
+    analytics_max_opened_events: int = Field(default=10_000, ge=1,
+                                             validation_alias="PRESSROOM_ANALYTICS_MAX_OPENED_EVENTS")
     analytics_trust_threshold_seconds: int = Field(default=30 * 60, ge=0,
                                                    validation_alias="PRESSROOM_ANALYTICS_TRUST_THRESHOLD_SECONDS")
-    analytics_end_margin_seconds: int = Field(default=60, ge=0, validation_alias="PRESSROOM_ANALYTICS_END_MARGIN_SECONDS")
+    analytics_end_margin_seconds: int = Field(default=60, ge=0,
+                                              validation_alias="PRESSROOM_ANALYTICS_END_MARGIN_SECONDS")
 
     # --- scheduled posts ---
     # A thousand posts due at one instant take Temporal some 20 s of workflow tasks on two cores
@@ -174,7 +178,8 @@ class Settings(BaseSettings):
     webhook_signing_key: SecretStr = Field(default=SecretStr(""), validation_alias="MAILGUN_WEBHOOK_SIGNING_KEY")
     # A request signed longer ago (or further ahead) than this is refused as stale; its token is
     # remembered this long, so a replay is refused either way.
-    webhook_max_age_seconds: int = Field(default=300, ge=10, le=86400, validation_alias="PRESSROOM_WEBHOOK_MAX_AGE_SECONDS")
+    webhook_max_age_seconds: int = Field(default=300, ge=10, le=86400,
+                                         validation_alias="PRESSROOM_WEBHOOK_MAX_AGE_SECONDS")
     webhook_max_body_bytes: int = Field(default=256 * 1024, ge=1024, le=16 * 1024 * 1024,
                                         validation_alias="PRESSROOM_WEBHOOK_MAX_BODY_BYTES")
     # A retry of a push answered 503 may carry its first signature (see docs/front-door.md): a
@@ -425,7 +430,8 @@ class Settings(BaseSettings):
         key = self.webhook_signing_key.get_secret_value()
         if not key:
             raise ConfigurationError("MAILGUN_WEBHOOK_SIGNING_KEY is not set: the receiver cannot tell Mailgun's "
-                                     "requests from forged ones (Mailgun: Sending → Webhooks → HTTP webhook signing key)")
+                                     "requests from forged ones (Mailgun: Sending → Webhooks → HTTP webhook "
+                                     "signing key)")
         return key
 
     def require_members_link_secret(self) -> str:

@@ -192,6 +192,7 @@ class BatchSending:
             if self._progress.message.startswith(f"{self._provider} unreachable"):
                 self._progress.message = ""
         self._progress.batches_sent += 1
+        self._progress.batches_total += sent.requeued  # recipients refused for the moment, in a new batch
         self._progress.recipients_sent += sent.recipients
         self._show()
 

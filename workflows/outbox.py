@@ -35,7 +35,8 @@ class OutboxRelayWorkflow:
             await workflow.execute_activity_method(
                 OutboxRelayActivities.relay_outbox, input,
                 start_to_close_timeout=timedelta(seconds=input.run_seconds + 60),
-                heartbeat_timeout=timedelta(seconds=10), retry_policy=RetryPolicy(maximum_interval=timedelta(seconds=10)))
+                heartbeat_timeout=timedelta(seconds=10),
+                retry_policy=RetryPolicy(maximum_interval=timedelta(seconds=10)))
         workflow.continue_as_new(input)
 
 
@@ -102,6 +103,7 @@ class DeliverOutboxEntryWorkflow:
         cause = cause_of(error)
         code, message = cause.type or "HANDLER_FAILED", cause.message
         await workflow.execute_activity_method(
-            OutboxDeliveryActivities.abort_entry, AbortEntryInput(outbox_id=input.outbox_id, code=code, message=message),
+            OutboxDeliveryActivities.abort_entry,
+            AbortEntryInput(outbox_id=input.outbox_id, code=code, message=message),
             start_to_close_timeout=timedelta(seconds=30), retry_policy=DATABASE_RETRY)
         return "aborted"

@@ -21,6 +21,8 @@ class WebhookInboxWorkflow:
     async def run(self, input: InboxInput) -> None:
         for _ in range(20):
             await workflow.execute_activity_method(
-                WebhookActivities.apply_inbox, input, start_to_close_timeout=timedelta(seconds=input.run_seconds + 60),
-                heartbeat_timeout=timedelta(seconds=10), retry_policy=RetryPolicy(maximum_interval=timedelta(seconds=10)))
+                WebhookActivities.apply_inbox, input,
+                start_to_close_timeout=timedelta(seconds=input.run_seconds + 60),
+                heartbeat_timeout=timedelta(seconds=10),
+                retry_policy=RetryPolicy(maximum_interval=timedelta(seconds=10)))
         workflow.continue_as_new(input)

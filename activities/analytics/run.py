@@ -100,8 +100,9 @@ class AnalyticsActivities:
                 # The fallback scope's events of the same range, with a cursor of their own.
                 job = f"{scope}:{row['name']}"
                 mine = await self._job_metadata(job)
-                _add(total, await self._fetch_window(job, "backfill", moment(mine.get("cursor")) or moment(state["begin"]),
-                                                     end, None, mine, input.now, self.deps.provider.for_scope(scope)))
+                _add(total, await self._fetch_window(job, "backfill",
+                                                     moment(mine.get("cursor")) or moment(state["begin"]), end, None,
+                                                     mine, input.now, self.deps.provider.for_scope(scope)))
             await self.deps.pool.execute(
                 "UPDATE jobs SET status = 'finished', finished_at = now(), updated_at = now() WHERE name = $1",
                 row["name"])
@@ -125,7 +126,8 @@ class AnalyticsActivities:
         # the send), as the reference filters them.
         tag = self._settings.email_tag
         query = EventQuery(begin=begin, end=end, names=PHASE_EVENTS[phase],
-                           tags=("bulk-email", tag) if tag else (), limit=page_size if cap is None else min(page_size, cap))
+                           tags=("bulk-email", tag) if tag else (),
+                           limit=page_size if cap is None else min(page_size, cap))
         try:
             await read_and_apply(self.deps.pool, provider, query, page, cap, job, state, checkpoint, result)
         except ProviderError as error:

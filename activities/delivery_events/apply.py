@@ -191,8 +191,9 @@ async def apply_batch(pool: asyncpg.Pool, batch: EventBatch, source: Source,
             raise  # nothing of the events' is left to blame: the caller's step failed
         if len(batch.events) == 1:
             event = batch.events[0]
+            why = getattr(error, "sqlstate", None) or type(error).__name__
             refused = EventRejected(provider=event.provider, event_id=event.event_id,
-                                    reason=f"PostgreSQL refused it ({getattr(error, 'sqlstate', None) or type(error).__name__})")
+                                    reason=f"PostgreSQL refused it ({why})")
             alone = EventBatch(rejected=[*batch.rejected, SetAside(refused, event.model_dump_json())])
             return await apply_batch(pool, alone, source, then)
     first, second = batch.halves()

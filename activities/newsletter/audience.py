@@ -68,6 +68,7 @@ assert all(name in ("status:free", "status:-free") or name.endswith(TIERS_SUFFIX
 class Audience:
     """An email's audience: RECIPIENTS' parameters and the SQL its filter and segments become."""
 
+    tree: Node  # the recipient filter, parsed once
     newsletter_id: str
     values: list[str]
     created_at: datetime
@@ -87,16 +88,19 @@ def audience(email, *, as_of: datetime, tiers: bool) -> Audience:
     """The audience of an email row (newsletter_id, post_id, recipient_filter, created_at), its tiers
     judged at `as_of`; `tiers`: segments also say whether a member is of one of the post's tiers.
     A filter outside the grammar raises FilterError."""
-    predicate, values = filter_sql(email["recipient_filter"], as_of=as_of, post_id=email["post_id"], param=2)
-    return Audience(newsletter_id=email["newsletter_id"], values=values, created_at=email["created_at"],
+    tree = parse(email["recipient_filter"])
+    predicate, values = filter_sql(tree, as_of=as_of, post_id=email["post_id"], param=2)
+    return Audience(tree=tree, newsletter_id=email["newsletter_id"], values=values, created_at=email["created_at"],
                     predicate=predicate, segment=_BY_STATUS_AND_TIER if tiers else _BY_STATUS)
 
 
-def filter_sql(recipient_filter: str, *, as_of: datetime, post_id: str | None, param: int) -> tuple[str, list[str]]:
-    """(the filter as a predicate over `m`, the values it reads from the text array ${param}); a
-    filter outside the grammar raises FilterError."""
+def filter_sql(recipient_filter: str | Node, *, as_of: datetime, post_id: str | None,
+               param: int) -> tuple[str, list[str]]:
+    """(the filter, as text or its parsed tree, as a predicate over `m`, the values it reads from the
+    text array ${param}); a filter outside the grammar raises FilterError."""
+    tree = recipient_filter if isinstance(recipient_filter, Node) else parse(recipient_filter)
     values = [as_of.isoformat(), post_id or ""]
-    return _predicate(parse(recipient_filter), values, param), values
+    return _predicate(tree, values, param), values
 
 
 def _predicate(tree: Node, values: list[str], param: int) -> str:
@@ -115,9 +119,8 @@ def _predicate(tree: Node, values: list[str], param: int) -> str:
     return f"NOT ({sql})" if tree.negated else f"({sql})"
 
 
-async def missing(conn, recipient_filter: str) -> str:
-    """Which labels and tiers the filter names that do not exist, in words ("" when all do)."""
-    tree = parse(recipient_filter)
+async def missing(conn, tree: Node) -> str:
+    """Which labels and tiers the filter (its parsed tree) names that do not exist, in words ("" when all do)."""
     found = []
     for key, table in (("label", "labels"), ("tier", "products")):
         wanted = slugs(tree, key)

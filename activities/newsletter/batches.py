@@ -83,7 +83,8 @@ class BatchCreationActivities:
             else:
                 activity.logger.info("creating batches for email %s", input.email_id)
                 segments = segments_of((await load_for_sending(conn, input.email_id, self.settings)).content)
-                chosen = audience_of(email, as_of=await conn.fetchval("SELECT now()"), segments=segments)
+                as_of = await conn.fetchval("SELECT now()")
+                chosen = audience_of(email, as_of=as_of, segments=segments)
                 await self._leave_out_unusable(conn, input.email_id, chosen)
                 custom_limit = await self._warmup_limit(conn) if self.settings.warming else None
                 sizes = await batch_sizes(conn, self.settings, self.provider)
@@ -104,7 +105,8 @@ class BatchCreationActivities:
                                $4 || '-' || {SEGMENT_NAME_SQL}
                                   || CASE WHEN fallback THEN '-fallback' ELSE '' END
                                   || '-' || lpad(((row_number() OVER (PARTITION BY segment, fallback ORDER BY id) - 1)
-                                                  / CASE WHEN fallback THEN $8::int ELSE $6::int END)::text, 5, '0') AS batch_id
+                                                  / CASE WHEN fallback THEN $8::int ELSE $6::int END)::text, 5, '0')
+                                  AS batch_id
                         FROM ranked),
                     batches AS (
                         INSERT INTO email_batches (id, email_id, member_segment, fallback_sending_domain)
@@ -112,7 +114,8 @@ class BatchCreationActivities:
                     INSERT INTO email_recipients (email_id, member_id, batch_id, member_uuid, member_email, member_name)
                     SELECT $4, id, batch_id, uuid, email, name FROM numbered"""),
                     *chosen.params, input.email_id, segments != (None,), sizes[False], custom_limit, sizes[True])
-            return await self._record_written(conn, input.email_id, created=not has_batches, email=email)
+            return await self._record_written(conn, input.email_id, created=not has_batches, email=email,
+                                              as_of=None if has_batches else as_of)
 
     async def _retry_failed_batches(self, conn, email_id: str) -> None:
         """A new send of a failed email sends its failed batches again. The send outcome stays: an
@@ -120,12 +123,12 @@ class BatchCreationActivities:
         await conn.execute("UPDATE email_batches SET status = 'pending', send_attempts = 0, updated_at = now() "
                            "WHERE email_id = $1 AND status = 'failed'", email_id)
 
-    async def _record_written(self, conn, email_id: str, *, created: bool, email) -> BatchCounts:
+    async def _record_written(self, conn, email_id: str, *, created: bool, email, as_of) -> BatchCounts:
         """The email's counts from the rows really written, not the ones planned, so reports match
-        the send; a creation just finished also records who was left out and why, and with warming
-        how many go through the custom domain."""
+        the send; a creation just finished also records who was left out and why (tiers judged at
+        `as_of`, when its audience was taken), and with warming how many go through the custom domain."""
         if created:
-            await record_left_out(conn, email_id, email)
+            await record_left_out(conn, email_id, email, as_of=as_of)
         if created and self.settings.warming:
             await conn.execute(
                 """UPDATE emails SET csd_email_count = (
@@ -154,7 +157,8 @@ class BatchCreationActivities:
             return BatchCounts(batches_total=creation["planned_batches"], batches_submitted=0, batches_failed=0,
                                recipients_total=creation["planned_recipients"], recipients_submitted=0,
                                creating=True)
-        return await self._record_written(conn, input.email_id, created=True, email=email)
+        return await self._record_written(conn, input.email_id, created=True, email=email,
+                                          as_of=creation["audience_at"])
 
     async def _plan_creation(self, conn, email_id: str, email):
         """Fix what every chunk must agree on: segments, batch sizes, where warming falls back; and

@@ -88,7 +88,8 @@ def closed_send_error(workflow_id: str, closed: ClosedRun) -> str:
     platform stores it (or its words when there is none); otherwise how the run closed."""
     if closed.status == "FAILED":
         return closed.message or SEND_FAILED
-    return f"{SEND_FAILED}: its send (workflow {workflow_id}) {closed.how()} before it finished. Send it again to retry."
+    return (f"{SEND_FAILED}: its send (workflow {workflow_id}) {closed.how()} before it finished. "
+            "Send it again to retry.")
 
 
 async def _fail_unfinished_email(pool, watched: Watched, closed: ClosedRun) -> str | None:

@@ -126,7 +126,7 @@ class EmailLockActivities:
             chosen = audience(email, as_of=await conn.fetchval("SELECT now()"), tiers=False)
         except FilterError as error:
             raise non_retryable("BadRecipientFilter", f"email {input.email_id}: {error}") from None
-        absent = await missing(conn, email["recipient_filter"])
+        absent = await missing(conn, chosen.tree)
         if absent:
             raise non_retryable("UnknownAudience", f"email {input.email_id}: recipient filter "
                                 f"{email['recipient_filter'][:80]!r} names {absent}")

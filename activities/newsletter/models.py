@@ -78,6 +78,10 @@ class BatchSent(BaseModel):
     reconciled: bool  # an earlier attempt had reached the provider; nothing was sent again
     # Set when an uncertain send is not in the provider's events yet: nothing was sent; look again then.
     confirm_in_seconds: float | None = None
+    # New batches of this email the send wrote: recipients the provider refused for the moment, to
+    # send again (`recipients` counts only those that stayed in this batch). The workflow adds them
+    # to its total.
+    requeued: int = 0
 
 
 class FailBatchInput(BaseModel):

@@ -25,7 +25,8 @@ from activities.watchdog import ClosedRun, Job, Watched
 from pressroom.dependencies import Dependencies
 
 HANDLE_FIRST_HEARTBEAT_SECONDS = 2.0  # well inside handle_entry's 10 s heartbeat timeout
-DELETE_FAILED = "Processed, but failed to delete outbox entry"  # PRESSROOM_OUTBOX_DELETE_ON_SUCCESS, as the reference says it
+# PRESSROOM_OUTBOX_DELETE_ON_SUCCESS's failure, as the reference says it.
+DELETE_FAILED = "Processed, but failed to delete outbox entry"
 
 # The ledger's line for a handled entry ($1 the outbox id, $2 the handler's result), and the entry's state.
 LEDGER_SUCCEEDED = ("INSERT INTO idempotency_ledger (idempotency_key, payload_digest, status, result) "

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import itertools
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -210,7 +210,15 @@ class MemoryProvider:
                 return sent.provider_id
         return None
 
-    async def account_quota(self) -> AccountQuota:
+    async def find_accepted_each(self, *, recipients: Sequence[str], mark: Mapping[str, str], begin: datetime,
+                                 end: datetime) -> Mapping[str, str] | None:
+        return None  # a message is accepted for all its recipients or for none
+
+    async def check_account(self) -> str:
+        self._reachable()
+        return f"in memory, scope {self.scope}"
+
+    async def account_quota(self, at: datetime | None = None) -> AccountQuota:
         """None stated."""
         return AccountQuota()
 

@@ -72,6 +72,9 @@ class ProviderError(Exception):
 
     retryable: ClassVar[bool] = False
     accepted_unless_told: ClassVar[bool] = False  # `may_have_been_accepted` when the raiser does not say
+    # Set when the provider answered each recipient and took none (SES): what it said of each, so
+    # that a sender resending recipients refused for the moment (a requeued batch) can count them.
+    answered: SendResult | None = None
 
     def __init__(self, message: str, details: ErrorDetails | None = None, **fields: Any) -> None:
         super().__init__(message)
@@ -185,10 +188,22 @@ class ProviderLimits:
 @dataclass(frozen=True)
 class AccountQuota:
     """What the account may send, as the provider states it (SES's sending quota); None: nothing
-    stated. Send caps take the smaller of this and PRESSROOM_HOURLY/DAILY_SEND_LIMIT."""
+    stated. Send caps take the smaller of this and PRESSROOM_HOURLY/DAILY_SEND_LIMIT.
+
+    With `sent_last_24_hours` (SES's SentLast24Hours, what the whole account sent in the rolling
+    day, as the provider counts it), the day's cap is the room the provider says is left,
+    `per_day - sent_last_24_hours`, for the account, not a UTC day's count of Pressroom's own sends."""
 
     per_day: int | None = None  # messages a day (SES: in any 24 hours)
     rate_per_second: float | None = None  # messages a second
+    sent_last_24_hours: int | None = None
+
+    @property
+    def room_today(self) -> int | None:
+        """Messages the account may still send in the rolling day; None: not stated."""
+        if self.per_day is None or self.sent_last_24_hours is None:
+            return None
+        return max(0, self.per_day - self.sent_last_24_hours)
 
     @property
     def per_hour(self) -> int | None:
@@ -213,12 +228,14 @@ class SendResult:
     maps each accepted recipient to the provider's id of their copy (Mailgun: the batch's id for
     all); `refused` maps a recipient the provider turned away on its own to a one-line reason
     without their address (SES answers each destination apart), `refused_temporarily` names those
-    of them refused for the moment (throttling, a transient failure) rather than for good."""
+    of them refused for the moment (throttling, a transient failure) rather than for good: a sender
+    sends them again, after `retry_after` seconds."""
 
     provider_id: str
     accepted: Mapping[str, str]
     refused: Mapping[str, str] = field(default_factory=dict)
     refused_temporarily: frozenset[str] = frozenset()
+    retry_after: float | None = None
 
     @classmethod
     def whole(cls, provider_id: str, recipients: Sequence[str]) -> SendResult:
@@ -292,9 +309,22 @@ class EmailProvider(Protocol):
         fields count: every item of `mark`, or our `message_id`. A provider that `confirms_by`
         received events answers from `received` (see `ReceivedEvents`), never from a query."""
 
-    async def account_quota(self) -> AccountQuota:
+    async def account_quota(self, at: datetime | None = None) -> AccountQuota:
         """The account's sending quota as the provider states it (SES's GetAccount), or an empty
-        one: a provider without one, or whose answer cannot be read now (the configured caps hold)."""
+        one: a provider without one, or whose answer cannot be read now (the configured caps hold).
+        `at`: the caller's clock when it is a workflow's; a reading kept for reuse is read again once
+        it is stale by either clock."""
+
+    async def find_accepted_each(self, *, recipients: Sequence[str], mark: Mapping[str, str], begin: datetime,
+                                 end: datetime) -> Mapping[str, str] | None:
+        """For a provider that answers each recipient of a call apart (SES): the provider's id of
+        each recipient's accepted copy found by `mark`, in [begin, end]; a recipient missing is not
+        found yet. None from a provider that accepts a call whole (Mailgun): `find_accepted` of one
+        recipient speaks for them all."""
+
+    async def check_account(self) -> str:
+        """One call that proves the account answers with these credentials now; a line saying what it
+        is and what it states (`pressroom check` prints it), or a ProviderError."""
 
     async def read_events(self, page: str | None, query: EventQuery) -> EventsPage:
         """The first page of `query`, or the page a token names (a retry resumes there)."""

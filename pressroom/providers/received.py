@@ -9,7 +9,7 @@ copy. A row is kept once (recipient, provider id); SNS's retries and duplicates 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Protocol
 
@@ -25,11 +25,21 @@ class ReceivedEvents(Protocol):
         """The provider's id of a kept acceptance of `recipient` carrying every item of `mark`,
         accepted in [begin, end]."""
 
+    async def find_each(self, provider: str, *, recipients: Sequence[str], mark: Mapping[str, str],
+                        begin: datetime, end: datetime) -> dict[str, str]:
+        """`find` for each of `recipients` at once: recipient (as given) → the provider's id; a
+        recipient with no kept acceptance is left out."""
+
 
 _FIND = """
 SELECT provider_message_id FROM provider_acceptances
 WHERE provider = $1 AND recipient = lower($2) AND marks @> $3::jsonb AND accepted_at BETWEEN $4 AND $5
 ORDER BY accepted_at LIMIT 1"""
+
+_FIND_EACH = """
+SELECT DISTINCT ON (recipient) recipient, provider_message_id FROM provider_acceptances
+WHERE provider = $1 AND recipient = ANY($2::text[]) AND marks @> $3::jsonb AND accepted_at BETWEEN $4 AND $5
+ORDER BY recipient, accepted_at"""
 
 
 class StoredAcceptances:
@@ -41,6 +51,12 @@ class StoredAcceptances:
     async def find(self, provider: str, *, recipient: str, mark: Mapping[str, str], begin: datetime,
                    end: datetime) -> str | None:
         return await self.pool.fetchval(_FIND, provider, recipient, json.dumps(dict(mark)), begin, end)
+
+    async def find_each(self, provider: str, *, recipients: Sequence[str], mark: Mapping[str, str],
+                        begin: datetime, end: datetime) -> dict[str, str]:
+        given = {address.lower(): address for address in recipients}
+        rows = await self.pool.fetch(_FIND_EACH, provider, list(given), json.dumps(dict(mark)), begin, end)
+        return {given[row["recipient"]]: row["provider_message_id"] for row in rows if row["recipient"] in given}
 
 
 class MemoryAcceptances:
@@ -59,3 +75,9 @@ class MemoryAcceptances:
                        if name == provider and address == recipient.casefold() and begin <= at <= end
                        and all(marks.get(k) == v for k, v in mark.items()))
         return found[0][1] if found else None
+
+    async def find_each(self, provider: str, *, recipients: Sequence[str], mark: Mapping[str, str],
+                        begin: datetime, end: datetime) -> dict[str, str]:
+        found = {address: await self.find(provider, recipient=address, mark=mark, begin=begin, end=end)
+                 for address in recipients}
+        return {address: message_id for address, message_id in found.items() if message_id is not None}

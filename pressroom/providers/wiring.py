@@ -16,6 +16,17 @@ if TYPE_CHECKING:
     from pressroom.settings import Settings
 
 
+def provider_title(settings: Settings) -> str:
+    """The provider's name for people ("Mailgun", "Amazon SES"), without building its client."""
+    if settings.email_provider == "ses":
+        from pressroom.providers.ses import SesClient
+
+        return SesClient.title
+    from pressroom.providers.mailgun import MailgunClient
+
+    return MailgunClient.title
+
+
 def provider_from_settings(settings: Settings, pool: asyncpg.Pool | None = None) -> EmailProvider:
     """The provider the settings name, with its own connection pool: close it with `aclose()`.
     `pool`: where a provider that confirms sends from received events finds them (SES); without

@@ -62,10 +62,12 @@ def test_a_command_refused_by_temporal_also_leaves_only_the_main_thread(dev_env,
 # child runs the command and then finalises exactly as `python -m starter` does (SystemExit at the
 # top level), which is where the abort happens; the imports, paid once, were most of each run's cost.
 FORKED_COMMANDS = """
-import json, os, sys, tempfile, starter
+import gc, json, os, sys, tempfile, starter
 count, at_once, args = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3:]
 starter._group("operate")
-import pressroom.temporal, temporalio.client  # what the command imports, before any runtime exists
+# What the command imports (no runtime exists yet); anything missing is imported by each child.
+import commands.failures, pressroom.codec, pressroom.logs, pressroom.temporal, temporalio.client, temporalio.envconfig
+gc.freeze()  # the children's collections (close_runtime's) skip, and so do not copy, what they share
 folder = tempfile.mkdtemp(prefix="pressroom-exit-")
 running, results, started = {}, {}, 0
 while started < count or running:

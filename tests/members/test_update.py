@@ -91,3 +91,42 @@ async def test_update_from_the_command_line(settings, db):
     code, out, err = await cli("members", "update", "bob@example.com", "--name", "Bob", env=env)
     assert code == 1 and err.strip() == "error: no member has that address"
     assert "bob@example.com" not in out + err
+
+
+async def test_an_update_runs_only_what_was_asked(settings, db, monkeypatch):
+    """An option not given costs no statement: a new name touches neither newsletters nor labels."""
+    import contextlib
+
+    from pressroom import database
+
+    statements, opened = [], database.connection
+
+    @contextlib.asynccontextmanager
+    async def logged(url):
+        async with opened(url) as conn:
+            conn.add_query_logger(lambda query: statements.append(query.query))
+            yield conn
+
+    await newsletters(db, "weekly")
+    added = await add_member("ada@example.com", labels=["vip"], settings=settings)
+    monkeypatch.setattr(database, "connection", logged)
+    done = await update_member(added.member_id, name="Ada", settings=settings)
+    assert (done.changed, done.labels) == (["name"], ["vip"])
+    ran = "\n".join(statements)
+    assert "UPDATE members SET name" in ran
+    for untouched in ("members_newsletters", "FROM newsletters", "INSERT INTO labels", "INSERT INTO members_labels",
+                      "DELETE FROM members_labels"):
+        assert untouched not in ran, untouched
+
+
+async def test_members_show_shows_the_note(settings, db):
+    added = await add_member("ada@example.com", settings=settings)
+    await db.execute("UPDATE members SET note = $2 WHERE id = $1", added.member_id, "met at the\nconference\x1b[2J")
+    env = env_of(settings)
+    code, out, err = await cli("members", "show", added.member_id, "--emails", "0", env=env)
+    assert code == 0, err
+    assert "note: met at the\n      conference [2J\n" in out and "\x1b" not in out
+    assert "no newsletter emails yet" not in out  # none asked for
+    code, out, err = await cli("members", "show", added.member_id, "--json", env=env)
+    assert code == 0, err
+    assert json.loads(out)["note"] == "met at the\nconference\x1b[2J"

@@ -244,3 +244,21 @@ async def test_preview_shows_each_member_what_their_tiers_give_them(db, newslett
         assert ("of the post's tiers" in preview.reader) == whole
     stand_in = await preview_email(seeded.email_id, segment="paid", settings=settings)
     assert "GOLD ONLY" not in stand_in.html
+
+
+async def test_an_audience_keeps_its_parsed_filter_for_the_lock_to_check(db, monkeypatch):
+    """The lock parses the filter once: the audience keeps the tree, and the check that its labels
+    and tiers exist reads that tree."""
+    from datetime import UTC, datetime
+
+    import activities.newsletter.audience as audiences
+
+    parsed = []
+    monkeypatch.setattr(audiences, "parse", lambda text: parsed.append(text) or parse(text))
+    await db.execute("INSERT INTO labels (name, slug) VALUES ('vip', 'vip') ON CONFLICT DO NOTHING")
+    now = datetime.now(UTC)
+    chosen = audiences.audience({"recipient_filter": "label:vip+tier:platinum", "post_id": None,
+                                 "newsletter_id": "n1", "created_at": now}, as_of=now, tiers=False)
+    async with db.acquire() as conn:
+        assert await audiences.missing(conn, chosen.tree) == "no tier platinum"
+    assert parsed == ["label:vip+tier:platinum"]

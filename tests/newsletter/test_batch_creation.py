@@ -4,6 +4,8 @@ mid-chunk continuing after the last chunk written, with every member exactly onc
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from temporalio.testing import ActivityEnvironment
 
@@ -171,3 +173,30 @@ async def test_the_planned_totals_are_the_ones_written_with_members_left_out(db,
     if warming:  # the first 200 (day one's limit) through the custom domain, the rest through the fallback one
         assert await db.fetchval("SELECT csd_email_count FROM emails WHERE id = $1", seeded.email_id) == \
             min(200, members - len(left_out))
+
+
+async def test_who_was_left_out_is_judged_when_the_audience_was_taken(db, mailgun, newsletter_settings):
+    """A chunked creation counts its left-out members at its last chunk, with the tiers as they were
+    when its audience was taken (email_batch_creation.audience_at), as its chunks chose recipients:
+    a member whose tier ended in between was in the audience, left out for their address only."""
+    seeded = await seed_email(db, members=100, recipient_filter="tier:gold")
+    await db.execute("INSERT INTO products (name, slug) VALUES ('Gold', 'gold')")
+    await db.execute("INSERT INTO members_products (member_id, product_id) SELECT mn.member_id, p.id "
+                     "FROM members_newsletters mn, products p WHERE mn.newsletter_id = $1 AND p.slug = 'gold'",
+                     seeded.newsletter_id)
+    unusable = await db.fetchval("UPDATE members SET email = replace(email, '@', ',x@') WHERE email LIKE 'm1-%' "
+                                 "RETURNING id")
+    env, activities = ActivityEnvironment(), activities_for(newsletter_settings(batch_size=BATCH_SIZE), db)
+
+    planned = await env.run(activities.create_batches,
+                            CreateBatchesInput(email_id=seeded.email_id, retry_failed=True, chunked=True))
+    # The audience taken an hour ago, and the member's tier ended half an hour ago: in the audience then.
+    taken = await db.fetchval("UPDATE email_batch_creation SET audience_at = audience_at - interval '1 hour' "
+                              "WHERE email_id = $1 RETURNING audience_at", seeded.email_id)
+    await db.execute("UPDATE members_products SET expiry_at = $2::timestamptz + interval '30 minutes' "
+                     "WHERE member_id = $1", unusable, taken)
+    await create_in_chunks(env, activities, seeded.email_id)
+
+    assert planned.creating
+    left_out = await db.fetchval("SELECT left_out FROM emails WHERE id = $1", seeded.email_id)
+    assert json.loads(left_out) == {"unusable-address": 1}

@@ -141,6 +141,10 @@ class SimulatorReceived:
         await self.receive()
         return await self.kept.find(provider, **query)
 
+    async def find_each(self, provider: str, **query):
+        await self.receive()
+        return await self.kept.find_each(provider, **query)
+
 
 class SesHarness:
     def __init__(self, simulator, client: SesClient) -> None:
@@ -269,6 +273,23 @@ async def test_a_send_is_accepted_each_reader_gets_their_values_and_the_mark_pro
                                         begin=begin, end=end, message_id=provider.message_id("b1")) == provider_id
 
 
+async def test_each_recipients_acceptance_is_found_where_the_provider_answers_each_apart(harness):
+    provider = harness.provider
+    recipients = readers(3, prefix="each")
+    begin, _ = window(harness)
+    sent = await provider.send(message(provider), recipients, mark={"pressroom-batch": "b9"})
+    harness.advance(5)
+    _, end = window(harness)
+    found = await provider.find_accepted_each(recipients=[*recipients, "nobody@example.com"],
+                                              mark={"pressroom-batch": "b9"}, begin=begin, end=end)
+    if found is None:  # a call accepted whole: find_accepted of one recipient speaks for all
+        assert provider.name != "ses"
+        return
+    assert dict(found) == dict(sent.accepted)
+    assert not await provider.find_accepted_each(recipients=list(recipients), mark={"pressroom-batch": "b10"},
+                                                 begin=begin, end=end)
+
+
 async def test_an_answer_lost_after_acceptance_is_uncertain_and_found_by_its_mark(harness):
     provider = harness.provider
     begin, _ = window(harness)
@@ -309,6 +330,23 @@ async def test_an_unreachable_provider_accepted_nothing_and_its_events_cannot_be
             await provider.read_events(None, EventQuery(begin=begin, end=end))
     finally:
         await provider.aclose()
+
+
+async def test_the_account_answers_a_check_and_states_its_quota_or_nothing(harness):
+    from pressroom.providers.port import AccountQuota, ProviderError
+
+    provider = harness.provider
+    assert await provider.check_account()
+    quota = await provider.account_quota()
+    assert isinstance(quota, AccountQuota)
+    if quota.room_today is not None:  # the provider counts its rolling day (SES): the room is what is left of it
+        assert quota.room_today == quota.per_day - quota.sent_last_24_hours
+    unreachable = await harness.unreachable()
+    try:
+        with pytest.raises(ProviderError):
+            await unreachable.check_account()
+    finally:
+        await unreachable.aclose()
 
 
 async def test_a_batch_too_large_for_the_account_is_refused_whole_and_a_smaller_one_goes(harness):

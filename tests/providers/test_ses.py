@@ -91,3 +91,24 @@ def test_a_call_answered_per_destination_keeps_what_was_accepted_and_raises_only
     assert caught.value.outcome == NOT_ACCEPTED
     with pytest.raises(ProviderRejected):
         SesClient._outcome("batch", ["a@example.com"], [{"Status": "MESSAGE_REJECTED"}])
+
+
+def test_destinations_refused_for_the_moment_are_named_with_the_wait_and_kept_when_nothing_was_accepted():
+    addresses = ["a@example.com", "b@example.com", "c@example.com"]
+    outcome = SesClient._outcome("batch", addresses, [
+        {"Status": "SUCCESS", "MessageId": "m-a"}, {"Status": "ACCOUNT_THROTTLED"},
+        {"Status": "TRANSIENT_FAILURE", "Error": "c@example.com busy"}])
+    assert outcome.refused_temporarily == {"b@example.com", "c@example.com"} and outcome.retry_after == 1.0
+    assert all("@" not in reason for reason in outcome.refused.values())
+    plain = SesClient._outcome("batch", addresses[:1], [{"Status": "SUCCESS", "MessageId": "m-a"}])
+    assert plain.retry_after is None and not plain.refused_temporarily
+    # Nothing accepted: raised as the account's state, with each destination's answer beside it.
+    with pytest.raises(ProviderUnavailable) as caught:  # throttled and transient together: a passing state
+        SesClient._outcome("batch", addresses[1:], [{"Status": "ACCOUNT_THROTTLED"}, {"Status": "TRANSIENT_FAILURE"}])
+    assert caught.value.answered.refused_temporarily == set(addresses[1:]) and not caught.value.answered.accepted
+    with pytest.raises(ProviderRejected) as caught:  # refused for good and for the moment
+        SesClient._outcome("batch", addresses[1:], [{"Status": "MESSAGE_REJECTED"}, {"Status": "ACCOUNT_THROTTLED"}])
+    assert caught.value.answered.refused_temporarily == {"c@example.com"}
+    with pytest.raises(ProviderRateLimited) as caught:
+        SesClient._outcome("batch", addresses[:1], [{"Status": "ACCOUNT_DAILY_QUOTA_EXCEEDED"}])
+    assert caught.value.answered.retry_after == 3600

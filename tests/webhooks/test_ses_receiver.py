@@ -111,11 +111,11 @@ def test_production_trusts_only_sns_hosts_of_the_region():
 
 
 async def test_check_reaches_ses_and_webhooks_status_reads_its_rows(ses: SesStack):
-    from operations.check import check_mailgun
+    from operations.check import check_provider
     from operations.webhooks import webhooks_status
 
     await subscribed(ses)
-    result = await check_mailgun(ses.settings)
+    result = await check_provider(ses.settings)
     assert result.ok and result.service == "Amazon SES" and "0 of 50000 sent in 24 h, 14/s" in result.detail
     assert await post(ses.url, {"Type": "Notification"}) == 400
     await ses.receiver.flush_refusals()

@@ -12,7 +12,7 @@ import copy
 import secrets
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from email.utils import format_datetime
 from typing import TYPE_CHECKING, Any
 
@@ -325,7 +325,16 @@ class MailgunClient:
             self._check_same_origin(next_url)
         return items, next_url or None
 
-    async def account_quota(self) -> AccountQuota:
+    async def find_accepted_each(self, *, recipients: Sequence[str], mark: Mapping[str, str], begin: datetime,
+                                 end: datetime) -> Mapping[str, str] | None:
+        return None  # a message is accepted for all its recipients or for none
+
+    async def check_account(self) -> str:
+        """A one-event query of the last five minutes: the key and the domain answer."""
+        await self.read_events(None, EventQuery(begin=datetime.now(timezone.utc) - timedelta(minutes=5), limit=1))
+        return f"{self.base_url} domain {self.domain}"
+
+    async def account_quota(self, at: datetime | None = None) -> AccountQuota:
         """Mailgun states none: its plan's caps are configured (PRESSROOM_HOURLY/DAILY_SEND_LIMIT)."""
         return AccountQuota()
 

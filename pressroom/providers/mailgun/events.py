@@ -142,8 +142,8 @@ def parse_event(item: Any) -> DeliveryEvent | EventRejected:
                              recipient=recipient, email_id=email_id, batch_id=batch_id,
                              provider_message_id=provider_id, **fields)
     except pydantic.ValidationError as error:  # checked above already: a second net, never expected to catch
-        return EventRejected(provider=PROVIDER, reason=f"the event does not fit its model ({error.error_count()} errors)",
-                             event_id=event_id)
+        return EventRejected(provider=PROVIDER, event_id=event_id,
+                             reason=f"the event does not fit its model ({error.error_count()} errors)")
 
 
 

@@ -14,13 +14,14 @@ through SNS and kept (`ReceivedEvents`), found by our marks, carried as message 
 from __future__ import annotations
 
 import copy
+import dataclasses
 import html
 import json
 import logging
 import math
 import re
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -53,7 +54,9 @@ _NOT_HEADERS = {"message-id", "reply-to", "from", "to", "subject", "date"}
 _THROTTLED = {"ACCOUNT_THROTTLED", "ACCOUNT_DAILY_QUOTA_EXCEEDED"}
 _TRANSIENT = {"TRANSIENT_FAILURE", "FAILED"}
 log = logging.getLogger(__name__)
-QUOTA_TTL = 300.0  # seconds a sending quota read is used (an account's quota changes on request, rarely)
+# Seconds a sending quota read is reused: SentLast24Hours moves with every send (this process's own
+# are added to it meanwhile); GetAccount once per admission would be far more than SES's API takes.
+QUOTA_TTL = 10.0
 QUOTA_RETRY = 60.0
 _STATUS = re.compile(r"[A-Z][A-Z_]{0,63}")  # a destination's status, as SES spells them (MESSAGE_REJECTED)
 _ERROR_TYPE = re.compile(r"[A-Za-z][A-Za-z0-9]{0,63}")  # x-amzn-ErrorType: ThrottlingException
@@ -201,7 +204,10 @@ class SesClient:
         if not isinstance(results, list) or len(results) != len(addresses) \
                 or not all(isinstance(result, dict) for result in results):
             raise ProviderBadResponse(f"SES accepted the {what} but did not answer for each destination")
-        return self._outcome(what, addresses, results)
+        sent = self._outcome(what, addresses, results)
+        if self._quota:  # counted until the next reading of the quota includes them
+            self._quota["accepted"] = self._quota.get("accepted", 0) + len(sent.accepted)
+        return sent
 
     @staticmethod
     def _outcome(what: str, addresses: list[str], results: list[dict[str, Any]]) -> SendResult:
@@ -217,20 +223,25 @@ class SesClient:
                 refused[address] = f"SES answered {status}"
                 if status in _THROTTLED | _TRANSIENT:
                     temporarily.add(address)
+        daily = "ACCOUNT_DAILY_QUOTA_EXCEEDED" in statuses
+        # Resent no sooner than SES's window allows: the rolling day's quota frees over an hour or so.
+        wait = DAILY_QUOTA_WAIT if daily else 1.0
+        answered = SendResult(provider_id=next(iter(accepted.values()), ""), accepted=accepted, refused=refused,
+                              refused_temporarily=frozenset(temporarily), retry_after=wait if temporarily else None)
         if accepted:
-            return SendResult(provider_id=next(iter(accepted.values())), accepted=accepted, refused=refused,
-                              refused_temporarily=frozenset(temporarily))
+            return answered
         # Nothing accepted: the account's state speaks for the whole call.
         if statuses <= _THROTTLED:
-            daily = "ACCOUNT_DAILY_QUOTA_EXCEEDED" in statuses
-            raise ProviderRateLimited(
+            error: ProviderError = ProviderRateLimited(
                 f"SES refused the {what}: {'the daily sending quota is used up' if daily else 'sending too fast'}",
-                retry_after=DAILY_QUOTA_WAIT if daily else 1.0)
-        if statuses <= _TRANSIENT:
-            raise ProviderUnavailable(
-                f"SES failed every destination of the {what} ({', '.join(sorted(statuses))})",
-                may_have_been_accepted=False)
-        raise ProviderRejected(f"SES refused every destination of the {what} ({', '.join(sorted(statuses))})")
+                retry_after=wait)
+        elif statuses <= _THROTTLED | _TRANSIENT:
+            error = ProviderUnavailable(f"SES failed every destination of the {what} ({', '.join(sorted(statuses))})",
+                                        may_have_been_accepted=False)
+        else:
+            error = ProviderRejected(f"SES refused every destination of the {what} ({', '.join(sorted(statuses))})")
+        error.answered = answered
+        raise error
 
     # --- confirming, events ---
 
@@ -242,6 +253,14 @@ class SesClient:
             raise ProviderUnavailable("SES has no events API and this process keeps no received events: "
                                       "an uncertain send cannot be confirmed here", may_have_been_accepted=False)
         return await self.received.find(PROVIDER, recipient=recipient, mark=mark, begin=begin, end=end)
+
+    async def find_accepted_each(self, *, recipients: Sequence[str], mark: Mapping[str, str], begin: datetime,
+                                 end: datetime) -> Mapping[str, str] | None:
+        """Each destination is answered apart: the Send events received for each, by our marks."""
+        if self.received is None:
+            raise ProviderUnavailable("SES has no events API and this process keeps no received events: "
+                                      "an uncertain send cannot be confirmed here", may_have_been_accepted=False)
+        return await self.received.find_each(PROVIDER, recipients=recipients, mark=mark, begin=begin, end=end)
 
     async def read_events(self, page: str | None, query: EventQuery) -> EventsPage:
         """Nothing to poll: SES's events all arrive through SNS, on /webhooks/ses."""
@@ -259,13 +278,26 @@ class SesClient:
         except (KeyError, TypeError, ValueError):
             raise ProviderBadResponse("SES answered the account query with a malformed SendQuota") from None
 
-    async def account_quota(self) -> AccountQuota:
-        """The sending quota (GetAccount), read at most every QUOTA_TTL seconds: Max24HourSend (-1:
-        unlimited) caps a day, MaxSendRate a second. Unreadable now: an empty quota, for a minute
-        (the configured caps hold, and SES's own refusals still stop a send)."""
+    async def check_account(self) -> str:
+        """Nothing to poll: the account's sending quota (GetAccount), read now."""
+        quota = await self.sending_quota()
+        return (f"{self!r}: {quota['sent_last_24_hours']:.0f} of {quota['max_24_hour_send']:.0f} sent in 24 h, "
+                f"{quota['max_send_rate']:g}/s")
+
+    async def account_quota(self, at: datetime | None = None) -> AccountQuota:
+        """The sending quota (GetAccount): Max24HourSend (-1: unlimited) caps a rolling day, of which
+        SentLast24Hours is used, MaxSendRate a second. A reading is reused for QUOTA_TTL seconds (by
+        the wall clock and by `at`'s), with what this process's sends were accepted since added to
+        the sent count. Unreadable now: an empty quota, for a minute (the configured caps hold, and
+        SES's own refusals still stop a send)."""
         now = time.monotonic()
-        if self._quota and now < self._quota["until"]:
-            return self._quota["quota"]
+        kept = self._quota
+        if kept and now < kept["until"] and (at is None or kept["at"] is not None
+                                             and abs((at - kept["at"]).total_seconds()) < QUOTA_TTL):
+            quota = kept["quota"]
+            if quota.sent_last_24_hours is None or not kept["accepted"]:
+                return quota
+            return dataclasses.replace(quota, sent_last_24_hours=quota.sent_last_24_hours + kept["accepted"])
         try:
             stated = await self.sending_quota()
         except ProviderError as error:
@@ -273,10 +305,12 @@ class SesClient:
             quota, ttl = AccountQuota(), QUOTA_RETRY
         else:
             day, rate = stated["max_24_hour_send"], stated["max_send_rate"]
-            quota = AccountQuota(per_day=int(day) if 0 <= day < math.inf else None,
-                                 rate_per_second=rate if 0 < rate < math.inf else None)
+            limited = 0 <= day < math.inf
+            quota = AccountQuota(per_day=int(day) if limited else None,
+                                 rate_per_second=rate if 0 < rate < math.inf else None,
+                                 sent_last_24_hours=int(stated["sent_last_24_hours"]) if limited else None)
             ttl = QUOTA_TTL
-        self._quota.update(quota=quota, until=now + ttl)
+        self._quota.update(quota=quota, until=now + ttl, at=at, accepted=0)
         return quota
 
     # --- suppressions, pushes ---
