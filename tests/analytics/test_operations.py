@@ -23,6 +23,7 @@ from pressroom.providers.mailgun import MailgunClient, parse_event
 from pressroom.providers.port import ProviderUnavailable
 from pressroom.errors import BadInput
 from commands.analytics import print_analytics_status
+from tests import command_line
 from operations.analytics import (analytics_backfill, analytics_pause, analytics_schedule, analytics_status,
                                   analytics_trigger)
 from worker import running_worker
@@ -158,8 +159,7 @@ def test_the_commands_have_help_and_bad_times_are_one_line():
     root = os.path.dirname(os.path.dirname(os.path.dirname(__file__)))
 
     def pressroom(*args):
-        return subprocess.run([sys.executable, "-m", "starter", *args], capture_output=True, text=True, cwd=root,
-                              timeout=60, env={**os.environ, "DATABASE_URL": "postgresql://nobody@127.0.0.1:1/x"})
+        return command_line.run(list(args), {**os.environ, "DATABASE_URL": "postgresql://nobody@127.0.0.1:1/x"})
 
     from concurrent.futures import ThreadPoolExecutor
 

@@ -2,18 +2,17 @@
 
 import os
 import subprocess
-import sys
 
 import httpx
 import pytest
 
 from devstack.servers import free_port
+from tests import command_line
 
 
 def pressroom(*args: str, env: dict[str, str] | None = None, timeout: float = 60) -> subprocess.CompletedProcess:
-    full_env = {**os.environ, **(env or {})}
-    return subprocess.run([sys.executable, "-m", "starter", *args], capture_output=True, text=True,
-                          env=full_env, timeout=timeout, cwd=os.path.dirname(os.path.dirname(__file__)))
+    """`pressroom ARGS` in a process of its own (tests/command_line.py), its output captured."""
+    return command_line.run(list(args), {**os.environ, **(env or {})}, timeout=timeout)
 
 
 def pressroom_each(*commands: tuple[str, ...], env: dict[str, str] | None = None) -> list[subprocess.CompletedProcess]:

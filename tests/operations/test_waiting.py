@@ -7,6 +7,7 @@ import os
 import sys
 import time
 
+from tests import command_line
 from tests.newsletter.conftest import seed_email
 from worker import running_worker
 
@@ -30,9 +31,8 @@ async def start_cli(*args: str, env: dict[str, str]) -> asyncio.subprocess.Proce
 
 async def cli(*args: str, env: dict[str, str], timeout: float = 120) -> tuple[int, str, str]:
     """Run a `pressroom` command without blocking the test's event loop (a worker may run in it)."""
-    process = await start_cli(*args, env=env)
-    out, err = await asyncio.wait_for(process.communicate(), timeout)
-    return process.returncode, out.decode(), err.decode()
+    done = await asyncio.to_thread(command_line.run, list(args), env, timeout)
+    return done.returncode, done.stdout, done.stderr
 
 
 async def test_send_wait_says_no_worker_polls_then_keeps_waiting(dev_env, settings, db, mailgun):
