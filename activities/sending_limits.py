@@ -10,11 +10,8 @@ and every worker share them:
   and UTC day; `admit_batch` reserves a batch's recipients before it is sent, or says how long to
   wait, or splits it to fit the room that is left.
 
-Why a table and not a per-domain task queue with `max_task_queue_activities_per_second`: that
-setting paces activity *starts* per second, whatever their size, while Mailgun counts messages (a
-batch is 1 to 1,000 of them) per hour and per day; it cannot express "500 today", it is set by
-whichever worker polls last, and a capped email would sit in a queue with no time to show. A table
-reserves exactly what Mailgun counts, and the workflow waits on a timer until the window it names.
+Why a table and not a task queue's rate limit (it paces activity starts, not messages per day):
+docs/production.md, "Send caps".
 """
 
 from __future__ import annotations
@@ -42,8 +39,7 @@ WARMUP_START = 200
 WARMUP_END = 200_000
 WARMUP_DAYS = 42
 RESERVATIONS_KEPT = timedelta(days=7)  # a week of reservations for `pressroom limits show` and audits
-# A rolling day's quota (SES) is looked at again at least this often while it is used up.
-ACCOUNT_RECHECK = timedelta(hours=1)
+ACCOUNT_RECHECK = timedelta(hours=1)  # a used-up rolling day's quota (SES) is looked at this often
 ACCOUNT_LOCK = "*account*"  # the advisory lock of a quota counted for the whole account (no domain's name)
 
 # Recipients reserved under the caps whose batches are not sent yet (in the last day): the
@@ -296,9 +292,7 @@ def send_caps(settings: Settings, domain: str, quota: AccountQuota) -> dict[str,
     or the account's stated quota (SES: MaxSendRate × 3,600 an hour, Max24HourSend a day), the
     smaller when both; None: no cap."""
     stated = {"hour": quota.per_hour, "day": quota.per_day}
-    caps = {}
-    for window in ("hour", "day"):
-        given = [cap for cap in (settings.send_limit(domain, window), stated[window]) if cap is not None]
-        caps[window] = min(given) if given else None
-    return caps
+    given = {window: [cap for cap in (settings.send_limit(domain, window), stated[window]) if cap is not None]
+             for window in ("hour", "day")}
+    return {window: min(caps) if caps else None for window, caps in given.items()}
 
