@@ -66,7 +66,35 @@ def _options(version: bool = typer.Option(False, "--version", callback=_version,
 
 def main(args: list[str] | None = None) -> None:
     """Run the CLI: an error is one line on stderr and exit status 1 (2 for a usage error)."""
-    sys.exit(run_command(sys.argv[1:] if args is None else args))
+    status = run_command(sys.argv[1:] if args is None else args)
+    if threads_outlive_command():
+        # A native thread still running when the interpreter finalises aborts it (exit 134) after
+        # the command's work is done and said: end without finalising, the output flushed.
+        import logging
+        import os
+
+        logging.shutdown()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(status)
+    sys.exit(status)
+
+
+def threads_outlive_command(wait_seconds: float = 1.0) -> bool:
+    """Is a thread besides this one still alive once the command is done (Linux: /proc/self/task)?
+    A thread just joined stays listed for a moment, so a listed one gets `wait_seconds` to go."""
+    import os
+    import time
+
+    tasks = "/proc/self/task"
+    if not os.path.isdir(tasks):
+        return False
+    deadline = time.monotonic() + wait_seconds
+    while len(os.listdir(tasks)) > 1:
+        if time.monotonic() >= deadline:
+            return True
+        time.sleep(0.02)
+    return False
 
 
 def run_command(args: list[str]) -> int:

@@ -114,3 +114,20 @@ def test_many_commands_four_at_a_time_all_exit_cleanly(dev_env):
     crashed = [r["stderr"] for r in results if r["status"] != 0]
     assert not crashed, f"{len(crashed)} of {count} failed; first: {crashed[0][-500:]}"
     assert all("every search attribute is already registered" in r["stdout"] for r in results)
+
+
+def test_a_thread_left_running_ends_the_command_without_finalising_and_keeps_its_status():
+    """The safety net behind close_runtime: a thread still alive after the command (a native one
+    would abort finalisation) makes `main` end with os._exit, the output flushed, the status kept."""
+    script = ("import threading, time, starter\n"
+              "threading.Thread(target=time.sleep, args=(60,), daemon=True).start()\n"
+              "starter.main(['--version'])\n")
+    result = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0 and result.stdout.startswith("pressroom "), result.stderr
+    script = script.replace("starter.main(['--version'])", "print(starter.threads_outlive_command(0.2))\n"
+                            "import sys; sys.exit(0)")
+    assert subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True,
+                          timeout=60).stdout.strip() == "True"
+    alone = subprocess.run([sys.executable, "-c", "import starter; print(starter.threads_outlive_command(0.2))"],
+                           cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert alone.stdout.strip() == "False", alone.stderr
