@@ -17,16 +17,20 @@ Personalisation: the renderer writes `{{recipient.NAME}}` where each reader's va
 
 from __future__ import annotations
 
+import copy
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, ClassVar, Literal, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol, Self
 
 from pydantic import BaseModel, Field
 from temporalio.exceptions import ApplicationError
 
 from pressroom.delivery_events import DeliveryEvent, EventRejected
+
+if TYPE_CHECKING:
+    import httpx
 
 # What one send attempt achieved, as senders persist it (email_batches, automated_email_recipients).
 ACCEPTED = "accepted"  # the provider took it and named its id
@@ -340,6 +344,38 @@ class EmailProvider(Protocol):
         unchanged. Another URL already registered stays."""
 
     async def aclose(self) -> None: ...
+
+
+class DomainScopedClient:
+    """What a provider client over HTTP that sends from one domain of an account shares: the domain
+    is its scope, and a client for another domain of the same account (domain warming's fallback)
+    shares its connections; close only the original."""
+
+    domain: str
+    _http: httpx.AsyncClient
+
+    @property
+    def scope(self) -> str:
+        return self.domain
+
+    def for_scope(self, scope: str) -> Self:
+        if scope == self.domain:
+            return self
+        sibling = copy.copy(self)
+        sibling.domain = scope
+        return sibling
+
+    def message_id(self, own: str) -> str:
+        return f"{own}@{self.domain}"
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
 
 
 class EventPush(Protocol):

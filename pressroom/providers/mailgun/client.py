@@ -8,7 +8,6 @@ header) out of the chain; neither the API key nor a recipient address appears in
 
 from __future__ import annotations
 
-import copy
 import secrets
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -27,9 +26,9 @@ from pressroom.providers.mailgun.errors import not_json, status_error, transport
 from pressroom.providers.mailgun.events import PROVIDER, event_message_id, parse_event
 from pressroom.providers.mailgun.template import mailgun_template
 from pressroom.providers.mailgun.webhooks import WEBHOOK_KINDS
-from pressroom.providers.port import (AccountQuota, CONFIRM_BY_QUERY, Capabilities, EventQuery, EventsPage, Message,
-                                      ProviderBadResponse, ProviderLimits, ProviderRejected, SendResult,
-                                      TooManyRecipients)
+from pressroom.providers.port import (AccountQuota, CONFIRM_BY_QUERY, Capabilities, DomainScopedClient, EventQuery,
+                                      EventsPage, Message, ProviderBadResponse, ProviderLimits, ProviderRejected,
+                                      SendResult, TooManyRecipients)
 from pressroom.settings import MAILGUN_MAX_RECIPIENTS
 
 if TYPE_CHECKING:
@@ -126,7 +125,7 @@ def _span_path(url: str) -> str:
 
 
 
-class MailgunClient:
+class MailgunClient(DomainScopedClient):
     """One connection pool to one Mailgun domain; build once per worker, close on shutdown.
 
     The port's `EmailProvider`: its scope is the sending domain."""
@@ -159,33 +158,8 @@ class MailgunClient:
     def __repr__(self) -> str:
         return f"MailgunClient(base_url={self.base_url!r}, domain={self.domain!r})"
 
-    @property
-    def scope(self) -> str:
-        return self.domain
-
-    def for_scope(self, scope: str) -> MailgunClient:
-        """A client for another domain of the same account (domain warming's fallback), sharing this
-        client's connections; close only the original."""
-        if scope == self.domain:
-            return self
-        sibling = copy.copy(self)
-        sibling.domain = scope
-        return sibling
-
-    def message_id(self, own: str) -> str:
-        return f"{own}@{self.domain}"
-
     def parse_event(self, item: Any) -> DeliveryEvent | EventRejected:
         return parse_event(item)
-
-    async def aclose(self) -> None:
-        await self._http.aclose()
-
-    async def __aenter__(self) -> MailgunClient:
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.aclose()
 
     # --- suppressions ---
 

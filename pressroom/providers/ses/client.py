@@ -13,7 +13,6 @@ through SNS and kept (`ReceivedEvents`), found by our marks, carried as message 
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import html
 import json
@@ -33,10 +32,10 @@ from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
 
 from pressroom.delivery_events import DeliveryEvent, EventRejected
-from pressroom.providers.port import (AccountQuota, CONFIRM_BY_RECEIVED_EVENTS, Capabilities, EventQuery, EventsPage,
-                                      Message, ProviderBadResponse, ProviderError, ProviderLimits, ProviderRateLimited,
-                                      ProviderRejected, ProviderUnavailable, RecipientLimitExceeded, SendResult,
-                                      TooManyRecipients, fill_placeholders)
+from pressroom.providers.port import (AccountQuota, CONFIRM_BY_RECEIVED_EVENTS, Capabilities, DomainScopedClient,
+                                      EventQuery, EventsPage, Message, ProviderBadResponse, ProviderError,
+                                      ProviderLimits, ProviderRateLimited, ProviderRejected, ProviderUnavailable,
+                                      RecipientLimitExceeded, SendResult, TooManyRecipients, fill_placeholders)
 from pressroom.providers.ses.events import PROVIDER, parse_event, tag_value
 
 if TYPE_CHECKING:
@@ -88,8 +87,9 @@ def _tags(names: Mapping[str, str]) -> list[dict[str, str]]:
     return [{"Name": tag_value(name), "Value": tag_value(value) or "_"} for name, value in names.items()]
 
 
-class SesClient:
-    """One connection pool to SES in one region, sending from one verified domain (the scope)."""
+class SesClient(DomainScopedClient):
+    """One connection pool to SES in one region, sending from one verified domain (the scope).
+    SES writes its own Message-ID; `message_id` only names an attempt in our own records."""
 
     name = PROVIDER
     title = "Amazon SES"
@@ -127,32 +127,8 @@ class SesClient:
     def __repr__(self) -> str:
         return f"SesClient(endpoint={self.endpoint!r}, domain={self.domain!r})"
 
-    @property
-    def scope(self) -> str:
-        return self.domain
-
-    def for_scope(self, scope: str) -> SesClient:
-        if scope == self.domain:
-            return self
-        sibling = copy.copy(self)
-        sibling.domain = scope
-        return sibling
-
-    def message_id(self, own: str) -> str:
-        # SES writes its own Message-ID; ours only names the attempt in our own records.
-        return f"{own}@{self.domain}"
-
     def parse_event(self, item: Any) -> DeliveryEvent | EventRejected:
         return parse_event(item)
-
-    async def aclose(self) -> None:
-        await self._http.aclose()
-
-    async def __aenter__(self) -> SesClient:
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.aclose()
 
     # --- sending ---
 
