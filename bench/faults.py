@@ -82,6 +82,12 @@ class Row:
 
 
 class Matrix:
+    """The rows through Mailgun's simulator; bench/faults_ses.py's SesMatrix changes only how the
+    provider is set up, faulted and counted."""
+
+    QUEUE = "faults"  # each row's task queue: this and the row's number
+    LOST_ANSWERS = LOST  # the faults of "lost, no retries": the first send must fail
+
     def __init__(self, servers: BenchServers, members: int) -> None:
         self.servers = servers
         self.members = members
@@ -120,10 +126,18 @@ class Matrix:
                                                        **ADVERSARIES[adversary], "seed": self.rows})
         response.raise_for_status()
 
+    def reset(self) -> None:
+        self.sim.post("/_sim/reset").raise_for_status()
+
+    def delivered(self, email_id: str) -> Counter:
+        """The copies the provider accepted for the email, by address."""
+        messages = self.sim.get("/_sim/messages", params={"email_id": email_id}).json()
+        return Counter(r["address"] for m in messages for r in m["recipients"])
+
     async def fresh_email(self, pool) -> str:
         self.rows += 1
         tag = f"r{self.rows}"
-        self.sim.post("/_sim/reset").raise_for_status()
+        self.reset()
         await pool.execute(SEED.format(tag=tag, members=self.members))
         return f"e-{tag}"
 
@@ -132,15 +146,14 @@ class Matrix:
         eligible = {r["email"] for r in await pool.fetch(
             "SELECT m.email FROM members m JOIN members_newsletters mn ON mn.member_id = m.id "
             "JOIN emails e ON e.newsletter_id = mn.newsletter_id WHERE e.id = $1", email_id)}
-        messages = self.sim.get("/_sim/messages", params={"email_id": email_id}).json()
-        counts = Counter(r["address"] for m in messages for r in m["recipients"])
+        counts = self.delivered(email_id)
         status = await pool.fetchval("SELECT status FROM emails WHERE id = $1", email_id)
         return Row(case, adversary, len(eligible), len(eligible & set(counts)), len(eligible - set(counts)),
                    sum(n - 1 for n in counts.values()), status, seconds)
 
     async def send(self, pool, case: str, adversary: str, faults: dict, *, kill: bool = False) -> Row:
         email_id = await self.fresh_email(pool)
-        queue = f"faults-{self.rows}"
+        queue = f"{self.QUEUE}-{self.rows}"
         settings = self.settings(queue)
         self.faults(adversary, **faults)
         worker = self.worker(queue)
@@ -159,9 +172,9 @@ class Matrix:
 
     async def send_again(self, pool, adversary: str) -> Row:
         email_id = await self.fresh_email(pool)
-        queue = f"faults-{self.rows}"
+        queue = f"{self.QUEUE}-{self.rows}"
         settings = self.settings(queue)
-        self.faults(adversary, **LOST)
+        self.faults(adversary, **self.LOST_ANSWERS)
         started = time.perf_counter()
         worker = self.worker(queue, PRESSROOM_MAILGUN_RETRIES="0")
         try:
@@ -181,7 +194,7 @@ class Matrix:
 
     async def welcome_requeue(self, pool, adversary: str, count: int = 20) -> Row:
         self.rows += 1
-        queue = f"faults-{self.rows}"
+        queue = f"{self.QUEUE}-{self.rows}"
         settings = self.settings(queue)
         self.sim.post("/_sim/reset").raise_for_status()
         await pool.execute("INSERT INTO automated_emails (name, slug, subject, html) VALUES "
