@@ -10,9 +10,9 @@ import asyncio
 import gc
 import logging
 import signal
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from datetime import timedelta
-from typing import AsyncIterator, Callable
 
 from temporalio.client import Client
 from temporalio.runtime import PrometheusConfig, Runtime
@@ -111,9 +111,8 @@ def build_worker(client: Client, deps: Dependencies, *, task_queue: str | None =
 @asynccontextmanager
 async def running_worker(client: Client, settings: Settings, **options) -> AsyncIterator[Worker]:
     """A worker running in the background of the caller (tests, the demo)."""
-    async with open_dependencies(settings, client) as deps:
-        async with build_worker(client, deps, **options) as worker:
-            yield worker
+    async with open_dependencies(settings, client) as deps, build_worker(client, deps, **options) as worker:
+        yield worker
 
 
 def metrics_runtime(settings: Settings) -> Runtime | None:

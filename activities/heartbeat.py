@@ -11,7 +11,6 @@ from typing import Any
 
 from temporalio import activity
 
-
 # A first beat this late still comes well inside the heartbeat timeouts that use it (15 s).
 FIRST_HEARTBEAT_SECONDS = 2.0
 

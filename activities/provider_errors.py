@@ -12,12 +12,30 @@ from datetime import timedelta
 
 from temporalio.exceptions import ApplicationError
 
-from activities.newsletter.failures import (PROVIDER_BAD_RESPONSE, PROVIDER_ERROR, PROVIDER_RATE_LIMITED,
-                                            PROVIDER_REJECTED, PROVIDER_UNAVAILABLE, RECIPIENT_LIMIT_EXCEEDED,
-                                            SENDING_LIMIT_REACHED, RecipientLimitDetails, RejectedDetails,
-                                            SendingLimitDetails, UnavailableDetails, send_failure)
-from pressroom.providers.port import (NOT_ACCEPTED, ProviderBadResponse, ProviderError, ProviderRateLimited,
-                                      ProviderRejected, ProviderUnavailable, RecipientLimitExceeded, activity_error)
+from activities.newsletter.failures import (
+    PROVIDER_BAD_RESPONSE,
+    PROVIDER_ERROR,
+    PROVIDER_RATE_LIMITED,
+    PROVIDER_REJECTED,
+    PROVIDER_UNAVAILABLE,
+    RECIPIENT_LIMIT_EXCEEDED,
+    SENDING_LIMIT_REACHED,
+    RecipientLimitDetails,
+    RejectedDetails,
+    SendingLimitDetails,
+    UnavailableDetails,
+    send_failure,
+)
+from pressroom.providers.port import (
+    NOT_ACCEPTED,
+    ProviderBadResponse,
+    ProviderError,
+    ProviderRateLimited,
+    ProviderRejected,
+    ProviderUnavailable,
+    RecipientLimitExceeded,
+    activity_error,
+)
 
 __all__ = ["SENDING_LIMIT_SECONDS", "activity_error", "retried", "send_failure_of"]
 

@@ -17,7 +17,7 @@ docs/production.md, "Send caps".
 from __future__ import annotations
 
 import dataclasses
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta, timezone
 from typing import TYPE_CHECKING
 
 from pydantic import BaseModel
@@ -202,7 +202,7 @@ class SendingLimitsActivities:
 
         Safe to repeat: a reservation is one row per batch, and a retired batch answers with its pieces.
         """
-        at = input.at.astimezone(timezone.utc)
+        at = input.at.astimezone(UTC)
         async with self.pool.acquire() as conn, conn.transaction():
             batch = await conn.fetchrow(
                 "SELECT b.email_id, b.status, b.fallback_sending_domain, (SELECT count(*) FROM email_recipients "

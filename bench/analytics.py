@@ -17,7 +17,7 @@ import shutil
 import sys
 import tempfile
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime, timezone
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -27,11 +27,11 @@ from temporalio.testing import ActivityEnvironment  # noqa: E402
 
 from activities.analytics.models import AggregateInput, FetchPhaseInput  # noqa: E402
 from activities.analytics.run import AnalyticsActivities  # noqa: E402
-from pressroom.providers.mailgun import MailgunClient  # noqa: E402
 from bench.processes import cpu_seconds_by_family  # noqa: E402
 from devstack.servers import Postgres, free_port, start_simulator, stop_process  # noqa: E402
 from pressroom import database  # noqa: E402
 from pressroom.dependencies import Dependencies  # noqa: E402
+from pressroom.providers.mailgun import MailgunClient  # noqa: E402
 from pressroom.settings import load_settings  # noqa: E402
 from worker import tune_garbage_collection  # noqa: E402
 
@@ -106,7 +106,7 @@ async def main(events: int, aggregate_members: int) -> None:
         assert answer["events"] == events, answer
         settings = load_settings(database_url=url, mailgun_base_url=base, mailgun_api_key=KEY, mailgun_domain=DOMAIN,
                                  analytics_max_opened_events=events, analytics_end_margin_seconds=0)
-        now = datetime.now(timezone.utc)
+        now = datetime.now(UTC)
         async with MailgunClient.from_settings(settings) as mailgun:
             deps = Dependencies(settings=settings, pool=pool, provider=mailgun, temporal=None)
             acts, env = AnalyticsActivities(deps), ActivityEnvironment()

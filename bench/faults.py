@@ -36,11 +36,11 @@ sys.path.insert(0, str(ROOT))
 import httpx  # noqa: E402
 
 from bench.servers import SIMULATOR_DOMAIN, SIMULATOR_KEY, BenchServers, bench_servers  # noqa: E402
-from pressroom import database  # noqa: E402
-from pressroom.settings import Settings, load_settings  # noqa: E402
 from operations.members import add_member  # noqa: E402
 from operations.newsletter import follow_newsletter, start_newsletter  # noqa: E402
 from operations.outbox import requeue_outbox_entry  # noqa: E402
+from pressroom import database  # noqa: E402
+from pressroom.settings import Settings, load_settings  # noqa: E402
 
 LATE_SECONDS = 45
 CONFIRM_WINDOW_SECONDS = 60  # longer than the simulator's lag, as Mailgun's 30 minutes is longer than its own

@@ -27,9 +27,9 @@ from temporalio import activity, workflow  # noqa: E402
 from temporalio.worker import Worker  # noqa: E402
 
 from activities.outbox import NOTIFY_CHANNEL, enqueue, payload_digest
-from operations.outbox import ensure_relay  # noqa: E402
 from bench.processes import cpu_seconds_by_family  # noqa: E402
 from bench.servers import bench_servers  # noqa: E402
+from operations.outbox import ensure_relay  # noqa: E402
 from pressroom import database  # noqa: E402
 from pressroom.settings import load_settings  # noqa: E402
 from worker import running_worker, tune_garbage_collection  # noqa: E402

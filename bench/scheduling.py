@@ -38,7 +38,7 @@ import tempfile
 import time
 from collections import Counter
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -64,7 +64,7 @@ async def main(args: argparse.Namespace) -> None:
                                  task_queue="bench", publish_lead_seconds=args.lead,
                                  publish_heartbeat_seconds=args.heartbeat)
         pool = await database.connect(servers.database_url, max_size=10)
-        at = datetime.now(timezone.utc).replace(microsecond=0) + timedelta(seconds=args.ahead)
+        at = datetime.now(UTC).replace(microsecond=0) + timedelta(seconds=args.ahead)
         await pool.execute("INSERT INTO posts (id, title, slug, status, published_at) "
                            "SELECT 'p' || n, 'Post ' || n, 'post-' || n, 'scheduled', $2 "
                            "FROM generate_series(1, $1) n", args.posts, at)
@@ -82,7 +82,7 @@ async def main(args: argparse.Namespace) -> None:
             await until(at - timedelta(seconds=args.lead))
             mark = cpu_mark()
             while await pool.fetchval("SELECT count(*) FROM posts WHERE status = 'scheduled'"):
-                if datetime.now(timezone.utc) > at + timedelta(seconds=120):
+                if datetime.now(UTC) > at + timedelta(seconds=120):
                     break
                 await asyncio.sleep(0.1)
             window, cpu = cpu_since(mark)
@@ -127,7 +127,7 @@ async def phase_times(client, n: int, at: datetime, prefix: str = "p") -> dict[s
     slots = asyncio.Semaphore(20)
 
     def ms(event) -> float:
-        return (event.event_time.ToDatetime(timezone.utc) - at).total_seconds() * 1000
+        return (event.event_time.ToDatetime(UTC) - at).total_seconds() * 1000
 
     async def read(k: int) -> None:
         async with slots:
@@ -190,7 +190,7 @@ async def waiting(args: argparse.Namespace) -> None:
                     await asyncio.sleep(0.5)
             sampler = asyncio.create_task(sample_memory())
 
-            at = datetime.now(timezone.utc).replace(microsecond=0) + timedelta(days=args.days)
+            at = datetime.now(UTC).replace(microsecond=0) + timedelta(days=args.days)
             await pool.execute("INSERT INTO posts (id, title, slug, status, published_at) "
                                "SELECT 'p' || n, 'Post ' || n, 'post-' || n, 'scheduled', $2 "
                                "FROM generate_series(1, $1) n", n, at)
@@ -246,7 +246,7 @@ async def schedule_posts(pool, client, settings, prefix: str, n: int, at: dateti
 async def lateness_of(pool, prefix: str, at: datetime, timeout: float = 180) -> list[float]:
     """Once every post `{prefix}…` is published (or `timeout` s after `at`): each one's lateness, ms."""
     while await pool.fetchval("SELECT count(*) FROM posts WHERE id LIKE $1 || '%' AND status = 'scheduled'", prefix):
-        if datetime.now(timezone.utc) > at + timedelta(seconds=timeout):
+        if datetime.now(UTC) > at + timedelta(seconds=timeout):
             break
         await asyncio.sleep(0.1)
     rows = await pool.fetch("SELECT extract(epoch FROM publish_completed_at - published_at) * 1000 AS late "
@@ -261,7 +261,7 @@ def lateness_line(label: str, late: list[float], n: int) -> str:
 
 
 async def until(moment: datetime) -> None:
-    await asyncio.sleep(max(0.0, (moment - datetime.now(timezone.utc)).total_seconds()))
+    await asyncio.sleep(max(0.0, (moment - datetime.now(UTC)).total_seconds()))
 
 
 @dataclass
@@ -278,20 +278,20 @@ async def due_during_send(pool, client, settings, args, prefix: str, n: int, ema
     """N posts due at one instant while email `email_id` sends, started `--send-before` s before it."""
     from operations.newsletter import follow_newsletter, start_newsletter
 
-    at = datetime.now(timezone.utc) + timedelta(seconds=args.ahead)
+    at = datetime.now(UTC) + timedelta(seconds=args.ahead)
     scheduled = await schedule_posts(pool, client, settings, prefix, n, at)
-    if datetime.now(timezone.utc) > at - timedelta(seconds=args.send_before):
+    if datetime.now(UTC) > at - timedelta(seconds=args.send_before):
         print(f"  (scheduling {n:,} posts took {scheduled:.1f} s, past the send's start: raise --ahead)", flush=True)
     await until(at - timedelta(seconds=max(args.lead, args.send_before)))  # the timers' time or the send's
     mark = cpu_mark()
     await until(at - timedelta(seconds=args.send_before))
     start = await start_newsletter(email_id, client=client, settings=settings)
-    send_started = (datetime.now(timezone.utc) - at).total_seconds()
+    send_started = (datetime.now(UTC) - at).total_seconds()
     followed = asyncio.create_task(follow_newsletter(start.workflow_id, client=client, poll_seconds=0.2))
     late = await lateness_of(pool, prefix, at)
     cpu = cpu_line(mark)
     outcome = await followed
-    send_ended = (datetime.now(timezone.utc) - at).total_seconds()
+    send_ended = (datetime.now(UTC) - at).total_seconds()
     return DueDuringSend(late, send_started, send_ended, outcome.status, at, cpu)
 
 
@@ -338,9 +338,9 @@ async def during_send(args: argparse.Namespace) -> None:
         pool = await database.connect(servers.database_url, max_size=10)
         await pool.execute(SEED.format(members=args.during_send, tag="b") + SECOND_EMAIL)
         async with running_worker(env.client, settings):
-            at = datetime.now(timezone.utc) + timedelta(seconds=args.ahead)
+            at = datetime.now(UTC) + timedelta(seconds=args.ahead)
             scheduled = await schedule_posts(pool, env.client, settings, "quiet", args.posts, at)
-            if datetime.now(timezone.utc) > at - timedelta(seconds=args.lead):
+            if datetime.now(UTC) > at - timedelta(seconds=args.lead):
                 print(f"  (scheduling {args.posts:,} posts took {scheduled:.1f} s, past their timers: raise --ahead)",
                       flush=True)
             await until(at - timedelta(seconds=args.lead))

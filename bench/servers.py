@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import shutil
 import tempfile
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import AsyncIterator
 
 from temporalio.testing import WorkflowEnvironment
 

@@ -6,7 +6,9 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Awaitable, TypeVar
+from collections.abc import Awaitable
+from datetime import UTC
+from typing import TypeVar
 
 import typer
 from rich.console import Console
@@ -41,7 +43,7 @@ def print_json(data: object) -> None:
 
     def plain(value):
         if isinstance(value, datetime):
-            return (value if value.tzinfo else value.replace(tzinfo=timezone.utc)).isoformat()
+            return (value if value.tzinfo else value.replace(tzinfo=UTC)).isoformat()
         if hasattr(value, "model_dump"):
             return value.model_dump()
         return str(value)
@@ -57,7 +59,7 @@ def when(moment) -> str:
         return "-"
     if isinstance(moment, str):
         moment = datetime.fromisoformat(moment)
-    return moment.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+    return moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 def plural(count: int, word: str, many: str | None = None) -> str:

@@ -2,12 +2,20 @@
 
 from __future__ import annotations
 
+from datetime import UTC
+
 import typer
 from rich.console import Console
 
 from commands import JSON_OPTION, console, plural, print_json, run_async, warn, when
-from operations.analytics import (analytics_backfill, analytics_pause, analytics_run, analytics_schedule,
-                                  analytics_status, rejected_events)
+from operations.analytics import (
+    analytics_backfill,
+    analytics_pause,
+    analytics_run,
+    analytics_schedule,
+    analytics_status,
+    rejected_events,
+)
 from pressroom.errors import PressroomError, cause_of
 
 app = typer.Typer(help="Email analytics: the schedule that fetches Mailgun events into statistics.",
@@ -130,7 +138,7 @@ def _when_any(moment) -> str:
     from datetime import datetime, timezone
 
     if isinstance(moment, (int, float)):
-        return when(datetime.fromtimestamp(moment, timezone.utc))
+        return when(datetime.fromtimestamp(moment, UTC))
     try:
         return when(moment)
     except (TypeError, ValueError):

@@ -18,7 +18,7 @@ import logging
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta, timezone
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -53,7 +53,7 @@ async def run_demo(console: Console, *, members: int, publish_in: float, keep_ru
     await database.migrate(settings.require_database())
     client = await connect(settings)
     pool = await database.connect(settings.require_database(), max_size=10)
-    tag = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
+    tag = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
     try:
         site = await seed_site(pool, members=members, run_tag=tag)
         console.print(f"[bold]Site[/bold]: newsletter with {site.members:,} members; post {site.post_id} "
@@ -74,7 +74,7 @@ async def run_demo(console: Console, *, members: int, publish_in: float, keep_ru
             console.print(f"[bold]Outbox[/bold]: member {added.member_id} joined; welcome email sent "
                           f"(workflow {outbox_workflow_id(added.welcome_key)})")
 
-            publish_at = datetime.now(timezone.utc).replace(microsecond=0) + timedelta(seconds=publish_in)
+            publish_at = datetime.now(UTC).replace(microsecond=0) + timedelta(seconds=publish_in)
             await schedule_post(site.post_id, publish_at.isoformat(), client=client, settings=settings)
             console.print(f"[bold]Post[/bold]: scheduled for {publish_at:%H:%M:%S} UTC "
                           f"(workflow {publish_workflow_id(site.post_id)}); waiting…")

@@ -4,9 +4,22 @@ from __future__ import annotations
 
 import typer
 
-from commands import (AFTER_OPTION, JSON_OPTION, LIMIT_OPTION, SINCE_OPTION, console, plural, print_json,
-                      print_page, print_rows, repeated_filters, run_async, warn, when)
 from activities.outbox import outbox_workflow_id
+from commands import (
+    AFTER_OPTION,
+    JSON_OPTION,
+    LIMIT_OPTION,
+    SINCE_OPTION,
+    console,
+    plural,
+    print_json,
+    print_page,
+    print_rows,
+    repeated_filters,
+    run_async,
+    warn,
+    when,
+)
 from operations.members import add_member, member_profile
 
 app = typer.Typer(help="Members of the site.", no_args_is_help=True)

@@ -4,11 +4,30 @@ from __future__ import annotations
 
 import typer
 
-from commands import (AFTER_OPTION, JSON_OPTION, LIMIT_OPTION, SINCE_OPTION, console, plural, print_json, print_page,
-                      repeated_filters, print_rows, run_async, warn, when)
+from commands import (
+    AFTER_OPTION,
+    JSON_OPTION,
+    LIMIT_OPTION,
+    SINCE_OPTION,
+    console,
+    plural,
+    print_json,
+    print_page,
+    print_rows,
+    repeated_filters,
+    run_async,
+    warn,
+    when,
+)
 from operations.common import temporal_client
-from operations.newsletter import (follow_newsletter, newsletter_status, preview_email, progress_words,
-                                   send_test_email, start_newsletter)
+from operations.newsletter import (
+    follow_newsletter,
+    newsletter_status,
+    preview_email,
+    progress_words,
+    send_test_email,
+    start_newsletter,
+)
 from operations.waiting import no_answer_message, no_worker_message
 from pressroom.errors import PressroomError
 

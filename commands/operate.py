@@ -98,8 +98,8 @@ def codec_server(
                                                           "and exit."),
 ) -> None:
     """Serve /decode and /encode so the Web UI shows encrypted histories in clear."""
-    from pressroom.codec import EncryptionCodec, new_key_entry
     from operations.codec_server import serve
+    from pressroom.codec import EncryptionCodec, new_key_entry
 
     if new_key:
         console.print(new_key_entry(), highlight=False)

@@ -4,8 +4,18 @@ from __future__ import annotations
 
 import typer
 
-from commands import (AFTER_OPTION, JSON_OPTION, LIMIT_OPTION, SINCE_OPTION, console, print_json, print_page,
-                      repeated_filters, run_async, when)
+from commands import (
+    AFTER_OPTION,
+    JSON_OPTION,
+    LIMIT_OPTION,
+    SINCE_OPTION,
+    console,
+    print_json,
+    print_page,
+    repeated_filters,
+    run_async,
+    when,
+)
 from operations.outbox import outbox_entry, outbox_status, requeue_outbox_entry
 
 app = typer.Typer(help="The outbox: events delivered with retries and an idempotency ledger.",

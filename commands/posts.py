@@ -4,9 +4,21 @@ from __future__ import annotations
 
 import typer
 
-from commands import (AFTER_OPTION, JSON_OPTION, LIMIT_OPTION, SINCE_OPTION, console, plural, print_json, print_page,
-                      repeated_filters, run_async, warn, when)
 from activities.posts.models import publish_workflow_id
+from commands import (
+    AFTER_OPTION,
+    JSON_OPTION,
+    LIMIT_OPTION,
+    SINCE_OPTION,
+    console,
+    plural,
+    print_json,
+    print_page,
+    repeated_filters,
+    run_async,
+    warn,
+    when,
+)
 from operations.posts import posts_status, reconcile_posts, schedule_post, unschedule_post
 from operations.waiting import no_worker_message
 

@@ -83,7 +83,6 @@ import hashlib
 import heapq
 import hmac
 import itertools
-import os
 import json
 import math
 import os
@@ -100,7 +99,7 @@ from collections import Counter, defaultdict
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import asdict, dataclass, field, fields
-from datetime import datetime, timezone
+from datetime import UTC, datetime, timezone
 from email.utils import format_datetime, getaddresses, parsedate_to_datetime
 from functools import lru_cache
 from typing import Any
@@ -674,7 +673,7 @@ class MailgunSimulator:
         roll -= faults.error_rate
         if roll < faults.rate_limit_rate:
             when = math.ceil(time.time() + faults.retry_after_seconds)
-            date = format_datetime(datetime.fromtimestamp(when, tz=timezone.utc)).replace("+0000", "UTC")
+            date = format_datetime(datetime.fromtimestamp(when, tz=UTC)).replace("+0000", "UTC")
             return web.json_response({"message": f"Domain {self.domain} is not allowed to send: "
                                                  f"rate limit exceeded, try again after {date}"}, status=429)
         roll -= faults.rate_limit_rate
@@ -746,7 +745,7 @@ class MailgunSimulator:
             sent = sum(len(m.recipients) for m in self.messages
                        if m.domain == domain and not m.synthetic and m.accepted_at >= start)
             if sent + count > cap:
-                date = format_datetime(datetime.fromtimestamp(start + window, tz=timezone.utc)).replace("+0000", "UTC")
+                date = format_datetime(datetime.fromtimestamp(start + window, tz=UTC)).replace("+0000", "UTC")
                 period = "hourly" if window == 3600 else "daily"
                 return web.json_response({"message": f"Domain {domain} is not allowed to send: {period} sending "
                                                      f"limit exceeded, try again after {date}"}, status=420)
@@ -867,7 +866,7 @@ class MailgunSimulator:
                                     headers={"Content-Type": "application/json"}) as response:
                 await response.read()
                 status = response.status
-        except (aiohttp.ClientError, OSError, asyncio.TimeoutError):
+        except (TimeoutError, aiohttp.ClientError, OSError):
             status = None
         self.push_counts[f"answered_{status}" if status else "errors"] += 1
         if status == 200 and self.push.record_sends:

@@ -40,7 +40,7 @@ import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 from urllib.parse import parse_qsl, quote, unquote
 from xml.sax.saxutils import escape as xml_escape
@@ -117,7 +117,7 @@ def _fill(template: str, values: dict[str, Any]) -> str:
 
 
 def _iso(moment: float) -> str:
-    return datetime.fromtimestamp(moment, tz=timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    return datetime.fromtimestamp(moment, tz=UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 def _sign(key: bytes, text: str) -> bytes:
@@ -142,7 +142,7 @@ def sigv4_signature(*, secret: str, method: str, path: str, query: str, headers:
 def _certificate() -> tuple[rsa.RSAPrivateKey, bytes]:
     key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "sns.simulator.test")])
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     certificate = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
                    .serial_number(x509.random_serial_number()).not_valid_before(now - timedelta(days=1))
                    .not_valid_after(now + timedelta(days=30)).sign(key, hashes.SHA256()))
@@ -183,7 +183,7 @@ class SesSimulator:
     # --- for tests ---
 
     def now(self) -> float:
-        return datetime.now(timezone.utc).timestamp() + self.offset
+        return datetime.now(UTC).timestamp() + self.offset
 
     def advance(self, seconds: float) -> None:
         self.offset += seconds
@@ -524,7 +524,7 @@ class SesSimulator:
                 for _ in range(2 if self.faults.duplicate_pushes else 1):
                     try:
                         status = str(await self._post(endpoint, notification.body))
-                    except (aiohttp.ClientError, asyncio.TimeoutError):
+                    except (TimeoutError, aiohttp.ClientError):
                         status = "unreachable"
                         down.add(endpoint)
                     counts[status] = counts.get(status, 0) + 1

@@ -13,8 +13,15 @@ import secrets
 import signal
 from dataclasses import dataclass, field
 
-from devstack.servers import (Postgres, private_file, private_folder, start_ses_simulator, start_simulator,
-                              start_temporal_dev_server, stop_process)
+from devstack.servers import (
+    Postgres,
+    private_file,
+    private_folder,
+    start_ses_simulator,
+    start_simulator,
+    start_temporal_dev_server,
+    stop_process,
+)
 from pressroom.settings import dev_stack_file, project_home, read_dev_stack
 from pressroom.temporal import search_attribute_kinds
 

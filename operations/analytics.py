@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from datetime import timedelta
+from datetime import UTC, timedelta
 from typing import TYPE_CHECKING
 
 from activities.analytics.models import SCHEDULE_ID, FetchEmailAnalyticsInput
@@ -15,8 +15,14 @@ if TYPE_CHECKING:
 
 
 def build_schedule(settings: Settings):
-    from temporalio.client import (Schedule, ScheduleActionStartWorkflow, ScheduleIntervalSpec,
-                                   ScheduleOverlapPolicy, SchedulePolicy, ScheduleSpec)
+    from temporalio.client import (
+        Schedule,
+        ScheduleActionStartWorkflow,
+        ScheduleIntervalSpec,
+        ScheduleOverlapPolicy,
+        SchedulePolicy,
+        ScheduleSpec,
+    )
 
     interval = timedelta(seconds=settings.analytics_interval_seconds)
     return Schedule(
@@ -69,8 +75,8 @@ async def analytics_trigger(settings: Settings | None = None, client=None) -> No
 async def analytics_run(*, wait: bool, settings: Settings | None = None, client=None, say=lambda message: None):
     """Trigger one run; with `wait`, follow it (or the run already going, which the overlap policy
     keeps alone) to its end and answer its result, saying when no worker polls its task queue."""
-    from pressroom.errors import PressroomError
     from operations.waiting import watching_for_worker
+    from pressroom.errors import PressroomError
     from workflows.analytics import FetchEmailAnalyticsWorkflow
 
     settings = settings or get_settings()
@@ -114,9 +120,7 @@ async def analytics_backfill(begin: str, end: str, settings: Settings | None = N
 
     from activities.analytics.models import BACKFILL_PREFIX
     from pressroom import database
-    from pressroom.errors import BadInput
-
-    from pressroom.errors import shorten
+    from pressroom.errors import BadInput, shorten
     from pressroom.inputs import past_time
 
     # A window in the future has no events yet: the run would mark it finished, empty.
@@ -141,11 +145,10 @@ async def analytics_status(settings: Settings | None = None, client=None) -> dic
 
     from activities.analytics.models import PHASE_JOBS, RUNS_JOB
     from pressroom import database
-
     from pressroom.errors import NotFound
 
     settings = settings or get_settings()
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     try:
         _, description = await _analytics_handle(settings, client)
     except NotFound:
@@ -171,7 +174,7 @@ async def analytics_status(settings: Settings | None = None, client=None) -> dic
             elif row["name"] in PHASE_JOBS.values():
                 cursor = metadata.get("cursor")
                 status["cursors"][row["name"]] = {
-                    "cursor": datetime.fromtimestamp(cursor, timezone.utc).isoformat() if cursor else None,
+                    "cursor": datetime.fromtimestamp(cursor, UTC).isoformat() if cursor else None,
                     "lag_seconds": round(now.timestamp() - cursor, 1) if cursor else None,
                     # A cursor's row stays `started` for good: whether a run moves it now is the schedule's to say.
                     "status": "fetching" if status["running"] else "idle"}

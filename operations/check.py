@@ -79,8 +79,8 @@ async def run_checks(settings: Settings, more: Sequence[tuple[str, Callable]] = 
     of what running needs, `(name, check(client, settings))`, made once Temporal answered."""
     from temporalio.service import RPCError
 
-    from pressroom.providers.port import ProviderError
     from pressroom.database import DatabaseUnavailable
+    from pressroom.providers.port import ProviderError
     from pressroom.providers.wiring import provider_title
     from pressroom.temporal import TemporalUnavailable, describe_rpc_error
 

@@ -8,7 +8,7 @@ page 1 does. Filters narrow the walk; each row carries the ids the other command
 from __future__ import annotations
 
 import re
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta, timezone
 
 from activities.posts.publish import NEWSLETTER_NOT_GOING
 from pressroom.errors import BadInput, NotFound, shorten
@@ -24,7 +24,7 @@ MEMBER_STATES = ("free", "paid", "comped")
 OUTBOX_STATES = ("pending", "sending", "succeeded", "failed", "aborted", "completed", "skipped")
 
 # "failed" is the report's: recipients with a recorded failure, permanent or temporary.
-_EMAILS = """
+_EMAILS = f"""
 SELECT e.id AS email_id, e.post_id, e.newsletter_id, n.slug AS newsletter, e.subject, e.status, e.error,
        e.email_count AS recipients, e.delivered_count AS delivered, e.opened_count AS opened,
        (SELECT count(*) FROM email_recipient_failures f WHERE f.email_id = e.id) AS failed, e.created_at,
@@ -33,7 +33,7 @@ FROM emails e LEFT JOIN newsletters n ON n.id = e.newsletter_id LEFT JOIN posts 
 WHERE ($1::text IS NULL OR e.status = $1) AND ($2::timestamptz IS NULL OR e.created_at >= $2)
   AND ($3::text IS NULL OR e.newsletter_id = $3)
   AND ($4::timestamptz IS NULL OR (e.created_at, e.id) < ($4, $5::text))
-ORDER BY e.created_at DESC, e.id DESC LIMIT $6""".format(NEWSLETTER_NOT_GOING=NEWSLETTER_NOT_GOING)
+ORDER BY e.created_at DESC, e.id DESC LIMIT $6"""
 
 _POSTS = """
 SELECT p.id AS post_id, p.title, p.status, p.visibility, p.published_at AS publish_at,
@@ -85,7 +85,7 @@ def since_time(text: str | None, option: str = "--since", *, now: datetime | Non
     match = re.fullmatch(r"\s*(\d{1,6})\s*([mhd])\s*", text)
     if match:
         unit = {"m": "minutes", "h": "hours", "d": "days"}[match.group(2)]
-        return (now or datetime.now(timezone.utc)) - timedelta(**{unit: int(match.group(1))})
+        return (now or datetime.now(UTC)) - timedelta(**{unit: int(match.group(1))})
     return parse_moment(text, option)
 
 

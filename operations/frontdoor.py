@@ -30,8 +30,7 @@ import uuid as uuid_module
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from operations.webhooks import (LINK_SOURCE, PATH, Receiver, database_unavailable, flush_refusals,
-                                 metrics_runtime)
+from operations.webhooks import LINK_SOURCE, PATH, Receiver, database_unavailable, flush_refusals, metrics_runtime
 from pressroom.settings import Settings, get_settings
 
 if TYPE_CHECKING:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime, timezone
 from typing import TYPE_CHECKING
 
 from activities.sending_limits import send_caps, sending_domain
@@ -44,7 +44,7 @@ async def reset_sending_limit(domain: str, settings: Settings | None = None) -> 
 async def describe_limits(conn: asyncpg.Connection, settings: Settings, now: datetime | None = None,
                           quota: AccountQuota | None = None) -> list[dict]:
     """Per sending domain: the learned batch size, the caps and what they used this hour and today."""
-    now = (now or datetime.now(timezone.utc)).astimezone(timezone.utc)
+    now = (now or datetime.now(UTC)).astimezone(UTC)
     domains = [settings.sending_scope] + ([settings.fallback_domain] if settings.fallback_domain else [])
     learned = {row["domain"]: dict(row) for row in await conn.fetch(
         "SELECT domain, batch_size, refused_size, reason, refused_at FROM sending_domain_limits ORDER BY domain")}

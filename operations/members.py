@@ -63,24 +63,23 @@ async def add_member(email: str, name: str | None = None, *, status: str = "free
     email, name = email_address(email), free_text(name, "name")
     labels, tiers = _slugs(labels, "label"), _slugs(tiers, "tier")
     settings = settings or get_settings()
-    async with database.connection(settings.require_database()) as conn:
-        async with conn.transaction():
-            try:
-                member_id = await conn.fetchval(
-                    "INSERT INTO members (email, name, status) VALUES ($1, $2, $3) RETURNING id", email, name, status)
-            except asyncpg.UniqueViolationError:
-                raise BadInput("a member with that address already exists") from None
-            tracing.annotate(member_id=member_id)
-            await restore_suppressions(conn, [email], settings)
-            await give_labels_and_tiers(conn, member_id, labels, tiers)
-            await conn.execute("INSERT INTO members_newsletters (member_id, newsletter_id) "
-                               "SELECT $1, id FROM newsletters WHERE subscribe_on_signup AND status = 'active'",
-                               member_id)
-            key = None
-            # Every new member is welcomed, with the automated email for their status, when the
-            # setting is on (the handler reads it again when it sends).
-            if settings.welcome_emails:
-                key = await enqueue(conn, "MemberCreatedEvent", *member_created(member_id))
+    async with database.connection(settings.require_database()) as conn, conn.transaction():
+        try:
+            member_id = await conn.fetchval(
+                "INSERT INTO members (email, name, status) VALUES ($1, $2, $3) RETURNING id", email, name, status)
+        except asyncpg.UniqueViolationError:
+            raise BadInput("a member with that address already exists") from None
+        tracing.annotate(member_id=member_id)
+        await restore_suppressions(conn, [email], settings)
+        await give_labels_and_tiers(conn, member_id, labels, tiers)
+        await conn.execute("INSERT INTO members_newsletters (member_id, newsletter_id) "
+                           "SELECT $1, id FROM newsletters WHERE subscribe_on_signup AND status = 'active'",
+                           member_id)
+        key = None
+        # Every new member is welcomed, with the automated email for their status, when the
+        # setting is on (the handler reads it again when it sends).
+        if settings.welcome_emails:
+            key = await enqueue(conn, "MemberCreatedEvent", *member_created(member_id))
     return MemberAdded(member_id, key)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
+from datetime import UTC
 
 from operations.common import run_summary, temporal_client
 from pressroom import tracing
@@ -168,7 +169,7 @@ async def _cancelled_by_run(conn, email_id: str, handle) -> NewsletterCancel:
 def _utc(moment) -> str:
     from datetime import timezone
 
-    return moment.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC") if moment else "-"
+    return moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC") if moment else "-"
 
 
 def not_published_yet(email_id: str, email) -> str:
@@ -181,7 +182,7 @@ def not_published_yet(email_id: str, email) -> str:
         return (f"email {email_id} is not sent: its post {post} is a draft; it goes out when the post is published "
                 f"(`pressroom posts schedule {post} --at …`)")
     if email["post_status"] == "scheduled":
-        due = email["published_at"].astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+        due = email["published_at"].astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
         return (f"email {email_id} is not sent: its post {post} is scheduled for {due}; "
                 "it goes out when the post is published")
     return ""
@@ -311,8 +312,8 @@ async def _run_view(workflow_id: str, client, settings: Settings):
 
     from temporalio.service import RPCError, RPCStatusCode
 
-    from pressroom.temporal import TemporalUnavailable, describe_rpc_error
     from operations.waiting import QUERY_TIMEOUT, has_worker, open_timer
+    from pressroom.temporal import TemporalUnavailable, describe_rpc_error
     from workflows.newsletter import SendNewsletterWorkflow
 
     deadline = time.monotonic() + QUERY_TIMEOUT.total_seconds()
@@ -324,7 +325,7 @@ async def _run_view(workflow_id: str, client, settings: Settings):
             return default
         try:
             return await asyncio.wait_for(call, left)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             return default
 
     unreachable = (f"Temporal at {settings.temporal_address} did not answer within "
@@ -375,7 +376,7 @@ def retrying(description) -> str | None:
             words = (f"{pending.activity_type.name} to succeed: attempt {pending.attempt} after "
                      f"{pending.last_failure.message.splitlines()[0] if pending.last_failure.message else 'a failure'}")
             if pending.HasField("next_attempt_schedule_time"):
-                at = pending.next_attempt_schedule_time.ToDatetime(timezone.utc)
+                at = pending.next_attempt_schedule_time.ToDatetime(UTC)
                 words += f" (next attempt at {at:%Y-%m-%d %H:%M:%S} UTC)"
             return words
     return None
@@ -471,10 +472,9 @@ async def send_test_email(email_id: str, to: str, *, segment: str | None = None,
     import uuid
 
     from pressroom import database
+    from pressroom.inputs import email_address
     from pressroom.providers.port import Message, ProviderError
     from pressroom.providers.wiring import provider_from_settings
-
-    from pressroom.inputs import email_address
 
     to = email_address(to)
     settings = settings or get_settings()

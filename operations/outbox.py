@@ -116,25 +116,24 @@ async def requeue_outbox_entry(outbox_id: str, *, client=None, settings: Setting
     _requeueable(outbox_id, entry)
     await _delivery_closed(client or await temporal_client(settings), outbox_id, entry["idempotency_key"],
                            wait_seconds)
-    async with database.connection(settings.require_database()) as conn:
-        async with conn.transaction():
-            # Read again under the lock: while the run closed, the entry may have been requeued.
-            _requeueable(outbox_id, await conn.fetchrow("SELECT status, last_error_code FROM outbox WHERE id = $1 "
-                                                        "FOR UPDATE", outbox_id))
-            # A skipped entry's line says succeeded with nothing sent: without it, the entry is handled again.
-            await conn.execute(
-                "DELETE FROM idempotency_ledger WHERE (status = 'failed' OR result ? 'skipped') AND idempotency_key = "
-                "(SELECT idempotency_key FROM outbox WHERE id = $1)", outbox_id)
-            # A welcome email whose send was uncertain keeps that outcome (it is looked up first) and
-            # gets a fresh budget of sends.
-            await conn.execute(
-                "UPDATE automated_email_recipients SET send_attempts = 0 WHERE provider_id IS NULL AND member_id = "
-                "(SELECT payload->>'member_id' FROM outbox WHERE id = $1 AND event_type = 'MemberCreatedEvent')",
-                outbox_id)
-            await conn.execute(
-                "UPDATE outbox SET status = 'pending', attempts = 0, next_run_at = now(), last_error_code = NULL, "
-                "last_error_msg = NULL, processed_at = NULL, updated_at = now() WHERE id = $1", outbox_id)
-            await conn.execute("SELECT pg_notify($1, '')", NOTIFY_CHANNEL)
+    async with database.connection(settings.require_database()) as conn, conn.transaction():
+        # Read again under the lock: while the run closed, the entry may have been requeued.
+        _requeueable(outbox_id, await conn.fetchrow("SELECT status, last_error_code FROM outbox WHERE id = $1 "
+                                                    "FOR UPDATE", outbox_id))
+        # A skipped entry's line says succeeded with nothing sent: without it, the entry is handled again.
+        await conn.execute(
+            "DELETE FROM idempotency_ledger WHERE (status = 'failed' OR result ? 'skipped') AND idempotency_key = "
+            "(SELECT idempotency_key FROM outbox WHERE id = $1)", outbox_id)
+        # A welcome email whose send was uncertain keeps that outcome (it is looked up first) and
+        # gets a fresh budget of sends.
+        await conn.execute(
+            "UPDATE automated_email_recipients SET send_attempts = 0 WHERE provider_id IS NULL AND member_id = "
+            "(SELECT payload->>'member_id' FROM outbox WHERE id = $1 AND event_type = 'MemberCreatedEvent')",
+            outbox_id)
+        await conn.execute(
+            "UPDATE outbox SET status = 'pending', attempts = 0, next_run_at = now(), last_error_code = NULL, "
+            "last_error_msg = NULL, processed_at = NULL, updated_at = now() WHERE id = $1", outbox_id)
+        await conn.execute("SELECT pg_notify($1, '')", NOTIFY_CHANNEL)
 
 
 # A waiting entry is not requeued: its delivery holds it and handles it again on its own.

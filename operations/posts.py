@@ -12,6 +12,7 @@ from pressroom.errors import BadInput, NotFound, PressroomError
 from pressroom.inputs import entity_id
 from pressroom.settings import Settings, get_settings
 
+
 @tracing.traced("pressroom posts schedule", "post_id")
 async def schedule_post(post_id: str, at: str, *, client=None, settings: Settings | None = None):
     """Mark the post scheduled for `at` and start or move its workflow, both or neither; a past time
@@ -108,8 +109,14 @@ RECONCILE_EVERY = timedelta(minutes=10)
 
 async def ensure_reconcile_schedule(client, settings) -> str:
     """The periodic reconcile (catches posts scheduled by other writers of the database)."""
-    from temporalio.client import (Schedule, ScheduleActionStartWorkflow, ScheduleIntervalSpec,
-                                   ScheduleOverlapPolicy, SchedulePolicy, ScheduleSpec)
+    from temporalio.client import (
+        Schedule,
+        ScheduleActionStartWorkflow,
+        ScheduleIntervalSpec,
+        ScheduleOverlapPolicy,
+        SchedulePolicy,
+        ScheduleSpec,
+    )
 
     from pressroom.temporal import create_or_update_schedule
 
@@ -130,13 +137,12 @@ async def reconcile_at_worker_start(client, settings) -> None:
 async def posts_status(post_id: str | None = None, *, client=None, settings: Settings | None = None) -> dict:
     """Without a post: counts by state, the next posts due and how many are overdue. With one: its
     row and its workflow, with the time its timer waits for."""
+    from temporalio.client import WorkflowExecutionStatus
     from temporalio.service import RPCError, RPCStatusCode
 
-    from temporalio.client import WorkflowExecutionStatus
-
+    from activities.posts.models import publish_workflow_id
     from pressroom import database
     from pressroom.temporal import PUBLISH_AT
-    from activities.posts.models import publish_workflow_id
 
     settings = settings or get_settings()
     async with database.connection(settings.require_database()) as conn:

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from activities.analytics.models import SCHEDULE_ID as ANALYTICS_SCHEDULE_ID
 from activities.webhooks import INBOX_WORKFLOW_ID
-from operations.posts import RECONCILE_SCHEDULE_ID
 from operations.check import CheckResult
+from operations.posts import RECONCILE_SCHEDULE_ID
 from pressroom.settings import Settings
 from workflows.outbox import RELAY_WORKFLOW_ID
 

@@ -11,8 +11,13 @@ from __future__ import annotations
 import json
 from datetime import UTC, datetime, timedelta
 
-from activities.newsletter.left_out import (LEFT_OUT_COUNTS, LEFT_OUT_JOINS, LEFT_OUT_REASON, LEFT_OUT_REASONS,
-                                            with_filter)
+from activities.newsletter.left_out import (
+    LEFT_OUT_COUNTS,
+    LEFT_OUT_JOINS,
+    LEFT_OUT_REASON,
+    LEFT_OUT_REASONS,
+    with_filter,
+)
 from pressroom.errors import BadInput, NotFound
 from pressroom.inputs import entity_id
 from pressroom.settings import Settings, get_settings

@@ -9,11 +9,10 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta, timezone
 
 from temporalio.client import Client
 from temporalio.service import RPCError
-
 
 
 def seen_within() -> timedelta:
@@ -48,10 +47,10 @@ async def fresh_pollers(client: Client, task_queue: str, *, activities: bool = F
             else TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW), timeout=QUERY_TIMEOUT)
     except RPCError:
         return None
-    now, within = datetime.now(timezone.utc), seen_within()
+    now, within = datetime.now(UTC), seen_within()
     return sorted({poller.identity for poller in response.pollers
                    if not poller.HasField("last_access_time")
-                   or now - poller.last_access_time.ToDatetime(timezone.utc) < within})
+                   or now - poller.last_access_time.ToDatetime(UTC) < within})
 
 
 @asynccontextmanager
@@ -166,7 +165,7 @@ async def open_timer(client: Client, workflow_id: str, run_id: str | None = None
             started = event.timer_started_event_attributes
             if started.timer_id in closed:
                 continue
-            fires = event.event_time.ToDatetime(timezone.utc) + started.start_to_fire_timeout.ToTimedelta()
+            fires = event.event_time.ToDatetime(UTC) + started.start_to_fire_timeout.ToTimedelta()
             summary = await _summary(client, event)
             until = fires.strftime("%Y-%m-%d %H:%M:%S UTC")
             if not summary:

@@ -15,11 +15,11 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class Dependencies:
-    settings: "Settings"
-    pool: "asyncpg.Pool"
-    provider: "EmailProvider"  # the email provider, through its port (pressroom/providers/wiring.py builds it)
+    settings: Settings
+    pool: asyncpg.Pool
+    provider: EmailProvider  # the email provider, through its port (pressroom/providers/wiring.py builds it)
     # For the activities that start other workflows (the outbox relay, publish → newsletter).
-    temporal: "Client"
+    temporal: Client
 
     @property
     def provider_title(self) -> str:

@@ -24,8 +24,8 @@ import re
 from collections import OrderedDict
 from collections.abc import Hashable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
 from functools import cached_property
+from typing import Any
 from urllib.parse import quote_plus, urlencode
 
 from selectolax.lexbor import LexborHTMLParser, LexborNode

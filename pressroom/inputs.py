@@ -15,14 +15,14 @@ from __future__ import annotations
 
 import functools
 import re
-from datetime import datetime, timezone
+from datetime import UTC, datetime, timezone
 
 from pressroom.errors import BadInput, shorten
 
 MAX_ID = 100
 MAX_TEXT = 191
-EARLIEST = datetime(2000, 1, 1, tzinfo=timezone.utc)
-LATEST = datetime(2100, 1, 1, tzinfo=timezone.utc)
+EARLIEST = datetime(2000, 1, 1, tzinfo=UTC)
+LATEST = datetime(2100, 1, 1, tzinfo=UTC)
 
 
 def entity_id(value: str, what: str) -> str:
@@ -164,7 +164,7 @@ def moment(text: str, option: str, *, latest: datetime | None = None, latest_wor
     if value.tzinfo is None:
         raise BadInput(f"{option} {shown!r} needs a UTC offset (such as +00:00 or Z)")
     try:
-        utc = value.astimezone(timezone.utc)
+        utc = value.astimezone(UTC)
     except OverflowError:  # year 1 with a positive offset is before the first representable instant
         utc = None
     if utc is None or utc < EARLIEST:
@@ -182,4 +182,4 @@ def publish_time(text: str, option: str = "--at") -> datetime:
 
 
 def past_time(text: str, option: str) -> datetime:
-    return moment(text, option, latest=datetime.now(timezone.utc), latest_words="in the future")
+    return moment(text, option, latest=datetime.now(UTC), latest_words="in the future")

@@ -14,8 +14,8 @@ import shutil
 import subprocess
 import tempfile
 import time
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import AsyncIterator
 
 import aiohttp
 

@@ -10,8 +10,9 @@ import os
 import shutil
 import tempfile
 import uuid
+from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import TYPE_CHECKING, AsyncIterator
+from typing import TYPE_CHECKING
 
 import asyncpg
 import pytest
@@ -96,7 +97,7 @@ async def db(db_pool: asyncpg.Pool) -> asyncpg.Pool:
 
 
 @pytest.fixture(scope="session")
-async def simulator() -> AsyncIterator["MailgunSimulator"]:
+async def simulator() -> AsyncIterator[MailgunSimulator]:
     from devstack.mailgun_simulator import MailgunSimulator
 
     sim = MailgunSimulator(api_key=SIMULATOR_KEY, domain=SIMULATOR_DOMAIN)
@@ -106,7 +107,7 @@ async def simulator() -> AsyncIterator["MailgunSimulator"]:
 
 
 @pytest.fixture
-async def mailgun(simulator: "MailgunSimulator") -> "MailgunSimulator":
+async def mailgun(simulator: MailgunSimulator) -> MailgunSimulator:
     """The session's simulator with no messages, no events and no faults."""
     simulator.reset()
     return simulator
@@ -160,7 +161,7 @@ async def dev_env() -> AsyncIterator[WorkflowEnvironment]:
 TEST_LINK_SECRET = "test-members-link-secret"  # the members secret of every test's settings
 
 
-def make_settings(postgres_url: str, simulator: "MailgunSimulator", **overrides) -> Settings:
+def make_settings(postgres_url: str, simulator: MailgunSimulator, **overrides) -> Settings:
     """Settings for one test: its own task queue, the test database and the simulator.
 
     An uncertain send is confirmed within seconds, not Mailgun's 30 minutes: the simulator's
@@ -176,7 +177,7 @@ def make_settings(postgres_url: str, simulator: "MailgunSimulator", **overrides)
 
 
 @pytest.fixture
-def settings(postgres_url: str, mailgun: "MailgunSimulator", db: asyncpg.Pool) -> Settings:
+def settings(postgres_url: str, mailgun: MailgunSimulator, db: asyncpg.Pool) -> Settings:
     return make_settings(postgres_url, mailgun)
 
 

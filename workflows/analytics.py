@@ -15,10 +15,15 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
-    from pressroom.errors import cause_of
-    from activities.analytics.models import (AggregateInput, FetchEmailAnalyticsInput, FetchEmailAnalyticsResult,
-                                             FetchPhaseInput, RecordRunInput)
+    from activities.analytics.models import (
+        AggregateInput,
+        FetchEmailAnalyticsInput,
+        FetchEmailAnalyticsResult,
+        FetchPhaseInput,
+        RecordRunInput,
+    )
     from activities.analytics.run import AnalyticsActivities
+    from pressroom.errors import cause_of
 
 # A failed run is tried again by the next scheduled run; a few quick attempts ride out a blip first.
 # A refusal is not retried: ProviderRejected, or MailgunRejected from a worker older than the port.

@@ -16,19 +16,32 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
-    from pressroom.errors import cause_of
     from activities.newsletter.batches import BatchCreationActivities
+    from activities.newsletter.failures import read_send_failure
     from activities.newsletter.finish import EmailFinishActivities
     from activities.newsletter.lock import EmailLockActivities
-    from activities.newsletter.failures import read_send_failure
-    from activities.newsletter.models import (BatchCounts, CreateBatchesInput, EmailOutcome, FinishEmailInput,
-                                              ListUnsentBatchesInput, LockEmailInput, SendBatchInput)
+    from activities.newsletter.models import (
+        BatchCounts,
+        CreateBatchesInput,
+        EmailOutcome,
+        FinishEmailInput,
+        ListUnsentBatchesInput,
+        LockEmailInput,
+        SendBatchInput,
+    )
     from activities.newsletter.send import BatchSendActivities
+    from pressroom.errors import cause_of
     from pressroom.temporal import EMAIL_ID, POST_ID
     from workflows.policies import DATABASE_RETRY
 
-from workflows.newsletter_models import (CancelSendInput, NewsletterProgress, Outage, Resume, SendNewsletterInput,
-                                         newsletter_workflow_id)
+from workflows.newsletter_models import (
+    CancelSendInput,
+    NewsletterProgress,
+    Outage,
+    Resume,
+    SendNewsletterInput,
+    newsletter_workflow_id,
+)
 from workflows.newsletter_sending import HEARTBEAT_TIMEOUT, BatchSending
 
 DATABASE_TIMEOUT = timedelta(minutes=30)
@@ -215,5 +228,5 @@ class SendNewsletterWorkflow(BatchSending):
             return
         try:
             await workflow.wait_condition(lambda: self._cancel is not None, timeout=duration, timeout_summary=summary)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             pass

@@ -5,20 +5,26 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta, timezone
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
-    from pressroom.errors import cause_of
-    from activities.newsletter.failures import (NOT_RETRIED, RECIPIENT_LIMIT_EXCEEDED, SENDING_LIMIT_REACHED,
-                                                RecipientLimitDetails, SendFailure, SendingLimitDetails,
-                                                read_send_failure)
+    from activities.newsletter.failures import (
+        NOT_RETRIED,
+        RECIPIENT_LIMIT_EXCEEDED,
+        SENDING_LIMIT_REACHED,
+        RecipientLimitDetails,
+        SendFailure,
+        SendingLimitDetails,
+        read_send_failure,
+    )
     from activities.newsletter.models import BatchCounts, BatchSent, FailBatchInput, SendBatchInput, SendPlan
     from activities.newsletter.send import BatchSendActivities
     from activities.sending_limits import AdmitBatchInput, SendingLimitsActivities, SplitRefusedBatchInput
+    from pressroom.errors import cause_of
     from workflows.newsletter_models import NewsletterProgress, Outage, Resume
     from workflows.policies import DATABASE_RETRY
 
@@ -161,7 +167,7 @@ class BatchSending:
         share = number / self._progress.batches_total
         if at_most_end:
             share = min(1.0, share)
-        return datetime.fromtimestamp(resume.started_at + plan.delivery_window_seconds * share, timezone.utc)
+        return datetime.fromtimestamp(resume.started_at + plan.delivery_window_seconds * share, UTC)
 
     async def _batch_failed(self, batch_id: str, status_code: int | None, message: str) -> None:
         await workflow.execute_activity_method(

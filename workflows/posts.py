@@ -19,8 +19,14 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
 
 with workflow.unsafe.imports_passed_through():
-    from activities.posts.models import (PublishPostActivityInput, PublishPostInput, PublishResult, ReconcileResult,
-                                         RescheduleInput, publish_workflow_id)
+    from activities.posts.models import (
+        PublishPostActivityInput,
+        PublishPostInput,
+        PublishResult,
+        ReconcileResult,
+        RescheduleInput,
+        publish_workflow_id,
+    )
     from activities.posts.publish import PostsActivities
     from pressroom.temporal import POST_ID, PUBLISH_AT
     from workflows.newsletter import SendNewsletterWorkflow
@@ -84,7 +90,7 @@ class PublishPostWorkflow:
                             # Many moves of a long timer: start afresh with the current time.
                             workflow.continue_as_new(input.model_copy(update={"publish_at": self._publish_at}))
                         continue  # moved: wait for the new time
-                except asyncio.TimeoutError:
+                except TimeoutError:
                     pass
             if self._unscheduled:
                 return self._end(input, "unscheduled")

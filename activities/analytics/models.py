@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
-from datetime import datetime, timezone
+from datetime import UTC, datetime, timezone
 from typing import Literal
 
 from pydantic import BaseModel, Field
@@ -91,5 +91,5 @@ def epoch(moment: datetime) -> float:
 
 
 def moment(epoch: float | None) -> datetime | None:
-    return None if epoch is None else datetime.fromtimestamp(epoch, tz=timezone.utc)
+    return None if epoch is None else datetime.fromtimestamp(epoch, tz=UTC)
 

@@ -10,9 +10,19 @@ from typing import TYPE_CHECKING, Any
 
 from temporalio import activity
 
-from activities.analytics.models import (BACKFILL_PREFIX, PHASE_EVENTS, PHASE_JOBS, RUNS_JOB, AggregateInput,
-                                         AggregateResult, FetchPhaseInput, PhaseResult, RecordRunInput, epoch,
-                                         moment)
+from activities.analytics.models import (
+    BACKFILL_PREFIX,
+    PHASE_EVENTS,
+    PHASE_JOBS,
+    RUNS_JOB,
+    AggregateInput,
+    AggregateResult,
+    FetchPhaseInput,
+    PhaseResult,
+    RecordRunInput,
+    epoch,
+    moment,
+)
 from activities.analytics.window import apply, read_and_apply, resume_point
 from activities.delivery_events.aggregates import aggregate
 from activities.delivery_events.batch import EventBatch

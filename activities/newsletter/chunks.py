@@ -6,7 +6,6 @@ from __future__ import annotations
 from activities.newsletter.audience import NOT_SKIPPED, RECIPIENTS, SEGMENT
 from pressroom.email_rendering import FREE, NOT_FREE
 
-
 # A member's place in the warming order (open rate highest first, none last; then member id) as
 # one ascending key.
 RANK_KEY = "coalesce(-m.email_open_rate::float8, 'Infinity'::float8)"

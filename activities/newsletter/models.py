@@ -9,6 +9,7 @@ from datetime import datetime
 
 from pydantic import AliasChoices, BaseModel, Field
 
+
 class LockEmailInput(BaseModel):
     email_id: str
     holder: str  # the first run id of the workflow chain that takes the lock (stored with its workflow id)

@@ -17,15 +17,22 @@ from activities.errors import non_retryable
 from activities.heartbeat import FIRST_HEARTBEAT_SECONDS, heartbeating
 from activities.newsletter.answers import NOT_FOUND, answered, record_submitted, take_hold
 from activities.newsletter.content import Messages
-from activities.newsletter.lock import unpublished
 from activities.newsletter.failures import BATCH_NOT_FOUND, PROVIDER_UNAVAILABLE, UnavailableDetails, send_failure
+from activities.newsletter.lock import unpublished
 from activities.newsletter.models import BatchSent, FailBatchInput, ListUnsentBatchesInput, SendBatchInput
 from activities.provider_errors import send_failure_of
 from activities.sending_limits import sending_domain
 from pressroom.dependencies import Dependencies
 from pressroom.email_rendering import MemberValues, Rendered
-from pressroom.providers.port import (BATCH_MARK, EMAIL_MARK, NOT_ACCEPTED, UNCERTAIN, EmailProvider, ProviderError,
-                                     SendResult)
+from pressroom.providers.port import (
+    BATCH_MARK,
+    EMAIL_MARK,
+    NOT_ACCEPTED,
+    UNCERTAIN,
+    EmailProvider,
+    ProviderError,
+    SendResult,
+)
 
 # Claims a batch not yet submitted ($1) whose post is still published (or has none) and returns its
 # recipients in order. Unless the last send

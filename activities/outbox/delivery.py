@@ -17,8 +17,16 @@ from activities.confirm import StillConfirming
 from activities.errors import non_retryable
 from activities.heartbeat import heartbeating
 from activities.metrics import Instruments
-from activities.outbox.models import (ERROR_LIMIT, EVENT_TYPES, AbortEntryInput, CompleteEntryInput, EntryInput,
-                                      EntryResult, MemberCreatedEvent, outbox_workflow_id)
+from activities.outbox.models import (
+    ERROR_LIMIT,
+    EVENT_TYPES,
+    AbortEntryInput,
+    CompleteEntryInput,
+    EntryInput,
+    EntryResult,
+    MemberCreatedEvent,
+    outbox_workflow_id,
+)
 from activities.outbox.welcome import TemplateWaiting, WelcomeEmails
 from activities.provider_errors import retried
 from activities.watchdog import ClosedRun, Job, Watched

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
 import asyncpg
@@ -115,8 +115,8 @@ class WelcomeEmails:
         if not (begun_by_0_1_0 or (sent is not None and sent["send_outcome"] == UNCERTAIN)):
             return None
         begin, end = lookup_window(sent["first_uncertain_at"] if sent else
-                                   datetime.now(timezone.utc) - timedelta(days=3),
-                                   sent["now"] if sent else datetime.now(timezone.utc))
+                                   datetime.now(UTC) - timedelta(days=3),
+                                   sent["now"] if sent else datetime.now(UTC))
         provider_id = await self.provider.find_accepted(recipient=member["email"], mark={OUTBOX_MARK: key},
                                                         begin=begin, end=end, message_id=message_id)
         if provider_id is not None:  # an earlier attempt's send was accepted: record it, do not resend

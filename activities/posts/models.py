@@ -6,8 +6,6 @@ from datetime import datetime
 
 from pydantic import BaseModel
 
-
-
 PUBLISH_WORKFLOW_PREFIX = "post-publish-"
 
 

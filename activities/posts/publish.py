@@ -102,14 +102,14 @@ class DueTogether:
             return
         try:
             rows = await self.pool.fetch(
-                """WITH published AS (
+                f"""WITH published AS (
                        UPDATE posts p SET status = 'published', publish_completed_at = clock_timestamp(),
                                           updated_at = now()
                        FROM unnest($1::text[]) AS due(id)
                        WHERE p.id = due.id AND p.status = 'scheduled' AND p.published_at = $2
                        RETURNING p.id, p.newsletter_id, p.publish_completed_at)
                    SELECT p.id, p.publish_completed_at, {UNSENT_EMAIL} AS email_id
-                   FROM published p""".format(UNSENT_EMAIL=UNSENT_EMAIL), list(waiting), publish_at)
+                   FROM published p""", list(waiting), publish_at)
         except BaseException as error:
             for future in waiting.values():
                 if not future.done():

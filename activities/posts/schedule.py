@@ -6,9 +6,13 @@ from __future__ import annotations
 import asyncio
 from datetime import datetime
 
-from activities.posts.models import (PUBLISH_WORKFLOW_PREFIX, PublishPostInput, ReconcileResult, RescheduleInput,
-                                     publish_workflow_id)
-
+from activities.posts.models import (
+    PUBLISH_WORKFLOW_PREFIX,
+    PublishPostInput,
+    ReconcileResult,
+    RescheduleInput,
+    publish_workflow_id,
+)
 
 
 async def start_or_move_publication(client, settings, post_id: str, publish_at: datetime) -> None:

@@ -19,10 +19,24 @@ from typing import Any
 import pydantic
 
 from pressroom.delivery_events import DeliveryEvent, EventRejected
-from pressroom.providers.port import (AccountQuota, BATCH_MARK, CONFIRM_BY_QUERY, EMAIL_MARK, Capabilities, EventQuery,
-                                      EventsPage, Message, ProviderLimits, ProviderRateLimited, ProviderRejected,
-                                      ProviderUnavailable, RecipientLimitExceeded, SendResult, TooManyRecipients,
-                                      fill_placeholders)
+from pressroom.providers.port import (
+    BATCH_MARK,
+    CONFIRM_BY_QUERY,
+    EMAIL_MARK,
+    AccountQuota,
+    Capabilities,
+    EventQuery,
+    EventsPage,
+    Message,
+    ProviderLimits,
+    ProviderRateLimited,
+    ProviderRejected,
+    ProviderUnavailable,
+    RecipientLimitExceeded,
+    SendResult,
+    TooManyRecipients,
+    fill_placeholders,
+)
 
 PROVIDER = "memory"
 PUSH_KINDS = ("delivered", "opened", "failed", "unsubscribed", "complained")

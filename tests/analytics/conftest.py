@@ -4,16 +4,16 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import AsyncIterator
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta, timezone
 from decimal import ROUND_HALF_UP, Decimal
 
 import asyncpg
 import pytest
 
 from activities.analytics.run import AnalyticsActivities
-from pressroom.providers.mailgun import MailgunClient
 from devstack.mailgun_simulator import MailgunSimulator
 from pressroom.dependencies import Dependencies
+from pressroom.providers.mailgun import MailgunClient
 from pressroom.settings import Settings
 from tests.conftest import make_settings
 
@@ -68,8 +68,8 @@ async def send_all(mailgun: MailgunClient, db: asyncpg.Pool, email_ids: list[str
 async def simulator_truth(mailgun: MailgunClient) -> dict[tuple[str, str], dict[str, bool]]:
     """From the simulator's event log: per (email id, address), delivered / opened / failed (permanent)."""
     truth: dict[tuple[str, str], dict[str, bool]] = defaultdict(dict)
-    begin = datetime.now(timezone.utc) - timedelta(days=2)
-    async for page in mailgun.events(begin=begin, end=datetime.now(timezone.utc) + timedelta(days=2)):
+    begin = datetime.now(UTC) - timedelta(days=2)
+    async for page in mailgun.events(begin=begin, end=datetime.now(UTC) + timedelta(days=2)):
         for item in page:
             key = (item["user-variables"]["email-id"], item["recipient"])
             kind = item["event"]
@@ -147,4 +147,4 @@ def activities_for(settings: Settings, db: asyncpg.Pool, mailgun: MailgunClient)
 
 
 def sim_now(mailgun: MailgunSimulator) -> datetime:
-    return datetime.fromtimestamp(mailgun.now(), tz=timezone.utc)
+    return datetime.fromtimestamp(mailgun.now(), tz=UTC)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime, timezone
 
 from activities.analytics import window
 from activities.analytics.models import PhaseResult
@@ -47,7 +47,7 @@ async def dirty(db) -> tuple[set, set]:
 
 
 def at(epoch: float) -> datetime:
-    return datetime.fromtimestamp(epoch, tz=timezone.utc)
+    return datetime.fromtimestamp(epoch, tz=UTC)
 
 
 async def test_a_batch_sets_first_times_and_counts_every_matched_event_once(db, client, analytics_settings):

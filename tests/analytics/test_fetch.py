@@ -16,8 +16,16 @@ from tests.conftest import make_settings
 from worker import running_worker
 from workflows.analytics import FetchEmailAnalyticsWorkflow
 
-from .conftest import (actual_counts, address, expected_counts, seed_newsletter, send_all, sim_now,
-                       simulator_truth, snapshot)
+from .conftest import (
+    actual_counts,
+    address,
+    expected_counts,
+    seed_newsletter,
+    send_all,
+    sim_now,
+    simulator_truth,
+    snapshot,
+)
 
 
 async def run_fetch(dev_env, settings, now, *, workflow_id: str | None = None) -> FetchEmailAnalyticsResult:

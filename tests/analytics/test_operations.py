@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-import io
 import dataclasses
+import io
 import os
 import subprocess
 import sys
@@ -19,13 +19,18 @@ from temporalio.testing import ActivityEnvironment
 
 from activities.analytics.models import SCHEDULE_ID, AggregateInput, FetchPhaseInput
 from activities.delivery_events.batch import EventBatch
+from commands.analytics import print_analytics_status
+from operations.analytics import (
+    analytics_backfill,
+    analytics_pause,
+    analytics_schedule,
+    analytics_status,
+    analytics_trigger,
+)
+from pressroom.errors import BadInput
 from pressroom.providers.mailgun import MailgunClient, parse_event
 from pressroom.providers.port import ProviderUnavailable
-from pressroom.errors import BadInput
-from commands.analytics import print_analytics_status
 from tests import command_line
-from operations.analytics import (analytics_backfill, analytics_pause, analytics_schedule, analytics_status,
-                                  analytics_trigger)
 from worker import running_worker
 
 from .conftest import activities_for, actual_counts, address, seed_newsletter, sim_now

@@ -4,6 +4,8 @@ simulator over HTTP, the real workflow on the dev server, real PostgreSQL."""
 
 from __future__ import annotations
 
+from datetime import UTC
+
 from devstack.mailgun_simulator import HOSTILE_CASES
 from operations.analytics import rejected_events
 from pressroom.providers.mailgun import parse_event
@@ -42,10 +44,11 @@ async def test_hostile_events_are_set_aside_and_the_good_ones_after_them_apply(d
     assert all("\x00" not in r["event"] for r in rows)  # stored escaped, readable
 
     # Read again (a backfill of the same window): nothing new is set aside, nothing changes.
-    from operations.analytics import analytics_backfill
     from datetime import datetime, timezone
-    await analytics_backfill(datetime.fromtimestamp(base - 5, timezone.utc).isoformat(),
-                             datetime.fromtimestamp(base + 20, timezone.utc).isoformat(), analytics_settings)
+
+    from operations.analytics import analytics_backfill
+    await analytics_backfill(datetime.fromtimestamp(base - 5, UTC).isoformat(),
+                             datetime.fromtimestamp(base + 20, UTC).isoformat(), analytics_settings)
     again = await run_fetch(dev_env, analytics_settings, sim_now(mailgun))
     assert again.error is None
     assert await db.fetchval("SELECT count(*) FROM delivery_events_rejected") == len(SET_ASIDE)

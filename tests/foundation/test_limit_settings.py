@@ -2,9 +2,9 @@
 
 import pytest
 
-from pressroom.settings import ConfigurationError, load_settings
 from operations.limits import reset_sending_limit, sending_limits
 from pressroom.errors import NotFound
+from pressroom.settings import ConfigurationError, load_settings
 
 from .test_cli import assert_one_line_error, pressroom
 

@@ -49,7 +49,7 @@ client_key_path = "{pems['client.key']}"
 
 
 def test_the_standard_variables_win_over_the_profile(tmp_path, monkeypatch, pems):
-    write_profile(tmp_path, monkeypatch, f"""
+    write_profile(tmp_path, monkeypatch, """
 [profile.default]
 address = "temporal.internal:7233"
 [profile.default.tls]

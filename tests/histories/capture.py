@@ -26,7 +26,7 @@ import tempfile
 import time
 import tomllib
 from contextlib import AsyncExitStack
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -37,8 +37,8 @@ from temporalio.testing import WorkflowEnvironment  # noqa: E402
 
 from devstack.mailgun_simulator import MailgunSimulator  # noqa: E402
 from devstack.servers import Postgres, find_binary, free_port  # noqa: E402
-from pressroom import database  # noqa: E402
 from operations.demo_site import DemoSite, seed_site  # noqa: E402
+from pressroom import database  # noqa: E402
 from pressroom.settings import load_settings  # noqa: E402
 from pressroom.temporal import SEARCH_ATTRIBUTES, data_converter  # noqa: E402
 from worker import running_worker  # noqa: E402
@@ -75,7 +75,7 @@ class Capture:
         self.manifest[name] = {"workflow_id": workflow_id, "workflow_type": workflow_type, "state": state}
         print(f"  {name}: {workflow_type}, {len(json.loads(text)['events'])} events — {state}")
 
-    async def published_site(self, run_tag: str) -> "DemoSite":
+    async def published_site(self, run_tag: str) -> DemoSite:
         """A seeded site whose post is published: only a published post's email is sent."""
         site = await seed_site(self.pool, members=120, run_tag=run_tag)
         await self.pool.execute("UPDATE posts SET status = 'published', published_at = now() WHERE id = $1",
@@ -236,7 +236,7 @@ class Capture:
 
         settings = self.settings("posts", publish_lead_seconds=1)
         async with running_worker(self.client, settings):
-            now = datetime.now(timezone.utc).replace(microsecond=0)
+            now = datetime.now(UTC).replace(microsecond=0)
             waiting = await seed_site(self.pool, members=120, run_tag="post-waiting")
             await schedule_post(waiting.post_id, (now + timedelta(days=30)).isoformat(), client=self.client,
                                 settings=settings)
@@ -274,8 +274,8 @@ class Capture:
     # --- outbox ---
 
     async def outbox(self) -> None:
-        from operations.outbox import ensure_relay
         from operations.members import add_member
+        from operations.outbox import ensure_relay
 
         # Aborted: every send fails and two attempts are allowed.
         settings = self.settings("outbox-aborted", outbox_max_attempts=2, outbox_backoff_seconds=[1])

@@ -6,8 +6,8 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from pressroom.providers.mailgun import MailgunClient
 from devstack.mailgun_simulator import MailgunSimulator, running_simulator
+from pressroom.providers.mailgun import MailgunClient
 
 API_KEY = "key-client-test-5f0c2a9e71d4b3"  # fake, only valid for this simulator
 DOMAIN = "mg.client.test"

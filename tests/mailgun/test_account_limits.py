@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import json
 import time
+
 import httpx
 import pytest
 
+from devstack.mailgun_simulator import MailgunSimulator
 from pressroom.providers.mailgun import MailgunClient
 from pressroom.providers.port import ProviderRateLimited, RecipientLimitExceeded
-from devstack.mailgun_simulator import MailgunSimulator
 
 from .conftest import API_KEY
 from .test_client import event_pages, send

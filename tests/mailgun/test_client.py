@@ -4,16 +4,22 @@ from __future__ import annotations
 
 import base64
 import socket
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta, timezone
 from email.utils import format_datetime
 
 import httpx
 import pytest
 
-from pressroom.providers.mailgun import MailgunClient, message_fields
-from pressroom.providers.port import (ProviderBadResponse, ProviderError, ProviderRateLimited, ProviderRejected,
-                                      ProviderUnavailable, TooManyRecipients)
 from devstack.mailgun_simulator import MailgunSimulator
+from pressroom.providers.mailgun import MailgunClient, message_fields
+from pressroom.providers.port import (
+    ProviderBadResponse,
+    ProviderError,
+    ProviderRateLimited,
+    ProviderRejected,
+    ProviderUnavailable,
+    TooManyRecipients,
+)
 from pressroom.settings import load_settings
 
 from .conftest import API_KEY, DOMAIN
@@ -36,7 +42,7 @@ async def send(client: MailgunClient, count: int = 3, *, start: int = 0, email_i
 
 async def event_pages(client: MailgunClient, **query) -> list[list[dict]]:
     """Every page, failing instead of hanging if the paging never ends."""
-    begin = query.pop("begin", datetime.now(timezone.utc) - timedelta(days=1))
+    begin = query.pop("begin", datetime.now(UTC) - timedelta(days=1))
     pages = []
     async for page in client.events(begin=begin, **query):
         pages.append(page)
@@ -102,7 +108,7 @@ async def test_an_address_with_a_comma_is_refused_before_any_request(client, sim
 
 
 async def test_message_options_reach_mailgun(client, sim: MailgunSimulator):
-    when = datetime(2031, 5, 4, 12, 30, tzinfo=timezone.utc)
+    when = datetime(2031, 5, 4, 12, 30, tzinfo=UTC)
     message_id = await send(client, headers={"Message-Id": "<e1-batch-1@mg.client.test>", "X-Campaign": "c"},
                             delivery_time=when, tracking_opens=False, test_mode=True)
 
@@ -172,7 +178,7 @@ async def test_a_429_with_a_retry_date_is_rate_limited_for_that_long(client, sim
 @pytest.mark.parametrize("header, low, high", [("12", 12, 12), ("http-date", 50, 61)])
 async def test_a_retry_after_header_is_read_as_seconds_or_a_date(header: str, low: float, high: float):
     if header == "http-date":
-        header = format_datetime(datetime.now(timezone.utc) + timedelta(seconds=60), usegmt=True)
+        header = format_datetime(datetime.now(UTC) + timedelta(seconds=60), usegmt=True)
 
     def answer(request: httpx.Request) -> httpx.Response:
         return httpx.Response(429, headers={"Retry-After": header}, json={"message": "Too many requests"})
@@ -248,7 +254,7 @@ async def test_no_error_text_carries_the_key_or_an_address(sim: MailgunSimulator
         await attempt(client, tags=["1", "2", "3", "4"])
         sim.set_faults(malformed_events=True)
         try:
-            await client.events_page(None, begin=datetime.now(timezone.utc))
+            await client.events_page(None, begin=datetime.now(UTC))
         except ProviderError as error:
             caught.append(error)
     for key, domain in ((API_KEY, "mg.other.test"), ("key-wrong", DOMAIN)):
@@ -283,8 +289,8 @@ async def test_paging_returns_every_event_once_in_ascending_order(client, sim: M
         await send(client, 200, start=batch * 200, email_id=f"e{batch}")
     sim.advance(60)  # every delivery, open and complaint has happened by now
 
-    pages = await event_pages(client, begin=datetime.now(timezone.utc) - timedelta(hours=1),
-                              end=datetime.now(timezone.utc) + timedelta(hours=1), limit=97)
+    pages = await event_pages(client, begin=datetime.now(UTC) - timedelta(hours=1),
+                              end=datetime.now(UTC) + timedelta(hours=1), limit=97)
 
     items = [item for page in pages for item in page]
     assert len(pages) > 10 and all(len(page) <= 97 for page in pages)
@@ -302,7 +308,7 @@ async def test_paging_returns_every_event_once_in_ascending_order(client, sim: M
 
 async def test_a_saved_page_url_resumes_where_it_stopped(client, sim: MailgunSimulator):
     sim.add_synthetic_events(email_id="e9", count=700, events=["delivered"])
-    begin = datetime.now(timezone.utc) - timedelta(days=1)
+    begin = datetime.now(UTC) - timedelta(days=1)
 
     first, saved = await client.events_page(None, begin=begin, limit=300)
     assert saved is not None and saved.startswith(sim.base_url)
@@ -335,7 +341,7 @@ async def test_begin_is_inclusive_and_end_exclusive_in_both_directions(client, s
     start = 1_700_000_000  # member{n} is delivered at start + 1 + n
     sim.add_synthetic_events(email_id="e1", count=10, events=["delivered"], timestamp=start, spread_seconds=10,
                              chunk=1)
-    at = lambda n: datetime.fromtimestamp(start + 1 + n, tz=timezone.utc)  # noqa: E731
+    at = lambda n: datetime.fromtimestamp(start + 1 + n, tz=UTC)  # noqa: E731
 
     forward = await all_events(client, begin=at(2), end=at(5), limit=2)
     backward = await all_events(client, begin=at(5), end=at(2), ascending=False, limit=2)
@@ -398,7 +404,7 @@ async def test_an_events_500_is_unavailable(client, sim: MailgunSimulator):
 
 async def test_a_page_over_300_and_a_foreign_paging_url_are_refused(client, sim: MailgunSimulator):
     with pytest.raises(ValueError, match="at most 300"):
-        await client.events_page(None, begin=datetime.now(timezone.utc), limit=301)
+        await client.events_page(None, begin=datetime.now(UTC), limit=301)
     with pytest.raises(ProviderBadResponse, match="outside"):
         await client.events_page("https://elsewhere.example/v3/mg.client.test/events/abc")
     assert sim.request_counts["events"] == 0
@@ -473,8 +479,8 @@ async def test_every_failed_send_says_whether_it_may_have_been_accepted(answer, 
 async def test_a_look_up_trusts_only_the_events_own_fields(client, sim: MailgunSimulator):
     """A provider that ignores the filters and assigns its own ids answers with other messages' events."""
     sim.set_faults(ignore_filters=True, assign_own_ids=True)
-    window = dict(begin=datetime.now(timezone.utc) - timedelta(minutes=5),
-                  end=datetime.now(timezone.utc) + timedelta(minutes=5))
+    window = dict(begin=datetime.now(UTC) - timedelta(minutes=5),
+                  end=datetime.now(UTC) + timedelta(minutes=5))
     kept = await send(client, 3, marks={"pressroom-batch": "b1"},
                       headers={"Message-Id": "<b1@mg.client.test>"})
     await send(client, 3, start=3, marks={"pressroom-batch": "b2"})
@@ -494,8 +500,8 @@ async def test_a_look_up_pages_to_the_end_and_accepts_a_kept_custom_message_id(c
     sim.set_faults(ignore_filters=True)  # every event of 700 members comes back, 300 a page
     await send(client, 700, email_id="e0")
     await send(client, 1, start=699, headers={"Message-Id": "<legacy@mg.client.test>"})  # no mark of ours
-    window = dict(begin=datetime.now(timezone.utc) - timedelta(minutes=5),
-                  end=datetime.now(timezone.utc) + timedelta(minutes=5))
+    window = dict(begin=datetime.now(UTC) - timedelta(minutes=5),
+                  end=datetime.now(UTC) + timedelta(minutes=5))
     assert await client.find_accepted(recipient="member699@example.com", mark={"pressroom-batch": "x"},
                                       message_id="legacy@mg.client.test", **window) == "legacy@mg.client.test"
     assert sim.request_counts["events"] >= 3
@@ -505,11 +511,11 @@ async def test_the_simulator_applies_the_recipient_filter_unless_told_to_ignore_
     await send(client, 5)
     only = await all_events(client, event="accepted", ascending=True)
     assert len(only) == 5
-    items, _ = await client.events_page(None, begin=datetime.now(timezone.utc) - timedelta(minutes=1),
+    items, _ = await client.events_page(None, begin=datetime.now(UTC) - timedelta(minutes=1),
                                         recipient="member2@example.com")
     assert {item["recipient"] for item in items} == {"member2@example.com"}
     sim.set_faults(ignore_filters=True)
     sim.advance(5)  # deliveries are stored a second after acceptance
-    items, _ = await client.events_page(None, begin=datetime.now(timezone.utc) - timedelta(minutes=1),
+    items, _ = await client.events_page(None, begin=datetime.now(UTC) - timedelta(minutes=1),
                                         recipient="member2@example.com", event="accepted")
     assert len({item["recipient"] for item in items}) == 5 and {i["event"] for i in items} != {"accepted"}

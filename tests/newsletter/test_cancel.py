@@ -11,8 +11,8 @@ from operations.newsletter import cancel_newsletter, newsletter_status, start_ne
 from operations.reports import newsletter_report
 from pressroom.errors import BadInput
 from pressroom.temporal import data_converter
-from workflows.newsletter import SendNewsletterWorkflow
 from worker import running_worker
+from workflows.newsletter import SendNewsletterWorkflow
 
 from .conftest import seed_email
 from .test_failures import wait_until

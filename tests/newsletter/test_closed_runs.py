@@ -15,13 +15,13 @@ from temporalio.testing import ActivityEnvironment
 from activities.newsletter.finish import UNFINISHED_EMAILS
 from activities.watchdog import SEND_FAILED, Watchdog
 from operations.newsletter import follow_newsletter, newsletter_status
-from pressroom.errors import PressroomError
 from operations.outbox import ensure_relay
+from pressroom.errors import PressroomError
 from tests.newsletter.test_failures import send_and_follow, wait_until
 from tests.outbox.test_orphans import stop_relay
+from worker import running_worker
 from workflows.newsletter import SendNewsletterWorkflow
 from workflows.newsletter_models import SendNewsletterInput, newsletter_workflow_id
-from worker import running_worker
 
 from .conftest import seed_email
 from .test_send import delivered

@@ -16,12 +16,11 @@ from temporalio.client import Client
 from temporalio.worker import Replayer
 
 from activities.newsletter.batches import CHUNK_BATCHES
-from pressroom.temporal import data_converter
 from operations.newsletter import follow_newsletter, start_newsletter
-from workflows.newsletter import SendNewsletterWorkflow
-from worker import running_worker
-
+from pressroom.temporal import data_converter
 from tests.adversaries import each_adversary, play
+from worker import running_worker
+from workflows.newsletter import SendNewsletterWorkflow
 
 from .conftest import refused_by_mailgun, seed_email
 from .test_send import delivered

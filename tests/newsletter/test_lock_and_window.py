@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from datetime import datetime, timezone
+from datetime import UTC, datetime, timezone
 
 import pytest
 from temporalio.client import WorkflowFailureError
@@ -100,7 +100,7 @@ async def test_delivery_window_is_spread_from_the_start_of_a_late_send(db, mailg
     seeded = await seed_email(db, members=10)
     await db.execute("UPDATE members SET created_at = now() - interval '3 days'")
     await db.execute("UPDATE emails SET created_at = now() - interval '2 days' WHERE id = $1", seeded.email_id)
-    started = datetime.now(timezone.utc).timestamp()
+    started = datetime.now(UTC).timestamp()
     async with running_worker(dev_env.client, settings):
         outcome = await run_send(dev_env.client, settings, seeded.email_id)
     assert outcome.status == "submitted" and outcome.counts.batches_total == 5

@@ -12,9 +12,9 @@ import pytest
 from devstack.servers import free_port
 from operations.newsletter import newsletter_status
 from tests.newsletter.test_failures import assert_each_member_once, wait_until
+from worker import running_worker
 from workflows.newsletter import SendNewsletterWorkflow
 from workflows.newsletter_models import SendNewsletterInput, newsletter_workflow_id
-from worker import running_worker
 
 from .conftest import seed_email
 

@@ -8,14 +8,13 @@ from collections import Counter
 from datetime import datetime, timedelta, timezone
 
 import pytest
-
 from temporalio.worker import Replayer
 
 from activities.sending_limits import batch_sizes, size_after_refusal, warmup_limit
 from operations.limits import reset_sending_limit, sending_limits
+from worker import running_worker
 from workflows.newsletter import SendNewsletterWorkflow
 from workflows.newsletter_models import SendNewsletterInput, newsletter_workflow_id
-from worker import running_worker
 
 from .conftest import seed_email
 from .test_send import delivered, run_send

@@ -14,9 +14,18 @@ import re
 
 import pytest
 
+from pressroom.email_rendering import (
+    FREE,
+    NOT_FREE,
+    BodyCache,
+    ContentError,
+    EmailContent,
+    html_to_text,
+    member_values,
+    render,
+    segments_needed,
+)
 from pressroom.providers.port import PLACEHOLDER
-from pressroom.email_rendering import (FREE, NOT_FREE, BodyCache, ContentError, EmailContent, html_to_text,
-                                       member_values, render, segments_needed)
 
 CORPUS = {
     "nested blocks": ("public", '<p>EVERYONE1</p><div data-gh-segment="status:-free"><div><span>PAIDONLY1</span>'

@@ -11,10 +11,9 @@ import pytest
 from temporalio.client import WorkflowFailureError
 
 from operations.newsletter import start_newsletter
+from tests.conftest import TEST_LINK_SECRET
 from workflows.newsletter import SendNewsletterWorkflow
 from workflows.newsletter_models import SendNewsletterInput, newsletter_workflow_id
-
-from tests.conftest import TEST_LINK_SECRET
 
 from .conftest import seed_email
 

@@ -15,8 +15,8 @@ from temporalio.client import Client
 from temporalio.worker import Worker
 
 from devstack.servers import free_port
-from pressroom.codec import EncryptionCodec, EncryptionKeyError, new_key_entry, parse_keys
 from operations.codec_server import serve
+from pressroom.codec import EncryptionCodec, EncryptionKeyError, new_key_entry, parse_keys
 from pressroom.settings import ConfigurationError, load_settings
 from pressroom.temporal import data_converter
 
@@ -214,7 +214,7 @@ async def test_bad_requests_get_a_one_line_4xx_never_a_500(codec_server):
     unknown_id = type(good)(metadata={**good.metadata, "encryption-key-id": b"k7"}, data=good.data)
     cases = [
         (b"not json", "not JSON"),
-        ("{\"payloads\": [".encode(), "not JSON"),
+        (b"{\"payloads\": [", "not JSON"),
         (b"\xff\xfe{}", "not UTF-8"),
         (b"[" * 100_000 + b"]" * 100_000, "not"),
         (b'{"payloads": 5}', "Payloads"),

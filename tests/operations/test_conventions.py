@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta, timezone
 
 from devstack.servers import free_port
 from tests.foundation.test_cli import assert_one_line_error, pressroom, pressroom_each
@@ -60,14 +60,14 @@ async def test_one_scheduled_post_is_one(dev_env, settings, db):
 
     env = cli_env(settings, dev_env)
     seeded = await seed_email(db, members=1)
-    at = datetime.now(timezone.utc) + timedelta(days=1)
+    at = datetime.now(UTC) + timedelta(days=1)
     await db.execute("UPDATE posts SET status = 'scheduled', published_at = $2 WHERE id = $1", seeded.post_id, at)
     try:
         code, out, err = await cli("posts", "reconcile", env=env)
         assert code == 0, err
         assert out.startswith("1 scheduled post started or moved, 0 stray timers stopped"), out
         code, out, err = await cli("posts", "status", seeded.post_id, env=env)
-        assert code == 0 and f"({at.astimezone(timezone.utc):%Y-%m-%d %H:%M:%S} UTC)" in out, out + err
+        assert code == 0 and f"({at.astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC)" in out, out + err
     finally:
         await stop_publication(dev_env.client, seeded.post_id)
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta, timezone
 
 from operations.members import add_member
 from operations.posts import schedule_post
@@ -68,7 +68,7 @@ async def test_outbox_status_and_show(dev_env, settings, db):
 async def test_posts_status(dev_env, settings, db):
     env = cli_env(settings, dev_env)
     seeded = await seed_email(db, members=1, post_status="draft")
-    at = datetime.now(timezone.utc) + timedelta(days=2)
+    at = datetime.now(UTC) + timedelta(days=2)
     await schedule_post(seeded.post_id, at.isoformat(), client=dev_env.client, settings=settings)
     try:
         overview = await json_of("posts", "status", env=env)

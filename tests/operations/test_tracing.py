@@ -7,7 +7,7 @@ Mailgun simulator over HTTP, a worker built on a client that carries the tracing
 from __future__ import annotations
 
 import re
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
@@ -24,11 +24,11 @@ from tests.newsletter.conftest import seed_email
 from tests.newsletter.test_failures import wait_until
 from tests.operations.test_worker_stop import schedules_removed_after  # noqa: F401 (a fixture)
 from tests.outbox.test_outbox import WELCOME, settled
+from worker import running_worker
 from workflows.newsletter import SendNewsletterWorkflow
 from workflows.newsletter_models import newsletter_workflow_id
 from workflows.outbox import RELAY_WORKFLOW_ID
 from workflows.posts import PublishPostWorkflow
-from worker import running_worker
 
 ADDRESS = re.compile(r"[\w.+-]+@[\w-]+(?:\.[\w-]+)+")
 
@@ -144,7 +144,7 @@ async def test_an_outbox_entry_is_one_trace_from_enqueue_to_the_welcome_request(
 async def test_a_publication_is_one_trace_from_the_command_to_its_newsletter(traced_worker, spans, db, mailgun):
     client, settings = traced_worker
     seeded = await seed_email(db, members=1500, post_status="draft")
-    at = (datetime.now(timezone.utc) + timedelta(seconds=1)).isoformat()
+    at = (datetime.now(UTC) + timedelta(seconds=1)).isoformat()
     await schedule_post(seeded.post_id, at, client=client, settings=settings)
     outcome = await client.get_workflow_handle_for(PublishPostWorkflow.run, f"post-publish-{seeded.post_id}").result()
     assert outcome.status == "published"

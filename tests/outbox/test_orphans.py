@@ -27,8 +27,8 @@ from pressroom.dependencies import Dependencies
 from tests.conftest import make_settings
 from tests.newsletter.test_failures import wait_until
 from tests.outbox.test_outbox import WELCOME, entry_state, outbox_settings, settled, welcomes_to  # noqa: F401
-from workflows.outbox import RELAY_WORKFLOW_ID
 from worker import running_worker
+from workflows.outbox import RELAY_WORKFLOW_ID
 
 CHECK_SEC = 0.5
 LATENCY_SEC = 3.0  # a send in flight this long: under the confirm window, so its look-up can find it

@@ -13,16 +13,15 @@ import pytest
 from temporalio.worker import Replayer
 
 from activities.outbox import enqueue, payload_digest
-from operations.outbox import ensure_relay
-from pressroom.temporal import data_converter
 from operations.members import add_member
-from operations.outbox import outbox_entry, outbox_status, requeue_outbox_entry
+from operations.outbox import ensure_relay, outbox_entry, outbox_status, requeue_outbox_entry
+from pressroom.temporal import data_converter
 from tests.adversaries import each_adversary, play
 from tests.conftest import make_settings
 from tests.foundation.test_cli import assert_one_line_error, pressroom
 from tests.newsletter.test_failures import spawn_worker, wait_until
-from workflows.outbox import RELAY_WORKFLOW_ID, DeliverOutboxEntryWorkflow
 from worker import running_worker
+from workflows.outbox import RELAY_WORKFLOW_ID, DeliverOutboxEntryWorkflow
 
 WELCOME = ("INSERT INTO automated_emails (name, slug, subject, html) VALUES "
            "('Welcome', 'member-welcome-email-free', 'Welcome!', '<p>Welcome %recipient.name%</p>')")

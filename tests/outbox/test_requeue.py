@@ -23,8 +23,8 @@ from pressroom.errors import PressroomError
 from tests.foundation.test_cli import assert_one_line_error, pressroom
 from tests.newsletter.test_failures import wait_until
 from tests.outbox.test_outbox import WELCOME, entry_state, outbox_settings, settled, welcomes_to  # noqa: F401
-from workflows.outbox import RELAY_WORKFLOW_ID
 from worker import WORKFLOWS, build_activities, open_dependencies
+from workflows.outbox import RELAY_WORKFLOW_ID
 
 # abort_entry's first statement, waiting on the test's uncommitted ledger line for the same key.
 ABORT_WAITING = ("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "

@@ -8,8 +8,8 @@ from operations.members import add_member
 from operations.outbox import ensure_relay, requeue_outbox_entry
 from tests.newsletter.test_failures import wait_until
 from tests.outbox.test_outbox import WELCOME, outbox_settings, relay, settled  # noqa: F401 (fixtures)
-from workflows.outbox import RELAY_WORKFLOW_ID
 from worker import running_worker
+from workflows.outbox import RELAY_WORKFLOW_ID
 
 TRACE = """
 CREATE TABLE outbox_trace (n bigserial PRIMARY KEY, outbox_id text, status text);

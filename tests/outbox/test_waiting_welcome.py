@@ -19,8 +19,8 @@ from tests.conftest import make_settings
 from tests.newsletter.test_failures import wait_until
 from tests.operations.test_waiting import cli, cli_env
 from tests.outbox.test_outbox import WELCOME, settled
-from workflows.outbox import RELAY_WORKFLOW_ID
 from worker import running_worker
+from workflows.outbox import RELAY_WORKFLOW_ID
 
 BROKEN = "UPDATE automated_emails SET subject = E'Welcome\\r\\nBcc: all@hostile.example'"
 

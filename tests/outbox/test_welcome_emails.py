@@ -12,8 +12,8 @@ from operations.members import add_member
 from operations.outbox import ensure_relay, outbox_entry, requeue_outbox_entry
 from tests.foundation.test_cli import assert_one_line_error, pressroom
 from tests.outbox.test_outbox import entry_state, outbox_settings, relay, settled  # noqa: F401 (fixtures)
-from workflows.outbox import RELAY_WORKFLOW_ID
 from worker import running_worker
+from workflows.outbox import RELAY_WORKFLOW_ID
 
 WELCOMES = ("INSERT INTO automated_emails (name, slug, subject, html) VALUES "
             "('Welcome', 'member-welcome-email-free', 'Welcome, free reader', '<p>Hello %recipient.name%</p>'), "

@@ -13,8 +13,8 @@ from operations.outbox import ensure_relay
 from tests.outbox.test_outbox import WELCOME, settled
 from tests.ses_stack import running_ses_stack, subscribed
 from tests.webhooks.conftest import eventually
-from workflows.outbox import RELAY_WORKFLOW_ID
 from worker import running_worker
+from workflows.outbox import RELAY_WORKFLOW_ID
 
 
 @pytest.fixture

@@ -5,23 +5,23 @@ from __future__ import annotations
 import asyncio
 import signal
 import uuid
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 from temporalio.client import WorkflowExecutionStatus
 from temporalio.worker import Replayer
 
-from pressroom.temporal import PUBLISH_AT, data_converter
+from activities.posts.models import publish_workflow_id
 from operations.posts import reconcile_posts, schedule_post, unschedule_post
+from pressroom.temporal import PUBLISH_AT, data_converter
 from tests.conftest import make_settings
 from tests.foundation.test_cli import assert_one_line_error, pressroom
 from tests.newsletter.conftest import seed_email
 from tests.newsletter.test_failures import spawn_worker, wait_until
 from tests.newsletter.test_send import delivered
-from workflows.newsletter import SendNewsletterWorkflow
-from activities.posts.models import publish_workflow_id
-from workflows.posts import PublishPostWorkflow
 from worker import running_worker
+from workflows.newsletter import SendNewsletterWorkflow
+from workflows.posts import PublishPostWorkflow
 
 
 async def seed_post(db) -> str:
@@ -30,7 +30,7 @@ async def seed_post(db) -> str:
 
 
 def soon(seconds: float) -> str:
-    return (datetime.now(timezone.utc) + timedelta(seconds=seconds)).isoformat()
+    return (datetime.now(UTC) + timedelta(seconds=seconds)).isoformat()
 
 
 async def later(env, seconds: float) -> str:
@@ -167,7 +167,7 @@ async def test_a_published_post_with_a_newsletter_sends_it_once(db, mailgun, dev
 async def test_reconcile_starts_posts_scheduled_directly_in_sql(db, dev_env, postgres_url, mailgun):
     settings = make_settings(postgres_url, mailgun, publish_lead_seconds=0.2)
     post_ids = [await seed_post(db) for _ in range(3)]
-    at = datetime.now(timezone.utc) + timedelta(seconds=2)
+    at = datetime.now(UTC) + timedelta(seconds=2)
     await db.execute("UPDATE posts SET status = 'scheduled', published_at = $1 WHERE id = ANY($2)", at, post_ids)
     result = await reconcile_posts(client=dev_env.client, settings=settings)
     assert result.started_or_moved == 3
@@ -256,7 +256,7 @@ async def test_a_worker_killed_10s_before_a_post_is_due_is_replaced_and_the_post
     for _ in range(2):
         process = spawn_worker(settings, dev_env)
         workers[process.pid] = process
-    due = datetime.now(timezone.utc) + timedelta(seconds=40)  # room for slow worker starts
+    due = datetime.now(UTC) + timedelta(seconds=40)  # room for slow worker starts
     await schedule_post(post_id, due.isoformat(), client=dev_env.client, settings=settings)
     handle = dev_env.client.get_workflow_handle(publish_workflow_id(post_id))
 
@@ -266,10 +266,10 @@ async def test_a_worker_killed_10s_before_a_post_is_due_is_replaced_and_the_post
             "last_started_time")
     try:
         await wait_until(waiting, timeout=35)
-        assert datetime.now(timezone.utc) < due - timedelta(seconds=10), "the workers started too late to test this"
+        assert datetime.now(UTC) < due - timedelta(seconds=10), "the workers started too late to test this"
         holder = int((await handle.describe()).raw_description.pending_activities[0].last_worker_identity
                      .split("@")[0])
-        await asyncio.sleep((due - timedelta(seconds=10) - datetime.now(timezone.utc)).total_seconds())
+        await asyncio.sleep((due - timedelta(seconds=10) - datetime.now(UTC)).total_seconds())
         workers[holder].send_signal(signal.SIGKILL)
         workers.pop(holder).wait()
         restarted = spawn_worker(settings, dev_env)
@@ -345,7 +345,7 @@ async def test_an_unknown_post_is_refused_and_nothing_starts(postgres_url, dev_e
 async def test_posts_due_at_the_same_instant_are_published_by_one_statement_each_with_its_guard(db):
     from activities.posts.publish import DueTogether
 
-    at = datetime.now(timezone.utc).replace(microsecond=0) + timedelta(hours=1)
+    at = datetime.now(UTC).replace(microsecond=0) + timedelta(hours=1)
     due = [await seed_post(db) for _ in range(3)]
     moved = await seed_post(db)
     await db.execute("UPDATE posts SET status = 'scheduled', published_at = $2 WHERE id = ANY($1::text[])", due, at)
@@ -366,9 +366,10 @@ async def test_posts_due_at_the_same_instant_are_published_by_one_statement_each
 
 async def test_an_early_send_is_refused_and_the_newsletter_goes_out_once_when_the_post_publishes(
         db, mailgun, dev_env, postgres_url):
+    from temporalio.service import RPCError
+
     from operations.newsletter import start_newsletter
     from pressroom.errors import BadInput
-    from temporalio.service import RPCError
 
     settings = make_settings(postgres_url, mailgun, publish_lead_seconds=0.2)
     seeded = await seed_email(db, members=25, post_status="draft")
@@ -400,6 +401,7 @@ async def test_an_email_an_earlier_send_left_failed_goes_out_when_its_post_publi
     """A send started straight on Temporal (as before the refusal) fails the email of a scheduled post;
     the publication still sends it, once."""
     from temporalio.client import WorkflowFailureError
+
     from workflows.newsletter_models import SendNewsletterInput
 
     settings = make_settings(postgres_url, mailgun, publish_lead_seconds=0.2)

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 
@@ -14,7 +14,7 @@ MESSAGE = Message(from_address="news@example.com", subject=f"Hi {placeholder('na
 
 
 def window(provider: MemoryProvider) -> EventQuery:
-    now = datetime.fromtimestamp(provider.now(), tz=timezone.utc)
+    now = datetime.fromtimestamp(provider.now(), tz=UTC)
     return EventQuery(begin=now - timedelta(minutes=1), end=now + timedelta(seconds=1), names=("delivered",))
 
 

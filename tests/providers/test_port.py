@@ -15,7 +15,7 @@ register_push, for_scope); a `Harness` plays each implementation's worst cases w
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 
@@ -23,9 +23,19 @@ from devstack.servers import free_port
 from pressroom.delivery_events import DeliveryEvent
 from pressroom.providers.mailgun import MailgunClient
 from pressroom.providers.memory import MemoryProvider
-from pressroom.providers.port import (CONFIRM_BY_QUERY, NOT_ACCEPTED, UNCERTAIN, EmailProvider, EventQuery, Message,
-                                      ProviderRateLimited, ProviderUnavailable, RecipientLimitExceeded,
-                                      TooManyRecipients, placeholder)
+from pressroom.providers.port import (
+    CONFIRM_BY_QUERY,
+    NOT_ACCEPTED,
+    UNCERTAIN,
+    EmailProvider,
+    EventQuery,
+    Message,
+    ProviderRateLimited,
+    ProviderUnavailable,
+    RecipientLimitExceeded,
+    TooManyRecipients,
+    placeholder,
+)
 from pressroom.providers.received import MemoryAcceptances
 from pressroom.providers.ses import SesClient
 from pressroom.providers.ses.push import SesPush
@@ -132,7 +142,7 @@ class SimulatorReceived:
                 from pressroom.providers.ses.events import marks_of
 
                 await self.kept.keep("ses", event.recipient, marks_of(pushed.item["event"]),
-                                     event.provider_message_id, datetime.fromtimestamp(event.timestamp, timezone.utc))
+                                     event.provider_message_id, datetime.fromtimestamp(event.timestamp, UTC))
 
     async def keep(self, *args, **kwargs) -> None:
         await self.kept.keep(*args, **kwargs)
@@ -244,7 +254,7 @@ def readers(count: int, prefix: str = "reader") -> dict[str, dict[str, str]]:
 
 
 def window(harness, before: float = 60, after: float = 60) -> tuple[datetime, datetime]:
-    now = datetime.fromtimestamp(harness.now(), tz=timezone.utc)
+    now = datetime.fromtimestamp(harness.now(), tz=UTC)
     return now - timedelta(seconds=before), now + timedelta(seconds=after)
 
 

@@ -10,8 +10,14 @@ import pytest
 
 from devstack.ses_simulator import Delivered, SesSimulator
 from pressroom.delivery_events import DeliveryEvent, EventRejected
-from pressroom.providers.port import NOT_ACCEPTED, UNCERTAIN, ProviderRateLimited, ProviderRejected, \
-    ProviderUnavailable, RecipientLimitExceeded
+from pressroom.providers.port import (
+    NOT_ACCEPTED,
+    UNCERTAIN,
+    ProviderRateLimited,
+    ProviderRejected,
+    ProviderUnavailable,
+    RecipientLimitExceeded,
+)
 from pressroom.providers.ses import parse_event, ses_template, tag_text, tag_value
 from pressroom.providers.ses.client import SesClient, status_error
 

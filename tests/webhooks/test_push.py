@@ -13,8 +13,16 @@ import pytest
 
 from devstack.servers import free_port
 from operations.webhooks import PATH, webhooks_setup
-from tests.analytics.conftest import (actual_counts, address, expected_counts, seed_newsletter, send_all, sim_now,
-                                      simulator_truth, snapshot)
+from tests.analytics.conftest import (
+    actual_counts,
+    address,
+    expected_counts,
+    seed_newsletter,
+    send_all,
+    sim_now,
+    simulator_truth,
+    snapshot,
+)
 from tests.operations.test_waiting import cli, cli_env, start_cli
 from worker import running_worker
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 
@@ -51,7 +51,7 @@ async def test_the_subscription_is_confirmed_and_events_are_kept_or_stored_once(
     assert [(row["recipient"], json.loads(row["marks"])["pressroom-batch"]) for row in kept] == \
         [(f"reader{n}@example.com", "b1.0001") for n in range(3)]
     assert await ses.pool.fetchval("SELECT count(*) FROM webhook_inbox WHERE provider = 'ses'") == 3
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     assert await ses.client.find_accepted(recipient="Reader1@example.com", mark={"pressroom-batch": "b1.0001"},
                                           begin=now - timedelta(minutes=5), end=now + timedelta(minutes=5)) \
         == sent.accepted["reader1@example.com"]
@@ -59,12 +59,12 @@ async def test_the_subscription_is_confirmed_and_events_are_kept_or_stored_once(
 
 async def test_a_lost_answer_is_confirmed_from_the_received_send_events(ses: SesStack):
     await subscribed(ses)
-    begin = datetime.now(timezone.utc) - timedelta(seconds=5)
+    begin = datetime.now(UTC) - timedelta(seconds=5)
     ses.simulator.set_faults(lost_answers=1)
     with pytest.raises(ProviderUnavailable) as caught:
         await ses.client.send(newsletter(ses.client), readers(2), mark={"pressroom-batch": "b9"})
     assert caught.value.outcome == UNCERTAIN
-    end = datetime.now(timezone.utc) + timedelta(seconds=5)
+    end = datetime.now(UTC) + timedelta(seconds=5)
     assert await ses.client.find_accepted(recipient="reader0@example.com", mark={"pressroom-batch": "b9"},
                                           begin=begin, end=end) is None  # not received yet: look again later
     ses.simulator.set_faults(reorder_pushes=True)

@@ -7,21 +7,28 @@ reads through: an unreachable provider and a refusing one fail it as they fail t
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 from temporalio import activity
 from temporalio.client import WorkflowFailureError
 from temporalio.exceptions import ApplicationError
 
-from activities.analytics.models import (AggregateInput, AggregateResult, FetchEmailAnalyticsInput,
-                                         FetchEmailAnalyticsResult, FetchPhaseInput, PhaseResult, RecordRunInput)
+from activities.analytics.models import (
+    AggregateInput,
+    AggregateResult,
+    FetchEmailAnalyticsInput,
+    FetchEmailAnalyticsResult,
+    FetchPhaseInput,
+    PhaseResult,
+    RecordRunInput,
+)
 from pressroom.providers.memory import MemoryProvider
 from pressroom.providers.port import EventQuery, Message, ProviderError, activity_error
 from tests.workflows.conftest import worker_for, workflow_id
 from workflows.analytics import PHASES, FetchEmailAnalyticsWorkflow
 
-NOW = datetime(2026, 11, 1, 12, 0, tzinfo=timezone.utc)
+NOW = datetime(2026, 11, 1, 12, 0, tzinfo=UTC)
 
 
 MESSAGE = Message(from_address="news@example.com", subject="Issue 1", html="<p>Hi</p>", text="Hi",
@@ -71,7 +78,7 @@ class FakeAnalytics:
         if not self.provider.sent:
             await opened_by(self.provider, 10)
         setattr(self.provider.faults, self.provider_fault or "outage", input.phase == self.failing)
-        now = datetime.fromtimestamp(self.provider.now(), tz=timezone.utc)
+        now = datetime.fromtimestamp(self.provider.now(), tz=UTC)
         try:
             page = await self.provider.read_events(None, EventQuery(begin=now - timedelta(hours=1), end=now,
                                                                     names=("opened",)))

@@ -14,9 +14,19 @@ from temporalio.client import WorkflowFailureError
 from temporalio.exceptions import ApplicationError
 
 from activities.newsletter.failures import RejectedDetails, UnavailableDetails, send_failure
-from activities.newsletter.models import (BatchCounts, BatchSent, CreateBatchesInput, EmailLock, EmailOutcome,
-                                          FailBatchInput, FinishEmailInput, ListUnsentBatchesInput, LockEmailInput,
-                                          SendBatchInput, SendPlan)
+from activities.newsletter.models import (
+    BatchCounts,
+    BatchSent,
+    CreateBatchesInput,
+    EmailLock,
+    EmailOutcome,
+    FailBatchInput,
+    FinishEmailInput,
+    ListUnsentBatchesInput,
+    LockEmailInput,
+    SendBatchInput,
+    SendPlan,
+)
 from tests.workflows.conftest import worker_for
 from workflows.newsletter import BATCH_PAGE, SendNewsletterWorkflow
 from workflows.newsletter_models import NewsletterProgress, Resume, SendNewsletterInput, newsletter_workflow_id

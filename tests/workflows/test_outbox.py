@@ -13,8 +13,14 @@ from temporalio import activity
 from temporalio.client import WorkflowFailureError
 from temporalio.exceptions import ApplicationError
 
-from activities.outbox.models import (AbortEntryInput, CompleteEntryInput, EntryInput, EntryResult, RelayInput,
-                                      RelayResult)
+from activities.outbox.models import (
+    AbortEntryInput,
+    CompleteEntryInput,
+    EntryInput,
+    EntryResult,
+    RelayInput,
+    RelayResult,
+)
 from pressroom.providers.memory import MemoryProvider
 from pressroom.providers.port import Message, ProviderError, activity_error
 from tests.workflows.conftest import worker_for, workflow_id

@@ -16,8 +16,13 @@ from temporalio.exceptions import ApplicationError
 
 from activities.posts.models import PublishPostActivityInput, PublishResult, ReconcileResult
 from tests.workflows.conftest import worker_for, workflow_id
-from workflows.posts import (PublishPostInput, PublishPostWorkflow, ReconcilePostsWorkflow, RescheduleInput,
-                             publish_workflow_id)
+from workflows.posts import (
+    PublishPostInput,
+    PublishPostWorkflow,
+    ReconcilePostsWorkflow,
+    RescheduleInput,
+    publish_workflow_id,
+)
 
 LEAD = 10.0
 

@@ -7,8 +7,15 @@ from datetime import timedelta
 
 import pytest
 
-from activities.newsletter.failures import (RecipientLimitDetails, RejectedDetails, SendFailure, SendingLimitDetails,
-                                            UnavailableDetails, read_send_failure, send_failure)
+from activities.newsletter.failures import (
+    RecipientLimitDetails,
+    RejectedDetails,
+    SendFailure,
+    SendingLimitDetails,
+    UnavailableDetails,
+    read_send_failure,
+    send_failure,
+)
 from activities.newsletter.models import SendBatchInput, SendPlan
 from pressroom.temporal import data_converter
 

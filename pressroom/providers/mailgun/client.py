@@ -11,7 +11,7 @@ from __future__ import annotations
 import secrets
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta, timezone
 from email.utils import format_datetime
 from typing import TYPE_CHECKING, Any
 
@@ -26,9 +26,20 @@ from pressroom.providers.mailgun.errors import not_json, status_error, transport
 from pressroom.providers.mailgun.events import PROVIDER, event_message_id, parse_event
 from pressroom.providers.mailgun.template import mailgun_template
 from pressroom.providers.mailgun.webhooks import WEBHOOK_KINDS
-from pressroom.providers.port import (AccountQuota, CONFIRM_BY_QUERY, Capabilities, DomainScopedClient, EventQuery,
-                                      EventsPage, Message, ProviderBadResponse, ProviderLimits, ProviderRejected,
-                                      SendResult, TooManyRecipients)
+from pressroom.providers.port import (
+    CONFIRM_BY_QUERY,
+    AccountQuota,
+    Capabilities,
+    DomainScopedClient,
+    EventQuery,
+    EventsPage,
+    Message,
+    ProviderBadResponse,
+    ProviderLimits,
+    ProviderRejected,
+    SendResult,
+    TooManyRecipients,
+)
 from pressroom.settings import MAILGUN_MAX_RECIPIENTS
 
 if TYPE_CHECKING:
@@ -91,7 +102,7 @@ def message_fields(*, from_address: str, subject: str, html: str, text: str, tag
 def _rfc2822(moment: datetime) -> str:
     if moment.tzinfo is None:
         raise ValueError("a Mailgun time must be timezone-aware (use UTC)")
-    return format_datetime(moment.astimezone(timezone.utc), usegmt=True)
+    return format_datetime(moment.astimezone(UTC), usegmt=True)
 
 
 _URLENCODED = {"Content-Type": "application/x-www-form-urlencoded"}
@@ -305,7 +316,7 @@ class MailgunClient(DomainScopedClient):
 
     async def check_account(self) -> str:
         """A one-event query of the last five minutes: the key and the domain answer."""
-        await self.read_events(None, EventQuery(begin=datetime.now(timezone.utc) - timedelta(minutes=5), limit=1))
+        await self.read_events(None, EventQuery(begin=datetime.now(UTC) - timedelta(minutes=5), limit=1))
         return f"{self.base_url} domain {self.domain}"
 
     async def account_quota(self, at: datetime | None = None) -> AccountQuota:

@@ -9,14 +9,20 @@ Messages are built here, never from httpx's exceptions, and hold neither the key
 from __future__ import annotations
 
 import re
-from datetime import datetime, timezone
+from datetime import UTC, datetime, timezone
 from email.utils import parsedate_to_datetime
 
 import httpx
 
 from pressroom.logs import Mask
-from pressroom.providers.port import (ProviderBadResponse, ProviderError, ProviderRateLimited, ProviderRejected,
-                                      ProviderUnavailable, RecipientLimitExceeded)
+from pressroom.providers.port import (
+    ProviderBadResponse,
+    ProviderError,
+    ProviderRateLimited,
+    ProviderRejected,
+    ProviderUnavailable,
+    RecipientLimitExceeded,
+)
 
 _MESSAGE_LIMIT = 300  # characters of Mailgun's own explanation kept in our messages
 _TRY_AGAIN_AFTER = re.compile(r"try again after (.+?)\s*\.?\s*$", re.IGNORECASE)
@@ -73,7 +79,7 @@ def _retry_after(response: httpx.Response, explanation: str, now: datetime) -> f
         except (TypeError, ValueError, IndexError):
             continue
         if when.tzinfo is None:
-            when = when.replace(tzinfo=timezone.utc)
+            when = when.replace(tzinfo=UTC)
         return max(0.0, (when - now).total_seconds())
     return None
 
@@ -107,7 +113,7 @@ def status_error(response: httpx.Response, what: str, domain: str, secrets: Mask
     if refusal := recipient_limit_refusal(status, explanation, said, what):
         return refusal
     if status in (420, 429):
-        retry_after = _retry_after(response, explanation, datetime.now(timezone.utc))
+        retry_after = _retry_after(response, explanation, datetime.now(UTC))
         wait = f"; retry after {retry_after:.0f} s" if retry_after is not None else ""
         return ProviderRateLimited(f"Mailgun rate-limited the {what} ({status}){wait}: {said}",
                                    status_code=status, retry_after=retry_after)

@@ -8,8 +8,15 @@ from typing import Any
 
 import pydantic
 
-from pressroom.delivery_events import (EVENT_ID_LIMIT, INT32_MAX, MESSAGE_LIMIT, REASON_LIMIT, RECIPIENT_LIMIT,
-                                       DeliveryEvent, EventRejected)
+from pressroom.delivery_events import (
+    EVENT_ID_LIMIT,
+    INT32_MAX,
+    MESSAGE_LIMIT,
+    REASON_LIMIT,
+    RECIPIENT_LIMIT,
+    DeliveryEvent,
+    EventRejected,
+)
 from pressroom.providers.port import BATCH_MARK, EMAIL_MARK
 
 PROVIDER = "mailgun"

@@ -32,10 +32,25 @@ from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
 
 from pressroom.delivery_events import DeliveryEvent, EventRejected
-from pressroom.providers.port import (AccountQuota, CONFIRM_BY_RECEIVED_EVENTS, Capabilities, DomainScopedClient,
-                                      EventQuery, EventsPage, Message, ProviderBadResponse, ProviderError,
-                                      ProviderLimits, ProviderRateLimited, ProviderRejected, ProviderUnavailable,
-                                      RecipientLimitExceeded, SendResult, TooManyRecipients, fill_placeholders)
+from pressroom.providers.port import (
+    CONFIRM_BY_RECEIVED_EVENTS,
+    AccountQuota,
+    Capabilities,
+    DomainScopedClient,
+    EventQuery,
+    EventsPage,
+    Message,
+    ProviderBadResponse,
+    ProviderError,
+    ProviderLimits,
+    ProviderRateLimited,
+    ProviderRejected,
+    ProviderUnavailable,
+    RecipientLimitExceeded,
+    SendResult,
+    TooManyRecipients,
+    fill_placeholders,
+)
 from pressroom.providers.ses.events import PROVIDER, parse_event, tag_value
 
 if TYPE_CHECKING:
