@@ -30,7 +30,7 @@ from bench.faults import CONFIRM_WINDOW_SECONDS, LATE_SECONDS, ROOT, Matrix, Row
 from bench.servers import bench_servers
 from devstack.servers import free_port
 from devstack.ses_simulator import SesSimulator, running_ses_simulator
-from operations.webhooks import Receiver
+from frontdoor.receiver import Receiver
 from pressroom import database
 from pressroom.providers.ses import SesClient
 from pressroom.providers.ses.settings import ses_settings

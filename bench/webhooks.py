@@ -323,7 +323,7 @@ async def raw_inserts(bench: Bench, count: int, accepted_per_second: float) -> N
     """The same rows (a token and the event's JSON text each) INSERTed by a plain program: one
     request at a time from PUSHERS connections (the goal's baseline); in the group commit's groups
     (the set-based ceiling); and the old figure, the inbox row alone, kept for the history."""
-    from operations.webhooks_group_commit import COMMITS_IN_FLIGHT, GROUP_LIMIT
+    from frontdoor.group_commit import COMMITS_IN_FLIGHT, GROUP_LIMIT
 
     events = await sample_events(bench, "burst")
     rows = [(secrets.token_hex(25), events[n % len(events)]) for n in range(count)]

@@ -144,7 +144,8 @@ async def _receiving_pushes(pool, settings) -> AsyncIterator[str]:
     from aiohttp import web
 
     from devstack.servers import free_port
-    from operations.webhooks import Receiver, webhooks_setup
+    from frontdoor.receiver import Receiver
+    from operations.webhooks import webhooks_setup
 
     receiver = Receiver(pool, settings)
     runner = web.AppRunner(receiver.app(), access_log=None)

@@ -25,7 +25,7 @@ def serve_front_door(host: str, port: int) -> None:
     import signal
 
     import worker as worker_module
-    from operations.frontdoor import HEALTH_PATH, UNSUBSCRIBE_PATH, serve
+    from frontdoor.server import HEALTH_PATH, UNSUBSCRIBE_PATH, serve
     from operations.webhooks import PATH
 
     settings = get_settings()

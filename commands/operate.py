@@ -98,7 +98,7 @@ def codec_server(
                                                           "and exit."),
 ) -> None:
     """Serve /decode and /encode so the Web UI shows encrypted histories in clear."""
-    from operations.codec_server import serve
+    from frontdoor.codec_server import serve
     from pressroom.codec import EncryptionCodec, new_key_entry
 
     if new_key:

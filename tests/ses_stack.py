@@ -10,7 +10,7 @@ from aiohttp import web
 
 from devstack.servers import free_port
 from devstack.ses_simulator import running_ses_simulator
-from operations.webhooks import Receiver
+from frontdoor.receiver import Receiver
 from pressroom import database
 from pressroom.providers.received import StoredAcceptances
 from pressroom.providers.ses import SesClient

@@ -381,7 +381,7 @@ class DomainScopedClient:
 class EventPush(Protocol):
     """The receiving end of a provider's pushed events (webhooks): needs no API key. A push whose
     checks need I/O of their own (SNS: the signing certificate, the subscription's confirmation)
-    has its own handler in the receiver instead of `verify` (operations/ses_webhooks.py)."""
+    has its own handler in the receiver instead of `verify` (frontdoor/ses_push.py)."""
 
     name: str
     path: str  # where the receiver listens: /webhooks/<name>

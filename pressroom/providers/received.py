@@ -1,6 +1,6 @@
 """Acceptances Pressroom received pushed, kept to confirm an uncertain send where the provider has
 nothing to ask (SES: no events API). The receiver keeps every accepted-kind event carrying our
-marks (operations/ses_webhooks.py); a provider that `confirms_by` received events answers `find_accepted` here.
+marks (frontdoor/ses_push.py); a provider that `confirms_by` received events answers `find_accepted` here.
 
 Kept in `provider_acceptances` (schema/0028): the recipient, our marks, the provider's id of the
 copy. A row is kept once (recipient, provider id); SNS's retries and duplicates add nothing.

@@ -12,7 +12,7 @@ from urllib.parse import urlencode
 import pytest
 
 from devstack.servers import free_port
-from operations.frontdoor import FrontDoor
+from frontdoor.server import FrontDoor
 from pressroom import database
 from pressroom.settings import Settings
 from tests.analytics.conftest import seed_newsletter

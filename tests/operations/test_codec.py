@@ -15,7 +15,7 @@ from temporalio.client import Client
 from temporalio.worker import Worker
 
 from devstack.servers import free_port
-from operations.codec_server import serve
+from frontdoor.codec_server import serve
 from pressroom.codec import EncryptionCodec, EncryptionKeyError, new_key_entry, parse_keys
 from pressroom.settings import ConfigurationError, load_settings
 from pressroom.temporal import data_converter
@@ -198,7 +198,7 @@ async def test_a_rebound_host_name_or_a_foreign_origin_is_refused_with_403(codec
 
 
 def test_host_names_of_a_wildcard_listener_are_only_those_given():
-    from operations.codec_server import host_names
+    from frontdoor.codec_server import host_names
 
     assert host_names("0.0.0.0", ["codec.example.com"]) == {"codec.example.com"}
     assert host_names("127.0.0.1") == {"127.0.0.1", "localhost", "::1"}

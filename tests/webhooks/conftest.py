@@ -16,7 +16,8 @@ import pytest
 from aiohttp import web
 
 from devstack.servers import free_port
-from operations.webhooks import PATH, Receiver, ensure_inbox_applier
+from frontdoor.receiver import Receiver
+from operations.webhooks import PATH, ensure_inbox_applier
 from pressroom import database
 from pressroom.providers.mailgun import webhook_signature
 from pressroom.settings import Settings

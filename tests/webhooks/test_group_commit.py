@@ -8,7 +8,7 @@ import asyncio
 
 import asyncpg
 
-from operations.webhooks_group_commit import GroupCommit, Pushed
+from frontdoor.group_commit import GroupCommit, Pushed
 
 from .conftest import delivered, post, signed
 

@@ -82,7 +82,8 @@ async def test_the_receiver_is_traced_and_counted_without_addresses(db, webhook_
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
     from devstack.servers import free_port
-    from operations.webhooks import PATH, Receiver, metrics_runtime
+    from frontdoor.receiver import Receiver, metrics_runtime
+    from operations.webhooks import PATH
     from pressroom import database, tracing
 
     exporter = InMemorySpanExporter()

@@ -21,14 +21,14 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from activities.delivery_events.batch import raw_text
-from operations.webhooks import database_unavailable
-from operations.webhooks_group_commit import Pushed
+from frontdoor.group_commit import Pushed
+from frontdoor.receiver import database_unavailable
 from pressroom.providers.ses.events import marks_of
 
 if TYPE_CHECKING:
     from aiohttp import web
 
-    from operations.webhooks import Receiver
+    from frontdoor.receiver import Receiver
 
 log = logging.getLogger("pressroom.webhooks")
 # SNS retries a notification for up to an hour by default delivery policy's longest settings; a
@@ -73,7 +73,7 @@ class SesHandler:
         return web.Response(status=status, text=text)
 
     async def _receive(self, request: web.Request) -> tuple[int, str]:
-        from operations.deadlines import BodyTooLarge, BodyTooSlow, read_body
+        from frontdoor.deadlines import BodyTooLarge, BodyTooSlow, read_body
 
         try:
             body = await read_body(request, self.receiver.max_body, self.receiver.body_seconds)

@@ -16,7 +16,7 @@ learn who is a member), change nothing, and are counted by reason and logged (ra
 reason only). A member leaves through `activities.delivery_events.leave.leave`, the statement a
 provider's unsubscribe event runs; repeating a request answers 200 and changes nothing more.
 
-Every connection is held to deadlines (operations/deadlines.py): the request head, the body, a
+Every connection is held to deadlines (frontdoor/deadlines.py): the request head, the body, a
 cap on open connections.
 """
 
@@ -30,7 +30,8 @@ import uuid as uuid_module
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from operations.webhooks import LINK_SOURCE, PATH, Receiver, database_unavailable, flush_refusals, metrics_runtime
+from frontdoor.receiver import Receiver, database_unavailable, flush_refusals, metrics_runtime
+from operations.webhooks import LINK_SOURCE, PATH
 from pressroom.settings import Settings, get_settings
 
 if TYPE_CHECKING:
@@ -185,7 +186,7 @@ class Unsubscribe:
     async def leave(self, request: web.Request) -> web.Response:
         """RFC 8058's one-click POST, or the page's button: the member leaves; 200 again on a repeat."""
         from activities.delivery_events.leave import leave_by_link
-        from operations.deadlines import BodyTooLarge, BodyTooSlow, read_body
+        from frontdoor.deadlines import BodyTooLarge, BodyTooSlow, read_body
 
         with _span("POST") as span:
             try:
@@ -253,7 +254,7 @@ class FrontDoor:
     """The server's parts: the members' links, the provider's webhooks, health, and the guard."""
 
     def __init__(self, pool: asyncpg.Pool, settings: Settings, runtime: Any = None) -> None:
-        from operations.deadlines import Connections
+        from frontdoor.deadlines import Connections
 
         self.pool = pool
         self.unsubscribe = Unsubscribe(pool, settings, runtime)
@@ -294,7 +295,7 @@ class FrontDoor:
         await flush_refusals(self.pool, LINK_SOURCE, self.unsubscribe.refusals)
 
     async def flush_refusals_forever(self) -> None:
-        from operations.webhooks import REFUSALS_FLUSH_SECONDS
+        from frontdoor.receiver import REFUSALS_FLUSH_SECONDS
 
         while True:
             await asyncio.sleep(REFUSALS_FLUSH_SECONDS)
