@@ -17,7 +17,7 @@ docs/production.md, "Send caps".
 from __future__ import annotations
 
 import dataclasses
-from datetime import UTC, datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
 from pydantic import BaseModel

@@ -55,7 +55,8 @@ MEMBERS = [
                          SELECT 'm' || lpad(n::text, 8, '0'), 'n1' FROM generate_series($1::int, $2::int) n"""),
     ("labels", """INSERT INTO members_labels (member_id, label_id)
                   SELECT 'm' || lpad(n::text, 8, '0'), l FROM generate_series($1::int, $2::int) n,
-                         LATERAL (VALUES (CASE WHEN n % 20 = 3 THEN 'l-vip' END), (CASE WHEN n % 100 = 7 THEN 'l-press' END),
+                         LATERAL (VALUES (CASE WHEN n % 20 = 3 THEN 'l-vip' END),
+                                         (CASE WHEN n % 100 = 7 THEN 'l-press' END),
                                          (CASE WHEN n % 10 = 5 THEN 'l-beta' END)) v (l)
                   WHERE l IS NOT NULL"""),
     ("tiers", """INSERT INTO members_products (member_id, product_id, expiry_at)

@@ -285,7 +285,7 @@ async def main(args: argparse.Namespace) -> None:
           "between them")
     print(f"    CPU: PostgreSQL {pipeline_cpu['postgres']:.2f} s, Temporal server {pipeline_cpu['temporal']:.2f} s, "
           f"worker and simulator {pipeline_cpu['python']:.2f} s (the worker's process {worker_cpu:.2f} s)")
-    for when, (seconds, written, first_post, cpu) in zip(("before", "after"), baseline):
+    for when, (seconds, written, first_post, cpu) in zip(("before", "after"), baseline, strict=True):
         print(f"  raw send ({when}): COPY into email_recipients + posts, overlapped  {seconds:7.2f} s  "
               f"{n / seconds:>10,.0f} recipients/s")
         print(f"    rows all written after {written:.2f} s; first post after {first_post:.2f} s; "

@@ -67,7 +67,8 @@ SEED = [
                                                         opened_at, failed_at, member_uuid, member_email, member_name)
                           SELECT 'e1', id, 'b' || (k / 1000), now() - interval '1 day',
                                  CASE WHEN k % 100 < 97 THEN now() - interval '1 day' END,
-                                 CASE WHEN k % 100 < 40 THEN now() - interval '1 day' + (k % 86400) * interval '1 s' END,
+                                 CASE WHEN k % 100 < 40
+                                      THEN now() - interval '1 day' + (k % 86400) * interval '1 s' END,
                                  CASE WHEN k % 100 >= 98 THEN now() - interval '23 hours' END, uuid, email, name
                           FROM audience"""),
     ("failures", """INSERT INTO email_recipient_failures (email_id, member_id, email_recipient_id, code, enhanced_code,

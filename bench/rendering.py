@@ -49,7 +49,7 @@ def main() -> None:
     parse = best_of(args.runs, lambda: _parse(html).body.inner_html)
     print(f"raw parse + serialise:      {parse * 1000:8.1f} ms")
     for segment in (FREE, NOT_FREE):
-        seconds = best_of(args.runs, lambda: render(content, segment))
+        seconds = best_of(args.runs, lambda segment=segment: render(content, segment))
         rendered = render(content, segment)
         print(f"render {segment:<13}        {seconds * 1000:8.1f} ms  ({rendered.size:,} bytes of body)")
 
@@ -59,11 +59,13 @@ def main() -> None:
 
     def batch() -> dict:
         return {m["email"]: rendered.recipient_variables(member_values(**m, site_url="https://site.test",
-                                                                       link_secret="bench", email_id="e1")) for m in members}
+                                                                       link_secret="bench",
+                                                                       email_id="e1")) for m in members}
 
     seconds = best_of(args.runs, batch)
     size = len(json.dumps(batch(), separators=(",", ":")))
-    print(f"recipient variables, {args.recipients:,} members: {seconds * 1000:6.1f} ms  ({size / 1024:,.0f} KiB as sent)")
+    print(f"recipient variables, {args.recipients:,} members: {seconds * 1000:6.1f} ms  "
+          f"({size / 1024:,.0f} KiB as sent)")
 
 
 if __name__ == "__main__":

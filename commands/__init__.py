@@ -39,7 +39,7 @@ def warn(message: str) -> None:
 def print_json(data: object) -> None:
     """The --json answer: one JSON document on stdout; times as ISO 8601 strings with their offset."""
     import json
-    from datetime import datetime, timezone
+    from datetime import datetime
 
     def plain(value):
         if isinstance(value, datetime):
@@ -53,7 +53,7 @@ def print_json(data: object) -> None:
 
 def when(moment) -> str:
     """A time as people read it, the same in every command: `2026-11-25 15:34:10 UTC`; `-` for none."""
-    from datetime import datetime, timezone
+    from datetime import datetime
 
     if moment is None:
         return "-"
@@ -95,7 +95,7 @@ def print_rows(rows: list[list[str]]) -> None:
     right = [all(figure.fullmatch(row[i]) for row in rows[1:] if row[i]) for i in range(len(widths))]
     for number, row in enumerate(rows):
         line = "  ".join(cell.rjust(width) if right[i] else cell.ljust(width)
-                         for i, (cell, width) in enumerate(zip(row, widths))).rstrip()
+                         for i, (cell, width) in enumerate(zip(row, widths, strict=True))).rstrip()
         console.print(line, highlight=False, markup=False, soft_wrap=True, style="bold" if number == 0 else None)
 
 

@@ -135,7 +135,7 @@ def print_analytics_status(status: dict, console: Console = console) -> None:
 
 def _when_any(moment) -> str:
     """A run's start as recorded (epoch seconds or ISO 8601), as people read times."""
-    from datetime import datetime, timezone
+    from datetime import datetime
 
     if isinstance(moment, (int, float)):
         return when(datetime.fromtimestamp(moment, UTC))

@@ -41,7 +41,8 @@ def outbox_status_command(as_json: bool = JSON_OPTION) -> None:
 @app.command("list")
 def outbox_list(status: str = typer.Option(None, "--status", metavar="STATE",
                                            help="pending, sending, succeeded, failed, aborted, completed or skipped."),
-                member: str = typer.Option(None, "--member", metavar="MEMBER_ID", help="Only entries about this member."),
+                member: str = typer.Option(None, "--member", metavar="MEMBER_ID",
+                                           help="Only entries about this member."),
                 since: str = SINCE_OPTION, limit: int = LIMIT_OPTION, after: str = AFTER_OPTION,
                 as_json: bool = JSON_OPTION) -> None:
     """Entries, newest first, a page at a time (`outbox show ID` and `outbox requeue ID` take the id)."""
@@ -99,5 +100,5 @@ def outbox_requeue(outbox_id: str = typer.Argument(None, metavar="[ID]",
         return print_json({"requeued": done.requeued, "refused": done.refused})
     console.print(f"{len(done.requeued):,} {state} entr{'y' if len(done.requeued) == 1 else 'ies'}"
                   + (f" with {reason}" if reason else "") + " pending again", highlight=False)
-    for outbox_id, why in done.refused.items():
+    for why in done.refused.values():
         console.print(f"  not requeued: {why}", highlight=False, markup=False)

@@ -7,8 +7,6 @@ import typer
 from commands import JSON_OPTION, console, print_json, run_async
 from commands.frontdoor import HOST_OPTION, PORT_OPTION, serve_front_door
 from operations.webhooks import PATH, webhooks_setup, webhooks_status
-from pressroom.errors import PressroomError
-from pressroom.settings import get_settings
 
 app = typer.Typer(help="Mailgun's signed webhooks: statistics within seconds; polling stays as the net.",
                   no_args_is_help=True)

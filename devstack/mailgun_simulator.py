@@ -19,7 +19,8 @@ What it models
 * `GET /v3/{domain}/events` with begin (inclusive) / end (exclusive), as RFC 2822 or epoch
   seconds; `ascending` yes/no (default no, like Mailgun; descending reads from `begin` back to
   `end`); `limit` ≤ 300; `event` as "opened", "delivered OR failed" or "NOT opened";
-  `message-id`; `recipient`; `tags` as "a", "a AND b" or "a OR b" (unless `ignore_filters`). `paging.next` is an absolute URL carrying an opaque position; following it later
+  `message-id`; `recipient`; `tags` as "a", "a AND b" or "a OR b" (unless `ignore_filters`).
+  `paging.next` is an absolute URL carrying an opaque position; following it later
   picks up what became visible since (Mailgun's event polling). An event is visible once its
   timestamp + storage delay (+ the lateness of a "late" event) has passed.
 
@@ -97,9 +98,9 @@ import uuid
 from array import array
 from collections import Counter, defaultdict
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, suppress
 from dataclasses import asdict, dataclass, field, fields
-from datetime import UTC, datetime, timezone
+from datetime import UTC, datetime
 from email.utils import format_datetime, getaddresses, parsedate_to_datetime
 from functools import lru_cache
 from typing import Any
@@ -391,7 +392,8 @@ class MailgunSimulator:
         self.webhooks: dict[str, dict[str, list[str]]] = {}  # domain → webhook id → URLs
         self.push = Push()
         self.push_counts: Counter[str] = Counter()
-        self._pushes: list[tuple[float, int, _Group, int, int, str]] = []  # heap: (due, n, group, position, attempt, url)
+        # heap: (due, n, group, position, attempt, url)
+        self._pushes: list[tuple[float, int, _Group, int, int, str]] = []
         self._push_n = itertools.count()
         self._push_wake = asyncio.Event()
         self._pusher: asyncio.Task | None = None
@@ -849,10 +851,8 @@ class MailgunSimulator:
                     now = time.monotonic()
                 self._push_wake.clear()
                 wait = min(1.0, self._pushes[0][0] - now) if self._pushes else 1.0
-                try:
+                with suppress(TimeoutError):
                     await asyncio.wait_for(self._push_wake.wait(), max(0.001, wait))
-                except TimeoutError:
-                    pass
 
     def _done_one(self) -> None:
         self._in_flight -= 1

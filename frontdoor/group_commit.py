@@ -96,7 +96,7 @@ class GroupCommit:
             if not isinstance(error, Exception):
                 raise
             return
-        for (_, future), was_stored in zip(group, stored):
+        for (_, future), was_stored in zip(group, stored, strict=True):
             if not future.done():
                 future.set_result(was_stored)
 

@@ -157,7 +157,7 @@ def read_rows(path: Path, report: ImportReport, progress: Callable[[int], None] 
                                                                 f"{len(columns)} columns"})
                 continue
             try:
-                row = _row(line, dict(zip(columns, cells)))
+                row = _row(line, dict(zip(columns, cells, strict=True)))
             except BadInput as error:
                 report.refused.append({"line": line, "reason": str(error)})
                 continue

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from datetime import timedelta
 
 from activities.posts.publish import NEWSLETTER_NOT_GOING
@@ -66,10 +67,8 @@ async def change_post(post_id: str, publish_at, client, settings: Settings) -> N
                 raise PressroomError(f"post {post_id} was not changed (it is still {before['status']}): "
                                      f"{describe_rpc_error(error, settings)}") from None
         except BaseException:
-            try:
+            with contextlib.suppress(Exception):  # the connection is gone, and the server rolled back with it
                 await transaction.rollback()
-            except Exception:
-                pass  # the connection is gone, and the server rolled back with it
             raise
         try:
             await transaction.commit()

@@ -409,12 +409,11 @@ def render(content: EmailContent, segment: str | None) -> Rendered:
     statuses = {node.mem_id: _block_statuses(node, content.email_id)
                 for node in body.css(f"[{_SEGMENT_ATTRIBUTE}]")}  # every block is checked, cut or not
     cut = paywalled(content.visibility, segment or "")
-    if cut:
-        # The paywall comes first: text after the marker is paid even inside a block for free members.
-        # A paid post without a marker is paid from its first word: free members get the invitation only.
-        if not _cut_after_marker(body):
-            for node in _children(body):
-                node.decompose()
+    # The paywall comes first: text after the marker is paid even inside a block for free members.
+    # A paid post without a marker is paid from its first word: free members get the invitation only.
+    if cut and not _cut_after_marker(body):
+        for node in _children(body):
+            node.decompose()
     if segment is not None:
         readers = SEGMENT_STATUSES[segment]
         # A block goes to a segment only when every reader in it is in the block's audience.

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import functools
 import re
-from datetime import UTC, datetime, timezone
+from datetime import UTC, datetime
 
 from pressroom.errors import BadInput, shorten
 

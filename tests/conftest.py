@@ -25,9 +25,12 @@ for variable in ("DATABASE_URL", "TEMPORAL_ADDRESS", "MAILGUN_API_KEY", "MAILGUN
     os.environ.pop(variable, None)
 
 from devstack.servers import Postgres, find_binary, free_port  # noqa: E402
+from operations.outbox import ensure_relay  # noqa: E402
 from pressroom import database  # noqa: E402
 from pressroom.settings import Settings, load_settings  # noqa: E402
 from pressroom.temporal import SEARCH_ATTRIBUTES, data_converter, register_search_attributes  # noqa: E402
+from worker import running_worker  # noqa: E402
+from workflows.outbox import RELAY_WORKFLOW_ID  # noqa: E402
 
 if TYPE_CHECKING:
     from devstack.mailgun_simulator import MailgunSimulator
@@ -179,6 +182,33 @@ def make_settings(postgres_url: str, simulator: MailgunSimulator, **overrides) -
 @pytest.fixture
 def settings(postgres_url: str, mailgun: MailgunSimulator, db: asyncpg.Pool) -> Settings:
     return make_settings(postgres_url, mailgun)
+
+
+@pytest.fixture
+def newsletter_settings(postgres_url, mailgun, db):
+    """Settings with small batches, so a few thousand members make several batches."""
+    def build(**overrides):
+        return make_settings(postgres_url, mailgun, **{"batch_size": 1000, **overrides})
+    return build
+
+
+
+@pytest.fixture
+def outbox_settings(postgres_url, mailgun, db):
+    def build(**overrides):
+        return make_settings(postgres_url, mailgun, outbox_backoff_seconds=[1], outbox_poll_interval_seconds=0.2,
+                             **overrides)
+    return build
+
+
+@pytest.fixture
+async def relay(dev_env, outbox_settings):
+    """A worker and the relay on this test's task queue; the relay is stopped afterwards."""
+    settings = outbox_settings()
+    async with running_worker(dev_env.client, settings):
+        await ensure_relay(dev_env.client, settings)
+        yield settings
+        await dev_env.client.get_workflow_handle(f"{RELAY_WORKFLOW_ID}-{settings.task_queue}").terminate()
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -34,6 +34,8 @@ with workflow.unsafe.imports_passed_through():
     from pressroom.temporal import EMAIL_ID, POST_ID
     from workflows.policies import DATABASE_RETRY
 
+import contextlib
+
 from workflows.newsletter_models import (
     CancelSendInput,
     NewsletterProgress,
@@ -160,7 +162,7 @@ class SendNewsletterWorkflow(BatchSending):
                 batch_ids = []  # cancelled: nothing more is sent (a chunk being written ends the creation)
             if not batch_ids:
                 if self._creating and self._cancel is None:  # all written so far is sent: wait for the next chunk
-                    await workflow.wait_condition(lambda: self._chunks != chunks or not self._creating
+                    await workflow.wait_condition(lambda chunks=chunks: self._chunks != chunks or not self._creating
                                                   or self._cancel is not None)
                     continue
                 if creation is not None:
@@ -226,7 +228,5 @@ class SendNewsletterWorkflow(BatchSending):
         if not workflow.patched(CANCEL_PATCH):  # runs recorded before the patch slept on a plain timer
             await workflow.sleep(duration, summary=summary)
             return
-        try:
+        with contextlib.suppress(TimeoutError):
             await workflow.wait_condition(lambda: self._cancel is not None, timeout=duration, timeout_summary=summary)
-        except TimeoutError:
-            pass

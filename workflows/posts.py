@@ -10,7 +10,7 @@ when it will not go out, the outcome and the run's details say why.
 
 from __future__ import annotations
 
-import asyncio
+import contextlib
 from datetime import datetime, timedelta
 
 from pydantic import BaseModel
@@ -25,7 +25,6 @@ with workflow.unsafe.imports_passed_through():
         PublishResult,
         ReconcileResult,
         RescheduleInput,
-        publish_workflow_id,
     )
     from activities.posts.publish import PostsActivities
     from pressroom.temporal import POST_ID, PUBLISH_AT
@@ -83,7 +82,7 @@ class PublishPostWorkflow:
             wait = (target - workflow.now()).total_seconds() - input.lead_seconds
             if wait > 0:
                 try:
-                    await workflow.wait_condition(lambda: self._publish_at != target or self._unscheduled,
+                    await workflow.wait_condition(lambda target=target: self._publish_at != target or self._unscheduled,
                                                   timeout=timedelta(seconds=wait))
                     if not self._unscheduled:
                         if workflow.info().is_continue_as_new_suggested():
@@ -124,13 +123,11 @@ class PublishPostWorkflow:
     async def _start_newsletter(self, email_id: str) -> str:
         """Hand over to the newsletter send; its workflow id keeps it to one send."""
         workflow_id = newsletter_workflow_id(email_id)
-        try:
+        with contextlib.suppress(WorkflowAlreadyStartedError):  # already sending or sent: nothing more to do
             await workflow.start_child_workflow(
                 SendNewsletterWorkflow.run, SendNewsletterInput(email_id=email_id), id=workflow_id,
                 parent_close_policy=workflow.ParentClosePolicy.ABANDON,
                 static_summary=f"Send email {email_id} after its post was published")
-        except WorkflowAlreadyStartedError:
-            pass  # already sending or sent: nothing more to do
         return workflow_id
 
     def _end(self, input: PublishPostInput, status: str, newsletter: str | None = None,

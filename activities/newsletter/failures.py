@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any, Union
+from typing import Any
 
 from pydantic import BaseModel
 from temporalio.exceptions import ApplicationError
@@ -57,7 +57,7 @@ class UnavailableDetails(BaseModel):
     retry_after_seconds: float | None = None
 
 
-SendFailureDetails = Union[RejectedDetails, RecipientLimitDetails, SendingLimitDetails, UnavailableDetails]
+SendFailureDetails = RejectedDetails | RecipientLimitDetails | SendingLimitDetails | UnavailableDetails
 DETAILS = {PROVIDER_REJECTED: RejectedDetails, RECIPIENT_LIMIT_EXCEEDED: RecipientLimitDetails,
            SENDING_LIMIT_REACHED: SendingLimitDetails, PROVIDER_RATE_LIMITED: UnavailableDetails,
            PROVIDER_UNAVAILABLE: UnavailableDetails, PROVIDER_BAD_RESPONSE: UnavailableDetails,

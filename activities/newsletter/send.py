@@ -224,7 +224,7 @@ class BatchSendActivities:
         return {
             address: variables(values(name=name, email=address, uuid=uuid, status=status))
             for address, name, uuid, status in zip(batch["emails"] or [], batch["names"] or [],
-                                                   batch["uuids"] or [], batch["statuses"] or [])}
+                                                   batch["uuids"] or [], batch["statuses"] or [], strict=True)}
 
     async def _find_accepted(self, provider: EmailProvider, batch_id: str, first_recipient: str, message_id: str,
                              begin: datetime, end: datetime) -> str | None:

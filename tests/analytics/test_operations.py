@@ -6,8 +6,6 @@ import asyncio
 import dataclasses
 import io
 import os
-import subprocess
-import sys
 import time
 from datetime import timedelta
 
@@ -161,8 +159,6 @@ def test_malformed_events_are_counted_and_skipped():
 
 
 def test_the_commands_have_help_and_bad_times_are_one_line():
-    root = os.path.dirname(os.path.dirname(os.path.dirname(__file__)))
-
     def pressroom(*args):
         return command_line.run(list(args), {**os.environ, "DATABASE_URL": "postgresql://nobody@127.0.0.1:1/x"})
 

@@ -25,8 +25,8 @@ import sys
 import tempfile
 import time
 import tomllib
-from contextlib import AsyncExitStack
-from datetime import UTC, datetime, timedelta, timezone
+from contextlib import AsyncExitStack, suppress
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -125,10 +125,8 @@ class Capture:
             handle = await self.client.start_workflow(
                 SendNewsletterWorkflow.run, {"email_id": "no-such-email"}, id="newsletter-no-such-email",
                 task_queue=settings.task_queue)
-            try:
+            with suppress(Exception):
                 await handle.result()
-            except Exception:
-                pass
             self.save("newsletter-refused", handle.id, None, "failed: the email does not exist")
 
         # A batch refused by Mailgun (an address it rejects, changed after the batches were written):
@@ -231,8 +229,9 @@ class Capture:
     # --- scheduled posts ---
 
     async def posts(self) -> None:
+        from activities.posts.models import publish_workflow_id
         from operations.posts import schedule_post, unschedule_post
-        from workflows.posts import ReconcilePostsWorkflow, publish_workflow_id
+        from workflows.posts import ReconcilePostsWorkflow
 
         settings = self.settings("posts", publish_lead_seconds=1)
         async with running_worker(self.client, settings):
@@ -340,7 +339,8 @@ class Capture:
             await ensure_inbox_applier(self.client, settings)
             event = {"id": "capture-pushed-1", "event": "delivered", "timestamp": time.time(),
                      "recipient": "member0@capture.example", "user-variables": {"email-id": "capture-unknown"}}
-            await self.pool.execute("INSERT INTO webhook_inbox (provider, kind, event) VALUES ('mailgun', 'delivered', $1)",
+            await self.pool.execute("INSERT INTO webhook_inbox (provider, kind, event) "
+                                    "VALUES ('mailgun', 'delivered', $1)",
                                     json.dumps(event))
             await self.pool.execute("SELECT pg_notify($1, '')", NOTIFY_CHANNEL)
             await self.until("SELECT count(*) = 0 FROM webhook_inbox")
@@ -385,7 +385,8 @@ async def main() -> None:
         jobs = (capture.newsletters, capture.newsletter_limits, capture.posts, capture.outbox, capture.analytics,
                 capture.webhooks)
         if args.only:
-            capture.manifest = json.loads((out / "manifest.json").read_text()) if (out / "manifest.json").exists() else {}
+            manifest = out / "manifest.json"
+            capture.manifest = json.loads(manifest.read_text()) if manifest.exists() else {}
         for job in jobs:
             if not args.only or job.__name__ in args.only:
                 await job()

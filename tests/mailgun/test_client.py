@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import base64
 import socket
-from datetime import UTC, datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from email.utils import format_datetime
 
 import httpx

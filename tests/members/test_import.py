@@ -61,8 +61,9 @@ async def test_import_checks_every_row_reports_the_refused_and_is_idempotent(set
 
     report = await import_members(file, settings=settings)
     assert (report.rows, report.added, report.updated, report.unchanged) == (10, 3, 0, 0)
-    assert [(r["line"], r["reason"][:len(why)]) for r, (_, why) in zip(report.refused, BAD)] == \
-        [(line, why) for line, (_, why) in zip(range(6, 13), BAD)]  # the note's line break makes line 2 two lines
+    assert [(r["line"], r["reason"][:len(why)]) for r, (_, why) in zip(report.refused, BAD, strict=True)] == \
+        [(line, why) for line, (_, why) in zip(range(6, 13), BAD,
+                                               strict=True)]  # the note's line break makes line 2 two lines
     shown = json.dumps(report.refused)
     assert "example.com" not in shown and "not-an-address" not in shown and "Frank" not in shown
     assert report.ignored_columns == ["id", "stripe_customer_id", "deleted_at", "tiers"]

@@ -187,12 +187,10 @@ def spawn_worker(settings, dev_env, **extra_env: str) -> subprocess.Popen:
            "PRESSROOM_BATCH_SIZE": str(settings.batch_size), "PRESSROOM_SEND_CONCURRENCY": "2",
            "PRESSROOM_MAILGUN_RETRY_SECONDS": "0.5",
            "PRESSROOM_SEND_CONFIRM_WINDOW_SECONDS": str(settings.send_confirm_window_seconds),
-           "PRESSROOM_SEND_CONFIRM_POLL_SECONDS": str(settings.send_confirm_poll_seconds),
-           "PRESSROOM_MEMBERS_LINK_SECRET": settings.members_link_secret.get_secret_value(), **extra_env}
-    log = tempfile.NamedTemporaryFile(prefix="pressroom-worker-", suffix=".log", delete=False)
-    worker = subprocess.Popen([sys.executable, "-m", "worker"], cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
-                              stderr=log)
-    log.close()
+           "PRESSROOM_SEND_CONFIRM_POLL_SECONDS": str(settings.send_confirm_poll_seconds), **extra_env}
+    with tempfile.NamedTemporaryFile(prefix="pressroom-worker-", suffix=".log", delete=False) as log:
+        worker = subprocess.Popen([sys.executable, "-m", "worker"], cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
+                                  stderr=log)
     worker.log_path = log.name  # type: ignore[attr-defined]
     return worker
 
@@ -273,7 +271,8 @@ async def test_a_worker_killed_mid_send_under_each_adversary(adversary, db, mail
 
         async def mid_send() -> bool:  # a batch was sent, and another's request is out (marked before it goes)
             return await db.fetchval(
-                "SELECT bool_or(status = 'submitted') AND bool_or(status = 'submitting' AND send_outcome = 'uncertain') "
+                "SELECT bool_or(status = 'submitted') "
+                "AND bool_or(status = 'submitting' AND send_outcome = 'uncertain') "
                 "FROM email_batches WHERE email_id = $1", seeded.email_id) or False
         await wait_until(mid_send, worker=worker)
         worker.send_signal(signal.SIGKILL)

@@ -60,7 +60,8 @@ async def test_the_recorded_report_answers_as_the_one_computed_from_the_rows(db,
     while (await ActivityEnvironment().run(activities.create_batches, CreateBatchesInput(
             email_id=seeded.email_id, retry_failed=False, chunked=chunked))).creating:
         pass
-    await db.execute("UPDATE email_batches SET status = 'submitted', provider_id = id || '@mg' WHERE email_id = $1 AND id IN ("
+    await db.execute("UPDATE email_batches SET status = 'submitted', provider_id = id || '@mg' "
+                     "WHERE email_id = $1 AND id IN ("
                      "SELECT id FROM email_batches WHERE email_id = $1 ORDER BY id LIMIT 5)", seeded.email_id)
 
     # Events as analytics applies them: deliveries, opens over 50 minutes, failures, unsubscribes

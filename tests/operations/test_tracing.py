@@ -7,7 +7,7 @@ Mailgun simulator over HTTP, a worker built on a client that carries the tracing
 from __future__ import annotations
 
 import re
-from datetime import UTC, datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
@@ -225,7 +225,8 @@ async def test_the_otel_variables_export_one_trace_across_the_command_and_a_work
     worker = start_worker(settings, dev_env, **otel)
     try:
         await read_log_until(worker, "worker started")
-        code, out, err = await cli("newsletter", "send", seeded.email_id, "--wait", env=cli_env(settings, dev_env, **otel))
+        code, out, err = await cli("newsletter", "send", seeded.email_id, "--wait", env=cli_env(settings, dev_env,
+                                                                                                **otel))
         assert code == 0, err
 
         def trace() -> list[dict]:

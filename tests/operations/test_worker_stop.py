@@ -7,6 +7,7 @@ Temporal dev server, PostgreSQL and the simulator.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import signal
@@ -35,10 +36,8 @@ async def schedules_removed_after(dev_env):
 
     yield
     for schedule_id in (SCHEDULE_ID, RECONCILE_SCHEDULE_ID):
-        try:
+        with contextlib.suppress(RPCError):  # not created
             await dev_env.client.get_schedule_handle(schedule_id).delete()
-        except RPCError:
-            pass  # not created
 
 
 def start_worker(settings, dev_env, **extra_env: str) -> subprocess.Popen:
