@@ -258,7 +258,7 @@ class SendingLimitsActivities:
             await conn.execute("INSERT INTO sending_quota_reservations (batch_id, domain, recipients, reserved_at) "
                                "VALUES ($1, $2, $3, $4)", batch_id, domain, count, at)
             return Admission(batch_id=batch_id, send=True)
-        window = min(rooms, key=rooms.get)
+        window = min(rooms, key=lambda name: rooms[name])
         if room > 0:
             what = (f"{self.provider.title}'s 24-hour sending quota" if window == "account" else
                     f"{'hourly' if window == 'hour' else 'daily'} limit of {domain}")

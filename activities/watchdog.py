@@ -77,8 +77,8 @@ async def _failure_message(client, workflow_id: str, run_id: str, rpc_timeout: t
                                                                              rpc_timeout=rpc_timeout)
     except WorkflowFailureError as error:
         cause: BaseException = error
-        while getattr(cause, "cause", None) is not None:
-            cause = cause.cause
+        while (inner := getattr(cause, "cause", None)) is not None:
+            cause = inner
         if cause is error:
             return ""
         # The failure as recorded: the SDK reads an empty message as "Application error".

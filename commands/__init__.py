@@ -6,9 +6,9 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable
+from collections.abc import Coroutine
 from datetime import UTC
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import typer
 from rich.console import Console
@@ -17,7 +17,7 @@ console = Console(soft_wrap=True)  # a line is never broken: ids stay whole for 
 T = TypeVar("T")
 
 
-def run_async(work: Awaitable[T]) -> T:
+def run_async(work: Coroutine[Any, Any, T]) -> T:
     return asyncio.run(work)
 
 
@@ -137,5 +137,6 @@ def readable_help_types() -> None:
         label = param.display_type(ctx)
         return _TYPE_WORDS.get(label.strip("<>"), label.strip("<>").upper())
 
-    TyperOption.display_type_rich = display
-    TyperArgument.display_type_rich = display
+    # typer has no hook for the words it shows for a type: its method is replaced, once, at start-up.
+    TyperOption.display_type_rich = display  # type: ignore[method-assign]  # no hook (above)
+    TyperArgument.display_type_rich = display  # type: ignore[method-assign]  # no hook (above)

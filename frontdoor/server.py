@@ -261,7 +261,7 @@ class FrontDoor:
         self.receiver = Receiver(pool, settings, runtime)
         self.connections = Connections(settings.serve_header_timeout_seconds, settings.serve_max_connections)
         self._server: asyncio.Server | None = None
-        self._runner = None
+        self._runner: web.AppRunner | None = None
 
     def app(self) -> web.Application:
         from aiohttp import web
@@ -286,9 +286,10 @@ class FrontDoor:
         self._runner = web.AppRunner(self.app(), access_log=None, handle_signals=False,
                                      keepalive_timeout=self.connections.head_seconds)
         await self._runner.setup()
+        server = self._runner.server
+        assert server is not None  # made by setup()
         loop = asyncio.get_running_loop()
-        self._server = await loop.create_server(self.connections.protocol_factory(self._runner.server), host, port,
-                                                backlog=1024)
+        self._server = await loop.create_server(self.connections.protocol_factory(server), host, port, backlog=1024)
 
     async def flush_refusals(self) -> None:
         await self.receiver.flush_refusals()

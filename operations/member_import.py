@@ -21,6 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 from pressroom import tracing
 from pressroom.errors import BadInput
@@ -103,7 +104,7 @@ def _row(line: int, cells: dict[str, str]) -> _Row:
         status = "comped"
     created = (cells.get("created_at") or "").strip()
     created_at = moment(created, "created_at") if created else None
-    labels = {}
+    labels: dict[str, str] = {}
     for label in (cells.get("labels") or "").split(","):
         if label.strip():
             label = free_text(label, "label") or ""
@@ -136,7 +137,8 @@ def read_rows(path: Path, report: ImportReport, progress: Callable[[int], None] 
         if duplicated:
             raise BadInput(f"{path} names the column {duplicated[0]} twice")
         report.ignored_columns = [name for name in columns if name and name not in USED]
-        rows, seen = [], {}
+        rows: list[Any] = []
+        seen: dict[str, int] = {}
         while True:
             line = reader.line_num + 1
             try:

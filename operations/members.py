@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from pressroom import tracing
@@ -308,8 +309,9 @@ class MemberUpdated:
 
 @tracing.traced("pressroom members update")
 async def update_member(member: str, *, name: str | None = None, status: str | None = None,
-                        newsletters: list[str] = (), no_newsletters: list[str] = (), labels: list[str] = (),
-                        no_labels: list[str] = (), settings: Settings | None = None) -> MemberUpdated:
+                        newsletters: Sequence[str] = (), no_newsletters: Sequence[str] = (),
+                        labels: Sequence[str] = (), no_labels: Sequence[str] = (),
+                        settings: Settings | None = None) -> MemberUpdated:
     """A member's name, status and subscriptions, every input checked before one transaction writes them.
 
     `name` None leaves it, "" clears it. Subscribing to a newsletter the member has is a no-op, and

@@ -81,7 +81,7 @@ async def connection(url: str) -> AsyncIterator[asyncpg.Connection]:
 
 def migrations() -> list[tuple[str, str]]:
     """(version, sql) for every file in schema/, in order of name."""
-    files = sorted(f for f in resources.files("schema").iterdir() if f.name.endswith(".sql"))
+    files = sorted((f for f in resources.files("schema").iterdir() if f.name.endswith(".sql")), key=lambda f: f.name)
     return [(f.name.removesuffix(".sql"), f.read_text()) for f in files]
 
 

@@ -25,7 +25,7 @@ from collections import OrderedDict
 from collections.abc import Hashable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any
+from typing import Any, NoReturn
 from urllib.parse import quote_plus, urlencode
 
 from selectolax.lexbor import LexborHTMLParser, LexborNode
@@ -207,6 +207,13 @@ def _parse(html: str) -> LexborHTMLParser:
     return LexborHTMLParser("<body>" + html)
 
 
+def _body(tree: LexborHTMLParser) -> LexborNode:
+    """The document's body, which `_parse` always opens."""
+    body = tree.body
+    assert body is not None
+    return body
+
+
 def _block_statuses(node: LexborNode, email_id: str) -> frozenset[str]:
     value = node.attrs.get(_SEGMENT_ATTRIBUTE) or ""
     try:
@@ -259,7 +266,7 @@ def _cut_after_marker(body: LexborNode) -> bool:
                    if n.is_comment_node and (n.comment_content or "").strip().lower() == MEMBERS_ONLY_MARKER), None)
     if marker is None:
         return False
-    node = marker
+    node: LexborNode | None = marker
     while node is not None and node.mem_id != body.mem_id:
         following = node.next
         while following is not None:
@@ -345,7 +352,7 @@ class _Variables:
             text = _EDITOR.sub(editor, text)
         return text
 
-    def _malformed(self, snippet: str) -> None:
+    def _malformed(self, snippet: str) -> NoReturn:
         snippet = " ".join(snippet.split())
         snippet = snippet if len(snippet) <= 60 else snippet[:59] + "…"
         raise ContentError(f"email {self.email_id}: malformed replacement {snippet!r}: write "
@@ -402,7 +409,7 @@ def render(content: EmailContent, segment: str | None) -> Rendered:
         segment = FREE
 
     tree = _parse(content.html)
-    body = tree.body
+    body = _body(tree)
     # <template> content is inert in a browser and shown by clients that do not know the element.
     for node in tree.css("template"):
         node.decompose()
@@ -442,7 +449,7 @@ def render_automated(email_id: str, subject: str, html: str, text: str) -> Rende
     """An automated email (a welcome email) with its replacements as a newsletter's are: the same
     names, and in its HTML the escaped twin, so a member's name is text there, never markup. It has
     no segments, paywall or footer of ours."""
-    body = _parse(html).body
+    body = _body(_parse(html))
     variables = _Variables(email_id)
     _personalise_tree(body, variables)
     return Rendered(subject=variables.substitute(subject, escaped=False), html=body.inner_html or "",
@@ -477,7 +484,7 @@ _PRE_SPACE = "\x00"  # stands for a space inside <pre> until whitespace is tidie
 def html_to_text(html: str) -> str:
     """A plain-text version a reader can follow: paragraphs, `#` headings, `-` and `1.` lists,
     `> ` quotes, and links as `text (url)`."""
-    body = _parse(html).body
+    body = _body(_parse(html))
     text = _text_of_children(body, pre=False)
     text = _TRAILING_SPACE.sub("\n", text)
     text = _BLANK_LINES.sub("\n\n", text).strip("\n ")

@@ -12,9 +12,18 @@ import json
 import os
 from functools import lru_cache
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import AliasChoices, BeforeValidator, Field, SecretStr, ValidationError, field_validator, model_validator
+from pydantic import (
+    AliasChoices,
+    AliasPath,
+    BeforeValidator,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 MAILGUN_MAX_RECIPIENTS = 1000  # Mailgun refuses a message with more recipients than this.
@@ -333,12 +342,13 @@ class Settings(BaseSettings):
     @classmethod
     def _one_mailbox(cls, value: str) -> str:
         """One `Name <address>` (or a bare address), written again by email.headerregistry."""
-        from email.headerregistry import HeaderRegistry
+        from email.headerregistry import AddressHeader, HeaderRegistry
 
         if any(not c.isprintable() for c in value):
             raise ValueError("holds a line break or control character")
         header = HeaderRegistry()("from", value)
-        if header.defects or len(header.addresses) != 1 or not header.addresses[0].domain:
+        if (not isinstance(header, AddressHeader) or header.defects or len(header.addresses) != 1
+                or not header.addresses[0].domain):
             raise ValueError("must be one address, such as Pressroom <noreply@example.com> (quote a name "
                              'holding commas: "Pressroom, Inc." <noreply@example.com>)')
         return str(header.addresses[0])
@@ -442,8 +452,12 @@ class Settings(BaseSettings):
         return secret
 
 
-def _names(alias: str | AliasChoices) -> list[str]:
-    return [str(name) for name in alias.choices] if isinstance(alias, AliasChoices) else [alias]
+def _names(alias: str | AliasChoices | AliasPath | None) -> list[str]:
+    """A field's variable, then the deprecated names it still answers to (every field has one: Settings)."""
+    if isinstance(alias, AliasChoices):
+        return [str(name) for name in alias.choices]
+    assert isinstance(alias, str)
+    return [alias]
 
 
 # Each field's variable, and the deprecated names a variable still answers to (its aliases).
@@ -504,7 +518,7 @@ def load_settings(**overrides: object) -> Settings:
     import os
 
     stack = read_dev_stack()
-    fallback = {}
+    fallback: dict[str, Any] = {}
     for field, variable in (("database_url", "DATABASE_URL"), ("temporal_address", "TEMPORAL_ADDRESS"),
                             ("mailgun_base_url", "MAILGUN_BASE_URL"), ("mailgun_api_key", "MAILGUN_API_KEY"),
                             ("mailgun_domain", "MAILGUN_DOMAIN"),

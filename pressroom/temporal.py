@@ -78,7 +78,7 @@ def data_converter(settings: Settings | None = None) -> DataConverter:
     from pressroom.codec import EncryptionCodec, KeylessCodec
 
     key = settings.encryption_key.get_secret_value() if settings else ""
-    if not key:
+    if not key or settings is None:
         return dataclasses.replace(pydantic_data_converter, payload_codec=KeylessCodec())
     codec = EncryptionCodec.from_text(key, allow_plaintext=settings.codec_allow_plaintext)
     return dataclasses.replace(pydantic_data_converter, payload_codec=codec,
@@ -202,11 +202,12 @@ async def register_search_attributes(client: Client) -> list[str]:
     except RPCError as error:
         if error.status != RPCStatusCode.UNIMPLEMENTED:
             raise
-        existing = {}  # the time-skipping test server adds but cannot list
+        existing = {}  # type: ignore[assignment]  # the time-skipping test server adds but cannot list
     missing = {key.name: key.indexed_value_type for key in SEARCH_ATTRIBUTES if key.name not in existing}
     if missing:
         await client.operator_service.add_search_attributes(
-            AddSearchAttributesRequest(namespace=namespace, search_attributes=missing))
+            AddSearchAttributesRequest(namespace=namespace,
+                                       search_attributes=missing))  # type: ignore[arg-type]  # the SDK's IntEnum is the protocol's enum
     return sorted(missing)
 
 

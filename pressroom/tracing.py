@@ -63,7 +63,7 @@ def configure(processor) -> Any:
     from opentelemetry.sdk.trace import TracerProvider
 
     resource = Resource.create({})
-    if resource.attributes.get(SERVICE_NAME, "").startswith("unknown_service"):
+    if str(resource.attributes.get(SERVICE_NAME, "")).startswith("unknown_service"):
         resource = resource.merge(Resource({SERVICE_NAME: "pressroom"}))
     provider = TracerProvider(resource=resource)
     provider.add_span_processor(processor)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 
 from temporalio import workflow
@@ -21,7 +22,14 @@ with workflow.unsafe.imports_passed_through():
         SendingLimitDetails,
         read_send_failure,
     )
-    from activities.newsletter.models import BatchCounts, BatchSent, FailBatchInput, SendBatchInput, SendPlan
+    from activities.newsletter.models import (
+        BatchCounts,
+        BatchSent,
+        FailBatchInput,
+        FinishEmailInput,
+        SendBatchInput,
+        SendPlan,
+    )
     from activities.newsletter.send import BatchSendActivities
     from activities.sending_limits import AdmitBatchInput, SendingLimitsActivities, SplitRefusedBatchInput
     from pressroom.errors import cause_of
@@ -44,6 +52,15 @@ class BatchSending:
     """The batch-sending half of SendNewsletterWorkflow, which holds the state these read (`_progress`,
     `_cancel`, `_outage`, `_provider`) and the steps that depend on its patches (`_admit_and_send`,
     `_wait_unless_cancelled`)."""
+
+    # Declared for the type checker; SendNewsletterWorkflow sets and defines them.
+    _progress: NewsletterProgress
+    _cancel: FinishEmailInput | None
+    _outage: Outage | None
+    _provider: str
+    _wait_out_outages: bool
+    _admit_and_send: Callable[[str, int, Resume], Awaitable[list[str]]]
+    _wait_unless_cancelled: Callable[[timedelta, str], Awaitable[None]]
 
     async def _send_page(self, batch_ids: list[str], resume: Resume) -> None:
         """Send a page of batches, at most `concurrency` at a time (runs from before provider limits)."""
@@ -103,8 +120,8 @@ class BatchSending:
                 break
             # A cap is reached: wait on a durable timer for the next window, not on failing retries.
             self._show(message=admission.reason)
-            await self._wait_unless_cancelled(max(admission.resume_at - workflow.now(), timedelta(seconds=1)),
-                                              admission.reason)
+            resume_at = admission.resume_at or workflow.now()  # a refusal always names when; never sooner
+            await self._wait_unless_cancelled(max(resume_at - workflow.now(), timedelta(seconds=1)), admission.reason)
             if self._cancel is not None:
                 return [batch_id]  # back in the queue, which a cancelled send no longer reads
         if self._progress.message.startswith("waiting for"):
@@ -183,14 +200,16 @@ class BatchSending:
         every sender waits for the same next try, then the batch goes out as any other would."""
         now = workflow.now()
         outage = self._outage or Outage(since=now)
-        if outage.next_try is None or outage.next_try <= now:
+        next_try = outage.next_try
+        if next_try is None or next_try <= now:
             wait = min(plan.outage_first_wait_seconds * 2 ** outage.waits, plan.outage_max_wait_seconds)
-            outage = Outage(since=outage.since, waits=outage.waits + 1, next_try=now + timedelta(seconds=wait))
+            next_try = now + timedelta(seconds=wait)
+            outage = Outage(since=outage.since, waits=outage.waits + 1, next_try=next_try)
         self._outage = outage
         reason = (f"{self._provider} unreachable since {outage.since:%Y-%m-%d %H:%M:%S} UTC, next try at "
-                  f"{outage.next_try:%Y-%m-%d %H:%M:%S} UTC ({error})")
+                  f"{next_try:%Y-%m-%d %H:%M:%S} UTC ({error})")
         self._show(message=reason)
-        await self._wait_unless_cancelled(max(outage.next_try - now, timedelta(seconds=1)), reason[:200])
+        await self._wait_unless_cancelled(max(next_try - now, timedelta(seconds=1)), reason[:200])
 
     def _batch_sent(self, sent: BatchSent) -> None:
         if self._outage is not None:  # the provider is back

@@ -76,13 +76,13 @@ class PublishPostWorkflow:
         retry = RetryPolicy(initial_interval=timedelta(seconds=input.retry_seconds), backoff_coefficient=1.0,
                             maximum_attempts=input.retries + 1)
         while True:
-            target = self._publish_at
+            target = self._scheduled()
             workflow.upsert_search_attributes([PUBLISH_AT.value_set(target)])
             workflow.set_current_details(f"publishes at {target.isoformat()}")
             wait = (target - workflow.now()).total_seconds() - input.lead_seconds
             if wait > 0:
                 try:
-                    await workflow.wait_condition(lambda target=target: self._publish_at != target or self._unscheduled,
+                    await workflow.wait_condition(lambda: self._publish_at != target or self._unscheduled,  # noqa: B023 (read while awaited)
                                                   timeout=timedelta(seconds=wait))
                     if not self._unscheduled:
                         if workflow.info().is_continue_as_new_suggested():
@@ -130,11 +130,16 @@ class PublishPostWorkflow:
                 static_summary=f"Send email {email_id} after its post was published")
         return workflow_id
 
+    def _scheduled(self) -> datetime:
+        """The instant to publish at: set by the start (or a signal that came with it) before the run's loop."""
+        assert self._publish_at is not None
+        return self._publish_at
+
     def _end(self, input: PublishPostInput, status: str, newsletter: str | None = None,
              note: str | None = None) -> PublishOutcome:
-        details = f"{status} (scheduled for {self._publish_at.isoformat()})"
+        details = f"{status} (scheduled for {self._scheduled().isoformat()})"
         workflow.set_current_details(f"{details}\n\nits newsletter will not go out: {note}" if note else details)
-        return PublishOutcome(post_id=input.post_id, status=status, publish_at=self._publish_at,
+        return PublishOutcome(post_id=input.post_id, status=status, publish_at=self._scheduled(),
                               newsletter_workflow_id=newsletter, newsletter_note=note)
 
 

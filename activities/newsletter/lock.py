@@ -27,7 +27,7 @@ def unpublished(post_id: str, post_status: str) -> str:
     return f"its post {post_id} is {post_status}, no longer published"
 
 
-def lock_holder(locked_by: str, namespace: str, workflow_id: str) -> tuple[str, str, str]:
+def lock_holder(locked_by: str, namespace: str, workflow_id: str | None) -> tuple[str, str, str]:
     """(namespace, workflow id, first run id) of an email's lock, stored as `namespace/workflow
     id/first run id`; a bare run id (the lock's first form, still found in old rows) is a run of
     `workflow_id` in `namespace`."""
@@ -35,7 +35,7 @@ def lock_holder(locked_by: str, namespace: str, workflow_id: str) -> tuple[str, 
         holder_namespace, _, rest = locked_by.partition("/")
         holder_workflow_id, _, run_id = rest.rpartition("/")  # a workflow id may itself hold a slash
         return holder_namespace, holder_workflow_id, run_id
-    return namespace, workflow_id, locked_by
+    return namespace, workflow_id or "", locked_by
 
 
 def is_run_id(text: str) -> bool:

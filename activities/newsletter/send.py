@@ -130,10 +130,11 @@ class BatchSendActivities:
                                        mark={EMAIL_MARK: batch["email_id"], BATCH_MARK: input.batch_id},
                                        message_id=message_id, delivery_time=input.delivery_time)
         except ProviderError as error:
-            sent = answered(error, batch["requeue_generation"])
-            if sent is None:
+            answer = answered(error, batch["requeue_generation"])
+            if answer is None:
                 await self._record_outcome(input.batch_id, error.outcome)
                 raise send_failure_of(error, len(recipients)) from None
+            sent = answer
         requeued = await record_submitted(self.pool, input.batch_id, sent, batch["requeue_generation"])
         return BatchSent(batch_id=input.batch_id, recipients=len(recipients) - requeued, provider_id=sent.provider_id,
                          reconciled=False, requeued=1 if requeued else 0)

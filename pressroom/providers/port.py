@@ -22,7 +22,7 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol, Self
+from typing import TYPE_CHECKING, Any, ClassVar, Final, Literal, Protocol, Self
 
 from pydantic import BaseModel, Field
 from temporalio.exceptions import ApplicationError
@@ -33,9 +33,9 @@ if TYPE_CHECKING:
     import httpx
 
 # What one send attempt achieved, as senders persist it (email_batches, automated_email_recipients).
-ACCEPTED = "accepted"  # the provider took it and named its id
-NOT_ACCEPTED = "not_accepted"  # certainly not queued: sending again cannot make a second copy
-UNCERTAIN = "uncertain"  # may be queued: look it up before sending again
+ACCEPTED: Final = "accepted"  # the provider took it and named its id
+NOT_ACCEPTED: Final = "not_accepted"  # certainly not queued: sending again cannot make a second copy
+UNCERTAIN: Final = "uncertain"  # may be queued: look it up before sending again
 SendOutcome = Literal["accepted", "not_accepted", "uncertain"]
 
 # Our marks, sent with every newsletter batch: an event carrying them names our email and batch.
@@ -216,8 +216,8 @@ class AccountQuota:
 
 # How an uncertain send is confirmed: by asking the provider's events API for our marks, or only
 # from the pushed events Pressroom itself has received and kept (a provider with nothing to poll).
-CONFIRM_BY_QUERY = "query"
-CONFIRM_BY_RECEIVED_EVENTS = "received_events"
+CONFIRM_BY_QUERY: Final = "query"
+CONFIRM_BY_RECEIVED_EVENTS: Final = "received_events"
 
 
 @dataclass(frozen=True)
@@ -288,9 +288,11 @@ class EmailProvider(Protocol):
 
     name: str  # stored beside what comes from it (events set aside, webhook rows): "mailgun"
     title: str  # for people: "Mailgun"
-    scope: str
     limits: ProviderLimits
     capabilities: Capabilities
+
+    @property
+    def scope(self) -> str: ...
 
     def for_scope(self, scope: str) -> EmailProvider:
         """The same account sending from another scope (domain warming's fallback domain)."""

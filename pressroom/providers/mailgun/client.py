@@ -34,6 +34,7 @@ from pressroom.providers.port import (
     EventQuery,
     EventsPage,
     Message,
+    PreparedMessage,
     ProviderBadResponse,
     ProviderLimits,
     ProviderRejected,
@@ -200,13 +201,15 @@ class MailgunClient(DomainScopedClient):
             tags=message.tags, headers=message.headers, tracking_opens=message.tracking_opens,
             tracking_clicks=message.tracking_clicks, test_mode=message.test_mode)
 
-    async def send(self, message: MessageFields, recipients: Mapping[str, Mapping[str, str]], *,
+    async def send(self, message: PreparedMessage, recipients: Mapping[str, Mapping[str, str]], *,
                    mark: Mapping[str, str], message_id: str | None = None, headers: Mapping[str, str] = {},
                    delivery_time: datetime | None = None) -> SendResult:
         """The port's send: `mark` as `v:` variables, `message_id` as the Message-Id header; one
         message, so every recipient shares its id."""
+        assert isinstance(message, MessageFields)  # what this provider's prepare() made
         own_headers = {**({"Message-Id": f"<{message_id}>"} if message_id else {}), **headers}
-        provider_id = await self.send_fields(message, to=list(recipients), recipient_variables=dict(recipients),
+        variables = {address: dict(values) for address, values in recipients.items()}
+        provider_id = await self.send_fields(message, to=list(recipients), recipient_variables=variables,
                                       variables=mark, headers=own_headers, delivery_time=delivery_time)
         return SendResult.whole(provider_id, list(recipients))
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 from functools import lru_cache
+from typing import Any
 
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -102,6 +103,6 @@ def ses_settings() -> SesSettings:
     stack = read_dev_stack()
     # Credentials come as a set: with AWS_ACCESS_KEY_ID set, none of the stand-in's are mixed in.
     real = "AWS_ACCESS_KEY_ID" in os.environ
-    fallback = {variable: stack[key] for key, variable in _STACK_VALUES
+    fallback: dict[str, Any] = {variable: stack[key] for key, variable in _STACK_VALUES
                 if variable not in os.environ and stack.get(key) and not real}
     return SesSettings(**fallback)
