@@ -25,6 +25,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from pressroom.providers.port import AccountQuota
+from pressroom.providers.wiring import sending_scope
 
 if TYPE_CHECKING:
     import asyncpg
@@ -58,7 +59,7 @@ def warmup_limit(day: int) -> int | None:
 
 def sending_domain(settings: Settings, fallback: bool) -> str:
     """The domain a batch goes through: the fallback one for a fallback batch while it is configured."""
-    return settings.fallback_domain if fallback and settings.fallback_domain else settings.sending_scope
+    return settings.fallback_domain if fallback and settings.fallback_domain else sending_scope(settings)
 
 
 # --- the batch size: the one rule batch creation, admission and splitting read --------------------

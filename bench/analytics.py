@@ -22,18 +22,18 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import httpx  # noqa: E402
-from temporalio.testing import ActivityEnvironment  # noqa: E402
+import httpx
+from temporalio.testing import ActivityEnvironment
 
-from activities.analytics.models import AggregateInput, FetchPhaseInput  # noqa: E402
-from activities.analytics.run import AnalyticsActivities  # noqa: E402
-from bench.processes import cpu_seconds_by_family  # noqa: E402
-from devstack.servers import Postgres, free_port, start_simulator, stop_process  # noqa: E402
-from pressroom import database  # noqa: E402
-from pressroom.dependencies import Dependencies  # noqa: E402
-from pressroom.providers.mailgun import MailgunClient  # noqa: E402
-from pressroom.settings import load_settings  # noqa: E402
-from worker import tune_garbage_collection  # noqa: E402
+from activities.analytics.models import AggregateInput, FetchPhaseInput
+from activities.analytics.run import AnalyticsActivities
+from bench.processes import cpu_seconds_by_family
+from devstack.servers import Postgres, free_port, start_simulator, stop_process
+from pressroom import database
+from pressroom.dependencies import Dependencies
+from pressroom.providers.mailgun import MailgunClient
+from pressroom.settings import load_settings
+from worker import tune_garbage_collection
 
 KEY, DOMAIN = "key-bench-00000000", "mg.bench.example"
 

@@ -16,6 +16,7 @@ Counted from what the stand-in accepted: eligible / received / missing / duplica
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import os
 import subprocess
@@ -130,3 +131,12 @@ async def run(members: int, cases: list[str] | None = None) -> None:
             await pool.close()
         bad = [r for r in rows if r.missing or r.duplicates or r.status != "submitted"]
         print(f"{len(rows) - len(bad)} of {len(rows)} rows exactly once" + (f"; NOT: {bad}" if bad else ""))
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--members", type=int, default=500)
+    parser.add_argument("--case", action="append", help="run only this case (repeatable; "
+                        "e.g. 'destinations throttled', 'send again')")
+    arguments = parser.parse_args()
+    asyncio.run(run(arguments.members, arguments.case))

@@ -28,14 +28,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import httpx  # noqa: E402
+import httpx
 
-from bench.processes import cpu_seconds_by_family  # noqa: E402
-from bench.servers import SIMULATOR_DOMAIN, SIMULATOR_KEY, bench_servers  # noqa: E402
-from operations.newsletter import follow_newsletter, start_newsletter  # noqa: E402
-from pressroom import database  # noqa: E402
-from pressroom.settings import load_settings  # noqa: E402
-from worker import running_worker, tune_garbage_collection  # noqa: E402
+from bench.processes import cpu_seconds_by_family
+from bench.servers import SIMULATOR_DOMAIN, SIMULATOR_KEY, bench_servers
+from operations.newsletter import follow_newsletter, start_newsletter
+from pressroom import database
+from pressroom.settings import load_settings
+from worker import running_worker, tune_garbage_collection
 
 KEY, DOMAIN = SIMULATOR_KEY, SIMULATOR_DOMAIN
 

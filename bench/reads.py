@@ -26,14 +26,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from activities.delivery_events.aggregates import _AGGREGATE_EMAILS  # noqa: E402
-from activities.newsletter.left_out import record_left_out  # noqa: E402
-from devstack.servers import Postgres, free_port  # noqa: E402
-from operations.finding import list_page  # noqa: E402
-from operations.reports import left_out_members, newsletter_report  # noqa: E402
-from pressroom import database  # noqa: E402
-from pressroom.settings import load_settings  # noqa: E402
-from tests.operations.report_before_0029 import report_before_0029  # noqa: E402
+from activities.delivery_events.aggregates import _AGGREGATE_EMAILS
+from activities.newsletter.left_out import record_left_out
+from devstack.servers import Postgres, free_port
+from operations.finding import list_page
+from operations.reports import left_out_members, newsletter_report
+from pressroom import database
+from pressroom.settings import load_settings
+from tests.operations.report_before_0029 import report_before_0029
 
 # Who is left out: 2% not subscribed, 1% email disabled, about 1% suppressed (a tenth of them after
 # a complaint). Of the recipients: 97% delivered, 40% opened over a day, 1% failed permanently and

@@ -44,12 +44,12 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 
-from activities.posts.schedule import start_or_move_publication  # noqa: E402
-from bench.processes import cpu_seconds_by_family, peak_rss_mb, rss_mb  # noqa: E402
-from bench.servers import bench_servers  # noqa: E402
-from pressroom import database  # noqa: E402
-from pressroom.settings import Settings, load_settings  # noqa: E402
-from worker import running_worker, tune_garbage_collection  # noqa: E402
+from activities.posts.schedule import start_or_move_publication
+from bench.processes import cpu_seconds_by_family, peak_rss_mb, rss_mb
+from bench.servers import bench_servers
+from pressroom import database
+from pressroom.settings import Settings, load_settings
+from worker import running_worker, tune_garbage_collection
 
 
 def percentile(values: list[float], share: float) -> float:

@@ -30,11 +30,11 @@ from urllib.parse import urlencode
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-import aiohttp  # noqa: E402
-import psutil  # noqa: E402
+import aiohttp
+import psutil
 
-from devstack.servers import Postgres, free_port  # noqa: E402
-from pressroom import database  # noqa: E402
+from devstack.servers import Postgres, free_port
+from pressroom import database
 
 SECRET = "bench-members-link-secret"
 SEED = """

@@ -39,14 +39,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import asyncpg  # noqa: E402
-import httpx  # noqa: E402
-from temporalio.testing import WorkflowEnvironment  # noqa: E402
+import asyncpg
+import httpx
+from temporalio.testing import WorkflowEnvironment
 
-from bench.processes import cpu_seconds_by_family  # noqa: E402
-from devstack.servers import Postgres, find_binary, free_port, start_simulator, stop_process, wait_for_port  # noqa: E402
-from pressroom import database  # noqa: E402
-from pressroom.temporal import SEARCH_ATTRIBUTES, data_converter  # noqa: E402
+from bench.processes import cpu_seconds_by_family
+from devstack.servers import Postgres, find_binary, free_port, start_simulator, stop_process, wait_for_port
+from pressroom import database
+from pressroom.temporal import SEARCH_ATTRIBUTES, data_converter
 
 ROOT = Path(__file__).resolve().parent.parent
 KEY, DOMAIN, SIGNING_KEY = "key-bench-00000000", "mg.bench.example", "bench-webhook-signing-key"

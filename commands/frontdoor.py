@@ -18,7 +18,8 @@ PORT_OPTION = typer.Option(8090, "--port", min=1, max=65535, help="Port to liste
 
 @app.command("serve")
 def serve_command(host: str = HOST_OPTION, port: int = PORT_OPTION) -> None:
-    """Serve /unsubscribe/, /webhooks/mailgun and /healthz until SIGINT or SIGTERM."""
+    """Serve /unsubscribe/, the provider's pushes (/webhooks/mailgun or /webhooks/ses) and /healthz until
+    SIGINT or SIGTERM."""
     serve_front_door(host, port)
 
 
@@ -28,16 +29,16 @@ def serve_front_door(host: str, port: int) -> None:
 
     import worker as worker_module
     from frontdoor.server import HEALTH_PATH, UNSUBSCRIBE_PATH, serve
-    from operations.webhooks import PATH
+    from pressroom.providers.wiring import push_from_settings
 
     settings = get_settings()
-    settings.require_webhook_signing_key()
+    push = push_from_settings(settings)  # the provider's own requirements (Mailgun's signing key, SES's topic)
     settings.require_members_link_secret()
     worker_module.configure_logging(settings)
 
     async def work() -> None:
         task = asyncio.create_task(serve(host, port, settings, ready=lambda: console.print(
-            f"front door on http://{host}:{port}: {UNSUBSCRIBE_PATH}, {PATH}, {HEALTH_PATH}", highlight=False)))
+            f"front door on http://{host}:{port}: {UNSUBSCRIBE_PATH}, {push.path}, {HEALTH_PATH}", highlight=False)))
         loop = asyncio.get_running_loop()
         for number in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(number, task.cancel)

@@ -17,6 +17,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from devstack.files import private_file, private_folder
 from pressroom.errors import DevStackError
 
 # PostgreSQL refuses to run as root; as root we run it as this unprivileged user, in a folder it owns.
@@ -90,22 +91,6 @@ def stop_process(pid: int, sig: int = signal.SIGTERM, timeout: float = 15) -> No
         time.sleep(0.1)
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGKILL)
-
-
-def private_folder(path: Path) -> Path:
-    """A folder only its owner enters (0700), made so from the start."""
-    path.mkdir(parents=True, exist_ok=True, mode=0o700)
-    path.chmod(0o700)
-    return path
-
-
-def private_file(path: Path, text: str) -> Path:
-    """A file only its owner reads (0600), never briefly wider while it is written."""
-    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    os.fchmod(descriptor, 0o600)  # a file that existed keeps its mode through O_CREAT
-    with os.fdopen(descriptor, "w") as file:
-        file.write(text)
-    return path
 
 
 def _spawn(args: list[str], log: Path, *, user: str | None = None, detach: bool = False,

@@ -550,7 +550,7 @@ SECRET_KEY_VARIABLE = "PRESSROOM_SES_SIMULATOR_SECRET_KEY"
 
 
 async def _serve(args: argparse.Namespace, secret: str) -> None:
-    from devstack.servers import private_file
+    from devstack.files import private_file
 
     simulator = SesSimulator(region=args.region, access_key_id=args.access_key_id, secret_access_key=secret,
                              domain=args.domain)

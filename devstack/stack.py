@@ -13,10 +13,9 @@ import secrets
 import signal
 from dataclasses import dataclass, field
 
+from devstack.files import private_file, private_folder
 from devstack.servers import (
     Postgres,
-    private_file,
-    private_folder,
     start_ses_simulator,
     start_simulator,
     start_temporal_dev_server,

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from frontdoor.receiver import Receiver, database_unavailable, flush_refusals, metrics_runtime
-from operations.webhooks import LINK_SOURCE, PATH
+from operations.webhooks import LINK_SOURCE
 from pressroom.settings import Settings, get_settings
 
 if TYPE_CHECKING:
@@ -320,7 +320,8 @@ async def serve(host: str, port: int, settings: Settings | None = None, *, ready
     flusher = asyncio.create_task(door.flush_refusals_forever())
     try:
         await door.start(host, port)
-        log.info("front door on http://%s:%d (%s, %s, %s)", host, port, UNSUBSCRIBE_PATH, PATH, HEALTH_PATH)
+        log.info("front door on http://%s:%d (%s, %s, %s)", host, port, UNSUBSCRIBE_PATH, door.receiver.push.path,
+                 HEALTH_PATH)
         if ready is not None:
             ready()
         await asyncio.Event().wait()

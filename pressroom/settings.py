@@ -403,15 +403,6 @@ class Settings(BaseSettings):
 
     # --- the provider's neutral view: what activities read, whichever provider sends ---
 
-    @property
-    def sending_scope(self) -> str:
-        """Where the provider sends from (Mailgun: MAILGUN_DOMAIN; SES: the verified domain)."""
-        if self.email_provider == "ses":
-            from pressroom.providers.ses.settings import ses_settings
-
-            return ses_settings().domain
-        return self.mailgun_domain
-
     # The send policy (retries of a failed send, outage waits) is the same for every provider; its
     # variables keep the names they were introduced under.
     @property

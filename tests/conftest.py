@@ -24,13 +24,13 @@ for variable in ("DATABASE_URL", "TEMPORAL_ADDRESS", "MAILGUN_API_KEY", "MAILGUN
                  "PRESSROOM_ENCRYPTION_KEY", "MAILGUN_WEBHOOK_SIGNING_KEY"):
     os.environ.pop(variable, None)
 
-from devstack.servers import Postgres, find_binary, free_port  # noqa: E402
-from operations.outbox import ensure_relay  # noqa: E402
-from pressroom import database  # noqa: E402
-from pressroom.settings import Settings, load_settings  # noqa: E402
-from pressroom.temporal import SEARCH_ATTRIBUTES, data_converter, register_search_attributes  # noqa: E402
-from worker import running_worker  # noqa: E402
-from workflows.outbox import RELAY_WORKFLOW_ID  # noqa: E402
+from devstack.servers import Postgres, find_binary, free_port
+from operations.outbox import ensure_relay
+from pressroom import database
+from pressroom.settings import Settings, load_settings
+from pressroom.temporal import SEARCH_ATTRIBUTES, data_converter, register_search_attributes
+from worker import running_worker
+from workflows.outbox import RELAY_WORKFLOW_ID
 
 if TYPE_CHECKING:
     from devstack.mailgun_simulator import MailgunSimulator
@@ -209,6 +209,12 @@ async def relay(dev_env, outbox_settings):
         await ensure_relay(dev_env.client, settings)
         yield settings
         await dev_env.client.get_workflow_handle(f"{RELAY_WORKFLOW_ID}-{settings.task_queue}").terminate()
+
+
+@pytest.fixture
+def webhook_settings(postgres_url, mailgun, db) -> Settings:
+    return make_settings(postgres_url, mailgun, webhook_signing_key=mailgun.webhook_signing_key,
+                         analytics_end_margin_seconds=0, analytics_trust_threshold_seconds=300)
 
 
 @pytest.hookimpl(tryfirst=True)

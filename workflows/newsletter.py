@@ -163,7 +163,7 @@ class SendNewsletterWorkflow(BatchSending):
             if not batch_ids:
                 if self._creating and self._cancel is None:  # all written so far is sent: wait for the next chunk
                     await workflow.wait_condition(  # the condition is read only while this iteration waits
-                        lambda: self._chunks != chunks or not self._creating or self._cancel is not None)  # noqa: B023
+                        lambda: self._chunks != chunks or not self._creating or self._cancel is not None)  # noqa: B023 (read only while this iteration waits)
                     continue
                 if creation is not None:
                     await creation  # raises what stopped the creation, if anything did

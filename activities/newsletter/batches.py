@@ -23,6 +23,7 @@ from activities.sending_limits import batch_sizes, warmup_limit
 from pressroom.dependencies import Dependencies
 from pressroom.email_rendering import FREE, FREE_OF_TIER, NOT_FREE, NOT_FREE_OF_TIER, segments_of
 from pressroom.inputs import PLAIN_ADDRESS, PLAIN_DOMAIN_LENGTH, SPECIAL_USE_DOMAINS, recipient_problem
+from pressroom.providers.wiring import sending_scope
 from pressroom.recipient_filter import FilterError
 
 SKIPPED_SHOWN = 20  # members named in the log line of an email's left-out members; the rest are counted
@@ -259,5 +260,5 @@ class BatchCreationActivities:
                FROM email_batches b JOIN emails e ON e.id = b.email_id WHERE e.csd_email_count IS NOT NULL""")
         limit = warmup_limit(day)
         activity.logger.info("domain warming day %d: %s recipients through %s", day,
-                             "all" if limit is None else limit, self.settings.sending_scope)
+                             "all" if limit is None else limit, sending_scope(self.settings))
         return limit

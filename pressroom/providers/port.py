@@ -275,7 +275,9 @@ class PushedEvent:
 
     timestamp: int
     identity: str
-    item: Any
+    item: Any  # None: a message that carries no event (SNS's subscription confirmation), answered `said`
+    keep_seconds: float | None = None  # how long after `timestamp` the identity is kept; None: the retry window
+    said: str = "ignored"
 
     @property
     def token(self) -> str:
@@ -381,15 +383,22 @@ class DomainScopedClient:
 
 
 class EventPush(Protocol):
-    """The receiving end of a provider's pushed events (webhooks): needs no API key. A push whose
-    checks need I/O of their own (SNS: the signing certificate, the subscription's confirmation)
-    has its own handler in the receiver instead of `verify` (frontdoor/ses_push.py)."""
+    """The receiving end of a provider's pushed events (webhooks): needs no API key. The receiver
+    (frontdoor/receiver.py) reads the body, has it verified here, then stores what it carries."""
 
     name: str
     path: str  # where the receiver listens: /webhooks/<name>
+    refused_status: int  # the answer to a request that cannot be right later (Mailgun: 406, "do not retry")
+    replay_refused: bool  # a second copy is refused (Mailgun's one-time tokens), or answered stored (SNS's retries)
 
-    def verify(self, body: Any, now: float, max_age: float, retry_window: float | None = None) -> PushedEvent:
+    async def verify(self, body: Any, now: float, max_age: float, retry_window: float | None = None) -> PushedEvent:
         """The request's signature checked and fresh (signed at most `retry_window` ago, `max_age`
-        ahead); ValueError with a one-line reason otherwise."""
+        ahead); ValueError with a one-line reason otherwise, ConnectionError when it cannot be
+        checked now (SNS: its certificate). A message that carries no event (SNS's subscription
+        confirmation) is dealt with here and comes back with `item` None."""
 
     def parse_event(self, item: Any) -> DeliveryEvent | EventRejected: ...
+
+    def acceptance_marks(self, item: Any, event: DeliveryEvent) -> dict[str, str] | None:
+        """Our marks of an accepted-kind event, kept to confirm uncertain sends (a provider that
+        `confirms_by` received events: SES); None for an event stored in the inbox."""

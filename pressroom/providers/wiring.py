@@ -27,6 +27,15 @@ def provider_title(settings: Settings) -> str:
     return MailgunClient.title
 
 
+def sending_scope(settings: Settings) -> str:
+    """Where the provider sends from (Mailgun: MAILGUN_DOMAIN; SES: the verified domain), without its client."""
+    if settings.email_provider == "ses":
+        from pressroom.providers.ses.settings import ses_settings
+
+        return ses_settings().domain
+    return settings.mailgun_domain
+
+
 def provider_from_settings(settings: Settings, pool: asyncpg.Pool | None = None) -> EmailProvider:
     """The provider the settings name, with its own connection pool: close it with `aclose()`.
     `pool`: where a provider that confirms sends from received events finds them (SES); without
@@ -40,6 +49,17 @@ def provider_from_settings(settings: Settings, pool: asyncpg.Pool | None = None)
     from pressroom.providers.mailgun import MailgunClient
 
     return MailgunClient.from_settings(settings)
+
+
+def push_path(settings: Settings) -> str:
+    """Where the configured provider's pushes arrive (/webhooks/mailgun, /webhooks/ses), without a key."""
+    if settings.email_provider == "ses":
+        from pressroom.providers.ses.push import SesPush
+
+        return SesPush.path
+    from pressroom.providers.mailgun import MailgunPush
+
+    return MailgunPush.path
 
 
 def push_from_settings(settings: Settings) -> EventPush:

@@ -32,16 +32,16 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from temporalio.client import Client  # noqa: E402
-from temporalio.testing import WorkflowEnvironment  # noqa: E402
+from temporalio.client import Client
+from temporalio.testing import WorkflowEnvironment
 
-from devstack.mailgun_simulator import MailgunSimulator  # noqa: E402
-from devstack.servers import Postgres, find_binary, free_port  # noqa: E402
-from operations.demo_site import DemoSite, seed_site  # noqa: E402
-from pressroom import database  # noqa: E402
-from pressroom.settings import load_settings  # noqa: E402
-from pressroom.temporal import SEARCH_ATTRIBUTES, data_converter  # noqa: E402
-from worker import running_worker  # noqa: E402
+from devstack.mailgun_simulator import MailgunSimulator
+from devstack.servers import Postgres, find_binary, free_port
+from operations.demo_site import DemoSite, seed_site
+from pressroom import database
+from pressroom.settings import load_settings
+from pressroom.temporal import SEARCH_ATTRIBUTES, data_converter
+from worker import running_worker
 
 SIMULATOR_KEY, SIMULATOR_DOMAIN = "key-capture-00000000", "mg.capture.example"
 ADDRESS = re.compile(r"[A-Za-z0-9._%+-]+@[A-Za-z0-9.-]+\.[A-Za-z]{2,}")

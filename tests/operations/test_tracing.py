@@ -22,7 +22,6 @@ from pressroom.temporal import connect
 from tests.conftest import SIMULATOR_KEY, make_settings
 from tests.newsletter.conftest import seed_email
 from tests.newsletter.test_failures import wait_until
-from tests.operations.test_worker_stop import schedules_removed_after  # noqa: F401 (a fixture)
 from tests.outbox.test_outbox import WELCOME, settled
 from worker import running_worker
 from workflows.newsletter import SendNewsletterWorkflow

@@ -7,7 +7,6 @@ Temporal dev server, PostgreSQL and the simulator.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import os
 import signal
@@ -24,20 +23,6 @@ from workflows.newsletter_models import newsletter_workflow_id
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(__file__)))
 GRACE_SECONDS = 20  # worker.build_worker's graceful_shutdown_timeout
-
-
-@pytest.fixture
-async def schedules_removed_after(dev_env):
-    """A `pressroom worker` creates the namespace's schedules at start; later tests expect none."""
-    from temporalio.service import RPCError
-
-    from activities.analytics.models import SCHEDULE_ID
-    from operations.posts import RECONCILE_SCHEDULE_ID
-
-    yield
-    for schedule_id in (SCHEDULE_ID, RECONCILE_SCHEDULE_ID):
-        with contextlib.suppress(RPCError):  # not created
-            await dev_env.client.get_schedule_handle(schedule_id).delete()
 
 
 def start_worker(settings, dev_env, **extra_env: str) -> subprocess.Popen:
