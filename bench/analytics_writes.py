@@ -34,12 +34,12 @@ import asyncpg
 
 from activities.delivery_events.aggregates import aggregate
 from activities.delivery_events.apply import apply_batch
-from activities.delivery_events.batch import EventBatch
 from bench.analytics import RAW, RESET, SEED
 from bench.processes import cpu_seconds_by_family
 from devstack.servers import Postgres, free_port
 from pressroom import database
 from pressroom.delivery_events import DeliveryEvent
+from pressroom.store.events import EventBatch
 
 PAGE_EVENTS = 3000  # events per transaction, as activities.analytics.window.APPLY_EVENTS
 FRESH = RESET + """

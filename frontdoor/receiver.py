@@ -27,13 +27,13 @@ from typing import TYPE_CHECKING, Any
 
 from opentelemetry.trace import SpanKind
 
-from activities.delivery_events.batch import EventBatch, raw_text
 from frontdoor.deadlines import BodyTooLarge, BodyTooSlow, read_body
 from frontdoor.group_commit import GroupCommit, Pushed
 from pressroom import tracing
 from pressroom.delivery_events import EventRejected
 from pressroom.providers.received import StoredAcceptances
 from pressroom.settings import Settings
+from pressroom.store.events import EventBatch, raw_text
 
 if TYPE_CHECKING:
     import asyncpg

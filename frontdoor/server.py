@@ -13,7 +13,7 @@ A link is the reference platform's: `key` is the hex HMAC-SHA256 of the member's
 PRESSROOM_MEMBERS_LINK_SECRET, compared in constant time before the database is asked anything. A
 wrong or missing key, a malformed or unknown uuid or newsletter all get the same 404 (no way to
 learn who is a member), change nothing, and are counted by reason and logged (rate-limited, the
-reason only). A member leaves through `activities.delivery_events.leave.leave`, the statement a
+reason only). A member leaves through `pressroom.store.members.leave`, the statement a
 provider's unsubscribe event runs; repeating a request answers 200 and changes nothing more.
 
 Every connection is held to deadlines (frontdoor/deadlines.py): the request head, the body, a
@@ -185,8 +185,8 @@ class Unsubscribe:
 
     async def leave(self, request: web.Request) -> web.Response:
         """RFC 8058's one-click POST, or the page's button: the member leaves; 200 again on a repeat."""
-        from activities.delivery_events.leave import leave_by_link
         from frontdoor.deadlines import BodyTooLarge, BodyTooSlow, read_body
+        from pressroom.store.members import leave_by_link
 
         with _span("POST") as span:
             try:

@@ -229,9 +229,9 @@ RETURNING member_id"""
 async def import_members(path: str | Path, *, welcome: bool = False, settings: Settings | None = None,
                          progress: Callable[[str, int, int], None] | None = None) -> ImportReport:
     """Import the file; `progress(phase, done, total)` is told how far reading and writing have got."""
-    from activities.outbox import enqueue_many
     from operations.members import member_created, restore_suppressions
     from pressroom import database
+    from pressroom.store.outbox import enqueue_many
 
     path = Path(path)
     settings = settings or get_settings()

@@ -54,8 +54,9 @@ async def add_member(email: str, name: str | None = None, *, status: str = "free
     """The member, its labels and tiers and its MemberCreatedEvent in one transaction: all commit, or none."""
     import asyncpg
 
-    from activities.outbox import WELCOME_EMAIL_SLUGS, enqueue
+    from activities.outbox import WELCOME_EMAIL_SLUGS
     from pressroom import database
+    from pressroom.store.outbox import enqueue
 
     if status not in WELCOME_EMAIL_SLUGS:
         raise BadInput(f"member status {status!r} is not one of {', '.join(WELCOME_EMAIL_SLUGS)}")
@@ -243,10 +244,10 @@ async def unsubscribe_member(member: str, newsletter: str | None = None, *,
     """Unsubscribe a member (by id or address) from a newsletter (by id or slug), or from every one:
     the path a member's link and a provider's unsubscribe event take, recorded as the operator's.
     Safe to repeat."""
-    from activities.delivery_events.leave import leave
     from pressroom import database
     from pressroom.errors import NotFound
     from pressroom.inputs import entity_id
+    from pressroom.store.members import leave
 
     if newsletter is not None:
         entity_id(newsletter, "newsletter")

@@ -6,12 +6,13 @@ import asyncio
 from dataclasses import dataclass
 from datetime import timedelta
 
-from activities.outbox import NOTIFY_CHANNEL, outbox_workflow_id
+from activities.outbox import outbox_workflow_id
 from activities.outbox.models import RelayInput
 from activities.watchdog import run_closed
 from operations.common import temporal_client
 from pressroom.errors import BadInput, NotFound, PressroomError
 from pressroom.settings import Settings, get_settings
+from pressroom.store.outbox import NOTIFY_CHANNEL
 from workflows.outbox import RELAY_WORKFLOW_ID, OutboxRelayWorkflow
 
 

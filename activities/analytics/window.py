@@ -13,8 +13,8 @@ from temporalio import activity
 
 from activities.analytics.models import PhaseResult, epoch, moment
 from activities.delivery_events.apply import apply_batch
-from activities.delivery_events.batch import EventBatch
 from pressroom.providers.port import EmailProvider, EventQuery, ProviderError
+from pressroom.store.events import EventBatch
 
 APPLY_EVENTS = 3000  # events applied per transaction (10 pages)
 

@@ -13,7 +13,7 @@ The ledger is written before the outbox row, so a key that succeeded is never ha
 layers above enqueue and name deliveries through the names exported here.
 """
 
-from activities.outbox.enqueue import NOTIFY_CHANNEL, enqueue, enqueue_many, payload_digest
 from activities.outbox.models import WELCOME_EMAIL_SLUGS, outbox_workflow_id
+from pressroom.store.outbox import NOTIFY_CHANNEL, enqueue, enqueue_many, payload_digest
 
 __all__ = ["NOTIFY_CHANNEL", "WELCOME_EMAIL_SLUGS", "enqueue", "enqueue_many", "outbox_workflow_id", "payload_digest"]

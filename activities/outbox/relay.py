@@ -12,11 +12,11 @@ from activities.heartbeat import wait_for_work, woken_by_notify
 from activities.metrics import Instruments
 from activities.newsletter.finish import UNFINISHED_EMAILS
 from activities.outbox.delivery import UNFINISHED_ENTRIES
-from activities.outbox.enqueue import NOTIFY_CHANNEL
 from activities.outbox.models import EntryInput, RelayInput, RelayResult, outbox_workflow_id
 from activities.watchdog import Watchdog
 from pressroom import tracing
 from pressroom.dependencies import Dependencies
+from pressroom.store.outbox import NOTIFY_CHANNEL
 
 RELAY_CAP_RECHECK_SECONDS = 0.1  # at the open-deliveries cap, how soon the relay counts again
 RELAY_CONCURRENT_STARTS = 64  # workflow starts in flight at once

@@ -6,8 +6,8 @@ from datetime import UTC, datetime
 
 from activities.analytics import window
 from activities.analytics.models import PhaseResult
-from activities.delivery_events.batch import EventBatch
 from pressroom.providers.mailgun import parse_event
+from pressroom.store.events import EventBatch
 
 from .conftest import activities_for, address, seed_newsletter
 

@@ -16,7 +16,6 @@ from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
 from activities.analytics.models import SCHEDULE_ID, AggregateInput, FetchPhaseInput
-from activities.delivery_events.batch import EventBatch
 from commands.analytics import print_analytics_status
 from operations.analytics import (
     analytics_backfill,
@@ -28,6 +27,7 @@ from operations.analytics import (
 from pressroom.errors import BadInput
 from pressroom.providers.mailgun import MailgunClient, parse_event
 from pressroom.providers.port import ProviderUnavailable
+from pressroom.store.events import EventBatch
 from tests import command_line
 from worker import running_worker
 

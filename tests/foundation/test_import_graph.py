@@ -89,3 +89,26 @@ def test_no_module_imports_itself_round_a_circle():
 
 def test_the_check_finds_a_circle():
     assert circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+# The README's drawing ("The layers"): the rooms each room may import. bench/ and tests/ stand
+# outside the product and may import any of it; nothing in the product imports them.
+MAY_IMPORT = {
+    "starter": {"commands", "pressroom"},
+    "commands": {"frontdoor", "worker", "operations", "workflows", "activities", "devstack", "pressroom"},
+    "frontdoor": {"operations", "pressroom"},
+    "worker": {"operations", "workflows", "activities", "pressroom"},
+    "operations": {"workflows", "activities", "pressroom"},
+    "workflows": {"activities", "pressroom"},
+    "activities": {"pressroom"},
+    "devstack": {"pressroom"},
+    "pressroom": set(),
+    "schema": set(),
+}
+
+
+def test_each_room_imports_only_the_rooms_below_it_in_the_drawing():
+    upward = sorted(f"{name} imports {other}" for name, others in import_graph().items() for other in others
+                    if (room := name.split(".")[0]) in MAY_IMPORT and (below := other.split(".")[0]) != room
+                    and below not in MAY_IMPORT[room])
+    assert upward == []

@@ -331,8 +331,9 @@ class Capture:
     # --- webhooks ---
 
     async def webhooks(self) -> None:
-        from activities.webhooks import INBOX_WORKFLOW_ID, NOTIFY_CHANNEL
+        from activities.webhooks import INBOX_WORKFLOW_ID
         from operations.webhooks import ensure_inbox_applier
+        from pressroom.store.events import INBOX_CHANNEL
 
         settings = self.settings("webhooks")
         async with running_worker(self.client, settings):
@@ -342,7 +343,7 @@ class Capture:
             await self.pool.execute("INSERT INTO webhook_inbox (provider, kind, event) "
                                     "VALUES ('mailgun', 'delivered', $1)",
                                     json.dumps(event))
-            await self.pool.execute("SELECT pg_notify($1, '')", NOTIFY_CHANNEL)
+            await self.pool.execute("SELECT pg_notify($1, '')", INBOX_CHANNEL)
             await self.until("SELECT count(*) = 0 FROM webhook_inbox")
             inbox = self.client.get_workflow_handle(f"{INBOX_WORKFLOW_ID}-{settings.task_queue}")
             self.save("webhook-inbox", inbox.id, None, "running: the inbox activity applies pushed events")

@@ -11,12 +11,12 @@ from temporalio.testing import ActivityEnvironment
 
 from activities.delivery_events.aggregates import aggregate
 from activities.delivery_events.apply import apply_batch
-from activities.delivery_events.batch import EventBatch
 from activities.newsletter.batches import BatchCreationActivities
 from activities.newsletter.models import CreateBatchesInput
 from operations.reports import newsletter_report
 from pressroom.delivery_events import DeliveryEvent
 from pressroom.dependencies import Dependencies
+from pressroom.store.events import EventBatch
 from tests.conftest import make_settings
 from tests.newsletter.conftest import seed_email
 from tests.operations.report_before_0029 import report_before_0029
