@@ -106,7 +106,7 @@ class Matrix:
                "MAILGUN_API_KEY": SIMULATOR_KEY, "MAILGUN_DOMAIN": SIMULATOR_DOMAIN,
                "PRESSROOM_MEMBERS_LINK_SECRET": "bench-link-secret",
                "PRESSROOM_BATCH_SIZE": "100", "PRESSROOM_SEND_CONCURRENCY": "4",
-               "PRESSROOM_MAILGUN_RETRY_SECONDS": "1",
+               "PRESSROOM_PROVIDER_RETRY_SECONDS": "1",
                "PRESSROOM_SEND_CONFIRM_WINDOW_SECONDS": str(CONFIRM_WINDOW_SECONDS),
                "PRESSROOM_SEND_CONFIRM_POLL_SECONDS": "5",
                "PRESSROOM_OUTBOX_BACKOFF_SECONDS": "1", "PRESSROOM_OUTBOX_POLL_INTERVAL_SECONDS": "0.2", **extra}
@@ -176,7 +176,7 @@ class Matrix:
         settings = self.settings(queue)
         self.faults(adversary, **self.LOST_ANSWERS)
         started = time.perf_counter()
-        worker = self.worker(queue, PRESSROOM_MAILGUN_RETRIES="0")
+        worker = self.worker(queue, PRESSROOM_PROVIDER_RETRIES="0")
         try:
             first = await start_newsletter(email_id, client=self.servers.env.client, settings=settings)
             outcome = await follow_newsletter(first.workflow_id, client=self.servers.env.client)

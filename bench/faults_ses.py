@@ -67,7 +67,7 @@ class SesMatrix(Matrix):
                "TEMPORAL_ADDRESS": self.servers.env.client.service_client.config.target_host,
                "PRESSROOM_TASK_QUEUE": queue, "PRESSROOM_EMAIL_PROVIDER": "ses", "PRESSROOM_SEND_CONCURRENCY": "4",
                "PRESSROOM_MEMBERS_LINK_SECRET": "bench-link-secret",
-               "PRESSROOM_MAILGUN_RETRY_SECONDS": "1",
+               "PRESSROOM_PROVIDER_RETRY_SECONDS": "1",
                "PRESSROOM_SEND_CONFIRM_WINDOW_SECONDS": str(CONFIRM_WINDOW_SECONDS),
                "PRESSROOM_SEND_CONFIRM_POLL_SECONDS": "5", **extra}
         return subprocess.Popen([sys.executable, "-m", "worker"], cwd=ROOT, env=env, stdout=subprocess.DEVNULL,

@@ -472,11 +472,6 @@ class MailgunSimulator:
         (scheduled), `gave_up` (retries spent), `duplicates`; `pending` waiting or in flight."""
         return {**self.push_counts, "pending": len(self._pushes) + self._in_flight}
 
-    def register_webhook(self, kind: str, urls: Sequence[str], domain: str | None = None) -> None:
-        if kind not in WEBHOOK_IDS:
-            raise ValueError(f"unknown webhook {kind!r}")
-        self.webhooks.setdefault(domain or self.domain, {})[kind] = list(urls)
-
     def add_domain(self, domain: str) -> None:
         """Serve another sending domain of this account (the fallback domain of domain warming)."""
         if not domain or "/" in domain:

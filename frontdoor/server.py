@@ -45,7 +45,6 @@ HEALTH_PATH = "/healthz"
 MAX_FORM_BYTES = 4096  # a one-click body or the page's button: a few dozen bytes
 _KEY = re.compile(r"[0-9a-fA-F]{64}")
 _EMAIL_ID = re.compile(r"[A-Za-z0-9_-]{1,100}")
-_ONE_CLICK = "List-Unsubscribe=One-Click"
 
 _MEMBER = """
 SELECT m.id, m.email, n.id AS newsletter_id, n.name AS newsletter_name,

@@ -28,7 +28,6 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 MAILGUN_MAX_RECIPIENTS = 1000  # Mailgun refuses a message with more recipients than this.
 MAILGUN_US = "https://api.mailgun.net"
-MAILGUN_EU = "https://api.eu.mailgun.net"
 
 
 LogLevel = Annotated[Literal["DEBUG", "INFO", "WARNING", "ERROR"], BeforeValidator(lambda v: str(v).strip().upper())]
@@ -87,15 +86,18 @@ class Settings(BaseSettings):
     # --- newsletter sending ---
     batch_size: int = Field(default=MAILGUN_MAX_RECIPIENTS, ge=1, validation_alias="PRESSROOM_BATCH_SIZE")
     send_concurrency: int = Field(default=2, ge=1, le=100, validation_alias="PRESSROOM_SEND_CONCURRENCY")
-    mailgun_retries: int = Field(default=6, ge=0, validation_alias="PRESSROOM_MAILGUN_RETRIES")
-    mailgun_retry_seconds: float = Field(default=10.0, gt=0, validation_alias="PRESSROOM_MAILGUN_RETRY_SECONDS")
-    # Mailgun unreachable (no connection, a request never written, 429) after the retries above: the
-    # send waits on a durable timer, from the first wait doubling to the longest, and carries on by
-    # itself when Mailgun answers again. Only a refusal that will not change fails a batch.
-    mailgun_outage_first_wait_seconds: float = Field(default=60.0, gt=0,
-                                                     validation_alias="PRESSROOM_MAILGUN_OUTAGE_FIRST_WAIT_SECONDS")
-    mailgun_outage_max_wait_seconds: float = Field(default=3600.0, gt=0,
-                                                   validation_alias="PRESSROOM_MAILGUN_OUTAGE_MAX_WAIT_SECONDS")
+    # The send policy, the same for every provider (the PRESSROOM_MAILGUN_ names still read, deprecated).
+    provider_retries: int = Field(default=6, ge=0, validation_alias=AliasChoices(
+        "PRESSROOM_PROVIDER_RETRIES", "PRESSROOM_MAILGUN_RETRIES"))
+    provider_retry_seconds: float = Field(default=10.0, gt=0, validation_alias=AliasChoices(
+        "PRESSROOM_PROVIDER_RETRY_SECONDS", "PRESSROOM_MAILGUN_RETRY_SECONDS"))
+    # The provider unreachable (no connection, a request never written, 429) after the retries above:
+    # the send waits on a durable timer, from the first wait doubling to the longest, and carries on
+    # by itself when the provider answers again. Only a refusal that will not change fails a batch.
+    provider_outage_first_wait_seconds: float = Field(default=60.0, gt=0, validation_alias=AliasChoices(
+        "PRESSROOM_PROVIDER_OUTAGE_FIRST_WAIT_SECONDS", "PRESSROOM_MAILGUN_OUTAGE_FIRST_WAIT_SECONDS"))
+    provider_outage_max_wait_seconds: float = Field(default=3600.0, gt=0, validation_alias=AliasChoices(
+        "PRESSROOM_PROVIDER_OUTAGE_MAX_WAIT_SECONDS", "PRESSROOM_MAILGUN_OUTAGE_MAX_WAIT_SECONDS"))
     mailgun_timeout_seconds: float = Field(default=30.0, gt=0, validation_alias="PRESSROOM_MAILGUN_TIMEOUT_SECONDS")
     delivery_window_seconds: int = Field(default=0, ge=0, validation_alias="PRESSROOM_DELIVERY_WINDOW_SECONDS")
     # An uncertain send (5xx, lost answer) not yet in Mailgun's events is looked up again for this
@@ -402,24 +404,6 @@ class Settings(BaseSettings):
         return self.database_url
 
     # --- the provider's neutral view: what activities read, whichever provider sends ---
-
-    # The send policy (retries of a failed send, outage waits) is the same for every provider; its
-    # variables keep the names they were introduced under.
-    @property
-    def provider_retries(self) -> int:
-        return self.mailgun_retries
-
-    @property
-    def provider_retry_seconds(self) -> float:
-        return self.mailgun_retry_seconds
-
-    @property
-    def provider_outage_first_wait_seconds(self) -> float:
-        return self.mailgun_outage_first_wait_seconds
-
-    @property
-    def provider_outage_max_wait_seconds(self) -> float:
-        return self.mailgun_outage_max_wait_seconds
 
     def require_mailgun(self) -> None:
         if not self.mailgun_api_key.get_secret_value():

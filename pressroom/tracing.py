@@ -80,10 +80,6 @@ def enabled() -> bool:
     return _tracer is not None
 
 
-def tracer() -> trace.Tracer:
-    return _tracer or trace.NoOpTracer()
-
-
 def interceptors() -> list:
     """The Temporal client interceptors: the tracing interceptor when tracing is on (a worker built
     on the client inherits it)."""

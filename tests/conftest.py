@@ -173,7 +173,7 @@ def make_settings(postgres_url: str, simulator: MailgunSimulator, **overrides) -
     """
     overrides = {"members_link_secret": TEST_LINK_SECRET, "send_confirm_window_seconds": 4,
                  "send_confirm_poll_seconds": 0.5,
-                 "mailgun_outage_first_wait_seconds": 1, "mailgun_outage_max_wait_seconds": 4, **overrides}
+                 "provider_outage_first_wait_seconds": 1, "provider_outage_max_wait_seconds": 4, **overrides}
     return load_settings(database_url=postgres_url, mailgun_base_url=simulator.base_url,
                          mailgun_api_key=simulator.api_key, mailgun_domain=simulator.domain,
                          task_queue=f"test-{uuid.uuid4().hex[:12]}", **overrides)

@@ -15,7 +15,7 @@ from temporalio import activity
 from activities.confirm import confirm_wait, lookup_window, uncertain_sends_exhausted
 from activities.errors import non_retryable
 from activities.heartbeat import FIRST_HEARTBEAT_SECONDS, heartbeating
-from activities.newsletter.answers import NOT_FOUND, answered, record_submitted, take_hold
+from activities.newsletter.batch_outcome import NOT_FOUND, answered, record_submitted, take_hold
 from activities.newsletter.content import Messages
 from activities.newsletter.failures import BATCH_NOT_FOUND, PROVIDER_UNAVAILABLE, UnavailableDetails, send_failure
 from activities.newsletter.lock import unpublished

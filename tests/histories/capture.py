@@ -208,8 +208,8 @@ class Capture:
 
         # Mailgun unreachable (nothing listens on its port): after its retries the send waits for
         # the provider on a timer, and waits again while it stays unreachable.
-        settings = self.settings("newsletter-outage", batch_size=60, mailgun_retries=1, mailgun_retry_seconds=0.5,
-                                 mailgun_outage_first_wait_seconds=1, mailgun_outage_max_wait_seconds=2)
+        settings = self.settings("newsletter-outage", batch_size=60, provider_retries=1, provider_retry_seconds=0.5,
+                                 provider_outage_first_wait_seconds=1, provider_outage_max_wait_seconds=2)
         settings = settings.model_copy(update={"mailgun_base_url": f"http://127.0.0.1:{free_port()}"})
         site = await self.published_site("outage")
         async with running_worker(self.client, settings):

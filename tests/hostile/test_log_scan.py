@@ -79,7 +79,7 @@ async def test_no_address_name_or_key_in_any_output(db, mailgun, dev_env, newsle
         list(hostile.values()), [names[i % len(names)] for i in range(len(hostile))], seeded.newsletter_id)
 
     metrics_port = free_port()
-    env = cli_env(settings, dev_env, PRESSROOM_MAILGUN_RETRIES="1", PRESSROOM_MAILGUN_RETRY_SECONDS="0.5",
+    env = cli_env(settings, dev_env, PRESSROOM_PROVIDER_RETRIES="1", PRESSROOM_PROVIDER_RETRY_SECONDS="0.5",
                   PRESSROOM_BATCH_SIZE=str(settings.batch_size),
                   PRESSROOM_SEND_CONFIRM_WINDOW_SECONDS=str(settings.send_confirm_window_seconds),
                   PRESSROOM_SEND_CONFIRM_POLL_SECONDS=str(settings.send_confirm_poll_seconds))
