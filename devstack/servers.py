@@ -220,6 +220,14 @@ class Postgres:
             shutil.rmtree(self.data_dir.parent if _ServiceUser.for_root() else self.data_dir, ignore_errors=True)
 
 
+def cluster_folder(folder: Path) -> Path:
+    """Where a durable cluster's data lives when run as root: SERVICE_ROOT/data/<folder's
+    name>-<hash of its path>, one per clone (`pressroom dev down --purge` removes it)."""
+    import hashlib
+
+    return SERVICE_ROOT / "data" / f"{folder.name}-{hashlib.sha256(str(folder.resolve()).encode()).hexdigest()[:16]}"
+
+
 @dataclass(frozen=True)
 class _ServiceUser:
     """As root, PostgreSQL runs as POSTGRES_SYSTEM_USER inside SERVICE_ROOT, a folder that user
@@ -254,20 +262,29 @@ class _ServiceUser:
         os.chown(path, self.uid, self.gid)
         return path
 
+    def repair(self, path: Path) -> None:
+        """Everything under `path` owned by this user: a folder left by a service user of another uid
+        (the user removed and added again) would otherwise stop initdb and PostgreSQL."""
+        for root, folders, files in os.walk(path):
+            for name in (root, *(os.path.join(root, entry) for entry in (*folders, *files))):
+                if os.lstat(name).st_uid != self.uid or os.lstat(name).st_gid != self.gid:
+                    os.lchown(name, self.uid, self.gid)
+
     def data_dir(self, folder: Path, durable: bool) -> Path:
-        """Durable data: SERVICE_ROOT/data/<folder's name>-<hash of its path>/data, the same on every
-        start (data made by a Pressroom that kept it in the folder itself moves there once)."""
-        import hashlib
+        """Durable data: `cluster_folder(folder)`/data, the same on every start (data made by a
+        Pressroom that kept it in the folder itself moves there once)."""
         import tempfile
 
         if not durable:
             return self.owned_folder(Path(tempfile.mkdtemp(prefix="pressroom-pgdata-"))) / "data"
         self.owned_folder(SERVICE_ROOT)
         self.owned_folder(SERVICE_ROOT / "data")
-        name = f"{folder.name}-{hashlib.sha256(str(folder.resolve()).encode()).hexdigest()[:16]}"
-        data = self.owned_folder(SERVICE_ROOT / "data" / name) / "data"
+        cluster = self.owned_folder(cluster_folder(folder))
+        self.repair(cluster)
+        data = cluster / "data"
         if (folder / "data" / "PG_VERSION").exists() and not data.exists():
             shutil.move(str(folder / "data"), str(data))
+            self.repair(cluster)
         return data
 
     def binaries(self) -> Path:

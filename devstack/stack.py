@@ -10,12 +10,14 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import shutil
 import signal
 from dataclasses import dataclass, field
 
 from devstack.files import private_file, private_folder
 from devstack.servers import (
     Postgres,
+    cluster_folder,
     start_ses_simulator,
     start_simulator,
     start_temporal_dev_server,
@@ -156,8 +158,10 @@ def _ses_up(state: dict, status: StackStatus, home, port: int) -> None:
     status.started.append("SES stand-in")
 
 
-def down() -> list[str]:
-    """Stop what `up` started; data stays for the next `up`."""
+def down(purge: bool = False) -> list[str]:
+    """Stop what `up` started; data stays for the next `up`, unless `purge`: then this clone's
+    folder (PRESSROOM_HOME, ./.pressroom) and, run as root, its PostgreSQL data under
+    SERVICE_ROOT go too."""
     state = read_dev_stack()
     stopped = []
     for key, name in (("simulator_pid", "Mailgun simulator"), ("ses_simulator_pid", "SES stand-in"),
@@ -168,5 +172,9 @@ def down() -> list[str]:
             stop_process(state[key], signal.SIGINT if key == "postgres_pid" else signal.SIGTERM)
             stopped.append(name)
     dev_stack_file().unlink(missing_ok=True)
+    if purge:
+        home = project_home()
+        shutil.rmtree(cluster_folder(home / "postgres"), ignore_errors=True)
+        shutil.rmtree(home, ignore_errors=True)
     return stopped
 

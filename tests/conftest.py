@@ -6,6 +6,7 @@ start once per session on free ports; each test gets a clean database and its ow
 
 from __future__ import annotations
 
+import atexit
 import os
 import shutil
 import tempfile
@@ -18,6 +19,14 @@ import asyncpg
 import pytest
 from temporalio.testing import WorkflowEnvironment
 
+# Whatever the session writes to the temporary folder (its own files, its servers', those of the
+# commands and workers it runs) goes into one folder, removed when the session ends: a run leaves
+# nothing behind. Others may pass through it (not list it): run as root, PostgreSQL's service user
+# reaches its throwaway data there.
+SESSION_TMP = tempfile.mkdtemp(prefix="pressroom-tests-")
+os.chmod(SESSION_TMP, 0o711)
+os.environ["TMPDIR"] = tempfile.tempdir = SESSION_TMP
+atexit.register(shutil.rmtree, SESSION_TMP, ignore_errors=True)
 # Tests never read a developer's running stack or environment: each value comes from a fixture.
 os.environ["PRESSROOM_HOME"] = tempfile.mkdtemp(prefix="pressroom-test-home-")
 for variable in ("DATABASE_URL", "TEMPORAL_ADDRESS", "MAILGUN_API_KEY", "MAILGUN_DOMAIN", "MAILGUN_BASE_URL",
