@@ -32,6 +32,7 @@ import httpx
 
 from bench.processes import cpu_seconds_by_family
 from bench.servers import SIMULATOR_DOMAIN, SIMULATOR_KEY, bench_servers
+from devstack import servers as devstack_servers
 from operations.newsletter import follow_newsletter, start_newsletter
 from pressroom import database
 from pressroom.settings import load_settings
@@ -202,7 +203,6 @@ async def creation_times(client, workflow_id: str, run_id: str) -> tuple[float, 
 
 def preload_statement_statistics() -> None:
     """Start the bench's PostgreSQL with pg_stat_statements loaded (--statements)."""
-    from devstack import servers as devstack_servers
 
     spawn = devstack_servers._spawn
 

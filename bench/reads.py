@@ -29,6 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from activities.delivery_events.aggregates import _AGGREGATE_EMAILS
 from activities.newsletter.left_out import record_left_out
 from devstack.servers import Postgres, free_port
+from operations import reports
 from operations.finding import list_page
 from operations.reports import left_out_members, newsletter_report
 from pressroom import database
@@ -148,7 +149,6 @@ async def alternated(works: dict, repeat: int) -> dict[str, tuple[float, float]]
 
 async def report_statements(url: str) -> None:
     """Where the report's time goes: each of its statements once, the chart's at an hour's width."""
-    from operations import reports
 
     conn = await database.connect_once(url)
     try:

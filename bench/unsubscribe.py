@@ -30,6 +30,8 @@ from urllib.parse import urlencode
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+import socket
+
 import aiohttp
 import psutil
 
@@ -73,7 +75,6 @@ async def bounded(items, work, concurrency: int) -> tuple[list[float], float]:
 
 
 def wait_for_port(port: int, process: subprocess.Popen, log: Path) -> None:
-    import socket
 
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:

@@ -39,12 +39,15 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from collections import Counter
+
 import asyncpg
 import httpx
 from temporalio.testing import WorkflowEnvironment
 
 from bench.processes import cpu_seconds_by_family
 from devstack.servers import Postgres, find_binary, free_port, start_simulator, stop_process, wait_for_port
+from frontdoor.group_commit import COMMITS_IN_FLIGHT, GROUP_LIMIT
 from pressroom import database
 from pressroom.temporal import SEARCH_ATTRIBUTES, data_converter
 
@@ -274,7 +277,6 @@ def start_profiler(bench: Bench, path: Path) -> subprocess.Popen:
 
 def print_profile(path: Path, top: int = 14) -> None:
     """The receiver's profile: the functions holding most samples, on the stack (inclusive) and on top."""
-    from collections import Counter
 
     inclusive, own, total = Counter(), Counter(), 0
     for line in path.read_text().splitlines():
@@ -325,7 +327,6 @@ async def raw_inserts(bench: Bench, count: int, accepted_per_second: float) -> N
     """The same rows (a token and the event's JSON text each) INSERTed by a plain program: one
     request at a time from PUSHERS connections (the goal's baseline); in the group commit's groups
     (the set-based ceiling); and the old figure, the inbox row alone, kept for the history."""
-    from frontdoor.group_commit import COMMITS_IN_FLIGHT, GROUP_LIMIT
 
     events = await sample_events(bench, "burst")
     rows = [(secrets.token_hex(25), events[n % len(events)]) for n in range(count)]

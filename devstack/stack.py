@@ -23,7 +23,8 @@ from devstack.servers import (
     start_temporal_dev_server,
     stop_process,
 )
-from pressroom.settings import dev_stack_file, project_home, read_dev_stack
+from devstack.ses_simulator import SesSimulator
+from pressroom.settings import ConfigurationError, dev_stack_file, project_home, read_dev_stack
 from pressroom.temporal import search_attribute_kinds
 
 
@@ -31,7 +32,6 @@ def _port(variable: str, default: int) -> int:
     """The stack's ports are fixed so that the printed addresses stay the same between runs."""
     value = os.environ.get(variable, str(default))
     if not value.isdigit() or not 0 < int(value) < 65536:
-        from pressroom.settings import ConfigurationError
 
         raise ConfigurationError(f"{variable} is invalid: must be a port number, got {value!r}")
     return int(value)
@@ -107,7 +107,6 @@ def up() -> StackStatus:
     # stand-in is started, and the stack file names it for the commands that read the stack.
     provider = os.environ.get("PRESSROOM_EMAIL_PROVIDER") or state.get("email_provider") or "mailgun"
     if provider not in ("mailgun", "ses"):
-        from pressroom.settings import ConfigurationError
 
         raise ConfigurationError(f"PRESSROOM_EMAIL_PROVIDER is invalid: mailgun or ses, got {provider!r}")
     state["email_provider"] = provider
@@ -140,7 +139,6 @@ def _ses_up(state: dict, status: StackStatus, home, port: int) -> None:
     if _alive(state.get("ses_simulator_pid")):
         status.running.append("SES stand-in")
         return
-    from devstack.ses_simulator import SesSimulator
 
     access_key_id = state.get("ses_access_key_id") or f"AKIASIM{secrets.token_hex(6).upper()}"
     secret_key = state.get("ses_secret_access_key") or secrets.token_hex(20)

@@ -25,15 +25,21 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any
 
+from aiohttp import web
 from opentelemetry.trace import SpanKind
+from temporalio.common import MetricMeter
+from temporalio.runtime import PrometheusConfig, Runtime
 
 from frontdoor.deadlines import BodyTooLarge, BodyTooSlow, read_body
 from frontdoor.group_commit import GroupCommit, Pushed
 from pressroom import tracing
 from pressroom.delivery_events import EventRejected
+from pressroom.logs import Refusals
 from pressroom.providers.received import StoredAcceptances
+from pressroom.providers.wiring import push_from_settings
 from pressroom.settings import Settings
 from pressroom.store.events import EventBatch, raw_text
+from pressroom.temporal import telemetry
 
 if TYPE_CHECKING:
     import asyncpg
@@ -75,8 +81,6 @@ class Receiver:
     """The receiver's state: the pool, the key, and the refusals counted since the last flush."""
 
     def __init__(self, pool: asyncpg.Pool, settings: Settings, runtime: Any = None) -> None:
-        from pressroom.logs import Refusals
-        from pressroom.providers.wiring import push_from_settings
 
         self.pool = pool
         self.push = push_from_settings(settings)
@@ -89,13 +93,11 @@ class Receiver:
         self.acceptances = StoredAcceptances(pool)
         self.runtime = runtime  # kept: its Prometheus endpoint lives as long as it does
         self._instruments(runtime.metric_meter if runtime is not None else None)
-        from aiohttp import web
 
         # Imported once: an import statement in a handler costs about 10 µs a request.
         self._response = web.Response
 
     def _instruments(self, meter: Any) -> None:
-        from temporalio.common import MetricMeter
 
         meter = meter or MetricMeter.noop
         self.requests = meter.create_counter("pressroom_webhooks_requests", "webhook requests by outcome")
@@ -103,14 +105,12 @@ class Receiver:
         self.store_ms = meter.create_histogram_float("pressroom_webhooks_store", "time to store an event", "ms")
 
     def app(self) -> web.Application:
-        from aiohttp import web
 
         app = web.Application(client_max_size=self.max_body)
         app.add_routes(self.routes())
         return app
 
     def routes(self) -> list:
-        from aiohttp import web
 
         return [web.post(self.push.path, self.receive)]
 
@@ -219,9 +219,7 @@ def metrics_runtime(settings: Settings):
     """With PRESSROOM_METRICS_PORT set, a runtime serving Prometheus metrics on /metrics there (as the worker's)."""
     if not settings.metrics_port:
         return None
-    from temporalio.runtime import PrometheusConfig, Runtime
 
-    from pressroom.temporal import telemetry
 
     return Runtime(telemetry=telemetry(metrics=PrometheusConfig(
         bind_address=f"{settings.metrics_host}:{settings.metrics_port}", durations_as_seconds=True)))

@@ -23,16 +23,27 @@ cap on open connections.
 from __future__ import annotations
 
 import asyncio
+import hmac
 import html
 import logging
 import re
 import uuid as uuid_module
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+from urllib.parse import parse_qs
 
-from frontdoor.receiver import Receiver, database_unavailable, flush_refusals, metrics_runtime
+from aiohttp import web
+from opentelemetry.trace import SpanKind
+from temporalio.common import MetricMeter
+
+from frontdoor.deadlines import BodyTooLarge, BodyTooSlow, Connections, read_body
+from frontdoor.receiver import REFUSALS_FLUSH_SECONDS, Receiver, database_unavailable, flush_refusals, metrics_runtime
 from operations.webhooks import LINK_SOURCE
+from pressroom import database, tracing
+from pressroom.email_rendering import member_key
+from pressroom.logs import Refusals
 from pressroom.settings import Settings, get_settings
+from pressroom.store.members import leave_by_link
 
 if TYPE_CHECKING:
     import asyncpg
@@ -88,9 +99,7 @@ class Unsubscribe:
     """GET shows, POST leaves: the members' links."""
 
     def __init__(self, pool: asyncpg.Pool, settings: Settings, runtime: Any = None) -> None:
-        from temporalio.common import MetricMeter
 
-        from pressroom.logs import Refusals
 
         self.pool = pool
         self._secret = settings.require_members_link_secret()
@@ -100,7 +109,6 @@ class Unsubscribe:
         self.requests = meter.create_counter("pressroom_unsubscribe_requests", "unsubscribe link requests by outcome")
 
     def routes(self) -> list:
-        from aiohttp import web
 
         return [web.get(UNSUBSCRIBE_PATH, self._unavailable_as_503(self.page)),
                 web.post(UNSUBSCRIBE_PATH, self._unavailable_as_503(self.leave))]
@@ -121,9 +129,7 @@ class Unsubscribe:
 
     def _link(self, request: web.Request) -> Link:
         """The link's member, checked by its key in constant time; NotAValidLink otherwise."""
-        import hmac
 
-        from pressroom.email_rendering import member_key
 
         query = request.rel_url.query
         member_uuid = canonical_uuid(query.get("uuid"))
@@ -184,8 +190,6 @@ class Unsubscribe:
 
     async def leave(self, request: web.Request) -> web.Response:
         """RFC 8058's one-click POST, or the page's button: the member leaves; 200 again on a repeat."""
-        from frontdoor.deadlines import BodyTooLarge, BodyTooSlow, read_body
-        from pressroom.store.members import leave_by_link
 
         with _span("POST") as span:
             try:
@@ -214,7 +218,6 @@ class Unsubscribe:
 
 def _scope(body: bytes) -> str:
     """`all` when the page's "all newsletters" button was pressed; else the link's newsletter."""
-    from urllib.parse import parse_qs
 
     try:
         form = parse_qs(body.decode("ascii"), max_num_fields=4)
@@ -224,9 +227,7 @@ def _scope(body: bytes) -> str:
 
 
 def _span(method: str):
-    from opentelemetry.trace import SpanKind
 
-    from pressroom import tracing
 
     # The path only: the query holds the key.
     return tracing.span(f"{method} {UNSUBSCRIBE_PATH}", {"http.request.method": method, "url.path": UNSUBSCRIBE_PATH},
@@ -234,7 +235,6 @@ def _span(method: str):
 
 
 def _page(title: str, body: str, status: int = 200) -> web.Response:
-    from aiohttp import web
 
     text = (f'<!doctype html><html lang="en"><head><meta charset="utf-8">'
             f'<meta name="viewport" content="width=device-width, initial-scale=1">'
@@ -253,7 +253,6 @@ class FrontDoor:
     """The server's parts: the members' links, the provider's webhooks, health, and the guard."""
 
     def __init__(self, pool: asyncpg.Pool, settings: Settings, runtime: Any = None) -> None:
-        from frontdoor.deadlines import Connections
 
         self.pool = pool
         self.unsubscribe = Unsubscribe(pool, settings, runtime)
@@ -263,14 +262,12 @@ class FrontDoor:
         self._runner: web.AppRunner | None = None
 
     def app(self) -> web.Application:
-        from aiohttp import web
 
         app = web.Application(client_max_size=self.receiver.max_body, middlewares=[self.connections.middleware()])
         app.add_routes([*self.unsubscribe.routes(), *self.receiver.routes(), web.get(HEALTH_PATH, self.health)])
         return app
 
     async def health(self, request: web.Request) -> web.Response:
-        from aiohttp import web
 
         try:
             await asyncio.wait_for(self.pool.fetchval("SELECT 1"), 5)
@@ -280,7 +277,6 @@ class FrontDoor:
 
     async def start(self, host: str, port: int) -> None:
         """Listen on host:port (guarded connections); returns once listening."""
-        from aiohttp import web
 
         self._runner = web.AppRunner(self.app(), access_log=None, handle_signals=False,
                                      keepalive_timeout=self.connections.head_seconds)
@@ -295,7 +291,6 @@ class FrontDoor:
         await flush_refusals(self.pool, LINK_SOURCE, self.unsubscribe.refusals)
 
     async def flush_refusals_forever(self) -> None:
-        from frontdoor.receiver import REFUSALS_FLUSH_SECONDS
 
         while True:
             await asyncio.sleep(REFUSALS_FLUSH_SECONDS)
@@ -311,7 +306,6 @@ class FrontDoor:
 
 async def serve(host: str, port: int, settings: Settings | None = None, *, ready=None) -> None:
     """Run the front door until cancelled (SIGINT/SIGTERM in the command)."""
-    from pressroom import database
 
     settings = settings or get_settings()
     pool = await database.connect(settings.require_database(), max_size=20)

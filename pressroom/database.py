@@ -6,8 +6,11 @@ import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from importlib import resources
+from urllib.parse import urlsplit
 
 import asyncpg
+
+from pressroom import tracing
 
 log = logging.getLogger(__name__)
 
@@ -21,7 +24,6 @@ class DatabaseUnavailable(Exception):
 
 def describe_url(url: str) -> str:
     """The URL without its password, for messages."""
-    from urllib.parse import urlsplit
 
     parts = urlsplit(url)
     host = parts.hostname or "localhost"
@@ -42,7 +44,6 @@ async def _connecting(url: str, opening):
 
 
 def _connection_class() -> type[asyncpg.Connection]:
-    from pressroom import tracing
 
     # With tracing on, each statement is a span of the activity or command that runs it.
     return tracing.traced_connection_class() if tracing.enabled() else asyncpg.Connection

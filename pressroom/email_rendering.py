@@ -24,10 +24,12 @@ import re
 from collections import OrderedDict
 from collections.abc import Hashable, Mapping
 from dataclasses import dataclass, field
+from email.headerregistry import Address
 from functools import cached_property
 from typing import Any, NoReturn
 from urllib.parse import quote_plus, urlencode
 
+from email_validator import EmailNotValidError, validate_email
 from selectolax.lexbor import LexborHTMLParser, LexborNode
 
 from pressroom.providers.port import PLACEHOLDER, fill_placeholders, placeholder
@@ -186,9 +188,7 @@ def header_text(value: str, field: str, email_id: str) -> str:
 def mailbox(name: str | None, address: str, field: str, email_id: str) -> str:
     """`Name <address>` for From or Reply-To, quoted by `email.headerregistry` so that a name with
     quotes or commas stays one address; the address validated by email-validator."""
-    from email.headerregistry import Address
 
-    from email_validator import EmailNotValidError, validate_email
 
     name = header_text(name or "", f"{field} name", email_id)
     try:

@@ -14,13 +14,17 @@ import base64
 import binascii
 import json
 import logging
+import os
 import re
+import time
+from collections import Counter
 from collections.abc import Iterable
 from urllib.parse import quote, quote_plus, unquote
 
 # Imported here, outside any workflow sandbox: importing opentelemetry inside one reads os.environ,
 # which the sandbox refuses, and the record of a workflow's log line is formatted inside it.
 from opentelemetry import trace
+from temporalio import activity, workflow
 
 # Anything shaped like an e-mail address, the dotless `user@localhost` and a quoted local part
 # (`"a b"@example.com`) too; the Mailgun client masks its error texts with the same pattern.
@@ -164,13 +168,11 @@ def level_number(level: int | str) -> int:
 def configure(secrets: Iterable[str] = (), level: int | str = logging.INFO, log_format: str = "text",
               library_level: int | str = logging.WARNING) -> None:
     """Structured, masked lines on stderr for the worker and the CLI, as text or JSON."""
-    from temporalio import activity, workflow
 
     level, library_level = level_number(level), level_number(library_level)
     # The run's details go in fields (RunFormatter), not appended to the message as a dict.
     activity.logger.activity_info_on_message = False
     workflow.logger.workflow_info_on_message = False
-    import os
 
     handler = logging.StreamHandler()
     # A traceback only for whoever debugs: PRESSROOM_DEBUG=1 or the DEBUG level.
@@ -194,7 +196,6 @@ class Refusals:
     flood the log. The reason is ours, never the request's content."""
 
     def __init__(self, logger: logging.Logger, what: str, every: float = 10.0) -> None:
-        from collections import Counter
 
         self._log, self._what, self._every = logger, what, every
         self.counts: Counter[str] = Counter()  # since the last `take`
@@ -203,7 +204,6 @@ class Refusals:
 
     def refused(self, reason: str, status: int) -> str:
         """Count (and maybe log) one refusal; its kind (the reason before any colon)."""
-        import time
 
         kind = reason.split(":", 1)[0]
         self.counts[kind] += 1
@@ -219,7 +219,6 @@ class Refusals:
 
     def take(self):
         """The counts since the last take (to add to the database), and start again."""
-        from collections import Counter
 
         counts, self.counts = self.counts, Counter()
         return counts

@@ -9,7 +9,10 @@ naming the variable.
 from __future__ import annotations
 
 import json
+import logging
 import os
+import re
+from email.headerregistry import AddressHeader, HeaderRegistry
 from functools import lru_cache
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -25,6 +28,9 @@ from pydantic import (
     model_validator,
 )
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+from temporalio.envconfig import ClientConfigProfile
+
+from pressroom.codec import EncryptionKeyError, parse_keys
 
 MAILGUN_MAX_RECIPIENTS = 1000  # Mailgun refuses a message with more recipients than this.
 MAILGUN_US = "https://api.mailgun.net"
@@ -39,7 +45,6 @@ class ConfigurationError(Exception):
 
 def project_home() -> Path:
     """Where the development stack keeps its data: PRESSROOM_HOME, or ./.pressroom."""
-    import os
 
     return Path(os.environ.get("PRESSROOM_HOME", ".pressroom")).resolve()
 
@@ -238,7 +243,6 @@ class Settings(BaseSettings):
     def _one_plain_tag(cls, value: str) -> str:
         # It is sent as a Mailgun tag and put in the events query's filter expression (`bulk-email AND
         # <tag>`): one word, in the characters a tag and an expression both take as they are.
-        import re
 
         if value and not re.fullmatch(r"[A-Za-z0-9_.:-]{1,128}", value):
             raise ValueError("must be one tag of at most 128 letters, digits and . _ : - (no spaces)")
@@ -323,7 +327,6 @@ class Settings(BaseSettings):
     @classmethod
     def _encryption_keys(cls, value: SecretStr) -> SecretStr:
         if value.get_secret_value():
-            from pressroom.codec import EncryptionKeyError, parse_keys
 
             try:
                 parse_keys(value.get_secret_value())
@@ -344,7 +347,6 @@ class Settings(BaseSettings):
     @classmethod
     def _one_mailbox(cls, value: str) -> str:
         """One `Name <address>` (or a bare address), written again by email.headerregistry."""
-        from email.headerregistry import AddressHeader, HeaderRegistry
 
         if any(not c.isprintable() for c in value):
             raise ValueError("holds a line break or control character")
@@ -392,7 +394,6 @@ class Settings(BaseSettings):
         return value
 
     def require_database(self) -> str:
-        import os
 
         if not self.database_url and os.environ.get("DATABASE_URL") == "":
             raise ConfigurationError("DATABASE_URL is set but empty (unset it to use the development stack, "
@@ -442,7 +443,6 @@ DEPRECATED_VARIABLES = {old: _ALIASES[name] for name, field in Settings.model_fi
 
 
 def _warn_deprecated(environ) -> None:
-    import logging
 
     for old, new in DEPRECATED_VARIABLES.items():
         if old in environ:
@@ -453,9 +453,7 @@ def _warn_deprecated(environ) -> None:
 def temporal_profile():
     """The SDK's standard Temporal client settings: the profile TEMPORAL_PROFILE (default "default")
     of TEMPORAL_CONFIG_FILE (default ~/.config/temporalio/temporal.toml), the TEMPORAL_* variables over it."""
-    import os
 
-    from temporalio.envconfig import ClientConfigProfile
 
     path = os.environ.get("TEMPORAL_CONFIG_FILE")
     if path and not os.path.isfile(path):  # the SDK would quietly use no file at all
@@ -490,7 +488,6 @@ def load_settings(**overrides: object) -> Settings:
 
     Overrides (field names) win over all; tests use them instead of mutating os.environ.
     """
-    import os
 
     stack = read_dev_stack()
     fallback: dict[str, Any] = {}
@@ -519,7 +516,6 @@ def describe_validation_error(error: ValidationError) -> str:
     message = first["msg"].removeprefix("Value error, ")
     if not first["loc"]:
         return message  # a rule across variables names them itself
-    import os
 
     field = str(first["loc"][0])
     variable = _ALIASES.get(field, field)

@@ -9,7 +9,9 @@ from __future__ import annotations
 import uuid
 
 from temporalio import activity
+from temporalio.client import WorkflowExecutionStatus
 from temporalio.exceptions import ApplicationError
+from temporalio.service import RPCError, RPCStatusCode
 
 from activities.errors import non_retryable
 from activities.newsletter.audience import RECIPIENTS, audience, missing
@@ -157,7 +159,6 @@ class EmailLockActivities:
         Gone means its run is closed, or does not exist in this namespace. A holder in another
         namespace, or one that is not a Temporal run at all, cannot be proved gone: refused.
         """
-        from temporalio.client import WorkflowExecutionStatus
 
         info = activity.info()
         namespace, workflow_id, run_id = lock_holder(locked_by, info.namespace, info.workflow_id)
@@ -180,7 +181,6 @@ class EmailLockActivities:
 
     async def _describe(self, workflow_id: str, run_id: str | None = None):
         """The run (the latest one without run_id), or None when this namespace has no such run."""
-        from temporalio.service import RPCError, RPCStatusCode
 
         try:
             return await self.temporal.get_workflow_handle(workflow_id, run_id=run_id).describe()

@@ -7,6 +7,7 @@ import json
 import time
 
 from temporalio import activity
+from temporalio.common import SearchAttributePair, TypedSearchAttributes, WorkflowIDConflictPolicy
 
 from activities.heartbeat import wait_for_work, woken_by_notify
 from activities.metrics import Instruments
@@ -17,6 +18,7 @@ from activities.watchdog import Watchdog
 from pressroom import tracing
 from pressroom.dependencies import Dependencies
 from pressroom.store.outbox import NOTIFY_CHANNEL
+from pressroom.temporal import OUTBOX_EVENT_TYPE
 
 RELAY_CAP_RECHECK_SECONDS = 0.1  # at the open-deliveries cap, how soon the relay counts again
 RELAY_CONCURRENT_STARTS = 64  # workflow starts in flight at once
@@ -60,9 +62,7 @@ class OutboxRelayActivities:
 
     async def _claim_and_start(self) -> tuple[int, bool]:
         """Claim up to a batch of due entries and start their deliveries; (started, at the open-deliveries cap)."""
-        from temporalio.common import SearchAttributePair, TypedSearchAttributes, WorkflowIDConflictPolicy
 
-        from pressroom.temporal import OUTBOX_EVENT_TYPE
 
         async with self.pool.acquire() as conn, conn.transaction():
             open_deliveries = await conn.fetchval("SELECT count(*) FROM outbox WHERE status = 'sending'")

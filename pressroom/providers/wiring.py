@@ -7,7 +7,14 @@ too. A provider is one package under pressroom/providers/, its settings there, a
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING
+
+from pressroom.providers.mailgun import MailgunClient, MailgunPush
+from pressroom.providers.received import StoredAcceptances
+from pressroom.providers.ses import SesClient
+from pressroom.providers.ses.push import SesPush
+from pressroom.providers.ses.settings import ses_settings
 
 if TYPE_CHECKING:
     import asyncpg
@@ -19,10 +26,8 @@ if TYPE_CHECKING:
 def provider_title(settings: Settings) -> str:
     """The provider's name for people ("Mailgun", "Amazon SES"), without building its client."""
     if settings.email_provider == "ses":
-        from pressroom.providers.ses import SesClient
 
         return SesClient.title
-    from pressroom.providers.mailgun import MailgunClient
 
     return MailgunClient.title
 
@@ -30,7 +35,6 @@ def provider_title(settings: Settings) -> str:
 def sending_scope(settings: Settings) -> str:
     """Where the provider sends from (Mailgun: MAILGUN_DOMAIN; SES: the verified domain), without its client."""
     if settings.email_provider == "ses":
-        from pressroom.providers.ses.settings import ses_settings
 
         return ses_settings().domain
     return settings.mailgun_domain
@@ -41,12 +45,8 @@ def provider_from_settings(settings: Settings, pool: asyncpg.Pool | None = None)
     `pool`: where a provider that confirms sends from received events finds them (SES); without
     it such a provider sends, but cannot confirm an uncertain send."""
     if settings.email_provider == "ses":
-        from pressroom.providers.received import StoredAcceptances
-        from pressroom.providers.ses import SesClient
-        from pressroom.providers.ses.settings import ses_settings
 
         return SesClient.from_settings(ses_settings(), StoredAcceptances(pool) if pool is not None else None)
-    from pressroom.providers.mailgun import MailgunClient
 
     return MailgunClient.from_settings(settings)
 
@@ -54,10 +54,8 @@ def provider_from_settings(settings: Settings, pool: asyncpg.Pool | None = None)
 def push_path(settings: Settings) -> str:
     """Where the configured provider's pushes arrive (/webhooks/mailgun, /webhooks/ses), without a key."""
     if settings.email_provider == "ses":
-        from pressroom.providers.ses.push import SesPush
 
         return SesPush.path
-    from pressroom.providers.mailgun import MailgunPush
 
     return MailgunPush.path
 
@@ -66,15 +64,11 @@ def push_from_settings(settings: Settings) -> EventPush:
     """The receiving end of the provider's pushed events; needs the signing key (Mailgun) or the
     topic (SES), not the API key."""
     if settings.email_provider == "ses":
-        from pathlib import Path
 
-        from pressroom.providers.ses.push import SesPush
-        from pressroom.providers.ses.settings import ses_settings
 
         ses = ses_settings()
         dev = Path(ses.sns_dev_certificate).read_bytes() if ses.sns_dev_certificate else None
         return SesPush(topic_arn=ses.require_topic(), region=ses.region, dev_certificate=dev)
-    from pressroom.providers.mailgun import MailgunPush
 
     settings.require_webhook_signing_key()
     return MailgunPush(settings.webhook_signing_key.get_secret_value())

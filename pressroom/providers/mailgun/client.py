@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from email.utils import format_datetime
 from typing import TYPE_CHECKING, Any
+from urllib.parse import quote, urlencode
 
 import httpx
 import pydantic_core
@@ -110,7 +111,6 @@ _URLENCODED = {"Content-Type": "application/x-www-form-urlencoded"}
 
 
 def _urlencoded(fields: Sequence[tuple[str, str]]) -> bytes:
-    from urllib.parse import urlencode
 
     return urlencode(fields).encode()
 
@@ -178,7 +178,6 @@ class MailgunClient(DomainScopedClient):
     async def remove_suppressions(self, address: str) -> list[str]:
         """Delete the address from this domain's bounces, unsubscribes and complaints lists; the lists
         it was on (a 404 means it was not on that one). Safe to repeat."""
-        from urllib.parse import quote
 
         removed = []
         for table in SUPPRESSION_LISTS:
