@@ -30,8 +30,6 @@ from pydantic import (
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 from temporalio.envconfig import ClientConfigProfile
 
-from pressroom.codec import EncryptionKeyError, parse_keys
-
 MAILGUN_MAX_RECIPIENTS = 1000  # Mailgun refuses a message with more recipients than this.
 MAILGUN_US = "https://api.mailgun.net"
 
@@ -327,6 +325,8 @@ class Settings(BaseSettings):
     @classmethod
     def _encryption_keys(cls, value: SecretStr) -> SecretStr:
         if value.get_secret_value():
+            # On every command's start-up path: cryptography loads only when a key is set.
+            from pressroom.codec import EncryptionKeyError, parse_keys  # noqa: PLC0415 (start-up, above)
 
             try:
                 parse_keys(value.get_secret_value())
