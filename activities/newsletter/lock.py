@@ -63,7 +63,9 @@ class EmailLockActivities:
                         send_caps=bool(s.hourly_send_limit or s.daily_send_limit) or quota.per_day is not None
                         or quota.per_hour is not None,
                         outage_first_wait_seconds=s.provider_outage_first_wait_seconds,
-                        outage_max_wait_seconds=s.provider_outage_max_wait_seconds, provider_title=self.provider_title)
+                        outage_max_wait_seconds=s.provider_outage_max_wait_seconds, provider_title=self.provider_title,
+                        provider_probe_seconds=s.provider_probe_seconds,
+                        reputation_check_seconds=s.reputation_check_seconds)
 
     @activity.defn
     async def lock_email(self, input: LockEmailInput) -> EmailLock:
