@@ -110,6 +110,19 @@ def newsletter_cancel(email_id: str = typer.Argument(..., help="The email (email
     console.print(cancel.message, highlight=False)
 
 
+@app.command("resume")
+def newsletter_resume(email_id: str = typer.Argument(..., help="The email (emails.id)."),
+                      by: str = typer.Option(None, "--by", help="Who resumes (default: your login)."),
+                      as_json: bool = JSON_OPTION) -> None:
+    """Go on with a send paused for its early bounce or complaint rate; safe to repeat."""
+    from operations.newsletter import resume_newsletter
+
+    resumed = run_async(resume_newsletter(email_id, by=by))
+    if as_json:
+        return print_json(resumed.model_dump(mode="json"))
+    console.print(resumed.message, highlight=False)
+
+
 @app.command("status")
 def newsletter_status_command(email_id: str = typer.Argument(..., help="The email (emails.id)."),
                               as_json: bool = JSON_OPTION) -> None:

@@ -18,6 +18,7 @@ from activities.newsletter.left_out import (
     LEFT_OUT_REASONS,
     with_filter,
 )
+from operations.finding import SHOWN_ERROR, SHOWN_STATUS
 from pressroom.errors import BadInput, NotFound
 from pressroom.inputs import entity_id
 from pressroom.settings import Settings, get_settings
@@ -119,7 +120,8 @@ def _rate(part: int, whole: int) -> float | None:
 async def _email(conn, email_id: str):
     entity_id(email_id, "email")
     email = await conn.fetchrow(
-        "SELECT e.id, e.subject, e.status, e.error, e.post_id, e.newsletter_id, n.slug AS newsletter, "
+        f"SELECT e.id, e.subject, {SHOWN_STATUS} AS status, {SHOWN_ERROR} AS error, e.post_id, e.newsletter_id, "
+        "n.slug AS newsletter, "
         "e.recipient_filter, "
         "e.created_at, e.submitted_at, e.left_out, e.first_opened_at, e.last_opened_at, e.cancelled_by, e.cancelled_at "
         "FROM emails e LEFT JOIN newsletters n ON n.id = e.newsletter_id WHERE e.id = $1", email_id)
