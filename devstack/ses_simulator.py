@@ -176,6 +176,11 @@ class SesSimulator:
         self.max_24_hour_send, self.max_send_rate = 50_000.0, 14.0  # the account's quota (GetAccount)
         self.auto_push = False  # on: every send's notifications are pushed to the subscribers at once
         self.opens = False  # on: every delivered copy is opened too (the development stack's readers)
+        # The account's identities (a domain or an address) → verified for sending. SES refuses mail
+        # from an address whose identity (itself or its domain) is not verified; `check_senders` on
+        # plays that refusal (off by default: most tests send from example.com).
+        self.identities: dict[str, bool] = {self.domain: True}
+        self.check_senders = False
         self._notifications: list[_Notification] = []
         self._ids = itertools.count()
         self.requests = {"send": 0, "refused_signature": 0, "refused_for_now": 0}
@@ -290,6 +295,7 @@ class SesSimulator:
             web.post("/v2/email/outbound-bulk-emails", self._send_bulk),
             web.post("/v2/email/outbound-emails", self._send_one),
             web.get("/v2/email/account", self._account),
+            web.get("/v2/email/identities/{identity}", self._identity),
             web.get("/v2/email/suppression/addresses/{address}", self._suppression),
             web.delete("/v2/email/suppression/addresses/{address}", self._suppression),
             web.post("/sns", self._sns),
@@ -352,9 +358,31 @@ class SesSimulator:
             return web.json_response({"MessageId": result["MessageId"]})
         return response
 
+    def sender_verified(self, address: str) -> bool:
+        return self.identities.get(address.casefold()) is True \
+            or self.identities.get(address.rpartition("@")[2].casefold()) is True
+
+    async def _identity(self, request: web.Request) -> web.Response:
+        if refused := self._check_signature(request, await request.read(), "ses"):
+            return refused
+        identity = request.match_info["identity"].casefold()
+        if identity not in self.identities:
+            return _error(404, "NotFoundException", f"Email identity {identity} does not exist.")
+        verified = self.identities[identity]
+        return web.json_response({
+            "IdentityType": "EMAIL_ADDRESS" if "@" in identity else "DOMAIN",
+            "VerifiedForSendingStatus": verified, "VerificationStatus": "SUCCESS" if verified else "PENDING",
+            "DkimAttributes": {"SigningEnabled": True, "Status": "SUCCESS" if verified else "PENDING"},
+            "MailFromAttributes": {"MailFromDomain": "", "MailFromDomainStatus": "SUCCESS" if verified else "PENDING",
+                                   "BehaviorOnMxFailure": "USE_DEFAULT_VALUE"}})
+
     async def _accept(self, request: web.Request, call: dict[str, Any], content: dict[str, str],
                       entries: list[dict[str, Any]]) -> web.StreamResponse:
         faults = self.faults
+        sender = str(call.get("FromEmailAddress", ""))
+        if self.check_senders and not self.sender_verified(sender.rpartition("<")[2].rstrip(">")):
+            return _error(400, "MessageRejected", "Email address is not verified. The following identities failed "
+                                                  f"the check in region {self.region.upper()}: {sender}")
         if faults.latency_ms:
             await asyncio.sleep(faults.latency_ms / 1000)
         if len(entries) > MAX_DESTINATIONS:

@@ -47,6 +47,7 @@ from pressroom.providers.port import (
     ProviderRejected,
     ProviderUnavailable,
     RecipientLimitExceeded,
+    SenderState,
     SendResult,
     TooManyRecipients,
     fill_placeholders,
@@ -274,6 +275,27 @@ class SesClient(DomainScopedClient):
         quota = await self.sending_quota()
         return (f"{self!r}: {quota['sent_last_24_hours']:.0f} of {quota['max_24_hour_send']:.0f} sent in 24 h, "
                 f"{quota['max_send_rate']:g}/s")
+
+    async def sender_state(self, from_address: str) -> SenderState:
+        """SES sends only from a verified identity: the address itself or its domain
+        (GetEmailIdentity, VerifiedForSendingStatus), with its DKIM and MAIL FROM states."""
+        domain = from_address.rpartition("@")[2]
+        for identity in (from_address, domain):
+            try:
+                found = await self._request("GET", f"/v2/email/identities/{quote(identity, safe='@')}",
+                                            what="identity query")
+            except ProviderRejected as error:
+                if error.status_code == 404:
+                    continue
+                raise
+            found = found if isinstance(found, dict) else {}
+            dkim = (found.get("DkimAttributes") or {}).get("Status", "unknown")
+            mail_from = (found.get("MailFromAttributes") or {}).get("MailFromDomainStatus")
+            detail = f"identity {identity}: DKIM {dkim}" + (f", MAIL FROM {mail_from}" if mail_from else "")
+            if found.get("VerifiedForSendingStatus") is True:
+                return SenderState(identity, True, detail)
+            return SenderState(identity, False, f"{detail}; not verified for sending")
+        return SenderState(domain, False, f"neither {domain} nor the address is an identity of this SES account")
 
     async def account_quota(self, at: datetime | None = None) -> AccountQuota:
         """The sending quota (GetAccount): Max24HourSend (-1: unlimited) caps a rolling day, of which
