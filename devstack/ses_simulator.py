@@ -217,7 +217,8 @@ class SesSimulator:
         return [n.body for n in self._notifications if not visible_only or n.visible_at <= now]
 
     def add_event(self, kind: str, copy: Delivered, **detail: Any) -> None:
-        """An SES event of `kind` (Send, Delivery, Bounce, Complaint, Open, Reject) for one copy, now."""
+        """An SES event of `kind` (Send, Delivery, Bounce, Complaint, Open, Reject, Rendering Failure)
+        for one copy, now."""
         moment = self.now()
         event: dict[str, Any] = {
             "eventType": kind,
@@ -237,6 +238,9 @@ class SesSimulator:
             event["open"] = {"timestamp": _iso(moment), "ipAddress": "192.0.2.1", "userAgent": "sim"}
         elif kind == "Reject":
             event["reject"] = {"reason": "Bad content"}
+        elif kind == "Rendering Failure":
+            event["failure"] = {"templateName": "pressroom-newsletter",
+                                "errorMessage": "Attribute 'name' is not present in the rendering data."}
         else:
             event["send"] = {}
         notification = _Notification(moment + self.faults.events_delay,

@@ -213,6 +213,10 @@ class Settings(BaseSettings):
     pause_hard_bounce_rate: float = Field(default=0.05, ge=0, le=1, validation_alias="PRESSROOM_PAUSE_HARD_BOUNCE_RATE")
     pause_complaint_rate: float = Field(default=0.003, ge=0, le=1, validation_alias="PRESSROOM_PAUSE_COMPLAINT_RATE")
     pause_min_complaints: int = Field(default=3, ge=1, validation_alias="PRESSROOM_PAUSE_MIN_COMPLAINTS")
+    # Where `check` asks DNS for the sending domains' DMARC records (comma-separated addresses;
+    # empty: the system's resolvers), and how long it waits for an answer.
+    dns_nameservers: str = Field(default="", validation_alias="PRESSROOM_DNS_NAMESERVERS")
+    dns_timeout_seconds: float = Field(default=3.0, gt=0, le=30, validation_alias="PRESSROOM_DNS_TIMEOUT_SECONDS")
     # `check` over the last 30 days: warned at the first rate, failing at the second.
     complaint_rate_warn: float = Field(default=0.001, ge=0, le=1, validation_alias="PRESSROOM_COMPLAINT_RATE_WARN")
     complaint_rate_fail: float = Field(default=0.003, ge=0, le=1, validation_alias="PRESSROOM_COMPLAINT_RATE_FAIL")

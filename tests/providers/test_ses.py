@@ -33,7 +33,7 @@ def events_of(kind: str) -> dict:
 
 @pytest.mark.parametrize("kind, expected", [("Send", "accepted"), ("Delivery", "delivered"), ("Open", "opened"),
                                             ("Complaint", "complained"), ("Bounce", "failed-permanent"),
-                                            ("Reject", "other")])
+                                            ("Reject", "other"), ("Rendering Failure", "failed-permanent")])
 def test_each_ses_event_reads_as_its_kind_with_our_marks(kind, expected):
     item = events_of(kind)
     event = parse_event(item)
@@ -43,6 +43,9 @@ def test_each_ses_event_reads_as_its_kind_with_our_marks(kind, expected):
     assert event.event_id == item["notification"] and event.provider == "ses"
     if kind == "Bounce":
         assert (event.severity, event.code, event.enhanced_code) == ("permanent", 550, "5.1.1")
+    if kind == "Rendering Failure":  # that recipient got nothing: a failure, with SES's words and no code
+        assert (event.severity, event.code, event.reason) == ("permanent", None, "rendering-failure")
+        assert event.message.startswith("SES could not render the message: Attribute 'name'")
 
 
 @pytest.mark.parametrize("item", [None, {}, {"notification": "n1", "event": None},
