@@ -80,6 +80,20 @@ _NEVER_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout, http
                httpx.WriteError, httpx.WriteTimeout)
 
 
+# SES v2's MessageHeader: a name of at most 126 characters, a value of at most 870
+# (https://docs.aws.amazon.com/ses/latest/APIReference-V2/API_MessageHeader.html).
+HEADER_NAME_LIMIT, HEADER_VALUE_LIMIT = 126, 870
+
+
+def _within_header_limits(headers: list[dict[str, str]]) -> None:
+    """Refused before the call, with the header's name (never its value: it may hold an address)."""
+    for header in headers:
+        if len(header["Name"]) > HEADER_NAME_LIMIT or len(header["Value"]) > HEADER_VALUE_LIMIT:
+            raise ProviderRejected(f"header {header['Name'][:HEADER_NAME_LIMIT]} is {len(header['Value'])} "
+                                   f"characters long; SES takes a name of at most {HEADER_NAME_LIMIT} and a value "
+                                   f"of at most {HEADER_VALUE_LIMIT}")
+
+
 def ses_template(text: str) -> str:
     """The port's placeholders in SES's template syntax (Handlebars): `{{{name}}}`, unescaped, since
     the renderer gives each value already escaped for where it goes; a literal `{{` stays literal."""
@@ -188,6 +202,7 @@ class SesClient(DomainScopedClient):
                 entry["ReplacementHeaders"] = [
                     {"Name": name, "Value": fill_placeholders(value, lambda n: str(values.get(n, "")))}
                     for name, value in own.items()]
+                _within_header_limits(entry["ReplacementHeaders"])
             entries.append(entry)
         body = {**message.shared, "DefaultEmailTags": [*message.shared["DefaultEmailTags"], *_tags(mark)],
                 "BulkEmailEntries": entries}
