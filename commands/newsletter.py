@@ -282,6 +282,12 @@ def print_report(r: dict) -> None:
         rate = r["rates"][key]
         rows.append([key, f"{r[key]:,}", "-" if rate is None else f"{rate:.1f}%", notes.get(key, "")])
     print_rows(rows)
+    reputation = r["reputation"]
+    if reputation["hard_bounce_rate"] is not None:
+        complaints = reputation["complaint_rate"]
+        console.print(f"reputation: hard bounces {reputation['hard_bounce_rate']:.2f}% of sent, complaints "
+                      + ("-" if complaints is None else f"{complaints:.2f}%") + " of delivered (mailbox providers "
+                      "ask for complaints under 0.3%; `pressroom check` reads the last 30 days)", highlight=False)
     if r["segments"]:
         console.print("[bold]per segment[/bold]")
         print_rows([["segment", "recipients", "delivered", "opened", "unsubscribed"]]

@@ -113,8 +113,8 @@ def segment_name(segment: str | None) -> str:
     return SEGMENT_NAMES.get(segment, segment or "all")
 
 
-def _rate(part: int, whole: int) -> float | None:
-    return round(100.0 * part / whole, 1) if whole else None
+def _rate(part: int, whole: int, digits: int = 1) -> float | None:
+    return round(100.0 * part / whole, digits) if whole else None
 
 
 async def _email(conn, email_id: str):
@@ -194,6 +194,9 @@ async def newsletter_report(email_id: str, *, reasons: int = 5, settings: Settin
             "segments": [{**s, "segment": segment_name(s["segment"]),
                           "rates": {k: _rate(s[k], s["recipients"]) for k in ("delivered", "opened")}}
                          for s in segments],
+            # As mailbox providers count them: hard bounces over sent, complaints over delivered.
+            "reputation": {"hard_bounce_rate": _rate(permanent, figures["sent"], 2),
+                           "complaint_rate": _rate(complained, figures["delivered"], 2)},
             "top_failures": top,
             "left_out": {reason: left_out.get(reason, 0) for reason in LEFT_OUT_REASONS},
             "opens_over_time": opens}
