@@ -137,7 +137,8 @@ class Rates:
     failed_temporary: float = 0.03
     opened: float = 0.40
     unsubscribed: float = 0.01
-    complained: float = 0.005
+    # A healthy list's: under the 0.3% at which mailbox providers (and a send's own pause) draw the line.
+    complained: float = 0.002
 
 
 @dataclass
