@@ -137,8 +137,9 @@ class Rates:
     failed_temporary: float = 0.03
     opened: float = 0.40
     unsubscribed: float = 0.01
-    # A healthy list's: under the 0.3% at which mailbox providers (and a send's own pause) draw the line.
-    complained: float = 0.002
+    # A healthy list's (Google's 0.1%), under the 0.3% at which mailbox providers and a send's own pause
+    # draw the line.
+    complained: float = 0.001
 
 
 @dataclass

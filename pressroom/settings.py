@@ -212,7 +212,7 @@ class Settings(BaseSettings):
     pause_min_answered: int = Field(default=1000, ge=1, validation_alias="PRESSROOM_PAUSE_MIN_ANSWERED")
     pause_hard_bounce_rate: float = Field(default=0.05, ge=0, le=1, validation_alias="PRESSROOM_PAUSE_HARD_BOUNCE_RATE")
     pause_complaint_rate: float = Field(default=0.003, ge=0, le=1, validation_alias="PRESSROOM_PAUSE_COMPLAINT_RATE")
-    pause_min_complaints: int = Field(default=3, ge=1, validation_alias="PRESSROOM_PAUSE_MIN_COMPLAINTS")
+    pause_min_complaints: int = Field(default=10, ge=1, validation_alias="PRESSROOM_PAUSE_MIN_COMPLAINTS")
     # Where `check` asks DNS for the sending domains' DMARC records (comma-separated addresses;
     # empty: the system's resolvers), and how long it waits for an answer.
     dns_nameservers: str = Field(default="", validation_alias="PRESSROOM_DNS_NAMESERVERS")
