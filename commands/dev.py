@@ -43,6 +43,8 @@ STACK_VARIABLES = (("DATABASE_URL", "database_url"), ("TEMPORAL_ADDRESS", "tempo
                    ("MAILGUN_BASE_URL", "mailgun_base_url"), ("MAILGUN_DOMAIN", "mailgun_domain"),
                    ("MAILGUN_API_KEY", "mailgun_api_key"), ("MAILGUN_WEBHOOK_SIGNING_KEY", "webhook_signing_key"),
                    ("PRESSROOM_EMAIL_PROVIDER", "email_provider"),
+                   ("PRESSROOM_MEMBERS_LINK_SECRET", "members_link_secret"),
+                   ("PRESSROOM_ADDRESS_HASH_KEY", "address_hash_key"),
                    ("AWS_REGION", "ses_region"), ("AWS_ACCESS_KEY_ID", "ses_access_key_id"),
                    ("AWS_SECRET_ACCESS_KEY", "ses_secret_access_key"), ("PRESSROOM_SES_DOMAIN", "ses_domain"),
                    ("PRESSROOM_SES_CONFIGURATION_SET", "ses_configuration_set"),

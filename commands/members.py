@@ -17,7 +17,6 @@ from commands import (
     print_rows,
     repeated_filters,
     run_async,
-    warn,
     when,
 )
 from operations.members import add_member, member_profile
@@ -36,8 +35,8 @@ def members_add(email: str = typer.Argument(..., help="The member's e-mail addre
                 ) -> None:
     """Add a member; their welcome email (paid for comped members) goes out through the outbox."""
     added = run_async(add_member(email, name, status=status, labels=labels or (), tiers=tiers or ()))
-    console.print(f"member {added.member_id} added" + (f"; welcome email queued ({outbox_workflow_id(added.welcome_key)})"
-                                                        if added.welcome_key else ""), highlight=False)
+    welcome = f"; welcome email queued ({outbox_workflow_id(added.welcome_key)})" if added.welcome_key else ""
+    console.print(f"member {added.member_id} added{welcome}", highlight=False)
 
 
 @app.command("resubscribe")
@@ -99,9 +98,6 @@ def members_delete(member: str = typer.Argument(..., metavar="ID|ADDRESS", help=
             raise BadInput("members delete asks before deleting; give --yes to delete without asking")
         typer.confirm(f"Delete member {member} and their personal data? This cannot be undone", abort=True)
     done = run_async(delete_member(member))
-    if done.suppression == "removed":
-        warn("the suppression went with the address: set PRESSROOM_ADDRESS_HASH_KEY to keep a keyed hash of it, "
-             "so the address added again stays suppressed")
     if as_json:
         return print_json({"member_id": done.member_id, "deleted": True, "suppression": done.suppression,
                            "recipients_cleared": done.recipients_cleared,
