@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from datetime import UTC
 
 from operations.common import run_summary, temporal_client
+from activities.newsletter.lock import ARCHIVED_NEWSLETTER
 from pressroom import tracing
 from pressroom.errors import BadInput, NotFound, PressroomError, cause_of
 from pressroom.settings import Settings, get_settings
@@ -38,13 +39,17 @@ async def start_newsletter(email_id: str, *, client=None, settings: Settings | N
     settings = settings or get_settings()
     settings.require_members_link_secret()  # each reader's unsubscribe link is signed with it
     async with database.connection(settings.require_database()) as conn:
-        email = await conn.fetchrow("SELECT e.status, e.post_id, p.status AS post_status, p.published_at "
-                                    "FROM emails e LEFT JOIN posts p ON p.id = e.post_id WHERE e.id = $1", email_id)
+        email = await conn.fetchrow("SELECT e.status, e.post_id, e.newsletter_id, p.status AS post_status, "
+                                    "p.published_at, n.status AS newsletter_status FROM emails e "
+                                    "LEFT JOIN posts p ON p.id = e.post_id "
+                                    "LEFT JOIN newsletters n ON n.id = e.newsletter_id WHERE e.id = $1", email_id)
     if email is None:
         raise NotFound(f"email {email_id} does not exist")
     status = email["status"]
     if status != "submitted" and (refused := not_published_yet(email_id, email)):
         raise BadInput(refused)
+    if status in ("pending", "failed") and email["newsletter_status"] == "archived":
+        raise BadInput(f"{ARCHIVED_NEWSLETTER} (email {email_id}: newsletter {email['newsletter_id']} is archived)")
     client = client or await temporal_client(settings)
     workflow_id = newsletter_workflow_id(email_id)
     if status == "submitted":
