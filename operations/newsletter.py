@@ -68,11 +68,16 @@ async def start_newsletter(email_id: str, *, client=None, settings: Settings | N
             task_queue=settings.task_queue, id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
             static_summary=f"Send email {email_id} to its newsletter's members")
     except WorkflowAlreadyStartedError as error:
-        running = await client.get_workflow_handle(workflow_id).describe()
-        if running.status == WorkflowExecutionStatus.RUNNING:
-            return NewsletterStart(workflow_id, error.run_id or running.run_id, False,
-                                   f"{workflow_id} is already running (run {running.run_id}); not starting another")
-        raise
+        found = await client.get_workflow_handle(workflow_id).describe()
+        if found.status == WorkflowExecutionStatus.RUNNING:
+            return NewsletterStart(workflow_id, error.run_id or found.run_id, False,
+                                   f"{workflow_id} is already running (run {found.run_id}); not starting another")
+        # Another start won the race and its run closed before this one looked (it found the email
+        # sent, or failed): that run is the answer, not a second start.
+        ended = found.status.name.lower() if found.status else "closed"
+        return NewsletterStart(workflow_id, found.run_id, False,
+                               f"{workflow_id} was started by another start and ended meanwhile (run {found.run_id}, "
+                               f"{ended}); `pressroom newsletter status {email_id}` says how")
     return NewsletterStart(workflow_id, handle.first_execution_run_id or handle.result_run_id or "", True,
                            f"started {workflow_id}")
 
