@@ -141,7 +141,7 @@ def newsletter_status_command(email_id: str = typer.Argument(..., help="The emai
     if run and run["worker_polling"] is False:
         warn(no_worker_message(run["task_queue"]))
     elif run and run["worker_answering"] is False:
-        warn(no_answer_message(run["task_queue"]))
+        warn(no_answer_message(run["task_queue"], run["query_seconds"]))
     if status["temporal"]:
         warn(status["temporal"])
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
-from datetime import UTC
+from datetime import UTC, timedelta
 
-from operations.common import run_summary, temporal_client
 from activities.newsletter.lock import ARCHIVED_NEWSLETTER
+from operations.common import temporal_client
 from pressroom import tracing
 from pressroom.errors import BadInput, NotFound, PressroomError, cause_of
 from pressroom.settings import Settings, get_settings
@@ -177,15 +177,12 @@ async def _cancelled_by_run(conn, email_id: str, handle) -> NewsletterCancel:
 
 
 def _utc(moment) -> str:
-    from datetime import timezone
-
     return moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC") if moment else "-"
 
 
 def not_published_yet(email_id: str, email) -> str:
     """Why the email may not be sent yet (its post is a draft or scheduled), or "": refused before
     anything is written, since its post's publication sends it."""
-    from datetime import timezone
 
     post = email["post_id"]
     if email["post_status"] == "draft":
@@ -288,9 +285,10 @@ async def newsletter_status(email_id: str, *, client=None, settings: Settings | 
     """The email's row, its batches and recipients, and its run: while it runs, its live progress
     when a worker answers, and in any case what it waits for (`waiting_for`).
 
-    PostgreSQL's view always comes first; everything asked of Temporal shares one bound
-    (QUERY_TIMEOUT), past which the answer says so (`temporal`) instead of waiting on the SDK's
-    retries. Whether a worker polls and answers is decided here, once, for every form of output.
+    PostgreSQL's view always comes first; everything asked of Temporal shares one bound (what is
+    left of the command's budget, STATUS_BUDGET_SECONDS in operations/waiting.py), past which the
+    answer says so (`temporal`) instead of waiting on the SDK's retries. Whether a worker polls and
+    answers is decided here, once, for every form of output.
     """
     from pressroom import database
     from workflows.newsletter_models import newsletter_workflow_id
@@ -316,17 +314,18 @@ async def newsletter_status(email_id: str, *, client=None, settings: Settings | 
 
 
 async def _run_view(workflow_id: str, client, settings: Settings):
-    """(run, progress, waiting_for, temporal) within QUERY_TIMEOUT in all: `temporal` is None when
+    """(run, progress, waiting_for, temporal) within the status budget in all: `temporal` is None when
     Temporal answered, else why it could not be read (then the run is unknown: None)."""
     import time
 
     from temporalio.service import RPCError, RPCStatusCode
 
-    from operations.waiting import QUERY_TIMEOUT, has_worker, open_timer
+    from operations.waiting import has_worker, open_timer, status_query_seconds
     from pressroom.temporal import TemporalUnavailable, describe_rpc_error
     from workflows.newsletter import SendNewsletterWorkflow
 
-    deadline = time.monotonic() + QUERY_TIMEOUT.total_seconds()
+    bound = status_query_seconds()  # what is left of the command's budget, counted from its start
+    deadline = time.monotonic() + bound
 
     async def bounded(call, default=None):
         """The call's answer, or `default` past the shared deadline."""
@@ -339,14 +338,14 @@ async def _run_view(workflow_id: str, client, settings: Settings):
             return default
 
     unreachable = (f"Temporal at {settings.temporal_address} did not answer within "
-                   f"{QUERY_TIMEOUT.total_seconds():g} s; shown is what PostgreSQL holds")
+                   f"{bound:.2g} s; shown is what PostgreSQL holds")
     try:
         if client is None:
             client = await bounded(temporal_client(settings))
             if client is None:
                 return None, None, None, unreachable
         handle = client.get_workflow_handle_for(SendNewsletterWorkflow.run, workflow_id)
-        description = await bounded(handle.describe(rpc_timeout=QUERY_TIMEOUT))
+        description = await bounded(handle.describe(rpc_timeout=timedelta(seconds=bound)))
         if description is None:
             return None, None, None, unreachable
     except TemporalUnavailable as error:
@@ -357,7 +356,7 @@ async def _run_view(workflow_id: str, client, settings: Settings):
         return None, None, None, f"{describe_rpc_error(error, settings)}; shown is what PostgreSQL holds"
     status = description.status.name.lower() if description.status else None
     run = {"run_id": description.run_id, "status": status, "task_queue": description.task_queue,
-           "worker_polling": None, "worker_answering": None}
+           "worker_polling": None, "worker_answering": None, "query_seconds": round(bound, 1)}
     if status != "running":
         return run, None, None, None
 
@@ -379,7 +378,6 @@ async def _run_view(workflow_id: str, client, settings: Settings):
 def retrying(description) -> str | None:
     """An activity of the run being retried after a failure, in words (the last step retrying a
     database error is waiting too), or None."""
-    from datetime import timezone
 
     for pending in description.raw_description.pending_activities:
         if pending.attempt > 1 and pending.HasField("last_failure"):
