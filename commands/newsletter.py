@@ -134,7 +134,8 @@ def newsletter_status_command(email_id: str = typer.Argument(..., help="The emai
     if status["progress"]:
         from workflows.newsletter_models import NewsletterProgress
 
-        console.print(f"now: {progress_words(NewsletterProgress(**status['progress']))}", highlight=False)
+        console.print(f"now: {progress_words(NewsletterProgress(**status['progress']), counts=False)}",
+                      highlight=False)
     if run and run["status"] == "running":
         console.print(f"waits for: {status['waiting_for'] or 'nothing (its batches are being sent)'}",
                       highlight=False)
@@ -263,7 +264,7 @@ def print_report(r: dict) -> None:
              "unsubscribed": "no longer subscribed to the newsletter; through this email: "
                              f"{r['unsubscribed_through_email']['link']:,} by its link, "
                              f"{r['unsubscribed_through_email']['provider']:,} by the provider"}
-    rows = [["", "members", "rate", ""], ["recipients", f"{r['recipients']:,}", "", ""],
+    rows = [["", "members", "of sent", ""], ["recipients", f"{r['recipients']:,}", "", ""],
             ["sent", f"{r['sent']:,}", "", notes["sent"]]]
     for key in ("delivered", "opened", "failed", "unsubscribed", "complained"):
         rate = r["rates"][key]

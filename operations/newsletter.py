@@ -7,6 +7,7 @@ import asyncio
 from dataclasses import dataclass
 from datetime import UTC, timedelta
 
+from activities.newsletter.counts import batch_counts
 from activities.newsletter.lock import ARCHIVED_NEWSLETTER
 from operations.common import temporal_client
 from pressroom import tracing
@@ -195,13 +196,14 @@ def not_published_yet(email_id: str, email) -> str:
     return ""
 
 
-def progress_words(progress) -> str:
-    """A running send's progress and what it waits for, in the words of its Web UI details."""
+def progress_words(progress, *, counts: bool = True) -> str:
+    """A running send's progress and what it waits for, in the words of its Web UI details; without
+    `counts`, beside a line that counts the batches already (one count on the screen, not two)."""
     from operations.waiting import as_words
 
     p = progress
     details = (f"{p.status}: {p.batches_sent}/{p.batches_total} batches sent, {p.batches_failed} failed; "
-               f"{p.recipients_sent:,}/{p.recipients_total:,} recipients")
+               f"{p.recipients_sent:,}/{p.recipients_total:,} recipients") if counts else p.status
     if p.confirming:
         details += (f"\n\nconfirming batch {', '.join(map(str, sorted(p.confirming)))}: Mailgun may have accepted it; "
                     "waiting for its events before sending it again")
@@ -299,15 +301,14 @@ async def newsletter_status(email_id: str, *, client=None, settings: Settings | 
                                     "cancelled_by, cancelled_at FROM emails WHERE id = $1", email_id)
         if email is None:
             raise NotFound(f"email {email_id} does not exist")
-        batches = await conn.fetchrow(
-            "SELECT count(*) AS total, count(*) FILTER (WHERE status = 'submitted') AS submitted, "
-            "count(*) FILTER (WHERE status = 'failed') AS failed FROM email_batches WHERE email_id = $1", email_id)
+        batches = await batch_counts(conn, email_id)  # as the run, its cancel and its finish count them
         recipients = await conn.fetchval("SELECT count(*) FROM email_recipients WHERE email_id = $1", email_id)
     workflow_id = newsletter_workflow_id(email_id)
     run, progress, waiting_for, temporal = await _run_view(workflow_id, client, settings)
     return {"email_id": email_id, "status": email["status"], "error": email["error"],
             "submitted_at": email["submitted_at"], "workflow_id": workflow_id, "run": run, "progress": progress,
-            "batches": {"total": batches["total"], "submitted": batches["submitted"], "failed": batches["failed"]},
+            "batches": {"total": batches.batches_total, "submitted": batches.batches_submitted,
+                        "failed": batches.batches_failed},
             "recipients": recipients, "recipients_expected": email["email_count_expected"],
             "waiting_for": waiting_for, "skipped_recipients": email["skipped_recipients"],
             "cancelled_by": email["cancelled_by"], "cancelled_at": email["cancelled_at"], "temporal": temporal}
