@@ -40,11 +40,12 @@ def members_add(email: str = typer.Argument(..., help="The member's e-mail addre
 
 
 @app.command("resubscribe")
-def members_resubscribe(member_id: str = typer.Argument(..., help="The member (members.id).")) -> None:
+def members_resubscribe(member: str = typer.Argument(..., metavar="ID|ADDRESS",
+                                                     help="The member's id or address.")) -> None:
     """Mail a member again whom the site subscribed again: off Mailgun's suppression lists, and Pressroom's."""
     from operations.members import resubscribe_member
 
-    done = run_async(resubscribe_member(member_id))
+    done = run_async(resubscribe_member(member))
     lists = "; ".join(f"{domain}: {', '.join(tables)}" for domain, tables in done.removed.items() if tables)
     console.print(f"member {done.member_id} resubscribed: "
                   + (f"removed from Mailgun's {lists}" if lists else "on none of Mailgun's suppression lists")

@@ -182,7 +182,8 @@ def newsletter_follow(email_id: str = typer.Argument(..., help="The email (email
 
 @app.command("preview")
 def newsletter_preview(email_id: str = typer.Argument(..., help="The email (emails.id)."),
-                       member: str = typer.Option(None, "--member", help="Show what this member (members.id) gets."),
+                       member: str = typer.Option(None, "--member", metavar="ID|ADDRESS",
+                                                  help="Show what this member (id or address) gets."),
                        segment: str = typer.Option(None, "--segment", help="free or paid: a reader with no name."),
                        text: bool = typer.Option(False, "--text", help="The plain-text part instead of the HTML.")
                        ) -> None:

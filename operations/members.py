@@ -195,7 +195,7 @@ class Resubscribed:
 
 
 @tracing.traced("pressroom members resubscribe")
-async def resubscribe_member(member_id: str, *, settings: Settings | None = None) -> Resubscribed:
+async def resubscribe_member(member: str, *, settings: Settings | None = None) -> Resubscribed:
     """Mail a member again who bounced, unsubscribed or complained and whom the site has subscribed again.
 
     The provider first: the address is taken off each sending domain's suppression lists (Mailgun's
@@ -206,17 +206,14 @@ async def resubscribe_member(member_id: str, *, settings: Settings | None = None
     Safe to repeat. Which newsletters they receive stays the site's to say (members_newsletters).
     """
     from pressroom import database
-    from pressroom.errors import NotFound, PressroomError
-    from pressroom.inputs import entity_id
+    from pressroom.errors import PressroomError
     from pressroom.providers.port import ProviderError
     from pressroom.providers.wiring import provider_from_settings
 
-    entity_id(member_id, "member")
     settings = settings or get_settings()
     async with database.connection(settings.require_database()) as conn:
-        address = await conn.fetchval("SELECT email FROM members WHERE id = $1", member_id)
-    if address is None:
-        raise NotFound(f"member {member_id} does not exist")
+        row = await _member_row(conn, member)  # by id or address, as `members show`
+    member_id, address = row["id"], row["email"]
     provider = provider_from_settings(settings)
     scopes = [provider.scope, *([settings.fallback_domain] if settings.fallback_domain else [])]
     try:

@@ -463,8 +463,12 @@ async def preview_email(email_id: str, *, member_id: str | None = None, segment:
     """What a member (or a stand-in reader of a segment, paid by default) receives; nothing is sent."""
     from pressroom import database
 
+    from operations.members import _member_row
+
     settings = settings or get_settings()
     async with database.connection(settings.require_database()) as conn:
+        if member_id is not None:  # by id or address, as `members show`
+            member_id = (await _member_row(conn, member_id))["id"]
         _, rendered, values, reader = await _render_for(conn, email_id, member_id=member_id, segment=segment,
                                                         address=None, settings=settings)
     subject, html, text = rendered.personalise(values)

@@ -30,10 +30,18 @@ class ConfigurationError(Exception):
 
 
 def project_home() -> Path:
-    """Where the development stack keeps its data: PRESSROOM_HOME, or ./.pressroom."""
+    """Where the development stack keeps its data: PRESSROOM_HOME, else the nearest `.pressroom`
+    folder here or above (as git finds `.git`: a command run from a subfolder of the project finds
+    its running stack), else ./.pressroom."""
     import os
 
-    return Path(os.environ.get("PRESSROOM_HOME", ".pressroom")).resolve()
+    if "PRESSROOM_HOME" in os.environ:
+        return Path(os.environ["PRESSROOM_HOME"]).resolve()
+    here = Path.cwd().resolve()
+    for folder in (here, *here.parents):
+        if (folder / ".pressroom").is_dir():
+            return folder / ".pressroom"
+    return here / ".pressroom"
 
 
 def dev_stack_file() -> Path:
