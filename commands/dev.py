@@ -55,7 +55,8 @@ STACK_VARIABLES = (("DATABASE_URL", "database_url"), ("TEMPORAL_ADDRESS", "tempo
 
 @app.command("env")
 def dev_env() -> None:
-    """Print `export` lines for the running stack (the simulator's local key included)."""
+    """Print `export` lines for the running stack (its generated keys, and PRESSROOM_DEV_PG_BIN: the
+    folder of its PostgreSQL's own pg_dump and psql, whose version matches the server's)."""
     import shlex
 
     from pressroom.settings import read_dev_stack
@@ -66,6 +67,10 @@ def dev_env() -> None:
     for variable, key in STACK_VARIABLES:
         if key in state:
             print(f"export {variable}={shlex.quote(str(state[key]))}")
+    if "postgres_data" in state:  # the stack's own PostgreSQL: its tools (pg_dump) match its version
+        from devstack.servers import postgres_bin
+
+        print(f"export PRESSROOM_DEV_PG_BIN={shlex.quote(str(postgres_bin()))}")
 
 
 @app.command("down")

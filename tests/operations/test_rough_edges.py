@@ -36,7 +36,9 @@ def test_the_development_stack_is_found_from_a_subfolder(tmp_path, monkeypatch):
     home = tmp_path / ".pressroom"
     home.mkdir()
     (home / "stack.json").write_text(json.dumps({"database_url": "postgresql://p@127.0.0.1:54329/postgres",
-                                                 "temporal_address": "127.0.0.1:7233"}))
+                                                 "temporal_address": "127.0.0.1:7233",
+                                                 "postgres_data": str(home / "postgres"),
+                                                 "address_hash_key": "k" * 64}))
     deeper = tmp_path / "docs" / "drafts"
     deeper.mkdir(parents=True)
     monkeypatch.delenv("PRESSROOM_HOME")
@@ -48,6 +50,11 @@ def test_the_development_stack_is_found_from_a_subfolder(tmp_path, monkeypatch):
         **env, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert "export DATABASE_URL=postgresql://p@127.0.0.1:54329/postgres" in done.stdout
+    assert f"export PRESSROOM_ADDRESS_HASH_KEY={'k' * 64}" in done.stdout
+    # The stack's own PostgreSQL tools, for a backup (a system pg_dump older than the server refuses it).
+    [pg_bin] = [line.split("=", 1)[1] for line in done.stdout.splitlines()
+                if line.startswith("export PRESSROOM_DEV_PG_BIN=")]
+    assert (Path(pg_bin) / "pg_dump").exists()
 
 
 async def test_preview_and_resubscribe_take_an_address_as_members_show_does(db, mailgun, settings):
