@@ -211,7 +211,8 @@ def members_show(member: str = typer.Argument(..., metavar="ID|ADDRESS", help="T
     if p["note"]:  # outside input, of several lines: shown indented, what a terminal would act on blanked
         lines = "".join(c if c.isprintable() or c == "\n" else " " for c in p["note"]).splitlines()
         console.print("note: " + "\n      ".join(lines), highlight=False, markup=False)
-    open_rate = f"{p['email_open_rate']}%" if p["email_open_rate"] is not None else "none yet (shown once 5 emails with open tracking were received)"
+    open_rate = (f"{p['email_open_rate']}%" if p["email_open_rate"] is not None
+                 else "none yet (shown once 5 emails with open tracking were received)")
     console.print(f"received {plural(p['email_count'], 'email')}, opened {p['email_opened_count']:,}; "
                   f"open rate {open_rate}", highlight=False)
     s = p["suppression"]

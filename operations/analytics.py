@@ -7,7 +7,7 @@ from datetime import UTC, timedelta
 from typing import TYPE_CHECKING
 
 from activities.analytics.models import SCHEDULE_ID, FetchEmailAnalyticsInput
-from operations.common import parse_moment, temporal_client
+from operations.common import temporal_client
 from pressroom.settings import Settings, get_settings
 
 if TYPE_CHECKING:
@@ -143,7 +143,7 @@ async def analytics_backfill(begin: str, end: str, settings: Settings | None = N
 async def analytics_status(settings: Settings | None = None, client=None) -> dict:
     """The schedule's state, its recent actions, each cursor with its lag, and the last runs."""
     import json
-    from datetime import datetime, timezone
+    from datetime import datetime
 
     from activities.analytics.models import PHASE_JOBS, RUNS_JOB
     from pressroom import database

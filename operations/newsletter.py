@@ -461,9 +461,8 @@ async def _render_for(conn, email_id: str, *, member_id: str | None, segment: st
 async def preview_email(email_id: str, *, member_id: str | None = None, segment: str | None = None,
                         settings: Settings | None = None) -> EmailPreview:
     """What a member (or a stand-in reader of a segment, paid by default) receives; nothing is sent."""
-    from pressroom import database
-
     from operations.members import _member_row
+    from pressroom import database
 
     settings = settings or get_settings()
     async with database.connection(settings.require_database()) as conn:
