@@ -283,14 +283,17 @@ async def follow_newsletter(workflow_id: str, *, client=None, on_progress=None, 
         raise PressroomError(f"{workflow_id} failed: {cause_of(error).message}") from None
 
 
-async def newsletter_status(email_id: str, *, client=None, settings: Settings | None = None) -> dict:
+async def newsletter_status(email_id: str, *, client=None, settings: Settings | None = None,
+                            command_started: float | None = None) -> dict:
     """The email's row, its batches and recipients, and its run: while it runs, its live progress
     when a worker answers, and in any case what it waits for (`waiting_for`).
 
     PostgreSQL's view always comes first; everything asked of Temporal shares one bound (what is
     left of the command's budget, STATUS_BUDGET_SECONDS in operations/waiting.py), past which the
     answer says so (`temporal`) instead of waiting on the SDK's retries. Whether a worker polls and
-    answers is decided here, once, for every form of output.
+    answers is decided here, once, for every form of output. `command_started` (time.monotonic()
+    when the command's process started): the budget counts from then; without it (a long-lived
+    caller), the queries' own bound.
     """
     from pressroom import database
     from workflows.newsletter_models import newsletter_workflow_id
@@ -304,7 +307,7 @@ async def newsletter_status(email_id: str, *, client=None, settings: Settings | 
         batches = await batch_counts(conn, email_id)  # as the run, its cancel and its finish count them
         recipients = await conn.fetchval("SELECT count(*) FROM email_recipients WHERE email_id = $1", email_id)
     workflow_id = newsletter_workflow_id(email_id)
-    run, progress, waiting_for, temporal = await _run_view(workflow_id, client, settings)
+    run, progress, waiting_for, temporal = await _run_view(workflow_id, client, settings, command_started)
     return {"email_id": email_id, "status": email["status"], "error": email["error"],
             "submitted_at": email["submitted_at"], "workflow_id": workflow_id, "run": run, "progress": progress,
             "batches": {"total": batches.batches_total, "submitted": batches.batches_submitted,
@@ -314,7 +317,7 @@ async def newsletter_status(email_id: str, *, client=None, settings: Settings | 
             "cancelled_by": email["cancelled_by"], "cancelled_at": email["cancelled_at"], "temporal": temporal}
 
 
-async def _run_view(workflow_id: str, client, settings: Settings):
+async def _run_view(workflow_id: str, client, settings: Settings, command_started: float | None = None):
     """(run, progress, waiting_for, temporal) within the status budget in all: `temporal` is None when
     Temporal answered, else why it could not be read (then the run is unknown: None)."""
     import time
@@ -325,7 +328,7 @@ async def _run_view(workflow_id: str, client, settings: Settings):
     from pressroom.temporal import TemporalUnavailable, describe_rpc_error
     from workflows.newsletter import SendNewsletterWorkflow
 
-    bound = status_query_seconds()  # what is left of the command's budget, counted from its start
+    bound = status_query_seconds(None if command_started is None else time.monotonic() - command_started)
     deadline = time.monotonic() + bound
 
     async def bounded(call, default=None):

@@ -28,6 +28,7 @@ def test_the_age_of_a_process_is_counted_from_its_start_not_from_its_first_quest
     (STATUS_BUDGET_SECONDS - 2.0, 2.0),  # a slow start: what is left
     (STATUS_BUDGET_SECONDS - 0.1, STATUS_LEAST_SECONDS),  # nearly spent: still time for a live worker
     (30.0, STATUS_LEAST_SECONDS),
+    (None, QUERY_TIMEOUT.total_seconds()),  # no command (a server, a test calling the operation)
 ])
 def test_what_is_left_of_the_budget_bounds_the_questions(age, bound):
     assert status_query_seconds(age) == pytest.approx(bound)
