@@ -42,7 +42,7 @@ PATCHES = [
           "SendNewsletterWorkflow", "0.9.0"),
     Patch("workflows.newsletter_sending.PROVIDER_PROBE_PATCH", newsletter_sending.PROVIDER_PROBE_PATCH,
           "SendNewsletterWorkflow", "0.9.0"),
-    Patch("workflows.newsletter_sending.REPUTATION_PAUSE_PATCH", newsletter_sending.REPUTATION_PAUSE_PATCH,
+    Patch("workflows.newsletter.REPUTATION_PAUSE_PATCH", newsletter.REPUTATION_PAUSE_PATCH,
           "SendNewsletterWorkflow", "0.9.0"),
     Patch("workflows.outbox.CONFIRM_UNCERTAIN_PATCH", outbox.CONFIRM_UNCERTAIN_PATCH,
           "DeliverOutboxEntryWorkflow", "0.2.0"),

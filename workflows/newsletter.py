@@ -44,7 +44,7 @@ from workflows.newsletter_models import (
     SendNewsletterInput,
     newsletter_workflow_id,
 )
-from workflows.newsletter_sending import HEARTBEAT_TIMEOUT, REPUTATION_PAUSE_PATCH, BatchSending
+from workflows.newsletter_sending import HEARTBEAT_TIMEOUT, BatchSending
 
 DATABASE_TIMEOUT = timedelta(minutes=30)
 BATCH_PAGE = 100  # batch ids fetched per page: a history holds a few pages at most
@@ -63,6 +63,9 @@ PROVIDER_OUTAGE_PATCH = "wait-out-mailgun-outages"
 # Runs recorded before this patch had no `cancel` signal; later ones stop sending between batches
 # when an operator cancels, and record the email cancelled.
 CANCEL_PATCH = "operator-cancel"
+# Runs started before this patch sent to the end whatever their early figures; later runs pause
+# between batches when the email's hard-bounce or complaint rate crosses its threshold.
+REPUTATION_PAUSE_PATCH = "pause-on-reputation"
 
 
 @workflow.defn

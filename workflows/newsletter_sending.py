@@ -47,9 +47,6 @@ CONFIRM_ASIDE_PATCH = "confirm-uncertain-aside"
 # Runs started before this patch waited out an outage on a doubling timer; later runs look for the
 # provider's return with an authenticated read and send again within one look of it.
 PROVIDER_PROBE_PATCH = "probe-provider-return"
-# Runs started before this patch sent to the end whatever their early figures; later runs pause
-# between batches when the email's hard-bounce or complaint rate crosses its threshold.
-REPUTATION_PAUSE_PATCH = "pause-on-reputation"
 # A look for the provider's return lasts at most this long; the run then looks again.
 PROBE_ACTIVITY = timedelta(minutes=10)
 
