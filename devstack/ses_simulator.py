@@ -580,7 +580,7 @@ async def running_ses_simulator(**kwargs: Any) -> AsyncIterator[SesSimulator]:
         await simulator.stop()
 
 
-DEVELOPMENT_SENDER_DOMAIN = "example.com"
+DEVELOPMENT_SENDER_DOMAINS = ("example.com", "demo.pressroom.test")
 # The secret key comes from the environment: a command line is readable by every local account.
 SECRET_KEY_VARIABLE = "PRESSROOM_SES_SIMULATOR_SECRET_KEY"
 
@@ -591,9 +591,11 @@ async def _serve(args: argparse.Namespace, secret: str) -> None:
     simulator = SesSimulator(region=args.region, access_key_id=args.access_key_id, secret_access_key=secret,
                              domain=args.domain)
     simulator.opens = True
-    # The development site sends from example.com (PRESSROOM_FROM_ADDRESS's default), verified here
-    # as a site verifies its domain; any other sender is refused, as SES refuses it.
-    simulator.identities[DEVELOPMENT_SENDER_DOMAIN] = True
+    # The development site sends from example.com (PRESSROOM_FROM_ADDRESS's default) and the demo's
+    # newsletter from its own domain, both verified here as a site verifies its domains; any other
+    # sender is refused, as SES refuses it.
+    for domain in DEVELOPMENT_SENDER_DOMAINS:
+        simulator.identities[domain] = True
     simulator.check_senders = True
     # Written before the port opens, so whoever waits for the port finds it. The receiver trusts it
     # only through PRESSROOM_SES_SNS_DEV_CERTIFICATE, and only for certificate URLs on the loopback.

@@ -9,7 +9,7 @@ from contextlib import asynccontextmanager
 from aiohttp import web
 
 from devstack.servers import free_port
-from devstack.ses_simulator import DEVELOPMENT_SENDER_DOMAIN, running_ses_simulator
+from devstack.ses_simulator import DEVELOPMENT_SENDER_DOMAINS, running_ses_simulator
 from frontdoor.receiver import Receiver
 from pressroom import database
 from pressroom.providers.received import StoredAcceptances
@@ -31,7 +31,8 @@ async def running_ses_stack(postgres_url, mailgun, monkeypatch, tmp_path, **over
     async with running_ses_simulator() as simulator:
         # The test sites send from example.com: verified, as the development stack's is; SES refuses
         # any other sender.
-        simulator.identities[DEVELOPMENT_SENDER_DOMAIN] = True
+        for domain in DEVELOPMENT_SENDER_DOMAINS:
+            simulator.identities[domain] = True
         simulator.check_senders = True
         certificate = tmp_path / "sns-dev.pem"
         certificate.write_bytes(simulator.certificate_pem)
