@@ -165,7 +165,7 @@ async def _wait_for_opens(email_id: str, settings, timeout: float = 60) -> None:
     from operations.reports import newsletter_report
 
     deadline = time.monotonic() + timeout
-    while (report := await newsletter_report(email_id, settings=settings))["opened"] < report["sent"]:
+    while (report := await newsletter_report(email_id, settings=settings)).opened < report.sent:
         if time.monotonic() > deadline:
             return  # the report shows what arrived
         await asyncio.sleep(0.5)

@@ -7,6 +7,7 @@ import asyncio
 from dataclasses import dataclass
 from datetime import UTC
 
+from operations.answers import NewsletterStatus
 from operations.common import run_summary, temporal_client
 from pressroom import tracing
 from pressroom.errors import BadInput, NotFound, PressroomError, cause_of
@@ -274,7 +275,7 @@ async def follow_newsletter(workflow_id: str, *, client=None, on_progress=None, 
         raise PressroomError(f"{workflow_id} failed: {cause_of(error).message}") from None
 
 
-async def newsletter_status(email_id: str, *, client=None, settings: Settings | None = None) -> dict:
+async def newsletter_status(email_id: str, *, client=None, settings: Settings | None = None) -> NewsletterStatus:
     """The email's row, its batches and recipients, and its run: while it runs, its live progress
     when a worker answers, and in any case what it waits for (`waiting_for`).
 
@@ -297,12 +298,13 @@ async def newsletter_status(email_id: str, *, client=None, settings: Settings | 
         recipients = await conn.fetchval("SELECT count(*) FROM email_recipients WHERE email_id = $1", email_id)
     workflow_id = newsletter_workflow_id(email_id)
     run, progress, waiting_for, temporal = await _run_view(workflow_id, client, settings)
-    return {"email_id": email_id, "status": email["status"], "error": email["error"],
+    return NewsletterStatus.model_validate({
+            "email_id": email_id, "status": email["status"], "error": email["error"],
             "submitted_at": email["submitted_at"], "workflow_id": workflow_id, "run": run, "progress": progress,
             "batches": {"total": batches["total"], "submitted": batches["submitted"], "failed": batches["failed"]},
             "recipients": recipients, "recipients_expected": email["email_count_expected"],
             "waiting_for": waiting_for, "skipped_recipients": email["skipped_recipients"],
-            "cancelled_by": email["cancelled_by"], "cancelled_at": email["cancelled_at"], "temporal": temporal}
+            "cancelled_by": email["cancelled_by"], "cancelled_at": email["cancelled_at"], "temporal": temporal})
 
 
 async def _run_view(workflow_id: str, client, settings: Settings):

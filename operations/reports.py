@@ -18,6 +18,7 @@ from activities.newsletter.left_out import (
     LEFT_OUT_REASONS,
     with_filter,
 )
+from operations.answers import EmailReport, LeftOutRow, Page
 from pressroom.errors import BadInput, NotFound
 from pressroom.inputs import entity_id
 from pressroom.settings import Settings, get_settings
@@ -146,7 +147,7 @@ async def _opens(conn, email) -> dict:
     return {"bucket_seconds": int(width.total_seconds()), "buckets": buckets}
 
 
-async def newsletter_report(email_id: str, *, reasons: int = 5, settings: Settings | None = None) -> dict:
+async def newsletter_report(email_id: str, *, reasons: int = 5, settings: Settings | None = None) -> EmailReport:
     """Recipients, delivered, opened, failed, unsubscribed, complained with rates (per segment too),
     the top failure reasons, who was left out and why, and the opens over time."""
     from pressroom import database
@@ -181,7 +182,8 @@ async def newsletter_report(email_id: str, *, reasons: int = 5, settings: Settin
                "failed": permanent + temporary,
                "failed_permanent": permanent, "failed_temporary": temporary, "complained": complained}
     whole = figures["recipients"]
-    return {"email_id": email["id"], "subject": email["subject"], "status": email["status"], "error": email["error"],
+    return EmailReport.model_validate({
+            "email_id": email["id"], "subject": email["subject"], "status": email["status"], "error": email["error"],
             "post_id": email["post_id"], "newsletter_id": email["newsletter_id"], "newsletter": email["newsletter"],
             "recipient_filter": email["recipient_filter"], "created_at": email["created_at"],
             "submitted_at": email["submitted_at"], "cancelled_by": email["cancelled_by"],
@@ -194,11 +196,11 @@ async def newsletter_report(email_id: str, *, reasons: int = 5, settings: Settin
                          for s in segments],
             "top_failures": top,
             "left_out": {reason: left_out.get(reason, 0) for reason in LEFT_OUT_REASONS},
-            "opens_over_time": opens}
+            "opens_over_time": opens})
 
 
 async def left_out_members(email_id: str, *, reason: str | None = None, after: str | None = None, limit: int = 50,
-                           settings: Settings | None = None) -> dict:
+                           settings: Settings | None = None) -> Page[LeftOutRow]:
     """The members left out of an email, newest first, with why: `{items, next_after}` as every list."""
     from operations.finding import LARGEST_PAGE
     from pressroom import database
@@ -219,5 +221,5 @@ async def left_out_members(email_id: str, *, reason: str | None = None, after: s
         page, values = with_filter(LEFT_OUT_PAGE, email, as_of=datetime.now(UTC))  # tiers as they are now
         rows = await conn.fetch(page, email_id, email["newsletter_id"], email["created_at"],
                                 values, reason, *cursor, limit + 1)
-    items = [dict(row) for row in rows[:limit]]
-    return {"items": items, "next_after": items[-1]["member_id"] if len(rows) > limit else None}
+    items = [LeftOutRow.model_validate(dict(row)) for row in rows[:limit]]
+    return Page[LeftOutRow](items=items, next_after=items[-1].member_id if len(rows) > limit else None)
