@@ -374,9 +374,9 @@ def _models_in(model: type[BaseModel], seen: dict[str, type[BaseModel]]) -> None
         stack = [field.annotation]
         while stack:
             annotation = stack.pop()
-            if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-                if annotation.__name__ not in seen:
-                    _models_in(annotation, seen)
+            if (isinstance(annotation, type) and issubclass(annotation, BaseModel)
+                    and annotation.__name__ not in seen):
+                _models_in(annotation, seen)
             stack.extend(typing.get_args(annotation))
 
 

@@ -223,3 +223,21 @@ async def left_out_members(email_id: str, *, reason: str | None = None, after: s
                                 values, reason, *cursor, limit + 1)
     items = [LeftOutRow.model_validate(dict(row)) for row in rows[:limit]]
     return Page[LeftOutRow](items=items, next_after=items[-1].member_id if len(rows) > limit else None)
+
+
+_NOT_SENT = """
+SELECT b.email_id, count(*) AS n FROM email_batches b JOIN email_recipients er ON er.batch_id = b.id
+WHERE b.email_id = ANY($1::text[]) AND b.status <> 'submitted' GROUP BY b.email_id"""
+
+
+async def sent_counts(email_ids: list[str], *, settings: Settings | None = None) -> dict[str, int]:
+    """Recipients accepted by the provider, per email (the report's `sent`), for a page of emails:
+    the email's recipients less those of its batches not accepted, which alone are counted."""
+    from pressroom import database
+
+    settings = settings or get_settings()
+    async with database.connection(settings.require_database()) as conn:
+        recipients = {r["id"]: r["email_count"] for r in await conn.fetch(
+            "SELECT id, email_count FROM emails WHERE id = ANY($1::text[])", email_ids)}
+        not_sent = {r["email_id"]: r["n"] for r in await conn.fetch(_NOT_SENT, email_ids)}
+    return {email_id: recipients.get(email_id, 0) - not_sent.get(email_id, 0) for email_id in email_ids}

@@ -28,6 +28,8 @@ def routes(pages: Pages) -> list[web.RouteDef]:
         web.get(f"{ROOT}/emails/{{email_id}}/status.json", staff(lambda r: status_json(pages, r))),
         web.get(f"{ROOT}/emails/{{email_id}}/cancel", staff(lambda r: confirm_cancel(pages, r))),
         web.post(f"{ROOT}/emails/{{email_id}}/cancel", staff(lambda r: cancel(pages, r))),
+        web.get(f"{ROOT}/emails/{{email_id}}/send", staff(lambda r: confirm_send(pages, r))),
+        web.post(f"{ROOT}/emails/{{email_id}}/send", staff(lambda r: send(pages, r))),
         web.get(f"{ROOT}/members", staff(lambda r: members(pages, r))),
         web.get(f"{ROOT}/members/{{member_id}}", staff(lambda r: member(pages, r))),
         web.get(f"{ROOT}/members/{{member_id}}/{{action:delete|unsubscribe|resubscribe}}",
@@ -55,9 +57,11 @@ async def _static(request: web.Request) -> web.Response:
 
 async def newsletters(pages: Pages, request: web.Request) -> web.Response:
     from operations.finding import list_page
+    from operations.reports import sent_counts
 
     page = await list_page("email", after=request.query.get("after") or None, settings=pages.settings)
-    return pages.render(request, "newsletters.html", page=page)
+    sent = await sent_counts([row.email_id for row in page.items], settings=pages.settings)
+    return pages.render(request, "newsletters.html", page=page, sent=sent)
 
 
 async def report(pages: Pages, request: web.Request) -> web.Response:
@@ -104,7 +108,24 @@ async def cancel(pages: Pages, request: web.Request) -> web.Response:
 
     email_id = request.match_info["email_id"]
     signed = request[SIGNED]
-    await cancel_newsletter(email_id, by=signed.session.email, client=await pages.temporal(), settings=pages.settings)
+    # Recorded by the staff member's id: an address never goes into a run's history.
+    await cancel_newsletter(email_id, by=signed.session.staff_id, client=await pages.temporal(),
+                            settings=pages.settings)
+    return redirect(f"{ROOT}/emails/{email_id}")
+
+
+async def confirm_send(pages: Pages, request: web.Request) -> web.Response:
+    email_id = request.match_info["email_id"]
+    return pages.render(request, "confirm.html", title=f"Send email {email_id} again?",
+                        consequence="Only the members who have not been sent it get it: nobody gets it twice.",
+                        action=f"{ROOT}/emails/{email_id}/send", button="Send it", back=f"{ROOT}/emails/{email_id}")
+
+
+async def send(pages: Pages, request: web.Request) -> web.Response:
+    from operations.newsletter import start_newsletter
+
+    email_id = request.match_info["email_id"]
+    await start_newsletter(email_id, client=await pages.temporal(), settings=pages.settings)
     return redirect(f"{ROOT}/emails/{email_id}")
 
 
