@@ -331,7 +331,7 @@ class CheckReport(Answer):
 
 # --- the `--json` shapes, documented from the models (docs/answers.md) ---------------------------
 
-DOCUMENTED = {  # command: (model, what the document is)
+DOCUMENTED: dict[str, tuple[type[BaseModel], str]] = {  # command: (model, what the document is)
     "newsletter list": (Page[EmailRow], "one page of emails"),
     "newsletter status": (NewsletterStatus, "an email's state, batches and run"),
     "newsletter report": (EmailReport, "how an email did"),

@@ -2,12 +2,14 @@
 recipient filter's language (`status:paid+label:vip`), newest first, a page at a time.
 
 The walk is `members list`'s: the (created_at, id) index from the newest row, stopping after one
-page, the next page starting after the last row shown; the filter is the one an email's audience
+page, the next page starting after the last row shown; a rare search is answered from the trigram
+index of schema 0071 instead (the planner chooses); the filter is the one an email's audience
 uses (pressroom/recipient_filter.py parsed, activities/newsletter/audience.py's SQL).
 """
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime
 
 from activities.newsletter.audience import filter_sql
@@ -24,7 +26,7 @@ _SEARCH = """
 SELECT m.id AS member_id, m.email, m.name, m.status, m.email_disabled, s.reason AS suppressed,
        m.email_count, m.email_opened_count, m.email_open_rate, m.created_at
 FROM members m LEFT JOIN suppressions s ON s.email = m.email
-WHERE ($1::text IS NULL OR strpos(lower(m.email), $1) > 0 OR strpos(lower(coalesce(m.name, '')), $1) > 0)
+WHERE ($1::text IS NULL OR lower(m.email || ' ' || coalesce(m.name, '')) LIKE $1)
   AND ($2::timestamptz IS NULL OR (m.created_at, m.id) < ($2, $3::text))
   AND {predicate}
 ORDER BY m.created_at DESC, m.id DESC LIMIT $4"""
@@ -40,6 +42,7 @@ async def search_members(text: str | None = None, recipient_filter: str | None =
     text = (text or "").strip().lower() or None
     if text is not None and len(text) > LONGEST_SEARCH:
         raise BadInput(f"the search is longer than {LONGEST_SEARCH} characters")
+    pattern = None if text is None else "%" + re.sub(r"([\\%_])", r"\\\1", text) + "%"  # typed literally
     try:
         tree = parse(recipient_filter.strip()) if recipient_filter and recipient_filter.strip() else None
     except FilterError as error:
@@ -56,6 +59,6 @@ async def search_members(text: str | None = None, recipient_filter: str | None =
                 raise NotFound(f"after {after}: no member has that id")
             cursor = row["created_at"], row["id"]
         statement = _SEARCH.format(predicate=predicate)
-        rows = await conn.fetch(statement, text, *cursor, limit + 1, *([values] if tree is not None else []))
+        rows = await conn.fetch(statement, pattern, *cursor, limit + 1, *([values] if tree is not None else []))
     items = [MemberRow.model_validate(dict(row)) for row in rows[:limit]]
     return Page[MemberRow](items=items, next_after=items[-1].member_id if len(rows) > limit else None)

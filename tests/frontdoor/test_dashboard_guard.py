@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import re
 import sys
@@ -52,7 +53,9 @@ async def test_staff_are_added_listed_and_removed_from_the_command_line(db, fron
     assert code == 0 and await db.fetchval("SELECT count(*) FROM staff") == 0
 
 
-async def test_pages_send_their_headers_refuse_a_post_without_the_token_and_a_get_changes_nothing(db, front_door):
+async def test_pages_send_their_headers_refuse_a_post_without_the_token_and_a_get_changes_nothing(db, front_door,
+                                                                                              caplog):
+    caplog.set_level(logging.DEBUG)
     await add_staff(EDITOR, PASSWORD, settings=front_door.settings)
     await seed_newsletter(db, members=3, emails=1)
     async with httpx.AsyncClient(base_url=front_door.base) as http:
@@ -74,6 +77,12 @@ async def test_pages_send_their_headers_refuse_a_post_without_the_token_and_a_ge
         done = await http.post("/pressroom/members/m1/delete", data={"csrf": csrf})
         assert done.status_code == 303
         assert await db.fetchval("SELECT count(*) FROM members WHERE id = 'm1'") == 0
+
+        health = await http.get("/pressroom/health")
+        assert health.status_code == 200 and "PostgreSQL" in health.text and "Refused at the front door" in health.text
+        member = await http.get("/pressroom/members/m2")
+        assert "member2@example.com" in member.text and member.headers["cache-control"] == "no-store"
+        assert "@example.com" not in caplog.text  # no address in any log line
 
         # Signing out without the token does not end the session.
         assert (await http.post("/pressroom/sign-out", data={})).status_code == 403
@@ -118,3 +127,25 @@ def test_the_throttle_waits_longer_after_each_failure_and_forgets_a_success():
     assert throttle.allowed("address:192.0.2.2", "account:b@example.com")  # others are not held up
     throttle.succeeded(*keys)
     assert throttle.allowed(*keys)
+
+
+async def test_members_are_found_by_part_of_an_address_or_a_name_typed_literally_and_paged(db, front_door):
+    from operations.member_search import search_members
+
+    settings = front_door.settings
+    await seed_newsletter(db, members=30, emails=0)
+    await db.execute("UPDATE members SET name = 'Ada Lovelace', status = 'paid' WHERE id = 'm7'")
+    await db.execute("UPDATE members SET email = 'x_y%z@example.com' WHERE id = 'm8'")
+    assert [m.member_id for m in (await search_members("LOVELACE", settings=settings)).items] == ["m7"]
+    assert len((await search_members("member1", settings=settings)).items) == 11  # m1, m10 … m19
+    assert [m.member_id for m in (await search_members("_y%", settings=settings)).items] == ["m8"]
+    assert [m.member_id for m in (await search_members("ada", "status:paid", settings=settings)).items] == ["m7"]
+    assert (await search_members("ada", "status:free", settings=settings)).items == []
+    seen, after = [], None
+    while True:
+        page = await search_members("example.com", after=after, limit=7, settings=settings)
+        seen += [m.member_id for m in page.items]
+        if page.next_after is None:
+            break
+        after = page.next_after
+    assert sorted(seen) == sorted(f"m{n}" for n in range(30))
