@@ -180,7 +180,9 @@ class Pages:
             except PressroomError as error:  # the operation's own one-line answer (no address in it)
                 return self.render(request, "problem.html", status=400, problem=str(error))
             except Exception as error:
-                log.error("page %s failed: %s", request.path, type(error).__name__)
+                # The route's pattern, never the path: a path may hold an address someone typed.
+                log.error("page %s failed: %s", request.match_info.route.resource.canonical if
+                          request.match_info.route.resource else "?", type(error).__name__)
                 raise
         return guarded
 
