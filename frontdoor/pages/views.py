@@ -195,8 +195,9 @@ SELECT provider AS source, reason, count AS n, last_at FROM webhook_refusals ORD
 async def health(pages: Pages, request: web.Request) -> web.Response:
     from operations.check import check_report, run_checks
     from operations.outbox import outbox_status
+    from operations.readiness import RUNNING_CHECKS
 
-    checks = check_report(await run_checks(pages.settings))
+    checks = check_report(await run_checks(pages.settings, RUNNING_CHECKS))  # what `pressroom check` says
     outbox = await outbox_status(pages.settings)
     refusals = await _refusals(pages)
     return pages.render(request, "health.html", checks=checks, outbox=outbox, refusals=refusals)
