@@ -83,7 +83,7 @@ async def test_a_mailgun_outage_longer_than_the_retries_is_waited_out_and_the_se
         status = await newsletter_status(seeded.email_id, client=dev_env.client, settings=settings)
         assert status.status == "submitting"
         assert status.progress is not None and status.progress.message.startswith("Mailgun unreachable since")
-        assert " UTC, next try at " in status["progress"]["message"]
+        assert " UTC, next try at " in status.progress.message
         assert await db.fetchval("SELECT count(*) FROM email_batches WHERE email_id = $1 AND status = 'failed'",
                                  seeded.email_id) == 0
 
