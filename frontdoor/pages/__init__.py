@@ -32,6 +32,7 @@ from jinja2 import Environment, FileSystemLoader, select_autoescape
 
 from operations.answers import Answer
 from operations.staff import Session, session_of, sign_in, sign_out
+from pressroom import database
 from pressroom.errors import PressroomError
 from pressroom.settings import Settings
 
@@ -176,7 +177,8 @@ class Pages:
                     return self.render(request, "refused.html", status=403)
                 request[FORM] = form
             try:
-                return await handler(request)
+                with database.pool_lent(self.pool):  # the operations borrow the server's connections
+                    return await handler(request)
             except PressroomError as error:  # the operation's own one-line answer (no address in it)
                 return self.render(request, "problem.html", status=400, problem=str(error))
             except Exception as error:
