@@ -8,7 +8,7 @@ page 1 does. Filters narrow the walk; each row carries the ids the other command
 from __future__ import annotations
 
 import re
-from datetime import UTC, datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 from activities.posts.publish import NEWSLETTER_NOT_GOING
 from operations.answers import Answer, EmailRow, MemberRow, OutboxRow, Page, PostRow

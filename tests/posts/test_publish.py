@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import signal
 import uuid
-from datetime import UTC, datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from temporalio.client import WorkflowExecutionStatus
