@@ -125,6 +125,7 @@ class RunView(Answer):
     task_queue: str
     worker_polling: bool | None  # None: not asked (the run is not running) or no answer in time
     worker_answering: bool | None
+    query_seconds: float  # the bound the questions to Temporal were held to
 
 
 class NewsletterStatus(Answer):
