@@ -18,7 +18,7 @@ import logging
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from datetime import UTC, datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -165,7 +165,7 @@ async def _wait_for_opens(email_id: str, settings, timeout: float = 60) -> None:
     from operations.reports import newsletter_report
 
     deadline = time.monotonic() + timeout
-    while (report := await newsletter_report(email_id, settings=settings))["opened"] < report["sent"]:
+    while (report := await newsletter_report(email_id, settings=settings)).opened < report.sent:
         if time.monotonic() > deadline:
             return  # the report shows what arrived
         await asyncio.sleep(0.5)

@@ -205,52 +205,52 @@ def members_show(member: str = typer.Argument(..., metavar="ID|ADDRESS", help="T
     if as_json:
         return print_json(profile)
     p = profile
-    console.print(f"member {p['member_id']}: {p['email']}" + (f" ({p['name']})" if p["name"] else ""), highlight=False)
-    console.print(f"status: {p['status']}; joined {when(p['created_at'])}; "
-                  f"{'email disabled' if p['email_disabled'] else 'email enabled'}", highlight=False)
-    if p["note"]:  # outside input, of several lines: shown indented, what a terminal would act on blanked
-        lines = "".join(c if c.isprintable() or c == "\n" else " " for c in p["note"]).splitlines()
+    console.print(f"member {p.member_id}: {p.email}" + (f" ({p.name})" if p.name else ""), highlight=False)
+    console.print(f"status: {p.status}; joined {when(p.created_at)}; "
+                  f"{'email disabled' if p.email_disabled else 'email enabled'}", highlight=False)
+    if p.note:  # outside input, of several lines: shown indented, what a terminal would act on blanked
+        lines = "".join(c if c.isprintable() or c == "\n" else " " for c in p.note).splitlines()
         console.print("note: " + "\n      ".join(lines), highlight=False, markup=False)
-    open_rate = (f"{p['email_open_rate']}%" if p["email_open_rate"] is not None
+    open_rate = (f"{p.email_open_rate}%" if p.email_open_rate is not None
                  else "none yet (shown once 5 emails with open tracking were received)")
-    console.print(f"received {plural(p['email_count'], 'email')}, opened {p['email_opened_count']:,}; "
+    console.print(f"received {plural(p.email_count, 'email')}, opened {p.email_opened_count:,}; "
                   f"open rate {open_rate}", highlight=False)
-    s = p["suppression"]
+    s = p.suppression
     console.print("suppressed: no" if s is None else
-                  f"suppressed: yes, after a {'complaint' if s['reason'] == 'spam' else 'bounce'} "
-                  f"on {when(s['created_at'])}" + (f" (email {s['email_id']})" if s["email_id"] else "")
+                  f"suppressed: yes, after a {'complaint' if s.reason == 'spam' else 'bounce'} "
+                  f"on {when(s.created_at)}" + (f" (email {s.email_id})" if s.email_id else "")
                   + "; newsletters are not sent to this address", highlight=False)
-    tiers = [t["slug"] + (f" (ended {when(t['expiry_at'])})" if t["expired"] else
-                          f" (until {when(t['expiry_at'])})" if t["expiry_at"] else "") for t in p["tiers"]]
-    console.print(f"labels: {', '.join(p['labels']) or 'none'}; tiers: {', '.join(tiers) or 'none'}",
+    tiers = [t.slug + (f" (ended {when(t.expiry_at)})" if t.expired else
+                       f" (until {when(t.expiry_at)})" if t.expiry_at else "") for t in p.tiers]
+    console.print(f"labels: {', '.join(p.labels) or 'none'}; tiers: {', '.join(tiers) or 'none'}",
                   highlight=False, markup=False)
-    subscribed = [n["slug"] for n in p["subscriptions"] if n["subscribed"]]
-    other = [n["slug"] for n in p["subscriptions"] if not n["subscribed"]]
+    subscribed = [n.slug for n in p.subscriptions if n.subscribed]
+    other = [n.slug for n in p.subscriptions if not n.subscribed]
     console.print(f"subscribed to: {', '.join(subscribed) or 'no newsletter'}"
                   + (f"; not to: {', '.join(other)}" if other else ""), highlight=False)
-    for n in p["subscriptions"]:
-        if n["left_at"] is not None:
-            console.print(f"left {n['slug']} {when(n['left_at'])} by {LEFT_BY[n['left_by']]}"
-                          + (f" (email {n['left_through_email']})" if n["left_through_email"] else ""),
+    for n in p.subscriptions:
+        if n.left_at is not None:
+            console.print(f"left {n.slug} {when(n.left_at)} by {LEFT_BY[n.left_by]}"
+                          + (f" (email {n.left_through_email})" if n.left_through_email else ""),
                           highlight=False)
-    for entry in p["outbox"]:
-        console.print(f"outbox {entry['outbox_id']}: {entry['event_type']} {entry['status']} "
-                      f"({plural(entry['attempts'], 'attempt')}"
-                      + (f", last error {entry['last_error_code']}" if entry["last_error_code"] else "")
-                      + f"), created {when(entry['created_at'])}", highlight=False)
-    for sent in p["automated_emails"]:
-        console.print(f"automated email {sent['slug']}: {sent['send_outcome'] or 'not sent'} "
-                      f"({when(sent['created_at'])})", highlight=False)
+    for entry in p.outbox:
+        console.print(f"outbox {entry.outbox_id}: {entry.event_type} {entry.status} "
+                      f"({plural(entry.attempts, 'attempt')}"
+                      + (f", last error {entry.last_error_code}" if entry.last_error_code else "")
+                      + f"), created {when(entry.created_at)}", highlight=False)
+    for sent in p.automated_emails:
+        console.print(f"automated email {sent.slug}: {sent.send_outcome or 'not sent'} "
+                      f"({when(sent.created_at)})", highlight=False)
     if not emails:
         return
-    if not p["emails"]:
+    if not p.emails:
         return console.print("no newsletter emails yet", highlight=False)
     console.print("[bold]last emails[/bold]")
     rows = [["email", "subject", "made", "what happened", "when"]]
-    for e in p["emails"]:
-        moment = e["complained_at"] or e["failed_at"] or e["opened_at"] or e["delivered_at"] or e["sent_at"]
-        outcome = e["outcome"] + (f": {e['failure_code']} {e['failure_message']}" if e["failure"] else "")
-        rows.append([e["email_id"], e["subject"], when(e["created_at"]), outcome, when(moment)])
+    for e in p.emails:
+        moment = e.complained_at or e.failed_at or e.opened_at or e.delivered_at or e.sent_at
+        outcome = e.outcome + (f": {e.failure_code} {e.failure_message}" if e.failure else "")
+        rows.append([e.email_id, e.subject, when(e.created_at), outcome, when(moment)])
     print_rows(rows)
 
 

@@ -28,13 +28,13 @@ def outbox_status_command(as_json: bool = JSON_OPTION) -> None:
     status = run_async(outbox_status())
     if as_json:
         return print_json(status)
-    for state, count in status["counts"].items():
+    for state, count in status.counts.items():
         console.print(f"{state:<11} {count:>8,}", highlight=False)
-    oldest = status["oldest_pending_seconds"]
+    oldest = status.oldest_pending_seconds
     console.print("nothing waiting" if oldest is None else f"oldest waiting entry: {oldest:,.1f} s old")
     for kind, line in (("waiting", "pending, waiting"), ("skipped", "skipped")):
-        for group in status[kind]:
-            console.print(f"{line}: {group['count']:,} ({group['code']}) {group['reason']}", highlight=False,
+        for group in getattr(status, kind):
+            console.print(f"{line}: {group.count:,} ({group.code}) {group.reason}", highlight=False,
                           markup=False)
 
 

@@ -30,6 +30,7 @@ import uuid as uuid_module
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from frontdoor.pages import Pages
 from frontdoor.receiver import Receiver, database_unavailable, flush_refusals, metrics_runtime
 from operations.webhooks import LINK_SOURCE, PATH
 from pressroom.settings import Settings, get_settings
@@ -259,6 +260,7 @@ class FrontDoor:
         self.pool = pool
         self.unsubscribe = Unsubscribe(pool, settings, runtime)
         self.receiver = Receiver(pool, settings, runtime)
+        self.pages = Pages(pool, settings)
         self.connections = Connections(settings.serve_header_timeout_seconds, settings.serve_max_connections)
         self._server: asyncio.Server | None = None
         self._runner = None
@@ -267,7 +269,8 @@ class FrontDoor:
         from aiohttp import web
 
         app = web.Application(client_max_size=self.receiver.max_body, middlewares=[self.connections.middleware()])
-        app.add_routes([*self.unsubscribe.routes(), *self.receiver.routes(), web.get(HEALTH_PATH, self.health)])
+        app.add_routes([*self.unsubscribe.routes(), *self.receiver.routes(), *self.pages.routes(),
+                        web.get(HEALTH_PATH, self.health)])
         return app
 
     async def health(self, request: web.Request) -> web.Response:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from operations.answers import MemberProfile
 from pressroom import tracing
 from pressroom.errors import BadInput
 from pressroom.settings import Settings, get_settings
@@ -149,7 +150,7 @@ def email_outcome(row) -> str:
     return {"failed": "batch failed", "retired": "batch retired"}.get(row["batch_status"], "not sent yet")
 
 
-async def member_profile(member: str, *, emails: int = 10, settings: Settings | None = None) -> dict:
+async def member_profile(member: str, *, emails: int = 10, settings: Settings | None = None) -> MemberProfile:
     """A member by id or address: status, note, subscriptions, suppression (and why), the outbox
     entries about them, and their last `emails` emails with what became of each (0: none read)."""
     from pressroom import database
@@ -176,7 +177,8 @@ async def member_profile(member: str, *, emails: int = 10, settings: Settings | 
         last = await conn.fetch(_MEMBER_EMAILS, member_id, emails) if emails else []
         labels = await conn.fetch(_MEMBER_LABELS, member_id)
         tiers = await conn.fetch(_MEMBER_TIERS, member_id)
-    return {**dict(row),
+    return MemberProfile.model_validate({
+            **dict(row),
             "labels": [r["slug"] for r in labels],
             "tiers": [dict(t) for t in tiers],
             "suppression": dict(suppression) if suppression else None,
@@ -184,7 +186,7 @@ async def member_profile(member: str, *, emails: int = 10, settings: Settings | 
             "outbox": [dict(o) for o in outbox],
             "automated_emails": [dict(a) for a in automated],
             "emails": [{**{k: v for k, v in dict(e).items() if k != "batch_status"}, "outcome": email_outcome(e)}
-                       for e in last]}
+                       for e in last]})
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,7 @@ from pydantic import BaseModel
 
 from activities.newsletter.counts import batch_counts
 from activities.newsletter.lock import ARCHIVED_NEWSLETTER
+from operations.answers import NewsletterStatus
 from operations.common import temporal_client
 from operations.finding import SHOWN_ERROR, SHOWN_STATUS
 from pressroom import tracing
@@ -341,7 +342,7 @@ async def follow_newsletter(workflow_id: str, *, client=None, on_progress=None, 
 
 
 async def newsletter_status(email_id: str, *, client=None, settings: Settings | None = None,
-                            command_started: float | None = None) -> dict:
+                            command_started: float | None = None) -> NewsletterStatus:
     """The email's row, its batches and recipients, and its run: while it runs, its live progress
     when a worker answers, and in any case what it waits for (`waiting_for`).
 
@@ -366,13 +367,14 @@ async def newsletter_status(email_id: str, *, client=None, settings: Settings | 
         recipients = await conn.fetchval("SELECT count(*) FROM email_recipients WHERE email_id = $1", email_id)
     workflow_id = newsletter_workflow_id(email_id)
     run, progress, waiting_for, temporal = await _run_view(workflow_id, client, settings, command_started)
-    return {"email_id": email_id, "status": email["status"], "error": email["error"],
+    return NewsletterStatus.model_validate({
+            "email_id": email_id, "status": email["status"], "error": email["error"],
             "submitted_at": email["submitted_at"], "workflow_id": workflow_id, "run": run, "progress": progress,
             "batches": {"total": batches.batches_total, "submitted": batches.batches_submitted,
                         "failed": batches.batches_failed},
             "recipients": recipients, "recipients_expected": email["email_count_expected"],
             "waiting_for": waiting_for, "skipped_recipients": email["skipped_recipients"],
-            "cancelled_by": email["cancelled_by"], "cancelled_at": email["cancelled_at"], "temporal": temporal}
+            "cancelled_by": email["cancelled_by"], "cancelled_at": email["cancelled_at"], "temporal": temporal})
 
 
 async def _run_view(workflow_id: str, client, settings: Settings, command_started: float | None = None):

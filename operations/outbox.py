@@ -9,6 +9,7 @@ from datetime import timedelta
 from activities.outbox import NOTIFY_CHANNEL, outbox_workflow_id
 from activities.outbox.models import RelayInput
 from activities.watchdog import run_closed
+from operations.answers import OutboxStatus
 from operations.common import temporal_client
 from pressroom.errors import BadInput, NotFound, PressroomError
 from pressroom.settings import Settings, get_settings
@@ -33,7 +34,7 @@ async def ensure_relay(client, settings) -> None:
                                 static_summary="Relay committed outbox entries to delivery workflows")
 
 
-async def outbox_status(settings: Settings | None = None) -> dict:
+async def outbox_status(settings: Settings | None = None) -> OutboxStatus:
     from pressroom import database
 
     settings = settings or get_settings()
@@ -48,11 +49,12 @@ async def outbox_status(settings: Settings | None = None) -> dict:
             "SELECT status, last_error_code AS code, last_error_msg AS reason, count(*) AS n FROM outbox "
             "WHERE (status = 'pending' AND last_error_code IS NOT NULL) OR status = 'skipped' "
             "GROUP BY 1, 2, 3 ORDER BY 1, 4 DESC, 2, 3")
-    return {"counts": counts, "oldest_pending_seconds": float(oldest) if oldest is not None else None,
+    return OutboxStatus.model_validate({
+            "counts": counts, "oldest_pending_seconds": float(oldest) if oldest is not None else None,
             "waiting": [{"code": r["code"], "reason": r["reason"], "count": r["n"]}
                         for r in reasons if r["status"] == "pending"],
             "skipped": [{"code": r["code"], "reason": r["reason"], "count": r["n"]}
-                        for r in reasons if r["status"] == "skipped"]}
+                        for r in reasons if r["status"] == "skipped"]})
 
 
 # An entry as operators name it: its id, its idempotency key, its delivery's workflow id, or the

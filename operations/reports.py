@@ -18,6 +18,7 @@ from activities.newsletter.left_out import (
     LEFT_OUT_REASONS,
     with_filter,
 )
+from operations.answers import EmailReport, LeftOutRow, Page
 from operations.finding import SHOWN_ERROR, SHOWN_STATUS
 from pressroom.errors import BadInput, NotFound
 from pressroom.inputs import entity_id
@@ -148,7 +149,7 @@ async def _opens(conn, email) -> dict:
     return {"bucket_seconds": int(width.total_seconds()), "buckets": buckets}
 
 
-async def newsletter_report(email_id: str, *, reasons: int = 5, settings: Settings | None = None) -> dict:
+async def newsletter_report(email_id: str, *, reasons: int = 5, settings: Settings | None = None) -> EmailReport:
     """Recipients, delivered, opened, failed, unsubscribed, complained with rates (per segment too),
     the top failure reasons, who was left out and why, and the opens over time."""
     from pressroom import database
@@ -185,7 +186,8 @@ async def newsletter_report(email_id: str, *, reasons: int = 5, settings: Settin
     # Rates are over the recipients the provider accepted: a cancelled or failed email's report does not
     # count the recipients it never sent to as not delivered nor not opened.
     whole = figures["sent"]
-    return {"email_id": email["id"], "subject": email["subject"], "status": email["status"], "error": email["error"],
+    return EmailReport.model_validate({
+            "email_id": email["id"], "subject": email["subject"], "status": email["status"], "error": email["error"],
             "post_id": email["post_id"], "newsletter_id": email["newsletter_id"], "newsletter": email["newsletter"],
             "recipient_filter": email["recipient_filter"], "created_at": email["created_at"],
             "submitted_at": email["submitted_at"], "cancelled_by": email["cancelled_by"],
@@ -201,11 +203,11 @@ async def newsletter_report(email_id: str, *, reasons: int = 5, settings: Settin
                            "complaint_rate": _rate(complained, figures["delivered"], 2)},
             "top_failures": top,
             "left_out": {reason: left_out.get(reason, 0) for reason in LEFT_OUT_REASONS},
-            "opens_over_time": opens}
+            "opens_over_time": opens})
 
 
 async def left_out_members(email_id: str, *, reason: str | None = None, after: str | None = None, limit: int = 50,
-                           settings: Settings | None = None) -> dict:
+                           settings: Settings | None = None) -> Page[LeftOutRow]:
     """The members left out of an email, newest first, with why: `{items, next_after}` as every list."""
     from operations.finding import LARGEST_PAGE
     from pressroom import database
@@ -226,5 +228,23 @@ async def left_out_members(email_id: str, *, reason: str | None = None, after: s
         page, values = with_filter(LEFT_OUT_PAGE, email, as_of=datetime.now(UTC))  # tiers as they are now
         rows = await conn.fetch(page, email_id, email["newsletter_id"], email["created_at"],
                                 values, reason, *cursor, limit + 1)
-    items = [dict(row) for row in rows[:limit]]
-    return {"items": items, "next_after": items[-1]["member_id"] if len(rows) > limit else None}
+    items = [LeftOutRow.model_validate(dict(row)) for row in rows[:limit]]
+    return Page[LeftOutRow](items=items, next_after=items[-1].member_id if len(rows) > limit else None)
+
+
+_NOT_SENT = """
+SELECT b.email_id, count(*) AS n FROM email_batches b JOIN email_recipients er ON er.batch_id = b.id
+WHERE b.email_id = ANY($1::text[]) AND b.status <> 'submitted' GROUP BY b.email_id"""
+
+
+async def sent_counts(email_ids: list[str], *, settings: Settings | None = None) -> dict[str, int]:
+    """Recipients accepted by the provider, per email (the report's `sent`), for a page of emails:
+    the email's recipients less those of its batches not accepted, which alone are counted."""
+    from pressroom import database
+
+    settings = settings or get_settings()
+    async with database.connection(settings.require_database()) as conn:
+        recipients = {r["id"]: r["email_count"] for r in await conn.fetch(
+            "SELECT id, email_count FROM emails WHERE id = ANY($1::text[])", email_ids)}
+        not_sent = {r["email_id"]: r["n"] for r in await conn.fetch(_NOT_SENT, email_ids)}
+    return {email_id: recipients.get(email_id, 0) - not_sent.get(email_id, 0) for email_id in email_ids}

@@ -226,7 +226,7 @@ async def test_a_post_for_one_tier_reaches_its_members_whole_and_nobody_else(db,
     from operations.reports import newsletter_report
 
     report = await newsletter_report(seeded.email_id, settings=settings)
-    assert {s["segment"]: s["recipients"] for s in report["segments"]} == {
+    assert {s.segment: s.recipients for s in report.segments} == {
         name: sum(1 for n in audience if (n in gold) == of_post and (seeded.status[n] == "free") == free)
         for name, of_post, free in (("free", False, True), ("paid", False, False), ("paid-tiers", True, False))}
 

@@ -78,8 +78,8 @@ async def test_a_mailgun_outage_longer_than_the_retries_is_waited_out_and_the_se
             return message.startswith("Mailgun unreachable since") and "looking every 1 s" in message
         await wait_until(waiting_for_mailgun, timeout=90)
         status = await newsletter_status(seeded.email_id, client=dev_env.client, settings=settings)
-        assert status["status"] == "submitting"
-        assert status["progress"]["message"].startswith("Mailgun unreachable since")
+        assert status.status == "submitting"
+        assert status.progress is not None and status.progress.message.startswith("Mailgun unreachable since")
         assert await db.fetchval("SELECT count(*) FROM email_batches WHERE email_id = $1 AND status = 'failed'",
                                  seeded.email_id) == 0
 

@@ -79,8 +79,8 @@ async def test_destinations_ses_refuses_in_an_accepted_call_are_recorded_as_thos
     assert {(f["same_member"], f["code"], f["message"], f["severity"]) for f in failures} == {
         (True, 0, "SES answered MESSAGE_REJECTED", "permanent")}
     report = await newsletter_report(seeded.email_id, settings=ses.settings)
-    assert (report["failed"], report["failed_permanent"]) == (2, 2)
-    assert report["top_failures"] and report["top_failures"][0]["message"] == "SES answered MESSAGE_REJECTED"
+    assert (report.failed, report.failed_permanent) == (2, 2)
+    assert report.top_failures and report.top_failures[0].message == "SES answered MESSAGE_REJECTED"
     logged = caplog.text.casefold()
     assert "recorded as their failures" in logged and not any(a.casefold() in logged for a in refused)
 
@@ -206,7 +206,7 @@ async def test_a_destination_ses_always_refuses_for_the_moment_ends_as_a_recorde
     assert [tuple(f) for f in failures] == [
         (always, f"SES answered TRANSIENT_FAILURE; sent again {REQUEUE_LIMIT} times", "temporary")]
     report = await newsletter_report(seeded.email_id, settings=ses.settings)
-    assert (report["failed"], report["failed_temporary"], report["failed_permanent"]) == (1, 1, 0)
+    assert (report.failed, report.failed_temporary, report.failed_permanent) == (1, 1, 0)
     assert always.casefold() not in caplog.text.casefold()
 
 

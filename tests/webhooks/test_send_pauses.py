@@ -60,7 +60,7 @@ async def test_a_bounce_storm_pauses_the_send_and_a_resume_sends_everyone_else_o
             assert row["status"] == "submitting" and row["paused_at"] is not None
             assert row["paused_reason"].startswith("hard bounces at ")
             status = await newsletter_status(email_id, client=dev_env.client, settings=settings)
-            assert status["status"] == "paused" and status["error"].startswith("paused: hard bounces at ")
+            assert status.status == "paused" and (status.error or "").startswith("paused: hard bounces at ")
         sent_while_paused = len(delivered(mailgun, email_id))
 
         # A new worker (the first one stopped while paused): still paused, nothing more sent.
