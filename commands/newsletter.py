@@ -289,6 +289,22 @@ def print_report(r: dict) -> None:
     else:
         console.print("left out: nobody", highlight=False)
     print_opens_chart(r["opens_over_time"])
+    print_clicks(r["clicks"])
+
+
+def print_clicks(c: dict) -> None:
+    """Members who clicked, with the rate over delivered, the top links, and what was set apart."""
+    rate = "" if c["rate"] is None else f" ({c['rate']:.1f}% of delivered)"
+    console.print(f"[bold]clicked[/bold]: {plural(c['clicked'], 'member')}{rate}, {plural(c['clicks'], 'click')}"
+                  + (f" ({c['without_member']:,} through forwarded links)" if c["without_member"] else ""),
+                  highlight=False)
+    if c["set_apart"]:
+        why = ", ".join(f"{n:,} by {reason}" for reason, n in sorted(c["set_apart_by"].items()))
+        console.print(f"set apart as mail scanners' (in no figure above): {plural(c['set_apart'], 'request')} "
+                      f"({why})", highlight=False)
+    if c["top_links"]:
+        print_rows([["link", "members", "clicks"]]
+                   + [[link["target"], f"{link['clickers']:,}", f"{link['clicks']:,}"] for link in c["top_links"]])
 
 
 def print_opens_chart(opens: dict, width: int = 40) -> None:

@@ -55,6 +55,8 @@ Admin API (no auth; a loopback tool)
 * `GET|POST /_sim/push` — `Push` fields (how events are pushed to registered webhooks: delay,
   reordering, duplicates, wrong signatures, stale timestamps, Mailgun's retry schedule scaled) and
   the pushes' counts (`push_stats`).
+* `GET|POST /_sim/follow` — readers and mail scanners following the delivered copies' tracked links
+  (devstack/link_followers.py: `readers`, `scanners` shares), and how many requests they made.
 * `POST /_sim/hostile {"email_id", "recipients": [...], "cases": [...]}` — events no provider should
   send (`HOSTILE_CASES`: a NUL or a lone surrogate in the recipient, a code beyond int32, no id, a
   huge nested field, a timestamp that is not a number, repeated ids), served and pushed like others.
@@ -107,6 +109,7 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
+from devstack.link_followers import Following, LinkFollowers
 MAX_RECIPIENTS = 1000
 MAX_TAGS = 3
 MAX_PAGE = 300
@@ -418,6 +421,7 @@ class MailgunSimulator:
         self.id_prefix = secrets.token_hex(3)
         self._runner: web.AppRunner | None = None
         self._auth = "Basic " + base64.b64encode(f"api:{api_key}".encode()).decode()
+        self.links = LinkFollowers()
 
     def __repr__(self) -> str:
         return f"MailgunSimulator(domain={self.domain!r}, base_url={self.base_url!r})"
@@ -448,6 +452,7 @@ class MailgunSimulator:
         self.push_counts.clear()
         self._pushes.clear()
         self.sent_at = array("d")
+        self.links.following = Following()
 
     def set_faults(self, **changes: Any) -> None:
         if "seed" in changes:
@@ -597,6 +602,8 @@ class MailgunSimulator:
             web.post("/_sim/domains", self._admin_domains),
             web.post("/_sim/events", self._admin_events),
             web.post("/_sim/hostile", self._admin_hostile),
+            web.get("/_sim/follow", self._admin_follow),
+            web.post("/_sim/follow", self._admin_follow),
             web.get("/_sim/push", self._admin_push),
             web.post("/_sim/push", self._admin_push),
             web.get("/_sim/push/sent", self._admin_push_sent),
@@ -623,6 +630,7 @@ class MailgunSimulator:
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
+        await self.links.close()
 
     # --- the Mailgun API ---
 
@@ -776,6 +784,8 @@ class MailgunSimulator:
                 put("failed", "temporary", late_draw, index)
             else:
                 put("delivered", None, late_draw, index)
+                if self.links.active:
+                    self.links.delivered(f"{message.id}\0{address}", message.received_by(address)[1])
                 if opened < rates.opened:
                     put("opened", None, late_draw, index)
                 if unsubscribed < rates.unsubscribed:
@@ -1116,6 +1126,10 @@ class MailgunSimulator:
         except ValueError as error:
             return web.json_response({"message": str(error)}, status=400)
         return web.json_response(show())
+
+    async def _admin_follow(self, request: web.Request) -> web.Response:
+        return await self._admin_update(request, lambda **changes: self.links.following.update(changes),
+                                        self.links.stats)
 
     async def _admin_limits(self, request: web.Request) -> web.Response:
         return await self._admin_update(request, self.set_limits, lambda: asdict(self.limits))

@@ -53,6 +53,8 @@ from pressroom.providers.port import (
 )
 from pressroom.providers.ses.events import PROVIDER, parse_event, tag_value
 
+_ANCHOR = re.compile(r"<a ")
+
 if TYPE_CHECKING:
     from pressroom.providers.received import ReceivedEvents
     from pressroom.providers.ses.settings import SesSettings
@@ -152,11 +154,16 @@ class SesClient(DomainScopedClient):
             raise ProviderRejected(f"a message takes at most {self.limits.max_tags} tags, got {len(message.tags)}")
         headers = {name: value for name, value in message.headers.items() if name.lower() not in _NOT_HEADERS}
         reply_to = next((value for name, value in message.headers.items() if name.lower() == "reply-to"), None)
+        body_html = message.html
+        if message.tracking_clicks is False:
+            # SES rewrites links when the configuration set publishes clicks, unless a link says not
+            # to; Pressroom counts clicks with its own redirects. Lexbor writes every anchor as `<a `.
+            body_html = _ANCHOR.sub("<a ses:no-track ", body_html)
         shared: dict[str, Any] = {
             "FromEmailAddress": message.from_address,
             "ConfigurationSetName": self.configuration_set,
             "DefaultContent": {"Template": {
-                "TemplateContent": {"Subject": ses_template(message.subject), "Html": ses_template(message.html),
+                "TemplateContent": {"Subject": ses_template(message.subject), "Html": ses_template(body_html),
                                     "Text": ses_template(message.text)},
                 "TemplateData": "{}"}},
             "DefaultEmailTags": _tags({tag: "1" for tag in message.tags})}
