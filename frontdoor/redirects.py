@@ -52,6 +52,7 @@ log = logging.getLogger("pressroom.frontdoor.redirects")
 ROUTE = REDIRECT_PATH + "{slug}"
 GROUP_LIMIT = 500  # clicks in one commit
 COMMITS_IN_FLIGHT = 4
+MAX_QUEUED = 100_000  # clicks held while the database does not take them; past that, not recorded
 RETRY_SECONDS = (0.1, 0.5, 1.0, 2.0, 5.0)  # between tries of a group the database did not take
 CACHED_TARGETS = 100_000
 BURST_SECONDS = 2  # "every link followed within a couple of seconds": no reader clicks that fast
@@ -165,6 +166,9 @@ class ClickLog:
         self.committed = self.dropped = self.late = 0
 
     async def record(self, click: Click) -> bool:
+        if len(self.waiting) >= MAX_QUEUED:
+            self.dropped += 1  # the reader is still redirected; memory stays bounded in a long outage
+            return False
         future = asyncio.get_running_loop().create_future()
         self.waiting.append((click, future))
         if self.committing < COMMITS_IN_FLIGHT:
@@ -173,7 +177,8 @@ class ClickLog:
             self.tasks.add(task)
             task.add_done_callback(self.tasks.discard)
         try:
-            await asyncio.wait_for(asyncio.shield(future), self.wait_seconds)
+            async with asyncio.timeout(self.wait_seconds):
+                await asyncio.shield(future)  # on time out, the click stays queued
             return True
         except TimeoutError:
             self.late += 1

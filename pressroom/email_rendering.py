@@ -32,7 +32,7 @@ from collections.abc import Hashable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
-from urllib.parse import parse_qsl, quote, quote_plus, urlencode, urlsplit
+from urllib.parse import SplitResult, parse_qsl, quote, quote_plus, urlencode, urlsplit
 
 from selectolax.lexbor import LexborHTMLParser, LexborNode
 
@@ -403,6 +403,7 @@ _REF_REFUSED = frozenset({"facebook.com", "www.facebook.com", "web.archive.org",
                           "www.federalreserve.gov", "www.chicagomag.com"})
 _URL_SAFE = ":/?#[]@!$&'()*+,;=%~"  # what stays as it is when a non-ASCII target is percent-encoded
 _PERSONAL = re.compile(r"\{\{recipient\.|%recipient\.|%%\{")  # a reader's own value: one link per reader
+_UNSAFE = re.compile(r"[\x00-\x20\x7f]")  # never in a Location header
 
 
 def redirect_id(email_id: str, target: str) -> str:
@@ -423,10 +424,10 @@ def _host(url: str) -> str:
         return ""
 
 
-def _web_url(href: str) -> str | None:
+def _web_url(href: str) -> tuple[str, SplitResult] | None:
     """`href` as a target one may redirect to (absolute http(s), no spaces or control characters,
-    non-ASCII percent-encoded), or None when it is not one."""
-    if not href or _PERSONAL.search(href) or any(c <= " " or c == "\x7f" for c in href):
+    non-ASCII percent-encoded) with its parts, or None when it is not one."""
+    if not href or _PERSONAL.search(href) or _UNSAFE.search(href):
         return None
     try:
         parts = urlsplit(href)
@@ -436,7 +437,7 @@ def _web_url(href: str) -> str | None:
     if parts.scheme.lower() not in ("http", "https") or not parts.hostname:
         return None
     url = href if href.isascii() else quote(href, safe=_URL_SAFE)
-    return url if len(url) <= MAX_TARGET_LENGTH else None
+    return (url, parts) if len(url) <= MAX_TARGET_LENGTH else None
 
 
 class _Links:
@@ -448,27 +449,32 @@ class _Links:
         self.site = content.site_url.rstrip("/")
         self.site_host = _host(self.site)
         self.tracked: dict[str, str] = {}
+        self._done: dict[str, str] = {}  # href → what it became: a post repeats its links
         self._member = placeholder("uuid") if content.track_clicks else ""
         if content.track_clicks:
             variables.placeholder("uuid", "", escaped=False)
 
     def __call__(self, href: str) -> str:
-        url = _web_url(href.strip())
-        if url is None or self._members_own(url):
+        done = self._done.get(href)
+        if done is None:
+            done = self._done[href] = self._rewrite(href)
+        return done
+
+    def _rewrite(self, href: str) -> str:
+        web = _web_url(href.strip())
+        if web is None:
             return href
-        if self.content.link_ref and _host(url) != self.site_host:
+        url, parts = web
+        own = (parts.hostname or "").lower() == self.site_host
+        if own and (parts.path.startswith("/unsubscribe") or parts.fragment.startswith("/portal")):
+            return href  # the member's own links
+        if self.content.link_ref and not own:
             url = _with_ref(url, self.content.link_ref)
         if not self.content.track_clicks:
             return url
         rid = redirect_id(self.content.email_id, url)
         self.tracked[rid] = url
         return f"{self.site}{REDIRECT_PATH}{rid}?m={self._member}"
-
-    def _members_own(self, url: str) -> bool:
-        if _host(url) != self.site_host:
-            return False
-        parts = urlsplit(url)
-        return parts.path.startswith("/unsubscribe") or parts.fragment.startswith("/portal")
 
 
 def _with_ref(url: str, ref: str) -> str:
