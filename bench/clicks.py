@@ -2,7 +2,7 @@
 
 `pressroom serve` runs as its own process against a fresh, durable PostgreSQL holding one email's
 `--links` redirects and `--members` members. Three runs, each request a GET of `/r/{id}?m={uuid}`
-answered 302 once its click is committed:
+answered 302 once its click is committed, from a browser's user agent (a reader's):
 
 1. steady: `--rate` clicks a second for `--steady-seconds`, sent on a fixed schedule (open loop):
    the rate answered and each answer's p50/p99;
@@ -38,6 +38,7 @@ import aiohttp  # noqa: E402
 import psutil  # noqa: E402
 
 from bench.unsubscribe import bounded, report, wait_for_port  # noqa: E402
+from devstack.link_followers import BROWSER  # noqa: E402
 from devstack.servers import Postgres, free_port  # noqa: E402
 from pressroom import database  # noqa: E402
 
@@ -113,7 +114,7 @@ async def main(args: argparse.Namespace) -> None:
         print(f"{args.links} links, {args.members:,} members, PostgreSQL durable, pressroom serve pid {server.pid}",
               flush=True)
         connector = aiohttp.TCPConnector(limit=args.concurrency * 4)
-        async with aiohttp.ClientSession(connector=connector) as http:
+        async with aiohttp.ClientSession(connector=connector, headers={"User-Agent": BROWSER}) as http:
             async def click(n: int) -> None:
                 async with http.get(url(n), allow_redirects=False) as response:
                     await response.read()
@@ -164,7 +165,8 @@ async def crash(args, pool, server, port: int, env: dict, log: Path, paths: list
     a_third = asyncio.Event()
     refused = 0
 
-    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=args.concurrency * 4)) as http:
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=args.concurrency * 4),
+                                     headers={"User-Agent": BROWSER}) as http:
         async def click(n: int) -> None:
             nonlocal refused
             member_id, member_uuid = members[n]

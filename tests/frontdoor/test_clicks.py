@@ -83,7 +83,8 @@ async def send_post(db, client, settings: Settings, base: str, kinds=("free", "p
                                members[kind]["id"], newsletter_id)
         post_id = await conn.fetchval(
             "INSERT INTO posts (title, slug, html, newsletter_id, visibility, status, published_at) "
-            "VALUES ('Issue', $1, $2, $3, 'paid', 'published', now()) RETURNING id", f"issue-{tag}", POST, newsletter_id)
+            "VALUES ('Issue', $1, $2, $3, 'paid', 'published', now()) RETURNING id",
+            f"issue-{tag}", POST, newsletter_id)
         email_id = await conn.fetchval(
             "INSERT INTO emails (post_id, newsletter_id, subject, html) VALUES ($1, $2, 'Issue', $3) RETURNING id",
             post_id, newsletter_id, POST)
@@ -106,9 +107,9 @@ def tracked(base: str, links: list[str]) -> list[str]:
     return [link for link in links if link.startswith(f"{base}/r/")]
 
 
-async def settled(db, timeout: float = 60) -> None:
+async def settled(db, seconds: float = 60) -> None:
     """Until the front door has settled every reader's click (SETTLE_AFTER_SECONDS after it came)."""
-    deadline = time.monotonic() + timeout
+    deadline = time.monotonic() + seconds
     while await db.fetchval("SELECT count(*) FROM members_click_events_unsettled"):
         assert time.monotonic() < deadline, "clicks not settled"
         await asyncio.sleep(0.2)
