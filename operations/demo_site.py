@@ -78,7 +78,9 @@ async def seed_site(pool: asyncpg.Pool, *, members: int, run_tag: str) -> DemoSi
                ON CONFLICT (slug) DO NOTHING""")
         title = f"The demo issue {run_tag}"
         html = (f"<h1>{title}</h1><p>Everything Pressroom does, in one minute: a post published on time, "
-                "a newsletter sent to every member exactly once, and the statistics fetched back.</p>")
+                "a newsletter sent to every member exactly once, and the statistics fetched back.</p>"
+                '<p>Read on: <a href="https://temporal.io/">Temporal</a>, '
+                '<a href="https://ghost.org/docs/newsletters/">newsletters on the reference platform</a>.</p>')
         post_id = await conn.fetchval(
             """INSERT INTO posts (title, slug, html, plaintext, newsletter_id)
                VALUES ($1, $2, $3, $4, $5) RETURNING id""",
