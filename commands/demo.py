@@ -21,7 +21,7 @@ import logging
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from datetime import UTC, datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -88,7 +88,7 @@ async def run_demo(console: Console, *, members: int, publish_in: float, keep_ru
             await schedule_post(site.post_id, publish_at.isoformat(), client=client, settings=settings)
             console.print(f"[bold]Post[/bold]: scheduled for {publish_at:%H:%M:%S} UTC "
                           f"(workflow {publish_workflow_id(site.post_id)}); waiting…")
-            late = await wait_for_publication(pool, site.post_id, timeout=publish_in + 60)
+            late = await wait_for_publication(pool, site.post_id, seconds=publish_in + 60)
             console.print(f"[bold]Post[/bold]: published {late:.0f} ms after its time")
 
             newsletter_id = newsletter_workflow_id(site.email_id)
@@ -200,20 +200,20 @@ async def _readers_follow_links(settings) -> None:
         answer.raise_for_status()
 
 
-async def _wait_for_opens(email_id: str, settings, timeout: float = 60) -> None:
+async def _wait_for_opens(email_id: str, settings, seconds: float = 60) -> None:
     from operations.reports import newsletter_report
 
-    deadline = time.monotonic() + timeout
+    deadline = time.monotonic() + seconds
     while (report := await newsletter_report(email_id, settings=settings))["opened"] < report["sent"]:
         if time.monotonic() > deadline:
             return  # the report shows what arrived
         await asyncio.sleep(0.5)
 
 
-async def _wait_for_workflow(client, workflow_id: str, timeout: float = 30) -> None:
+async def _wait_for_workflow(client, workflow_id: str, seconds: float = 30) -> None:
     from temporalio.service import RPCError
 
-    deadline = time.monotonic() + timeout
+    deadline = time.monotonic() + seconds
     while True:
         try:
             await client.get_workflow_handle(workflow_id).describe()

@@ -36,8 +36,8 @@ def members_add(email: str = typer.Argument(..., help="The member's e-mail addre
                 ) -> None:
     """Add a member; their welcome email (paid for comped members) goes out through the outbox."""
     added = run_async(add_member(email, name, status=status, labels=labels or (), tiers=tiers or ()))
-    console.print(f"member {added.member_id} added" + (f"; welcome email queued ({outbox_workflow_id(added.welcome_key)})"
-                                                        if added.welcome_key else ""), highlight=False)
+    queued = f"; welcome email queued ({outbox_workflow_id(added.welcome_key)})" if added.welcome_key else ""
+    console.print(f"member {added.member_id} added{queued}", highlight=False)
 
 
 @app.command("resubscribe")

@@ -19,9 +19,10 @@ What it models
 * `GET /v3/{domain}/events` with begin (inclusive) / end (exclusive), as RFC 2822 or epoch
   seconds; `ascending` yes/no (default no, like Mailgun; descending reads from `begin` back to
   `end`); `limit` ≤ 300; `event` as "opened", "delivered OR failed" or "NOT opened";
-  `message-id`; `recipient`; `tags` as "a", "a AND b" or "a OR b" (unless `ignore_filters`). `paging.next` is an absolute URL carrying an opaque position; following it later
-  picks up what became visible since (Mailgun's event polling). An event is visible once its
-  timestamp + storage delay (+ the lateness of a "late" event) has passed.
+  `message-id`; `recipient`; `tags` as "a", "a AND b" or "a OR b" (unless `ignore_filters`).
+  `paging.next` is an absolute URL carrying an opaque position; following it later picks up what
+  became visible since (Mailgun's event polling). An event is visible once its timestamp + storage
+  delay (+ the lateness of a "late" event) has passed.
 
 * Webhooks: `GET|POST /v3/domains/{domain}/webhooks`, `GET|PUT /v3/domains/{domain}/webhooks/{id}`
   register URLs per kind (form `id`, `url` up to 3); from then on every event of that kind is
@@ -81,6 +82,7 @@ import asyncio
 import base64
 import binascii
 import bisect
+import contextlib
 import hashlib
 import heapq
 import hmac
@@ -101,7 +103,7 @@ from collections import Counter, defaultdict
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import asdict, dataclass, field, fields
-from datetime import UTC, datetime, timezone
+from datetime import UTC, datetime
 from email.utils import format_datetime, getaddresses, parsedate_to_datetime
 from functools import lru_cache
 from typing import Any
@@ -110,6 +112,7 @@ import aiohttp
 from aiohttp import web
 
 from devstack.link_followers import Following, LinkFollowers
+
 MAX_RECIPIENTS = 1000
 MAX_TAGS = 3
 MAX_PAGE = 300
@@ -394,7 +397,8 @@ class MailgunSimulator:
         self.webhooks: dict[str, dict[str, list[str]]] = {}  # domain → webhook id → URLs
         self.push = Push()
         self.push_counts: Counter[str] = Counter()
-        self._pushes: list[tuple[float, int, _Group, int, int, str]] = []  # heap: (due, n, group, position, attempt, url)
+        # heap: (due, n, group, position, attempt, url)
+        self._pushes: list[tuple[float, int, _Group, int, int, str]] = []
         self._push_n = itertools.count()
         self._push_wake = asyncio.Event()
         self._pusher: asyncio.Task | None = None
@@ -859,10 +863,8 @@ class MailgunSimulator:
                     now = time.monotonic()
                 self._push_wake.clear()
                 wait = min(1.0, self._pushes[0][0] - now) if self._pushes else 1.0
-                try:
+                with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._push_wake.wait(), max(0.001, wait))
-                except TimeoutError:
-                    pass
 
     def _done_one(self) -> None:
         self._in_flight -= 1

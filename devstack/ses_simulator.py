@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import base64
+import contextlib
 import hashlib
 import hmac
 import itertools
@@ -42,7 +43,7 @@ import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any
 from urllib.parse import parse_qsl, quote, unquote
 from xml.sax.saxutils import escape as xml_escape
@@ -489,10 +490,8 @@ class SesSimulator:
         body = self._signed_message(
             "SubscriptionConfirmation", f"You have chosen to subscribe to the topic {self.topic_arn}.",
             Token=token, SubscribeURL=f"{self.base_url}/sns/confirm?Token={token}")
-        try:
+        with contextlib.suppress(aiohttp.ClientError):  # not reachable yet: confirm by hand, as with SNS
             await self._post(endpoint, body)
-        except aiohttp.ClientError:
-            pass  # not reachable yet: confirm by hand, as with SNS
 
     async def _confirm(self, request: web.Request) -> web.Response:
         token = request.query.get("Token", "")
@@ -510,10 +509,8 @@ class SesSimulator:
     async def push_forever(self, every: float = 0.2) -> None:
         """Push what became visible (late events included) to the subscribers, until cancelled."""
         while True:
-            try:
+            with contextlib.suppress(aiohttp.ClientError):  # the receiver is down: SNS tries again, and so does this
                 await self.push_to_subscribers()
-            except aiohttp.ClientError:
-                pass  # the receiver is down: SNS tries again, and so does this
             await asyncio.sleep(every)
 
     def _background(self, work) -> None:

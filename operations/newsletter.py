@@ -4,10 +4,11 @@ send a test copy."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from dataclasses import dataclass
 from datetime import UTC
 
-from operations.common import run_summary, temporal_client
+from operations.common import temporal_client
 from pressroom import tracing
 from pressroom.errors import BadInput, NotFound, PressroomError, cause_of
 from pressroom.settings import Settings, get_settings
@@ -157,17 +158,14 @@ async def _cancelled_by_run(conn, email_id: str, handle) -> NewsletterCancel:
     """Wait for the run to end after a cancel; what it recorded."""
     from temporalio.client import WorkflowFailureError
 
-    try:
+    with contextlib.suppress(WorkflowFailureError):  # the row says how it ended
         await handle.result()
-    except WorkflowFailureError:
-        pass  # the row says how it ended
     row = await conn.fetchrow("SELECT status, cancelled_by, cancelled_at, error FROM emails WHERE id = $1", email_id)
     return NewsletterCancel(email_id, row["status"], row["cancelled_by"], row["cancelled_at"],
                             row["error"] or f"email {email_id} is {row['status']}")
 
 
 def _utc(moment) -> str:
-    from datetime import timezone
 
     return moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC") if moment else "-"
 
@@ -175,7 +173,6 @@ def _utc(moment) -> str:
 def not_published_yet(email_id: str, email) -> str:
     """Why the email may not be sent yet (its post is a draft or scheduled), or "": refused before
     anything is written, since its post's publication sends it."""
-    from datetime import timezone
 
     post = email["post_id"]
     if email["post_status"] == "draft":
@@ -369,7 +366,6 @@ async def _run_view(workflow_id: str, client, settings: Settings):
 def retrying(description) -> str | None:
     """An activity of the run being retried after a failure, in words (the last step retrying a
     database error is waiting too), or None."""
-    from datetime import timezone
 
     for pending in description.raw_description.pending_activities:
         if pending.attempt > 1 and pending.HasField("last_failure"):

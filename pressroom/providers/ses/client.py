@@ -192,7 +192,7 @@ class SesClient(DomainScopedClient):
                     "ReplacementTemplateData": json.dumps({name: str(v) for name, v in values.items()})}}}
             if own:
                 entry["ReplacementHeaders"] = [
-                    {"Name": name, "Value": fill_placeholders(value, lambda n: str(values.get(n, "")))}
+                    {"Name": name, "Value": fill_placeholders(value, lambda n, values=values: str(values.get(n, "")))}
                     for name, value in own.items()]
             entries.append(entry)
         body = {**message.shared, "DefaultEmailTags": [*message.shared["DefaultEmailTags"], *_tags(mark)],
@@ -210,7 +210,7 @@ class SesClient(DomainScopedClient):
     @staticmethod
     def _outcome(what: str, addresses: list[str], results: list[dict[str, Any]]) -> SendResult:
         accepted, refused, temporarily, statuses = {}, {}, set(), set()
-        for address, result in zip(addresses, results):
+        for address, result in zip(addresses, results, strict=True):  # checked: one answer each
             status = result.get("Status")
             if status == "SUCCESS" and isinstance(result.get("MessageId"), str) and result["MessageId"]:
                 accepted[address] = result["MessageId"]
