@@ -196,7 +196,7 @@ async def _readers_follow_links(settings) -> None:
         base = settings.mailgun_base_url
     async with httpx.AsyncClient(timeout=10) as http:
         answer = await http.post(f"{base}/_sim/follow", json={"readers": 0.3, "scanners": 0.05,
-                                                              "reader_delay_seconds": 2.0})
+                                                              "reader_delay_seconds": 4.0})
         answer.raise_for_status()
 
 

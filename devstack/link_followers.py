@@ -1,8 +1,8 @@
 """Readers and mail scanners following the tracked links of delivered copies, for the simulators.
 
 A delivered copy's reader may follow one of its links (a browser, some seconds after delivery;
-now and then twice), and a mail security gateway may fetch every link of it at once, before the
-reader ever sees it (half of them say who they are in their user agent, half pass for a browser).
+now and then twice), and a mail security gateway may fetch every link of it at once, on delivery,
+before the reader ever sees it (half of them say who they are in their user agent, half pass for a browser).
 Who does what is a hash of the copy, so the same send gives the same clicks. Only Pressroom's
 tracked links (`…/r/…`) are followed, never their targets: nothing leaves the machine.
 """
@@ -32,7 +32,7 @@ class Following:
 
     readers: float = 0.0  # a reader follows one link, `reader_delay_seconds` after delivery
     scanners: float = 0.0  # a scanner fetches every link at once
-    reader_delay_seconds: float = 2.0
+    reader_delay_seconds: float = 5.0  # well after a scanner's burst, which a reader's click would join
     concurrency: int = 16
 
     def update(self, changes: dict[str, Any]) -> None:
@@ -103,14 +103,20 @@ class LinkFollowers:
             self._slots = asyncio.Semaphore(self.following.concurrency)
         assert self._slots is not None
         self.counts[who] += 1
-        for link in links:
-            async with self._slots:
-                try:
-                    async with self._session.get(link, allow_redirects=False,
-                                                 headers={"User-Agent": agent}) as response:
-                        self.counts[f"answered_{response.status}"] += 1
-                except (TimeoutError, aiohttp.ClientError):
-                    self.counts["unreachable"] += 1
+        if who == "scanner":  # every link at once, as a gateway fetches them
+            await asyncio.gather(*(self._get(link, agent) for link in links))
+        else:
+            for link in links:
+                await self._get(link, agent)
+
+    async def _get(self, link: str, agent: str) -> None:
+        assert self._session is not None and self._slots is not None
+        async with self._slots:
+            try:
+                async with self._session.get(link, allow_redirects=False, headers={"User-Agent": agent}) as response:
+                    self.counts[f"answered_{response.status}"] += 1
+            except (TimeoutError, aiohttp.ClientError):
+                self.counts["unreachable"] += 1
 
     def stats(self) -> dict[str, Any]:
         return {**{f.name: getattr(self.following, f.name) for f in fields(self.following)},
