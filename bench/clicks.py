@@ -50,6 +50,7 @@ SELECT md5('link' || n), '/r/' || md5('link' || n), 'https://example.com/story/'
 FROM generate_series(1, {links}) n;
 INSERT INTO members (id, email) SELECT 'm' || n, 'member' || n || '@example.com' FROM generate_series(1, {members}) n;
 """
+COMMITS = "SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()"
 RAW_INSERT = "INSERT INTO members_click_events (id, member_id, redirect_id, created_at) VALUES ($1, $2, $3, now())"
 
 
@@ -124,12 +125,15 @@ async def main(args: argparse.Namespace) -> None:
             if args.steady_seconds:
                 await steady(http, [url(n) for n in range(args.members)], args.rate, args.steady_seconds)
             cpu = psutil.Process(server.pid).cpu_times()
+            commits = await pool.fetchval(COMMITS)
             latencies, seconds = await bounded(range(args.burst), click, args.concurrency)
+            commits = await pool.fetchval(COMMITS) - commits
             spent = psutil.Process(server.pid).cpu_times()
             report(f"burst of {args.burst:,} GET /r/ ({args.concurrency} in flight)", latencies, seconds)
             busy = spent.user + spent.system - cpu.user - cpu.system
             print(f"  the server's CPU: {busy / len(latencies) * 1000:.2f} ms per click "
-                  f"({busy / seconds:.0%} of one core)", flush=True)
+                  f"({busy / seconds:.0%} of one core); {commits:,} commits in the database "
+                  f"({len(latencies) / max(commits, 1):.1f} clicks each)", flush=True)
 
         redirect_ids = [r["id"] for r in await pool.fetch("SELECT id FROM redirects ORDER BY id")]
 
@@ -140,8 +144,9 @@ async def main(args: argparse.Namespace) -> None:
         latencies, seconds = await bounded(range(args.burst), raw, args.concurrency)
         report("raw INSERT per click (asyncpg, same rows)", latencies, seconds)
 
-        await crash(args, pool, server, port, env, log, paths, members)
-        server = None
+        if args.crash:
+            await crash(args, pool, server, port, env, log, paths, members)
+            server = None
         await pool.close()
     finally:
         if server is not None and server.poll() is None:

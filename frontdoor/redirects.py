@@ -275,7 +275,8 @@ class Redirects:
         from temporalio.common import MetricMeter
 
         self.targets = Targets(pool)
-        self.clicks = ClickLog(pool, settings.click_commit_wait_seconds)
+        self.wait_seconds = settings.click_commit_wait_seconds
+        self.clicks = ClickLog(pool, self.wait_seconds)
         self.networks = [ipaddress.ip_network(n) for n in settings.click_scanner_networks]
         meter = runtime.metric_meter if runtime is not None else MetricMeter.noop
         self.requests = meter.create_counter("pressroom_click_requests", "tracked link requests by outcome")
@@ -303,12 +304,14 @@ class Redirects:
         from aiohttp import web
 
         slug = request.match_info["slug"]
-        with tracing.span("GET " + ROUTE, {"http.request.method": request.method, "url.path": ROUTE}) as span:
+        with tracing.span(f"{request.method} {ROUTE}", {"http.request.method": request.method,
+                                                         "url.path": ROUTE}) as span:
             if not _SLUG.fullmatch(slug):
                 return self._unknown(span)
             path = REDIRECT_PATH + slug
             try:
-                target = await self.targets.get(path)
+                async with asyncio.timeout(self.wait_seconds):  # a stalled database answers 503, not never
+                    target = await self.targets.get(path)
             except Exception as error:
                 if not database_unavailable(error):
                     raise
