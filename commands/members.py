@@ -19,6 +19,7 @@ from commands import (
     run_async,
     when,
 )
+from operations.answers import MemberProfile
 from operations.members import add_member, member_profile
 
 app = typer.Typer(help="Members of the site.", no_args_is_help=True)
@@ -214,7 +215,8 @@ def members_show(member: str = typer.Argument(..., metavar="ID|ADDRESS", help="T
     open_rate = (f"{p.email_open_rate}%" if p.email_open_rate is not None
                  else "none yet (shown once 5 emails with open tracking were received)")
     console.print(f"received {plural(p.email_count, 'email')}, opened {p.email_opened_count:,}; "
-                  f"open rate {open_rate}", highlight=False)
+                  f"open rate {open_rate}; last seen {when(p.last_seen_at) if p.last_seen_at else 'never'}",
+                  highlight=False)
     s = p.suppression
     console.print("suppressed: no" if s is None else
                   f"suppressed: yes, after a {'complaint' if s.reason == 'spam' else 'bounce'} "
@@ -241,6 +243,7 @@ def members_show(member: str = typer.Argument(..., metavar="ID|ADDRESS", help="T
     for sent in p.automated_emails:
         console.print(f"automated email {sent.slug}: {sent.send_outcome or 'not sent'} "
                       f"({when(sent.created_at)})", highlight=False)
+    print_member_clicks(p)
     if not emails:
         return
     if not p.emails:
@@ -252,6 +255,16 @@ def members_show(member: str = typer.Argument(..., metavar="ID|ADDRESS", help="T
         outcome = e.outcome + (f": {e.failure_code} {e.failure_message}" if e.failure else "")
         rows.append([e.email_id, e.subject, when(e.created_at), outcome, when(moment)])
     print_rows(rows)
+
+
+def print_member_clicks(p: MemberProfile) -> None:
+    """Their last clicks on newsletters' links, a scanner's marked as such."""
+    if not p.clicks:
+        return console.print("clicks: none", highlight=False)
+    console.print("[bold]last clicks[/bold]")
+    print_rows([["when", "email", "link", ""]]
+               + [[when(c.at), c.email_id or "-", c.target, f"scanner ({c.scanner})" if c.scanner else ""]
+                  for c in p.clicks])
 
 
 LEFT_BY = {"link": "their unsubscribe link", "provider": "the provider's unsubscribe event", "operator": "an operator"}

@@ -19,7 +19,7 @@ from commands import (
     warn,
     when,
 )
-from operations.answers import EmailReport, FailureReason, NewsletterStatus, OpensOverTime
+from operations.answers import EmailClicks, EmailReport, FailureReason, NewsletterStatus, OpensOverTime
 from operations.common import temporal_client
 from operations.newsletter import (
     follow_newsletter,
@@ -221,7 +221,8 @@ def newsletter_test(email_id: str = typer.Argument(..., help="The email (emails.
 
 
 @app.command("list")
-def newsletter_list(status: str = typer.Option(None, "--status", metavar="pending|submitting|submitted|failed|cancelled",
+def newsletter_list(status: str = typer.Option(None, "--status",
+                                               metavar="pending|submitting|submitted|failed|cancelled",
                                                help="Only emails in this state."),
                     newsletter: str = typer.Option(None, "--newsletter", metavar="ID|SLUG",
                                                    help="Only this newsletter's emails."),
@@ -243,7 +244,8 @@ def newsletter_list(status: str = typer.Option(None, "--status", metavar="pendin
             warn(f"email {row.email_id} will not go out: {row.will_not_go_out}")
 
 
-LEFT_OUT_WORDS = {"suppressed-bounce": "suppressed after a bounce", "suppressed-complaint": "suppressed after a complaint",
+LEFT_OUT_WORDS = {"suppressed-bounce": "suppressed after a bounce",
+                  "suppressed-complaint": "suppressed after a complaint",
                   "disabled": "email disabled", "not-subscribed": "not subscribed to the newsletter",
                   "not-in-filter": "not in the email's filter", "other": "other (joined the audience later)"}
 
@@ -314,6 +316,22 @@ def print_report(r: EmailReport) -> None:
     else:
         console.print("left out: nobody", highlight=False)
     print_opens_chart(r.opens_over_time)
+    print_clicks(r.clicks)
+
+
+def print_clicks(c: EmailClicks) -> None:
+    """Members who clicked, with the rate over delivered, the top links, and what was set apart."""
+    rate = "" if c.rate is None else f" ({c.rate:.1f}% of delivered)"
+    console.print(f"[bold]clicked[/bold]: {plural(c.clicked, 'member')}{rate}, {plural(c.clicks, 'click')}"
+                  + (f" ({c.without_member:,} through forwarded links)" if c.without_member else ""),
+                  highlight=False)
+    if c.set_apart:
+        why = ", ".join(f"{n:,} by {reason}" for reason, n in sorted(c.set_apart_by.items()))
+        console.print(f"set apart as mail scanners' (in no figure above): {plural(c.set_apart, 'request')} "
+                      f"({why})", highlight=False)
+    if c.top_links:
+        print_rows([["link", "members", "clicks"]]
+                   + [[link.target, f"{link.clickers:,}", f"{link.clicks:,}"] for link in c.top_links])
 
 
 def print_opens_chart(opens: OpensOverTime, width: int = 40) -> None:

@@ -19,9 +19,10 @@ What it models
 * `GET /v3/{domain}/events` with begin (inclusive) / end (exclusive), as RFC 2822 or epoch
   seconds; `ascending` yes/no (default no, like Mailgun; descending reads from `begin` back to
   `end`); `limit` ≤ 300; `event` as "opened", "delivered OR failed" or "NOT opened";
-  `message-id`; `recipient`; `tags` as "a", "a AND b" or "a OR b" (unless `ignore_filters`). `paging.next` is an absolute URL carrying an opaque position; following it later
-  picks up what became visible since (Mailgun's event polling). An event is visible once its
-  timestamp + storage delay (+ the lateness of a "late" event) has passed.
+  `message-id`; `recipient`; `tags` as "a", "a AND b" or "a OR b" (unless `ignore_filters`).
+  `paging.next` is an absolute URL carrying an opaque position; following it later picks up what
+  became visible since (Mailgun's event polling). An event is visible once its timestamp + storage
+  delay (+ the lateness of a "late" event) has passed.
 
 * Webhooks: `GET|POST /v3/domains/{domain}/webhooks`, `GET|PUT /v3/domains/{domain}/webhooks/{id}`
   register URLs per kind (form `id`, `url` up to 3); from then on every event of that kind is
@@ -57,6 +58,8 @@ Admin API (no auth; a loopback tool)
 * `GET|POST /_sim/push` — `Push` fields (how events are pushed to registered webhooks: delay,
   reordering, duplicates, wrong signatures, stale timestamps, Mailgun's retry schedule scaled) and
   the pushes' counts (`push_stats`).
+* `GET|POST /_sim/follow` — readers and mail scanners following the delivered copies' tracked links
+  (devstack/link_followers.py: `readers`, `scanners` shares), and how many requests they made.
 * `POST /_sim/hostile {"email_id", "recipients": [...], "cases": [...]}` — events no provider should
   send (`HOSTILE_CASES`: a NUL or a lone surrogate in the recipient, a code beyond int32, no id, a
   huge nested field, a timestamp that is not a number, repeated ids), served and pushed like others.
@@ -81,6 +84,7 @@ import asyncio
 import base64
 import binascii
 import bisect
+import contextlib
 import hashlib
 import heapq
 import hmac
@@ -101,13 +105,15 @@ from collections import Counter, defaultdict
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import asdict, dataclass, field, fields
-from datetime import UTC, datetime, timezone
+from datetime import UTC, datetime
 from email.utils import format_datetime, getaddresses, parsedate_to_datetime
 from functools import lru_cache
 from typing import Any
 
 import aiohttp
 from aiohttp import web
+
+from devstack.link_followers import Following, LinkFollowers
 
 MAX_RECIPIENTS = 1000
 MAX_TAGS = 3
@@ -395,7 +401,8 @@ class MailgunSimulator:
         self.webhooks: dict[str, dict[str, list[str]]] = {}  # domain → webhook id → URLs
         self.push = Push()
         self.push_counts: Counter[str] = Counter()
-        self._pushes: list[tuple[float, int, _Group, int, int, str]] = []  # heap: (due, n, group, position, attempt, url)
+        # heap: (due, n, group, position, attempt, url)
+        self._pushes: list[tuple[float, int, _Group, int, int, str]] = []
         self._push_n = itertools.count()
         self._push_wake = asyncio.Event()
         self._pusher: asyncio.Task | None = None
@@ -423,6 +430,7 @@ class MailgunSimulator:
         self.id_prefix = secrets.token_hex(3)
         self._runner: web.AppRunner | None = None
         self._auth = "Basic " + base64.b64encode(f"api:{api_key}".encode()).decode()
+        self.links = LinkFollowers()
 
     def __repr__(self) -> str:
         return f"MailgunSimulator(domain={self.domain!r}, base_url={self.base_url!r})"
@@ -454,6 +462,7 @@ class MailgunSimulator:
         self.push_counts.clear()
         self._pushes.clear()
         self.sent_at = array("d")
+        self.links.following = Following()
 
     def set_faults(self, **changes: Any) -> None:
         if "seed" in changes:
@@ -603,6 +612,8 @@ class MailgunSimulator:
             web.post("/_sim/domains", self._admin_domains),
             web.post("/_sim/events", self._admin_events),
             web.post("/_sim/hostile", self._admin_hostile),
+            web.get("/_sim/follow", self._admin_follow),
+            web.post("/_sim/follow", self._admin_follow),
             web.get("/_sim/push", self._admin_push),
             web.post("/_sim/push", self._admin_push),
             web.get("/_sim/push/sent", self._admin_push_sent),
@@ -630,6 +641,7 @@ class MailgunSimulator:
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
+        await self.links.close()
 
     # --- the Mailgun API ---
 
@@ -783,6 +795,8 @@ class MailgunSimulator:
                 put("failed", "temporary", late_draw, index)
             else:
                 put("delivered", None, late_draw, index)
+                if self.links.active:
+                    self.links.delivered(f"{message.id}\0{address}", message.received_by(address)[1])
                 if opened < rates.opened:
                     put("opened", None, late_draw, index)
                 if unsubscribed < rates.unsubscribed:
@@ -856,10 +870,8 @@ class MailgunSimulator:
                     now = time.monotonic()
                 self._push_wake.clear()
                 wait = min(1.0, self._pushes[0][0] - now) if self._pushes else 1.0
-                try:
+                with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._push_wake.wait(), max(0.001, wait))
-                except TimeoutError:
-                    pass
 
     def _done_one(self) -> None:
         self._in_flight -= 1
@@ -1136,6 +1148,10 @@ class MailgunSimulator:
         except ValueError as error:
             return web.json_response({"message": str(error)}, status=400)
         return web.json_response(show())
+
+    async def _admin_follow(self, request: web.Request) -> web.Response:
+        return await self._admin_update(request, lambda **changes: self.links.following.update(changes),
+                                        self.links.stats)
 
     async def _admin_limits(self, request: web.Request) -> web.Response:
         return await self._admin_update(request, self.set_limits, lambda: asdict(self.limits))

@@ -10,6 +10,8 @@ Tests start it in-process on a random port (`running_ses_simulator()`); it plays
   `refused`). The inline template is filled per destination (`{{{name}}}`, `\\{{` literal), so
   `received(address)` is what the reader reads; replacement headers are kept per destination.
 * `GET|DELETE /v2/email/suppression/addresses/{address}`: the account's suppression list.
+* `GET|POST /_sim/follow`: readers and mail scanners following the delivered copies' tracked links
+  (devstack/link_followers.py).
 * SNS at `POST /sns` (Action=Subscribe, signed for service "sns"): a subscription is confirmed by
   a GET of the SubscribeURL the simulator sends in a SubscriptionConfirmation.
 * SES's events (Send, Delivery, and Bounce / Complaint / Open / Reject on demand) as SNS
@@ -28,6 +30,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import base64
+import contextlib
 import hashlib
 import hmac
 import itertools
@@ -40,7 +43,7 @@ import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any
 from urllib.parse import parse_qsl, quote, unquote
 from xml.sax.saxutils import escape as xml_escape
@@ -51,6 +54,8 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import padding, rsa
 from cryptography.x509.oid import NameOID
+
+from devstack.link_followers import Following, LinkFollowers
 
 MAX_DESTINATIONS = 50
 _AUTH = re.compile(r"AWS4-HMAC-SHA256 Credential=([^/]+)/(\d{8})/([^/]+)/([^/]+)/aws4_request, "
@@ -162,6 +167,7 @@ class SesSimulator:
         self._runner: web.AppRunner | None = None
         self._session: aiohttp.ClientSession | None = None
         self._tasks: set[asyncio.Task] = set()
+        self.links = LinkFollowers()
         self.reset()
 
     def reset(self) -> None:
@@ -181,6 +187,7 @@ class SesSimulator:
         # plays that refusal (off by default: most tests send from example.com).
         self.identities: dict[str, bool] = {self.domain: True}
         self.check_senders = False
+        self.links.following = Following()  # readers and scanners following the copies' tracked links
         self._notifications: list[_Notification] = []
         self._ids = itertools.count()
         self.requests = {"send": 0, "refused_signature": 0, "refused_for_now": 0}
@@ -305,6 +312,8 @@ class SesSimulator:
             web.post("/sns", self._sns),
             web.get("/sns/confirm", self._confirm),
             web.get("/sns/cert.pem", self._cert),
+            web.get("/_sim/follow", self._follow),
+            web.post("/_sim/follow", self._follow),
         ])
         self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
         await self._runner.setup()
@@ -318,6 +327,7 @@ class SesSimulator:
     async def stop(self) -> None:
         for task in list(self._tasks):
             task.cancel()
+        await self.links.close()
         if self._session is not None:
             await self._session.close()
         if self._runner is not None:
@@ -430,8 +440,10 @@ class SesSimulator:
             self.add_event("Delivery", copy)
             if address.casefold() in self.suppressed:
                 self.add_event("Bounce", copy)
-            elif self.opens:
-                self.add_event("Open", copy)
+            else:
+                if self.opens:
+                    self.add_event("Open", copy)
+                self.links.delivered(copy.message_id, copy.html)
             results.append({"Status": "SUCCESS", "MessageId": copy.message_id})
         if self.auto_push:
             self._background(self.push_to_subscribers())
@@ -444,6 +456,18 @@ class SesSimulator:
                 request.transport.abort()  # accepted, but the client never hears so
             return web.Response(status=500)
         return web.json_response({"BulkEmailEntryResults": results})
+
+    async def _follow(self, request: web.Request) -> web.Response:
+        """GET|POST /_sim/follow: readers and scanners following tracked links (devstack/link_followers.py)."""
+        if request.method == "POST":
+            try:
+                changes = await request.json()
+                if not isinstance(changes, dict):
+                    raise ValueError("send a JSON object")
+                self.links.following.update(changes)
+            except ValueError as error:
+                return web.json_response({"message": str(error)}, status=400)
+        return web.json_response(self.links.stats())
 
     async def _account(self, request: web.Request) -> web.Response:
         if refused := self._check_signature(request, await request.read(), "ses"):
@@ -498,10 +522,8 @@ class SesSimulator:
         body = self._signed_message(
             "SubscriptionConfirmation", f"You have chosen to subscribe to the topic {self.topic_arn}.",
             Token=token, SubscribeURL=f"{self.base_url}/sns/confirm?Token={token}")
-        try:
+        with contextlib.suppress(aiohttp.ClientError):  # not reachable yet: confirm by hand, as with SNS
             await self._post(endpoint, body)
-        except aiohttp.ClientError:
-            pass  # not reachable yet: confirm by hand, as with SNS
 
     async def _confirm(self, request: web.Request) -> web.Response:
         token = request.query.get("Token", "")
@@ -519,10 +541,8 @@ class SesSimulator:
     async def push_forever(self, every: float = 0.2) -> None:
         """Push what became visible (late events included) to the subscribers, until cancelled."""
         while True:
-            try:
+            with contextlib.suppress(aiohttp.ClientError):  # the receiver is down: SNS tries again, and so does this
                 await self.push_to_subscribers()
-            except aiohttp.ClientError:
-                pass  # the receiver is down: SNS tries again, and so does this
             await asyncio.sleep(every)
 
     def _background(self, work) -> None:

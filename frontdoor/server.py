@@ -8,6 +8,7 @@ stateless server behind the operator's TLS proxy.
   form body) and the page's buttons (`scope=all` for every newsletter).
 - POST /webhooks/mailgun: the provider's signed events (operations/webhooks.py).
 - GET /healthz: 200 when PostgreSQL answers.
+- GET /r/{id}?m=…: a newsletter's tracked link, 302 to its stored target (frontdoor/redirects.py).
 
 A link is the reference platform's: `key` is the hex HMAC-SHA256 of the member's uuid keyed with
 PRESSROOM_MEMBERS_LINK_SECRET, compared in constant time before the database is asked anything. A
@@ -256,9 +257,11 @@ class FrontDoor:
 
     def __init__(self, pool: asyncpg.Pool, settings: Settings, runtime: Any = None) -> None:
         from frontdoor.deadlines import Connections
+        from frontdoor.redirects import Redirects
 
         self.pool = pool
         self.unsubscribe = Unsubscribe(pool, settings, runtime)
+        self.redirects = Redirects(pool, settings, runtime)
         self.receiver = Receiver(pool, settings, runtime)
         self.pages = Pages(pool, settings)
         self.connections = Connections(settings.serve_header_timeout_seconds, settings.serve_max_connections)
@@ -270,7 +273,7 @@ class FrontDoor:
 
         app = web.Application(client_max_size=self.receiver.max_body, middlewares=[self.connections.middleware()])
         app.add_routes([*self.unsubscribe.routes(), *self.receiver.routes(), *self.pages.routes(),
-                        web.get(HEALTH_PATH, self.health)])
+                        web.get(HEALTH_PATH, self.health), *self.redirects.routes()])
         return app
 
     async def health(self, request: web.Request) -> web.Response:
@@ -309,6 +312,7 @@ class FrontDoor:
             self._server.close()
         if self._runner is not None:
             await self._runner.cleanup()
+        await self.redirects.stop()
         await self.flush_refusals()
 
 

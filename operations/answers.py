@@ -196,6 +196,29 @@ class OpensOverTime(Answer):
     buckets: list[OpensBucket]
 
 
+class TopLink(Answer):
+    target: str
+    clickers: int  # members who followed it at least once
+    clicks: int  # readers' requests, those without a member too
+
+
+class EmailClicks(Answer):
+    clicked: int  # members who followed a link at least once
+    rate: float | None  # of `clicked` over delivered, percent
+    clicks: int  # readers' requests
+    without_member: int  # readers' requests whose link named no member (forwarded)
+    set_apart: int  # requests taken for a mail scanner's, in no other figure
+    set_apart_by: dict[str, int]  # user-agent | address | burst | delivery
+    top_links: list[TopLink]
+
+
+class MemberClick(Answer):
+    at: Moment
+    target: str
+    email_id: str | None
+    scanner: str | None  # why it was taken for a scanner's; None: the member's own
+
+
 class ReportReputation(Answer):
     """As mailbox providers count them, in percent: hard bounces over sent, complaints over delivered."""
 
@@ -232,6 +255,7 @@ class EmailReport(Answer):
     top_failures: list[FailureReason]
     left_out: dict[str, int]  # by reason (activities/newsletter/left_out.py's LEFT_OUT_REASONS), every reason
     opens_over_time: OpensOverTime
+    clicks: EmailClicks
 
 
 # --- members show --------------------------------------------------------------------------------
@@ -310,6 +334,8 @@ class MemberProfile(Answer):
     outbox: list[MemberOutboxEntry]
     automated_emails: list[AutomatedEmailSent]
     emails: list[MemberEmail]
+    clicks: list[MemberClick]  # their last clicks on newsletters' links
+    last_seen_at: Moment | None
 
 
 # --- outbox status, check ------------------------------------------------------------------------

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from operations.answers import MemberProfile
+from operations.clicks import member_clicks
 from pressroom import tracing
 from pressroom.errors import BadInput
 from pressroom.settings import Settings, get_settings
@@ -164,7 +165,7 @@ async def member_profile(member: str, *, emails: int = 10, settings: Settings | 
     async with database.connection(settings.require_database()) as conn:
         row = await conn.fetchrow(
             "SELECT m.id AS member_id, m.email, m.name, m.note, m.status, m.email_disabled, m.email_count, "
-            "m.email_opened_count, m.email_open_rate, m.created_at FROM members m "
+            "m.email_opened_count, m.email_open_rate, m.last_seen_at, m.created_at FROM members m "
             + ("WHERE lower(m.email) = lower($1)" if by_address else "WHERE m.id = $1"), member.strip())
         if row is None:
             raise NotFound("no member has that address" if by_address else f"member {member} does not exist")
@@ -177,6 +178,7 @@ async def member_profile(member: str, *, emails: int = 10, settings: Settings | 
         last = await conn.fetch(_MEMBER_EMAILS, member_id, emails) if emails else []
         labels = await conn.fetch(_MEMBER_LABELS, member_id)
         tiers = await conn.fetch(_MEMBER_TIERS, member_id)
+        clicks = await member_clicks(conn, member_id)
     return MemberProfile.model_validate({
             **dict(row),
             "labels": [r["slug"] for r in labels],
@@ -186,7 +188,8 @@ async def member_profile(member: str, *, emails: int = 10, settings: Settings | 
             "outbox": [dict(o) for o in outbox],
             "automated_emails": [dict(a) for a in automated],
             "emails": [{**{k: v for k, v in dict(e).items() if k != "batch_status"}, "outcome": email_outcome(e)}
-                       for e in last]})
+                       for e in last],
+            "clicks": [c.model_dump() for c in clicks]})
 
 
 @dataclass(frozen=True)

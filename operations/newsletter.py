@@ -4,6 +4,7 @@ send a test copy."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from dataclasses import dataclass
 from datetime import UTC, timedelta
 
@@ -226,10 +227,8 @@ async def _cancelled_by_run(conn, email_id: str, handle) -> NewsletterCancel:
     """Wait for the run to end after a cancel; what it recorded."""
     from temporalio.client import WorkflowFailureError
 
-    try:
+    with contextlib.suppress(WorkflowFailureError):  # the row says how it ended
         await handle.result()
-    except WorkflowFailureError:
-        pass  # the row says how it ended
     row = await conn.fetchrow("SELECT status, cancelled_by, cancelled_at, error FROM emails WHERE id = $1", email_id)
     return NewsletterCancel(email_id, row["status"], row["cancelled_by"], row["cancelled_at"],
                             row["error"] or f"email {email_id} is {row['status']}")
@@ -480,8 +479,11 @@ STAND_IN_UUID = "00000000-0000-0000-0000-000000000000"  # a reader who is no mem
 
 
 async def _render_for(conn, email_id: str, *, member_id: str | None, segment: str | None, address: str | None,
-                      settings: Settings):
-    """(loaded email, rendering, reader's values, reader in words): what a member or a stand-in gets."""
+                      settings: Settings, track_clicks: bool = True):
+    """(loaded email, rendering, reader's values, reader in words): what a member or a stand-in gets;
+    links untracked when not `track_clicks` (a test copy's clicks count nowhere)."""
+    import dataclasses
+
     from activities.email_content import load_email, load_member_values
     from activities.newsletter.audience import entitled
     from pressroom.email_rendering import SEGMENT_NAMES, ContentError, member_values, render, segment_for
@@ -515,7 +517,8 @@ async def _render_for(conn, email_id: str, *, member_id: str | None, segment: st
             # The default reader reads everything, as on a paid post; a chosen segment is of no tier.
             of_tier = segment is None
             reader = f"a {status} reader with no name"
-        rendered = render(loaded.content, segment_for(loaded.content, status, of_tier=of_tier))
+        content = loaded.content if track_clicks else dataclasses.replace(loaded.content, track_clicks=False)
+        rendered = render(content, segment_for(content, status, of_tier=of_tier))
     except ContentError as error:
         raise BadInput(str(error)) from None
     return loaded, rendered, values, reader
@@ -555,7 +558,7 @@ async def send_test_email(email_id: str, to: str, *, segment: str | None = None,
     settings = settings or get_settings()
     async with database.connection(settings.require_database()) as conn:
         loaded, rendered, values, _ = await _render_for(conn, email_id, member_id=None, segment=segment,
-                                                        address=to, settings=settings)
+                                                        address=to, settings=settings, track_clicks=False)
     values = {**values, "email": to}
     provider = provider_from_settings(settings)
     try:

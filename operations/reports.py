@@ -19,6 +19,7 @@ from activities.newsletter.left_out import (
     with_filter,
 )
 from operations.answers import EmailReport, LeftOutRow, Page
+from operations.clicks import email_clicks
 from operations.finding import SHOWN_ERROR, SHOWN_STATUS
 from pressroom.errors import BadInput, NotFound
 from pressroom.inputs import entity_id
@@ -151,7 +152,7 @@ async def _opens(conn, email) -> dict:
 
 async def newsletter_report(email_id: str, *, reasons: int = 5, settings: Settings | None = None) -> EmailReport:
     """Recipients, delivered, opened, failed, unsubscribed, complained with rates (per segment too),
-    the top failure reasons, who was left out and why, and the opens over time."""
+    the top failure reasons, who was left out and why, the opens over time, and the clicks."""
     from pressroom import database
 
     settings = settings or get_settings()
@@ -176,6 +177,7 @@ async def newsletter_report(email_id: str, *, reasons: int = 5, settings: Settin
             left_out = {r["reason"]: r["n"] for r in await conn.fetch(
                 counts, email_id, email["newsletter_id"], email["created_at"], values)}
         opens = await _opens(conn, email)
+        clicks = await email_clicks(conn, email["post_id"], figures["delivered"])
     permanent, temporary = failures.get("permanent", 0), failures.get("temporary", 0)
     figures = {"recipients": figures["recipients"], "sent": figures["recipients"] - figures["not_sent"],
                "delivered": figures["delivered"], "opened": figures["opened"],
@@ -203,7 +205,8 @@ async def newsletter_report(email_id: str, *, reasons: int = 5, settings: Settin
                            "complaint_rate": _rate(complained, figures["delivered"], 2)},
             "top_failures": top,
             "left_out": {reason: left_out.get(reason, 0) for reason in LEFT_OUT_REASONS},
-            "opens_over_time": opens})
+            "opens_over_time": opens,
+            "clicks": clicks.model_dump()})
 
 
 async def left_out_members(email_id: str, *, reason: str | None = None, after: str | None = None, limit: int = 50,

@@ -117,6 +117,11 @@ class Settings(BaseSettings):
     from_address: str = Field(default="Pressroom <noreply@example.com>", validation_alias="PRESSROOM_FROM_ADDRESS")
     # Rendered bodies a worker keeps, per email and segment, so batches reuse one rendering.
     body_cache_bytes: int = Field(default=32 * 1024 * 1024, ge=0, validation_alias="PRESSROOM_BODY_CACHE_BYTES")
+    # Clicks counted by Pressroom's own redirects (`{PRESSROOM_SITE_URL}/r/{id}?m={uuid}`) for every
+    # email whose own and newsletter's `track_clicks` are unset (docs/clicks.md).
+    email_track_clicks: bool = Field(default=False, validation_alias="PRESSROOM_EMAIL_TRACK_CLICKS")
+    # The reference platform's outbound link tagging: `ref={newsletter-slug}-newsletter` on links to other sites.
+    outbound_link_tagging: bool = Field(default=False, validation_alias="PRESSROOM_OUTBOUND_LINK_TAGGING")
 
     # --- the provider's limits: domain warming and send caps ---
     # With both set, a growing share of each email goes through MAILGUN_DOMAIN, the rest through this
@@ -208,6 +213,13 @@ class Settings(BaseSettings):
                                               validation_alias="PRESSROOM_SERVE_BODY_TIMEOUT_SECONDS")
     serve_max_connections: int = Field(default=1024, ge=1, le=100_000,
                                        validation_alias="PRESSROOM_SERVE_MAX_CONNECTIONS")
+    # A click is committed before its redirect is answered; when the database takes longer than this,
+    # the reader is redirected anyway and the click stays queued until it commits (docs/clicks.md).
+    click_commit_wait_seconds: float = Field(default=2.0, gt=0, le=30,
+                                             validation_alias="PRESSROOM_CLICK_COMMIT_WAIT_SECONDS")
+    # Networks (CIDR, comma-separated) of mail scanners whose requests are counted apart from readers'.
+    click_scanner_networks: Annotated[list[str], NoDecode] = Field(
+        default_factory=list, validation_alias="PRESSROOM_CLICK_SCANNER_NETWORKS")
 
     # --- deliverability (docs/deliverability.md) ---
     # While the provider is unreachable, a send looks for its return this often (an authenticated
@@ -279,6 +291,20 @@ class Settings(BaseSettings):
     def _backoff_not_empty(cls, value: list[int]) -> list[int]:
         if not value or any(v <= 0 for v in value):
             raise ValueError("must be a list of positive seconds, such as 5,10,20")
+        return value
+
+    @field_validator("click_scanner_networks", mode="before")
+    @classmethod
+    def _parse_networks(cls, value: object) -> object:
+        import ipaddress
+
+        if isinstance(value, str):
+            value = [part.strip() for part in value.split(",") if part.strip()]
+        if isinstance(value, list):
+            try:
+                return [str(ipaddress.ip_network(str(part), strict=False)) for part in value]
+            except ValueError as error:
+                raise ValueError(f"must be networks such as 192.0.2.0/24,2001:db8::/32 ({error})") from None
         return value
 
     @field_validator("hourly_send_limit", "daily_send_limit", mode="before")

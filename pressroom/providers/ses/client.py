@@ -54,6 +54,8 @@ from pressroom.providers.port import (
 )
 from pressroom.providers.ses.events import PROVIDER, parse_event, tag_value
 
+_ANCHOR = re.compile(r"<a ")
+
 if TYPE_CHECKING:
     from pressroom.providers.received import ReceivedEvents
     from pressroom.providers.ses.settings import SesSettings
@@ -167,11 +169,16 @@ class SesClient(DomainScopedClient):
             raise ProviderRejected(f"a message takes at most {self.limits.max_tags} tags, got {len(message.tags)}")
         headers = {name: value for name, value in message.headers.items() if name.lower() not in _NOT_HEADERS}
         reply_to = next((value for name, value in message.headers.items() if name.lower() == "reply-to"), None)
+        body_html = message.html
+        if message.tracking_clicks is False:
+            # SES rewrites links when the configuration set publishes clicks, unless a link says not
+            # to; Pressroom counts clicks with its own redirects. Lexbor writes every anchor as `<a `.
+            body_html = _ANCHOR.sub("<a ses:no-track ", body_html)
         shared: dict[str, Any] = {
             "FromEmailAddress": message.from_address,
             "ConfigurationSetName": self.configuration_set,
             "DefaultContent": {"Template": {
-                "TemplateContent": {"Subject": ses_template(message.subject), "Html": ses_template(message.html),
+                "TemplateContent": {"Subject": ses_template(message.subject), "Html": ses_template(body_html),
                                     "Text": ses_template(message.text)},
                 "TemplateData": "{}"}},
             "DefaultEmailTags": _tags({tag: "1" for tag in message.tags})}
@@ -200,7 +207,7 @@ class SesClient(DomainScopedClient):
                     "ReplacementTemplateData": json.dumps({name: str(v) for name, v in values.items()})}}}
             if own:
                 entry["ReplacementHeaders"] = [
-                    {"Name": name, "Value": fill_placeholders(value, lambda n: str(values.get(n, "")))}
+                    {"Name": name, "Value": fill_placeholders(value, lambda n, values=values: str(values.get(n, "")))}
                     for name, value in own.items()]
                 _within_header_limits(entry["ReplacementHeaders"])
             entries.append(entry)
@@ -219,7 +226,7 @@ class SesClient(DomainScopedClient):
     @staticmethod
     def _outcome(what: str, addresses: list[str], results: list[dict[str, Any]]) -> SendResult:
         accepted, refused, temporarily, statuses = {}, {}, set(), set()
-        for address, result in zip(addresses, results):
+        for address, result in zip(addresses, results, strict=True):  # checked: one answer each
             status = result.get("Status")
             if status == "SUCCESS" and isinstance(result.get("MessageId"), str) and result["MessageId"]:
                 accepted[address] = result["MessageId"]
