@@ -45,6 +45,11 @@ def write_file(path: Path, rows: int) -> None:
                              "vip,press" if n % 7 == 0 else "", ""])
 
 
+def peak_rss_mb() -> float:
+    """This process's peak resident memory so far (ru_maxrss is in KiB on Linux)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
 class Phases:
     """When the import finished reading (every row checked) and writing, from its progress calls."""
 
@@ -81,15 +86,12 @@ async def main(rows: int, welcome: bool, hash_key: bool) -> None:
             file = folder / "members.csv"
             write_file(file, rows)
             print(f"{rows:,} rows, {file.stat().st_size / 1e6:.1f} MB:", flush=True)
-            print(f"  peak RSS before the import: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:,.0f} MB",
-                  flush=True)
+            print(f"  peak RSS before the import: {peak_rss_mb():,.0f} MB", flush=True)
             phases = Phases()
             first = await timed("members import (an empty site)", rows,
                                 lambda: import_members(file, welcome=welcome, settings=settings,
                                                        progress=phases), phases)
-            # Peak resident memory of this process (the file written, the import run): ru_maxrss is in KiB.
-            print(f"  peak RSS after the first import: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:,.0f} MB",
-                  flush=True)
+            print(f"  peak RSS after the first import: {peak_rss_mb():,.0f} MB", flush=True)
             phases = Phases()
             again = await timed("members import again (nothing changes)", rows,
                                 lambda: import_members(file, welcome=welcome, settings=settings,
