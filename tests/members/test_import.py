@@ -146,7 +146,8 @@ async def test_import_from_the_command_line(settings, db, tmp_path):
     code, out, err = await cli("members", "import", file, env=env)
     assert code == 0, err
     lines = out.splitlines()
-    assert lines[0] == f"imported {file}: 10 rows: 3 added, 0 updated, 0 unchanged, 7 refused"
+    assert lines[0] == (f"imported {file} (the reference platform's export): 10 rows: 3 added, 0 updated, "
+                        "0 unchanged, 7 refused")
     assert lines[1].startswith("  line 6: the email is not a valid address")
     assert "labels: 3 given to members; 2 labels the site did not have made" in lines
     assert "columns not imported: id, deleted_at" in lines
