@@ -4,6 +4,7 @@ one tier sent for real (a Temporal server, the simulator over HTTP) to members o
 
 from __future__ import annotations
 
+import json
 import uuid
 from dataclasses import dataclass, field
 
@@ -278,3 +279,23 @@ async def test_an_audience_keeps_its_parsed_filter_for_the_lock_to_check(db, mon
     async with db.acquire() as conn:
         assert await audiences.missing(conn, chosen.tree) == "no tier platinum"
     assert parsed == ["label:vip+tier:platinum"]
+
+
+def test_the_reference_parser_accepts_every_form_and_refuses_what_is_refused():
+    """@tryghost/nql-lang itself (installed by npm): each form of FORMS parses there too ("all" is the
+    reference's word for no filter, not its language), and the reference's own refusals are ours."""
+    from tests.reference_js import node
+
+    refused_there = ['label:"vip"', "label:-[vip+press]", "label:[vip,press+beta]", "label:[vip+press,beta]",
+                     "label:''", "label:'vip"]
+    texts = [text for text, _ in FORMS if text != "all"] + refused_there
+    answers = json.loads(node(
+        "const nql = require('@tryghost/nql-lang');"
+        "const texts = JSON.parse(require('fs').readFileSync(0, 'utf8'));"
+        "const parses = (t) => { try { nql.parse(t); return true; } catch (e) { return false; } };"
+        "console.log(JSON.stringify(texts.map(parses)));",
+        json.dumps(texts)))
+    assert dict(zip(texts, answers, strict=True)) == {text: text not in refused_there for text in texts}
+    for text in refused_there:
+        with pytest.raises(FilterError):
+            parse(text)
