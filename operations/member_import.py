@@ -278,13 +278,17 @@ _FIND_LABELS = [
     """UPDATE member_import_labels x SET label_id = l.id FROM labels l
        WHERE x.label_id IS NULL AND lower(l.name) = lower(x.name)""",
     "UPDATE member_import_labels x SET label_id = l.id FROM labels l WHERE x.label_id IS NULL AND l.slug = x.slug"]
-# Rows that would leave their (existing) member with more than $1 labels.
+# Rows that would leave their (existing) member with more than $1 labels: the labels the row adds
+# (new ones, and the site's that the member has not got), over what the member has.
 _TOO_MANY_LABELS = """
-SELECT i.line FROM member_import i
-WHERE i.member_id IS NOT NULL
-  AND (SELECT count(*) FROM members_labels ml WHERE ml.member_id = i.member_id)
-      + (SELECT count(*) FROM member_import_labels x WHERE x.line = i.line AND (x.label_id IS NULL OR NOT EXISTS (
-             SELECT 1 FROM members_labels ml WHERE ml.member_id = i.member_id AND ml.label_id = x.label_id))) > $1"""
+WITH adding AS (
+    SELECT i.line, i.member_id, count(*) AS n
+    FROM member_import_labels x JOIN member_import i ON i.line = x.line
+    WHERE i.member_id IS NOT NULL AND NOT EXISTS (
+        SELECT 1 FROM members_labels ml WHERE ml.member_id = i.member_id AND ml.label_id = x.label_id)
+    GROUP BY i.line, i.member_id)
+SELECT a.line FROM adding a
+WHERE a.n + (SELECT count(*) FROM members_labels ml WHERE ml.member_id = a.member_id) > $1"""
 _DROP_LINES = ["DELETE FROM member_import WHERE line = ANY($1::int[])",
                "DELETE FROM member_import_labels WHERE line = ANY($1::int[])"]
 _UPDATE = """
