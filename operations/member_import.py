@@ -328,6 +328,9 @@ ON CONFLICT (member_id, product_id) DO NOTHING
 RETURNING member_id"""
 # The chunk's members' addresses as stored (a suppression is matched to a member's address exactly).
 _STORED = "SELECT m.email FROM member_import i JOIN members m ON m.id = i.member_id"
+_NOT_SUPPRESSED = """
+SELECT m.id FROM members m
+WHERE m.id = ANY($1::text[]) AND NOT EXISTS (SELECT 1 FROM suppressions s WHERE s.email = m.email) ORDER BY m.id"""
 # A label the site does not have is made with the file's name for it (the first row's spelling).
 _MAKE_LABELS = """
 INSERT INTO labels (name, slug)
@@ -492,8 +495,10 @@ async def _write_chunk(conn, chunk: list[tuple[_Row, list[str] | None]], refused
     report.added += len(ids)
     report.updated += len(changed - set(ids))
     if welcome and ids:
+        # Never an address a bounce or a complaint suppressed (a deleted member's, come back).
+        welcomed = [row["id"] for row in await conn.fetch(_NOT_SUPPRESSED, ids)]
         report.welcome_queued += await enqueue_many(conn, "MemberCreatedEvent",
-                                                    [member_created(member_id) for member_id in ids])
+                                                    [member_created(member_id) for member_id in welcomed])
     for r, tier_ids in kept_rows:
         report.created_in_future += r.future
         report.comped_default_tier += r.default_tier and tier_ids is not None
