@@ -17,6 +17,7 @@ from commands import (
     print_rows,
     repeated_filters,
     run_async,
+    warn,
     when,
 )
 from operations.answers import MemberProfile
@@ -113,9 +114,12 @@ def members_delete(member: str = typer.Argument(..., metavar="ID|ADDRESS", help=
 
 @app.command("import")
 def members_import(file: str = typer.Argument(..., metavar="FILE.csv",
-                                             help="Members in the reference platform's export format (CSV)."),
+                                             help="Members in the reference platform's export format, or a "
+                                                  "Mailchimp export (CSV)."),
                    welcome: bool = typer.Option(False, "--welcome", help="Queue the welcome email of each member "
                                                                          "added (none without it)."),
+                   dry_run: bool = typer.Option(False, "--dry-run", help="Check every row and report what an import "
+                                                                         "would do; write nothing."),
                    as_json: bool = JSON_OPTION) -> None:
     """Add or update members from a CSV export: every row checked; refused rows reported by line and why."""
     from dataclasses import asdict
@@ -123,7 +127,7 @@ def members_import(file: str = typer.Argument(..., metavar="FILE.csv",
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from operations.member_import import ROWS_SHOWN, import_members
+    from operations.member_import import import_members
 
     errors = Console(stderr=True)
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
@@ -133,27 +137,80 @@ def members_import(file: str = typer.Argument(..., metavar="FILE.csv",
         def progress(phase: str, done: int, total: int) -> None:
             bar.update(tasks[phase], completed=done, total=total or None)
 
-        report = run_async(import_members(file, welcome=welcome, progress=progress))
+        report = run_async(import_members(file, welcome=welcome, dry_run=dry_run, progress=progress))
     if as_json:
         return print_json(asdict(report))
-    r = report
-    console.print(f"imported {r.file}: {plural(r.rows, 'row')}: {r.added:,} added, {r.updated:,} updated, "
-                  f"{r.unchanged:,} unchanged, {len(r.refused):,} refused", highlight=False)
-    for refused in r.refused[:ROWS_SHOWN]:
-        console.print(f"  line {refused['line']}: {refused['reason']}", highlight=False, markup=False)
+    for line in import_summary(report, welcome=welcome):
+        console.print(line, highlight=False, markup=False)
+
+
+def import_summary(r, *, welcome: bool) -> list[str]:
+    """The import's report in lines: what was read, done (or would be, in a dry run), and refused."""
+    from operations.member_import import ROWS_SHOWN
+
+    verb = "would import" if r.dry_run else "imported"
+    lines = [f"{verb} {r.file} ({r.format}): {plural(r.rows, 'row')}: {r.added:,} added, {r.updated:,} updated, "
+             f"{r.unchanged:,} unchanged, {len(r.refused):,} refused"]
+    lines += [f"  line {refused['line']}: {refused['reason']}" for refused in r.refused[:ROWS_SHOWN]]
     if len(r.refused) > ROWS_SHOWN:
-        console.print(f"  and {len(r.refused) - ROWS_SHOWN:,} more refused rows (--json lists them all)",
-                      highlight=False)
+        lines.append(f"  and {len(r.refused) - ROWS_SHOWN:,} more refused rows (--json lists them all)")
     if r.labels_made or r.labels_given:
-        console.print(f"labels: {r.labels_given:,} given to members; {plural(r.labels_made, 'label')} the site "
-                      "did not have made", highlight=False)
+        lines.append(f"labels: {r.labels_given:,} given to members; {plural(r.labels_made, 'label')} the site "
+                     "did not have made")
+    if r.tiers_given:
+        lines.append(f"tiers: {r.tiers_given:,} given to members")
+    if r.comped_default_tier:
+        lines.append(f"{plural(r.comped_default_tier, 'complimentary member')} given the site's default tier")
+    if r.comped_without_tier:
+        lines.append(f"{plural(r.comped_without_tier, 'complimentary member')} without a tier: the site has no "
+                     "active paid tier")
+    if r.paid_stripe:
+        lines.append(f"{plural(r.paid_stripe, 'member')} with a Stripe customer imported paid, with their tiers")
+    if r.stripe_without_tier:
+        shown = ", ".join(str(line) for line in r.stripe_without_tier[:ROWS_SHOWN])
+        lines.append(f"{plural(len(r.stripe_without_tier), 'member')} with a Stripe customer but no tier imported "
+                     f"free (Pressroom cannot ask Stripe for a subscription): lines {shown}"
+                     + (", …" if len(r.stripe_without_tier) > ROWS_SHOWN else ""))
+    if r.created_in_future:
+        lines.append(f"{plural(r.created_in_future, 'member')} created in the future given the import's time")
     if r.ignored_columns:
-        console.print(f"columns not imported: {', '.join(r.ignored_columns)}", highlight=False, markup=False)
+        lines.append(f"columns not imported: {', '.join(r.ignored_columns)}")
     if r.suppressions_restored:
-        console.print(f"{plural(r.suppressions_restored, 'suppression')} of addresses deleted before and "
-                      "imported again restored", highlight=False)
-    console.print(f"{plural(r.welcome_queued, 'welcome email')} queued" if welcome else
-                  "no welcome emails queued (--welcome queues them for the members added)", highlight=False)
+        lines.append(f"{plural(r.suppressions_restored, 'suppression')} of addresses deleted before and "
+                     "imported again restored")
+    lines.append(f"{plural(r.welcome_queued, 'welcome email')} queued" if welcome else
+                 "no welcome emails queued (--welcome queues them for the members added)")
+    if r.dry_run:
+        lines.append("dry run: nothing was written")
+    return lines
+
+
+@app.command("export")
+def members_export(file: str = typer.Argument("-", metavar="[FILE.csv]",
+                                             help="Where to write (default: standard output)."),
+                   recipient_filter: str = typer.Option(None, "--filter", metavar="FILTER",
+                                                        help="Only these members, in the recipient filter's "
+                                                             "language (label:vip, status:-free, …)."),
+                   as_json: bool = JSON_OPTION) -> None:
+    """Write members in the reference platform's CSV export format, which its importer (and ours) reads."""
+    import json
+
+    from rich.console import Console
+
+    from operations.member_export import export_members
+
+    done = run_async(export_members(file, recipient_filter=recipient_filter))
+    # The file may be standard output: the summary then goes to stderr.
+    out = Console(stderr=True) if file == "-" else console
+    if as_json:
+        out.print(json.dumps({"file": done.file, "members": done.members, "filter": done.filter,
+                              "paid_without_tier": done.paid_without_tier}), highlight=False, markup=False)
+        return
+    out.print(f"exported {plural(done.members, 'member')}" + (f" to {done.file}" if file != "-" else "")
+              + (f" (filter {done.filter})" if done.filter else ""), highlight=False, markup=False)
+    if done.paid_without_tier:
+        warn(f"{plural(done.paid_without_tier, 'paid member')} without a tier: the format says paid only with a "
+             "tier or a Stripe customer, so an import reads them free")
 
 
 @app.command("list")

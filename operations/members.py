@@ -44,9 +44,12 @@ async def give_labels_and_tiers(conn, member_id: str, labels: list[str], tiers: 
 
 
 def _slugs(values, what: str) -> list[str]:
-    from pressroom.inputs import slug
+    from pressroom.inputs import MAX_LABELS, slug
 
-    return list(dict.fromkeys(slug(v, what) for v in values or ()))
+    slugs = list(dict.fromkeys(slug(v, what) for v in values or ()))
+    if len(slugs) > MAX_LABELS:
+        raise BadInput(f"{len(slugs):,} {what}s given; a member has at most {MAX_LABELS}")
+    return slugs
 
 
 @tracing.traced("pressroom members add")
@@ -136,6 +139,17 @@ SELECT p.slug, p.name, mp.expiry_at, mp.expiry_at IS NOT NULL AND mp.expiry_at <
 FROM members_products mp JOIN products p ON p.id = mp.product_id WHERE mp.member_id = $1 ORDER BY p.slug"""
 
 
+def address_as_stored(address: str) -> str:
+    """An address given to find a member, in the form members are stored in (a punycode domain in
+    Unicode, as `members add` and the import store it); as given when it is no valid address."""
+    from pressroom.inputs import email_address
+
+    try:
+        return email_address(address)
+    except BadInput:
+        return address.strip()
+
+
 def email_outcome(row) -> str:
     """What became of one email for one member, in a word or two."""
     if row["complained_at"]:
@@ -166,7 +180,8 @@ async def member_profile(member: str, *, emails: int = 10, settings: Settings | 
         row = await conn.fetchrow(
             "SELECT m.id AS member_id, m.email, m.name, m.note, m.status, m.email_disabled, m.email_count, "
             "m.email_opened_count, m.email_open_rate, m.last_seen_at, m.created_at FROM members m "
-            + ("WHERE lower(m.email) = lower($1)" if by_address else "WHERE m.id = $1"), member.strip())
+            + ("WHERE lower(m.email) = lower($1)" if by_address else "WHERE m.id = $1"),
+            address_as_stored(member) if by_address else member.strip())
         if row is None:
             raise NotFound("no member has that address" if by_address else f"member {member} does not exist")
         member_id = row["member_id"]
@@ -279,7 +294,7 @@ async def _member_row(conn, member: str, *, lock: bool = False):
     row = await conn.fetchrow(
         "SELECT id, uuid, email, name, status, email_disabled FROM members "
         + ("WHERE lower(email) = lower($1)" if by_address else "WHERE id = $1") + (" FOR UPDATE" if lock else ""),
-        member.strip())
+        address_as_stored(member) if by_address else member.strip())
     if row is None:
         # The address is not repeated: it may be a mistyped one of someone else's.
         raise NotFound("no member has that address" if by_address else f"member {member} does not exist")
@@ -323,7 +338,7 @@ async def update_member(member: str, *, name: str | None = None, status: str | N
     """
     from activities.outbox import WELCOME_EMAIL_SLUGS
     from pressroom import database
-    from pressroom.inputs import free_text
+    from pressroom.inputs import MAX_LABELS, free_text
 
     if status is not None and status not in WELCOME_EMAIL_SLUGS:
         raise BadInput(f"--status {status!r} is not one of {', '.join(WELCOME_EMAIL_SLUGS)}")
@@ -378,6 +393,8 @@ async def update_member(member: str, *, name: str | None = None, status: str | N
         if given or taken:
             changed.append("labels")
         labelled = [r["slug"] for r in await conn.fetch(_MEMBER_LABELS, member_id)]  # the answer: labels now
+        if len(labelled) > MAX_LABELS:  # nothing is written: the transaction ends with the error
+            raise BadInput(f"member {member_id} would have {len(labelled):,} labels; at most {MAX_LABELS}")
         if changed and "name" not in changed and "status" not in changed:
             await conn.execute("UPDATE members SET updated_at = now() WHERE id = $1", member_id)
     return MemberUpdated(member_id, changed, subscribed, unsubscribed, labelled)
