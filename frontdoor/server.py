@@ -30,6 +30,8 @@ import uuid as uuid_module
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from frontdoor.admin_api import MAX_BODY_BYTES as ADMIN_MAX_BODY
+from frontdoor.admin_api import AdminApi
 from frontdoor.receiver import Receiver, database_unavailable, flush_refusals, metrics_runtime
 from operations.webhooks import LINK_SOURCE, PATH
 from pressroom.settings import Settings, get_settings
@@ -259,6 +261,7 @@ class FrontDoor:
         self.pool = pool
         self.unsubscribe = Unsubscribe(pool, settings, runtime)
         self.receiver = Receiver(pool, settings, runtime)
+        self.admin_api = AdminApi(pool, settings, runtime)
         self.connections = Connections(settings.serve_header_timeout_seconds, settings.serve_max_connections)
         self._server: asyncio.Server | None = None
         self._runner = None
@@ -266,8 +269,11 @@ class FrontDoor:
     def app(self) -> web.Application:
         from aiohttp import web
 
-        app = web.Application(client_max_size=self.receiver.max_body, middlewares=[self.connections.middleware()])
-        app.add_routes([*self.unsubscribe.routes(), *self.receiver.routes(), web.get(HEALTH_PATH, self.health)])
+        # Each handler holds its own body to its own limit (read_body); this is the largest of them.
+        app = web.Application(client_max_size=max(self.receiver.max_body, ADMIN_MAX_BODY),
+                              middlewares=[self.connections.middleware()])
+        app.add_routes([*self.unsubscribe.routes(), *self.receiver.routes(), web.get(HEALTH_PATH, self.health),
+                        *self.admin_api.routes()])
         return app
 
     async def health(self, request: web.Request) -> web.Response:
