@@ -110,6 +110,21 @@ def newsletter_cancel(email_id: str = typer.Argument(..., help="The email (email
     console.print(cancel.message, highlight=False)
 
 
+@app.command("retry")
+def newsletter_retry(email_id: str = typer.Argument(..., help="The failed email (emails.id)."),
+                     recipient_filter: str = typer.Option(None, "--filter", metavar="FILTER",
+                                                          help="The corrected recipient filter."),
+                     subject: str = typer.Option(None, "--subject", help="The corrected subject."),
+                     as_json: bool = JSON_OPTION) -> None:
+    """Correct a failed email (filter, subject) and send it again."""
+    from operations.authoring import retry_email
+
+    retry = run_async(retry_email(email_id, recipient_filter=recipient_filter, subject=subject))
+    if as_json:
+        return print_json(retry.model_dump())
+    console.print(retry.message, highlight=False)
+
+
 @app.command("status")
 def newsletter_status_command(email_id: str = typer.Argument(..., help="The email (emails.id)."),
                               as_json: bool = JSON_OPTION) -> None:
