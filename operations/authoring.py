@@ -441,7 +441,8 @@ async def edit_post(post: str, change: PostChange, *, client=None, settings: Set
 
         async def write(conn) -> None:
             stamp = await conn.fetchval("SELECT updated_at FROM posts WHERE id = $1 FOR UPDATE", current.id)
-            if change.updated_at is not None and stamp != change.updated_at:
+            # Compared to the millisecond: the reference's API writes times to the millisecond.
+            if change.updated_at is not None and _to_ms(stamp) != _to_ms(change.updated_at):
                 raise UpdateCollision("Saving failed! Someone else is editing this post.")
             await _write_post(conn, current.id, fields, change.newsletter)
 
@@ -457,6 +458,10 @@ async def edit_post(post: str, change: PostChange, *, client=None, settings: Set
             await _publish(current.id, _publish_at(change), client, settings, write=write)
             await _published_soon(conn, current.id, change)
         return await read_post(conn, current.id)
+
+
+def _to_ms(moment: datetime) -> datetime:
+    return moment.replace(microsecond=moment.microsecond // 1000 * 1000)
 
 
 async def _client(settings: Settings):
