@@ -20,6 +20,7 @@ from frontdoor.admin_api.envelope import ApiError, dumps, invalid, unsupported
 from operations import authoring
 from pressroom.errors import BadInput, NotFound, PressroomError, one_line
 from pressroom.settings import Settings
+from pressroom.temporal import TemporalUnavailable
 
 if TYPE_CHECKING:
     import asyncpg
@@ -46,7 +47,6 @@ class AdminApi:
         self.refusals = Refusals(log, "admin api request")
         meter = runtime.metric_meter if runtime is not None else MetricMeter.noop
         self.requests = meter.create_counter("pressroom_admin_api_requests", "Admin API requests by outcome")
-        self._client = None
         self.routes_table: list[tuple[str, re.Pattern, Handler]] = [
             ("GET", re.compile(r"site/"), self.site),
             ("GET", re.compile(r"posts/"), self.browse_posts),
@@ -110,6 +110,10 @@ class AdminApi:
             return ApiError(404, "NotFoundError", one_line(str(error)))
         if isinstance(error, BadInput):
             return ApiError(422, "ValidationError", one_line(str(error)))
+        if isinstance(error, TemporalUnavailable):
+            log.error("admin api request not done: Temporal cannot be reached")
+            return ApiError(503, "ServiceUnavailableError", "Publishing and sending cannot be reached right now; "
+                            "try again in a few minutes.")
         if isinstance(error, PressroomError):
             return ApiError(500, "InternalServerError", one_line(str(error)))
         log.error("admin api request failed: %s", type(error).__name__)
@@ -155,13 +159,6 @@ class AdminApi:
         except (ValueError, UnicodeDecodeError):
             raise invalid("the body is not JSON") from None
 
-    async def _temporal(self):
-        if self._client is None:
-            from operations.common import temporal_client
-
-            self._client = await temporal_client(self.settings)
-        return self._client
-
     # --- handlers: each answers (status, body) ---------------------------------------------------
 
     async def site(self, request: web.Request) -> tuple[int, Any]:
@@ -188,7 +185,7 @@ class AdminApi:
         item = resources._item(await self._body(request), "posts")
         async with self.pool.acquire() as conn:
             change = await resources.post_change(conn, item, request.query, adding=True)
-        post = await authoring.add_post(change, client=await self._temporal() if change.status else None,
+        post = await authoring.add_post(change, client=None,
                                         settings=self.settings)
         return await self._post_answer(post, request, 201)
 
@@ -198,14 +195,14 @@ class AdminApi:
             if not await conn.fetchval("SELECT EXISTS (SELECT 1 FROM posts WHERE id = $1)", id):
                 raise resources.not_found("post")
             change = await resources.post_change(conn, item, request.query, adding=False)
-        post = await authoring.edit_post(id, change, client=await self._temporal(), settings=self.settings)
+        post = await authoring.edit_post(id, change, settings=self.settings)
         return await self._post_answer(post, request)
 
     async def delete_post(self, request: web.Request, id: str) -> tuple[int, Any]:
         async with self.pool.acquire() as conn:
             if not await conn.fetchval("SELECT EXISTS (SELECT 1 FROM posts WHERE id = $1)", id):
                 raise resources.not_found("post")
-        await authoring.delete_post(id, client=await self._temporal(), settings=self.settings)
+        await authoring.delete_post(id, settings=self.settings)
         return 204, None
 
     async def browse_newsletters(self, request: web.Request) -> tuple[int, Any]:
@@ -300,9 +297,6 @@ class AdminApi:
     async def retry_email(self, request: web.Request, id: str) -> tuple[int, Any]:
         async with self.pool.acquire() as conn:
             await resources.read_email(conn, id)  # 404 first
-        await authoring.retry_email(id, client=await self._temporal(), settings=self.settings)
+        await authoring.retry_email(id, settings=self.settings)
         async with self.pool.acquire() as conn:
             return 200, await resources.read_email(conn, id)
-
-    async def close(self) -> None:
-        self._client = None

@@ -38,7 +38,6 @@ async def admin_door(api_settings: Settings) -> AsyncIterator[RunningDoor]:
     try:
         yield running
     finally:
-        await running.door.admin_api.close()
         await close_door(running)
 
 

@@ -58,7 +58,6 @@ async def test_the_reference_client_authors_publishes_and_sends(client_folder, d
             result = await node(client_folder, "scenario", door.base, admin_key)
             await check_scenario(result, settings, db, mailgun, client_folder, door.base, admin_key)
     finally:
-        await door.door.admin_api.close()
         await close_door(door)
 
 
