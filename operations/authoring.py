@@ -121,11 +121,11 @@ def post_html(html: str | None = None, markdown: str | None = None) -> str:
     assert source is not None
     if len(source.encode()) > MAX_POST_BYTES:
         raise BadInput(f"the post is {len(source.encode()):,} bytes; at most {MAX_POST_BYTES:,}")
-    if markdown is not None:
-        source = MarkdownIt("commonmark", {"html": False}).enable("table").enable("strikethrough").render(markdown)
-    # The marker is a comment, and comments go: it passes the sanitiser as a word of its own.
+    # The marker is a comment, and comments go (Markdown escapes them): it passes as a word of its own.
     word = f"pressroom-marker-{secrets.token_hex(8)}"
     kept = _MARKER.sub(word, source)
+    if markdown is not None:
+        kept = MarkdownIt("commonmark", {"html": False}).enable("table").enable("strikethrough").render(kept)
     clean = nh3.clean(kept, tags=_TAGS, attributes=_ATTRIBUTES, url_schemes={"http", "https", "mailto"},
                       link_rel="noopener noreferrer")
     return clean.replace(word, "<!--members-only-->")
