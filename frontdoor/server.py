@@ -7,6 +7,7 @@ stateless server behind the operator's TLS proxy.
 - POST /unsubscribe/ (same query): RFC 8058's one-click request (`List-Unsubscribe=One-Click` as a
   form body) and the page's buttons (`scope=all` for every newsletter).
 - POST /webhooks/mailgun: the provider's signed events (operations/webhooks.py).
+- /ghost/api/admin/…: the reference platform's Admin API (frontdoor/admin_api/, docs/admin-api.md).
 - GET /healthz: 200 when PostgreSQL answers.
 
 A link is the reference platform's: `key` is the hex HMAC-SHA256 of the member's uuid keyed with
