@@ -6,6 +6,7 @@ own fields."""
 from __future__ import annotations
 
 import json
+import re
 from datetime import UTC, datetime
 from typing import Any
 
@@ -119,7 +120,7 @@ async def browse_posts(conn, query, settings: Settings) -> dict:
 
 
 def _order_sql(options: Browse) -> str:
-    return "ORDER BY " + ", ".join(f"{c} {d} NULLS LAST" for c, d in options.order) + ", 1 DESC"
+    return "ORDER BY " + ", ".join(f"{c} {d}" for c, d in options.order) + ", 1 DESC"
 
 
 def _page_sql(options: Browse, used: int) -> str:
@@ -247,26 +248,48 @@ def _like(text: str) -> str:
     return "%" + text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
 
 
+# `created_at:<'TIME'` (or >, <=, >=) joined by `+`: the keyset a client pages deep with (the
+# reference's NQL form), read by an index instead of skipping rows with OFFSET.
+_KEYSET = re.compile(r"(?:^|\+)\s*created_at:([<>]=?)'([^']{1,40})'\s*(?=\+|$)")
+
+
+def keyset(text: str | None) -> tuple[str | None, list[tuple[str, datetime]]]:
+    """The filter without its created_at terms, and those terms (operator, time)."""
+    if not text or "created_at" not in text:
+        return text, []
+    bounds = [(op, _time(value, "filter")) for op, value in _KEYSET.findall(text)]
+    rest = _KEYSET.sub("", text).strip().lstrip("+").strip()
+    if "created_at" in rest or (bounds and "," in rest):
+        raise invalid("created_at is taken as created_at:<'TIME' (or >, <=, >=) joined to the rest with +",
+                      property="filter")
+    return rest or None, [(op, moment) for op, moment in bounds if moment is not None]
+
+
 async def browse_members(conn, query) -> dict:
-    """Members by the recipient filter language (status, label, tier) and `search` (address or name)."""
+    """Members by the recipient filter language (status, label, tier), created_at bounds (keyset)
+    and `search` (address or name)."""
     from activities.newsletter.audience import filter_sql
     from pressroom.recipient_filter import FilterError
 
     options = browse_options(query, orderable=_MEMBER_ORDER, default_order="created_at desc",
                              includes=MEMBER_INCLUDES, known_fields=MEMBER_FIELDS)
+    audience, bounds = keyset(options.filter)
     try:
-        predicate, values = filter_sql(options.filter or "all", as_of=datetime.now(UTC), post_id=None, param=1)
+        predicate, values = filter_sql(audience or "all", as_of=datetime.now(UTC), post_id=None, param=1)
     except FilterError as error:
         raise invalid(f"filter: {error}", property="filter",
                       context="members filter by status, label and tier, in the recipient filter language") from None
     search = query.get("search")
     if search is not None and len(search) > 200:
         raise invalid("search is longer than 200 characters", property="search")
+    args: list[Any] = [values, _like(search) if search else None]
     where = (f"WHERE {predicate} AND $1::text[] IS NOT NULL "
              "AND ($2::text IS NULL OR m.email ILIKE $2 OR m.name ILIKE $2)")
-    args = [values, _like(search) if search else None]
+    for op, moment in bounds:
+        args.append(moment)
+        where += f" AND m.created_at {op} ${len(args)}"
     total = await conn.fetchval(f"SELECT count(*) FROM members m {where}", *args)
-    rows = await conn.fetch(f"{MEMBER_QUERY} {where} {_order_sql(options)} {_page_sql(options, 2)}", *args,
+    rows = await conn.fetch(f"{MEMBER_QUERY} {where} {_order_sql(options)} {_page_sql(options, len(args))}", *args,
                             *_page_values(options))
     return {"members": [project(member_json(r), options.fields) for r in rows], "meta": options.pagination(total)}
 

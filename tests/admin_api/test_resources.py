@@ -144,3 +144,19 @@ async def test_emails_read_and_retry_refusals(api, db):
     assert read["status"] == "submitted" and read["subject"] == "s"
     refused = await api.post(f"emails/{email_id}/retry/")
     assert refused.status_code == 422 and "only a failed email" in error_of(refused)["message"]
+
+
+async def test_members_page_deep_by_keyset_on_created_at(api, db):
+    await db.execute("INSERT INTO members (email, created_at) SELECT 'k' || n || '@example.com', "
+                     "'2026-01-01T00:00:00Z'::timestamptz + n * interval '1 minute' FROM generate_series(1, 7) n")
+    seen, bound = [], None
+    while True:
+        params = {"limit": 3, "filter": "status:free" + (f"+created_at:<'{bound}'" if bound else "")}
+        page = (await api.get("members/", params=params)).json()["members"]
+        if not page:
+            break
+        seen += [m["email"] for m in page]
+        bound = page[-1]["created_at"]
+    assert seen == [f"k{n}@example.com" for n in range(7, 0, -1)]
+    mixed = await api.get("members/", params={"filter": "status:free,label:x+created_at:<'2026-01-01T00:00:00Z'"})
+    assert mixed.status_code == 422 and error_of(mixed)["property"] == "filter"
