@@ -1,0 +1,141 @@
+"""The Admin API's members browse with a filter over many members, pages deep: OFFSET pages (what
+`page=N` asks) against keyset pages (`created_at:<'TIME'`), beside the raw statement.
+
+`pressroom serve` runs as its own process against a fresh PostgreSQL with `--members` members (a
+tenth labelled `vip`, distinct creation times). Each request carries a fresh token, as the
+reference's client sends, and asks `filter=label:vip&limit=100`; every answer counts the filter's
+total as the reference's does. p50/p99 of `--repeat` requests at each depth.
+
+    .venv/bin/python bench/admin_api.py [--members 1000000] [--repeat 30]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+import aiohttp  # noqa: E402
+import jwt  # noqa: E402
+
+from bench.unsubscribe import percentile, wait_for_port  # noqa: E402
+from devstack.servers import Postgres, free_port  # noqa: E402
+from operations.integrations import add_integration  # noqa: E402
+from pressroom import database  # noqa: E402
+from pressroom.settings import load_settings  # noqa: E402
+
+SEED = """
+INSERT INTO members (email, status, created_at)
+SELECT 'member' || n || '@example.com', CASE WHEN n % 10 = 0 THEN 'paid' ELSE 'free' END,
+       '2020-01-01T00:00:00Z'::timestamptz + n * interval '1 second'
+FROM generate_series(1, {members}) n;
+INSERT INTO labels (name, slug) VALUES ('VIP', 'vip');
+INSERT INTO members_labels (member_id, label_id) SELECT m.id, l.id FROM members m, labels l
+WHERE m.email ~ '^member[0-9]*0@';
+ANALYZE
+"""
+
+
+def token(key: str) -> str:
+    key_id, secret = key.split(":")
+    now = int(time.time())
+    return jwt.encode({"iat": now, "exp": now + 300, "aud": "/admin/"}, bytes.fromhex(secret), algorithm="HS256",
+                      headers={"kid": key_id})
+
+
+def line(name: str, latencies: list[float]) -> None:
+    print(f"  {name:<58} p50 {statistics.median(latencies) * 1000:8.1f} ms   p99 "
+          f"{percentile(latencies, 0.99) * 1000:8.1f} ms", flush=True)
+
+
+async def timed(work, repeat: int) -> list[float]:
+    latencies = []
+    for _ in range(repeat):
+        began = time.perf_counter()
+        await work()
+        latencies.append(time.perf_counter() - began)
+    return latencies
+
+
+async def main(members: int, repeat: int) -> None:
+    folder = Path(tempfile.mkdtemp(prefix="pressroom-bench-admin-api-"))
+    postgres = Postgres(folder / "postgres", free_port())
+    postgres.start(durable=False)
+    server = None
+    try:
+        await database.migrate(postgres.url)
+        pool = await database.connect(postgres.url, max_size=2)
+        began = time.perf_counter()
+        for statement in SEED.format(members=members).strip().split(";\n"):
+            await pool.execute(statement)
+        labelled = await pool.fetchval("SELECT count(*) FROM members_labels")
+        print(f"{members:,} members, {labelled:,} labelled vip, seeded in {time.perf_counter() - began:.0f} s",
+              flush=True)
+        settings = load_settings(database_url=postgres.url)
+        key = (await add_integration("bench", settings=settings)).admin_api_key
+
+        port = free_port()
+        log = folder / "serve.log"
+        env = {**os.environ, "DATABASE_URL": postgres.url, "PRESSROOM_MEMBERS_LINK_SECRET": "bench-link-secret",
+               "MAILGUN_WEBHOOK_SIGNING_KEY": "bench-signing-key"}
+        server = subprocess.Popen([sys.executable, "-m", "starter", "serve", "--port", str(port)], cwd=ROOT, env=env,
+                                  stdout=open(log, "ab"), stderr=subprocess.STDOUT)
+        wait_for_port(port, server, log)
+        base = f"http://127.0.0.1:{port}/ghost/api/admin/members/"
+        async with aiohttp.ClientSession() as http:
+            async def browse(params: dict) -> dict:
+                async with http.get(base, params=params, headers={"Authorization": f"Ghost {token(key)}"}) as answer:
+                    body = await answer.json()
+                    assert answer.status == 200, body
+                    assert len(body["members"]) == 100, len(body["members"])
+                    return body
+
+            await browse({"filter": "label:vip", "limit": "100"})  # warm
+            pages = labelled // 100
+            for page in sorted({1, 10, pages // 10, pages // 2, pages - 1} - {0}):
+                offset = await timed(lambda p=page: browse({"filter": "label:vip", "limit": "100", "page": str(p)}),
+                                     repeat)
+                line(f"page={page:,} (OFFSET {(page - 1) * 100:,})", offset)
+                bound = await pool.fetchval(
+                    "SELECT m.created_at FROM members m JOIN members_labels ml ON ml.member_id = m.id "
+                    "ORDER BY m.created_at DESC OFFSET $1 LIMIT 1", (page - 1) * 100 - 1) if page > 1 else None
+                keyed = "label:vip" + (f"+created_at:<'{bound.isoformat()}'" if bound else "")
+                keyset = await timed(lambda f=keyed: browse({"filter": f, "limit": "100"}), repeat)
+                line(f"  the same page by keyset (created_at:<)", keyset)
+            raw = await timed(lambda: pool.fetch(
+                "SELECT m.id FROM members m WHERE m.id IN (SELECT ml.member_id FROM members_labels ml JOIN labels l "
+                "ON l.id = ml.label_id WHERE l.slug = 'vip') ORDER BY m.created_at DESC LIMIT 100"), repeat)
+            line("raw: the first page's ids alone (asyncpg, no count)", raw)
+            count = await timed(lambda: pool.fetchval(
+                "SELECT count(*) FROM members m WHERE m.id IN (SELECT ml.member_id FROM members_labels ml "
+                "JOIN labels l ON l.id = ml.label_id WHERE l.slug = 'vip')"), repeat)
+            line("raw: the filter's total alone (every answer counts it)", count)
+        await pool.close()
+    finally:
+        if server is not None and server.poll() is None:
+            server.send_signal(signal.SIGTERM)
+            try:
+                server.wait(30)
+            except subprocess.TimeoutExpired:
+                server.kill()
+        postgres.stop()
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--members", type=int, default=1_000_000)
+    parser.add_argument("--repeat", type=int, default=30)
+    args = parser.parse_args()
+    asyncio.run(main(args.members, args.repeat))
