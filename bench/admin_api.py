@@ -68,6 +68,13 @@ async def timed(work, repeat: int) -> list[float]:
     return latencies
 
 
+def start_server(port: int, env: dict[str, str], log: Path) -> subprocess.Popen:
+    """`pressroom serve` as its own process, its output in `log`."""
+    with open(log, "ab") as out:
+        return subprocess.Popen([sys.executable, "-m", "starter", "serve", "--port", str(port)], cwd=ROOT, env=env,
+                                stdout=out, stderr=subprocess.STDOUT)
+
+
 async def main(members: int, repeat: int) -> None:
     folder = Path(tempfile.mkdtemp(prefix="pressroom-bench-admin-api-"))
     postgres = Postgres(folder / "postgres", free_port())
@@ -89,8 +96,7 @@ async def main(members: int, repeat: int) -> None:
         log = folder / "serve.log"
         env = {**os.environ, "DATABASE_URL": postgres.url, "PRESSROOM_MEMBERS_LINK_SECRET": "bench-link-secret",
                "MAILGUN_WEBHOOK_SIGNING_KEY": "bench-signing-key"}
-        server = subprocess.Popen([sys.executable, "-m", "starter", "serve", "--port", str(port)], cwd=ROOT, env=env,
-                                  stdout=open(log, "ab"), stderr=subprocess.STDOUT)
+        server = start_server(port, env, log)
         wait_for_port(port, server, log)
         base = f"http://127.0.0.1:{port}/ghost/api/admin/members/"
         async with aiohttp.ClientSession() as http:
@@ -112,7 +118,7 @@ async def main(members: int, repeat: int) -> None:
                     "ORDER BY m.created_at DESC OFFSET $1 LIMIT 1", (page - 1) * 100 - 1) if page > 1 else None
                 keyed = "label:vip" + (f"+created_at:<'{bound.isoformat()}'" if bound else "")
                 keyset = await timed(lambda f=keyed: browse({"filter": f, "limit": "100"}), repeat)
-                line(f"  the same page by keyset (created_at:<)", keyset)
+                line("  the same page by keyset (created_at:<)", keyset)
             raw = await timed(lambda: pool.fetch(
                 "SELECT m.id FROM members m WHERE m.id IN (SELECT ml.member_id FROM members_labels ml JOIN labels l "
                 "ON l.id = ml.label_id WHERE l.slug = 'vip') ORDER BY m.created_at DESC LIMIT 100"), repeat)
