@@ -25,7 +25,7 @@ def integrations_add(name: str = typer.Argument(..., help="The integration's nam
 
 @app.command("list")
 def integrations_list(as_json: bool = JSON_OPTION) -> None:
-    """The integrations, with their key's id (never its secret) and when it was last used."""
+    """The integrations, with their key's id (never its secret)."""
     from operations.integrations import list_integrations
 
     found = run_async(list_integrations())

@@ -447,6 +447,9 @@ async def edit_post(post: str, change: PostChange, *, client=None, settings: Set
             await _write_post(conn, current.id, fields, change.newsletter)
 
         target = change.status
+        if change.newsletter and current.status == "published":
+            raise BadInput(f"post {current.id} is already published; a newsletter goes out only when its post is "
+                           "published or scheduled")
         if target is None or target == current.status and target in ("draft", "published"):
             async with conn.transaction():
                 await write(conn)

@@ -27,7 +27,6 @@ class Integration(BaseModel):
     slug: str
     key_id: str | None
     created_at: datetime
-    last_seen_at: datetime | None
 
 
 async def add_integration(name: str, *, settings: Settings | None = None) -> IntegrationAdded:
@@ -61,7 +60,7 @@ async def list_integrations(*, settings: Settings | None = None) -> list[Integra
     settings = settings or get_settings()
     async with database.connection(settings.require_database()) as conn:
         rows = await conn.fetch(
-            "SELECT i.id, i.name, i.slug, k.id AS key_id, i.created_at, k.last_seen_at FROM integrations i "
+            "SELECT i.id, i.name, i.slug, k.id AS key_id, i.created_at FROM integrations i "
             "LEFT JOIN api_keys k ON k.integration_id = i.id AND k.type = 'admin' ORDER BY i.created_at, i.id")
     return [Integration(**dict(r)) for r in rows]
 

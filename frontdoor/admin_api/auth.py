@@ -70,8 +70,7 @@ async def authenticate(pool, header: str | None, now: float | None = None) -> Ca
         raise _unauthorized("Unknown Admin API Key", "unknown kid", "UNKNOWN_ADMIN_API_KEY")
     if key["type"] != "admin":
         raise _unauthorized("Invalid API Key type", "key type", "INVALID_API_KEY_TYPE")
-    claims = verify(token, bytes.fromhex(key["secret"]), now)
-    del claims
+    verify(token, bytes.fromhex(key["secret"]), now)
     return Caller(key_id=key["id"], integration_id=key["integration_id"])
 
 

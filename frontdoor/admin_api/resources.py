@@ -409,7 +409,7 @@ async def browse_simple(conn, query, table: str, resource: str, to_json, known: 
                                                             if table == "products" else {})}
     where, values = simple_filter(options.filter, columns, 1)
     total = await conn.fetchval(f"SELECT count(*) FROM {table} p WHERE {where}", *values)
-    rows = await conn.fetch(f"SELECT * FROM {table} p WHERE {where} {_order_sql(options).replace('1 DESC', 'id')} "
+    rows = await conn.fetch(f"SELECT * FROM {table} p WHERE {where} {_order_sql(options)} "
                             f"{_page_sql(options, len(values))}", *values, *_page_values(options))
     return {resource: [project(to_json(r), options.fields) for r in rows], "meta": options.pagination(total)}
 

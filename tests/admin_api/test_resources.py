@@ -160,3 +160,13 @@ async def test_members_page_deep_by_keyset_on_created_at(api, db):
     assert seen == [f"k{n}@example.com" for n in range(7, 0, -1)]
     mixed = await api.get("members/", params={"filter": "status:free,label:x+created_at:<'2026-01-01T00:00:00Z'"})
     assert mixed.status_code == 422 and error_of(mixed)["property"] == "filter"
+
+
+async def test_a_published_posts_newsletter_is_not_sent_by_an_edit(api, db):
+    await db.execute("INSERT INTO newsletters (name, slug) VALUES ('W', 'w')")
+    post_id = await db.fetchval("INSERT INTO posts (title, slug, status, published_at) "
+                                "VALUES ('Out', 'out', 'published', now()) RETURNING id")
+    refused = await api.put(f"posts/{post_id}/", params={"newsletter": "w"},
+                            json={"posts": [{"status": "published"}]})
+    assert refused.status_code == 422 and "already published" in error_of(refused)["message"]
+    assert await db.fetchval("SELECT count(*) FROM emails WHERE post_id = $1", post_id) == 0
