@@ -132,11 +132,12 @@ def project(item: dict, fields: list[str]) -> dict:
 _TERM = re.compile(r"([a-z_]+):(-?)(\[[^\]]*\]|'[^']*'|[^+,\[\]()']+)")
 
 
-def simple_filter(text: str | None, columns: dict[str, str], first_param: int) -> tuple[str, list[str]]:
+def simple_filter(text: str | None, columns: dict[str, str], first_param: int) -> tuple[str, list[list[str]]]:
     """(SQL predicate, values) for a filter of `key:value` terms joined by `+`; each value bound."""
     if not text:
         return "TRUE", []
-    sql, values = [], []
+    sql: list[str] = []
+    values: list[list[str]] = []
     for part in text.split("+"):
         match = _TERM.fullmatch(part.strip())
         if not match or match.group(1) not in columns:

@@ -197,8 +197,8 @@ def newsletter_fields(item: dict) -> dict[str, Any]:
     _unsupported_fields(item, _NEWSLETTER_WRITABLE, "newsletters")
     if item.get("visibility") not in (None, "members"):
         raise invalid("newsletters.visibility other than members is not supported", property="visibility")
-    fields = {k: _text(item, k) for k in ("name", "sender_name", "sender_email", "sender_reply_to", "status")
-              if k in item}
+    fields: dict[str, Any] = {k: _text(item, k) for k in ("name", "sender_name", "sender_email",
+                                                           "sender_reply_to", "status") if k in item}
     if "subscribe_on_signup" in item:
         if not isinstance(item["subscribe_on_signup"], bool):
             raise invalid("subscribe_on_signup must be true or false", property="subscribe_on_signup")
