@@ -6,7 +6,12 @@ tenth labelled `vip`, distinct creation times). Each request carries a fresh tok
 reference's client sends, and asks `filter=label:vip&limit=100`; every answer counts the filter's
 total as the reference's does. p50/p99 of `--repeat` requests at each depth.
 
+With `--publish N`: a post added and published with a newsletter through the API (a worker on a
+Temporal dev server, the Mailgun simulator as its own process, `--members` subscribers), N times:
+from the request to its answer, and to the first batch the simulator accepted.
+
     .venv/bin/python bench/admin_api.py [--members 1000000] [--repeat 30]
+    .venv/bin/python bench/admin_api.py --publish 20 --members 1000
 """
 
 from __future__ import annotations
@@ -139,9 +144,61 @@ async def main(members: int, repeat: int) -> None:
         shutil.rmtree(folder, ignore_errors=True)
 
 
+async def publish(times: int, members: int) -> None:
+    from bench.servers import SIMULATOR_DOMAIN, SIMULATOR_KEY, bench_servers
+    from frontdoor.server import FrontDoor
+    from worker import running_worker
+
+    async with bench_servers(simulator=True) as servers:
+        settings = load_settings(
+            database_url=servers.database_url, mailgun_base_url=servers.simulator_url, mailgun_api_key=SIMULATOR_KEY,
+            mailgun_domain=SIMULATOR_DOMAIN, temporal_address=servers.env.client.service_client.config.target_host,
+            members_link_secret="bench-link-secret", webhook_signing_key="bench-signing-key",
+            task_queue="bench-admin-api", publish_lead_seconds=1.0)
+        pool = await database.connect(servers.database_url, max_size=10)
+        await pool.execute("INSERT INTO newsletters (name, slug) VALUES ('Weekly', 'weekly')")
+        await pool.execute("INSERT INTO members (email) SELECT 'reader' || n || '@example.com' "
+                           "FROM generate_series(1, $1) n", members)
+        await pool.execute("INSERT INTO members_newsletters (member_id, newsletter_id) "
+                           "SELECT m.id, n.id FROM members m, newsletters n")
+        key = (await add_integration("bench", settings=settings)).admin_api_key
+        door = FrontDoor(pool, settings)
+        port = free_port()
+        await door.start("127.0.0.1", port)
+        answered, accepted = [], []
+        try:
+            async with running_worker(servers.env.client, settings), aiohttp.ClientSession() as http:
+                print(f"{members:,} subscribers; a worker in this process; posts added and published {times} times",
+                      flush=True)
+                for n in range(times):
+                    began = time.perf_counter()
+                    async with http.post(f"http://127.0.0.1:{port}/ghost/api/admin/posts/",
+                                         params={"source": "html", "newsletter": "weekly"},
+                                         json={"posts": [{"title": f"Issue {n}", "html": "<p>news</p>",
+                                                          "status": "published"}]},
+                                         headers={"Authorization": f"Ghost {token(key)}"}) as answer:
+                        body = await answer.json()
+                        assert answer.status == 201, body
+                    answered.append(time.perf_counter() - began)
+                    email_id = body["posts"][0]["email"]["id"]
+                    while True:
+                        async with http.get(f"{servers.simulator_url}/_sim/messages",
+                                            params={"email_id": email_id}) as found:
+                            if await found.json():
+                                break
+                        await asyncio.sleep(0.01)
+                    accepted.append(time.perf_counter() - began)
+        finally:
+            await door.stop()
+            await pool.close()
+        line("request to its answer (the post published)", answered)
+        line("request to the first batch accepted by the provider", accepted)
+
+
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--members", type=int, default=1_000_000)
     parser.add_argument("--repeat", type=int, default=30)
+    parser.add_argument("--publish", type=int, default=0, help="add and publish N posts instead")
     args = parser.parse_args()
-    asyncio.run(main(args.members, args.repeat))
+    asyncio.run(publish(args.publish, args.members) if args.publish else main(args.members, args.repeat))
