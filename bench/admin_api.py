@@ -181,7 +181,12 @@ async def publish(times: int, members: int) -> None:
                         assert answer.status == 201, body
                     answered.append(time.perf_counter() - began)
                     email_id = body["posts"][0]["email"]["id"]
+                    deadline = time.monotonic() + 120
                     while True:
+                        if time.monotonic() > deadline:
+                            state = await pool.fetchrow("SELECT p.status, e.status AS email, e.error FROM posts p "
+                                                        "JOIN emails e ON e.post_id = p.id WHERE e.id = $1", email_id)
+                            raise SystemExit(f"no batch of email {email_id} accepted in 120 s: {dict(state)}")
                         async with http.get(f"{servers.simulator_url}/_sim/messages",
                                             params={"email_id": email_id}) as found:
                             if await found.json():
