@@ -182,7 +182,7 @@ class AdminApi:
         return await self._post_answer(post, request)
 
     async def add_post(self, request: web.Request) -> tuple[int, Any]:
-        item = resources._item(await self._body(request), "posts")
+        item = resources.item_of(await self._body(request), "posts")
         async with self.pool.acquire() as conn:
             change = await resources.post_change(conn, item, request.query, adding=True)
         post = await authoring.add_post(change, client=None,
@@ -190,7 +190,7 @@ class AdminApi:
         return await self._post_answer(post, request, 201)
 
     async def edit_post(self, request: web.Request, id: str) -> tuple[int, Any]:
-        item = resources._item(await self._body(request), "posts")
+        item = resources.item_of(await self._body(request), "posts")
         async with self.pool.acquire() as conn:
             if not await conn.fetchval("SELECT EXISTS (SELECT 1 FROM posts WHERE id = $1)", id):
                 raise resources.not_found("post")
@@ -219,19 +219,19 @@ class AdminApi:
         return 200, {"newsletters": [resources.newsletter_json(found[0])]}
 
     async def add_newsletter(self, request: web.Request) -> tuple[int, Any]:
-        item = resources._item(await self._body(request), "newsletters")
+        item = resources.item_of(await self._body(request), "newsletters")
         fields = resources.newsletter_fields(item)
         if not fields.get("name"):
             raise invalid("newsletters.name is required", property="name")
         fields.pop("status", None)
-        newsletter = await authoring.add_newsletter(fields.pop("name"), slug=resources._text(item, "slug"), **fields,
+        newsletter = await authoring.add_newsletter(fields.pop("name"), slug=resources.text_of(item, "slug"), **fields,
                                                     settings=self.settings)
         if request.query.get("opt_in_existing") == "true":
             await authoring.opt_in_existing(newsletter.id, settings=self.settings)
         return 201, {"newsletters": [resources.newsletter_json(newsletter)]}
 
     async def edit_newsletter(self, request: web.Request, id: str) -> tuple[int, Any]:
-        item = resources._item(await self._body(request), "newsletters")
+        item = resources.item_of(await self._body(request), "newsletters")
         try:
             newsletter = await authoring.edit_newsletter(id, **resources.newsletter_fields(item),
                                                          settings=self.settings)
@@ -248,13 +248,13 @@ class AdminApi:
             return 200, await resources.read_member(conn, id)
 
     async def add_member(self, request: web.Request) -> tuple[int, Any]:
-        item = resources._item(await self._body(request), "members")
+        item = resources.item_of(await self._body(request), "members")
         member_id = await resources.add_member(item, self.settings)
         async with self.pool.acquire() as conn:
             return 201, await resources.read_member(conn, member_id)
 
     async def edit_member(self, request: web.Request, id: str) -> tuple[int, Any]:
-        item = resources._item(await self._body(request), "members")
+        item = resources.item_of(await self._body(request), "members")
         async with self.pool.acquire() as conn:
             await resources.edit_member(conn, id, item, self.settings)
             return 200, await resources.read_member(conn, id)
@@ -274,9 +274,9 @@ class AdminApi:
                                                       resources.TIER_FIELDS)
 
     async def add_tier(self, request: web.Request) -> tuple[int, Any]:
-        item = resources._item(await self._body(request), "tiers")
-        row = await authoring.add_tier(resources._text(item, "name") or "", slug=resources._text(item, "slug"),
-                                       type=resources._text(item, "type") or "paid", settings=self.settings)
+        item = resources.item_of(await self._body(request), "tiers")
+        row = await authoring.add_tier(resources.text_of(item, "name") or "", slug=resources.text_of(item, "slug"),
+                                       type=resources.text_of(item, "type") or "paid", settings=self.settings)
         return 201, {"tiers": [resources.tier_json(row)]}
 
     async def browse_labels(self, request: web.Request) -> tuple[int, Any]:
@@ -285,8 +285,8 @@ class AdminApi:
                                                       resources.LABEL_FIELDS)
 
     async def add_label(self, request: web.Request) -> tuple[int, Any]:
-        item = resources._item(await self._body(request), "labels")
-        row = await authoring.add_label(resources._text(item, "name") or "", slug=resources._text(item, "slug"),
+        item = resources.item_of(await self._body(request), "labels")
+        row = await authoring.add_label(resources.text_of(item, "name") or "", slug=resources.text_of(item, "slug"),
                                         settings=self.settings)
         return 201, {"labels": [resources.label_json(row)]}
 

@@ -31,7 +31,7 @@ def _unsupported_fields(item: dict, writable: set[str], what: str) -> None:
                       context=f"{what} fields Pressroom writes: {', '.join(sorted(writable))}")
 
 
-def _item(body: Any, resource: str) -> dict:
+def item_of(body: Any, resource: str) -> dict:
     """The one object of `{resource: [object]}`."""
     items = body.get(resource) if isinstance(body, dict) else None
     if not isinstance(items, list) or len(items) != 1 or not isinstance(items[0], dict):
@@ -51,7 +51,7 @@ def _time(value: Any, field: str) -> datetime | None:
     return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
 
 
-def _text(item: dict, field: str) -> str | None:
+def text_of(item: dict, field: str) -> str | None:
     value = item.get(field)
     if value is not None and not isinstance(value, str):
         raise invalid(f"{field} must be text", property=field)
@@ -138,7 +138,7 @@ async def post_change(conn, item: dict, query, *, adding: bool) -> authoring.Pos
         if item.get(kind):
             raise invalid(f"posts.{kind} is not supported by Pressroom", property=kind,
                           context="send the post's content as html with ?source=html")
-    html = _text(item, "html")
+    html = text_of(item, "html")
     if html and query.get("source") != "html":
         raise invalid("html is read only with ?source=html", property="html",
                       context="add ?source=html to send the post's content as HTML")
@@ -155,11 +155,11 @@ async def post_change(conn, item: dict, query, *, adding: bool) -> authoring.Pos
     segment = query.get("email_segment") or (item.get("email_segment") if newsletter else None)
     try:
         return authoring.PostChange(
-            title=_text(item, "title") if adding or "title" in item else None, slug=_text(item, "slug"),
-            html=(html or "") if (html is not None or adding) else None, custom_excerpt=_text(item, "custom_excerpt"),
+            title=text_of(item, "title") if adding or "title" in item else None, slug=text_of(item, "slug"),
+            html=(html or "") if (html is not None or adding) else None, custom_excerpt=text_of(item, "custom_excerpt"),
             status=status, at=_time(item.get("published_at"), "published_at") if status == "scheduled" else None,
             newsletter=newsletter, segment=segment if newsletter or segment else None,
-            visibility=_text(item, "visibility"), tiers=tiers, updated_at=_time(item.get("updated_at"), "updated_at"))
+            visibility=text_of(item, "visibility"), tiers=tiers, updated_at=_time(item.get("updated_at"), "updated_at"))
     except ValueError as error:
         raise invalid(str(error).splitlines()[0]) from None
 
@@ -197,7 +197,7 @@ def newsletter_fields(item: dict) -> dict[str, Any]:
     _unsupported_fields(item, _NEWSLETTER_WRITABLE, "newsletters")
     if item.get("visibility") not in (None, "members"):
         raise invalid("newsletters.visibility other than members is not supported", property="visibility")
-    fields: dict[str, Any] = {k: _text(item, k) for k in ("name", "sender_name", "sender_email",
+    fields: dict[str, Any] = {k: text_of(item, k) for k in ("name", "sender_name", "sender_email",
                                                            "sender_reply_to", "status") if k in item}
     if "subscribe_on_signup" in item:
         if not isinstance(item["subscribe_on_signup"], bool):
@@ -341,16 +341,16 @@ def member_status(item: dict, current: str | None) -> str | None:
 
 async def add_member(item: dict, settings: Settings) -> str:
     _unsupported_fields(item, _MEMBER_WRITABLE, "members")
-    email = _text(item, "email")
+    email = text_of(item, "email")
     if not email:
         raise invalid("members.email is required", property="email")
     newsletters = newsletter_refs(item["newsletters"]) if "newsletters" in item else None
     if item.get("subscribed") is False and newsletters is None:
         newsletters = []
     tiers = [t.get("slug") for t in item.get("tiers") or [] if isinstance(t, dict)]
-    added = await members.add_member(email, _text(item, "name"), status=member_status(item, None) or "free",
+    added = await members.add_member(email, text_of(item, "name"), status=member_status(item, None) or "free",
                                      labels=label_slugs(item.get("labels") or []), tiers=[t for t in tiers if t],
-                                     note=_text(item, "note"), newsletters=newsletters, settings=settings)
+                                     note=text_of(item, "note"), newsletters=newsletters, settings=settings)
     return added.member_id
 
 
@@ -372,9 +372,9 @@ async def edit_member(conn, member_id: str, item: dict, settings: Settings) -> N
         if len(ids) < len(set(wanted)):
             raise not_found("newsletter")
         joining, leaving = sorted(ids - had_newsletters), sorted(had_newsletters - ids)
-    name = _text(item, "name") if "name" in item else None
+    name = text_of(item, "name") if "name" in item else None
     status = member_status(item, row["status"])
-    note = _text(item, "note") if "note" in item else None
+    note = text_of(item, "note") if "note" in item else None
     if name is None and status is None and note is None and not (joining or leaving or labels ^ had_labels):
         return
     await members.update_member(member_id, name=("" if "name" in item and name is None else name), status=status,

@@ -16,7 +16,6 @@ from pathlib import Path
 
 import pytest
 
-from tests.admin_api.conftest import API  # noqa: F401  (the path the scenario speaks to)
 from tests.foundation.test_cli import pressroom
 from tests.frontdoor.conftest import close_door, open_door
 from tests.newsletter.test_failures import wait_until
