@@ -225,7 +225,8 @@ def newsletter_test(email_id: str = typer.Argument(..., help="The email (emails.
 
 
 @app.command("list")
-def newsletter_list(status: str = typer.Option(None, "--status", metavar="pending|submitting|submitted|failed|cancelled",
+def newsletter_list(status: str = typer.Option(None, "--status",
+                                               metavar="pending|submitting|submitted|failed|cancelled",
                                                help="Only emails in this state."),
                     newsletter: str = typer.Option(None, "--newsletter", metavar="ID|SLUG",
                                                    help="Only this newsletter's emails."),
@@ -247,7 +248,8 @@ def newsletter_list(status: str = typer.Option(None, "--status", metavar="pendin
             warn(f"email {row['email_id']} will not go out: {row['will_not_go_out']}")
 
 
-LEFT_OUT_WORDS = {"suppressed-bounce": "suppressed after a bounce", "suppressed-complaint": "suppressed after a complaint",
+LEFT_OUT_WORDS = {"suppressed-bounce": "suppressed after a bounce",
+                  "suppressed-complaint": "suppressed after a complaint",
                   "disabled": "email disabled", "not-subscribed": "not subscribed to the newsletter",
                   "not-in-filter": "not in the email's filter", "other": "other (joined the audience later)"}
 

@@ -81,7 +81,8 @@ def posts_status_command(post_id: str = typer.Argument(None, help="One post (pos
                       highlight=False)
         if status["overdue"]:
             console.print(f"{plural(status['overdue'], 'scheduled post')} "
-                          f"{'is' if status['overdue'] == 1 else 'are'} overdue (is a worker running?)", highlight=False)
+                          f"{'is' if status['overdue'] == 1 else 'are'} overdue (is a worker running?)",
+                          highlight=False)
         for post in status["next"]:
             console.print(f"next: post {post['post_id']} at {when(post['publish_at'])}", highlight=False)
         for post in status["newsletter_not_going"]:
