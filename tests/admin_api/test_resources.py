@@ -170,3 +170,16 @@ async def test_a_published_posts_newsletter_is_not_sent_by_an_edit(api, db):
                             json={"posts": [{"status": "published"}]})
     assert refused.status_code == 422 and "already published" in error_of(refused)["message"]
     assert await db.fetchval("SELECT count(*) FROM emails WHERE post_id = $1", post_id) == 0
+
+
+async def test_no_member_address_or_key_reaches_the_log(api, admin_key, caplog):
+    import logging
+
+    caplog.set_level(logging.DEBUG)
+    address = "secret.reader@example.com"
+    added = await api.post("members/", json={"members": [{"email": address, "name": "Hidden Name"}]})
+    assert added.status_code == 201
+    refused = await api.post("members/", json={"members": [{"email": address}]})
+    assert refused.status_code == 422
+    assert address not in caplog.text and "Hidden Name" not in caplog.text
+    assert admin_key.split(":")[1] not in caplog.text
