@@ -122,6 +122,19 @@ def newsletter_resume(email_id: str = typer.Argument(..., help="The email (email
     if as_json:
         return print_json(resumed.model_dump(mode="json"))
     console.print(resumed.message, highlight=False)
+@app.command("retry")
+def newsletter_retry(email_id: str = typer.Argument(..., help="The failed email (emails.id)."),
+                     recipient_filter: str = typer.Option(None, "--filter", metavar="FILTER",
+                                                          help="The corrected recipient filter."),
+                     subject: str = typer.Option(None, "--subject", help="The corrected subject."),
+                     as_json: bool = JSON_OPTION) -> None:
+    """Correct a failed email (filter, subject) and send it again."""
+    from operations.authoring import retry_email
+
+    retry = run_async(retry_email(email_id, recipient_filter=recipient_filter, subject=subject))
+    if as_json:
+        return print_json(retry.model_dump())
+    console.print(retry.message, highlight=False)
 
 
 @app.command("status")

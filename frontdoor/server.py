@@ -7,6 +7,7 @@ stateless server behind the operator's TLS proxy.
 - POST /unsubscribe/ (same query): RFC 8058's one-click request (`List-Unsubscribe=One-Click` as a
   form body) and the page's buttons (`scope=all` for every newsletter).
 - POST /webhooks/mailgun: the provider's signed events (operations/webhooks.py).
+- /ghost/api/admin/…: the reference platform's Admin API (frontdoor/admin_api/, docs/admin-api.md).
 - GET /healthz: 200 when PostgreSQL answers.
 - GET /r/{id}?m=…: a newsletter's tracked link, 302 to its stored target (frontdoor/redirects.py).
 
@@ -31,6 +32,8 @@ import uuid as uuid_module
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from frontdoor.admin_api import MAX_BODY_BYTES as ADMIN_MAX_BODY
+from frontdoor.admin_api import AdminApi
 from frontdoor.pages import Pages
 from frontdoor.receiver import Receiver, database_unavailable, flush_refusals, metrics_runtime
 from operations.webhooks import LINK_SOURCE, PATH
@@ -264,6 +267,7 @@ class FrontDoor:
         self.redirects = Redirects(pool, settings, runtime)
         self.receiver = Receiver(pool, settings, runtime)
         self.pages = Pages(pool, settings)
+        self.admin_api = AdminApi(pool, settings, runtime)
         self.connections = Connections(settings.serve_header_timeout_seconds, settings.serve_max_connections)
         self._server: asyncio.Server | None = None
         self._runner = None
@@ -271,9 +275,11 @@ class FrontDoor:
     def app(self) -> web.Application:
         from aiohttp import web
 
-        app = web.Application(client_max_size=self.receiver.max_body, middlewares=[self.connections.middleware()])
+        # Each handler holds its own body to its own limit (read_body); this is the largest of them.
+        app = web.Application(client_max_size=max(self.receiver.max_body, ADMIN_MAX_BODY),
+                              middlewares=[self.connections.middleware()])
         app.add_routes([*self.unsubscribe.routes(), *self.receiver.routes(), *self.pages.routes(),
-                        web.get(HEALTH_PATH, self.health), *self.redirects.routes()])
+                        web.get(HEALTH_PATH, self.health), *self.redirects.routes(), *self.admin_api.routes()])
         return app
 
     async def health(self, request: web.Request) -> web.Response:

@@ -54,8 +54,11 @@ def _slugs(values, what: str) -> list[str]:
 
 @tracing.traced("pressroom members add")
 async def add_member(email: str, name: str | None = None, *, status: str = "free", labels=(), tiers=(),
+                     note: str | None = None, newsletters: list[str] | None = None,
                      settings: Settings | None = None) -> MemberAdded:
-    """The member, its labels and tiers and its MemberCreatedEvent in one transaction: all commit, or none."""
+    """The member, its labels and tiers and its MemberCreatedEvent in one transaction: all commit, or none.
+    `newsletters` (ids or slugs) subscribes them to those; None, to every newsletter that subscribes
+    new members on signup."""
     import asyncpg
 
     from activities.outbox import WELCOME_EMAIL_SLUGS, enqueue
@@ -65,22 +68,28 @@ async def add_member(email: str, name: str | None = None, *, status: str = "free
         raise BadInput(f"member status {status!r} is not one of {', '.join(WELCOME_EMAIL_SLUGS)}")
     from pressroom.inputs import email_address, free_text
 
-    email, name = email_address(email), free_text(name, "name")
+    email, name, note = email_address(email), free_text(name, "name"), free_text(note, "note", 2000)
     labels, tiers = _slugs(labels, "label"), _slugs(tiers, "tier")
     settings = settings or get_settings()
     async with database.connection(settings.require_database()) as conn, conn.transaction():
         try:
             member_id = await conn.fetchval(
-                "INSERT INTO members (email, name, status) VALUES ($1, $2, $3) RETURNING id", email, name, status)
+                "INSERT INTO members (email, name, status, note) VALUES ($1, $2, $3, $4) RETURNING id",
+                email, name, status, note)
         except asyncpg.UniqueViolationError:
             raise BadInput("a member with that address already exists (change them with `pressroom members update "
                            "ID|ADDRESS`)") from None
         tracing.annotate(member_id=member_id)
         await restore_suppressions(conn, [email], settings)
         await give_labels_and_tiers(conn, member_id, labels, tiers)
-        await conn.execute("INSERT INTO members_newsletters (member_id, newsletter_id) "
-                           "SELECT $1, id FROM newsletters WHERE subscribe_on_signup AND status = 'active'",
-                           member_id)
+        if newsletters is None:
+            await conn.execute("INSERT INTO members_newsletters (member_id, newsletter_id) "
+                               "SELECT $1, id FROM newsletters WHERE subscribe_on_signup AND status = 'active'",
+                               member_id)
+        elif newsletters:
+            chosen = await _newsletter_ids(conn, list(newsletters), "newsletter")
+            await conn.execute("INSERT INTO members_newsletters (member_id, newsletter_id) "
+                               "SELECT DISTINCT $1, unnest($2::text[])", member_id, list(chosen.values()))
         key = None
         # Every new member is welcomed, with the automated email for their status, when the
         # setting is on (the handler reads it again when it sends); never an address a bounce or a
@@ -329,7 +338,8 @@ class MemberUpdated:
 @tracing.traced("pressroom members update")
 async def update_member(member: str, *, name: str | None = None, status: str | None = None,
                         newsletters: list[str] = (), no_newsletters: list[str] = (), labels: list[str] = (),
-                        no_labels: list[str] = (), settings: Settings | None = None) -> MemberUpdated:
+                        no_labels: list[str] = (), note: str | None = None,
+                        settings: Settings | None = None) -> MemberUpdated:
     """A member's name, status and subscriptions, every input checked before one transaction writes them.
 
     `name` None leaves it, "" clears it. Subscribing to a newsletter the member has is a no-op, and
@@ -346,10 +356,12 @@ async def update_member(member: str, *, name: str | None = None, status: str | N
     if both:
         raise BadInput(f"newsletter {sorted(both)[0]} is given to both --newsletter and --no-newsletter")
     new_name = free_text(name, "name") if name is not None else None
+    new_note = free_text(note, "note", 2000) if note is not None else None
     labels, no_labels = _slugs(labels, "label"), _slugs(no_labels, "label")
     if set(labels) & set(no_labels):
         raise BadInput(f"label {sorted(set(labels) & set(no_labels))[0]} is given to both --label and --no-label")
-    if name is None and status is None and not (newsletters or no_newsletters or labels or no_labels):
+    if name is None and status is None and note is None and not (newsletters or no_newsletters or labels
+                                                                 or no_labels):
         raise BadInput("nothing to update: give --name, --status, --newsletter, --no-newsletter, --label or --no-label")
     settings = settings or get_settings()
     async with database.connection(settings.require_database()) as conn, conn.transaction():
@@ -366,10 +378,13 @@ async def update_member(member: str, *, name: str | None = None, status: str | N
             changed.append("name")
         if status is not None and status != row["status"]:
             changed.append("status")
+        if note is not None and new_note != await conn.fetchval("SELECT note FROM members WHERE id = $1", member_id):
+            changed.append("note")
         if changed:
             await conn.execute(
                 "UPDATE members SET name = CASE WHEN $2 THEN $3 ELSE name END, status = coalesce($4, status), "
-                "updated_at = now() WHERE id = $1", member_id, name is not None, new_name, status)
+                "note = CASE WHEN $5 THEN $6 ELSE note END, updated_at = now() WHERE id = $1",
+                member_id, name is not None, new_name, status, note is not None, new_note)
         subscribed = [r["slug"] for r in await conn.fetch(
             "WITH added AS (INSERT INTO members_newsletters (member_id, newsletter_id) "
             "SELECT $1, unnest($2::text[]) ON CONFLICT (member_id, newsletter_id) DO NOTHING RETURNING newsletter_id) "
@@ -395,7 +410,7 @@ async def update_member(member: str, *, name: str | None = None, status: str | N
         labelled = [r["slug"] for r in await conn.fetch(_MEMBER_LABELS, member_id)]  # the answer: labels now
         if len(labelled) > MAX_LABELS:  # nothing is written: the transaction ends with the error
             raise BadInput(f"member {member_id} would have {len(labelled):,} labels; at most {MAX_LABELS}")
-        if changed and "name" not in changed and "status" not in changed:
+        if changed and not {"name", "status", "note"} & set(changed):
             await conn.execute("UPDATE members SET updated_at = now() WHERE id = $1", member_id)
     return MemberUpdated(member_id, changed, subscribed, unsubscribed, labelled)
 
