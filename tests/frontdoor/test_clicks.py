@@ -203,13 +203,13 @@ async def test_links_are_tracked_followed_counted_and_reported(db, mailgun, time
     seen = {r["id"]: r["last_seen_at"] for r in await db.fetch("SELECT id, last_seen_at FROM members")}
     assert seen[free] is not None and seen[paid] is not None and seen[sent.members["other"]["id"]] is None
 
-    report = await newsletter_report(sent.email_id, settings=settings)
+    report = (await newsletter_report(sent.email_id, settings=settings)).model_dump()
     c = report["clicks"]
     assert (c["clicked"], c["clicks"], c["without_member"], c["set_apart"]) == (2, 7, 3, 0)
     assert [(link["target"], link["clickers"], link["clicks"]) for link in c["top_links"]] == [
         (story_target, 1, 6), (bonus_target, 1, 1)]
 
-    profile = await member_profile(free, settings=settings)
+    profile = (await member_profile(free, settings=settings)).model_dump()
     assert [(x["target"], x["email_id"], x["scanner"]) for x in profile["clicks"]] == [
         (story_target, sent.email_id, None)] * 3
     assert profile["last_seen_at"] is not None
@@ -239,7 +239,7 @@ async def test_a_scanners_burst_is_set_apart(db, mailgun, time_skipping_env, doo
     assert await db.fetchval("SELECT count(opened_at) FROM email_recipients WHERE email_id = $1", sent.email_id) == 0
     assert await db.fetchval("SELECT count(last_seen_at) FROM members WHERE id = ANY($1)", [other, free]) == 0
 
-    report = await newsletter_report(sent.email_id, settings=settings)
+    report = (await newsletter_report(sent.email_id, settings=settings)).model_dump()
     assert report["clicks"]["clicked"] == 0 and report["clicks"]["clicks"] == 0
     assert report["clicks"]["set_apart"] == 6 and report["clicks"]["set_apart_by"] == {"burst": 5, "user-agent": 1}
     assert report["clicks"]["top_links"] == []

@@ -34,9 +34,12 @@ def event(email_id: str, kind: str, address: str, at: float, n: int, **extra) ->
 
 def as_computed(answer: EmailReport) -> dict:
     """The report less what was added after 0029 and is not in the oracle: who cancelled the send and
-    when (stored facts), and the reputation rates (read from the same figures, checked here)."""
+    when (stored facts), the clicks (none here), and the reputation rates (read from the same figures,
+    checked here)."""
     report = answer.model_dump()
     assert (report.pop("cancelled_by"), report.pop("cancelled_at")) == (None, None)
+    clicks = report.pop("clicks")  # none in this test: the oracle has no clicks
+    assert (clicks["clicked"], clicks["clicks"], clicks["top_links"]) == (0, 0, [])
     reputation = report.pop("reputation")
     assert reputation["hard_bounce_rate"] == round(100 * report["failed_permanent"] / report["sent"], 2)
     assert reputation["complaint_rate"] == round(100 * report["complained"] / report["delivered"], 2)
