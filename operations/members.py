@@ -53,7 +53,7 @@ async def add_member(email: str, name: str | None = None, *, status: str = "free
     """The member, its labels and tiers and its MemberCreatedEvent in one transaction: all commit, or none."""
     import asyncpg
 
-    from activities.outbox import WELCOME_EMAIL_SLUGS, enqueue
+    from activities.outbox import WELCOME_EMAIL_SLUGS, enqueue, site_events
     from pressroom import database
 
     if status not in WELCOME_EMAIL_SLUGS:
@@ -80,6 +80,7 @@ async def add_member(email: str, name: str | None = None, *, status: str = "free
         # setting is on (the handler reads it again when it sends).
         if settings.welcome_emails:
             key = await enqueue(conn, "MemberCreatedEvent", *member_created(member_id))
+        await site_events.emit(conn, "member.added", member_id)
     return MemberAdded(member_id, key)
 
 
@@ -316,7 +317,7 @@ async def update_member(member: str, *, name: str | None = None, status: str | N
     so is leaving one they are not on, and the same for labels (one the site has not got is made, as
     `members add --label` makes it): safe to repeat.
     """
-    from activities.outbox import WELCOME_EMAIL_SLUGS
+    from activities.outbox import WELCOME_EMAIL_SLUGS, site_events
     from pressroom import database
     from pressroom.inputs import free_text
 
@@ -336,6 +337,7 @@ async def update_member(member: str, *, name: str | None = None, status: str | N
         row = await _member_row(conn, member, lock=True)
         member_id = row["id"]
         tracing.annotate(member_id=member_id)
+        previous = await site_events.before(conn, "member.edited", member_id)
         # Only what was asked is run: an option not given costs no statement.
         joining = await _newsletter_ids(conn, list(newsletters), "--newsletter") if newsletters else {}
         leaving = await _newsletter_ids(conn, list(no_newsletters), "--no-newsletter") if no_newsletters else {}
@@ -375,6 +377,8 @@ async def update_member(member: str, *, name: str | None = None, status: str | N
         labelled = [r["slug"] for r in await conn.fetch(_MEMBER_LABELS, member_id)]  # the answer: labels now
         if changed and "name" not in changed and "status" not in changed:
             await conn.execute("UPDATE members SET updated_at = now() WHERE id = $1", member_id)
+        if changed:
+            await site_events.emit(conn, "member.edited", member_id, previous)
     return MemberUpdated(member_id, changed, subscribed, unsubscribed, labelled)
 
 
@@ -452,6 +456,7 @@ async def delete_member(member: str, *, settings: Settings | None = None) -> Mem
     Refused, writing nothing, while a batch holding the member may be at the provider (its send
     uncertain): its look-up needs the address. Deleting again finds no member.
     """
+    from activities.outbox import site_events
     from pressroom import database
     from pressroom.errors import PressroomError
 
@@ -467,6 +472,7 @@ async def delete_member(member: str, *, settings: Settings | None = None) -> Mem
         if in_flight is not None:
             raise PressroomError(f"member {member_id} was not deleted: a batch of email {in_flight} holding them may "
                                  "have reached the provider and is being looked up; delete them once that send is done")
+        await site_events.emit(conn, "member.deleted", member_id)  # as they were, before any scrubbing
         pattern = _like_pattern(address)
         counts = {}
         for counted, statement in _SCRUB:

@@ -10,6 +10,7 @@ from activities.outbox import NOTIFY_CHANNEL, outbox_workflow_id
 from activities.outbox.models import RelayInput
 from activities.watchdog import run_closed
 from operations.common import temporal_client
+from operations.site_webhooks import outbox_by_webhook
 from pressroom.errors import BadInput, NotFound, PressroomError
 from pressroom.settings import Settings, get_settings
 from workflows.outbox import RELAY_WORKFLOW_ID, OutboxRelayWorkflow
@@ -48,7 +49,8 @@ async def outbox_status(settings: Settings | None = None) -> dict:
             "SELECT status, last_error_code AS code, last_error_msg AS reason, count(*) AS n FROM outbox "
             "WHERE (status = 'pending' AND last_error_code IS NOT NULL) OR status = 'skipped' "
             "GROUP BY 1, 2, 3 ORDER BY 1, 4 DESC, 2, 3")
-    return {"counts": counts, "oldest_pending_seconds": float(oldest) if oldest is not None else None,
+        site_events = await outbox_by_webhook(conn)
+    return {**site_events, "counts": counts, "oldest_pending_seconds": float(oldest) if oldest is not None else None,
             "waiting": [{"code": r["code"], "reason": r["reason"], "count": r["n"]}
                         for r in reasons if r["status"] == "pending"],
             "skipped": [{"code": r["code"], "reason": r["reason"], "count": r["n"]}

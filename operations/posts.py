@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 from datetime import timedelta
 
+from activities.outbox import site_events
 from activities.posts.publish import NEWSLETTER_NOT_GOING
 from activities.posts.schedule import reconcile_scheduled_posts, start_or_move_publication, stop_publication
 from operations.common import run_summary, temporal_client
@@ -57,19 +59,19 @@ async def change_post(post_id: str, publish_at, client, settings: Settings) -> N
             if publish_at is not None and before["status"] not in ("draft", "scheduled"):
                 raise BadInput(f"post {post_id} is already {before['status']}; only a draft or scheduled post can "
                                "be scheduled")
+            previous = await site_events.before(conn, site_events.SCHEDULE_EVENTS, post_id, settings.site_url)
             await conn.execute("UPDATE posts SET status = $2, published_at = coalesce($3, published_at), "
                                "updated_at = now() WHERE id = $1", post_id,
                                "draft" if publish_at is None else "scheduled", publish_at)
+            await site_events.emit_schedule_change(conn, post_id, before, publish_at, previous, settings.site_url)
             try:
                 await tell_post_workflow(client, settings, post_id, publish_at)
             except RPCError as error:
                 raise PressroomError(f"post {post_id} was not changed (it is still {before['status']}): "
                                      f"{describe_rpc_error(error, settings)}") from None
         except BaseException:
-            try:
+            with contextlib.suppress(Exception):  # the connection is gone, and the server rolled back with it
                 await transaction.rollback()
-            except Exception:
-                pass  # the connection is gone, and the server rolled back with it
             raise
         try:
             await transaction.commit()
