@@ -36,6 +36,7 @@ ANSWER_LIMIT = 64 * 1024  # bytes of an answer read; the rest is left unread
 ANSWER_KEPT = 300  # characters of a refusal's answer recorded with it
 RETRIED_STATUSES = {408, 429}  # 4xx that say "later", not "never"
 USER_AGENT = "Pressroom (site webhooks)"
+_SHARED = ipaddress.ip_network("100.64.0.0/10")  # carrier-grade NAT: inside someone's network, not global
 
 
 class RefusedAddress(Exception):
@@ -55,10 +56,11 @@ def address_refusal(address: str, settings: Settings) -> str | None:
         ip = ip.ipv4_mapped
     if ip.is_loopback:
         return None if settings.site_webhooks_allow_loopback else "a loopback address"
+    if ip.is_multicast or ip.is_unspecified or ip.is_reserved:
+        return "a private, link-local or reserved address"
     if ip.is_global:
         return None
-    if settings.site_webhooks_allow_private and (ip.is_private or ip.is_link_local) \
-            and not (ip.is_multicast or ip.is_unspecified):
+    if settings.site_webhooks_allow_private and (ip.is_private or ip.is_link_local or ip in _SHARED):
         return None
     return "a private, link-local or reserved address"
 
