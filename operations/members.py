@@ -439,6 +439,10 @@ _SCRUB = [
     (None, "UPDATE automated_email_recipients SET member_email = '', member_name = NULL WHERE member_id = $1"),
     (None, "UPDATE outbox SET last_error_msg = regexp_replace(last_error_msg, $2, '<address>', 'gi') "
            "WHERE payload->>'member_id' = $1 AND last_error_msg ~* $2"),
+    # A site event about them that its webhook refused keeps no body: it is not sent any more.
+    (None, "UPDATE outbox SET payload = payload - 'body', status = 'skipped', last_error_code = 'MEMBER_DELETED', "
+           "last_error_msg = 'the member was deleted after its webhook refused this event', updated_at = now() "
+           "WHERE webhook_id IS NOT NULL AND status = 'aborted' AND payload->>'member_id' = $1"),
     (None, "UPDATE delivery_events_rejected SET event = regexp_replace(event, $2, '<address>', 'gi') "
            "WHERE event ~* $2 AND $1::text IS NOT NULL"),  # $1 unused: every statement takes the same two
     (None, "UPDATE webhook_inbox SET event = regexp_replace(event, $2, '<address>', 'gi') "

@@ -400,3 +400,18 @@ async def test_the_command_line_adds_lists_and_removes_webhooks(db, integration,
     removed = await asyncio.to_thread(pressroom, "integrations", "webhooks", "remove", webhook["id"], env=env)
     assert removed.returncode == 0 and "removed" in removed.stdout
     assert await db.fetchval("SELECT count(*) FROM webhooks") == 0
+
+
+async def test_a_deleted_members_refused_event_keeps_nothing_of_them(db, receiver, integration, hooks):
+    [webhook_id] = await subscribe(integration, hooks, receiver.url("/refuses"), "member.added")
+    receiver.behaviours["/refuses"] = Behaviour(status=400)
+    added = await add_member("refused.then.deleted@example.com", "Refused Reader", settings=hooks)
+
+    async def aborted() -> bool:
+        return await db.fetchval("SELECT status FROM outbox WHERE webhook_id = $1", webhook_id) == "aborted"
+    await wait_until(aborted)
+    assert await db.fetchval("SELECT count(*) FROM outbox WHERE payload::text LIKE '%refused.then.deleted%'") == 1
+    await delete_member(added.member_id, settings=hooks)
+    assert await db.fetchval("SELECT count(*) FROM outbox WHERE payload::text ILIKE '%refused%reader%' "
+                             "OR payload::text LIKE '%refused.then.deleted%'") == 0
+    assert await db.fetchval("SELECT status FROM outbox WHERE webhook_id = $1", webhook_id) == "skipped"
