@@ -28,7 +28,7 @@ class SiteWebhookEvent(BaseModel):
     model_config = ConfigDict(extra="allow")  # member_id or post_id, for the operator's look-ups
     event: str  # the reference platform's name: member.added, post.published, …
     webhook_id: str
-    body: dict[str, Any]
+    body: dict[str, Any] | None = None  # None once cleared (its webhook removed, its member deleted)
 
 
 class NoopEvent(BaseModel):

@@ -178,6 +178,8 @@ class SiteWebhooks:
         webhook = await self.pool.fetchrow("SELECT target_url, secret FROM webhooks WHERE id = $1", event.webhook_id)
         if webhook is None:
             return skipped("WEBHOOK_DELETED", f"webhook {event.webhook_id} was removed before its event was sent")
+        if event.body is None:  # cleared while the delivery waited out a backoff
+            return skipped("BODY_CLEARED", "the event's body was cleared before it was sent")
         body = encoded(event.body)
         started = time.monotonic()
         try:

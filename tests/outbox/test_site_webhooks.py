@@ -335,7 +335,7 @@ async def test_a_rolled_back_change_emits_nothing(db, receiver, integration, hoo
     assert [r.json()["member"]["current"]["email"] for r in receiver.at("/rollback")] == ["written@example.com"]
 
 
-async def test_a_webhook_removed_skips_its_undelivered_events(db, receiver, integration, hooks):
+async def test_a_webhook_removed_skips_its_undelivered_events(db, receiver, integration, hooks, dev_env):
     [webhook_id] = await subscribe(integration, hooks, receiver.url("/slow"), "member.added")
     receiver.behaviours["/slow"] = Behaviour(hang=asyncio.Event())
     for n in range(3):
@@ -350,6 +350,10 @@ async def test_a_webhook_removed_skips_its_undelivered_events(db, receiver, inte
     assert await db.fetchval("SELECT count(*) FROM outbox WHERE webhook_id = $1 AND payload ? 'body'", webhook_id) == 0
     with pytest.raises(NotFound):
         await delete_webhook(webhook_id, settings=hooks)
+    skipped = await db.fetchval("SELECT id FROM outbox WHERE webhook_id = $1 AND status = 'skipped' LIMIT 1",
+                                webhook_id)
+    with pytest.raises(BadInput, match="its webhook was removed or its body cleared"):
+        await requeue_outbox_entry(skipped, client=dev_env.client, settings=hooks)
 
 
 # --- one slow target holds back nobody ----------------------------------------------------------------------
