@@ -198,11 +198,11 @@ class SiteWebhooks:
                                started)
             await self.pool.execute(_GONE, event.webhook_id, outbox_id, json.dumps(delivered_stub(event.model_dump())))
             return skipped("WEBHOOK_GONE", f"webhook {event.webhook_id} answered 410 Gone and was removed")
-        error = f"Request failed: HTTP {status}"
+        failed = f"Request failed: HTTP {status}"  # the reference's words for last_triggered_error
         if status >= 500 or status in RETRIED_STATUSES:
-            await self._record(event, outbox_id, attempt, status, "retried", error, started)
+            await self._record(event, outbox_id, attempt, status, "retried", failed, started)
             raise TargetUnavailable(f"the target answered HTTP {status}")
-        await self._record(event, outbox_id, attempt, status, "refused", error, started)
+        await self._record(event, outbox_id, attempt, status, "refused", failed, started)
         why = "a redirect, which is not followed" if 300 <= status < 400 else "a refusal"
         raise non_retryable("WEBHOOK_REFUSED",
                             f"the target answered HTTP {status} ({why}): {_printable(answer)[:ANSWER_KEPT]}")
