@@ -146,6 +146,13 @@ async def main(args: argparse.Namespace) -> None:
             beside = await during
             print(f"  welcome emails, during the burst: p50 {percentile(beside, 0.5):,.0f} ms  "
                   f"p99 {percentile(beside, 0.99):,.0f} ms  max {max(beside):,.0f} ms")
+            # Where the time goes: from the relay's dispatch to the entry recorded, per webhook.
+            for row in await pool.fetch(
+                    "SELECT webhook_id, percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM "
+                    "processed_at - dispatched_at)) AS p50, max(extract(epoch FROM processed_at - dispatched_at)) "
+                    "AS top FROM outbox WHERE webhook_id IS NOT NULL GROUP BY webhook_id"):
+                print(f"  {webhooks[row['webhook_id']]:<6} dispatch → recorded: p50 {row['p50']:,.2f} s  "
+                      f"max {row['top']:,.2f} s")
             for path, keys in targets.requests.items():
                 print(f"  {path:<6} {times[path]:8,.1f} s  received once after dedup: {len(set(keys)):,} of "
                       f"{args.members + args.welcomes:,}  on the wire: {len(keys):,}")
