@@ -366,8 +366,9 @@ async def test_a_slow_target_does_not_delay_the_welcome_email(db, mailgun, recei
     added = [await add_member(f"welcomed.{n}@example.com", settings=hooks) for n in range(10)]
     for member in added:
         await settled(db, member.welcome_key)
-    # Every welcome went out while the target still holds its first event and the rest wait behind it.
-    assert len(receiver.at("/stuck")) == 1
+    # Every welcome went out while the target still holds its first event (tried again after each
+    # timeout, on a slow machine) and the rest wait behind it.
+    assert len(receiver.unique("/stuck")) == 1
     assert sum(any(f"welcomed.{n}@example.com" in m.recipients for m in mailgun.messages) for n in range(10)) == 10
     stuck.set()
     await entries_done(db, 10)
