@@ -23,6 +23,7 @@ from activities.analytics.run import AnalyticsActivities
 from activities.newsletter.batches import BatchCreationActivities
 from activities.newsletter.finish import EmailFinishActivities
 from activities.newsletter.lock import EmailLockActivities
+from activities.newsletter.reputation import ReputationActivities
 from activities.newsletter.send import BatchSendActivities
 from activities.outbox.delivery import OutboxDeliveryActivities
 from activities.outbox.models import webhooks_task_queue
@@ -64,6 +65,7 @@ def build_activities(deps: Dependencies) -> list[Callable]:
     batch_creation = BatchCreationActivities(deps)
     batch_send = BatchSendActivities(deps)
     email_finish = EmailFinishActivities(deps)
+    reputation = ReputationActivities(deps)
     outbox_relay = OutboxRelayActivities(deps)
     outbox_delivery = OutboxDeliveryActivities(deps)
     analytics = AnalyticsActivities(deps)
@@ -74,6 +76,7 @@ def build_activities(deps: Dependencies) -> list[Callable]:
         email_lock.lock_email, batch_creation.create_batches,
         batch_send.list_unsent_batches, batch_send.send_batch, batch_send.fail_batch,
         email_finish.finish_email,
+        reputation.read_reputation, reputation.record_pause, reputation.probe_provider,
         sending_limits.admit_batch, sending_limits.split_refused_batch,
         outbox_relay.relay_outbox,
         outbox_delivery.handle_entry, outbox_delivery.complete_entry, outbox_delivery.abort_entry,

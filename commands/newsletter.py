@@ -110,6 +110,19 @@ def newsletter_cancel(email_id: str = typer.Argument(..., help="The email (email
     console.print(cancel.message, highlight=False)
 
 
+@app.command("resume")
+def newsletter_resume(email_id: str = typer.Argument(..., help="The email (emails.id)."),
+                      by: str = typer.Option(None, "--by", help="Who resumes (default: your login)."),
+                      as_json: bool = JSON_OPTION) -> None:
+    """Go on with a send paused for its early bounce or complaint rate; safe to repeat."""
+    from operations.newsletter import resume_newsletter
+
+    resumed = run_async(resume_newsletter(email_id, by=by))
+    if as_json:
+        return print_json(resumed.model_dump(mode="json"))
+    console.print(resumed.message, highlight=False)
+
+
 @app.command("status")
 def newsletter_status_command(email_id: str = typer.Argument(..., help="The email (emails.id)."),
                               as_json: bool = JSON_OPTION) -> None:
@@ -277,6 +290,12 @@ def print_report(r: dict) -> None:
         rate = r["rates"][key]
         rows.append([key, f"{r[key]:,}", "-" if rate is None else f"{rate:.1f}%", notes.get(key, "")])
     print_rows(rows)
+    reputation = r["reputation"]
+    if reputation["hard_bounce_rate"] is not None:
+        complaints = reputation["complaint_rate"]
+        console.print(f"reputation: hard bounces {reputation['hard_bounce_rate']:.2f}% of sent, complaints "
+                      + ("-" if complaints is None else f"{complaints:.2f}%") + " of delivered (mailbox providers "
+                      "ask for complaints under 0.3%; `pressroom check` reads the last 30 days)", highlight=False)
     if r["segments"]:
         console.print("[bold]per segment[/bold]")
         print_rows([["segment", "recipients", "delivered", "opened", "unsubscribed"]]

@@ -54,9 +54,11 @@ def check(as_json: bool = JSON_OPTION) -> None:
     results = run_async(run_checks(get_settings(), RUNNING_CHECKS))
     if as_json:
         print_json({"ok": all(r.ok for r in results),
-                    "services": [{"service": r.service, "ok": r.ok, "detail": r.detail} for r in results]})
+                    "services": [{"service": r.service, "ok": r.ok, "warning": r.warning, "detail": r.detail}
+                                 for r in results]})
     for result in results if not as_json else ():
-        mark = "[green]ok  [/green]" if result.ok else "[red]FAIL[/red]" if result.checked else "[yellow]skip[/yellow]"
+        mark = ("[yellow]warn[/yellow]" if result.warning else "[green]ok  [/green]") if result.ok \
+            else "[red]FAIL[/red]" if result.checked else "[yellow]skip[/yellow]"
         console.print(f"{mark} {result.service}: {result.detail}", highlight=False, soft_wrap=True)
     failed = [result.service for result in results if not result.ok and result.checked]
     if failed:

@@ -49,6 +49,8 @@ Admin API (no auth; a loopback tool)
   without sleeping); answers `{"now": epoch}`.
 * `GET|POST /_sim/limits` — `AccountLimits` fields: what a new, probation or small-plan account
   refuses (a recipient limit per request, "large batches", hourly and daily caps).
+* `GET /v4/domains/{domain}` — the domain's `state` (`active`, or `unverified` for a domain in
+  `unverified_domains`) and its `sending_dns_records` (SPF, DKIM) with `valid`.
 * `POST /_sim/domains {"domain": "fallback.example"}` — serve another sending domain of the same
   account (domain warming); each domain has its own events and its own caps.
 * `POST /_sim/reset` — forget messages and events, restore default faults, rates and clock.
@@ -135,7 +137,9 @@ class Rates:
     failed_temporary: float = 0.03
     opened: float = 0.40
     unsubscribed: float = 0.01
-    complained: float = 0.005
+    # A healthy list's (Google's 0.1%), under the 0.3% at which mailbox providers and a send's own pause
+    # draw the line.
+    complained: float = 0.001
 
 
 @dataclass
@@ -399,6 +403,7 @@ class MailgunSimulator:
         self.sent_at = array("d")  # with Push.record_sends: when each push answered 200 was sent
         self.domain = domain
         self.domains = {domain}  # the account's sending domains; `add_domain` adds more
+        self.unverified_domains: set[str] = set()  # domains whose DNS records Mailgun has not verified
         # Suppression lists per (domain, list): bounces, unsubscribes, complaints.
         self.suppressed: dict[tuple[str, str], set[str]] = defaultdict(set)
         self.limits = AccountLimits()
@@ -440,6 +445,7 @@ class MailgunSimulator:
         self.rates = Rates()
         self.limits = AccountLimits()
         self.domains = {self.domain}
+        self.unverified_domains = set()
         self.suppressed.clear()
         self.clock_offset = 0.0
         self._rng = random.Random(self.seed)
@@ -601,6 +607,7 @@ class MailgunSimulator:
             web.post("/_sim/push", self._admin_push),
             web.get("/_sim/push/sent", self._admin_push_sent),
             web.get("/v3/domains/{domain}/webhooks", self._list_webhooks),
+            web.get("/v4/domains/{domain}", self._domain_state),
             web.get("/v3/domains/{domain}/webhooks/{id}", self._list_webhooks),
             web.post("/v3/domains/{domain}/webhooks", self._save_webhook),
             web.put("/v3/domains/{domain}/webhooks/{id}", self._save_webhook),
@@ -882,6 +889,19 @@ class MailgunSimulator:
         self._push_wake.set()
 
     # --- webhooks: the API that registers them ---
+
+    async def _domain_state(self, request: web.Request) -> web.Response:
+        """Mailgun's domain API: the domain's state and its sending records, as Mailgun verified them."""
+        if refusal := await self._guard(request, "domains"):
+            return refusal
+        name = request.match_info["domain"]
+        verified = name not in self.unverified_domains
+        valid = "valid" if verified else "unknown"
+        return web.json_response({
+            "domain": {"name": name, "state": "active" if verified else "unverified"},
+            "sending_dns_records": [
+                {"record_type": "TXT", "name": name, "value": "v=spf1 include:mailgun.org ~all", "valid": valid},
+                {"record_type": "TXT", "name": f"pic._domainkey.{name}", "value": "k=rsa; p=MIGf...", "valid": valid}]})
 
     async def _list_webhooks(self, request: web.Request) -> web.Response:
         if refusal := await self._guard(request, "webhooks"):

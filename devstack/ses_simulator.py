@@ -176,6 +176,11 @@ class SesSimulator:
         self.max_24_hour_send, self.max_send_rate = 50_000.0, 14.0  # the account's quota (GetAccount)
         self.auto_push = False  # on: every send's notifications are pushed to the subscribers at once
         self.opens = False  # on: every delivered copy is opened too (the development stack's readers)
+        # The account's identities (a domain or an address) → verified for sending. SES refuses mail
+        # from an address whose identity (itself or its domain) is not verified; `check_senders` on
+        # plays that refusal (off by default: most tests send from example.com).
+        self.identities: dict[str, bool] = {self.domain: True}
+        self.check_senders = False
         self._notifications: list[_Notification] = []
         self._ids = itertools.count()
         self.requests = {"send": 0, "refused_signature": 0, "refused_for_now": 0}
@@ -212,7 +217,8 @@ class SesSimulator:
         return [n.body for n in self._notifications if not visible_only or n.visible_at <= now]
 
     def add_event(self, kind: str, copy: Delivered, **detail: Any) -> None:
-        """An SES event of `kind` (Send, Delivery, Bounce, Complaint, Open, Reject) for one copy, now."""
+        """An SES event of `kind` (Send, Delivery, Bounce, Complaint, Open, Reject, Rendering Failure)
+        for one copy, now."""
         moment = self.now()
         event: dict[str, Any] = {
             "eventType": kind,
@@ -232,6 +238,9 @@ class SesSimulator:
             event["open"] = {"timestamp": _iso(moment), "ipAddress": "192.0.2.1", "userAgent": "sim"}
         elif kind == "Reject":
             event["reject"] = {"reason": "Bad content"}
+        elif kind == "Rendering Failure":
+            event["failure"] = {"templateName": "pressroom-newsletter",
+                                "errorMessage": "Attribute 'name' is not present in the rendering data."}
         else:
             event["send"] = {}
         notification = _Notification(moment + self.faults.events_delay,
@@ -290,6 +299,7 @@ class SesSimulator:
             web.post("/v2/email/outbound-bulk-emails", self._send_bulk),
             web.post("/v2/email/outbound-emails", self._send_one),
             web.get("/v2/email/account", self._account),
+            web.get("/v2/email/identities/{identity}", self._identity),
             web.get("/v2/email/suppression/addresses/{address}", self._suppression),
             web.delete("/v2/email/suppression/addresses/{address}", self._suppression),
             web.post("/sns", self._sns),
@@ -352,9 +362,31 @@ class SesSimulator:
             return web.json_response({"MessageId": result["MessageId"]})
         return response
 
+    def sender_verified(self, address: str) -> bool:
+        return self.identities.get(address.casefold()) is True \
+            or self.identities.get(address.rpartition("@")[2].casefold()) is True
+
+    async def _identity(self, request: web.Request) -> web.Response:
+        if refused := self._check_signature(request, await request.read(), "ses"):
+            return refused
+        identity = request.match_info["identity"].casefold()
+        if identity not in self.identities:
+            return _error(404, "NotFoundException", f"Email identity {identity} does not exist.")
+        verified = self.identities[identity]
+        return web.json_response({
+            "IdentityType": "EMAIL_ADDRESS" if "@" in identity else "DOMAIN",
+            "VerifiedForSendingStatus": verified, "VerificationStatus": "SUCCESS" if verified else "PENDING",
+            "DkimAttributes": {"SigningEnabled": True, "Status": "SUCCESS" if verified else "PENDING"},
+            "MailFromAttributes": {"MailFromDomain": "", "MailFromDomainStatus": "SUCCESS" if verified else "PENDING",
+                                   "BehaviorOnMxFailure": "USE_DEFAULT_VALUE"}})
+
     async def _accept(self, request: web.Request, call: dict[str, Any], content: dict[str, str],
                       entries: list[dict[str, Any]]) -> web.StreamResponse:
         faults = self.faults
+        sender = str(call.get("FromEmailAddress", ""))
+        if self.check_senders and not self.sender_verified(sender.rpartition("<")[2].rstrip(">")):
+            return _error(400, "MessageRejected", "Email address is not verified. The following identities failed "
+                                                  f"the check in region {self.region.upper()}: {sender}")
         if faults.latency_ms:
             await asyncio.sleep(faults.latency_ms / 1000)
         if len(entries) > MAX_DESTINATIONS:
@@ -548,6 +580,7 @@ async def running_ses_simulator(**kwargs: Any) -> AsyncIterator[SesSimulator]:
         await simulator.stop()
 
 
+DEVELOPMENT_SENDER_DOMAINS = ("example.com", "demo.pressroom.test")
 # The secret key comes from the environment: a command line is readable by every local account.
 SECRET_KEY_VARIABLE = "PRESSROOM_SES_SIMULATOR_SECRET_KEY"
 
@@ -558,6 +591,12 @@ async def _serve(args: argparse.Namespace, secret: str) -> None:
     simulator = SesSimulator(region=args.region, access_key_id=args.access_key_id, secret_access_key=secret,
                              domain=args.domain)
     simulator.opens = True
+    # The development site sends from example.com (PRESSROOM_FROM_ADDRESS's default) and the demo's
+    # newsletter from its own domain, both verified here as a site verifies its domains; any other
+    # sender is refused, as SES refuses it.
+    for domain in DEVELOPMENT_SENDER_DOMAINS:
+        simulator.identities[domain] = True
+    simulator.check_senders = True
     # Written before the port opens, so whoever waits for the port finds it. The receiver trusts it
     # only through PRESSROOM_SES_SNS_DEV_CERTIFICATE, and only for certificate URLs on the loopback.
     private_file(args.certificate_out, simulator.certificate_pem.decode())

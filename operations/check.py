@@ -22,6 +22,7 @@ class CheckResult:
     ok: bool
     detail: str
     checked: bool = True  # False: not checked, since what it needs is not ready
+    warning: bool = False  # ok, but something to act on before it fails (a missing DMARC record)
 
 
 async def check_postgres(settings: Settings) -> CheckResult:

@@ -18,19 +18,24 @@ from pressroom.settings import Settings, get_settings
 DEFAULT_PAGE = 50
 LARGEST_PAGE = 1000
 
-EMAIL_STATES = ("pending", "submitting", "submitted", "failed", "cancelled")
+EMAIL_STATES = ("pending", "submitting", "paused", "submitted", "failed", "cancelled")
+# An email as people are told of it: a send that paused itself for its early rates reads `paused`,
+# its reason in place of an error (its row stays `submitting`: its lock is held while it waits).
+SHOWN_STATUS = "CASE WHEN e.status = 'submitting' AND e.paused_at IS NOT NULL THEN 'paused' ELSE e.status END"
+SHOWN_ERROR = "coalesce(e.error, CASE WHEN e.status = 'submitting' THEN 'paused: ' || e.paused_reason END)"
 POST_STATES = ("draft", "scheduled", "published", "sent")
 MEMBER_STATES = ("free", "paid", "comped")
 OUTBOX_STATES = ("pending", "sending", "succeeded", "failed", "aborted", "completed", "skipped")
 
 # "failed" is the report's: recipients with a recorded failure, permanent or temporary.
 _EMAILS = f"""
-SELECT e.id AS email_id, e.post_id, e.newsletter_id, n.slug AS newsletter, e.subject, e.status, e.error,
+SELECT e.id AS email_id, e.post_id, e.newsletter_id, n.slug AS newsletter, e.subject, {SHOWN_STATUS} AS status,
+       {SHOWN_ERROR} AS error,
        e.email_count AS recipients, e.delivered_count AS delivered, e.opened_count AS opened,
        (SELECT count(*) FROM email_recipient_failures f WHERE f.email_id = e.id) AS failed, e.created_at,
        e.submitted_at, {NEWSLETTER_NOT_GOING} AS will_not_go_out
 FROM emails e LEFT JOIN newsletters n ON n.id = e.newsletter_id LEFT JOIN posts p ON p.id = e.post_id
-WHERE ($1::text IS NULL OR e.status = $1) AND ($2::timestamptz IS NULL OR e.created_at >= $2)
+WHERE ($1::text IS NULL OR {SHOWN_STATUS} = $1) AND ($2::timestamptz IS NULL OR e.created_at >= $2)
   AND ($3::text IS NULL OR e.newsletter_id = $3)
   AND ($4::timestamptz IS NULL OR (e.created_at, e.id) < ($4, $5::text))
 ORDER BY e.created_at DESC, e.id DESC LIMIT $6"""

@@ -7,9 +7,12 @@ import asyncio
 from dataclasses import dataclass
 from datetime import UTC, timedelta
 
+from pydantic import BaseModel
+
 from activities.newsletter.counts import batch_counts
 from activities.newsletter.lock import ARCHIVED_NEWSLETTER
 from operations.common import temporal_client
+from operations.finding import SHOWN_ERROR, SHOWN_STATUS
 from pressroom import tracing
 from pressroom.errors import BadInput, NotFound, PressroomError, cause_of
 from pressroom.settings import Settings, get_settings
@@ -120,10 +123,7 @@ async def cancel_newsletter(email_id: str, *, by: str | None = None, wait: bool 
     from workflows.newsletter_models import CancelSendInput, newsletter_workflow_id
 
     entity_id(email_id, "email")
-    by = (by or operator_name()).strip()
-    if not by or len(by) > 200 or not by.isprintable() or "@" in by:
-        # It enters the run's history and details: a name, never an address.
-        raise BadInput("--by must be 1 to 200 printable characters, a name and not an address")
+    by = _operator(by)
     settings = settings or get_settings()
     workflow_id = newsletter_workflow_id(email_id)
     client = client or await temporal_client(settings)
@@ -162,6 +162,63 @@ async def cancel_newsletter(email_id: str, *, by: str | None = None, wait: bool 
                 return NewsletterCancel(email_id, "cancelled", by, row["cancelled_at"],
                                         f"email {email_id} cancelled: it will not be sent")
     raise PressroomError(f"email {email_id} changed while it was being cancelled three times; try again")
+
+
+class NewsletterResumed(BaseModel):
+    """What `newsletter resume` did: the send goes on (`resumed`), or was not paused (`not-paused`)."""
+
+    email_id: str
+    status: str  # resumed | not-paused
+    by: str
+    message: str
+
+
+@tracing.traced("pressroom newsletter resume", "email_id")
+async def resume_newsletter(email_id: str, *, by: str | None = None, client=None,
+                            settings: Settings | None = None) -> NewsletterResumed:
+    """Go on with a send that paused itself for its early bounce or complaint rate; it is not paused
+    for them again. Safe to repeat; an email that is not paused is left as it is."""
+    from temporalio.client import WorkflowExecutionStatus
+    from temporalio.service import RPCError, RPCStatusCode
+
+    from pressroom import database
+    from pressroom.inputs import entity_id
+    from workflows.newsletter import SendNewsletterWorkflow
+    from workflows.newsletter_models import ResumePausedInput, newsletter_workflow_id
+
+    entity_id(email_id, "email")
+    by = _operator(by)
+    settings = settings or get_settings()
+    async with database.connection(settings.require_database()) as conn:
+        email = await conn.fetchrow("SELECT status, paused_reason FROM emails WHERE id = $1", email_id)
+    if email is None:
+        raise NotFound(f"email {email_id} does not exist")
+    if email["paused_reason"] is None or email["status"] != "submitting":
+        return NewsletterResumed(email_id=email_id, status="not-paused", by=by,
+                                 message=f"email {email_id} is {email['status']}, not paused: nothing to resume")
+    client = client or await temporal_client(settings)
+    handle = client.get_workflow_handle_for(SendNewsletterWorkflow.run, newsletter_workflow_id(email_id))
+    try:
+        running = (await handle.describe()).status == WorkflowExecutionStatus.RUNNING
+    except RPCError as error:
+        if error.status != RPCStatusCode.NOT_FOUND:
+            raise
+        running = False
+    if not running:
+        raise PressroomError(f"email {email_id} says it is paused but no run is sending it; "
+                             f"`pressroom newsletter status {email_id}` says what happened")
+    await handle.signal(SendNewsletterWorkflow.resume_paused, ResumePausedInput(by=by))
+    return NewsletterResumed(email_id=email_id, status="resumed", by=by,
+                             message=f"resumed {email_id} (paused for {email['paused_reason']}): the rest goes out "
+                                     "and its rates no longer pause it")
+
+
+def _operator(by: str | None) -> str:
+    by = (by or operator_name()).strip()
+    if not by or len(by) > 200 or not by.isprintable() or "@" in by:
+        # It enters the run's history and details: a name, never an address.
+        raise BadInput("--by must be 1 to 200 printable characters, a name and not an address")
+    return by
 
 
 async def _cancelled_by_run(conn, email_id: str, handle) -> NewsletterCancel:
@@ -300,8 +357,9 @@ async def newsletter_status(email_id: str, *, client=None, settings: Settings | 
 
     settings = settings or get_settings()
     async with database.connection(settings.require_database()) as conn:
-        email = await conn.fetchrow("SELECT status, error, submitted_at, email_count_expected, skipped_recipients, "
-                                    "cancelled_by, cancelled_at FROM emails WHERE id = $1", email_id)
+        email = await conn.fetchrow(f"SELECT {SHOWN_STATUS} AS status, {SHOWN_ERROR} AS error, submitted_at, "
+                                    "email_count_expected, skipped_recipients, cancelled_by, cancelled_at "
+                                    "FROM emails e WHERE id = $1", email_id)
         if email is None:
             raise NotFound(f"email {email_id} does not exist")
         batches = await batch_counts(conn, email_id)  # as the run, its cancel and its finish count them

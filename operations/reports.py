@@ -18,6 +18,7 @@ from activities.newsletter.left_out import (
     LEFT_OUT_REASONS,
     with_filter,
 )
+from operations.finding import SHOWN_ERROR, SHOWN_STATUS
 from pressroom.errors import BadInput, NotFound
 from pressroom.inputs import entity_id
 from pressroom.settings import Settings, get_settings
@@ -112,14 +113,15 @@ def segment_name(segment: str | None) -> str:
     return SEGMENT_NAMES.get(segment, segment or "all")
 
 
-def _rate(part: int, whole: int) -> float | None:
-    return round(100.0 * part / whole, 1) if whole else None
+def _rate(part: int, whole: int, digits: int = 1) -> float | None:
+    return round(100.0 * part / whole, digits) if whole else None
 
 
 async def _email(conn, email_id: str):
     entity_id(email_id, "email")
     email = await conn.fetchrow(
-        "SELECT e.id, e.subject, e.status, e.error, e.post_id, e.newsletter_id, n.slug AS newsletter, "
+        f"SELECT e.id, e.subject, {SHOWN_STATUS} AS status, {SHOWN_ERROR} AS error, e.post_id, e.newsletter_id, "
+        "n.slug AS newsletter, "
         "e.recipient_filter, "
         "e.created_at, e.submitted_at, e.left_out, e.first_opened_at, e.last_opened_at, e.cancelled_by, e.cancelled_at "
         "FROM emails e LEFT JOIN newsletters n ON n.id = e.newsletter_id WHERE e.id = $1", email_id)
@@ -194,6 +196,9 @@ async def newsletter_report(email_id: str, *, reasons: int = 5, settings: Settin
             "segments": [{**s, "segment": segment_name(s["segment"]),
                           "rates": {k: _rate(s[k], s["sent"]) for k in ("delivered", "opened")}}
                          for s in segments],
+            # As mailbox providers count them: hard bounces over sent, complaints over delivered.
+            "reputation": {"hard_bounce_rate": _rate(permanent, figures["sent"], 2),
+                           "complaint_rate": _rate(complained, figures["delivered"], 2)},
             "top_failures": top,
             "left_out": {reason: left_out.get(reason, 0) for reason in LEFT_OUT_REASONS},
             "opens_over_time": opens}

@@ -224,6 +224,29 @@ class Settings(BaseSettings):
     serve_max_connections: int = Field(default=1024, ge=1, le=100_000,
                                        validation_alias="PRESSROOM_SERVE_MAX_CONNECTIONS")
 
+    # --- deliverability (docs/deliverability.md) ---
+    # While the provider is unreachable, a send looks for its return this often (an authenticated
+    # read, not a send), so it goes on within this long of the provider's recovery.
+    provider_probe_seconds: float = Field(default=20.0, ge=1, le=300,
+                                          validation_alias="PRESSROOM_PROVIDER_PROBE_SECONDS")
+    # A send reads its early hard-bounce and complaint rates at most this often, and pauses itself
+    # between batches once at least PAUSE_MIN_ANSWERED recipients are answered for and a rate is at
+    # or over its threshold. 0 for either rate turns that pause off.
+    reputation_check_seconds: float = Field(default=30.0, ge=1, validation_alias="PRESSROOM_REPUTATION_CHECK_SECONDS")
+    pause_min_answered: int = Field(default=1000, ge=1, validation_alias="PRESSROOM_PAUSE_MIN_ANSWERED")
+    pause_hard_bounce_rate: float = Field(default=0.05, ge=0, le=1, validation_alias="PRESSROOM_PAUSE_HARD_BOUNCE_RATE")
+    pause_complaint_rate: float = Field(default=0.003, ge=0, le=1, validation_alias="PRESSROOM_PAUSE_COMPLAINT_RATE")
+    pause_min_complaints: int = Field(default=10, ge=1, validation_alias="PRESSROOM_PAUSE_MIN_COMPLAINTS")
+    # Where `check` asks DNS for the sending domains' DMARC records (comma-separated addresses;
+    # empty: the system's resolvers), and how long it waits for an answer.
+    dns_nameservers: str = Field(default="", validation_alias="PRESSROOM_DNS_NAMESERVERS")
+    dns_timeout_seconds: float = Field(default=3.0, gt=0, le=30, validation_alias="PRESSROOM_DNS_TIMEOUT_SECONDS")
+    # `check` over the last 30 days: warned at the first rate, failing at the second.
+    complaint_rate_warn: float = Field(default=0.001, ge=0, le=1, validation_alias="PRESSROOM_COMPLAINT_RATE_WARN")
+    complaint_rate_fail: float = Field(default=0.003, ge=0, le=1, validation_alias="PRESSROOM_COMPLAINT_RATE_FAIL")
+    hard_bounce_rate_warn: float = Field(default=0.02, ge=0, le=1, validation_alias="PRESSROOM_HARD_BOUNCE_RATE_WARN")
+    hard_bounce_rate_fail: float = Field(default=0.05, ge=0, le=1, validation_alias="PRESSROOM_HARD_BOUNCE_RATE_FAIL")
+
     # --- worker ---
     # Publish activities mostly sleep out their last seconds; many may wait at once when posts share a time.
     worker_max_activities: int = Field(default=1000, ge=1, validation_alias="PRESSROOM_WORKER_MAX_ACTIVITIES")

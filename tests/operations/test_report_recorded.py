@@ -32,8 +32,12 @@ def event(email_id: str, kind: str, address: str, at: float, n: int, **extra) ->
 
 
 def as_computed(report: dict) -> dict:
-    """The report less who cancelled the send and when: stored facts added after 0029, not in the oracle."""
+    """The report less what was added after 0029 and is not in the oracle: who cancelled the send and
+    when (stored facts), and the reputation rates (read from the same figures, checked here)."""
     assert (report.pop("cancelled_by"), report.pop("cancelled_at")) == (None, None)
+    reputation = report.pop("reputation")
+    assert reputation["hard_bounce_rate"] == round(100 * report["failed_permanent"] / report["sent"], 2)
+    assert reputation["complaint_rate"] == round(100 * report["complained"] / report["delivered"], 2)
     return report
 
 async def apply(db, events: list[DeliveryEvent], *, recount: bool = True) -> None:
