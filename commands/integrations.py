@@ -1,12 +1,15 @@
-"""`pressroom integrations …`: integrations and their Admin API keys (docs/admin-api.md)."""
+"""`pressroom integrations …`: integrations, their Admin API keys (docs/admin-api.md) and their
+webhooks (docs/site-webhooks.md)."""
 
 from __future__ import annotations
 
 import typer
 
 from commands import JSON_OPTION, console, print_json, run_async, when
+from commands.integrations_webhooks import app as webhooks
 
-app = typer.Typer(help="Integrations and their Admin API keys.", no_args_is_help=True)
+app = typer.Typer(help="Integrations: their Admin API keys, and their webhooks.", no_args_is_help=True)
+app.add_typer(webhooks, name="webhooks")
 
 
 @app.command("add")

@@ -351,6 +351,8 @@ class OutboxStatus(Answer):
     oldest_pending_seconds: float | None
     waiting: list[OutboxReason]  # pending entries put back to wait, by why
     skipped: list[OutboxReason]
+    by_event: dict[str, dict[str, int]]  # the site's events for integrations' webhooks: event type → state → n
+    by_webhook: dict[str, dict[str, int]]  # webhook id → state → n
 
 
 class ServiceCheck(Answer):

@@ -61,7 +61,7 @@ async def add_member(email: str, name: str | None = None, *, status: str = "free
     new members on signup."""
     import asyncpg
 
-    from activities.outbox import WELCOME_EMAIL_SLUGS, enqueue
+    from activities.outbox import WELCOME_EMAIL_SLUGS, enqueue, site_events
     from pressroom import database
 
     if status not in WELCOME_EMAIL_SLUGS:
@@ -97,6 +97,7 @@ async def add_member(email: str, name: str | None = None, *, status: str = "free
         suppressed = await conn.fetchval("SELECT 1 FROM suppressions WHERE email = $1", email)
         if settings.welcome_emails and not suppressed:
             key = await enqueue(conn, "MemberCreatedEvent", *member_created(member_id))
+        await site_events.emit(conn, "member.added", member_id)
     return MemberAdded(member_id, key)
 
 
@@ -346,7 +347,7 @@ async def update_member(member: str, *, name: str | None = None, status: str | N
     so is leaving one they are not on, and the same for labels (one the site has not got is made, as
     `members add --label` makes it): safe to repeat.
     """
-    from activities.outbox import WELCOME_EMAIL_SLUGS
+    from activities.outbox import WELCOME_EMAIL_SLUGS, site_events
     from pressroom import database
     from pressroom.inputs import MAX_LABELS, free_text
 
@@ -368,6 +369,7 @@ async def update_member(member: str, *, name: str | None = None, status: str | N
         row = await _member_row(conn, member, lock=True)
         member_id = row["id"]
         tracing.annotate(member_id=member_id)
+        previous = await site_events.before(conn, "member.edited", member_id)
         # Only what was asked is run: an option not given costs no statement.
         joining = await _newsletter_ids(conn, list(newsletters), "--newsletter") if newsletters else {}
         leaving = await _newsletter_ids(conn, list(no_newsletters), "--no-newsletter") if no_newsletters else {}
@@ -412,6 +414,8 @@ async def update_member(member: str, *, name: str | None = None, status: str | N
             raise BadInput(f"member {member_id} would have {len(labelled):,} labels; at most {MAX_LABELS}")
         if changed and not {"name", "status", "note"} & set(changed):
             await conn.execute("UPDATE members SET updated_at = now() WHERE id = $1", member_id)
+        if changed:
+            await site_events.emit(conn, "member.edited", member_id, previous)
     return MemberUpdated(member_id, changed, subscribed, unsubscribed, labelled)
 
 
@@ -472,6 +476,10 @@ _SCRUB = [
     (None, "UPDATE automated_email_recipients SET member_email = '', member_name = NULL WHERE member_id = $1"),
     (None, "UPDATE outbox SET last_error_msg = regexp_replace(last_error_msg, $2, '<address>', 'gi') "
            "WHERE payload->>'member_id' = $1 AND last_error_msg ~* $2"),
+    # A site event about them that its webhook refused keeps no body: it is not sent any more.
+    (None, "UPDATE outbox SET payload = payload - 'body', status = 'skipped', last_error_code = 'MEMBER_DELETED', "
+           "last_error_msg = 'the member was deleted after its webhook refused this event', updated_at = now() "
+           "WHERE webhook_id IS NOT NULL AND status = 'aborted' AND payload->>'member_id' = $1"),
     (None, "UPDATE delivery_events_rejected SET event = regexp_replace(event, $2, '<address>', 'gi') "
            "WHERE event ~* $2 AND $1::text IS NOT NULL"),  # $1 unused: every statement takes the same two
     (None, "UPDATE webhook_inbox SET event = regexp_replace(event, $2, '<address>', 'gi') "
@@ -489,6 +497,7 @@ async def delete_member(member: str, *, settings: Settings | None = None) -> Mem
     Refused, writing nothing, while a batch holding the member may be at the provider (its send
     uncertain): its look-up needs the address. Deleting again finds no member.
     """
+    from activities.outbox import site_events
     from pressroom import database
     from pressroom.errors import PressroomError
 
@@ -505,6 +514,7 @@ async def delete_member(member: str, *, settings: Settings | None = None) -> Mem
         if in_flight is not None:
             raise PressroomError(f"member {member_id} was not deleted: a batch of email {in_flight} holding them may "
                                  "have reached the provider and is being looked up; delete them once that send is done")
+        await site_events.emit(conn, "member.deleted", member_id)  # as they were, before any scrubbing
         pattern = _like_pattern(address)
         counts = {}
         for counted, statement in _SCRUB:

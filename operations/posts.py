@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 from datetime import timedelta
 
+from activities.outbox import site_events
 from activities.posts.publish import NEWSLETTER_NOT_GOING
 from activities.posts.schedule import reconcile_scheduled_posts, start_or_move_publication, stop_publication
 from operations.common import run_summary, temporal_client
@@ -60,11 +61,13 @@ async def change_post(post_id: str, publish_at, client, settings: Settings, writ
             if publish_at is not None and before["status"] not in ("draft", "scheduled"):
                 raise BadInput(f"post {post_id} is already {before['status']}; only a draft or scheduled post can "
                                "be scheduled")
+            previous = await site_events.before(conn, site_events.SCHEDULE_EVENTS, post_id, settings.site_url)
             if write is not None:
                 await write(conn)
             await conn.execute("UPDATE posts SET status = $2, published_at = coalesce($3, published_at), "
                                "updated_at = now() WHERE id = $1", post_id,
                                "draft" if publish_at is None else "scheduled", publish_at)
+            await site_events.emit_schedule_change(conn, post_id, before, publish_at, previous, settings.site_url)
             try:
                 await tell_post_workflow(client, settings, post_id, publish_at)
             except RPCError as error:

@@ -206,6 +206,21 @@ class Settings(BaseSettings):
                                            validation_alias="PRESSROOM_REJECTED_EVENTS_KEEP_DAYS")
     webhook_apply_batch: int = Field(default=2000, ge=1, le=20_000, validation_alias="PRESSROOM_WEBHOOK_APPLY_BATCH")
 
+    # --- the site's webhooks: its events delivered to integrations (docs/site-webhooks.md) ---
+    # http:// to loopback and loopback addresses admitted: the development stack and tests.
+    site_webhooks_allow_loopback: bool = Field(default=False, validation_alias="PRESSROOM_WEBHOOKS_ALLOW_LOOPBACK")
+    # Private, shared and link-local addresses admitted (an intranet integration); loopback stays refused.
+    site_webhooks_allow_private: bool = Field(default=False, validation_alias="PRESSROOM_WEBHOOKS_ALLOW_PRIVATE")
+    # Attempts of one delivery on the outbox's backoff (its last step repeated): 200 at 160 s is
+    # about nine hours of a target down before its entry is aborted.
+    site_webhooks_max_attempts: int = Field(default=200, ge=1, le=10_000,
+                                            validation_alias="PRESSROOM_WEBHOOKS_MAX_ATTEMPTS")
+    site_webhooks_timeout_seconds: float = Field(default=10.0, gt=0, le=120,
+                                                 validation_alias="PRESSROOM_WEBHOOKS_TIMEOUT_SECONDS")
+    # Deliveries of one webhook in flight at once. 1 keeps its events strictly in order; more lets a
+    # slow target take a burst faster, in order of dispatch only.
+    site_webhooks_in_flight: int = Field(default=1, ge=1, le=100, validation_alias="PRESSROOM_WEBHOOKS_IN_FLIGHT")
+
     # --- the front door (pressroom serve): what one client may hold open ---
     serve_header_timeout_seconds: float = Field(default=10.0, gt=0, le=300,
                                                 validation_alias="PRESSROOM_SERVE_HEADER_TIMEOUT_SECONDS")
