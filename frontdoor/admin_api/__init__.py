@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from frontdoor.admin_api import resources
 from frontdoor.admin_api.auth import Slowdown, authenticate
 from frontdoor.admin_api.envelope import ApiError, dumps, invalid, unsupported
-from operations import authoring
+from operations import authoring, site_webhooks
 from pressroom.errors import BadInput, NotFound, PressroomError, one_line
 from pressroom.settings import Settings
 from pressroom.temporal import TemporalUnavailable
@@ -70,6 +70,9 @@ class AdminApi:
             ("POST", re.compile(r"labels/"), self.add_label),
             ("GET", re.compile(rf"emails/{_ID}/"), self.read_email),
             ("POST", re.compile(rf"emails/{_ID}/retry/"), self.retry_email),
+            ("POST", re.compile(r"webhooks/"), self.add_webhook),
+            ("PUT", re.compile(rf"webhooks/{_ID}/"), self.edit_webhook),
+            ("DELETE", re.compile(rf"webhooks/{_ID}/"), self.delete_webhook),
         ]
 
     def routes(self) -> list:
@@ -87,7 +90,7 @@ class AdminApi:
         if tail and not tail.endswith("/"):
             tail += "/"
         try:
-            await authenticate(self.pool, request.headers.get("Authorization"))
+            request["caller"] = await authenticate(self.pool, request.headers.get("Authorization"))
             handler, params = self._route(request.method, tail)
             status, body = await handler(request, **params)
             outcome = "ok"
@@ -300,3 +303,34 @@ class AdminApi:
         await authoring.retry_email(id, settings=self.settings)
         async with self.pool.acquire() as conn:
             return 200, await resources.read_email(conn, id)
+
+    # --- webhooks (docs/site-webhooks.md): an integration's own, as the reference's API keeps them ---
+
+    async def add_webhook(self, request: web.Request) -> tuple[int, Any]:
+        item = resources.item_of(await self._body(request), "webhooks")
+        caller = request["caller"]
+        integration = resources.text_of(item, "integration_id") or caller.integration_id or ""
+        webhook = await site_webhooks.create_webhook(
+            resources.text_of(item, "event") or "", resources.text_of(item, "target_url") or "", integration,
+            name=resources.text_of(item, "name"), secret=resources.text_of(item, "secret"),
+            api_version=resources.text_of(item, "api_version") or "v5", settings=self.settings)
+        return 201, {"webhooks": [webhook_json(webhook)]}
+
+    async def edit_webhook(self, request: web.Request, id: str) -> tuple[int, Any]:
+        item = resources.item_of(await self._body(request), "webhooks")
+        webhook = await site_webhooks.edit_webhook(
+            id, event=resources.text_of(item, "event"), target_url=resources.text_of(item, "target_url"),
+            name=resources.text_of(item, "name"), secret=resources.text_of(item, "secret"),
+            api_version=resources.text_of(item, "api_version"), settings=self.settings)
+        return 200, {"webhooks": [webhook_json(webhook)]}
+
+    async def delete_webhook(self, request: web.Request, id: str) -> tuple[int, Any]:
+        await site_webhooks.delete_webhook(id, settings=self.settings)
+        return 204, None
+
+
+def webhook_json(webhook: site_webhooks.Webhook) -> dict[str, Any]:
+    """The reference's shape, less the secret: set by the integration, never shown back."""
+    shown = webhook.model_dump(mode="json")
+    shown.pop("has_secret")
+    return shown

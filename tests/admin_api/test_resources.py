@@ -183,3 +183,31 @@ async def test_no_member_address_or_key_reaches_the_log(api, admin_key, caplog):
     assert refused.status_code == 422
     assert address not in caplog.text and "Hidden Name" not in caplog.text
     assert admin_key.split(":")[1] not in caplog.text
+
+
+async def test_an_integrations_webhooks_are_added_edited_and_deleted_through_the_api(api, db):
+    """The official client's `webhooks.add/edit/delete`: the webhook belongs to the integration whose key
+    signed the request; its secret is kept and never shown back; a private target is refused."""
+    added = await api.post("webhooks/", json={"webhooks": [{
+        "event": "member.added", "target_url": "https://hooks.example.com/pressroom", "name": "CRM",
+        "secret": "s3cret-for-signing"}]})
+    assert added.status_code == 201, added.text
+    webhook = one(added, "webhooks")
+    assert (webhook["event"], webhook["target_url"], webhook["name"]) == (
+        "member.added", "https://hooks.example.com/pressroom", "CRM")
+    assert "secret" not in webhook and "has_secret" not in webhook
+    row = await db.fetchrow("SELECT w.secret, i.name FROM webhooks w JOIN integrations i ON i.id = w.integration_id "
+                            "WHERE w.id = $1", webhook["id"])
+    assert (row["secret"], row["name"]) == ("s3cret-for-signing", "Tests")
+    edited = await api.put(f"webhooks/{webhook['id']}/", json={"webhooks": [{"event": "member.deleted"}]})
+    assert one(edited, "webhooks")["event"] == "member.deleted"
+    private = await api.post("webhooks/", json={"webhooks": [{"event": "member.added",
+                                                              "target_url": "https://10.0.0.7/hook"}]})
+    assert private.status_code == 422 and error_of(private)["type"] == "ValidationError"
+    unknown = await api.post("webhooks/", json={"webhooks": [{"event": "tag.added",
+                                                              "target_url": "https://hooks.example.com/x"}]})
+    assert unknown.status_code == 422 and "not one of the site's events" in error_of(unknown)["message"]
+    assert (await api.delete(f"webhooks/{webhook['id']}/")).status_code == 204
+    assert await db.fetchval("SELECT count(*) FROM webhooks") == 0
+    gone = await api.delete(f"webhooks/{webhook['id']}/")
+    assert gone.status_code == 404 and error_of(gone)["type"] == "NotFoundError"
