@@ -18,19 +18,22 @@ from temporalio.client import Client
 from temporalio.runtime import PrometheusConfig, Runtime
 from temporalio.worker import Worker
 
+from activities.analytics.models import SCHEDULE_ID as ANALYTICS_SCHEDULE_ID
 from activities.analytics.run import AnalyticsActivities
 from activities.newsletter.batches import BatchCreationActivities
 from activities.newsletter.finish import EmailFinishActivities
 from activities.newsletter.lock import EmailLockActivities
+from activities.newsletter.reputation import ReputationActivities
 from activities.newsletter.send import BatchSendActivities
 from activities.outbox.delivery import OutboxDeliveryActivities
+from activities.outbox.models import webhooks_task_queue
 from activities.outbox.relay import OutboxRelayActivities
 from activities.posts.publish import PostsActivities
 from activities.sending_limits import SendingLimitsActivities
 from activities.webhooks import WebhookActivities
 from operations.analytics import ensure_schedule as ensure_analytics_schedule
 from operations.outbox import ensure_relay as ensure_outbox_relay
-from operations.posts import reconcile_at_worker_start
+from operations.posts import RECONCILE_SCHEDULE_ID, reconcile_at_worker_start
 from operations.webhooks import ensure_inbox_applier
 from pressroom import database, logs, tracing
 from pressroom.dependencies import Dependencies
@@ -63,6 +66,7 @@ def build_activities(deps: Dependencies) -> list[Callable]:
     batch_creation = BatchCreationActivities(deps)
     batch_send = BatchSendActivities(deps)
     email_finish = EmailFinishActivities(deps)
+    reputation = ReputationActivities(deps)
     outbox_relay = OutboxRelayActivities(deps)
     outbox_delivery = OutboxDeliveryActivities(deps)
     analytics = AnalyticsActivities(deps)
@@ -73,6 +77,7 @@ def build_activities(deps: Dependencies) -> list[Callable]:
         email_lock.lock_email, batch_creation.create_batches,
         batch_send.list_unsent_batches, batch_send.send_batch, batch_send.fail_batch,
         email_finish.finish_email,
+        reputation.read_reputation, reputation.record_pause, reputation.probe_provider,
         sending_limits.admit_batch, sending_limits.split_refused_batch,
         outbox_relay.relay_outbox,
         outbox_delivery.handle_entry, outbox_delivery.complete_entry, outbox_delivery.abort_entry,
@@ -108,10 +113,27 @@ def build_worker(client: Client, deps: Dependencies, *, task_queue: str | None =
     )
 
 
+def build_webhooks_worker(client: Client, deps: Dependencies, *, task_queue: str | None = None,
+                          **options) -> Worker:
+    """The worker of the site's webhook deliveries, on a task queue of their own: slow targets take
+    its activity slots, never those of welcome emails or newsletters."""
+    delivery = OutboxDeliveryActivities(deps)
+    return Worker(
+        client,
+        task_queue=webhooks_task_queue(task_queue or deps.settings.task_queue),
+        workflows=[DeliverOutboxEntryWorkflow],
+        activities=[delivery.handle_entry, delivery.complete_entry, delivery.abort_entry],
+        graceful_shutdown_timeout=timedelta(seconds=20),
+        max_concurrent_activities=deps.settings.worker_max_activities,
+        **options,
+    )
+
+
 @asynccontextmanager
 async def running_worker(client: Client, settings: Settings, **options) -> AsyncIterator[Worker]:
-    """A worker running in the background of the caller (tests, the demo)."""
-    async with open_dependencies(settings, client) as deps, build_worker(client, deps, **options) as worker:
+    """A worker (and the site's webhooks' worker) running in the background of the caller (tests, the demo)."""
+    async with open_dependencies(settings, client) as deps, build_worker(client, deps, **options) as worker, \
+            build_webhooks_worker(client, deps, **options):
         yield worker
 
 
@@ -141,8 +163,12 @@ async def run(settings: Settings | None = None) -> None:
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     async with running_worker(client, settings):
-        await ensure_analytics_schedule(client, settings)  # analytics: the schedule exists, at current settings
-        await reconcile_at_worker_start(client, settings)  # posts: every scheduled post has its timer
+        # The schedules exist, at current settings; one running on another task queue stays there.
+        for schedule_id, outcome in ((ANALYTICS_SCHEDULE_ID, await ensure_analytics_schedule(client, settings)),
+                                     (RECONCILE_SCHEDULE_ID, await reconcile_at_worker_start(client, settings))):
+            if outcome.startswith("left on"):
+                log.warning("schedule %s %s, not moved to this worker's %s (`pressroom check` says whether a "
+                            "worker polls it)", schedule_id, outcome, settings.task_queue)
         await ensure_outbox_relay(client, settings)  # outbox: the relay runs
         await ensure_inbox_applier(client, settings)  # webhooks: pushed events are applied
         log.info("worker started on task queue %s", settings.task_queue)

@@ -24,18 +24,24 @@ app = typer.Typer(help="The outbox: events delivered with retries and an idempot
 
 @app.command("status")
 def outbox_status_command(as_json: bool = JSON_OPTION) -> None:
-    """Counts by state and the age of the oldest entry waiting."""
+    """Counts by state, the age of the oldest entry waiting, the site's events by type and by webhook."""
     status = run_async(outbox_status())
     if as_json:
         return print_json(status)
-    for state, count in status["counts"].items():
+    for state, count in status.counts.items():
         console.print(f"{state:<11} {count:>8,}", highlight=False)
-    oldest = status["oldest_pending_seconds"]
+    oldest = status.oldest_pending_seconds
     console.print("nothing waiting" if oldest is None else f"oldest waiting entry: {oldest:,.1f} s old")
     for kind, line in (("waiting", "pending, waiting"), ("skipped", "skipped")):
-        for group in status[kind]:
-            console.print(f"{line}: {group['count']:,} ({group['code']}) {group['reason']}", highlight=False,
+        for group in getattr(status, kind):
+            console.print(f"{line}: {group.count:,} ({group.code}) {group.reason}", highlight=False,
                           markup=False)
+    for title, key in (("site events by type", "by_event"), ("site events by webhook", "by_webhook")):
+        if getattr(status, key):
+            console.print(title, highlight=False)
+        for name, counts in getattr(status, key).items():
+            console.print(f"  {name:<36} " + ", ".join(f"{state} {n:,}" for state, n in counts.items()),
+                          highlight=False, markup=False)
 
 
 @app.command("list")

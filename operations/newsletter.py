@@ -6,9 +6,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from dataclasses import dataclass
-from datetime import UTC
+from datetime import UTC, timedelta
 
+from pydantic import BaseModel
+
+from activities.newsletter.counts import batch_counts
+from activities.newsletter.lock import ARCHIVED_NEWSLETTER
+from operations.answers import NewsletterStatus
 from operations.common import temporal_client
+from operations.finding import SHOWN_ERROR, SHOWN_STATUS
 from pressroom import tracing
 from pressroom.errors import BadInput, NotFound, PressroomError, cause_of
 from pressroom.settings import Settings, get_settings
@@ -39,13 +45,17 @@ async def start_newsletter(email_id: str, *, client=None, settings: Settings | N
     settings = settings or get_settings()
     settings.require_members_link_secret()  # each reader's unsubscribe link is signed with it
     async with database.connection(settings.require_database()) as conn:
-        email = await conn.fetchrow("SELECT e.status, e.post_id, p.status AS post_status, p.published_at "
-                                    "FROM emails e LEFT JOIN posts p ON p.id = e.post_id WHERE e.id = $1", email_id)
+        email = await conn.fetchrow("SELECT e.status, e.post_id, e.newsletter_id, p.status AS post_status, "
+                                    "p.published_at, n.status AS newsletter_status FROM emails e "
+                                    "LEFT JOIN posts p ON p.id = e.post_id "
+                                    "LEFT JOIN newsletters n ON n.id = e.newsletter_id WHERE e.id = $1", email_id)
     if email is None:
         raise NotFound(f"email {email_id} does not exist")
     status = email["status"]
     if status != "submitted" and (refused := not_published_yet(email_id, email)):
         raise BadInput(refused)
+    if status in ("pending", "failed") and email["newsletter_status"] == "archived":
+        raise BadInput(f"{ARCHIVED_NEWSLETTER} (email {email_id}: newsletter {email['newsletter_id']} is archived)")
     client = client or await temporal_client(settings)
     workflow_id = newsletter_workflow_id(email_id)
     if status == "submitted":
@@ -64,11 +74,16 @@ async def start_newsletter(email_id: str, *, client=None, settings: Settings | N
             task_queue=settings.task_queue, id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
             static_summary=f"Send email {email_id} to its newsletter's members")
     except WorkflowAlreadyStartedError as error:
-        running = await client.get_workflow_handle(workflow_id).describe()
-        if running.status == WorkflowExecutionStatus.RUNNING:
-            return NewsletterStart(workflow_id, error.run_id or running.run_id, False,
-                                   f"{workflow_id} is already running (run {running.run_id}); not starting another")
-        raise
+        found = await client.get_workflow_handle(workflow_id).describe()
+        if found.status == WorkflowExecutionStatus.RUNNING:
+            return NewsletterStart(workflow_id, error.run_id or found.run_id, False,
+                                   f"{workflow_id} is already running (run {found.run_id}); not starting another")
+        # Another start won the race and its run closed before this one looked (it found the email
+        # sent, or failed): that run is the answer, not a second start.
+        ended = found.status.name.lower() if found.status else "closed"
+        return NewsletterStart(workflow_id, found.run_id, False,
+                               f"{workflow_id} was started by another start and ended meanwhile (run {found.run_id}, "
+                               f"{ended}); `pressroom newsletter status {email_id}` says how")
     return NewsletterStart(workflow_id, handle.first_execution_run_id or handle.result_run_id or "", True,
                            f"started {workflow_id}")
 
@@ -110,10 +125,7 @@ async def cancel_newsletter(email_id: str, *, by: str | None = None, wait: bool 
     from workflows.newsletter_models import CancelSendInput, newsletter_workflow_id
 
     entity_id(email_id, "email")
-    by = (by or operator_name()).strip()
-    if not by or len(by) > 200 or not by.isprintable() or "@" in by:
-        # It enters the run's history and details: a name, never an address.
-        raise BadInput("--by must be 1 to 200 printable characters, a name and not an address")
+    by = _operator(by)
     settings = settings or get_settings()
     workflow_id = newsletter_workflow_id(email_id)
     client = client or await temporal_client(settings)
@@ -154,6 +166,63 @@ async def cancel_newsletter(email_id: str, *, by: str | None = None, wait: bool 
     raise PressroomError(f"email {email_id} changed while it was being cancelled three times; try again")
 
 
+class NewsletterResumed(BaseModel):
+    """What `newsletter resume` did: the send goes on (`resumed`), or was not paused (`not-paused`)."""
+
+    email_id: str
+    status: str  # resumed | not-paused
+    by: str
+    message: str
+
+
+@tracing.traced("pressroom newsletter resume", "email_id")
+async def resume_newsletter(email_id: str, *, by: str | None = None, client=None,
+                            settings: Settings | None = None) -> NewsletterResumed:
+    """Go on with a send that paused itself for its early bounce or complaint rate; it is not paused
+    for them again. Safe to repeat; an email that is not paused is left as it is."""
+    from temporalio.client import WorkflowExecutionStatus
+    from temporalio.service import RPCError, RPCStatusCode
+
+    from pressroom import database
+    from pressroom.inputs import entity_id
+    from workflows.newsletter import SendNewsletterWorkflow
+    from workflows.newsletter_models import ResumePausedInput, newsletter_workflow_id
+
+    entity_id(email_id, "email")
+    by = _operator(by)
+    settings = settings or get_settings()
+    async with database.connection(settings.require_database()) as conn:
+        email = await conn.fetchrow("SELECT status, paused_reason FROM emails WHERE id = $1", email_id)
+    if email is None:
+        raise NotFound(f"email {email_id} does not exist")
+    if email["paused_reason"] is None or email["status"] != "submitting":
+        return NewsletterResumed(email_id=email_id, status="not-paused", by=by,
+                                 message=f"email {email_id} is {email['status']}, not paused: nothing to resume")
+    client = client or await temporal_client(settings)
+    handle = client.get_workflow_handle_for(SendNewsletterWorkflow.run, newsletter_workflow_id(email_id))
+    try:
+        running = (await handle.describe()).status == WorkflowExecutionStatus.RUNNING
+    except RPCError as error:
+        if error.status != RPCStatusCode.NOT_FOUND:
+            raise
+        running = False
+    if not running:
+        raise PressroomError(f"email {email_id} says it is paused but no run is sending it; "
+                             f"`pressroom newsletter status {email_id}` says what happened")
+    await handle.signal(SendNewsletterWorkflow.resume_paused, ResumePausedInput(by=by))
+    return NewsletterResumed(email_id=email_id, status="resumed", by=by,
+                             message=f"resumed {email_id} (paused for {email['paused_reason']}): the rest goes out "
+                                     "and its rates no longer pause it")
+
+
+def _operator(by: str | None) -> str:
+    by = (by or operator_name()).strip()
+    if not by or len(by) > 200 or not by.isprintable() or "@" in by:
+        # It enters the run's history and details: a name, never an address.
+        raise BadInput("--by must be 1 to 200 printable characters, a name and not an address")
+    return by
+
+
 async def _cancelled_by_run(conn, email_id: str, handle) -> NewsletterCancel:
     """Wait for the run to end after a cancel; what it recorded."""
     from temporalio.client import WorkflowFailureError
@@ -166,7 +235,6 @@ async def _cancelled_by_run(conn, email_id: str, handle) -> NewsletterCancel:
 
 
 def _utc(moment) -> str:
-
     return moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC") if moment else "-"
 
 
@@ -185,13 +253,14 @@ def not_published_yet(email_id: str, email) -> str:
     return ""
 
 
-def progress_words(progress) -> str:
-    """A running send's progress and what it waits for, in the words of its Web UI details."""
+def progress_words(progress, *, counts: bool = True) -> str:
+    """A running send's progress and what it waits for, in the words of its Web UI details; without
+    `counts`, beside a line that counts the batches already (one count on the screen, not two)."""
     from operations.waiting import as_words
 
     p = progress
     details = (f"{p.status}: {p.batches_sent}/{p.batches_total} batches sent, {p.batches_failed} failed; "
-               f"{p.recipients_sent:,}/{p.recipients_total:,} recipients")
+               f"{p.recipients_sent:,}/{p.recipients_total:,} recipients") if counts else p.status
     if p.confirming:
         details += (f"\n\nconfirming batch {', '.join(map(str, sorted(p.confirming)))}: Mailgun may have accepted it; "
                     "waiting for its events before sending it again")
@@ -271,49 +340,55 @@ async def follow_newsletter(workflow_id: str, *, client=None, on_progress=None, 
         raise PressroomError(f"{workflow_id} failed: {cause_of(error).message}") from None
 
 
-async def newsletter_status(email_id: str, *, client=None, settings: Settings | None = None) -> dict:
+async def newsletter_status(email_id: str, *, client=None, settings: Settings | None = None,
+                            command_started: float | None = None) -> NewsletterStatus:
     """The email's row, its batches and recipients, and its run: while it runs, its live progress
     when a worker answers, and in any case what it waits for (`waiting_for`).
 
-    PostgreSQL's view always comes first; everything asked of Temporal shares one bound
-    (QUERY_TIMEOUT), past which the answer says so (`temporal`) instead of waiting on the SDK's
-    retries. Whether a worker polls and answers is decided here, once, for every form of output.
+    PostgreSQL's view always comes first; everything asked of Temporal shares one bound (what is
+    left of the command's budget, STATUS_BUDGET_SECONDS in operations/waiting.py), past which the
+    answer says so (`temporal`) instead of waiting on the SDK's retries. Whether a worker polls and
+    answers is decided here, once, for every form of output. `command_started` (time.monotonic()
+    when the command's process started): the budget counts from then; without it (a long-lived
+    caller), the queries' own bound.
     """
     from pressroom import database
     from workflows.newsletter_models import newsletter_workflow_id
 
     settings = settings or get_settings()
     async with database.connection(settings.require_database()) as conn:
-        email = await conn.fetchrow("SELECT status, error, submitted_at, email_count_expected, skipped_recipients, "
-                                    "cancelled_by, cancelled_at FROM emails WHERE id = $1", email_id)
+        email = await conn.fetchrow(f"SELECT {SHOWN_STATUS} AS status, {SHOWN_ERROR} AS error, submitted_at, "
+                                    "email_count_expected, skipped_recipients, cancelled_by, cancelled_at "
+                                    "FROM emails e WHERE id = $1", email_id)
         if email is None:
             raise NotFound(f"email {email_id} does not exist")
-        batches = await conn.fetchrow(
-            "SELECT count(*) AS total, count(*) FILTER (WHERE status = 'submitted') AS submitted, "
-            "count(*) FILTER (WHERE status = 'failed') AS failed FROM email_batches WHERE email_id = $1", email_id)
+        batches = await batch_counts(conn, email_id)  # as the run, its cancel and its finish count them
         recipients = await conn.fetchval("SELECT count(*) FROM email_recipients WHERE email_id = $1", email_id)
     workflow_id = newsletter_workflow_id(email_id)
-    run, progress, waiting_for, temporal = await _run_view(workflow_id, client, settings)
-    return {"email_id": email_id, "status": email["status"], "error": email["error"],
+    run, progress, waiting_for, temporal = await _run_view(workflow_id, client, settings, command_started)
+    return NewsletterStatus.model_validate({
+            "email_id": email_id, "status": email["status"], "error": email["error"],
             "submitted_at": email["submitted_at"], "workflow_id": workflow_id, "run": run, "progress": progress,
-            "batches": {"total": batches["total"], "submitted": batches["submitted"], "failed": batches["failed"]},
+            "batches": {"total": batches.batches_total, "submitted": batches.batches_submitted,
+                        "failed": batches.batches_failed},
             "recipients": recipients, "recipients_expected": email["email_count_expected"],
             "waiting_for": waiting_for, "skipped_recipients": email["skipped_recipients"],
-            "cancelled_by": email["cancelled_by"], "cancelled_at": email["cancelled_at"], "temporal": temporal}
+            "cancelled_by": email["cancelled_by"], "cancelled_at": email["cancelled_at"], "temporal": temporal})
 
 
-async def _run_view(workflow_id: str, client, settings: Settings):
-    """(run, progress, waiting_for, temporal) within QUERY_TIMEOUT in all: `temporal` is None when
+async def _run_view(workflow_id: str, client, settings: Settings, command_started: float | None = None):
+    """(run, progress, waiting_for, temporal) within the status budget in all: `temporal` is None when
     Temporal answered, else why it could not be read (then the run is unknown: None)."""
     import time
 
     from temporalio.service import RPCError, RPCStatusCode
 
-    from operations.waiting import QUERY_TIMEOUT, has_worker, open_timer
+    from operations.waiting import has_worker, open_timer, status_query_seconds
     from pressroom.temporal import TemporalUnavailable, describe_rpc_error
     from workflows.newsletter import SendNewsletterWorkflow
 
-    deadline = time.monotonic() + QUERY_TIMEOUT.total_seconds()
+    bound = status_query_seconds(None if command_started is None else time.monotonic() - command_started)
+    deadline = time.monotonic() + bound
 
     async def bounded(call, default=None):
         """The call's answer, or `default` past the shared deadline."""
@@ -326,14 +401,14 @@ async def _run_view(workflow_id: str, client, settings: Settings):
             return default
 
     unreachable = (f"Temporal at {settings.temporal_address} did not answer within "
-                   f"{QUERY_TIMEOUT.total_seconds():g} s; shown is what PostgreSQL holds")
+                   f"{bound:.2g} s; shown is what PostgreSQL holds")
     try:
         if client is None:
             client = await bounded(temporal_client(settings))
             if client is None:
                 return None, None, None, unreachable
         handle = client.get_workflow_handle_for(SendNewsletterWorkflow.run, workflow_id)
-        description = await bounded(handle.describe(rpc_timeout=QUERY_TIMEOUT))
+        description = await bounded(handle.describe(rpc_timeout=timedelta(seconds=bound)))
         if description is None:
             return None, None, None, unreachable
     except TemporalUnavailable as error:
@@ -344,7 +419,7 @@ async def _run_view(workflow_id: str, client, settings: Settings):
         return None, None, None, f"{describe_rpc_error(error, settings)}; shown is what PostgreSQL holds"
     status = description.status.name.lower() if description.status else None
     run = {"run_id": description.run_id, "status": status, "task_queue": description.task_queue,
-           "worker_polling": None, "worker_answering": None}
+           "worker_polling": None, "worker_answering": None, "query_seconds": round(bound, 1)}
     if status != "running":
         return run, None, None, None
 
@@ -404,8 +479,11 @@ STAND_IN_UUID = "00000000-0000-0000-0000-000000000000"  # a reader who is no mem
 
 
 async def _render_for(conn, email_id: str, *, member_id: str | None, segment: str | None, address: str | None,
-                      settings: Settings):
-    """(loaded email, rendering, reader's values, reader in words): what a member or a stand-in gets."""
+                      settings: Settings, track_clicks: bool = True):
+    """(loaded email, rendering, reader's values, reader in words): what a member or a stand-in gets;
+    links untracked when not `track_clicks` (a test copy's clicks count nowhere)."""
+    import dataclasses
+
     from activities.email_content import load_email, load_member_values
     from activities.newsletter.audience import entitled
     from pressroom.email_rendering import SEGMENT_NAMES, ContentError, member_values, render, segment_for
@@ -439,7 +517,8 @@ async def _render_for(conn, email_id: str, *, member_id: str | None, segment: st
             # The default reader reads everything, as on a paid post; a chosen segment is of no tier.
             of_tier = segment is None
             reader = f"a {status} reader with no name"
-        rendered = render(loaded.content, segment_for(loaded.content, status, of_tier=of_tier))
+        content = loaded.content if track_clicks else dataclasses.replace(loaded.content, track_clicks=False)
+        rendered = render(content, segment_for(content, status, of_tier=of_tier))
     except ContentError as error:
         raise BadInput(str(error)) from None
     return loaded, rendered, values, reader
@@ -448,10 +527,13 @@ async def _render_for(conn, email_id: str, *, member_id: str | None, segment: st
 async def preview_email(email_id: str, *, member_id: str | None = None, segment: str | None = None,
                         settings: Settings | None = None) -> EmailPreview:
     """What a member (or a stand-in reader of a segment, paid by default) receives; nothing is sent."""
+    from operations.members import _member_row
     from pressroom import database
 
     settings = settings or get_settings()
     async with database.connection(settings.require_database()) as conn:
+        if member_id is not None:  # by id or address, as `members show`
+            member_id = (await _member_row(conn, member_id))["id"]
         _, rendered, values, reader = await _render_for(conn, email_id, member_id=member_id, segment=segment,
                                                         address=None, settings=settings)
     subject, html, text = rendered.personalise(values)
@@ -476,7 +558,7 @@ async def send_test_email(email_id: str, to: str, *, segment: str | None = None,
     settings = settings or get_settings()
     async with database.connection(settings.require_database()) as conn:
         loaded, rendered, values, _ = await _render_for(conn, email_id, member_id=None, segment=segment,
-                                                        address=to, settings=settings)
+                                                        address=to, settings=settings, track_clicks=False)
     values = {**values, "email": to}
     provider = provider_from_settings(settings)
     try:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 from datetime import timedelta
 
+from activities.outbox import site_events
 from activities.posts.publish import NEWSLETTER_NOT_GOING
 from activities.posts.schedule import reconcile_scheduled_posts, start_or_move_publication, stop_publication
 from operations.common import run_summary, temporal_client
@@ -34,8 +35,10 @@ async def unschedule_post(post_id: str, *, client=None, settings: Settings | Non
     await change_post(post_id, None, client or await temporal_client(settings), settings)
 
 
-async def change_post(post_id: str, publish_at, client, settings: Settings) -> None:
-    """Schedule the post for `publish_at` (None: back to draft) and tell its workflow, as one change.
+async def change_post(post_id: str, publish_at, client, settings: Settings, write=None) -> None:
+    """Schedule the post for `publish_at` (None: back to draft) and tell its workflow, as one change;
+    `write(conn)`, when given, writes the rest of the change (operations/authoring.py) in the same
+    transaction, after the checks.
 
     The row is updated in a transaction and the workflow told before it commits: a refused call
     rolls the row back. Should the commit fail once the workflow was told, the workflow is put
@@ -58,9 +61,13 @@ async def change_post(post_id: str, publish_at, client, settings: Settings) -> N
             if publish_at is not None and before["status"] not in ("draft", "scheduled"):
                 raise BadInput(f"post {post_id} is already {before['status']}; only a draft or scheduled post can "
                                "be scheduled")
+            previous = await site_events.before(conn, site_events.SCHEDULE_EVENTS, post_id, settings.site_url)
+            if write is not None:
+                await write(conn)
             await conn.execute("UPDATE posts SET status = $2, published_at = coalesce($3, published_at), "
                                "updated_at = now() WHERE id = $1", post_id,
                                "draft" if publish_at is None else "scheduled", publish_at)
+            await site_events.emit_schedule_change(conn, post_id, before, publish_at, previous, settings.site_url)
             try:
                 await tell_post_workflow(client, settings, post_id, publish_at)
             except RPCError as error:
@@ -124,13 +131,16 @@ async def ensure_reconcile_schedule(client, settings) -> str:
                                            task_queue=settings.task_queue),
         spec=ScheduleSpec(intervals=[ScheduleIntervalSpec(every=RECONCILE_EVERY)]),
         policy=SchedulePolicy(overlap=ScheduleOverlapPolicy.SKIP))
-    return await create_or_update_schedule(client, RECONCILE_SCHEDULE_ID, schedule)
+    # A worker on another task queue leaves it where it runs (create_or_update_schedule).
+    return await create_or_update_schedule(client, RECONCILE_SCHEDULE_ID, schedule, move=False)
 
 
-async def reconcile_at_worker_start(client, settings) -> None:
-    """Ensure the schedule and run it once now: posts scheduled while no worker ran get their timers."""
-    await ensure_reconcile_schedule(client, settings)
+async def reconcile_at_worker_start(client, settings) -> str:
+    """Ensure the schedule and run it once now: posts scheduled while no worker ran get their timers.
+    Answers what became of the schedule (created, updated, left on its own task queue)."""
+    outcome = await ensure_reconcile_schedule(client, settings)
     await client.get_schedule_handle(RECONCILE_SCHEDULE_ID).trigger()
+    return outcome
 
 
 async def posts_status(post_id: str | None = None, *, client=None, settings: Settings | None = None) -> dict:

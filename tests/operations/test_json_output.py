@@ -42,7 +42,8 @@ async def test_newsletter_status_and_follow(dev_env, settings, db, mailgun):
     assert set(after) == NEWSLETTER_STATUS
     assert after["status"] == "submitted" and after["recipients"] == 5
     assert after["batches"] == {"total": 1, "submitted": 1, "failed": 0}
-    assert set(after["run"]) == {"run_id", "status", "task_queue", "worker_polling", "worker_answering"}
+    assert set(after["run"]) == {"run_id", "status", "task_queue", "worker_polling", "worker_answering",
+                                "query_seconds"}
     assert after["run"]["status"] == "completed" and after["run"]["worker_polling"] is None
     datetime.fromisoformat(after["submitted_at"])
 
@@ -54,7 +55,7 @@ async def test_outbox_status_and_show(dev_env, settings, db):
     added = await add_member("json.reader@example.com", settings=settings)
     status = await json_of("outbox", "status", env=env)
     assert status == {"counts": {"pending": 1}, "oldest_pending_seconds": status["oldest_pending_seconds"],
-                      "waiting": [], "skipped": []}
+                      "waiting": [], "skipped": [], "by_event": {}, "by_webhook": {}}
     assert isinstance(status["oldest_pending_seconds"], float)
     outbox_id = await db.fetchval("SELECT id FROM outbox WHERE idempotency_key = $1", added.welcome_key)
     entry = await json_of("outbox", "show", outbox_id, env=env)
