@@ -289,7 +289,7 @@ def members_show(member: str = typer.Argument(..., metavar="ID|ADDRESS", help="T
                   + (f"; not to: {', '.join(other)}" if other else ""), highlight=False)
     for n in p.subscriptions:
         if n.left_at is not None:
-            console.print(f"left {n.slug} {when(n.left_at)} by {LEFT_BY.get(n.left_by or "", n.left_by)}"
+            console.print(f"left {n.slug} {when(n.left_at)} by {LEFT_BY.get(n.left_by or '', n.left_by)}"
                           + (f" (email {n.left_through_email})" if n.left_through_email else ""),
                           highlight=False)
     for entry in p.outbox:
