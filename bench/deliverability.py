@@ -33,8 +33,9 @@ from bench.servers import bench_servers
 from devstack.mailgun_simulator import running_simulator
 from devstack.servers import free_port
 from frontdoor.receiver import Receiver
-from operations.webhooks import PATH, ensure_inbox_applier, webhooks_setup
+from operations.webhooks import ensure_inbox_applier, webhooks_setup
 from pressroom import database
+from pressroom.providers.mailgun import MailgunPush
 from pressroom.settings import load_settings
 from tests.newsletter.conftest import seed_email
 from tests.newsletter.test_mailgun_outage import Gate
@@ -62,7 +63,7 @@ async def measure_pause(servers, members: int) -> None:
         port = free_port()
         await web.TCPSite(runner, "127.0.0.1", port).start()
         try:
-            await webhooks_setup(f"http://127.0.0.1:{port}{PATH}", settings)
+            await webhooks_setup(f"http://127.0.0.1:{port}{MailgunPush.path}", settings)
             seeded = await seed_email(pool, members=members)
             simulator.set_rates(failed_permanent=0.05)
             simulator.set_faults(latency_ms=200)

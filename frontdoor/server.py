@@ -43,7 +43,6 @@ from frontdoor.admin_api import AdminApi
 from frontdoor.deadlines import BodyTooLarge, BodyTooSlow, Connections, read_body
 from frontdoor.pages import Pages
 from frontdoor.receiver import REFUSALS_FLUSH_SECONDS, Receiver, database_unavailable, flush_refusals, metrics_runtime
-from frontdoor.redirects import Redirects
 from operations.webhooks import LINK_SOURCE
 from pressroom import database, tracing
 from pressroom.email_rendering import member_key
@@ -262,6 +261,9 @@ class FrontDoor:
 
         self.pool = pool
         self.unsubscribe = Unsubscribe(pool, settings, runtime)
+        # Imported here: frontdoor/redirects.py imports this module's page helpers (a circle to untangle).
+        from frontdoor.redirects import Redirects  # noqa: PLC0415 (the circle above)
+
         self.redirects = Redirects(pool, settings, runtime)
         self.receiver = Receiver(pool, settings, runtime)
         self.pages = Pages(pool, settings)
