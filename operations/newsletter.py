@@ -4,10 +4,11 @@ send a test copy."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from dataclasses import dataclass
 from datetime import UTC
 
-from operations.common import run_summary, temporal_client
+from operations.common import temporal_client
 from pressroom import tracing
 from pressroom.errors import BadInput, NotFound, PressroomError, cause_of
 from pressroom.settings import Settings, get_settings
@@ -38,11 +39,14 @@ async def start_newsletter(email_id: str, *, client=None, settings: Settings | N
     settings = settings or get_settings()
     settings.require_members_link_secret()  # each reader's unsubscribe link is signed with it
     async with database.connection(settings.require_database()) as conn:
-        email = await conn.fetchrow("SELECT e.status, e.post_id, p.status AS post_status, p.published_at "
-                                    "FROM emails e LEFT JOIN posts p ON p.id = e.post_id WHERE e.id = $1", email_id)
+        email = await conn.fetchrow("SELECT e.status, e.post_id, e.recipient_filter, p.status AS post_status, "
+                                    "p.published_at FROM emails e LEFT JOIN posts p ON p.id = e.post_id "
+                                    "WHERE e.id = $1", email_id)
     if email is None:
         raise NotFound(f"email {email_id} does not exist")
     status = email["status"]
+    if status in ("pending", "failed"):
+        _check_filter(email_id, email["recipient_filter"])
     if status != "submitted" and (refused := not_published_yet(email_id, email)):
         raise BadInput(refused)
     client = client or await temporal_client(settings)
@@ -70,6 +74,16 @@ async def start_newsletter(email_id: str, *, client=None, settings: Settings | N
         raise
     return NewsletterStart(workflow_id, handle.first_execution_run_id or handle.result_run_id or "", True,
                            f"started {workflow_id}")
+
+
+def _check_filter(email_id: str, recipient_filter: str | None) -> None:
+    """A filter outside the grammar or its bounds is refused here, before a run is started for it."""
+    from pressroom.recipient_filter import FilterError, parse
+
+    try:
+        parse(recipient_filter)
+    except FilterError as error:
+        raise BadInput(f"email {email_id}: {error}") from None
 
 
 @dataclass(frozen=True)
@@ -157,17 +171,14 @@ async def _cancelled_by_run(conn, email_id: str, handle) -> NewsletterCancel:
     """Wait for the run to end after a cancel; what it recorded."""
     from temporalio.client import WorkflowFailureError
 
-    try:
+    with contextlib.suppress(WorkflowFailureError):  # the row says how it ended
         await handle.result()
-    except WorkflowFailureError:
-        pass  # the row says how it ended
     row = await conn.fetchrow("SELECT status, cancelled_by, cancelled_at, error FROM emails WHERE id = $1", email_id)
     return NewsletterCancel(email_id, row["status"], row["cancelled_by"], row["cancelled_at"],
                             row["error"] or f"email {email_id} is {row['status']}")
 
 
 def _utc(moment) -> str:
-    from datetime import timezone
 
     return moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC") if moment else "-"
 
@@ -175,7 +186,6 @@ def _utc(moment) -> str:
 def not_published_yet(email_id: str, email) -> str:
     """Why the email may not be sent yet (its post is a draft or scheduled), or "": refused before
     anything is written, since its post's publication sends it."""
-    from datetime import timezone
 
     post = email["post_id"]
     if email["post_status"] == "draft":
@@ -369,7 +379,6 @@ async def _run_view(workflow_id: str, client, settings: Settings):
 def retrying(description) -> str | None:
     """An activity of the run being retried after a failure, in words (the last step retrying a
     database error is waiting too), or None."""
-    from datetime import timezone
 
     for pending in description.raw_description.pending_activities:
         if pending.attempt > 1 and pending.HasField("last_failure"):

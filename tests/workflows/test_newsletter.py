@@ -29,7 +29,13 @@ from activities.newsletter.models import (
 )
 from tests.workflows.conftest import worker_for
 from workflows.newsletter import BATCH_PAGE, SendNewsletterWorkflow
-from workflows.newsletter_models import NewsletterProgress, Resume, SendNewsletterInput, newsletter_workflow_id
+from workflows.newsletter_models import (
+    CancelSendInput,
+    NewsletterProgress,
+    Resume,
+    SendNewsletterInput,
+    newsletter_workflow_id,
+)
 
 
 def plan(**overrides) -> SendPlan:
@@ -341,3 +347,30 @@ async def test_a_creation_that_fails_fails_the_send_after_what_was_written_is_se
     assert "does not exist" in str(failure.value.cause.cause)
     assert sorted(fake.attempts) == fake.batch_ids[:10], "the first chunk was sent, nothing else"
     assert "finish_email" not in fake.calls
+
+
+async def test_a_cancel_stops_a_lock_that_is_being_retried(env):
+    """A lock whose every attempt fails retryably (a database that does not answer): before, the run
+    kept retrying it and a cancel waited behind it; now the cancel stops it, and the email is
+    recorded cancelled by the finish."""
+    fake = FakeSending(3, lock=ApplicationError("connection refused", type="ConnectionRefusedError"))
+    finished: list[FinishEmailInput] = []
+
+    @activity.defn(name="finish_email")
+    async def finish_email(input: FinishEmailInput) -> EmailOutcome:
+        finished.append(input)
+        return EmailOutcome(email_id=input.email_id, status="cancelled", message=f"cancelled by {input.cancelled_by}")
+
+    activities = [a for a in fake.activities() if a != fake.finish_email] + [finish_email]
+    email_id = f"e-{uuid.uuid4().hex[:8]}"
+    async with worker_for(env, [SendNewsletterWorkflow], activities) as task_queue:
+        handle = await env.client.start_workflow(
+            SendNewsletterWorkflow.run, SendNewsletterInput(email_id=email_id),
+            id=newsletter_workflow_id(email_id), task_queue=task_queue)
+        while fake.calls.count("lock_email") < 2:  # retried at least once
+            await env.sleep(1)
+        await handle.signal(SendNewsletterWorkflow.cancel, CancelSendInput(by="ops"))
+        outcome = await handle.result()
+    assert (outcome.status, outcome.message) == ("cancelled", "cancelled by ops")
+    assert [(f.email_id, f.cancelled_by) for f in finished] == [(email_id, "ops")]
+    assert "create_batches retry_failed=True" not in fake.calls and not fake.attempts
