@@ -3,7 +3,7 @@ each figure the time to mask one text, which must grow linearly with its length.
 masks at most 16 KB of one message (pressroom.logs._MASKED_AT_MOST); a text of 1,000,000 characters is
 there to show the growth.
 
-    .venv/bin/python -m bench.log_mask [--before path/to/old/logs.py] [--limit-seconds 60]
+    .venv/bin/python -m bench.log_mask [--before path/to/old/logs.py] [--limit-seconds 60] [--lengths 2000,8000]
 
 `--before` times another version of pressroom/logs.py (the one before the fix, to compare); a shape
 whose time passes `--limit-seconds` is not timed at larger lengths.
@@ -40,13 +40,15 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--before", help="another pressroom/logs.py to time")
     parser.add_argument("--limit-seconds", type=float, default=60.0)
+    parser.add_argument("--lengths", default=",".join(map(str, LENGTHS)), help="comma-separated lengths")
     args = parser.parse_args()
+    lengths = [int(n) for n in args.lengths.split(",")]
     logs = load(args.before)
     mask = logs.Mask(["a-configured-secret-0123456789"])
-    print(f"{args.before or 'pressroom/logs.py'}   load {os.getloadavg()[0]:.1f}")
+    print(f"{args.before or 'pressroom/logs.py'}   load {os.getloadavg()[0]:.1f}", flush=True)
     for shape, make in SHAPES.items():
         figures = []
-        for length in LENGTHS:
+        for length in lengths:
             text = f"GET /{make(length)} HTTP/1.1"
             started = time.perf_counter()
             mask(text)

@@ -276,7 +276,8 @@ class FrontDoor:
         self.pool = pool
         self.unsubscribe = Unsubscribe(pool, settings, runtime)
         self.receiver = Receiver(pool, settings, runtime)
-        self.connections = Connections(settings.serve_header_timeout_seconds, settings.serve_max_connections)
+        self.connections = Connections(settings.serve_header_timeout_seconds, settings.serve_max_connections,
+                                       settings.serve_max_connections_per_client, settings.proxy_addresses)
         self._server: asyncio.Server | None = None
         self._runner = None
 

@@ -240,3 +240,55 @@ async def test_the_page_form_posts_to_the_link_it_shows(webhook_settings, db, si
     kept = await db.fetch("SELECT n.uuid FROM members_newsletters mn JOIN newsletters n ON n.id = mn.newsletter_id "
                           "JOIN members m ON m.id = mn.member_id WHERE m.uuid = $1", member_uuid)
     assert [str(r["uuid"]) for r in kept] == [site.other_newsletter_uuid]
+
+
+async def test_one_client_over_its_share_of_connections_does_not_stop_another(webhook_settings, db):
+    """Before: one address could hold the whole cap (reopening faster than the head deadline drops
+    them). Now it holds its share; another address is served; a proxy's address is not capped."""
+    running = await open_door(webhook_settings, serve_max_connections=50, serve_max_connections_per_client=10,
+                              serve_header_timeout_seconds=60)
+    held = []
+    try:
+        for _ in range(10):
+            held.append(await asyncio.open_connection("127.0.0.1", running.port, local_addr=("127.0.0.1", 0)))
+
+        async def all_held():
+            return running.door.connections.by_client["127.0.0.1"] == 10
+        assert await eventually(all_held, seconds=NEVER, every=0.05)
+        for _ in range(5):  # the same client again: closed at once, whatever it sends
+            reader, writer = await asyncio.open_connection("127.0.0.1", running.port, local_addr=("127.0.0.1", 0))
+            writer.write(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+            assert await asyncio.wait_for(reader.read(), NEVER) == b""
+            writer.close()
+        assert running.door.connections.refused_over_client_cap == 5
+        # Another client address (all of 127.0.0.0/8 is this machine): served.
+        answer = await send_raw_from("127.0.0.2", running.port, b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert answer.startswith(b"HTTP/1.1 200"), answer
+    finally:
+        for _, writer in held:
+            writer.close()
+        await close_door(running)
+    # The operator's proxy carries many clients: counted toward the total only.
+    running = await open_door(webhook_settings, serve_max_connections=50, serve_max_connections_per_client=10,
+                              serve_header_timeout_seconds=60, serve_proxies="127.0.0.1")
+    held = []
+    try:
+        for _ in range(20):
+            held.append(await asyncio.open_connection("127.0.0.1", running.port))
+        answer = await send_raw_from("127.0.0.1", running.port, b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert answer.startswith(b"HTTP/1.1 200"), answer
+        assert running.door.connections.refused_over_client_cap == 0
+    finally:
+        for _, writer in held:
+            writer.close()
+        await close_door(running)
+
+
+async def send_raw_from(address: str, port: int, request: bytes) -> bytes:
+    reader, writer = await asyncio.open_connection("127.0.0.1", port, local_addr=(address, 0))
+    try:
+        writer.write(request)
+        await writer.drain()
+        return await asyncio.wait_for(reader.read(200), NEVER)
+    finally:
+        writer.close()
