@@ -292,3 +292,25 @@ async def send_raw_from(address: str, port: int, request: bytes) -> bytes:
         return await asyncio.wait_for(reader.read(200), NEVER)
     finally:
         writer.close()
+
+
+@pytest.mark.parametrize("provider, title", [("mailgun", "Mailgun"), ("ses", "Amazon SES")])
+def test_the_receivers_503_line_names_its_provider_and_is_throttled(webhook_settings, monkeypatch, provider, title):
+    """Before: "webhook not stored (503, Mailgun retries)" under SES too, and one line per request."""
+    from frontdoor.receiver import Receiver
+
+    monkeypatch.setenv("PRESSROOM_SES_TOPIC_ARN", "arn:aws:sns:eu-west-1:123456789012:pressroom")
+    monkeypatch.setenv("AWS_REGION", "eu-west-1")
+    receiver = Receiver(None, webhook_settings.model_copy(update={"email_provider": provider}))  # type: ignore[arg-type]
+    out = io.StringIO()
+    handler = logging.StreamHandler(out)
+    handler.setFormatter(RunFormatter())
+    logger = logging.getLogger("pressroom.webhooks")
+    logger.addHandler(handler)
+    try:
+        for _ in range(1000):
+            receiver._cannot_store(ConnectionRefusedError("database down"))
+    finally:
+        logger.removeHandler(handler)
+    lines = out.getvalue().splitlines()
+    assert len(lines) == 1 and f"(503, {title} retries): ConnectionRefusedError" in lines[0]
