@@ -47,18 +47,17 @@ def main() -> None:
     mask = logs.Mask(["a-configured-secret-0123456789"])
     print(f"{args.before or 'pressroom/logs.py'}   load {os.getloadavg()[0]:.1f}", flush=True)
     for shape, make in SHAPES.items():
-        figures = []
+        print(f"  {shape:<8}", end="", flush=True)
         for length in lengths:
             text = f"GET /{make(length)} HTTP/1.1"
             started = time.perf_counter()
             mask(text)
             took = time.perf_counter() - started
-            figures.append(f"{length:>9,}: {took:8.3f} s")
+            print(f"  {length:>9,}: {took:8.3f} s", end="", flush=True)
             if took > args.limit_seconds:
-                figures.append("(larger not timed)")
+                print("  (larger not timed)", end="")
                 break
-        print(f"  {shape:<8} " + "  ".join(figures), flush=True)
-
+        print(flush=True)
 
 if __name__ == "__main__":
     main()

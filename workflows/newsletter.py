@@ -79,6 +79,7 @@ class SendNewsletterWorkflow(BatchSending):
         self._wait_out_outages = False
         self._outage: Outage | None = None  # the provider unreachable: since when, and when to try next
         self._provider = ""  # the provider's name, as the plan gives it, for what the run says
+        self._cancellable_lock = False  # a cancel stops the lock (CANCEL_WHILE_LOCKING_PATCH)
         self._cancel: FinishEmailInput | None = None  # an operator's cancel: no batch starts after it
 
     @workflow.signal
@@ -133,7 +134,7 @@ class SendNewsletterWorkflow(BatchSending):
             lock = await self._lock(email_id)
         except ActivityError as error:
             if self._cancel is not None and isinstance(error.cause, CancelledError):
-                return await self._cancelled_before_the_lock(email_id)
+                return await self._cancelled_before_any_batch(email_id)
             # Bad input (unknown email, unparseable filter, nobody to send to): the run fails
             # with the reason itself, so the Web UI and the CLI show it in one line.
             reason = cause_of(error).message
@@ -142,6 +143,8 @@ class SendNewsletterWorkflow(BatchSending):
         if not lock.acquired:
             self._show(status="skipped", message=lock.reason)
             return EmailOutcome(email_id=email_id, status="skipped", message=lock.reason)
+        if self._cancel is not None and self._cancellable_lock:  # cancelled while it was taken: no batch is written
+            return await self._cancelled_before_any_batch(email_id)
         if lock.post_id:
             workflow.upsert_search_attributes([POST_ID.value_set(lock.post_id)])
         chunked = workflow.patched(PIPELINED_BATCHES_PATCH)
@@ -156,7 +159,8 @@ class SendNewsletterWorkflow(BatchSending):
     async def _lock(self, email_id: str) -> EmailLock:
         """The lock activity; an operator's cancel stops it while it is being retried."""
         lock_input = LockEmailInput(email_id=email_id, holder=workflow.info().first_execution_run_id)
-        if not workflow.patched(CANCEL_WHILE_LOCKING_PATCH):
+        self._cancellable_lock = workflow.patched(CANCEL_WHILE_LOCKING_PATCH)
+        if not self._cancellable_lock:
             return await workflow.execute_activity_method(
                 EmailLockActivities.lock_email, lock_input, start_to_close_timeout=timedelta(seconds=60),
                 retry_policy=DATABASE_RETRY)
@@ -169,7 +173,7 @@ class SendNewsletterWorkflow(BatchSending):
             locking.cancel()
         return await locking
 
-    async def _cancelled_before_the_lock(self, email_id: str) -> EmailOutcome:
+    async def _cancelled_before_any_batch(self, email_id: str) -> EmailOutcome:
         assert self._cancel is not None
         outcome = await workflow.execute_activity_method(
             EmailFinishActivities.finish_email, self._cancel.model_copy(update={"email_id": email_id}),
