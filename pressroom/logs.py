@@ -226,9 +226,10 @@ class Throttle:
         self._last = float("-inf")
         self._held = 0
 
-    def due(self) -> int | None:
+    def due(self, every: float | None = None) -> int | None:
+        """`every`: this time instead of the one given at the start (a filter's, which may change)."""
         now = time.monotonic()
-        if now - self._last < self._every:
+        if now - self._last < (self._every if every is None else every):
             self._held += 1
             return None
         self._last, held, self._held = now, self._held, 0
@@ -256,7 +257,7 @@ class ThrottledLines(logging.Filter):
                 throttle = self._kinds.setdefault(None, Throttle(self.every))
             else:
                 throttle = self._kinds[record.msg] = Throttle(self.every)
-        held = throttle.due()
+        held = throttle.due(self.every)
         if held is None:
             return False
         if held:
