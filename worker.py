@@ -18,6 +18,7 @@ from temporalio.client import Client
 from temporalio.runtime import PrometheusConfig, Runtime
 from temporalio.worker import Worker
 
+from activities.analytics.models import SCHEDULE_ID as ANALYTICS_SCHEDULE_ID
 from activities.analytics.run import AnalyticsActivities
 from activities.newsletter.batches import BatchCreationActivities
 from activities.newsletter.finish import EmailFinishActivities
@@ -30,7 +31,7 @@ from activities.sending_limits import SendingLimitsActivities
 from activities.webhooks import WebhookActivities
 from operations.analytics import ensure_schedule as ensure_analytics_schedule
 from operations.outbox import ensure_relay as ensure_outbox_relay
-from operations.posts import reconcile_at_worker_start
+from operations.posts import RECONCILE_SCHEDULE_ID, reconcile_at_worker_start
 from operations.webhooks import ensure_inbox_applier
 from pressroom import database
 from pressroom.dependencies import Dependencies
@@ -142,8 +143,12 @@ async def run(settings: Settings | None = None) -> None:
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     async with running_worker(client, settings):
-        await ensure_analytics_schedule(client, settings)  # analytics: the schedule exists, at current settings
-        await reconcile_at_worker_start(client, settings)  # posts: every scheduled post has its timer
+        # The schedules exist, at current settings; one running on another task queue stays there.
+        for schedule_id, outcome in ((ANALYTICS_SCHEDULE_ID, await ensure_analytics_schedule(client, settings)),
+                                     (RECONCILE_SCHEDULE_ID, await reconcile_at_worker_start(client, settings))):
+            if outcome.startswith("left on"):
+                log.warning("schedule %s %s, not moved to this worker's %s (`pressroom check` says whether a "
+                            "worker polls it)", schedule_id, outcome, settings.task_queue)
         await ensure_outbox_relay(client, settings)  # outbox: the relay runs
         await ensure_inbox_applier(client, settings)  # webhooks: pushed events are applied
         log.info("worker started on task queue %s", settings.task_queue)

@@ -43,6 +43,8 @@ STACK_VARIABLES = (("DATABASE_URL", "database_url"), ("TEMPORAL_ADDRESS", "tempo
                    ("MAILGUN_BASE_URL", "mailgun_base_url"), ("MAILGUN_DOMAIN", "mailgun_domain"),
                    ("MAILGUN_API_KEY", "mailgun_api_key"), ("MAILGUN_WEBHOOK_SIGNING_KEY", "webhook_signing_key"),
                    ("PRESSROOM_EMAIL_PROVIDER", "email_provider"),
+                   ("PRESSROOM_MEMBERS_LINK_SECRET", "members_link_secret"),
+                   ("PRESSROOM_ADDRESS_HASH_KEY", "address_hash_key"),
                    ("AWS_REGION", "ses_region"), ("AWS_ACCESS_KEY_ID", "ses_access_key_id"),
                    ("AWS_SECRET_ACCESS_KEY", "ses_secret_access_key"), ("PRESSROOM_SES_DOMAIN", "ses_domain"),
                    ("PRESSROOM_SES_CONFIGURATION_SET", "ses_configuration_set"),
@@ -53,7 +55,8 @@ STACK_VARIABLES = (("DATABASE_URL", "database_url"), ("TEMPORAL_ADDRESS", "tempo
 
 @app.command("env")
 def dev_env() -> None:
-    """Print `export` lines for the running stack (the simulator's local key included)."""
+    """Print `export` lines for the running stack (its generated keys, and PRESSROOM_DEV_PG_BIN: the
+    folder of its PostgreSQL's own pg_dump and psql, whose version matches the server's)."""
     import shlex
 
     from pressroom.settings import read_dev_stack
@@ -64,6 +67,10 @@ def dev_env() -> None:
     for variable, key in STACK_VARIABLES:
         if key in state:
             print(f"export {variable}={shlex.quote(str(state[key]))}")
+    if "postgres_data" in state:  # the stack's own PostgreSQL: its tools (pg_dump) match its version
+        from devstack.servers import postgres_bin
+
+        print(f"export PRESSROOM_DEV_PG_BIN={shlex.quote(str(postgres_bin()))}")
 
 
 @app.command("down")

@@ -17,7 +17,6 @@ from commands import (
     print_rows,
     repeated_filters,
     run_async,
-    warn,
     when,
 )
 from operations.members import add_member, member_profile
@@ -36,16 +35,17 @@ def members_add(email: str = typer.Argument(..., help="The member's e-mail addre
                 ) -> None:
     """Add a member; their welcome email (paid for comped members) goes out through the outbox."""
     added = run_async(add_member(email, name, status=status, labels=labels or (), tiers=tiers or ()))
-    console.print(f"member {added.member_id} added" + (f"; welcome email queued ({outbox_workflow_id(added.welcome_key)})"
-                                                        if added.welcome_key else ""), highlight=False)
+    welcome = f"; welcome email queued ({outbox_workflow_id(added.welcome_key)})" if added.welcome_key else ""
+    console.print(f"member {added.member_id} added{welcome}", highlight=False)
 
 
 @app.command("resubscribe")
-def members_resubscribe(member_id: str = typer.Argument(..., help="The member (members.id).")) -> None:
+def members_resubscribe(member: str = typer.Argument(..., metavar="ID|ADDRESS",
+                                                     help="The member's id or address.")) -> None:
     """Mail a member again whom the site subscribed again: off Mailgun's suppression lists, and Pressroom's."""
     from operations.members import resubscribe_member
 
-    done = run_async(resubscribe_member(member_id))
+    done = run_async(resubscribe_member(member))
     lists = "; ".join(f"{domain}: {', '.join(tables)}" for domain, tables in done.removed.items() if tables)
     console.print(f"member {done.member_id} resubscribed: "
                   + (f"removed from Mailgun's {lists}" if lists else "on none of Mailgun's suppression lists")
@@ -99,9 +99,6 @@ def members_delete(member: str = typer.Argument(..., metavar="ID|ADDRESS", help=
             raise BadInput("members delete asks before deleting; give --yes to delete without asking")
         typer.confirm(f"Delete member {member} and their personal data? This cannot be undone", abort=True)
     done = run_async(delete_member(member))
-    if done.suppression == "removed":
-        warn("the suppression went with the address: set PRESSROOM_ADDRESS_HASH_KEY to keep a keyed hash of it, "
-             "so the address added again stays suppressed")
     if as_json:
         return print_json({"member_id": done.member_id, "deleted": True, "suppression": done.suppression,
                            "recipients_cleared": done.recipients_cleared,
@@ -214,7 +211,8 @@ def members_show(member: str = typer.Argument(..., metavar="ID|ADDRESS", help="T
     if p["note"]:  # outside input, of several lines: shown indented, what a terminal would act on blanked
         lines = "".join(c if c.isprintable() or c == "\n" else " " for c in p["note"]).splitlines()
         console.print("note: " + "\n      ".join(lines), highlight=False, markup=False)
-    open_rate = f"{p['email_open_rate']}%" if p["email_open_rate"] is not None else "none yet (from 5 emails)"
+    open_rate = (f"{p['email_open_rate']}%" if p["email_open_rate"] is not None
+                 else "none yet (shown once 5 emails with open tracking were received)")
     console.print(f"received {plural(p['email_count'], 'email')}, opened {p['email_opened_count']:,}; "
                   f"open rate {open_rate}", highlight=False)
     s = p["suppression"]

@@ -114,7 +114,13 @@ def newsletter_cancel(email_id: str = typer.Argument(..., help="The email (email
 def newsletter_status_command(email_id: str = typer.Argument(..., help="The email (emails.id)."),
                               as_json: bool = JSON_OPTION) -> None:
     """The email's state, its batches, and its run."""
-    status = run_async(newsletter_status(email_id))
+    import time
+
+    from operations.waiting import process_age_seconds
+
+    # The budget counts from the process's start: on a busy machine, starting Python takes seconds.
+    started = time.monotonic() - process_age_seconds()
+    status = run_async(newsletter_status(email_id, command_started=started))
     if as_json:
         return print_json(status)
     run = status["run"]
@@ -134,14 +140,15 @@ def newsletter_status_command(email_id: str = typer.Argument(..., help="The emai
     if status["progress"]:
         from workflows.newsletter_models import NewsletterProgress
 
-        console.print(f"now: {progress_words(NewsletterProgress(**status['progress']))}", highlight=False)
+        console.print(f"now: {progress_words(NewsletterProgress(**status['progress']), counts=False)}",
+                      highlight=False)
     if run and run["status"] == "running":
         console.print(f"waits for: {status['waiting_for'] or 'nothing (its batches are being sent)'}",
                       highlight=False)
     if run and run["worker_polling"] is False:
         warn(no_worker_message(run["task_queue"]))
     elif run and run["worker_answering"] is False:
-        warn(no_answer_message(run["task_queue"]))
+        warn(no_answer_message(run["task_queue"], run["query_seconds"]))
     if status["temporal"]:
         warn(status["temporal"])
 
@@ -181,7 +188,8 @@ def newsletter_follow(email_id: str = typer.Argument(..., help="The email (email
 
 @app.command("preview")
 def newsletter_preview(email_id: str = typer.Argument(..., help="The email (emails.id)."),
-                       member: str = typer.Option(None, "--member", help="Show what this member (members.id) gets."),
+                       member: str = typer.Option(None, "--member", metavar="ID|ADDRESS",
+                                                  help="Show what this member (id or address) gets."),
                        segment: str = typer.Option(None, "--segment", help="free or paid: a reader with no name."),
                        text: bool = typer.Option(False, "--text", help="The plain-text part instead of the HTML.")
                        ) -> None:
@@ -263,7 +271,7 @@ def print_report(r: dict) -> None:
              "unsubscribed": "no longer subscribed to the newsletter; through this email: "
                              f"{r['unsubscribed_through_email']['link']:,} by its link, "
                              f"{r['unsubscribed_through_email']['provider']:,} by the provider"}
-    rows = [["", "members", "rate", ""], ["recipients", f"{r['recipients']:,}", "", ""],
+    rows = [["", "members", "of sent", ""], ["recipients", f"{r['recipients']:,}", "", ""],
             ["sent", f"{r['sent']:,}", "", notes["sent"]]]
     for key in ("delivered", "opened", "failed", "unsubscribed", "complained"):
         rate = r["rates"][key]

@@ -63,6 +63,10 @@ def check(as_json: bool = JSON_OPTION) -> None:
         raise PressroomError(f"{', '.join(failed)} {'is' if len(failed) == 1 else 'are'} not ready (see above)")
 
 
+# The name an operator tries first for "is it all running?": the same checks, the same answer.
+app.command("status", help="Another name for `pressroom check`: is everything Pressroom needs running?")(check)
+
+
 temporal_app = typer.Typer(help="Prepare a Temporal namespace for Pressroom.", no_args_is_help=True)
 app.add_typer(temporal_app, name="temporal")
 

@@ -12,6 +12,7 @@ import os
 import secrets
 import signal
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from devstack.servers import (
     Postgres,
@@ -59,6 +60,26 @@ def _alive(pid: int | None) -> bool:
         return False
 
 
+# Secrets the stack makes once and keeps in a file of their own, which `down` leaves in place: the
+# members' link secret (links already sent keep working) and the address hash key (a deleted
+# member's suppression keeps matching their address when it comes back; a new key would orphan it).
+KEPT_SECRETS = ("members_link_secret", "address_hash_key")
+
+
+def kept_secrets(home: Path, state: dict | None = None) -> dict[str, str]:
+    """The stack's kept secrets, made on first use (a value an older stack file holds is kept)."""
+    path = home / "secrets.json"
+    try:
+        kept = json.loads(path.read_text())
+    except (FileNotFoundError, ValueError):
+        kept = {}
+    if any(name not in kept for name in KEPT_SECRETS):
+        for name in KEPT_SECRETS:
+            kept.setdefault(name, (state or {}).get(name) or secrets.token_hex(32))
+        private_file(path, json.dumps(kept, indent=2))
+    return {name: kept[name] for name in KEPT_SECRETS}
+
+
 def up() -> StackStatus:
     """Start every piece whose variable is unset and that is not already running."""
     postgres_port = _port("PRESSROOM_DEV_POSTGRES_PORT", 54329)
@@ -99,8 +120,7 @@ def up() -> StackStatus:
                      temporal_ui=f"http://localhost:{ui_port}")
         status.started.append("Temporal")
 
-    # Signs members' unsubscribe links; kept across restarts so links already sent keep working.
-    state.setdefault("members_link_secret", secrets.token_hex(32))
+    state.update(kept_secrets(home, state))
 
     # The provider: PRESSROOM_EMAIL_PROVIDER, else the one this stack was started for; only its
     # stand-in is started, and the stack file names it for the commands that read the stack.
@@ -125,7 +145,8 @@ def up() -> StackStatus:
                      mailgun_api_key=api_key, mailgun_domain=SIMULATOR_DOMAIN, webhook_signing_key=signing_key)
         status.started.append("Mailgun simulator")
 
-    private_file(dev_stack_file(), json.dumps(state, indent=2))  # it holds the database's password and the simulator's key
+    # It holds the database's password and the simulator's key.
+    private_file(dev_stack_file(), json.dumps(state, indent=2))
     status.values = {k: str(v) for k, v in state.items() if not k.endswith("_pid")}
     return status
 

@@ -7,7 +7,7 @@ from datetime import UTC, timedelta
 from typing import TYPE_CHECKING
 
 from activities.analytics.models import SCHEDULE_ID, FetchEmailAnalyticsInput
-from operations.common import parse_moment, temporal_client
+from operations.common import temporal_client
 from pressroom.settings import Settings, get_settings
 
 if TYPE_CHECKING:
@@ -37,17 +37,19 @@ def build_schedule(settings: Settings):
     )
 
 
-async def ensure_schedule(client: Client, settings: Settings) -> str:
-    """Create the schedule, or update it to the current settings keeping its paused state."""
+async def ensure_schedule(client: Client, settings: Settings, *, move: bool = False) -> str:
+    """Create the schedule, or update it to the current settings keeping its paused state; one on
+    another task queue is left there unless `move` (create_or_update_schedule)."""
     from pressroom.temporal import create_or_update_schedule
 
-    return await create_or_update_schedule(client, SCHEDULE_ID, build_schedule(settings))
+    return await create_or_update_schedule(client, SCHEDULE_ID, build_schedule(settings), move=move)
 
 
 async def analytics_schedule(settings: Settings | None = None, client=None) -> str:
-    """Create or update the `email-analytics` schedule; answers "created" or "updated"."""
+    """Create or update the `email-analytics` schedule, onto this task queue (the operator's explicit
+    word moves it); answers "created" or "updated"."""
     settings = settings or get_settings()
-    return await ensure_schedule(client or await temporal_client(settings), settings)
+    return await ensure_schedule(client or await temporal_client(settings), settings, move=True)
 
 
 async def _analytics_handle(settings: Settings | None, client):
@@ -141,7 +143,7 @@ async def analytics_backfill(begin: str, end: str, settings: Settings | None = N
 async def analytics_status(settings: Settings | None = None, client=None) -> dict:
     """The schedule's state, its recent actions, each cursor with its lag, and the last runs."""
     import json
-    from datetime import datetime, timezone
+    from datetime import datetime
 
     from activities.analytics.models import PHASE_JOBS, RUNS_JOB
     from pressroom import database

@@ -43,10 +43,14 @@ async def seed_site(pool: asyncpg.Pool, *, members: int, run_tag: str) -> DemoSi
                       CASE WHEN n % 10 = 0 THEN 'paid' ELSE 'free' END, now() - interval '1 minute'
                FROM generate_series(1, $2) AS n
                ON CONFLICT (email) DO NOTHING""", DEMO_MEMBER_ADDRESS, members)
+        # Subscribed unless they ever chose otherwise: a reader who left (by their link, the
+        # provider's unsubscribe, the operator) stays out of every later demo, their leave recorded.
         await conn.execute(
             """INSERT INTO members_newsletters (member_id, newsletter_id)
                SELECT m.id, $1 FROM members m
                WHERE m.email LIKE 'reader%@demo.pressroom.test'
+                 AND NOT EXISTS (SELECT 1 FROM members_subscribe_events e
+                                 WHERE e.member_id = m.id AND e.newsletter_id = $1)
                ON CONFLICT (member_id, newsletter_id) DO NOTHING""", newsletter_id)
         # A few labels and tiers, as a site has them: a filter such as `label:press` or `tier:patron`
         # has someone to find. Readers whose number ends as below; the paid ones are supporters,

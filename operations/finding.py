@@ -8,7 +8,7 @@ page 1 does. Filters narrow the walk; each row carries the ids the other command
 from __future__ import annotations
 
 import re
-from datetime import UTC, datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 from activities.posts.publish import NEWSLETTER_NOT_GOING
 from pressroom.errors import BadInput, NotFound, shorten
@@ -86,6 +86,9 @@ def since_time(text: str | None, option: str = "--since", *, now: datetime | Non
     if match:
         unit = {"m": "minutes", "h": "hours", "d": "days"}[match.group(2)]
         return (now or datetime.now(UTC)) - timedelta(**{unit: int(match.group(1))})
+    if not re.match(r"\s*\d{4}-", text):  # neither form: say both, not only the ISO time's rules
+        raise BadInput(f"{option} {shorten(text.strip(), 40)!r} is not a time: give 30m, 24h, 7d (ago) or an ISO "
+                       "8601 time (such as 2026-11-01T00:00:00+00:00)")
     return parse_moment(text, option)
 
 

@@ -209,6 +209,9 @@ DELETE FROM members_newsletters mn USING member_import i WHERE NOT i.subscribed 
 RETURNING mn.member_id"""
 # The chunk's members' addresses as stored (a suppression is matched to a member's address exactly).
 _STORED = "SELECT m.email FROM member_import i JOIN members m ON m.id = i.member_id"
+_NOT_SUPPRESSED = """
+SELECT m.id FROM members m
+WHERE m.id = ANY($1::text[]) AND NOT EXISTS (SELECT 1 FROM suppressions s WHERE s.email = m.email) ORDER BY m.id"""
 # Labels in the reference platform's tables: one the site does not have is made with the file's name
 # for it (the first row's spelling); a member gets the row's labels and keeps the others.
 _MAKE_LABELS = """
@@ -277,6 +280,8 @@ async def import_members(path: str | Path, *, welcome: bool = False, settings: S
                 progress("write", start + len(chunk), len(rows))
         report.unchanged = len(rows) - report.added - report.updated
         if welcome and settings.welcome_emails and new_ids:
+            # Never an address a bounce or a complaint suppressed (a deleted member's, come back).
+            new_ids = [row["id"] for row in await conn.fetch(_NOT_SUPPRESSED, new_ids)]
             report.welcome_queued = await enqueue_many(conn, "MemberCreatedEvent",
                                                        [member_created(member_id) for member_id in new_ids])
     return report

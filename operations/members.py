@@ -67,7 +67,8 @@ async def add_member(email: str, name: str | None = None, *, status: str = "free
             "INSERT INTO members (email, name, status) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING RETURNING id",
             email, name, status)
         if member_id is None:
-            raise BadInput("a member with that address already exists")
+            raise BadInput("a member with that address already exists (change them with `pressroom members update "
+                           "ID|ADDRESS`)")
         tracing.annotate(member_id=member_id)
         await restore_suppressions(conn, [email], settings)
         await give_labels_and_tiers(conn, member_id, labels, tiers)
@@ -76,8 +77,10 @@ async def add_member(email: str, name: str | None = None, *, status: str = "free
                            member_id)
         key = None
         # Every new member is welcomed, with the automated email for their status, when the
-        # setting is on (the handler reads it again when it sends).
-        if settings.welcome_emails:
+        # setting is on (the handler reads it again when it sends); never an address a bounce or a
+        # complaint suppressed (a deleted member's, come back).
+        suppressed = await conn.fetchval("SELECT 1 FROM suppressions WHERE email = $1", email)
+        if settings.welcome_emails and not suppressed:
             key = await enqueue(conn, "MemberCreatedEvent", *member_created(member_id))
     return MemberAdded(member_id, key)
 
@@ -191,7 +194,7 @@ class Resubscribed:
 
 
 @tracing.traced("pressroom members resubscribe")
-async def resubscribe_member(member_id: str, *, settings: Settings | None = None) -> Resubscribed:
+async def resubscribe_member(member: str, *, settings: Settings | None = None) -> Resubscribed:
     """Mail a member again who bounced, unsubscribed or complained and whom the site has subscribed again.
 
     The provider first: the address is taken off each sending domain's suppression lists (Mailgun's
@@ -202,17 +205,14 @@ async def resubscribe_member(member_id: str, *, settings: Settings | None = None
     Safe to repeat. Which newsletters they receive stays the site's to say (members_newsletters).
     """
     from pressroom import database
-    from pressroom.errors import NotFound, PressroomError
-    from pressroom.inputs import entity_id
+    from pressroom.errors import PressroomError
     from pressroom.providers.port import ProviderError
     from pressroom.providers.wiring import provider_from_settings
 
-    entity_id(member_id, "member")
     settings = settings or get_settings()
     async with database.connection(settings.require_database()) as conn:
-        address = await conn.fetchval("SELECT email FROM members WHERE id = $1", member_id)
-    if address is None:
-        raise NotFound(f"member {member_id} does not exist")
+        row = await _member_row(conn, member)  # by id or address, as `members show`
+    member_id, address = row["id"], row["email"]
     provider = provider_from_settings(settings)
     scopes = [provider.scope, *([settings.fallback_domain] if settings.fallback_domain else [])]
     try:
@@ -407,7 +407,7 @@ async def restore_suppressions(conn, addresses: list[str], settings: Settings) -
 @dataclass(frozen=True)
 class MemberDeleted:
     member_id: str
-    suppression: str | None  # "kept as a keyed hash" or "removed", when the address was suppressed
+    suppression: str | None  # "kept as a keyed hash" when the address was suppressed
     recipients_cleared: int  # rows of sent emails kept by member id, their address and name cleared
     recipients_removed: int  # rows of batches never sent, removed
 
@@ -524,7 +524,8 @@ async def delete_member(member: str, *, settings: Settings | None = None) -> Mem
     from pressroom.errors import PressroomError
 
     settings = settings or get_settings()
-    key = settings.address_hash_key.get_secret_value()
+    # Refused before anything is read: without the key the suppression would go with the address.
+    key = settings.require_address_hash_key()
     async with database.connection(settings.require_database()) as conn, conn.transaction():
         row = await _member_row(conn, member, lock=True)
         member_id, address = row["id"], row["email"]
@@ -546,14 +547,10 @@ async def delete_member(member: str, *, settings: Settings | None = None) -> Mem
             if counted:
                 counts[counted] = int(done.rsplit(" ", 1)[-1])
         await _scrub_events(conn, address, name)
-        suppression = None
-        if key:
-            # An older hash of the same address (deleted, added again meanwhile without the key) gives way.
-            await conn.execute("DELETE FROM suppressions WHERE email = $1", address_hash(address, key))
-            kept = await conn.fetchval("UPDATE suppressions SET email = $2 WHERE lower(email) = lower($1) RETURNING id",
-                                       address, address_hash(address, key))
-            suppression = "kept as a keyed hash" if kept else None
-        elif await conn.fetchval("DELETE FROM suppressions WHERE lower(email) = lower($1) RETURNING id", address):
-            suppression = "removed"
+        # An older hash of the same address (deleted, added again meanwhile without the key) gives way.
+        await conn.execute("DELETE FROM suppressions WHERE email = $1", address_hash(address, key))
+        kept = await conn.fetchval("UPDATE suppressions SET email = $2 WHERE lower(email) = lower($1) RETURNING id",
+                                   address, address_hash(address, key))
+        suppression = "kept as a keyed hash" if kept else None
         await conn.execute("DELETE FROM members WHERE id = $1", member_id)
     return MemberDeleted(member_id, suppression, counts["cleared"], counts["removed"])

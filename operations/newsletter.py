@@ -6,8 +6,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from dataclasses import dataclass
-from datetime import UTC
+from datetime import UTC, timedelta
 
+from activities.newsletter.counts import batch_counts
+from activities.newsletter.lock import ARCHIVED_NEWSLETTER
 from operations.common import temporal_client
 from pressroom import tracing
 from pressroom.errors import BadInput, NotFound, PressroomError, cause_of
@@ -39,9 +41,10 @@ async def start_newsletter(email_id: str, *, client=None, settings: Settings | N
     settings = settings or get_settings()
     settings.require_members_link_secret()  # each reader's unsubscribe link is signed with it
     async with database.connection(settings.require_database()) as conn:
-        email = await conn.fetchrow("SELECT e.status, e.post_id, e.recipient_filter, p.status AS post_status, "
-                                    "p.published_at FROM emails e LEFT JOIN posts p ON p.id = e.post_id "
-                                    "WHERE e.id = $1", email_id)
+        email = await conn.fetchrow("SELECT e.status, e.post_id, e.newsletter_id, e.recipient_filter, "
+                                    "p.status AS post_status, p.published_at, n.status AS newsletter_status "
+                                    "FROM emails e LEFT JOIN posts p ON p.id = e.post_id "
+                                    "LEFT JOIN newsletters n ON n.id = e.newsletter_id WHERE e.id = $1", email_id)
     if email is None:
         raise NotFound(f"email {email_id} does not exist")
     status = email["status"]
@@ -49,6 +52,8 @@ async def start_newsletter(email_id: str, *, client=None, settings: Settings | N
         _check_filter(email_id, email["recipient_filter"])
     if status != "submitted" and (refused := not_published_yet(email_id, email)):
         raise BadInput(refused)
+    if status in ("pending", "failed") and email["newsletter_status"] == "archived":
+        raise BadInput(f"{ARCHIVED_NEWSLETTER} (email {email_id}: newsletter {email['newsletter_id']} is archived)")
     client = client or await temporal_client(settings)
     workflow_id = newsletter_workflow_id(email_id)
     if status == "submitted":
@@ -67,11 +72,16 @@ async def start_newsletter(email_id: str, *, client=None, settings: Settings | N
             task_queue=settings.task_queue, id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
             static_summary=f"Send email {email_id} to its newsletter's members")
     except WorkflowAlreadyStartedError as error:
-        running = await client.get_workflow_handle(workflow_id).describe()
-        if running.status == WorkflowExecutionStatus.RUNNING:
-            return NewsletterStart(workflow_id, error.run_id or running.run_id, False,
-                                   f"{workflow_id} is already running (run {running.run_id}); not starting another")
-        raise
+        found = await client.get_workflow_handle(workflow_id).describe()
+        if found.status == WorkflowExecutionStatus.RUNNING:
+            return NewsletterStart(workflow_id, error.run_id or found.run_id, False,
+                                   f"{workflow_id} is already running (run {found.run_id}); not starting another")
+        # Another start won the race and its run closed before this one looked (it found the email
+        # sent, or failed): that run is the answer, not a second start.
+        ended = found.status.name.lower() if found.status else "closed"
+        return NewsletterStart(workflow_id, found.run_id, False,
+                               f"{workflow_id} was started by another start and ended meanwhile (run {found.run_id}, "
+                               f"{ended}); `pressroom newsletter status {email_id}` says how")
     return NewsletterStart(workflow_id, handle.first_execution_run_id or handle.result_run_id or "", True,
                            f"started {workflow_id}")
 
@@ -179,7 +189,6 @@ async def _cancelled_by_run(conn, email_id: str, handle) -> NewsletterCancel:
 
 
 def _utc(moment) -> str:
-
     return moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC") if moment else "-"
 
 
@@ -198,13 +207,14 @@ def not_published_yet(email_id: str, email) -> str:
     return ""
 
 
-def progress_words(progress) -> str:
-    """A running send's progress and what it waits for, in the words of its Web UI details."""
+def progress_words(progress, *, counts: bool = True) -> str:
+    """A running send's progress and what it waits for, in the words of its Web UI details; without
+    `counts`, beside a line that counts the batches already (one count on the screen, not two)."""
     from operations.waiting import as_words
 
     p = progress
     details = (f"{p.status}: {p.batches_sent}/{p.batches_total} batches sent, {p.batches_failed} failed; "
-               f"{p.recipients_sent:,}/{p.recipients_total:,} recipients")
+               f"{p.recipients_sent:,}/{p.recipients_total:,} recipients") if counts else p.status
     if p.confirming:
         details += (f"\n\nconfirming batch {', '.join(map(str, sorted(p.confirming)))}: Mailgun may have accepted it; "
                     "waiting for its events before sending it again")
@@ -284,13 +294,17 @@ async def follow_newsletter(workflow_id: str, *, client=None, on_progress=None, 
         raise PressroomError(f"{workflow_id} failed: {cause_of(error).message}") from None
 
 
-async def newsletter_status(email_id: str, *, client=None, settings: Settings | None = None) -> dict:
+async def newsletter_status(email_id: str, *, client=None, settings: Settings | None = None,
+                            command_started: float | None = None) -> dict:
     """The email's row, its batches and recipients, and its run: while it runs, its live progress
     when a worker answers, and in any case what it waits for (`waiting_for`).
 
-    PostgreSQL's view always comes first; everything asked of Temporal shares one bound
-    (QUERY_TIMEOUT), past which the answer says so (`temporal`) instead of waiting on the SDK's
-    retries. Whether a worker polls and answers is decided here, once, for every form of output.
+    PostgreSQL's view always comes first; everything asked of Temporal shares one bound (what is
+    left of the command's budget, STATUS_BUDGET_SECONDS in operations/waiting.py), past which the
+    answer says so (`temporal`) instead of waiting on the SDK's retries. Whether a worker polls and
+    answers is decided here, once, for every form of output. `command_started` (time.monotonic()
+    when the command's process started): the budget counts from then; without it (a long-lived
+    caller), the queries' own bound.
     """
     from pressroom import database
     from workflows.newsletter_models import newsletter_workflow_id
@@ -301,32 +315,32 @@ async def newsletter_status(email_id: str, *, client=None, settings: Settings | 
                                     "cancelled_by, cancelled_at FROM emails WHERE id = $1", email_id)
         if email is None:
             raise NotFound(f"email {email_id} does not exist")
-        batches = await conn.fetchrow(
-            "SELECT count(*) AS total, count(*) FILTER (WHERE status = 'submitted') AS submitted, "
-            "count(*) FILTER (WHERE status = 'failed') AS failed FROM email_batches WHERE email_id = $1", email_id)
+        batches = await batch_counts(conn, email_id)  # as the run, its cancel and its finish count them
         recipients = await conn.fetchval("SELECT count(*) FROM email_recipients WHERE email_id = $1", email_id)
     workflow_id = newsletter_workflow_id(email_id)
-    run, progress, waiting_for, temporal = await _run_view(workflow_id, client, settings)
+    run, progress, waiting_for, temporal = await _run_view(workflow_id, client, settings, command_started)
     return {"email_id": email_id, "status": email["status"], "error": email["error"],
             "submitted_at": email["submitted_at"], "workflow_id": workflow_id, "run": run, "progress": progress,
-            "batches": {"total": batches["total"], "submitted": batches["submitted"], "failed": batches["failed"]},
+            "batches": {"total": batches.batches_total, "submitted": batches.batches_submitted,
+                        "failed": batches.batches_failed},
             "recipients": recipients, "recipients_expected": email["email_count_expected"],
             "waiting_for": waiting_for, "skipped_recipients": email["skipped_recipients"],
             "cancelled_by": email["cancelled_by"], "cancelled_at": email["cancelled_at"], "temporal": temporal}
 
 
-async def _run_view(workflow_id: str, client, settings: Settings):
-    """(run, progress, waiting_for, temporal) within QUERY_TIMEOUT in all: `temporal` is None when
+async def _run_view(workflow_id: str, client, settings: Settings, command_started: float | None = None):
+    """(run, progress, waiting_for, temporal) within the status budget in all: `temporal` is None when
     Temporal answered, else why it could not be read (then the run is unknown: None)."""
     import time
 
     from temporalio.service import RPCError, RPCStatusCode
 
-    from operations.waiting import QUERY_TIMEOUT, has_worker, open_timer
+    from operations.waiting import has_worker, open_timer, status_query_seconds
     from pressroom.temporal import TemporalUnavailable, describe_rpc_error
     from workflows.newsletter import SendNewsletterWorkflow
 
-    deadline = time.monotonic() + QUERY_TIMEOUT.total_seconds()
+    bound = status_query_seconds(None if command_started is None else time.monotonic() - command_started)
+    deadline = time.monotonic() + bound
 
     async def bounded(call, default=None):
         """The call's answer, or `default` past the shared deadline."""
@@ -339,14 +353,14 @@ async def _run_view(workflow_id: str, client, settings: Settings):
             return default
 
     unreachable = (f"Temporal at {settings.temporal_address} did not answer within "
-                   f"{QUERY_TIMEOUT.total_seconds():g} s; shown is what PostgreSQL holds")
+                   f"{bound:.2g} s; shown is what PostgreSQL holds")
     try:
         if client is None:
             client = await bounded(temporal_client(settings))
             if client is None:
                 return None, None, None, unreachable
         handle = client.get_workflow_handle_for(SendNewsletterWorkflow.run, workflow_id)
-        description = await bounded(handle.describe(rpc_timeout=QUERY_TIMEOUT))
+        description = await bounded(handle.describe(rpc_timeout=timedelta(seconds=bound)))
         if description is None:
             return None, None, None, unreachable
     except TemporalUnavailable as error:
@@ -357,7 +371,7 @@ async def _run_view(workflow_id: str, client, settings: Settings):
         return None, None, None, f"{describe_rpc_error(error, settings)}; shown is what PostgreSQL holds"
     status = description.status.name.lower() if description.status else None
     run = {"run_id": description.run_id, "status": status, "task_queue": description.task_queue,
-           "worker_polling": None, "worker_answering": None}
+           "worker_polling": None, "worker_answering": None, "query_seconds": round(bound, 1)}
     if status != "running":
         return run, None, None, None
 
@@ -461,10 +475,13 @@ async def _render_for(conn, email_id: str, *, member_id: str | None, segment: st
 async def preview_email(email_id: str, *, member_id: str | None = None, segment: str | None = None,
                         settings: Settings | None = None) -> EmailPreview:
     """What a member (or a stand-in reader of a segment, paid by default) receives; nothing is sent."""
+    from operations.members import _member_row
     from pressroom import database
 
     settings = settings or get_settings()
     async with database.connection(settings.require_database()) as conn:
+        if member_id is not None:  # by id or address, as `members show`
+            member_id = (await _member_row(conn, member_id))["id"]
         _, rendered, values, reader = await _render_for(conn, email_id, member_id=member_id, segment=segment,
                                                         address=None, settings=settings)
     subject, html, text = rendered.personalise(values)

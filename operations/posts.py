@@ -125,13 +125,16 @@ async def ensure_reconcile_schedule(client, settings) -> str:
                                            task_queue=settings.task_queue),
         spec=ScheduleSpec(intervals=[ScheduleIntervalSpec(every=RECONCILE_EVERY)]),
         policy=SchedulePolicy(overlap=ScheduleOverlapPolicy.SKIP))
-    return await create_or_update_schedule(client, RECONCILE_SCHEDULE_ID, schedule)
+    # A worker on another task queue leaves it where it runs (create_or_update_schedule).
+    return await create_or_update_schedule(client, RECONCILE_SCHEDULE_ID, schedule, move=False)
 
 
-async def reconcile_at_worker_start(client, settings) -> None:
-    """Ensure the schedule and run it once now: posts scheduled while no worker ran get their timers."""
-    await ensure_reconcile_schedule(client, settings)
+async def reconcile_at_worker_start(client, settings) -> str:
+    """Ensure the schedule and run it once now: posts scheduled while no worker ran get their timers.
+    Answers what became of the schedule (created, updated, left on its own task queue)."""
+    outcome = await ensure_reconcile_schedule(client, settings)
     await client.get_schedule_handle(RECONCILE_SCHEDULE_ID).trigger()
+    return outcome
 
 
 async def posts_status(post_id: str | None = None, *, client=None, settings: Settings | None = None) -> dict:

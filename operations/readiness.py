@@ -20,7 +20,10 @@ INBOX_STALE_SECONDS = 300
 
 
 async def check_workers(client, settings: Settings) -> CheckResult:
-    from operations.waiting import fresh_pollers
+    """Workers listed as polling the queue, and one of them answering: Temporal lists a worker for
+    up to a minute after it died (its last poll lingers), so the outbox relay, which runs on the
+    queue for as long as a worker does, is asked a query: no answer within seconds means no worker."""
+    from operations.waiting import answers, fresh_pollers, no_answer_message
 
     queue = settings.task_queue
     workflows = await fresh_pollers(client, queue)
@@ -31,14 +34,20 @@ async def check_workers(client, settings: Settings) -> CheckResult:
         missing = "workflow" if not workflows else "activity"
         return CheckResult("Workers", False, f"no worker is polling task queue {queue} for {missing} tasks; "
                                              f"{START_A_WORKER}")
+    if await answers(client, f"{RELAY_WORKFLOW_ID}-{queue}") is False:
+        return CheckResult("Workers", False, no_answer_message(queue))
     count = len(set(workflows) | set(activities))
     return CheckResult("Workers", True, f"{count} worker{'s' if count != 1 else ''} polling task queue {queue}")
 
 
 async def check_schedules(client, settings: Settings) -> CheckResult:
+    """Present, not paused, and on a task queue a worker polls: a schedule on another queue than this
+    configuration's (made by a worker started elsewhere, never moved by one) is named with its queue."""
     from temporalio.service import RPCError, RPCStatusCode
 
-    missing, paused = [], []
+    from operations.waiting import has_worker
+
+    missing, paused, elsewhere, unpolled = [], [], [], []
     for schedule_id in (ANALYTICS_SCHEDULE_ID, RECONCILE_SCHEDULE_ID):
         try:
             description = await client.get_schedule_handle(schedule_id).describe()
@@ -49,11 +58,23 @@ async def check_schedules(client, settings: Settings) -> CheckResult:
             continue
         if description.schedule.state.paused:
             paused.append(schedule_id)
+        queue = getattr(description.schedule.action, "task_queue", settings.task_queue)
+        if queue != settings.task_queue:
+            elsewhere.append(f"{schedule_id} runs on task queue {queue}")
+            if not await has_worker(client, queue):
+                unpolled.append(queue)
     if missing:
         return CheckResult("Schedules", False, f"{', '.join(missing)} missing; a `pressroom worker` creates "
                                                "them when it starts")
     if paused:
         return CheckResult("Schedules", False, f"{', '.join(paused)} paused: nothing runs on them")
+    if elsewhere:
+        moved = (f"not {settings.task_queue}; `pressroom analytics schedule` moves {ANALYTICS_SCHEDULE_ID} here, "
+                 f"and a worker here makes {RECONCILE_SCHEDULE_ID} again once it is deleted")
+        if unpolled:
+            return CheckResult("Schedules", False, f"{'; '.join(elsewhere)}, which no worker polls: nothing runs "
+                                                   f"them ({moved})")
+        return CheckResult("Schedules", True, f"{'; '.join(elsewhere)} ({moved})")
     return CheckResult("Schedules", True, f"{ANALYTICS_SCHEDULE_ID} and {RECONCILE_SCHEDULE_ID} present")
 
 

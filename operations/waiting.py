@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from datetime import UTC, datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 from temporalio.client import Client
 from temporalio.service import RPCError
@@ -114,9 +114,41 @@ async def answers(client: Client, workflow_id: str) -> bool | None:
 QUERY_TIMEOUT = timedelta(seconds=3)
 
 
-def no_answer_message(task_queue: str) -> str:
-    return (f"no worker is answering (a query got no answer within {QUERY_TIMEOUT.total_seconds():g} s; the worker "
+def no_answer_message(task_queue: str, seconds: float | None = None) -> str:
+    seconds = QUERY_TIMEOUT.total_seconds() if seconds is None else seconds
+    return (f"no worker is answering (a query got no answer within {seconds:.2g} s; the worker "
             f"last polling task queue {task_queue} may have died); start one with `pressroom worker`")
+
+
+# A status command answers within this, counted from its process's start: the operator waits on it
+# exactly when something is wrong (a dead worker's queries go unanswered until their bound), and on
+# a busy machine starting the interpreter alone takes seconds. What is left of it, never more than
+# QUERY_TIMEOUT and never less than STATUS_LEAST_SECONDS (a live worker's answer on a busy
+# machine), bounds everything the command asks Temporal.
+STATUS_BUDGET_SECONDS = 4.5
+STATUS_LEAST_SECONDS = 1.0
+
+
+def process_age_seconds() -> float:
+    """Seconds since this process started (Linux's /proc); 0.0 where that cannot be read."""
+    import os
+
+    try:
+        with open("/proc/self/stat") as stat:
+            started_ticks = int(stat.read().rsplit(")", 1)[1].split()[19])  # field 22, starttime
+        with open("/proc/uptime") as uptime:
+            up = float(uptime.read().split()[0])
+        return max(0.0, up - started_ticks / os.sysconf("SC_CLK_TCK"))
+    except (OSError, ValueError, IndexError):
+        return 0.0
+
+
+def status_query_seconds(age: float | None) -> float:
+    """How long a status command `age` seconds old may wait on Temporal now, from what is left of
+    its budget; a caller that is no command (age None: a server, a test) has the queries' own bound."""
+    if age is None:
+        return QUERY_TIMEOUT.total_seconds()
+    return max(STATUS_LEAST_SECONDS, min(QUERY_TIMEOUT.total_seconds(), STATUS_BUDGET_SECONDS - age))
 
 
 def is_unanswered(error: BaseException) -> bool:

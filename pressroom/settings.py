@@ -30,10 +30,18 @@ class ConfigurationError(Exception):
 
 
 def project_home() -> Path:
-    """Where the development stack keeps its data: PRESSROOM_HOME, or ./.pressroom."""
+    """Where the development stack keeps its data: PRESSROOM_HOME, else the nearest `.pressroom`
+    folder here or above (as git finds `.git`: a command run from a subfolder of the project finds
+    its running stack), else ./.pressroom."""
     import os
 
-    return Path(os.environ.get("PRESSROOM_HOME", ".pressroom")).resolve()
+    if "PRESSROOM_HOME" in os.environ:
+        return Path(os.environ["PRESSROOM_HOME"]).resolve()
+    here = Path.cwd().resolve()
+    for folder in (here, *here.parents):
+        if (folder / ".pressroom").is_dir():
+            return folder / ".pressroom"
+    return here / ".pressroom"
 
 
 def dev_stack_file() -> Path:
@@ -125,7 +133,8 @@ class Settings(BaseSettings):
     # --- members ---
     # The key of the HMAC-SHA256 a deleted member's suppression keeps instead of their address, so
     # the address, added again, is still suppressed. It must stay the same for as long as those
-    # suppressions matter. Unset: a deleted member's suppression is removed with them.
+    # suppressions matter. The development stack makes one and keeps it; elsewhere `members delete`
+    # refuses without it (`require_address_hash_key`).
     address_hash_key: SecretStr = Field(default=SecretStr(""), validation_alias="PRESSROOM_ADDRESS_HASH_KEY")
 
     # --- outbox ---
@@ -459,6 +468,14 @@ class Settings(BaseSettings):
                                      "signing key)")
         return key
 
+    def require_address_hash_key(self) -> str:
+        key = self.address_hash_key.get_secret_value()
+        if not key:
+            raise ConfigurationError("PRESSROOM_ADDRESS_HASH_KEY is not set: a deleted member's suppression would go "
+                                     "with their address, and the address added again would be mailed (set it to a "
+                                     "long random value, such as `openssl rand -hex 32`, and keep it)")
+        return key
+
     def require_members_link_secret(self) -> str:
         secret = self.members_link_secret.get_secret_value()
         if not secret:
@@ -535,6 +552,7 @@ def load_settings(**overrides: object) -> Settings:
                             ("mailgun_domain", "MAILGUN_DOMAIN"),
                             ("webhook_signing_key", "MAILGUN_WEBHOOK_SIGNING_KEY"),
                             ("members_link_secret", "PRESSROOM_MEMBERS_LINK_SECRET"),
+                            ("address_hash_key", "PRESSROOM_ADDRESS_HASH_KEY"),
                             ("email_provider", "PRESSROOM_EMAIL_PROVIDER")):
         if variable not in os.environ and stack.get(field):
             fallback[_ALIASES[field]] = stack[field]

@@ -210,8 +210,14 @@ async def register_search_attributes(client: Client) -> list[str]:
     return sorted(missing)
 
 
-async def create_or_update_schedule(client: Client, schedule_id: str, schedule) -> str:
-    """Create a schedule, or update it to `schedule` keeping its paused state: "created" | "updated"."""
+async def create_or_update_schedule(client: Client, schedule_id: str, schedule, *, move: bool = True) -> str:
+    """Create a schedule, or update it to `schedule` keeping its paused state: "created" | "updated".
+
+    A schedule belongs to the task queue it runs on: without `move`, one on another queue than
+    `schedule`'s is left as it is (answers "left on task queue Q"). A worker started on another queue
+    must not take the namespace's shared schedules with it: once it stopped, their runs would wait
+    on a queue nobody polls, and with overlaps skipped, every later run too.
+    """
     from temporalio.client import ScheduleAlreadyRunningError, ScheduleUpdate
 
     try:
@@ -219,14 +225,20 @@ async def create_or_update_schedule(client: Client, schedule_id: str, schedule) 
         return "created"
     except ScheduleAlreadyRunningError:
         pass
+    left_on = ""
 
     def update(previous):
+        nonlocal left_on
+        queue = getattr(previous.description.schedule.action, "task_queue", None)
+        if not move and queue and queue != schedule.action.task_queue:
+            left_on = queue
+            return None  # no update
         _refuse_to_unseal(client, previous.description.schedule.action)
         schedule.state = previous.description.schedule.state
         return ScheduleUpdate(schedule=schedule)
 
     await client.get_schedule_handle(schedule_id).update(update)
-    return "updated"
+    return f"left on task queue {left_on}" if left_on else "updated"
 
 
 def _refuse_to_unseal(client: Client, action) -> None:

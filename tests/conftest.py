@@ -159,6 +159,7 @@ async def dev_env() -> AsyncIterator[WorkflowEnvironment]:
 
 
 TEST_LINK_SECRET = "test-members-link-secret"  # the members secret of every test's settings
+TEST_ADDRESS_HASH_KEY = "test-address-hash-key-0123456789"  # as the development stack, every test's settings have one
 
 
 def make_settings(postgres_url: str, simulator: MailgunSimulator, **overrides) -> Settings:
@@ -168,7 +169,8 @@ def make_settings(postgres_url: str, simulator: MailgunSimulator, **overrides) -
     late events are late by less than that (tests/adversaries.py); a send waits seconds, not
     minutes, for an unreachable Mailgun.
     """
-    overrides = {"members_link_secret": TEST_LINK_SECRET, "send_confirm_window_seconds": 4,
+    overrides = {"members_link_secret": TEST_LINK_SECRET, "address_hash_key": TEST_ADDRESS_HASH_KEY,
+                 "send_confirm_window_seconds": 4,
                  "send_confirm_poll_seconds": 0.5,
                  "mailgun_outage_first_wait_seconds": 1, "mailgun_outage_max_wait_seconds": 4, **overrides}
     return load_settings(database_url=postgres_url, mailgun_base_url=simulator.base_url,

@@ -120,8 +120,9 @@ class BatchCreationActivities:
     async def _retry_failed_batches(self, conn, email_id: str) -> None:
         """A new send of a failed email sends its failed batches again. The send outcome stays: an
         uncertain batch is looked up before it is sent again."""
-        await conn.execute("UPDATE email_batches SET status = 'pending', send_attempts = 0, updated_at = now() "
-                           "WHERE email_id = $1 AND status = 'failed'", email_id)
+        await conn.execute("UPDATE email_batches SET status = 'pending', send_attempts = 0, error_status_code = NULL, "
+                           "error_message = NULL, updated_at = now() WHERE email_id = $1 AND status = 'failed'",
+                           email_id)
 
     async def _record_written(self, conn, email_id: str, *, created: bool, email, as_of) -> BatchCounts:
         """The email's counts from the rows really written, not the ones planned, so reports match

@@ -16,9 +16,22 @@ STOPPED = ("The email was stopped: {why}; {submitted} of {total} batches had bee
            "Publish the post again, then send it to send the rest.")
 CANCELLED = ("The email was cancelled by {by} at {at:%Y-%m-%d %H:%M:%S} UTC: {submitted} of {total} batches had been "
              "sent and stay sent; nothing more is.")
-NOT_SENT = "The email failed to send: no batch was accepted by {provider}. Send it again to retry."
+NOT_SENT = "The email failed to send: no batch was accepted by {provider}{why}. Send it again to retry."
 MAY_HAVE_BEEN_SENT = (" {uncertain} of the failed batches may have reached {provider} all the same: sending again "
                       "looks them up in its events first and sends only those it cannot find.")
+# The provider's answer most failed batches kept (their status and message), for NOT_SENT.
+_BATCHES_ANSWER = """
+SELECT error_status_code, error_message FROM email_batches
+WHERE email_id = $1 AND status = 'failed' AND error_message IS NOT NULL
+GROUP BY 1, 2 ORDER BY count(*) DESC, 1 LIMIT 1"""
+
+
+def batches_answer(row) -> str:
+    """' (401: the provider's message)' from the failed batches' kept answer, or '' without one."""
+    if row is None:
+        return ""
+    code, message = row["error_status_code"], row["error_message"]
+    return f" ({code}: {message})" if code is not None and str(code) not in message else f" ({message})"
 
 
 class EmailFinishActivities:
@@ -48,7 +61,8 @@ class EmailFinishActivities:
                 message = PARTIALLY_SENT.format(failed=counts.batches_total - counts.batches_submitted,
                                                 total=counts.batches_total)
             else:
-                status, message = "failed", NOT_SENT.format(provider=self.provider_title)
+                why = batches_answer(await conn.fetchrow(_BATCHES_ANSWER, input.email_id))
+                status, message = "failed", NOT_SENT.format(provider=self.provider_title, why=why)
             post = await conn.fetchrow("SELECT p.id, p.status FROM emails e JOIN posts p ON p.id = e.post_id "
                                        "WHERE e.id = $1", input.email_id)
             if status == "failed" and post is not None and post["status"] not in ("published", "sent"):

@@ -20,7 +20,12 @@ from pressroom.providers.port import AccountQuota
 from pressroom.recipient_filter import FilterError
 
 # Refusals of the email itself: they end it failed with the reason, so the operator reads why.
-REFUSALS = frozenset({"BadRecipientFilter", "UnknownAudience", "NoNewsletter", "BadContent", "NoRecipients"})
+REFUSALS = frozenset({"BadRecipientFilter", "UnknownAudience", "NoNewsletter", "NewsletterArchived", "BadContent",
+                      "NoRecipients"})
+
+# The reference platform's words for it: an archived newsletter's readers can no longer unsubscribe
+# from it, so nothing is sent to it (an email started before the archive, then scheduled, included).
+ARCHIVED_NEWSLETTER = "Cannot send email to archived newsletters"
 
 
 def unpublished(post_id: str, post_status: str) -> str:
@@ -76,7 +81,8 @@ class EmailLockActivities:
         async with self.pool.acquire() as conn, conn.transaction():
             email = await conn.fetchrow(
                 "SELECT e.status, e.locked_by, e.post_id, e.newsletter_id, e.recipient_filter, e.created_at, "
-                "p.status AS post_status FROM emails e LEFT JOIN posts p ON p.id = e.post_id "
+                "p.status AS post_status, n.status AS newsletter_status FROM emails e "
+                "LEFT JOIN posts p ON p.id = e.post_id LEFT JOIN newsletters n ON n.id = e.newsletter_id "
                 "WHERE e.id = $1 FOR UPDATE OF e", input.email_id)
             if email is None:
                 raise non_retryable("EmailNotFound", f"email {input.email_id} does not exist")
@@ -132,6 +138,9 @@ class EmailLockActivities:
                                 f"{email['recipient_filter'][:80]!r} names {absent}")
         if email["newsletter_id"] is None:
             raise non_retryable("NoNewsletter", f"email {input.email_id} has no newsletter to send to")
+        if email["newsletter_status"] == "archived" and not took_over:  # a send under way finishes
+            raise non_retryable("NewsletterArchived", f"{ARCHIVED_NEWSLETTER} (email {input.email_id}: newsletter "
+                                f"{email['newsletter_id']} is archived)")
         await check_content(conn, input.email_id, self.settings)
         has_batches = await conn.fetchval("SELECT EXISTS (SELECT 1 FROM email_batches WHERE email_id = $1)",
                                           input.email_id)

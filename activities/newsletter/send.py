@@ -24,6 +24,7 @@ from activities.provider_errors import send_failure_of
 from activities.sending_limits import sending_domain
 from pressroom.dependencies import Dependencies
 from pressroom.email_rendering import MemberValues, Rendered
+from pressroom.logs import mask
 from pressroom.providers.port import (
     BATCH_MARK,
     EMAIL_MARK,
@@ -132,7 +133,7 @@ class BatchSendActivities:
         except ProviderError as error:
             sent = answered(error, batch["requeue_generation"])
             if sent is None:
-                await self._record_outcome(input.batch_id, error.outcome)
+                await self._record_outcome(input.batch_id, error.outcome, answer=error)
                 raise send_failure_of(error, len(recipients)) from None
         requeued = await record_submitted(self.pool, input.batch_id, sent, batch["requeue_generation"])
         return BatchSent(batch_id=input.batch_id, recipients=len(recipients) - requeued, provider_id=sent.provider_id,
@@ -236,22 +237,31 @@ class BatchSendActivities:
             raise send_failure(PROVIDER_UNAVAILABLE, f"cannot check whether batch {batch_id} was accepted: {error}",
                                UnavailableDetails(outage=True)) from None
 
-    async def _record_outcome(self, batch_id: str, outcome: str, *, sending: bool = False) -> None:
-        """The outcome of the latest attempt; an uncertain one keeps the window's start and restarts its wait."""
+    async def _record_outcome(self, batch_id: str, outcome: str, *, sending: bool = False,
+                              answer: ProviderError | None = None) -> None:
+        """The outcome of the latest attempt; an uncertain one keeps the window's start and restarts its
+        wait. With the provider's `answer` to it, its status and message (no address) are kept on the
+        batch, as the reference keeps them: when the tries run out they say why (`fail_batch`)."""
         await self.pool.execute(
             """UPDATE email_batches SET send_outcome = $2, send_attempts = send_attempts + $3::int,
                       first_uncertain_at = CASE WHEN $2 <> 'uncertain' THEN NULL
                                                 WHEN send_outcome = 'uncertain' THEN first_uncertain_at
                                                 ELSE now() END,
-                      last_uncertain_at = CASE WHEN $2 = 'uncertain' THEN now() END, updated_at = now()
-               WHERE id = $1""", batch_id, outcome, 1 if sending else 0)
+                      last_uncertain_at = CASE WHEN $2 = 'uncertain' THEN now() END,
+                      error_status_code = CASE WHEN $4 THEN $5 ELSE error_status_code END,
+                      error_message = CASE WHEN $4 THEN $6 ELSE error_message END, updated_at = now()
+               WHERE id = $1""", batch_id, outcome, 1 if sending else 0, answer is not None,
+            answer.status_code if answer else None, mask(str(answer))[:2000] if answer else None)
 
     @activity.defn
     async def fail_batch(self, input: FailBatchInput) -> None:
         """Record why a batch failed; its recipients were processed (tried) all the same."""
         async with self.pool.acquire() as conn, conn.transaction():
+            # The provider's last answer to the batch (`_record_outcome`) stays its status and
+            # message; why the tries stopped is kept beside it, in error_data.
             await conn.execute(
-                "UPDATE email_batches SET status = 'failed', error_status_code = $2, error_message = $3, "
+                "UPDATE email_batches SET status = 'failed', error_status_code = coalesce($2, error_status_code), "
+                "error_message = coalesce(error_message, $3), "
                 "error_data = jsonb_build_object('message', $3::text), updated_at = now() "
                 "WHERE id = $1 AND status <> 'submitted'", input.batch_id, input.status_code, input.message[:2000])
             await conn.execute("UPDATE email_recipients SET processed_at = now() WHERE batch_id = $1", input.batch_id)

@@ -72,7 +72,8 @@ async def test_dev_up_in_a_private_folder_is_private_and_needs_its_password(priv
         password = (home / "postgres" / "password").read_text().strip()
         assert len(password) >= 32 and f":{password}@" in state["database_url"]
         assert_private_tree(home)  # stack.json, password, logs, temporal.db: the owner's alone
-        for name in ("stack.json", "temporal.db", "temporal.log", "simulator.log", "postgres/password",
+        assert len(state["address_hash_key"]) == 64  # deleted members' suppressions keep their addresses' hash
+        for name in ("stack.json", "secrets.json", "temporal.db", "temporal.log", "simulator.log", "postgres/password",
                      "postgres/postgres.log"):
             assert stat.S_IMODE((home / name).stat().st_mode) == 0o600, name
         assert_private_tree(Path(state["postgres_data"]))

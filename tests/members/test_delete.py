@@ -101,18 +101,55 @@ async def test_deleted_member_is_found_nowhere_in_clear_and_stays_suppressed(pos
     assert await found_in_clear(db, ADDRESS) == []
 
 
-async def test_without_a_hash_key_the_suppression_goes_and_the_command_says_so(settings, db):
+async def test_without_a_hash_key_nothing_is_deleted_and_the_command_names_the_variable(settings, db):
     member_id = await member_everywhere(db, settings)
     env = {**os.environ, "DATABASE_URL": settings.database_url}
+    env.pop("PRESSROOM_ADDRESS_HASH_KEY", None)
+    code, out, err = await cli("members", "delete", member_id, "--yes", "--json", env=env)
+    assert code == 1 and out == ""
+    assert err.startswith("error: PRESSROOM_ADDRESS_HASH_KEY is not set: a deleted member's suppression would go")
+    assert await db.fetchval("SELECT count(*) FROM members WHERE id = $1", member_id) == 1
+    assert await db.fetchval("SELECT email FROM suppressions") == ADDRESS
+
+
+async def test_the_dev_stack_keeps_a_hash_key_so_a_bounced_address_added_back_stays_suppressed(postgres_url, db,
+                                                                                              tmp_path):
+    """A hard-bounced member deleted and added again, through the commands, with only what the
+    development stack records: still suppressed, no welcome email queued."""
+    from devstack.stack import kept_secrets
+
+    home = tmp_path / ".pressroom"
+    home.mkdir()
+    (home / "stack.json").write_text(json.dumps({"database_url": postgres_url, **kept_secrets(home)}))
+    env = {**os.environ, "PRESSROOM_HOME": str(home)}
+    for variable in ("DATABASE_URL", "PRESSROOM_ADDRESS_HASH_KEY"):
+        env.pop(variable, None)
+    await db.execute("INSERT INTO automated_emails (name, slug, subject, html, status) VALUES "
+                     "('W', 'member-welcome-email-free', 'Hi', '<p>Hi</p>', 'active')")
+    code, out, err = await cli("members", "add", ADDRESS, env=env)
+    assert code == 0, err
+    member_id = await db.fetchval("SELECT id FROM members")
+    assert await db.fetchval("SELECT count(*) FROM outbox") == 1  # a new member is welcomed
+    await db.execute("INSERT INTO suppressions (email, reason) VALUES ($1, 'bounce')", ADDRESS)
+
     code, out, err = await cli("members", "delete", member_id, "--yes", "--json", env=env)
     assert code == 0, err
-    assert json.loads(out) == {"member_id": member_id, "deleted": True, "suppression": "removed",
-                               "recipients_cleared": 1, "recipients_removed": 1}
-    assert "PRESSROOM_ADDRESS_HASH_KEY" in err
-    assert await found_in_clear(db, ADDRESS, NAME) == []
-    assert await db.fetchval("SELECT count(*) FROM suppressions") == 0
-    code, out, err = await cli("members", "delete", member_id, "--yes", env=env)
-    assert code == 1 and err.strip() == f"error: member {member_id} does not exist"
+    assert json.loads(out)["suppression"] == "kept as a keyed hash"
+    assert await found_in_clear(db, ADDRESS) == []
+
+    code, out, err = await cli("members", "add", ADDRESS, env=env)
+    assert code == 0, err
+    assert "welcome" not in out
+    code, out, err = await cli("members", "show", ADDRESS, "--json", env=env)
+    assert code == 0, err
+    assert json.loads(out)["suppression"]["reason"] == "bounce"
+    again = await db.fetchval("SELECT id FROM members")
+    assert await db.fetchval("SELECT count(*) FROM outbox WHERE payload->>'member_id' = $1", again) == 0
+
+    # The key is the stack's for good: the same after another start, and after `dev down` (which
+    # forgets stack.json but not the kept secrets).
+    assert kept_secrets(home) == kept_secrets(home, {"address_hash_key": "an older stack's"})
+    assert len(kept_secrets(home)["address_hash_key"]) == 64
 
 
 async def test_a_member_in_a_send_being_looked_up_is_not_deleted(settings, db):

@@ -30,7 +30,7 @@ def every_form(value: str) -> list[str]:
 
 
 async def test_a_deleted_member_is_in_no_table_and_not_in_the_database_log(postgres_server, postgres_url, db):
-    settings = load_settings(database_url=postgres_url)
+    settings = load_settings(database_url=postgres_url, address_hash_key="a-key-of-the-site-0123456789")
     tag = uuid.uuid4().hex[:8]
     added = await add_member(f"jürgen.{tag}@bücher.example", f"Jürgen Müller {tag}", settings=settings)
     address = await db.fetchval("SELECT email FROM members WHERE id = $1", added.member_id)

@@ -120,8 +120,11 @@ async def test_welcome_only_when_asked_and_a_deleted_address_stays_suppressed(po
     file = write_csv(tmp_path / "m.csv", [["", "gone@example.com", "", "", "", "", "", "", "", "", ""],
                                           ["", "new@example.com", "", "", "", "", "", "", "", "", ""]])
     report = await import_members(file, welcome=True, settings=settings)
-    assert (report.added, report.welcome_queued, report.suppressions_restored) == (2, 2, 1)
+    # The suppressed address comes back suppressed, and is not welcomed: only new@ is.
+    assert (report.added, report.welcome_queued, report.suppressions_restored) == (2, 1, 1)
     assert await db.fetchval("SELECT reason FROM suppressions WHERE email = 'gone@example.com'") == "bounce"
+    assert await db.fetchval("SELECT m.email FROM outbox o JOIN members m ON m.id = o.payload->>'member_id'") \
+        == "new@example.com"
     entries = await db.fetch("SELECT o.idempotency_key, o.payload_digest, o.payload->>'member_id' AS member_id "
                              "FROM outbox o ORDER BY 1")
     from activities.outbox import payload_digest

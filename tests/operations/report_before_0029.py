@@ -172,7 +172,9 @@ async def report_before_0029(email_id: str, *, reasons: int = 5, settings: Setti
                "unsubscribed_through_email": {source: left_through.get(source, 0) for source in ("link", "provider")},
                "failed": permanent + temporary,
                "failed_permanent": permanent, "failed_temporary": temporary, "complained": complained}
-    whole = figures["recipients"]
+    # Rates are over the recipients the provider accepted: a cancelled or failed email's report does not
+    # count the recipients it never sent to as not delivered nor not opened.
+    whole = figures["sent"]
     return {"email_id": email["id"], "subject": email["subject"], "status": email["status"], "error": email["error"],
             "post_id": email["post_id"], "newsletter_id": email["newsletter_id"], "newsletter": email["newsletter"],
             "recipient_filter": email["recipient_filter"], "created_at": email["created_at"],
@@ -181,7 +183,7 @@ async def report_before_0029(email_id: str, *, reasons: int = 5, settings: Setti
             "rates": {key: _rate(figures[key], whole) for key in ("delivered", "opened", "failed", "unsubscribed",
                                                                   "complained")},
             "segments": [{**s, "segment": segment_name(s["segment"]),
-                          "rates": {k: _rate(s[k], s["recipients"]) for k in ("delivered", "opened")}}
+                          "rates": {k: _rate(s[k], s["sent"]) for k in ("delivered", "opened")}}
                          for s in segments],
             "top_failures": top,
             "left_out": {reason: left_out.get(reason, 0) for reason in LEFT_OUT_REASONS},

@@ -85,7 +85,7 @@ async def test_lists_page_newest_first_with_filters(dev_env, settings, db):
     code, _, err = gold
     assert code == 1 and "--status 'gold' is not one of free, paid, comped" in err
     code, _, err = yesterday
-    assert code == 1 and "--since 'yesterday' is not an ISO 8601 time" in err
+    assert code == 1 and "--since 'yesterday' is not a time: give 30m, 24h, 7d (ago) or an ISO 8601 time" in err
     code, _, err = unknown_post
     assert code == 1 and "--after no-such-post: no post has that id" in err
 

@@ -42,7 +42,8 @@ async def test_newsletter_status_and_follow(dev_env, settings, db, mailgun):
     assert set(after) == NEWSLETTER_STATUS
     assert after["status"] == "submitted" and after["recipients"] == 5
     assert after["batches"] == {"total": 1, "submitted": 1, "failed": 0}
-    assert set(after["run"]) == {"run_id", "status", "task_queue", "worker_polling", "worker_answering"}
+    assert set(after["run"]) == {"run_id", "status", "task_queue", "worker_polling", "worker_answering",
+                                "query_seconds"}
     assert after["run"]["status"] == "completed" and after["run"]["worker_polling"] is None
     datetime.fromisoformat(after["submitted_at"])
 

@@ -21,6 +21,7 @@ def cli_env(settings, dev_env, **extra: str) -> dict[str, str]:
             "PRESSROOM_TASK_QUEUE": settings.task_queue, "MAILGUN_BASE_URL": settings.mailgun_base_url,
             "MAILGUN_API_KEY": settings.mailgun_api_key.get_secret_value(), "MAILGUN_DOMAIN": settings.mailgun_domain,
            "PRESSROOM_MEMBERS_LINK_SECRET": settings.members_link_secret.get_secret_value(),
+            "PRESSROOM_ADDRESS_HASH_KEY": settings.address_hash_key.get_secret_value(),
             **extra}
 
 
