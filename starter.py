@@ -21,7 +21,8 @@ from pressroom import tracing
 # them; the commands of `operate` (migrate, worker, demo, check, temporal, codec-server, patches)
 # and `frontdoor` sit at the top level. A module is imported only when one of its commands runs or
 # help lists it, so a command pays for its own imports only: tests and scripts start the CLI often.
-GROUPS = ["dev", "newsletter", "members", "outbox", "analytics", "posts", "limits", "webhooks"]
+GROUPS = ["dev", "newsletter", "newsletters", "members", "outbox", "analytics", "posts", "limits", "webhooks",
+          "integrations", "staff"]
 TOP_LEVEL = ["operate", "frontdoor"]
 
 

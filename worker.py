@@ -23,8 +23,10 @@ from activities.analytics.run import AnalyticsActivities
 from activities.newsletter.batches import BatchCreationActivities
 from activities.newsletter.finish import EmailFinishActivities
 from activities.newsletter.lock import EmailLockActivities
+from activities.newsletter.reputation import ReputationActivities
 from activities.newsletter.send import BatchSendActivities
 from activities.outbox.delivery import OutboxDeliveryActivities
+from activities.outbox.models import webhooks_task_queue
 from activities.outbox.relay import OutboxRelayActivities
 from activities.posts.publish import PostsActivities
 from activities.sending_limits import SendingLimitsActivities
@@ -63,6 +65,7 @@ def build_activities(deps: Dependencies) -> list[Callable]:
     batch_creation = BatchCreationActivities(deps)
     batch_send = BatchSendActivities(deps)
     email_finish = EmailFinishActivities(deps)
+    reputation = ReputationActivities(deps)
     outbox_relay = OutboxRelayActivities(deps)
     outbox_delivery = OutboxDeliveryActivities(deps)
     analytics = AnalyticsActivities(deps)
@@ -73,6 +76,7 @@ def build_activities(deps: Dependencies) -> list[Callable]:
         email_lock.lock_email, batch_creation.create_batches,
         batch_send.list_unsent_batches, batch_send.send_batch, batch_send.fail_batch,
         email_finish.finish_email,
+        reputation.read_reputation, reputation.record_pause, reputation.probe_provider,
         sending_limits.admit_batch, sending_limits.split_refused_batch,
         outbox_relay.relay_outbox,
         outbox_delivery.handle_entry, outbox_delivery.complete_entry, outbox_delivery.abort_entry,
@@ -109,10 +113,27 @@ def build_worker(client: Client, deps: Dependencies, *, task_queue: str | None =
     )
 
 
+def build_webhooks_worker(client: Client, deps: Dependencies, *, task_queue: str | None = None,
+                          **options) -> Worker:
+    """The worker of the site's webhook deliveries, on a task queue of their own: slow targets take
+    its activity slots, never those of welcome emails or newsletters."""
+    delivery = OutboxDeliveryActivities(deps)
+    return Worker(
+        client,
+        task_queue=webhooks_task_queue(task_queue or deps.settings.task_queue),
+        workflows=[DeliverOutboxEntryWorkflow],
+        activities=[delivery.handle_entry, delivery.complete_entry, delivery.abort_entry],
+        graceful_shutdown_timeout=timedelta(seconds=20),
+        max_concurrent_activities=deps.settings.worker_max_activities,
+        **options,
+    )
+
+
 @asynccontextmanager
 async def running_worker(client: Client, settings: Settings, **options) -> AsyncIterator[Worker]:
-    """A worker running in the background of the caller (tests, the demo)."""
-    async with open_dependencies(settings, client) as deps, build_worker(client, deps, **options) as worker:
+    """A worker (and the site's webhooks' worker) running in the background of the caller (tests, the demo)."""
+    async with open_dependencies(settings, client) as deps, build_worker(client, deps, **options) as worker, \
+            build_webhooks_worker(client, deps, **options):
         yield worker
 
 

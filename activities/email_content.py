@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pressroom.email_rendering import EmailContent, header_text, mailbox, member_values
+from pressroom.email_rendering import EmailContent, header_text, mailbox, member_values, ref_value
 from pressroom.settings import Settings
 
 
@@ -26,9 +26,10 @@ async def load_email(conn, email_id: str, settings: Settings) -> LoadedEmail | N
     subject or sender cannot be a header (checked here, where they enter, for every path)."""
     row = await conn.fetchrow(
         """SELECT e.subject, coalesce(nullif(e.html, ''), p.html) AS html, p.visibility, p.slug, e.track_opens,
+                  coalesce(e.track_clicks, n.track_clicks, $2) AS track_clicks,
                   n.name, n.uuid::text AS newsletter_uuid, n.sender_name, n.sender_email, n.sender_reply_to
            FROM emails e JOIN posts p ON p.id = e.post_id LEFT JOIN newsletters n ON n.id = e.newsletter_id
-           WHERE e.id = $1""", email_id)
+           WHERE e.id = $1""", email_id, settings.email_track_clicks)
     if row is None:
         return None
     site = settings.site_url.rstrip("/")
@@ -40,7 +41,9 @@ async def load_email(conn, email_id: str, settings: Settings) -> LoadedEmail | N
     content = EmailContent(email_id=email_id, subject=header_text(row["subject"], "subject", email_id),
                            html=row["html"] or "",
                            visibility=row["visibility"], post_url=f"{site}/{row['slug']}/",
-                           upgrade_url=f"{site}/#/portal/account/plans")
+                           upgrade_url=f"{site}/#/portal/account/plans", track_clicks=row["track_clicks"],
+                           site_url=site, link_ref=ref_value(row["name"] or "") if settings.outbound_link_tagging
+                           else None)
     return LoadedEmail(content=content, from_address=from_address, reply_to=reply_to,
                        track_opens=row["track_opens"], newsletter_uuid=row["newsletter_uuid"])
 

@@ -215,10 +215,11 @@ async def main(members: int, repeat: int) -> None:
         now, before = results["newsletter report e1"], results["newsletter report e1, as before 0029"]
         print(f"report / as before 0029: best {now[0] / before[0]:.2f}x, median {now[1] / before[1]:.2f}x")
         report = await newsletter_report("e1", settings=settings)
-        print(f"report: {report['recipients']:,} recipients, {report['delivered']:,} delivered, "
-              f"{report['opened']:,} opened, {report['failed']:,} failed, {report['unsubscribed']:,} unsubscribed, "
-              f"{report['complained']:,} complained, left out {report['left_out']}")
-        print(f"the same answers as before 0029: {report == await report_before_0029('e1', settings=settings)}")
+        print(f"report: {report.recipients:,} recipients, {report.delivered:,} delivered, "
+              f"{report.opened:,} opened, {report.failed:,} failed, {report.unsubscribed:,} unsubscribed, "
+              f"{report.complained:,} complained, left out {report.left_out}")
+        print("the same answers as before 0029: "
+              f"{report.model_dump() == await report_before_0029('e1', settings=settings)}")
         await report_statements(postgres.url)
         slow = [name for name, (best, _) in results.items() if best >= 1.0 and "before 0029" not in name]
         print("goal (< 1 s, best run): " + ("met by every read" if not slow else f"missed by {', '.join(slow)}"))

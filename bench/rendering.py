@@ -3,14 +3,17 @@
 Pure CPU, no servers: a post of `--paragraphs` personalised paragraphs with a paid-only block and a
 members-only marker, rendered for each segment (what a worker does once per email and segment; the
 body cache keeps it), against the raw HTML5 parse of the same post in the same run; then the
-Mailgun recipient variables of a batch of `--recipients` members (what every batch does).
+Mailgun recipient variables of a batch of `--recipients` members (what every batch does). Each is
+measured without and with click tracking (every link rewritten through a redirect, docs/clicks.md).
 
     .venv/bin/python bench/rendering.py --paragraphs 400 --recipients 1000
+    .venv/bin/python bench/rendering.py --paragraphs 400 --recipients 100000 --runs 3
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 import time
@@ -21,7 +24,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from pressroom.email_rendering import FREE, NOT_FREE, EmailContent, _parse, member_values, render  # noqa: E402
 
 PARAGRAPH = ('<p>Hello %%{first_name "there"}%%, some <b>text</b> with '
-             '<a href="https://site.test/r?u=%%{uuid}%%">a link</a>.</p>')
+             '<a href="https://site.test/r?u=%%{uuid}%%">a link</a> and '
+             '<a href="https://example.com/story/{n}">a story</a>.</p>')  # one distinct target a paragraph
 
 
 def best_of(runs: int, work) -> float:
@@ -40,30 +44,38 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=5)
     args = parser.parse_args()
 
-    html = (PARAGRAPH * (args.paragraphs // 10) + '<div data-gh-segment="status:-free"><p>Paid bonus</p></div>'
-            "<!--members-only-->" + PARAGRAPH * args.paragraphs)
-    content = EmailContent(email_id="e1", subject='Issue for %%{first_name "you"}%%', html=html,
-                           visibility="paid", post_url="https://site.test/p/",
-                           upgrade_url="https://site.test/#/portal/account/plans")
+    def paragraphs(count: int, first: int) -> str:
+        return "".join(PARAGRAPH.replace("{n}", str(first + n)) for n in range(count))
+
+    html = (paragraphs(args.paragraphs // 10, 0) + '<div data-gh-segment="status:-free"><p>Paid bonus</p></div>'
+            "<!--members-only-->" + paragraphs(args.paragraphs, args.paragraphs))
+    untracked = EmailContent(email_id="e1", subject='Issue for %%{first_name "you"}%%', html=html,
+                             visibility="paid", post_url="https://site.test/p/",
+                             upgrade_url="https://site.test/#/portal/account/plans", site_url="https://site.test")
     print(f"post: {len(html.encode()):,} bytes, {args.paragraphs + args.paragraphs // 10:,} paragraphs")
     parse = best_of(args.runs, lambda: _parse(html).body.inner_html)
     print(f"raw parse + serialise:      {parse * 1000:8.1f} ms")
-    for segment in (FREE, NOT_FREE):
-        seconds = best_of(args.runs, lambda: render(content, segment))
-        rendered = render(content, segment)
-        print(f"render {segment:<13}        {seconds * 1000:8.1f} ms  ({rendered.size:,} bytes of body)")
-
-    rendered = render(content, NOT_FREE)
     members = [dict(name=f"Member {n}", email=f"member{n}@example.com", uuid=f"00000000-0000-0000-0000-{n:012d}",
                     status="paid") for n in range(args.recipients)]
+    for track in (False, True):
+        content = dataclasses.replace(untracked, track_clicks=track)
+        print("with every link through a redirect (clicks tracked):" if track else "links as written:")
+        for segment in (FREE, NOT_FREE):
+            seconds = best_of(args.runs, lambda: render(content, segment))  # noqa: B023 - measured here
+            rendered = render(content, segment)
+            print(f"  render {segment:<13}      {seconds * 1000:8.1f} ms  ({rendered.size:,} bytes of body, "
+                  f"{len(rendered.links):,} redirects)")
 
-    def batch() -> dict:
-        return {m["email"]: rendered.recipient_variables(member_values(**m, site_url="https://site.test",
-                                                                       link_secret="bench", email_id="e1")) for m in members}
+        rendered = render(content, NOT_FREE)
 
-    seconds = best_of(args.runs, batch)
-    size = len(json.dumps(batch(), separators=(",", ":")))
-    print(f"recipient variables, {args.recipients:,} members: {seconds * 1000:6.1f} ms  ({size / 1024:,.0f} KiB as sent)")
+        def batch() -> dict:
+            return {m["email"]: rendered.recipient_variables(member_values(  # noqa: B023 - measured here
+                **m, site_url="https://site.test", link_secret="bench", email_id="e1")) for m in members}
+
+        seconds = best_of(args.runs, batch)
+        size = len(json.dumps(batch(), separators=(",", ":")))
+        print(f"  recipient variables, {args.recipients:,} members: {seconds * 1000:8.1f} ms  "
+              f"({size / 1024:,.0f} KiB as sent)")
 
 
 if __name__ == "__main__":

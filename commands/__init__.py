@@ -8,10 +8,13 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable
 from datetime import UTC
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import typer
 from rich.console import Console
+
+if TYPE_CHECKING:
+    from operations.answers import Page
 
 console = Console(soft_wrap=True)  # a line is never broken: ids stay whole for copy and grep
 T = TypeVar("T")
@@ -40,6 +43,9 @@ def print_json(data: object) -> None:
     """The --json answer: one JSON document on stdout; times as ISO 8601 strings with their offset."""
     import json
     from datetime import datetime, timezone
+
+    if hasattr(data, "as_json"):  # an operation's answer (operations/answers.py)
+        data = data.as_json()
 
     def plain(value):
         if isinstance(value, datetime):
@@ -74,15 +80,15 @@ def repeated_filters(**filters: str | None) -> str:
     return "".join(f" --{name} {shlex.quote(value)}" for name, value in filters.items() if value)
 
 
-def print_page(page: dict, columns: dict[str, str], *, empty: str, more: str) -> None:
+def print_page(page: Page, columns: dict[str, str], *, empty: str, more: str) -> None:
     """A list as aligned columns, one line per row, never wrapped (ids stay whole for copy and grep):
-    `columns` maps a row key to its header; a time reads as `when`, a missing value as `-`."""
-    if not page["items"]:
+    `columns` maps a row field to its header; a time reads as `when`, a missing value as `-`."""
+    if not page.items:
         console.print(empty, highlight=False)
         return
-    print_rows([list(columns.values())] + [[_cell(row[key]) for key in columns] for row in page["items"]])
-    if page["next_after"]:
-        console.print(f"more: {more} --after {page['next_after']}", highlight=False)
+    print_rows([list(columns.values())] + [[_cell(getattr(row, key)) for key in columns] for row in page.items])
+    if page.next_after:
+        console.print(f"more: {more} --after {page.next_after}", highlight=False)
 
 
 def print_rows(rows: list[list[str]]) -> None:

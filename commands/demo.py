@@ -4,6 +4,9 @@ A site is seeded, a worker runs in this process, a new member gets their welcome
 the outbox, a post is scheduled a few seconds ahead and published on time, its newsletter goes to
 every member with a progress bar, an analytics run fetches the simulator's events, and the email's
 report (`newsletter report`) shows what happened. Every step is a real workflow you can open in the Web UI.
+The front door (`pressroom serve`) runs in this process too, so the email's links go through its
+redirects: the simulator's readers follow some of them and its mail scanners prefetch others, and
+the report shows the clicks and what it set apart.
 
 With `PRESSROOM_EMAIL_PROVIDER=ses` the stack runs the SES stand-in instead of the Mailgun
 simulator; SES has no events to fetch, so the demo also runs the webhook receiver
@@ -18,7 +21,7 @@ import logging
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from datetime import UTC, datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -49,7 +52,11 @@ async def run_demo(console: Console, *, members: int, publish_in: float, keep_ru
                   + (f"; already running: {', '.join(status.running)}" if status.running else ""))
     # The simulator stores events the moment they happen, so the demo reads them without the
     # one-minute end margin that real Mailgun needs.
-    settings = load_settings(analytics_end_margin_seconds=0, publish_lead_seconds=2)
+    from devstack.servers import free_port
+
+    door_port = free_port()
+    settings = load_settings(analytics_end_margin_seconds=0, publish_lead_seconds=2, email_track_clicks=True,
+                             site_url=f"http://127.0.0.1:{door_port}")
     await database.migrate(settings.require_database())
     client = await connect(settings)
     pool = await database.connect(settings.require_database(), max_size=10)
@@ -58,8 +65,11 @@ async def run_demo(console: Console, *, members: int, publish_in: float, keep_ru
         site = await seed_site(pool, members=members, run_tag=tag)
         console.print(f"[bold]Site[/bold]: newsletter with {site.members:,} members; post {site.post_id} "
                       f"with email {site.email_id}")
-        async with running_worker(client, settings), _receiving_pushes(pool, settings) as receiver_url:
+        async with running_worker(client, settings), _receiving_pushes(pool, settings) as receiver_url, \
+                _front_door(pool, settings, door_port):
             await ensure_relay(client, settings)
+            await _readers_follow_links(settings)
+            console.print(f"[bold]Front door[/bold]: {settings.site_url} (the email's tracked links)", highlight=False)
             if receiver_url:
                 from operations.webhooks import ensure_inbox_applier
 
@@ -78,7 +88,7 @@ async def run_demo(console: Console, *, members: int, publish_in: float, keep_ru
             await schedule_post(site.post_id, publish_at.isoformat(), client=client, settings=settings)
             console.print(f"[bold]Post[/bold]: scheduled for {publish_at:%H:%M:%S} UTC "
                           f"(workflow {publish_workflow_id(site.post_id)}); waiting…")
-            late = await wait_for_publication(pool, site.post_id, timeout=publish_in + 60)
+            late = await wait_for_publication(pool, site.post_id, seconds=publish_in + 60)
             console.print(f"[bold]Post[/bold]: published {late:.0f} ms after its time")
 
             newsletter_id = newsletter_workflow_id(site.email_id)
@@ -161,20 +171,49 @@ async def _receiving_pushes(pool, settings) -> AsyncIterator[str]:
         await runner.cleanup()
 
 
-async def _wait_for_opens(email_id: str, settings, timeout: float = 60) -> None:
+@asynccontextmanager
+async def _front_door(pool, settings, port: int) -> AsyncIterator[None]:
+    """`pressroom serve` in this process: the email's tracked links and unsubscribe links answer here."""
+    from frontdoor.server import FrontDoor
+
+    door = FrontDoor(pool, settings)
+    await door.start("127.0.0.1", port)
+    try:
+        yield
+    finally:
+        await door.stop()
+
+
+async def _readers_follow_links(settings) -> None:
+    """The simulator's readers follow a link of some copies, and its scanners prefetch every link of a few."""
+    import httpx
+
+    if settings.email_provider == "ses":
+        from pressroom.providers.ses.settings import ses_settings
+
+        base = ses_settings().ses_endpoint
+    else:
+        base = settings.mailgun_base_url
+    async with httpx.AsyncClient(timeout=10) as http:
+        answer = await http.post(f"{base}/_sim/follow", json={"readers": 0.3, "scanners": 0.05,
+                                                              "reader_delay_seconds": 4.0})
+        answer.raise_for_status()
+
+
+async def _wait_for_opens(email_id: str, settings, seconds: float = 60) -> None:
     from operations.reports import newsletter_report
 
-    deadline = time.monotonic() + timeout
-    while (report := await newsletter_report(email_id, settings=settings))["opened"] < report["sent"]:
+    deadline = time.monotonic() + seconds
+    while (report := await newsletter_report(email_id, settings=settings)).opened < report.sent:
         if time.monotonic() > deadline:
             return  # the report shows what arrived
         await asyncio.sleep(0.5)
 
 
-async def _wait_for_workflow(client, workflow_id: str, timeout: float = 30) -> None:
+async def _wait_for_workflow(client, workflow_id: str, seconds: float = 30) -> None:
     from temporalio.service import RPCError
 
-    deadline = time.monotonic() + timeout
+    deadline = time.monotonic() + seconds
     while True:
         try:
             await client.get_workflow_handle(workflow_id).describe()

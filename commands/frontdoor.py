@@ -16,7 +16,8 @@ PORT_OPTION = typer.Option(8090, "--port", min=1, max=65535, help="Port to liste
 
 @app.command("serve")
 def serve_command(host: str = HOST_OPTION, port: int = PORT_OPTION) -> None:
-    """Serve /unsubscribe/, /webhooks/mailgun and /healthz until SIGINT or SIGTERM."""
+    """Serve /unsubscribe/, /webhooks/mailgun, /healthz and the editors' dashboard (/pressroom/) until SIGINT or
+    SIGTERM."""
     serve_front_door(host, port)
 
 
@@ -35,7 +36,8 @@ def serve_front_door(host: str, port: int) -> None:
 
     async def work() -> None:
         task = asyncio.create_task(serve(host, port, settings, ready=lambda: console.print(
-            f"front door on http://{host}:{port}: {UNSUBSCRIBE_PATH}, {PATH}, {HEALTH_PATH}", highlight=False)))
+            f"front door on http://{host}:{port}: {UNSUBSCRIBE_PATH}, {PATH}, {HEALTH_PATH}, /pressroom/",
+            highlight=False)))
         loop = asyncio.get_running_loop()
         for number in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(number, task.cancel)

@@ -17,8 +17,10 @@ from commands import (
     print_rows,
     repeated_filters,
     run_async,
+    warn,
     when,
 )
+from operations.answers import MemberProfile
 from operations.members import add_member, member_profile
 
 app = typer.Typer(help="Members of the site.", no_args_is_help=True)
@@ -112,9 +114,12 @@ def members_delete(member: str = typer.Argument(..., metavar="ID|ADDRESS", help=
 
 @app.command("import")
 def members_import(file: str = typer.Argument(..., metavar="FILE.csv",
-                                             help="Members in the reference platform's export format (CSV)."),
+                                             help="Members in the reference platform's export format, or a "
+                                                  "Mailchimp export (CSV)."),
                    welcome: bool = typer.Option(False, "--welcome", help="Queue the welcome email of each member "
                                                                          "added (none without it)."),
+                   dry_run: bool = typer.Option(False, "--dry-run", help="Check every row and report what an import "
+                                                                         "would do; write nothing."),
                    as_json: bool = JSON_OPTION) -> None:
     """Add or update members from a CSV export: every row checked; refused rows reported by line and why."""
     from dataclasses import asdict
@@ -122,7 +127,7 @@ def members_import(file: str = typer.Argument(..., metavar="FILE.csv",
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from operations.member_import import ROWS_SHOWN, import_members
+    from operations.member_import import import_members
 
     errors = Console(stderr=True)
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
@@ -132,27 +137,80 @@ def members_import(file: str = typer.Argument(..., metavar="FILE.csv",
         def progress(phase: str, done: int, total: int) -> None:
             bar.update(tasks[phase], completed=done, total=total or None)
 
-        report = run_async(import_members(file, welcome=welcome, progress=progress))
+        report = run_async(import_members(file, welcome=welcome, dry_run=dry_run, progress=progress))
     if as_json:
         return print_json(asdict(report))
-    r = report
-    console.print(f"imported {r.file}: {plural(r.rows, 'row')}: {r.added:,} added, {r.updated:,} updated, "
-                  f"{r.unchanged:,} unchanged, {len(r.refused):,} refused", highlight=False)
-    for refused in r.refused[:ROWS_SHOWN]:
-        console.print(f"  line {refused['line']}: {refused['reason']}", highlight=False, markup=False)
+    for line in import_summary(report, welcome=welcome):
+        console.print(line, highlight=False, markup=False)
+
+
+def import_summary(r, *, welcome: bool) -> list[str]:
+    """The import's report in lines: what was read, done (or would be, in a dry run), and refused."""
+    from operations.member_import import ROWS_SHOWN
+
+    verb = "would import" if r.dry_run else "imported"
+    lines = [f"{verb} {r.file} ({r.format}): {plural(r.rows, 'row')}: {r.added:,} added, {r.updated:,} updated, "
+             f"{r.unchanged:,} unchanged, {len(r.refused):,} refused"]
+    lines += [f"  line {refused['line']}: {refused['reason']}" for refused in r.refused[:ROWS_SHOWN]]
     if len(r.refused) > ROWS_SHOWN:
-        console.print(f"  and {len(r.refused) - ROWS_SHOWN:,} more refused rows (--json lists them all)",
-                      highlight=False)
+        lines.append(f"  and {len(r.refused) - ROWS_SHOWN:,} more refused rows (--json lists them all)")
     if r.labels_made or r.labels_given:
-        console.print(f"labels: {r.labels_given:,} given to members; {plural(r.labels_made, 'label')} the site "
-                      "did not have made", highlight=False)
+        lines.append(f"labels: {r.labels_given:,} given to members; {plural(r.labels_made, 'label')} the site "
+                     "did not have made")
+    if r.tiers_given:
+        lines.append(f"tiers: {r.tiers_given:,} given to members")
+    if r.comped_default_tier:
+        lines.append(f"{plural(r.comped_default_tier, 'complimentary member')} given the site's default tier")
+    if r.comped_without_tier:
+        lines.append(f"{plural(r.comped_without_tier, 'complimentary member')} without a tier: the site has no "
+                     "active paid tier")
+    if r.paid_stripe:
+        lines.append(f"{plural(r.paid_stripe, 'member')} with a Stripe customer imported paid, with their tiers")
+    if r.stripe_without_tier:
+        shown = ", ".join(str(line) for line in r.stripe_without_tier[:ROWS_SHOWN])
+        lines.append(f"{plural(len(r.stripe_without_tier), 'member')} with a Stripe customer but no tier imported "
+                     f"free (Pressroom cannot ask Stripe for a subscription): lines {shown}"
+                     + (", …" if len(r.stripe_without_tier) > ROWS_SHOWN else ""))
+    if r.created_in_future:
+        lines.append(f"{plural(r.created_in_future, 'member')} created in the future given the import's time")
     if r.ignored_columns:
-        console.print(f"columns not imported: {', '.join(r.ignored_columns)}", highlight=False, markup=False)
+        lines.append(f"columns not imported: {', '.join(r.ignored_columns)}")
     if r.suppressions_restored:
-        console.print(f"{plural(r.suppressions_restored, 'suppression')} of addresses deleted before and "
-                      "imported again restored", highlight=False)
-    console.print(f"{plural(r.welcome_queued, 'welcome email')} queued" if welcome else
-                  "no welcome emails queued (--welcome queues them for the members added)", highlight=False)
+        lines.append(f"{plural(r.suppressions_restored, 'suppression')} of addresses deleted before and "
+                     "imported again restored")
+    lines.append(f"{plural(r.welcome_queued, 'welcome email')} queued" if welcome else
+                 "no welcome emails queued (--welcome queues them for the members added)")
+    if r.dry_run:
+        lines.append("dry run: nothing was written")
+    return lines
+
+
+@app.command("export")
+def members_export(file: str = typer.Argument("-", metavar="[FILE.csv]",
+                                             help="Where to write (default: standard output)."),
+                   recipient_filter: str = typer.Option(None, "--filter", metavar="FILTER",
+                                                        help="Only these members, in the recipient filter's "
+                                                             "language (label:vip, status:-free, …)."),
+                   as_json: bool = JSON_OPTION) -> None:
+    """Write members in the reference platform's CSV export format, which its importer (and ours) reads."""
+    import json
+
+    from rich.console import Console
+
+    from operations.member_export import export_members
+
+    done = run_async(export_members(file, recipient_filter=recipient_filter))
+    # The file may be standard output: the summary then goes to stderr.
+    out = Console(stderr=True) if file == "-" else console
+    if as_json:
+        out.print(json.dumps({"file": done.file, "members": done.members, "filter": done.filter,
+                              "paid_without_tier": done.paid_without_tier}), highlight=False, markup=False)
+        return
+    out.print(f"exported {plural(done.members, 'member')}" + (f" to {done.file}" if file != "-" else "")
+              + (f" (filter {done.filter})" if done.filter else ""), highlight=False, markup=False)
+    if done.paid_without_tier:
+        warn(f"{plural(done.paid_without_tier, 'paid member')} without a tier: the format says paid only with a "
+             "tier or a Stripe customer, so an import reads them free")
 
 
 @app.command("list")
@@ -205,53 +263,65 @@ def members_show(member: str = typer.Argument(..., metavar="ID|ADDRESS", help="T
     if as_json:
         return print_json(profile)
     p = profile
-    console.print(f"member {p['member_id']}: {p['email']}" + (f" ({p['name']})" if p["name"] else ""), highlight=False)
-    console.print(f"status: {p['status']}; joined {when(p['created_at'])}; "
-                  f"{'email disabled' if p['email_disabled'] else 'email enabled'}", highlight=False)
-    if p["note"]:  # outside input, of several lines: shown indented, what a terminal would act on blanked
-        lines = "".join(c if c.isprintable() or c == "\n" else " " for c in p["note"]).splitlines()
+    console.print(f"member {p.member_id}: {p.email}" + (f" ({p.name})" if p.name else ""), highlight=False)
+    console.print(f"status: {p.status}; joined {when(p.created_at)}; "
+                  f"{'email disabled' if p.email_disabled else 'email enabled'}", highlight=False)
+    if p.note:  # outside input, of several lines: shown indented, what a terminal would act on blanked
+        lines = "".join(c if c.isprintable() or c == "\n" else " " for c in p.note).splitlines()
         console.print("note: " + "\n      ".join(lines), highlight=False, markup=False)
-    open_rate = (f"{p['email_open_rate']}%" if p["email_open_rate"] is not None
+    open_rate = (f"{p.email_open_rate}%" if p.email_open_rate is not None
                  else "none yet (shown once 5 emails with open tracking were received)")
-    console.print(f"received {plural(p['email_count'], 'email')}, opened {p['email_opened_count']:,}; "
-                  f"open rate {open_rate}", highlight=False)
-    s = p["suppression"]
+    console.print(f"received {plural(p.email_count, 'email')}, opened {p.email_opened_count:,}; "
+                  f"open rate {open_rate}; last seen {when(p.last_seen_at) if p.last_seen_at else 'never'}",
+                  highlight=False)
+    s = p.suppression
     console.print("suppressed: no" if s is None else
-                  f"suppressed: yes, after a {'complaint' if s['reason'] == 'spam' else 'bounce'} "
-                  f"on {when(s['created_at'])}" + (f" (email {s['email_id']})" if s["email_id"] else "")
+                  f"suppressed: yes, after a {'complaint' if s.reason == 'spam' else 'bounce'} "
+                  f"on {when(s.created_at)}" + (f" (email {s.email_id})" if s.email_id else "")
                   + "; newsletters are not sent to this address", highlight=False)
-    tiers = [t["slug"] + (f" (ended {when(t['expiry_at'])})" if t["expired"] else
-                          f" (until {when(t['expiry_at'])})" if t["expiry_at"] else "") for t in p["tiers"]]
-    console.print(f"labels: {', '.join(p['labels']) or 'none'}; tiers: {', '.join(tiers) or 'none'}",
+    tiers = [t.slug + (f" (ended {when(t.expiry_at)})" if t.expired else
+                       f" (until {when(t.expiry_at)})" if t.expiry_at else "") for t in p.tiers]
+    console.print(f"labels: {', '.join(p.labels) or 'none'}; tiers: {', '.join(tiers) or 'none'}",
                   highlight=False, markup=False)
-    subscribed = [n["slug"] for n in p["subscriptions"] if n["subscribed"]]
-    other = [n["slug"] for n in p["subscriptions"] if not n["subscribed"]]
+    subscribed = [n.slug for n in p.subscriptions if n.subscribed]
+    other = [n.slug for n in p.subscriptions if not n.subscribed]
     console.print(f"subscribed to: {', '.join(subscribed) or 'no newsletter'}"
                   + (f"; not to: {', '.join(other)}" if other else ""), highlight=False)
-    for n in p["subscriptions"]:
-        if n["left_at"] is not None:
-            console.print(f"left {n['slug']} {when(n['left_at'])} by {LEFT_BY[n['left_by']]}"
-                          + (f" (email {n['left_through_email']})" if n["left_through_email"] else ""),
+    for n in p.subscriptions:
+        if n.left_at is not None:
+            console.print(f"left {n.slug} {when(n.left_at)} by {LEFT_BY[n.left_by]}"
+                          + (f" (email {n.left_through_email})" if n.left_through_email else ""),
                           highlight=False)
-    for entry in p["outbox"]:
-        console.print(f"outbox {entry['outbox_id']}: {entry['event_type']} {entry['status']} "
-                      f"({plural(entry['attempts'], 'attempt')}"
-                      + (f", last error {entry['last_error_code']}" if entry["last_error_code"] else "")
-                      + f"), created {when(entry['created_at'])}", highlight=False)
-    for sent in p["automated_emails"]:
-        console.print(f"automated email {sent['slug']}: {sent['send_outcome'] or 'not sent'} "
-                      f"({when(sent['created_at'])})", highlight=False)
+    for entry in p.outbox:
+        console.print(f"outbox {entry.outbox_id}: {entry.event_type} {entry.status} "
+                      f"({plural(entry.attempts, 'attempt')}"
+                      + (f", last error {entry.last_error_code}" if entry.last_error_code else "")
+                      + f"), created {when(entry.created_at)}", highlight=False)
+    for sent in p.automated_emails:
+        console.print(f"automated email {sent.slug}: {sent.send_outcome or 'not sent'} "
+                      f"({when(sent.created_at)})", highlight=False)
+    print_member_clicks(p)
     if not emails:
         return
-    if not p["emails"]:
+    if not p.emails:
         return console.print("no newsletter emails yet", highlight=False)
     console.print("[bold]last emails[/bold]")
     rows = [["email", "subject", "made", "what happened", "when"]]
-    for e in p["emails"]:
-        moment = e["complained_at"] or e["failed_at"] or e["opened_at"] or e["delivered_at"] or e["sent_at"]
-        outcome = e["outcome"] + (f": {e['failure_code']} {e['failure_message']}" if e["failure"] else "")
-        rows.append([e["email_id"], e["subject"], when(e["created_at"]), outcome, when(moment)])
+    for e in p.emails:
+        moment = e.complained_at or e.failed_at or e.opened_at or e.delivered_at or e.sent_at
+        outcome = e.outcome + (f": {e.failure_code} {e.failure_message}" if e.failure else "")
+        rows.append([e.email_id, e.subject, when(e.created_at), outcome, when(moment)])
     print_rows(rows)
+
+
+def print_member_clicks(p: MemberProfile) -> None:
+    """Their last clicks on newsletters' links, a scanner's marked as such."""
+    if not p.clicks:
+        return console.print("clicks: none", highlight=False)
+    console.print("[bold]last clicks[/bold]")
+    print_rows([["when", "email", "link", ""]]
+               + [[when(c.at), c.email_id or "-", c.target, f"scanner ({c.scanner})" if c.scanner else ""]
+                  for c in p.clicks])
 
 
 LEFT_BY = {"link": "their unsubscribe link", "provider": "the provider's unsubscribe event", "operator": "an operator"}

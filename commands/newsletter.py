@@ -19,6 +19,7 @@ from commands import (
     warn,
     when,
 )
+from operations.answers import EmailClicks, EmailReport, FailureReason, NewsletterStatus, OpensOverTime
 from operations.common import temporal_client
 from operations.newsletter import (
     follow_newsletter,
@@ -86,12 +87,12 @@ def print_outcome(email_id: str, outcome) -> None:
                   highlight=False)
 
 
-def drift_note(status: dict) -> str:
+def drift_note(status: NewsletterStatus) -> str:
     """The site's own recipient count, when the recipients written differed from it by 1% or more."""
-    expected = status.get("recipients_expected")
+    expected = status.recipients_expected
     if not expected:
         return ""
-    return (f" (the site counted {expected:,}: {100 * (status['recipients'] - expected) / expected:+.1f}%, "
+    return (f" (the site counted {expected:,}: {100 * (status.recipients - expected) / expected:+.1f}%, "
             "email_count corrected)")
 
 
@@ -110,6 +111,32 @@ def newsletter_cancel(email_id: str = typer.Argument(..., help="The email (email
     console.print(cancel.message, highlight=False)
 
 
+@app.command("resume")
+def newsletter_resume(email_id: str = typer.Argument(..., help="The email (emails.id)."),
+                      by: str = typer.Option(None, "--by", help="Who resumes (default: your login)."),
+                      as_json: bool = JSON_OPTION) -> None:
+    """Go on with a send paused for its early bounce or complaint rate; safe to repeat."""
+    from operations.newsletter import resume_newsletter
+
+    resumed = run_async(resume_newsletter(email_id, by=by))
+    if as_json:
+        return print_json(resumed.model_dump(mode="json"))
+    console.print(resumed.message, highlight=False)
+@app.command("retry")
+def newsletter_retry(email_id: str = typer.Argument(..., help="The failed email (emails.id)."),
+                     recipient_filter: str = typer.Option(None, "--filter", metavar="FILTER",
+                                                          help="The corrected recipient filter."),
+                     subject: str = typer.Option(None, "--subject", help="The corrected subject."),
+                     as_json: bool = JSON_OPTION) -> None:
+    """Correct a failed email (filter, subject) and send it again."""
+    from operations.authoring import retry_email
+
+    retry = run_async(retry_email(email_id, recipient_filter=recipient_filter, subject=subject))
+    if as_json:
+        return print_json(retry.model_dump())
+    console.print(retry.message, highlight=False)
+
+
 @app.command("status")
 def newsletter_status_command(email_id: str = typer.Argument(..., help="The email (emails.id)."),
                               as_json: bool = JSON_OPTION) -> None:
@@ -123,34 +150,31 @@ def newsletter_status_command(email_id: str = typer.Argument(..., help="The emai
     status = run_async(newsletter_status(email_id, command_started=started))
     if as_json:
         return print_json(status)
-    run = status["run"]
-    console.print(f"email {email_id}: {status['status']}" + (f" — {status['error']}" if status["error"] else ""),
+    run = status.run
+    console.print(f"email {email_id}: {status.status}" + (f" — {status.error}" if status.error else ""),
                   highlight=False)
-    b = status["batches"]
-    console.print(f"batches: {b['submitted']}/{b['total']} submitted, {b['failed']} failed; "
-                  f"{status['recipients']:,} recipients" + drift_note(status), highlight=False)
-    if status["skipped_recipients"]:
-        console.print(f"left out: {status['skipped_recipients']:,} members whose address cannot be a recipient "
+    b = status.batches
+    console.print(f"batches: {b.submitted}/{b.total} submitted, {b.failed} failed; "
+                  f"{status.recipients:,} recipients" + drift_note(status), highlight=False)
+    if status.skipped_recipients:
+        console.print(f"left out: {status.skipped_recipients:,} members whose address cannot be a recipient "
                       f"(pressroom members list --left-out-of {email_id} --reason unusable-address)",
                       highlight=False)
-    console.print(f"run: {status['workflow_id']} " + (f"{run['status']} (run {run['run_id']}, task queue "
-                                                      f"{run['task_queue']})" if run else "unknown: Temporal "
-                                                      "is unreachable" if status["temporal"] else "never started"),
+    console.print(f"run: {status.workflow_id} " + (f"{run.status} (run {run.run_id}, task queue "
+                                                   f"{run.task_queue})" if run else "unknown: Temporal "
+                                                   "is unreachable" if status.temporal else "never started"),
                   highlight=False)
-    if status["progress"]:
-        from workflows.newsletter_models import NewsletterProgress
-
-        console.print(f"now: {progress_words(NewsletterProgress(**status['progress']), counts=False)}",
+    if status.progress:
+        console.print(f"now: {progress_words(status.progress, counts=False)}", highlight=False)
+    if run and run.status == "running":
+        console.print(f"waits for: {status.waiting_for or 'nothing (its batches are being sent)'}",
                       highlight=False)
-    if run and run["status"] == "running":
-        console.print(f"waits for: {status['waiting_for'] or 'nothing (its batches are being sent)'}",
-                      highlight=False)
-    if run and run["worker_polling"] is False:
-        warn(no_worker_message(run["task_queue"]))
-    elif run and run["worker_answering"] is False:
-        warn(no_answer_message(run["task_queue"], run["query_seconds"]))
-    if status["temporal"]:
-        warn(status["temporal"])
+    if run and run.worker_polling is False:
+        warn(no_worker_message(run.task_queue))
+    elif run and run.worker_answering is False:
+        warn(no_answer_message(run.task_queue, run.query_seconds))
+    if status.temporal:
+        warn(status.temporal)
 
 
 @app.command("follow")
@@ -210,7 +234,8 @@ def newsletter_test(email_id: str = typer.Argument(..., help="The email (emails.
 
 
 @app.command("list")
-def newsletter_list(status: str = typer.Option(None, "--status", metavar="pending|submitting|submitted|failed|cancelled",
+def newsletter_list(status: str = typer.Option(None, "--status",
+                                               metavar="pending|submitting|submitted|failed|cancelled",
                                                help="Only emails in this state."),
                     newsletter: str = typer.Option(None, "--newsletter", metavar="ID|SLUG",
                                                    help="Only this newsletter's emails."),
@@ -227,12 +252,13 @@ def newsletter_list(status: str = typer.Option(None, "--status", metavar="pendin
                       "post_id": "post", "recipients": "recipients", "delivered": "delivered", "opened": "opened",
                       "failed": "failed", "created_at": "created", "error": "why it failed"},
                empty="no emails match", more=f"pressroom newsletter list{again}")
-    for row in page["items"]:
-        if row["will_not_go_out"]:
-            warn(f"email {row['email_id']} will not go out: {row['will_not_go_out']}")
+    for row in page.items:
+        if row.will_not_go_out:
+            warn(f"email {row.email_id} will not go out: {row.will_not_go_out}")
 
 
-LEFT_OUT_WORDS = {"suppressed-bounce": "suppressed after a bounce", "suppressed-complaint": "suppressed after a complaint",
+LEFT_OUT_WORDS = {"suppressed-bounce": "suppressed after a bounce",
+                  "suppressed-complaint": "suppressed after a complaint",
                   "disabled": "email disabled", "not-subscribed": "not subscribed to the newsletter",
                   "not-in-filter": "not in the email's filter", "other": "other (joined the audience later)"}
 
@@ -250,66 +276,88 @@ def newsletter_report_command(email_id: str = typer.Argument(..., help="The emai
     print_report(report)
 
 
-def failure_words(failure: dict) -> str:
+def failure_words(failure: FailureReason) -> str:
     """A failure's codes and message, each said once: a provider's message often begins with its
     enhanced code ("4.2.2 The email account …"), which is then not repeated before it."""
-    message = failure["message"] or ""
-    codes = [str(c) for c in (failure["code"], failure["enhanced_code"]) if c and not message.startswith(str(c))]
+    message = failure.message or ""
+    codes = [str(c) for c in (failure.code, failure.enhanced_code) if c and not message.startswith(str(c))]
     return " ".join(codes + [message]).strip()
 
 
-def print_report(r: dict) -> None:
-    console.print(f"email {r['email_id']} \"{r['subject']}\": {r['status']}"
-                  + (f", sent {when(r['submitted_at'])}" if r["submitted_at"] else "")
-                  + (f" by {r['cancelled_by']} at {when(r['cancelled_at'])}" if r["cancelled_by"] else "")
-                  + f" (post {r['post_id']}, newsletter {r['newsletter'] or '-'}, filter {r['recipient_filter']})",
+def print_report(r: EmailReport) -> None:
+    console.print(f"email {r.email_id} \"{r.subject}\": {r.status}"
+                  + (f", sent {when(r.submitted_at)}" if r.submitted_at else "")
+                  + (f" by {r.cancelled_by} at {when(r.cancelled_at)}" if r.cancelled_by else "")
+                  + f" (post {r.post_id}, newsletter {r.newsletter or '-'}, filter {r.recipient_filter})",
                   highlight=False)
-    if r["error"]:
-        console.print(f"why: {r['error']}", highlight=False, markup=False)
+    if r.error:
+        console.print(f"why: {r.error}", highlight=False, markup=False)
     notes = {"sent": "accepted by the provider",
-             "failed": f"permanent {r['failed_permanent']:,}, temporary {r['failed_temporary']:,}",
+             "failed": f"permanent {r.failed_permanent:,}, temporary {r.failed_temporary:,}",
              "unsubscribed": "no longer subscribed to the newsletter; through this email: "
-                             f"{r['unsubscribed_through_email']['link']:,} by its link, "
-                             f"{r['unsubscribed_through_email']['provider']:,} by the provider"}
-    rows = [["", "members", "of sent", ""], ["recipients", f"{r['recipients']:,}", "", ""],
-            ["sent", f"{r['sent']:,}", "", notes["sent"]]]
+                             f"{r.unsubscribed_through_email.link:,} by its link, "
+                             f"{r.unsubscribed_through_email.provider:,} by the provider"}
+    rows = [["", "members", "of sent", ""], ["recipients", f"{r.recipients:,}", "", ""],
+            ["sent", f"{r.sent:,}", "", notes["sent"]]]
     for key in ("delivered", "opened", "failed", "unsubscribed", "complained"):
-        rate = r["rates"][key]
-        rows.append([key, f"{r[key]:,}", "-" if rate is None else f"{rate:.1f}%", notes.get(key, "")])
+        rate = getattr(r.rates, key)
+        rows.append([key, f"{getattr(r, key):,}", "-" if rate is None else f"{rate:.1f}%", notes.get(key, "")])
     print_rows(rows)
-    if r["segments"]:
+    reputation = r.reputation
+    if reputation.hard_bounce_rate is not None:
+        complaints = reputation.complaint_rate
+        console.print(f"reputation: hard bounces {reputation.hard_bounce_rate:.2f}% of sent, complaints "
+                      + ("-" if complaints is None else f"{complaints:.2f}%") + " of delivered (mailbox providers "
+                      "ask for complaints under 0.3%; `pressroom check` reads the last 30 days)", highlight=False)
+    if r.segments:
         console.print("[bold]per segment[/bold]")
         print_rows([["segment", "recipients", "delivered", "opened", "unsubscribed"]]
-                   + [[seg["segment"]] + [f"{seg[k]:,}" for k in ("recipients", "delivered", "opened", "unsubscribed")]
-                      for seg in r["segments"]])
-    if r["top_failures"]:
+                   + [[seg.segment] + [f"{getattr(seg, k):,}" for k in ("recipients", "delivered", "opened",
+                                                                         "unsubscribed")]
+                      for seg in r.segments])
+    if r.top_failures:
         console.print("[bold]top failure reasons[/bold]")
-        for f in r["top_failures"]:
-            console.print(f"  {f['n']:>8,}  {f['severity']:<9} {failure_words(f)}", highlight=False,
-                          markup=False)
-    left_out = {reason: n for reason, n in r["left_out"].items() if n}
+        for f in r.top_failures:
+            console.print(f"  {f.n:>8,}  {f.severity:<9} {failure_words(f)}", highlight=False, markup=False)
+    left_out = {reason: n for reason, n in r.left_out.items() if n}
     if left_out:
         console.print(f"[bold]left out[/bold]: {plural(sum(left_out.values()), 'member')} who joined before the email "
                       "was made did not get it", highlight=False)
         for reason, n in left_out.items():
             console.print(f"  {n:>8,}  {LEFT_OUT_WORDS[reason]:<34} pressroom members list --left-out-of "
-                          f"{r['email_id']} --reason {reason}", highlight=False, markup=False)
+                          f"{r.email_id} --reason {reason}", highlight=False, markup=False)
     else:
         console.print("left out: nobody", highlight=False)
-    print_opens_chart(r["opens_over_time"])
+    print_opens_chart(r.opens_over_time)
+    print_clicks(r.clicks)
 
 
-def print_opens_chart(opens: dict, width: int = 40) -> None:
+def print_clicks(c: EmailClicks) -> None:
+    """Members who clicked, with the rate over delivered, the top links, and what was set apart."""
+    rate = "" if c.rate is None else f" ({c.rate:.1f}% of delivered)"
+    console.print(f"[bold]clicked[/bold]: {plural(c.clicked, 'member')}{rate}, {plural(c.clicks, 'click')}"
+                  + (f" ({c.without_member:,} through forwarded links)" if c.without_member else ""),
+                  highlight=False)
+    if c.set_apart:
+        why = ", ".join(f"{n:,} by {reason}" for reason, n in sorted(c.set_apart_by.items()))
+        console.print(f"set apart as mail scanners' (in no figure above): {plural(c.set_apart, 'request')} "
+                      f"({why})", highlight=False)
+    if c.top_links:
+        print_rows([["link", "members", "clicks"]]
+                   + [[link.target, f"{link.clickers:,}", f"{link.clicks:,}"] for link in c.top_links])
+
+
+def print_opens_chart(opens: OpensOverTime, width: int = 40) -> None:
     """Opens per time bucket as bars, one line per bucket."""
-    if not opens["buckets"]:
+    if not opens.buckets or opens.bucket_seconds is None:
         return console.print("opens over time: no opens recorded yet (`pressroom analytics run --wait` fetches them)",
                              highlight=False)
-    seconds = opens["bucket_seconds"]
+    seconds = opens.bucket_seconds
     unit = (f"{seconds // 86400} d" if seconds >= 86400 else f"{seconds // 3600} h" if seconds >= 3600
             else f"{seconds // 60} min" if seconds >= 60 else f"{seconds} s")
     console.print(f"[bold]opens over time[/bold] (per {unit})")
-    top = max(b["opens"] for b in opens["buckets"])
-    for bucket in opens["buckets"]:
-        eighths = round(width * 8 * bucket["opens"] / top) if top else 0
+    top = max(b.opens for b in opens.buckets)
+    for bucket in opens.buckets:
+        eighths = round(width * 8 * bucket.opens / top) if top else 0
         bar = "█" * (eighths // 8) + ("", "▏", "▎", "▍", "▌", "▋", "▊", "▉")[eighths % 8]
-        console.print(f"  {when(bucket['at'])}  {bar:<{width}} {bucket['opens']:,}", highlight=False, markup=False)
+        console.print(f"  {when(bucket.at)}  {bar:<{width}} {bucket.opens:,}", highlight=False, markup=False)

@@ -48,15 +48,15 @@ def demo(members: int = typer.Option(5000, "--members", min=1, max=1_000_000, he
 def check(as_json: bool = JSON_OPTION) -> None:
     """Reach PostgreSQL, Temporal and Mailgun, then check what running needs: workers polling the task
     queue, the schedules, the outbox relay, the webhook inbox draining; one line each."""
-    from operations.check import run_checks
+    from operations.check import check_report, run_checks
     from operations.readiness import RUNNING_CHECKS
 
     results = run_async(run_checks(get_settings(), RUNNING_CHECKS))
     if as_json:
-        print_json({"ok": all(r.ok for r in results),
-                    "services": [{"service": r.service, "ok": r.ok, "detail": r.detail} for r in results]})
+        print_json(check_report(results))
     for result in results if not as_json else ():
-        mark = "[green]ok  [/green]" if result.ok else "[red]FAIL[/red]" if result.checked else "[yellow]skip[/yellow]"
+        mark = ("[yellow]warn[/yellow]" if result.warning else "[green]ok  [/green]") if result.ok \
+            else "[red]FAIL[/red]" if result.checked else "[yellow]skip[/yellow]"
         console.print(f"{mark} {result.service}: {result.detail}", highlight=False, soft_wrap=True)
     failed = [result.service for result in results if not result.ok and result.checked]
     if failed:

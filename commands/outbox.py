@@ -24,24 +24,31 @@ app = typer.Typer(help="The outbox: events delivered with retries and an idempot
 
 @app.command("status")
 def outbox_status_command(as_json: bool = JSON_OPTION) -> None:
-    """Counts by state and the age of the oldest entry waiting."""
+    """Counts by state, the age of the oldest entry waiting, the site's events by type and by webhook."""
     status = run_async(outbox_status())
     if as_json:
         return print_json(status)
-    for state, count in status["counts"].items():
+    for state, count in status.counts.items():
         console.print(f"{state:<11} {count:>8,}", highlight=False)
-    oldest = status["oldest_pending_seconds"]
+    oldest = status.oldest_pending_seconds
     console.print("nothing waiting" if oldest is None else f"oldest waiting entry: {oldest:,.1f} s old")
     for kind, line in (("waiting", "pending, waiting"), ("skipped", "skipped")):
-        for group in status[kind]:
-            console.print(f"{line}: {group['count']:,} ({group['code']}) {group['reason']}", highlight=False,
+        for group in getattr(status, kind):
+            console.print(f"{line}: {group.count:,} ({group.code}) {group.reason}", highlight=False,
                           markup=False)
+    for title, key in (("site events by type", "by_event"), ("site events by webhook", "by_webhook")):
+        if status[key]:
+            console.print(title, highlight=False)
+        for name, counts in status[key].items():
+            console.print(f"  {name:<36} " + ", ".join(f"{state} {n:,}" for state, n in counts.items()),
+                          highlight=False, markup=False)
 
 
 @app.command("list")
 def outbox_list(status: str = typer.Option(None, "--status", metavar="STATE",
                                            help="pending, sending, succeeded, failed, aborted, completed or skipped."),
-                member: str = typer.Option(None, "--member", metavar="MEMBER_ID", help="Only entries about this member."),
+                member: str = typer.Option(None, "--member", metavar="MEMBER_ID",
+                                           help="Only entries about this member."),
                 since: str = SINCE_OPTION, limit: int = LIMIT_OPTION, after: str = AFTER_OPTION,
                 as_json: bool = JSON_OPTION) -> None:
     """Entries, newest first, a page at a time (`outbox show ID` and `outbox requeue ID` take the id)."""
@@ -99,5 +106,5 @@ def outbox_requeue(outbox_id: str = typer.Argument(None, metavar="[ID]",
         return print_json({"requeued": done.requeued, "refused": done.refused})
     console.print(f"{len(done.requeued):,} {state} entr{'y' if len(done.requeued) == 1 else 'ies'}"
                   + (f" with {reason}" if reason else "") + " pending again", highlight=False)
-    for outbox_id, why in done.refused.items():
+    for why in done.refused.values():
         console.print(f"  not requeued: {why}", highlight=False, markup=False)

@@ -81,7 +81,8 @@ def posts_status_command(post_id: str = typer.Argument(None, help="One post (pos
                       highlight=False)
         if status["overdue"]:
             console.print(f"{plural(status['overdue'], 'scheduled post')} "
-                          f"{'is' if status['overdue'] == 1 else 'are'} overdue (is a worker running?)", highlight=False)
+                          f"{'is' if status['overdue'] == 1 else 'are'} overdue (is a worker running?)",
+                          highlight=False)
         for post in status["next"]:
             console.print(f"next: post {post['post_id']} at {when(post['publish_at'])}", highlight=False)
         for post in status["newsletter_not_going"]:
@@ -99,3 +100,80 @@ def posts_status_command(post_id: str = typer.Argument(None, help="One post (pos
         warn(f"its newsletter will not go out: {email['will_not_go_out']}")
     if run and run["worker_polling"] is False:
         warn(no_worker_message(run["task_queue"]))
+
+
+def _content(html_file, markdown_file) -> tuple[str | None, str | None]:
+    """The post's content from --html FILE or --markdown FILE (`-` reads stdin)."""
+    import sys
+
+    from pressroom.errors import BadInput
+
+    def read(path) -> str:
+        try:
+            return sys.stdin.read() if str(path) == "-" else open(path, encoding="utf-8").read()  # noqa: SIM115
+        except (OSError, UnicodeDecodeError) as error:
+            raise BadInput(f"cannot read {path}: {type(error).__name__}") from None
+
+    return (read(html_file) if html_file else None), (read(markdown_file) if markdown_file else None)
+
+
+def _change(title, html_file, markdown_file, status, at, newsletter, segment, visibility, tiers):
+    from operations.authoring import PostChange
+    from pressroom.inputs import publish_time
+
+    html, markdown = _content(html_file, markdown_file)
+    return PostChange(title=title, html=html, markdown=markdown, status=status,
+                      at=publish_time(at) if at else None, newsletter=newsletter, segment=segment,
+                      visibility=visibility, tiers=tiers or None)
+
+
+def _print_post(post, as_json: bool) -> None:
+    if as_json:
+        return print_json(post.model_dump())
+    email = f", email {post.email_id} ({post.email_status})" if post.email_id else ""
+    at = f" at {when(post.published_at)}" if post.published_at else ""
+    console.print(f"post {post.id} ({post.slug}) {post.status}{at}{email}", highlight=False, markup=False)
+
+
+_STATUS = typer.Option(None, "--status", metavar="draft|scheduled|published",
+                       help="scheduled needs --at; published publishes now (its newsletter goes out).")
+_AT = typer.Option(None, "--at", help="ISO 8601 with offset, for --status scheduled.")
+_NEWSLETTER = typer.Option(None, "--newsletter", metavar="ID|SLUG", help="Send it as this newsletter's email.")
+_SEGMENT = typer.Option(None, "--segment", metavar="FILTER", help="Who gets the email (a recipient filter; all).")
+_VISIBILITY = typer.Option(None, "--visibility", metavar="public|members|paid|tiers")
+_TIER = typer.Option(None, "--tier", metavar="SLUG", help="A tier the post is for (repeat; --visibility tiers).")
+
+
+@app.command("add")
+def posts_add(title: str = typer.Option(..., "--title"),
+              html_file: str = typer.Option(None, "--html", metavar="FILE", help="The post as HTML (sanitised)."),
+              markdown_file: str = typer.Option(None, "--markdown", metavar="FILE", help="The post as Markdown."),
+              status: str = _STATUS, at: str = _AT, newsletter: str = _NEWSLETTER, segment: str = _SEGMENT,
+              visibility: str = _VISIBILITY, tier: list[str] = _TIER, as_json: bool = JSON_OPTION) -> None:
+    """Add a post from HTML or Markdown; with --newsletter it gets its email, sent when it is published."""
+    from operations.authoring import add_post
+
+    change = _change(title, html_file, markdown_file, status or "draft", at, newsletter, segment, visibility, tier)
+    _print_post(run_async(add_post(change)), as_json)
+
+
+@app.command("edit")
+def posts_edit(post: str = typer.Argument(..., help="The post (id or slug)."),
+               title: str = typer.Option(None, "--title"),
+               html_file: str = typer.Option(None, "--html", metavar="FILE"),
+               markdown_file: str = typer.Option(None, "--markdown", metavar="FILE"),
+               status: str = _STATUS, at: str = _AT, newsletter: str = _NEWSLETTER, segment: str = _SEGMENT,
+               visibility: str = _VISIBILITY, tier: list[str] = _TIER, as_json: bool = JSON_OPTION) -> None:
+    """Change a post: content, audience, newsletter; schedule, publish or unschedule it."""
+    from operations.authoring import edit_post
+
+    change = _change(title, html_file, markdown_file, status, at, newsletter, segment, visibility, tier)
+    _print_post(run_async(edit_post(post, change)), as_json)
+
+
+@app.command("delete")
+def posts_delete(post: str = typer.Argument(..., help="The post (id or slug).")) -> None:
+    """Delete a post and its unsent email (a post whose email went out stays)."""
+    from operations.authoring import delete_post
+
+    console.print(f"post {run_async(delete_post(post))} deleted", highlight=False)

@@ -19,9 +19,10 @@ What it models
 * `GET /v3/{domain}/events` with begin (inclusive) / end (exclusive), as RFC 2822 or epoch
   seconds; `ascending` yes/no (default no, like Mailgun; descending reads from `begin` back to
   `end`); `limit` ≤ 300; `event` as "opened", "delivered OR failed" or "NOT opened";
-  `message-id`; `recipient`; `tags` as "a", "a AND b" or "a OR b" (unless `ignore_filters`). `paging.next` is an absolute URL carrying an opaque position; following it later
-  picks up what became visible since (Mailgun's event polling). An event is visible once its
-  timestamp + storage delay (+ the lateness of a "late" event) has passed.
+  `message-id`; `recipient`; `tags` as "a", "a AND b" or "a OR b" (unless `ignore_filters`).
+  `paging.next` is an absolute URL carrying an opaque position; following it later picks up what
+  became visible since (Mailgun's event polling). An event is visible once its timestamp + storage
+  delay (+ the lateness of a "late" event) has passed.
 
 * Webhooks: `GET|POST /v3/domains/{domain}/webhooks`, `GET|PUT /v3/domains/{domain}/webhooks/{id}`
   register URLs per kind (form `id`, `url` up to 3); from then on every event of that kind is
@@ -49,12 +50,16 @@ Admin API (no auth; a loopback tool)
   without sleeping); answers `{"now": epoch}`.
 * `GET|POST /_sim/limits` — `AccountLimits` fields: what a new, probation or small-plan account
   refuses (a recipient limit per request, "large batches", hourly and daily caps).
+* `GET /v4/domains/{domain}` — the domain's `state` (`active`, or `unverified` for a domain in
+  `unverified_domains`) and its `sending_dns_records` (SPF, DKIM) with `valid`.
 * `POST /_sim/domains {"domain": "fallback.example"}` — serve another sending domain of the same
   account (domain warming); each domain has its own events and its own caps.
 * `POST /_sim/reset` — forget messages and events, restore default faults, rates and clock.
 * `GET|POST /_sim/push` — `Push` fields (how events are pushed to registered webhooks: delay,
   reordering, duplicates, wrong signatures, stale timestamps, Mailgun's retry schedule scaled) and
   the pushes' counts (`push_stats`).
+* `GET|POST /_sim/follow` — readers and mail scanners following the delivered copies' tracked links
+  (devstack/link_followers.py: `readers`, `scanners` shares), and how many requests they made.
 * `POST /_sim/hostile {"email_id", "recipients": [...], "cases": [...]}` — events no provider should
   send (`HOSTILE_CASES`: a NUL or a lone surrogate in the recipient, a code beyond int32, no id, a
   huge nested field, a timestamp that is not a number, repeated ids), served and pushed like others.
@@ -79,6 +84,7 @@ import asyncio
 import base64
 import binascii
 import bisect
+import contextlib
 import hashlib
 import heapq
 import hmac
@@ -99,13 +105,15 @@ from collections import Counter, defaultdict
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import asdict, dataclass, field, fields
-from datetime import UTC, datetime, timezone
+from datetime import UTC, datetime
 from email.utils import format_datetime, getaddresses, parsedate_to_datetime
 from functools import lru_cache
 from typing import Any
 
 import aiohttp
 from aiohttp import web
+
+from devstack.link_followers import Following, LinkFollowers
 
 MAX_RECIPIENTS = 1000
 MAX_TAGS = 3
@@ -135,7 +143,9 @@ class Rates:
     failed_temporary: float = 0.03
     opened: float = 0.40
     unsubscribed: float = 0.01
-    complained: float = 0.005
+    # A healthy list's (Google's 0.1%), under the 0.3% at which mailbox providers and a send's own pause
+    # draw the line.
+    complained: float = 0.001
 
 
 @dataclass
@@ -391,7 +401,8 @@ class MailgunSimulator:
         self.webhooks: dict[str, dict[str, list[str]]] = {}  # domain → webhook id → URLs
         self.push = Push()
         self.push_counts: Counter[str] = Counter()
-        self._pushes: list[tuple[float, int, _Group, int, int, str]] = []  # heap: (due, n, group, position, attempt, url)
+        # heap: (due, n, group, position, attempt, url)
+        self._pushes: list[tuple[float, int, _Group, int, int, str]] = []
         self._push_n = itertools.count()
         self._push_wake = asyncio.Event()
         self._pusher: asyncio.Task | None = None
@@ -399,6 +410,7 @@ class MailgunSimulator:
         self.sent_at = array("d")  # with Push.record_sends: when each push answered 200 was sent
         self.domain = domain
         self.domains = {domain}  # the account's sending domains; `add_domain` adds more
+        self.unverified_domains: set[str] = set()  # domains whose DNS records Mailgun has not verified
         # Suppression lists per (domain, list): bounces, unsubscribes, complaints.
         self.suppressed: dict[tuple[str, str], set[str]] = defaultdict(set)
         self.limits = AccountLimits()
@@ -418,6 +430,7 @@ class MailgunSimulator:
         self.id_prefix = secrets.token_hex(3)
         self._runner: web.AppRunner | None = None
         self._auth = "Basic " + base64.b64encode(f"api:{api_key}".encode()).decode()
+        self.links = LinkFollowers()
 
     def __repr__(self) -> str:
         return f"MailgunSimulator(domain={self.domain!r}, base_url={self.base_url!r})"
@@ -440,6 +453,7 @@ class MailgunSimulator:
         self.rates = Rates()
         self.limits = AccountLimits()
         self.domains = {self.domain}
+        self.unverified_domains = set()
         self.suppressed.clear()
         self.clock_offset = 0.0
         self._rng = random.Random(self.seed)
@@ -448,6 +462,7 @@ class MailgunSimulator:
         self.push_counts.clear()
         self._pushes.clear()
         self.sent_at = array("d")
+        self.links.following = Following()
 
     def set_faults(self, **changes: Any) -> None:
         if "seed" in changes:
@@ -597,10 +612,13 @@ class MailgunSimulator:
             web.post("/_sim/domains", self._admin_domains),
             web.post("/_sim/events", self._admin_events),
             web.post("/_sim/hostile", self._admin_hostile),
+            web.get("/_sim/follow", self._admin_follow),
+            web.post("/_sim/follow", self._admin_follow),
             web.get("/_sim/push", self._admin_push),
             web.post("/_sim/push", self._admin_push),
             web.get("/_sim/push/sent", self._admin_push_sent),
             web.get("/v3/domains/{domain}/webhooks", self._list_webhooks),
+            web.get("/v4/domains/{domain}", self._domain_state),
             web.get("/v3/domains/{domain}/webhooks/{id}", self._list_webhooks),
             web.post("/v3/domains/{domain}/webhooks", self._save_webhook),
             web.put("/v3/domains/{domain}/webhooks/{id}", self._save_webhook),
@@ -623,6 +641,7 @@ class MailgunSimulator:
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
+        await self.links.close()
 
     # --- the Mailgun API ---
 
@@ -776,6 +795,8 @@ class MailgunSimulator:
                 put("failed", "temporary", late_draw, index)
             else:
                 put("delivered", None, late_draw, index)
+                if self.links.active:
+                    self.links.delivered(f"{message.id}\0{address}", message.received_by(address)[1])
                 if opened < rates.opened:
                     put("opened", None, late_draw, index)
                 if unsubscribed < rates.unsubscribed:
@@ -849,10 +870,8 @@ class MailgunSimulator:
                     now = time.monotonic()
                 self._push_wake.clear()
                 wait = min(1.0, self._pushes[0][0] - now) if self._pushes else 1.0
-                try:
+                with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._push_wake.wait(), max(0.001, wait))
-                except TimeoutError:
-                    pass
 
     def _done_one(self) -> None:
         self._in_flight -= 1
@@ -882,6 +901,19 @@ class MailgunSimulator:
         self._push_wake.set()
 
     # --- webhooks: the API that registers them ---
+
+    async def _domain_state(self, request: web.Request) -> web.Response:
+        """Mailgun's domain API: the domain's state and its sending records, as Mailgun verified them."""
+        if refusal := await self._guard(request, "domains"):
+            return refusal
+        name = request.match_info["domain"]
+        verified = name not in self.unverified_domains
+        valid = "valid" if verified else "unknown"
+        return web.json_response({
+            "domain": {"name": name, "state": "active" if verified else "unverified"},
+            "sending_dns_records": [
+                {"record_type": "TXT", "name": name, "value": "v=spf1 include:mailgun.org ~all", "valid": valid},
+                {"record_type": "TXT", "name": f"pic._domainkey.{name}", "value": "k=rsa; p=MIGf...", "valid": valid}]})
 
     async def _list_webhooks(self, request: web.Request) -> web.Response:
         if refusal := await self._guard(request, "webhooks"):
@@ -1116,6 +1148,10 @@ class MailgunSimulator:
         except ValueError as error:
             return web.json_response({"message": str(error)}, status=400)
         return web.json_response(show())
+
+    async def _admin_follow(self, request: web.Request) -> web.Response:
+        return await self._admin_update(request, lambda **changes: self.links.following.update(changes),
+                                        self.links.stats)
 
     async def _admin_limits(self, request: web.Request) -> web.Response:
         return await self._admin_update(request, self.set_limits, lambda: asdict(self.limits))

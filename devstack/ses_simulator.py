@@ -10,6 +10,8 @@ Tests start it in-process on a random port (`running_ses_simulator()`); it plays
   `refused`). The inline template is filled per destination (`{{{name}}}`, `\\{{` literal), so
   `received(address)` is what the reader reads; replacement headers are kept per destination.
 * `GET|DELETE /v2/email/suppression/addresses/{address}`: the account's suppression list.
+* `GET|POST /_sim/follow`: readers and mail scanners following the delivered copies' tracked links
+  (devstack/link_followers.py).
 * SNS at `POST /sns` (Action=Subscribe, signed for service "sns"): a subscription is confirmed by
   a GET of the SubscribeURL the simulator sends in a SubscriptionConfirmation.
 * SES's events (Send, Delivery, and Bounce / Complaint / Open / Reject on demand) as SNS
@@ -28,6 +30,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import base64
+import contextlib
 import hashlib
 import hmac
 import itertools
@@ -40,7 +43,7 @@ import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any
 from urllib.parse import parse_qsl, quote, unquote
 from xml.sax.saxutils import escape as xml_escape
@@ -51,6 +54,8 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import padding, rsa
 from cryptography.x509.oid import NameOID
+
+from devstack.link_followers import Following, LinkFollowers
 
 MAX_DESTINATIONS = 50
 _AUTH = re.compile(r"AWS4-HMAC-SHA256 Credential=([^/]+)/(\d{8})/([^/]+)/([^/]+)/aws4_request, "
@@ -162,6 +167,7 @@ class SesSimulator:
         self._runner: web.AppRunner | None = None
         self._session: aiohttp.ClientSession | None = None
         self._tasks: set[asyncio.Task] = set()
+        self.links = LinkFollowers()
         self.reset()
 
     def reset(self) -> None:
@@ -176,6 +182,12 @@ class SesSimulator:
         self.max_24_hour_send, self.max_send_rate = 50_000.0, 14.0  # the account's quota (GetAccount)
         self.auto_push = False  # on: every send's notifications are pushed to the subscribers at once
         self.opens = False  # on: every delivered copy is opened too (the development stack's readers)
+        # The account's identities (a domain or an address) → verified for sending. SES refuses mail
+        # from an address whose identity (itself or its domain) is not verified; `check_senders` on
+        # plays that refusal (off by default: most tests send from example.com).
+        self.identities: dict[str, bool] = {self.domain: True}
+        self.check_senders = False
+        self.links.following = Following()  # readers and scanners following the copies' tracked links
         self._notifications: list[_Notification] = []
         self._ids = itertools.count()
         self.requests = {"send": 0, "refused_signature": 0, "refused_for_now": 0}
@@ -212,7 +224,8 @@ class SesSimulator:
         return [n.body for n in self._notifications if not visible_only or n.visible_at <= now]
 
     def add_event(self, kind: str, copy: Delivered, **detail: Any) -> None:
-        """An SES event of `kind` (Send, Delivery, Bounce, Complaint, Open, Reject) for one copy, now."""
+        """An SES event of `kind` (Send, Delivery, Bounce, Complaint, Open, Reject, Rendering Failure)
+        for one copy, now."""
         moment = self.now()
         event: dict[str, Any] = {
             "eventType": kind,
@@ -232,6 +245,9 @@ class SesSimulator:
             event["open"] = {"timestamp": _iso(moment), "ipAddress": "192.0.2.1", "userAgent": "sim"}
         elif kind == "Reject":
             event["reject"] = {"reason": "Bad content"}
+        elif kind == "Rendering Failure":
+            event["failure"] = {"templateName": "pressroom-newsletter",
+                                "errorMessage": "Attribute 'name' is not present in the rendering data."}
         else:
             event["send"] = {}
         notification = _Notification(moment + self.faults.events_delay,
@@ -290,11 +306,14 @@ class SesSimulator:
             web.post("/v2/email/outbound-bulk-emails", self._send_bulk),
             web.post("/v2/email/outbound-emails", self._send_one),
             web.get("/v2/email/account", self._account),
+            web.get("/v2/email/identities/{identity}", self._identity),
             web.get("/v2/email/suppression/addresses/{address}", self._suppression),
             web.delete("/v2/email/suppression/addresses/{address}", self._suppression),
             web.post("/sns", self._sns),
             web.get("/sns/confirm", self._confirm),
             web.get("/sns/cert.pem", self._cert),
+            web.get("/_sim/follow", self._follow),
+            web.post("/_sim/follow", self._follow),
         ])
         self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
         await self._runner.setup()
@@ -308,6 +327,7 @@ class SesSimulator:
     async def stop(self) -> None:
         for task in list(self._tasks):
             task.cancel()
+        await self.links.close()
         if self._session is not None:
             await self._session.close()
         if self._runner is not None:
@@ -352,9 +372,31 @@ class SesSimulator:
             return web.json_response({"MessageId": result["MessageId"]})
         return response
 
+    def sender_verified(self, address: str) -> bool:
+        return self.identities.get(address.casefold()) is True \
+            or self.identities.get(address.rpartition("@")[2].casefold()) is True
+
+    async def _identity(self, request: web.Request) -> web.Response:
+        if refused := self._check_signature(request, await request.read(), "ses"):
+            return refused
+        identity = request.match_info["identity"].casefold()
+        if identity not in self.identities:
+            return _error(404, "NotFoundException", f"Email identity {identity} does not exist.")
+        verified = self.identities[identity]
+        return web.json_response({
+            "IdentityType": "EMAIL_ADDRESS" if "@" in identity else "DOMAIN",
+            "VerifiedForSendingStatus": verified, "VerificationStatus": "SUCCESS" if verified else "PENDING",
+            "DkimAttributes": {"SigningEnabled": True, "Status": "SUCCESS" if verified else "PENDING"},
+            "MailFromAttributes": {"MailFromDomain": "", "MailFromDomainStatus": "SUCCESS" if verified else "PENDING",
+                                   "BehaviorOnMxFailure": "USE_DEFAULT_VALUE"}})
+
     async def _accept(self, request: web.Request, call: dict[str, Any], content: dict[str, str],
                       entries: list[dict[str, Any]]) -> web.StreamResponse:
         faults = self.faults
+        sender = str(call.get("FromEmailAddress", ""))
+        if self.check_senders and not self.sender_verified(sender.rpartition("<")[2].rstrip(">")):
+            return _error(400, "MessageRejected", "Email address is not verified. The following identities failed "
+                                                  f"the check in region {self.region.upper()}: {sender}")
         if faults.latency_ms:
             await asyncio.sleep(faults.latency_ms / 1000)
         if len(entries) > MAX_DESTINATIONS:
@@ -398,8 +440,10 @@ class SesSimulator:
             self.add_event("Delivery", copy)
             if address.casefold() in self.suppressed:
                 self.add_event("Bounce", copy)
-            elif self.opens:
-                self.add_event("Open", copy)
+            else:
+                if self.opens:
+                    self.add_event("Open", copy)
+                self.links.delivered(copy.message_id, copy.html)
             results.append({"Status": "SUCCESS", "MessageId": copy.message_id})
         if self.auto_push:
             self._background(self.push_to_subscribers())
@@ -412,6 +456,18 @@ class SesSimulator:
                 request.transport.abort()  # accepted, but the client never hears so
             return web.Response(status=500)
         return web.json_response({"BulkEmailEntryResults": results})
+
+    async def _follow(self, request: web.Request) -> web.Response:
+        """GET|POST /_sim/follow: readers and scanners following tracked links (devstack/link_followers.py)."""
+        if request.method == "POST":
+            try:
+                changes = await request.json()
+                if not isinstance(changes, dict):
+                    raise ValueError("send a JSON object")
+                self.links.following.update(changes)
+            except ValueError as error:
+                return web.json_response({"message": str(error)}, status=400)
+        return web.json_response(self.links.stats())
 
     async def _account(self, request: web.Request) -> web.Response:
         if refused := self._check_signature(request, await request.read(), "ses"):
@@ -466,10 +522,8 @@ class SesSimulator:
         body = self._signed_message(
             "SubscriptionConfirmation", f"You have chosen to subscribe to the topic {self.topic_arn}.",
             Token=token, SubscribeURL=f"{self.base_url}/sns/confirm?Token={token}")
-        try:
+        with contextlib.suppress(aiohttp.ClientError):  # not reachable yet: confirm by hand, as with SNS
             await self._post(endpoint, body)
-        except aiohttp.ClientError:
-            pass  # not reachable yet: confirm by hand, as with SNS
 
     async def _confirm(self, request: web.Request) -> web.Response:
         token = request.query.get("Token", "")
@@ -487,10 +541,8 @@ class SesSimulator:
     async def push_forever(self, every: float = 0.2) -> None:
         """Push what became visible (late events included) to the subscribers, until cancelled."""
         while True:
-            try:
+            with contextlib.suppress(aiohttp.ClientError):  # the receiver is down: SNS tries again, and so does this
                 await self.push_to_subscribers()
-            except aiohttp.ClientError:
-                pass  # the receiver is down: SNS tries again, and so does this
             await asyncio.sleep(every)
 
     def _background(self, work) -> None:
@@ -548,6 +600,7 @@ async def running_ses_simulator(**kwargs: Any) -> AsyncIterator[SesSimulator]:
         await simulator.stop()
 
 
+DEVELOPMENT_SENDER_DOMAINS = ("example.com", "demo.pressroom.test")
 # The secret key comes from the environment: a command line is readable by every local account.
 SECRET_KEY_VARIABLE = "PRESSROOM_SES_SIMULATOR_SECRET_KEY"
 
@@ -558,6 +611,12 @@ async def _serve(args: argparse.Namespace, secret: str) -> None:
     simulator = SesSimulator(region=args.region, access_key_id=args.access_key_id, secret_access_key=secret,
                              domain=args.domain)
     simulator.opens = True
+    # The development site sends from example.com (PRESSROOM_FROM_ADDRESS's default) and the demo's
+    # newsletter from its own domain, both verified here as a site verifies its domains; any other
+    # sender is refused, as SES refuses it.
+    for domain in DEVELOPMENT_SENDER_DOMAINS:
+        simulator.identities[domain] = True
+    simulator.check_senders = True
     # Written before the port opens, so whoever waits for the port finds it. The receiver trusts it
     # only through PRESSROOM_SES_SNS_DEV_CERTIFICATE, and only for certificate URLs on the loopback.
     private_file(args.certificate_out, simulator.certificate_pem.decode())

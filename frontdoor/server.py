@@ -7,7 +7,9 @@ stateless server behind the operator's TLS proxy.
 - POST /unsubscribe/ (same query): RFC 8058's one-click request (`List-Unsubscribe=One-Click` as a
   form body) and the page's buttons (`scope=all` for every newsletter).
 - POST /webhooks/mailgun: the provider's signed events (operations/webhooks.py).
+- /ghost/api/admin/…: the reference platform's Admin API (frontdoor/admin_api/, docs/admin-api.md).
 - GET /healthz: 200 when PostgreSQL answers.
+- GET /r/{id}?m=…: a newsletter's tracked link, 302 to its stored target (frontdoor/redirects.py).
 
 A link is the reference platform's: `key` is the hex HMAC-SHA256 of the member's uuid keyed with
 PRESSROOM_MEMBERS_LINK_SECRET, compared in constant time before the database is asked anything. A
@@ -30,6 +32,9 @@ import uuid as uuid_module
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from frontdoor.admin_api import MAX_BODY_BYTES as ADMIN_MAX_BODY
+from frontdoor.admin_api import AdminApi
+from frontdoor.pages import Pages
 from frontdoor.receiver import Receiver, database_unavailable, flush_refusals, metrics_runtime
 from operations.webhooks import LINK_SOURCE, PATH
 from pressroom.settings import Settings, get_settings
@@ -269,13 +274,17 @@ class FrontDoor:
 
     def __init__(self, pool: asyncpg.Pool, settings: Settings, runtime: Any = None) -> None:
         from frontdoor.deadlines import Connections
+        from frontdoor.redirects import Redirects
         from pressroom.logs import throttle
 
         # aiohttp logs each malformed request with its text: one such line every few seconds.
         throttle("aiohttp.server")
         self.pool = pool
         self.unsubscribe = Unsubscribe(pool, settings, runtime)
+        self.redirects = Redirects(pool, settings, runtime)
         self.receiver = Receiver(pool, settings, runtime)
+        self.pages = Pages(pool, settings)
+        self.admin_api = AdminApi(pool, settings, runtime)
         self.connections = Connections(settings.serve_header_timeout_seconds, settings.serve_max_connections,
                                        settings.serve_max_connections_per_client, settings.proxy_addresses)
         self._server: asyncio.Server | None = None
@@ -284,8 +293,11 @@ class FrontDoor:
     def app(self) -> web.Application:
         from aiohttp import web
 
-        app = web.Application(client_max_size=self.receiver.max_body, middlewares=[self.connections.middleware()])
-        app.add_routes([*self.unsubscribe.routes(), *self.receiver.routes(), web.get(HEALTH_PATH, self.health)])
+        # Each handler holds its own body to its own limit (read_body); this is the largest of them.
+        app = web.Application(client_max_size=max(self.receiver.max_body, ADMIN_MAX_BODY),
+                              middlewares=[self.connections.middleware()])
+        app.add_routes([*self.unsubscribe.routes(), *self.receiver.routes(), *self.pages.routes(),
+                        web.get(HEALTH_PATH, self.health), *self.redirects.routes(), *self.admin_api.routes()])
         return app
 
     async def health(self, request: web.Request) -> web.Response:
@@ -324,6 +336,7 @@ class FrontDoor:
             self._server.close()
         if self._runner is not None:
             await self._runner.cleanup()
+        await self.redirects.stop()
         await self.flush_refusals()
 
 

@@ -11,6 +11,7 @@ import asyncio
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from operations.answers import CheckReport, ServiceCheck
 from pressroom.settings import ConfigurationError, Settings
 
 CHECK_TIMEOUT_SECONDS = 15
@@ -22,6 +23,7 @@ class CheckResult:
     ok: bool
     detail: str
     checked: bool = True  # False: not checked, since what it needs is not ready
+    warning: bool = False  # ok, but something to act on before it fails (a missing DMARC record)
 
 
 async def check_postgres(settings: Settings) -> CheckResult:
@@ -107,3 +109,10 @@ async def run_checks(settings: Settings, more: Sequence[tuple[str, Callable]] = 
     client = await connect(settings)
     return results + list(await asyncio.gather(*(
         guarded(name, lambda settings, check=check: check(client, settings)) for name, check in more)))
+
+
+def check_report(results: Sequence[CheckResult]) -> CheckReport:
+    """The checks as `check --json` and the health page show them."""
+    return CheckReport(ok=all(r.ok for r in results),
+                       services=[ServiceCheck(service=r.service, ok=r.ok, warning=r.warning, detail=r.detail)
+                                 for r in results])

@@ -82,7 +82,9 @@ async def seed_site(pool: asyncpg.Pool, *, members: int, run_tag: str) -> DemoSi
                ON CONFLICT (slug) DO NOTHING""")
         title = f"The demo issue {run_tag}"
         html = (f"<h1>{title}</h1><p>Everything Pressroom does, in one minute: a post published on time, "
-                "a newsletter sent to every member exactly once, and the statistics fetched back.</p>")
+                "a newsletter sent to every member exactly once, and the statistics fetched back.</p>"
+                '<p>Read on: <a href="https://temporal.io/">Temporal</a>, '
+                '<a href="https://ghost.org/docs/newsletters/">newsletters on the reference platform</a>.</p>')
         post_id = await conn.fetchval(
             """INSERT INTO posts (title, slug, html, plaintext, newsletter_id)
                VALUES ($1, $2, $3, $4, $5) RETURNING id""",
@@ -97,22 +99,22 @@ async def seed_site(pool: asyncpg.Pool, *, members: int, run_tag: str) -> DemoSi
     return DemoSite(newsletter_id=newsletter_id, post_id=post_id, email_id=email_id, members=subscribed)
 
 
-async def wait_for_welcome_email(pool: asyncpg.Pool, idempotency_key: str, timeout: float = 60) -> None:
+async def wait_for_welcome_email(pool: asyncpg.Pool, idempotency_key: str, seconds: float = 60) -> None:
     await _wait_for(pool, "SELECT status = 'succeeded' FROM outbox WHERE idempotency_key = $1", idempotency_key,
-                    what="the welcome email", timeout=timeout)
+                    what="the welcome email", seconds=seconds)
 
 
-async def wait_for_publication(pool: asyncpg.Pool, post_id: str, timeout: float) -> float:
+async def wait_for_publication(pool: asyncpg.Pool, post_id: str, seconds: float) -> float:
     """Waits for the post to be published; returns how late it went out, in milliseconds."""
     await _wait_for(pool, "SELECT status = 'published' FROM posts WHERE id = $1", post_id, what="the post",
-                    timeout=timeout)
+                    seconds=seconds)
     return float(await pool.fetchval("SELECT extract(epoch FROM publish_completed_at - published_at) * 1000 "
                                      "FROM posts WHERE id = $1", post_id))
 
 
-async def _wait_for(pool: asyncpg.Pool, query: str, *args, what: str, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
+async def _wait_for(pool: asyncpg.Pool, query: str, *args, what: str, seconds: float) -> None:
+    deadline = time.monotonic() + seconds
     while not await pool.fetchval(query, *args):
         if time.monotonic() > deadline:
-            raise PressroomError(f"the demo waited {timeout:.0f} s for {what}; check the worker's log")
+            raise PressroomError(f"the demo waited {seconds:.0f} s for {what}; check the worker's log")
         await asyncio.sleep(0.1)

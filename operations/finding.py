@@ -11,6 +11,7 @@ import re
 from datetime import UTC, datetime, timedelta
 
 from activities.posts.publish import NEWSLETTER_NOT_GOING
+from operations.answers import Answer, EmailRow, MemberRow, OutboxRow, Page, PostRow
 from pressroom.errors import BadInput, NotFound, shorten
 from pressroom.inputs import entity_id
 from pressroom.settings import Settings, get_settings
@@ -18,19 +19,24 @@ from pressroom.settings import Settings, get_settings
 DEFAULT_PAGE = 50
 LARGEST_PAGE = 1000
 
-EMAIL_STATES = ("pending", "submitting", "submitted", "failed", "cancelled")
+EMAIL_STATES = ("pending", "submitting", "paused", "submitted", "failed", "cancelled")
+# An email as people are told of it: a send that paused itself for its early rates reads `paused`,
+# its reason in place of an error (its row stays `submitting`: its lock is held while it waits).
+SHOWN_STATUS = "CASE WHEN e.status = 'submitting' AND e.paused_at IS NOT NULL THEN 'paused' ELSE e.status END"
+SHOWN_ERROR = "coalesce(e.error, CASE WHEN e.status = 'submitting' THEN 'paused: ' || e.paused_reason END)"
 POST_STATES = ("draft", "scheduled", "published", "sent")
 MEMBER_STATES = ("free", "paid", "comped")
 OUTBOX_STATES = ("pending", "sending", "succeeded", "failed", "aborted", "completed", "skipped")
 
 # "failed" is the report's: recipients with a recorded failure, permanent or temporary.
 _EMAILS = f"""
-SELECT e.id AS email_id, e.post_id, e.newsletter_id, n.slug AS newsletter, e.subject, e.status, e.error,
+SELECT e.id AS email_id, e.post_id, e.newsletter_id, n.slug AS newsletter, e.subject, {SHOWN_STATUS} AS status,
+       {SHOWN_ERROR} AS error,
        e.email_count AS recipients, e.delivered_count AS delivered, e.opened_count AS opened,
        (SELECT count(*) FROM email_recipient_failures f WHERE f.email_id = e.id) AS failed, e.created_at,
        e.submitted_at, {NEWSLETTER_NOT_GOING} AS will_not_go_out
 FROM emails e LEFT JOIN newsletters n ON n.id = e.newsletter_id LEFT JOIN posts p ON p.id = e.post_id
-WHERE ($1::text IS NULL OR e.status = $1) AND ($2::timestamptz IS NULL OR e.created_at >= $2)
+WHERE ($1::text IS NULL OR {SHOWN_STATUS} = $1) AND ($2::timestamptz IS NULL OR e.created_at >= $2)
   AND ($3::text IS NULL OR e.newsletter_id = $3)
   AND ($4::timestamptz IS NULL OR (e.created_at, e.id) < ($4, $5::text))
 ORDER BY e.created_at DESC, e.id DESC LIMIT $6"""
@@ -68,11 +74,11 @@ WHERE ($1::text IS NULL OR o.status = $1) AND ($2::timestamptz IS NULL OR o.crea
   AND ($4::timestamptz IS NULL OR (o.created_at, o.id) < ($4, $5::text))
 ORDER BY o.created_at DESC, o.id DESC LIMIT $6"""
 
-_LISTS = {  # what: (statement, table, states)
-    "email": (_EMAILS, "emails", EMAIL_STATES),
-    "post": (_POSTS, "posts", POST_STATES),
-    "member": (_MEMBERS, "members", MEMBER_STATES),
-    "outbox entry": (_OUTBOX, "outbox", OUTBOX_STATES),
+_LISTS: dict[str, tuple[str, str, tuple[str, ...], type[Answer]]] = {  # what: (statement, table, states, row)
+    "email": (_EMAILS, "emails", EMAIL_STATES, EmailRow),
+    "post": (_POSTS, "posts", POST_STATES, PostRow),
+    "member": (_MEMBERS, "members", MEMBER_STATES, MemberRow),
+    "outbox entry": (_OUTBOX, "outbox", OUTBOX_STATES, OutboxRow),
 }
 
 
@@ -124,12 +130,12 @@ async def _label_and_tier(conn, label: str | None, tier: str | None) -> tuple[st
 
 async def list_page(what: str, *, status: str | None = None, since: str | None = None, newsletter: str | None = None,
                     member: str | None = None, after: str | None = None, limit: int = DEFAULT_PAGE,
-                    label: str | None = None, tier: str | None = None, settings: Settings | None = None) -> dict:
-    """One page of a list, newest first: `{items: [row…], next_after}` (`next_after`: the id to pass
-    as `after` for the next page, None on the last page)."""
+                    label: str | None = None, tier: str | None = None, settings: Settings | None = None) -> Page:
+    """One page of a list, newest first (`next_after`: the id to pass as `after` for the next page,
+    None on the last page)."""
     from pressroom import database
 
-    statement, table, states = _LISTS[what]
+    statement, table, states, row_model = _LISTS[what]
     if not 1 <= limit <= LARGEST_PAGE:
         raise BadInput(f"--limit {limit} is not between 1 and {LARGEST_PAGE}")
     state, start = _state(status, states), since_time(since)
@@ -148,6 +154,7 @@ async def list_page(what: str, *, status: str | None = None, since: str | None =
         audience = await _label_and_tier(conn, label, tier) if what == "member" else ()
         rows = await conn.fetch(statement, state, start, member if what == "outbox entry" else newsletter_id,
                                 *cursor, limit + 1, *audience)
-    items = [dict(row) for row in rows[:limit]]
-    key = next(iter(items[0])) if items else None
-    return {"items": items, "next_after": items[-1][key] if len(rows) > limit else None}
+    items = [row_model.model_validate(dict(row)) for row in rows[:limit]]
+    key = next(iter(row_model.model_fields))  # each row's first field is its id
+    return Page[row_model](items=items,  # type: ignore[valid-type]  # the row model is chosen by `what`
+                           next_after=getattr(items[-1], key) if len(rows) > limit else None)

@@ -1,15 +1,25 @@
-"""`members import FILE.csv`: a member list in the reference platform's export format.
+"""`members import FILE.csv`: a member list in the reference platform's export format, or Mailchimp's.
 
-Its columns are id, email, name, note, subscribed_to_emails, complimentary_plan, stripe_customer_id,
-created_at, deleted_at, labels, tiers; other exports say `subscribed` and `status`. The file is
-outside input: every row is checked on its own (the csv module reads it; addresses as `members add`
-checks them, pressroom.inputs.email_address), a refused row is set aside with its line and why
-(never its address) and the rest goes in. Rows are written in one transaction, a chunk at a time:
-COPY into a temporary table, then set-based statements match each row to a member by its address
-whatever its case, update those that exist and insert the others; labels go into the reference
-platform's labels and members_labels (made from the file's names, by slug; a member keeps labels the
-file does not name). Tiers are the site's and are not imported. Importing the same file again
+The reference's columns are id, email, name, note, subscribed_to_emails, complimentary_plan,
+stripe_customer_id, created_at, deleted_at, labels, tiers (and import_tier, which its importer
+reads); other exports say `subscribed` and `status`. A Mailchimp audience export ("Email Address",
+"First Name", "Last Name", "TAGS", "OPTIN_TIME", …) is recognised by its header and read in the
+same terms. The file is outside input: every row is checked on its own (the csv module reads it;
+addresses as `members add` checks them, pressroom.inputs.email_address), a refused row is set
+aside with its line and why (never its address) and the rest goes in.
+
+The file is streamed: rows are read, checked and written a chunk at a time, in one transaction
+(COPY into a temporary table, then set-based statements match each row to a member by its address
+whatever its case, update those that exist and insert the others), so memory does not grow with
+the file. Labels go into the reference platform's labels and members_labels (found by name or
+slug, made from the file's names with the reference's slugs; a member keeps labels the file does
+not name). Tiers are the site's: named ones are given, never made. Importing the same file again
 changes nothing. No welcome email unless asked for: a site moving its list here has welcomed them.
+A dry run does all of it and rolls the transaction back.
+
+What the reference's importer does, and so this one: a complimentary member gets the site's
+default tier; a created_at in the future becomes the import's time. Where Pressroom cannot do
+what it does (a Stripe customer's status comes from Stripe), the report says what was done instead.
 """
 
 from __future__ import annotations
@@ -17,26 +27,30 @@ from __future__ import annotations
 import csv
 import re
 import unicodedata
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 
 from pressroom import tracing
 from pressroom.errors import BadInput
 from pressroom.settings import Settings, get_settings
 
-CHUNK = 20_000  # rows per COPY and per set of statements: a progress step, and bounded memory in PostgreSQL
+CHUNK = 20_000  # rows per COPY and per set of statements: a progress step, and bounded memory
 NOTE_LIMIT = 2000  # the reference platform's width of a member's note
 ROWS_SHOWN = 50  # refused rows the text report lists; --json lists them all
 TRUE, FALSE = {"true", "1", "yes", "y", "t"}, {"false", "0", "no", "n", "f"}
-USED = ("email", "name", "note", "subscribed_to_emails", "subscribed", "complimentary_plan", "status", "created_at",
-        "labels")
+REFERENCE, MAILCHIMP = "the reference platform's export", "a Mailchimp export"
+# The reference's export guards cells against spreadsheet formulas with a leading ' (papaparse's
+# escapeFormulae); reading its file back, the guard goes.
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
 
 
 @dataclass
 class ImportReport:
     file: str
+    format: str = REFERENCE  # which kind of file was read (from its header)
+    dry_run: bool = False  # nothing was written: every figure says what an import would do
     rows: int = 0  # data rows read (the header not counted)
     added: int = 0
     updated: int = 0
@@ -45,6 +59,12 @@ class ImportReport:
     ignored_columns: list[str] = field(default_factory=list)
     labels_made: int = 0  # labels the site did not have (made from the file's names)
     labels_given: int = 0  # members' labels added (a label a member already had is not counted)
+    tiers_given: int = 0  # members' tiers added
+    comped_default_tier: int = 0  # complimentary members given the site's default tier
+    comped_without_tier: int = 0  # complimentary members left without a tier: the site has no paid tier
+    paid_stripe: int = 0  # members with a Stripe customer and a tier, imported paid with it
+    stripe_without_tier: list[int] = field(default_factory=list)  # lines: a Stripe customer, no tier: free
+    created_in_future: int = 0  # created_at after the import's time: the import's time kept instead
     suppressions_restored: int = 0
     welcome_queued: int = 0
 
@@ -59,10 +79,56 @@ class _Row:
     status: str | None  # None: not said (a new member is free, one that exists keeps hers)
     created_at: datetime | None
     labels: tuple[tuple[str, str], ...]  # (name as written, slug)
+    tiers: tuple[str, ...]  # tier names or slugs as written
+    default_tier: bool  # complimentary without a tier named: the site's default tier
+    stripe: bool  # the row names a Stripe customer
+    future: bool  # created_at was after the import's time
 
 
-def _flag(value: str, column: str) -> bool | None:
-    word = value.strip().lower()
+@dataclass(frozen=True)
+class _Format:
+    name: str
+    used: tuple[str, ...]  # the columns read (lower case)
+    cells: Callable[[dict[str, str]], dict[str, object]]  # the row's cells by column → the reference's terms
+
+
+def _reference_cells(cells: dict[str, str]) -> dict[str, object]:
+    return {**cells, "labels": (cells.get("labels") or "").split(",")}
+
+
+def _mailchimp_cells(cells: dict[str, str]) -> dict[str, object]:
+    """A Mailchimp row in the reference's terms: its TAGS cell is itself a list of quoted tags
+    ("a","b, c"); a row of its unsubscribed or cleaned export is not subscribed."""
+    name = " ".join(part for part in (cells.get("first name", "").strip(), cells.get("last name", "").strip()) if part)
+    tags = cells.get("tags", "").strip()
+    created = (cells.get("confirm_time") or cells.get("optin_time") or "").strip()
+    if created and not re.search(r"(Z|[+-]\d\d:?\d\d)$", created):
+        created += "+00:00"  # Mailchimp writes its times in UTC, without saying so
+    left = bool((cells.get("unsub_time") or "").strip() or (cells.get("clean_time") or "").strip())
+    return {"email": cells.get("email address", ""), "name": name, "note": cells.get("notes", ""),
+            "created_at": created, "subscribed": "false" if left else "",
+            "labels": next(csv.reader([tags]), []) if tags else []}
+
+
+FORMATS = {
+    REFERENCE: _Format(REFERENCE, ("email", "name", "note", "subscribed_to_emails", "subscribed",
+                                   "complimentary_plan", "stripe_customer_id", "status", "created_at", "labels",
+                                   "tiers", "import_tier"), _reference_cells),
+    MAILCHIMP: _Format(MAILCHIMP, ("email address", "first name", "last name", "tags", "optin_time", "confirm_time",
+                                   "unsub_time", "clean_time", "notes"), _mailchimp_cells),
+}
+
+
+def _format_of(columns: list[str]) -> _Format | None:
+    if "email" in columns:
+        return FORMATS[REFERENCE]
+    if "email address" in columns:
+        return FORMATS[MAILCHIMP]
+    return None
+
+
+def _flag(value: object, column: str) -> bool | None:
+    word = str(value or "").strip().lower()
     if not word:
         return None
     if word in TRUE:
@@ -72,51 +138,82 @@ def _flag(value: str, column: str) -> bool | None:
     raise BadInput(f"{column} is neither true nor false")
 
 
-def _slug(label: str) -> str:
-    """A label's slug as the reference platform makes one: lower case ASCII words joined by hyphens."""
-    text = unicodedata.normalize("NFKD", label).encode("ascii", "ignore").decode().lower()
-    return re.sub(r"[^a-z0-9]+", "-", text).strip("-")
+def slugify(text: str) -> str:
+    """A slug as the reference platform makes one (its @tryghost/string slugify): invisible
+    characters dropped, the rest transliterated to ASCII (text-unidecode, the port of the same Perl
+    tables), URL-reserved characters and spaces made hyphens, apostrophes dropped, lower case,
+    hyphens collapsed and trimmed. `_` stays, `ø` is `o`, `ß` is `ss`, "Editor's Picks" is
+    `editors-picks`."""
+    from text_unidecode import unidecode
+
+    text = "".join(c for c in text if unicodedata.category(c) not in ("Cc", "Cf", "Co", "Cn"))
+    text = unidecode(text.replace("£", "-"))
+    text = re.sub(r"[\s.@:/?#\[\]!$&()*+,;=\\%<>|^~\"{}`–—]", "-", text).replace("'", "").lower()
+    return re.sub(r"-+", "-", text).strip("-").strip()
 
 
-def _row(line: int, cells: dict[str, str]) -> _Row:
+def _unguarded(value: str) -> str:
+    return value[1:] if value[:1] == "'" and value[1:2] and value[1:2] in FORMULA_STARTS else value
+
+
+def _row(line: int, cells: dict[str, object], now: datetime) -> _Row:
     """One row checked; BadInput names what is wrong (never the address, the name or the note)."""
-    from pressroom.inputs import email_address, free_text, moment
+    from pressroom.inputs import MAX_LABELS, email_address, free_text, moment
 
-    if any("\udc80" <= c <= "\udcff" for value in cells.values() for c in value):
+    text = {key: value for key, value in cells.items() if isinstance(value, str)}
+    labels_cell = cells.get("labels") or []
+    assert isinstance(labels_cell, list)
+    if any("\udc80" <= c <= "\udcff" for value in [*text.values(), *labels_cell] for c in value):
         raise BadInput("holds bytes that are not UTF-8")
-    if not cells.get("email", "").strip():
+    if not text.get("email", "").strip():
         raise BadInput("no email")
-    email = email_address(cells["email"], "the email")
-    name = free_text(cells.get("name"), "name")
-    note = (cells.get("note") or "").strip() or None
+    email = email_address(text["email"], "the email")
+    name = free_text(_unguarded(text.get("name") or ""), "name")
+    note = _unguarded((text.get("note") or "").strip()) or None
     if note is not None:
         if len(note) > NOTE_LIMIT:
             raise BadInput(f"the note is {len(note):,} characters long; at most {NOTE_LIMIT}")
         if any(not c.isprintable() and c not in "\n\r\t" for c in note):
             raise BadInput("the note contains a control or invisible character")
-    column = "subscribed_to_emails" if "subscribed_to_emails" in cells else "subscribed"
-    subscribed = _flag(cells.get(column, ""), column)
-    status = (cells.get("status") or "").strip().lower() or None
+    column = "subscribed_to_emails" if "subscribed_to_emails" in text else "subscribed"
+    subscribed = _flag(text.get(column), column)
+    status = (text.get("status") or "").strip().lower() or None
     if status is not None and status not in ("free", "paid", "comped"):
         raise BadInput("status is not one of free, paid, comped")
-    if status is None and _flag(cells.get("complimentary_plan", ""), "complimentary_plan"):
-        status = "comped"
-    created = (cells.get("created_at") or "").strip()
+    comped = _flag(text.get("complimentary_plan"), "complimentary_plan")
+    stripe = bool((text.get("stripe_customer_id") or "").strip())
+    import_tier = (text.get("import_tier") or "").strip()
+    tiers = tuple(dict.fromkeys(t.strip() for t in ([import_tier] if import_tier else
+                                                      (text.get("tiers") or "").split(",")) if t.strip()))
+    if import_tier and not (comped or stripe or status in ("paid", "comped")):
+        raise BadInput("a free member cannot be imported with a tier (import_tier), as in the reference")
+    if status is None:
+        # The reference's order: a Stripe customer's status is Stripe's (here: paid when the row names
+        # their tier); complimentary is comped; a tier named without either is a paid member's
+        # (Pressroom's own export writes paid members so).
+        status = ("paid" if tiers else None) if stripe else "comped" if comped else "paid" if tiers else None
+    if status == "free" and tiers:
+        raise BadInput("a free member cannot be imported with a tier")
+    created = (text.get("created_at") or "").strip()
     created_at = moment(created, "created_at") if created else None
-    labels = {}
-    for label in (cells.get("labels") or "").split(","):
+    future = created_at is not None and created_at > now
+    labels: dict[str, str] = {}
+    for label in labels_cell:
         if label.strip():
             label = free_text(label, "label") or ""
-            slug = _slug(label)
+            slug = slugify(label)[:191]
             if not slug:
                 raise BadInput("a label has no letter or digit to make its slug of")
             labels.setdefault(slug, label)
-    return _Row(line, email, name, note, subscribed, status, created_at,
-                tuple((label, slug) for slug, label in labels.items()))
+    if len(labels) > MAX_LABELS:
+        raise BadInput(f"names {len(labels):,} labels; a member has at most {MAX_LABELS}")
+    return _Row(line, email, name, note, subscribed, status, now if future else created_at,
+                tuple((label, slug) for slug, label in labels.items()), tiers,
+                default_tier=status == "comped" and not tiers, stripe=stripe, future=future)
 
 
-def read_rows(path: Path, report: ImportReport, progress: Callable[[int], None] | None = None) -> list[_Row]:
-    """The file's rows that can be imported; refused ones go into the report with their line and why."""
+def read_rows(path: Path, report: ImportReport, now: datetime) -> Iterator[_Row | dict]:
+    """The file's rows, one at a time: each a checked row, or {line, reason} for one refused."""
     try:
         handle = path.open(encoding="utf-8-sig", errors="surrogateescape", newline="")
     except OSError as error:
@@ -130,53 +227,70 @@ def read_rows(path: Path, report: ImportReport, progress: Callable[[int], None] 
         except csv.Error as error:
             raise BadInput(f"{path}: the header line is not CSV ({error})") from None
         columns = [name.strip().lower() for name in header]
-        if "email" not in columns:
-            raise BadInput(f"{path} has no email column: the first line must name the columns (email, name, …)")
+        kind = _format_of(columns)
+        if kind is None:
+            raise BadInput(f"{path} has no email column: the first line must name the columns (email, name, …; "
+                           "or a Mailchimp export's Email Address, First Name, …)")
         duplicated = sorted({name for name in columns if columns.count(name) > 1 and name})
         if duplicated:
             raise BadInput(f"{path} names the column {duplicated[0]} twice")
-        report.ignored_columns = [name for name in columns if name and name not in USED]
-        rows, seen = [], {}
+        report.format = kind.name
+        report.ignored_columns = [name for name in columns if name and name not in kind.used]
         while True:
             line = reader.line_num + 1
             try:
                 cells = next(reader)
             except StopIteration:
-                break
+                return
             except csv.Error as error:
                 report.rows += 1
-                report.refused.append({"line": line, "reason": f"not CSV ({error})"})
+                yield {"line": line, "reason": f"not CSV ({error})"}
                 continue
             if not any(cell.strip() for cell in cells):
                 continue  # a blank line, as spreadsheets leave at the end
             report.rows += 1
-            if progress and report.rows % 5000 == 0:
-                progress(report.rows)
             if len(cells) != len(columns):
-                report.refused.append({"line": line, "reason": f"has {len(cells)} cells; the header names "
-                                                                f"{len(columns)} columns"})
+                yield {"line": line, "reason": f"has {len(cells)} cells; the header names {len(columns)} columns"}
                 continue
             try:
-                row = _row(line, dict(zip(columns, cells)))
+                yield _row(line, kind.cells(dict(zip(columns, cells, strict=True))), now)
             except BadInput as error:
-                report.refused.append({"line": line, "reason": str(error)})
-                continue
-            earlier = seen.setdefault(row.email.lower(), line)
-            if earlier != line:
-                report.refused.append({"line": line, "reason": f"the same email as line {earlier}"})
-                continue
-            rows.append(row)
-    return rows
+                yield {"line": line, "reason": str(error)}
 
 
 # The chunk's rows, matched to members by address whatever its case, once (`member_id`); an existing
 # member takes what the row says (an empty cell says nothing); the others are inserted (`added`).
-# Every later statement joins the chunk by member id.
+# Every later statement joins the chunk by member id. `member_import_seen` keeps every address of
+# the file so far (the earlier chunks' are no longer in memory), to refuse a second row of one.
 _STAGE = """CREATE TEMP TABLE member_import (line int, email text, name text, note text, subscribed boolean,
-            status text, created_at timestamptz, member_id text, added boolean NOT NULL DEFAULT false)
-            ON COMMIT DROP"""
-_STAGE_LABELS = "CREATE TEMP TABLE member_import_labels (line int, name text, slug text) ON COMMIT DROP"
+            status text, created_at timestamptz, tier_ids text[], member_id text,
+            added boolean NOT NULL DEFAULT false) ON COMMIT DROP"""
+_STAGE_LABELS = """CREATE TEMP TABLE member_import_labels (line int, name text, slug text, label_id text)
+                   ON COMMIT DROP"""
+_STAGE_SEEN = "CREATE TEMP TABLE member_import_seen (email text PRIMARY KEY, line int) ON COMMIT DROP"
+_SEEN_BEFORE = """
+DELETE FROM member_import i USING member_import_seen s WHERE s.email = lower(i.email)
+RETURNING i.line, s.line AS earlier"""
+_SEEN = "INSERT INTO member_import_seen SELECT lower(email), line FROM member_import"
 _MATCH = "UPDATE member_import i SET member_id = m.id FROM members m WHERE lower(m.email) = lower(i.email)"
+# A label is the site's label of that name (any case), or of that slug; otherwise it is new.
+_FIND_LABELS = [
+    """UPDATE member_import_labels x SET label_id = l.id FROM labels l
+       WHERE x.label_id IS NULL AND lower(l.name) = lower(x.name)""",
+    "UPDATE member_import_labels x SET label_id = l.id FROM labels l WHERE x.label_id IS NULL AND l.slug = x.slug"]
+# Rows that would leave their (existing) member with more than $1 labels: the labels the row adds
+# (new ones, and the site's that the member has not got), over what the member has.
+_TOO_MANY_LABELS = """
+WITH adding AS (
+    SELECT i.line, i.member_id, count(*) AS n
+    FROM member_import_labels x JOIN member_import i ON i.line = x.line
+    WHERE i.member_id IS NOT NULL AND NOT EXISTS (
+        SELECT 1 FROM members_labels ml WHERE ml.member_id = i.member_id AND ml.label_id = x.label_id)
+    GROUP BY i.line, i.member_id)
+SELECT a.line FROM adding a
+WHERE a.n + (SELECT count(*) FROM members_labels ml WHERE ml.member_id = a.member_id) > $1"""
+_DROP_LINES = ["DELETE FROM member_import WHERE line = ANY($1::int[])",
+               "DELETE FROM member_import_labels WHERE line = ANY($1::int[])"]
 _UPDATE = """
 UPDATE members m SET name = coalesce(i.name, m.name), note = coalesce(i.note, m.note),
        status = coalesce(i.status, m.status), updated_at = now()
@@ -207,81 +321,193 @@ RETURNING member_id"""
 _UNSUBSCRIBE = """
 DELETE FROM members_newsletters mn USING member_import i WHERE NOT i.subscribed AND mn.member_id = i.member_id
 RETURNING mn.member_id"""
+_GIVE_TIERS = """
+INSERT INTO members_products (member_id, product_id)
+SELECT i.member_id, t.id FROM member_import i CROSS JOIN unnest(i.tier_ids) AS t(id) WHERE i.member_id IS NOT NULL
+ON CONFLICT (member_id, product_id) DO NOTHING
+RETURNING member_id"""
 # The chunk's members' addresses as stored (a suppression is matched to a member's address exactly).
 _STORED = "SELECT m.email FROM member_import i JOIN members m ON m.id = i.member_id"
 _NOT_SUPPRESSED = """
 SELECT m.id FROM members m
 WHERE m.id = ANY($1::text[]) AND NOT EXISTS (SELECT 1 FROM suppressions s WHERE s.email = m.email) ORDER BY m.id"""
-# Labels in the reference platform's tables: one the site does not have is made with the file's name
-# for it (the first row's spelling); a member gets the row's labels and keeps the others.
+# A label the site does not have is made with the file's name for it (the first row's spelling).
 _MAKE_LABELS = """
-INSERT INTO labels (name, slug) SELECT DISTINCT ON (slug) name, slug FROM member_import_labels ORDER BY slug
+INSERT INTO labels (name, slug)
+SELECT DISTINCT ON (slug) name, slug FROM member_import_labels WHERE label_id IS NULL ORDER BY slug, line
 ON CONFLICT (slug) DO NOTHING
 RETURNING id"""
 _GIVE_LABELS = """
 INSERT INTO members_labels (member_id, label_id)
-SELECT i.member_id, l.id FROM member_import_labels x JOIN member_import i ON i.line = x.line
-JOIN labels l ON l.slug = x.slug WHERE i.member_id IS NOT NULL
+SELECT i.member_id, x.label_id FROM member_import_labels x JOIN member_import i ON i.line = x.line
+WHERE i.member_id IS NOT NULL
 ON CONFLICT (member_id, label_id) DO NOTHING
 RETURNING member_id"""
+# The reference's default tier: its first active paid tier.
+_DEFAULT_TIER = "SELECT id FROM products WHERE type = 'paid' AND active ORDER BY created_at, id LIMIT 1"
+
+
+class _Tiers:
+    """The site's tiers, by name (any case) and slug, read once: a file names them by name."""
+
+    def __init__(self, rows, default: str | None) -> None:
+        self.by_word = {row["slug"]: row["id"] for row in rows} | {row["name"].lower(): row["id"] for row in rows}
+        self.default = default
+
+    def ids(self, row: _Row) -> list[str] | None:
+        """The row's tier ids (None: none to give); BadInput names a tier the site does not have."""
+        if row.default_tier:
+            return [self.default] if self.default else None
+        unknown = [t for t in row.tiers if t.lower() not in self.by_word]
+        if unknown:
+            raise BadInput(f"the site has no tier {unknown[0]!r}")
+        return [self.by_word[t.lower()] for t in row.tiers] or None
 
 
 @tracing.traced("pressroom members import")
-async def import_members(path: str | Path, *, welcome: bool = False, settings: Settings | None = None,
+async def import_members(path: str | Path, *, welcome: bool = False, dry_run: bool = False,
+                         settings: Settings | None = None,
                          progress: Callable[[str, int, int], None] | None = None) -> ImportReport:
-    """Import the file; `progress(phase, done, total)` is told how far reading and writing have got."""
-    from activities.outbox import enqueue_many
-    from operations.members import member_created, restore_suppressions
+    """Import the file (with `dry_run`, check and count everything and write nothing);
+    `progress(phase, done, total)` is told how many rows have been read and written."""
     from pressroom import database
 
     path = Path(path)
     settings = settings or get_settings()
-    report = ImportReport(file=str(path))
-    rows = read_rows(path, report, (lambda n: progress("read", n, 0)) if progress else None)
+    report = ImportReport(file=str(path), dry_run=dry_run)
+    now = datetime.now(UTC)
+    rows = read_rows(path, report, now)
+    first = next(rows, None)  # the header is read (and a file that is no member list refused) before connecting
+    async with database.connection(settings.require_database()) as conn:
+        transaction = conn.transaction()
+        await transaction.start()
+        try:
+            await _import(conn, first, rows, report, welcome=welcome, settings=settings, progress=progress)
+        except BaseException:
+            await transaction.rollback()
+            raise
+        if dry_run:
+            await transaction.rollback()
+        else:
+            await transaction.commit()
+    return report
+
+
+async def _import(conn, first, rows: Iterator[_Row | dict], report: ImportReport, *, welcome: bool,
+                  settings: Settings, progress: Callable[[str, int, int], None] | None) -> None:
+    for statement in (_STAGE, _STAGE_LABELS, _STAGE_SEEN):
+        await conn.execute(statement)
+    tiers = _Tiers(await conn.fetch("SELECT id, name, slug FROM products"), await conn.fetchval(_DEFAULT_TIER))
+    chunk: list[tuple[_Row, list[str] | None]] = []
+    refused: list[dict] = []
+    kept = 0
+    welcome = welcome and settings.welcome_emails
+    for item in _chain(first, rows):
+        if isinstance(item, dict):
+            refused.append(item)
+        else:
+            try:
+                chunk.append((item, tiers.ids(item)))
+            except BadInput as error:
+                refused.append({"line": item.line, "reason": str(error)})
+        if len(chunk) >= CHUNK:
+            kept += await _write_chunk(conn, chunk, refused, report, settings, welcome)
+            chunk, refused = [], []
+            if progress:
+                progress("write", report.rows, 0)
     if progress:
         progress("read", report.rows, report.rows)
-    key = settings.address_hash_key.get_secret_value()
-    async with database.connection(settings.require_database()) as conn, conn.transaction():
-        await conn.execute(_STAGE)
-        await conn.execute(_STAGE_LABELS)
-        new_ids: list[str] = []
-        for start in range(0, len(rows), CHUNK):
-            chunk = rows[start:start + CHUNK]
-            await conn.copy_records_to_table(
-                "member_import", records=[(r.line, r.email, r.name, r.note, r.subscribed, r.status, r.created_at)
-                                          for r in chunk],
-                columns=["line", "email", "name", "note", "subscribed", "status", "created_at"])
-            labels = [(r.line, name, slug) for r in chunk for name, slug in r.labels]
-            if labels:
-                await conn.copy_records_to_table("member_import_labels", records=labels)
-            # Without statistics the planner takes the temporary tables for a few rows, and joins
-            # each statement below by nested loops.
-            await conn.execute("ANALYZE member_import, member_import_labels")
-            await conn.execute(_MATCH)
-            updated = await conn.fetch(_UPDATE)
-            ids = [row["member_id"] for row in await conn.fetch(_INSERT)]
-            moved = {row["member_id"] for row in await conn.fetch(_SUBSCRIBE)}
-            if any(r.subscribed is False for r in chunk):
-                moved |= {row["member_id"] for row in await conn.fetch(_UNSUBSCRIBE)}
-            if key:  # the suppressions of deleted members whose address comes back
-                stored = [row["email"] for row in await conn.fetch(_STORED)]
-                report.suppressions_restored += await restore_suppressions(conn, stored, settings)
-            if labels:
-                report.labels_made += len(await conn.fetch(_MAKE_LABELS))
-                labelled = [row["member_id"] for row in await conn.fetch(_GIVE_LABELS)]
-                report.labels_given += len(labelled)
-                moved |= set(labelled)
-            changed = {row["id"] for row in updated} | moved
-            report.added += len(ids)
-            report.updated += len(changed - set(ids))
-            new_ids += ids
-            await conn.execute("TRUNCATE member_import, member_import_labels")
-            if progress:
-                progress("write", start + len(chunk), len(rows))
-        report.unchanged = len(rows) - report.added - report.updated
-        if welcome and settings.welcome_emails and new_ids:
-            # Never an address a bounce or a complaint suppressed (a deleted member's, come back).
-            new_ids = [row["id"] for row in await conn.fetch(_NOT_SUPPRESSED, new_ids)]
-            report.welcome_queued = await enqueue_many(conn, "MemberCreatedEvent",
-                                                       [member_created(member_id) for member_id in new_ids])
-    return report
+    if chunk or refused:
+        kept += await _write_chunk(conn, chunk, refused, report, settings, welcome)
+    if progress:
+        progress("write", report.rows, report.rows)
+    report.unchanged = kept - report.added - report.updated
+
+
+def _chain(first, rows: Iterator[_Row | dict]) -> Iterator[_Row | dict]:
+    if first is not None:
+        yield first
+    yield from rows
+
+
+async def _write_chunk(conn, chunk: list[tuple[_Row, list[str] | None]], refused: list[dict], report: ImportReport,
+                       settings: Settings, welcome: bool) -> int:
+    """Write one chunk of checked rows (and queue its new members' welcome emails when asked); its
+    refusals (read and found here) join the report in file order. Returns how many rows were kept."""
+    from activities.outbox import enqueue_many
+    from operations.members import member_created, restore_suppressions
+    from pressroom.inputs import MAX_LABELS
+
+    seen: dict[str, int] = {}
+    rows: list[tuple[_Row, list[str] | None]] = []
+    for row, tier_ids in chunk:
+        earlier = seen.setdefault(row.email.lower(), row.line)
+        if earlier != row.line:
+            refused.append({"line": row.line, "reason": f"the same email as line {earlier}"})
+        else:
+            rows.append((row, tier_ids))
+    await conn.copy_records_to_table(
+        "member_import", records=[(r.line, r.email, r.name, r.note, r.subscribed, r.status, r.created_at, tier_ids)
+                                  for r, tier_ids in rows],
+        columns=["line", "email", "name", "note", "subscribed", "status", "created_at", "tier_ids"])
+    labels = [(r.line, name, slug) for r, _ in rows for name, slug in r.labels]
+    if labels:
+        await conn.copy_records_to_table("member_import_labels", records=labels, columns=["line", "name", "slug"])
+    # Without statistics the planner takes the temporary tables for a few rows, and joins each
+    # statement below by nested loops.
+    await conn.execute("ANALYZE member_import, member_import_labels")
+    dropped = {r["line"]: f"the same email as line {r['earlier']}" for r in await conn.fetch(_SEEN_BEFORE)}
+    await conn.execute(_SEEN)
+    await conn.execute(_MATCH)
+    if labels:
+        for statement in _FIND_LABELS:
+            await conn.execute(statement)
+        # Statistics of the rows as matched (member ids and label ids filled in): planned with the
+        # earlier ones, where every id was NULL, the bound below took a nested loop (25 s a chunk).
+        await conn.execute("ANALYZE member_import, member_import_labels")
+        for r in await conn.fetch(_TOO_MANY_LABELS, MAX_LABELS):
+            dropped[r["line"]] = f"would give the member more than {MAX_LABELS} labels"
+    if dropped:
+        for statement in _DROP_LINES:
+            await conn.execute(statement, list(dropped))
+    refused += [{"line": line, "reason": reason} for line, reason in dropped.items()]
+    kept_rows = [(r, tier_ids) for r, tier_ids in rows if r.line not in dropped]
+
+    updated = await conn.fetch(_UPDATE)
+    ids = [row["member_id"] for row in await conn.fetch(_INSERT)]
+    moved = {row["member_id"] for row in await conn.fetch(_SUBSCRIBE)}
+    if any(r.subscribed is False for r, _ in kept_rows):
+        moved |= {row["member_id"] for row in await conn.fetch(_UNSUBSCRIBE)}
+    if any(tier_ids for _, tier_ids in kept_rows):
+        tiered = [row["member_id"] for row in await conn.fetch(_GIVE_TIERS)]
+        report.tiers_given += len(tiered)
+        moved |= set(tiered)
+    if settings.address_hash_key.get_secret_value():  # the suppressions of deleted members whose address comes back
+        stored = [row["email"] for row in await conn.fetch(_STORED)]
+        report.suppressions_restored += await restore_suppressions(conn, stored, settings)
+    if labels:
+        report.labels_made += len(await conn.fetch(_MAKE_LABELS))
+        await conn.execute(_FIND_LABELS[1])
+        labelled = [row["member_id"] for row in await conn.fetch(_GIVE_LABELS)]
+        report.labels_given += len(labelled)
+        moved |= set(labelled)
+    changed = {row["id"] for row in updated} | moved
+    report.added += len(ids)
+    report.updated += len(changed - set(ids))
+    if welcome and ids:
+        # Never an address a bounce or a complaint suppressed (a deleted member's, come back).
+        welcomed = [row["id"] for row in await conn.fetch(_NOT_SUPPRESSED, ids)]
+        report.welcome_queued += await enqueue_many(conn, "MemberCreatedEvent",
+                                                    [member_created(member_id) for member_id in welcomed])
+    for r, tier_ids in kept_rows:
+        report.created_in_future += r.future
+        report.comped_default_tier += r.default_tier and tier_ids is not None
+        report.comped_without_tier += r.default_tier and tier_ids is None
+        if r.stripe:
+            if r.status == "paid":
+                report.paid_stripe += 1
+            else:
+                report.stripe_without_tier.append(r.line)
+    report.refused += sorted(refused, key=lambda r: r["line"])
+    await conn.execute("TRUNCATE member_import, member_import_labels")
+    return len(kept_rows)

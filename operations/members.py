@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from operations.answers import MemberProfile
+from operations.clicks import member_clicks
 from pressroom import tracing
 from pressroom.errors import BadInput
 from pressroom.settings import Settings, get_settings
@@ -42,39 +44,50 @@ async def give_labels_and_tiers(conn, member_id: str, labels: list[str], tiers: 
 
 
 def _slugs(values, what: str) -> list[str]:
-    from pressroom.inputs import slug
+    from pressroom.inputs import MAX_LABELS, slug
 
-    return list(dict.fromkeys(slug(v, what) for v in values or ()))
+    slugs = list(dict.fromkeys(slug(v, what) for v in values or ()))
+    if len(slugs) > MAX_LABELS:
+        raise BadInput(f"{len(slugs):,} {what}s given; a member has at most {MAX_LABELS}")
+    return slugs
 
 
 @tracing.traced("pressroom members add")
 async def add_member(email: str, name: str | None = None, *, status: str = "free", labels=(), tiers=(),
+                     note: str | None = None, newsletters: list[str] | None = None,
                      settings: Settings | None = None) -> MemberAdded:
-    """The member, its labels and tiers and its MemberCreatedEvent in one transaction: all commit, or none."""
-    from activities.outbox import WELCOME_EMAIL_SLUGS, enqueue
+    """The member, its labels and tiers and its MemberCreatedEvent in one transaction: all commit, or none.
+    `newsletters` (ids or slugs) subscribes them to those; None, to every newsletter that subscribes
+    new members on signup."""
+    from activities.outbox import WELCOME_EMAIL_SLUGS, enqueue, site_events
     from pressroom import database
 
     if status not in WELCOME_EMAIL_SLUGS:
         raise BadInput(f"member status {status!r} is not one of {', '.join(WELCOME_EMAIL_SLUGS)}")
     from pressroom.inputs import email_address, free_text
 
-    email, name = email_address(email), free_text(name, "name")
+    email, name, note = email_address(email), free_text(name, "name"), free_text(note, "note", 2000)
     labels, tiers = _slugs(labels, "label"), _slugs(tiers, "tier")
     settings = settings or get_settings()
     async with database.connection(settings.require_database()) as conn, conn.transaction():
         # Not the unique constraint's error: PostgreSQL would write the address in its own log.
         member_id = await conn.fetchval(
-            "INSERT INTO members (email, name, status) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING RETURNING id",
-            email, name, status)
+            "INSERT INTO members (email, name, status, note) VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING "
+            "RETURNING id", email, name, status, note)
         if member_id is None:
             raise BadInput("a member with that address already exists (change them with `pressroom members update "
                            "ID|ADDRESS`)")
         tracing.annotate(member_id=member_id)
         await restore_suppressions(conn, [email], settings)
         await give_labels_and_tiers(conn, member_id, labels, tiers)
-        await conn.execute("INSERT INTO members_newsletters (member_id, newsletter_id) "
-                           "SELECT $1, id FROM newsletters WHERE subscribe_on_signup AND status = 'active'",
-                           member_id)
+        if newsletters is None:
+            await conn.execute("INSERT INTO members_newsletters (member_id, newsletter_id) "
+                               "SELECT $1, id FROM newsletters WHERE subscribe_on_signup AND status = 'active'",
+                               member_id)
+        elif newsletters:
+            chosen = await _newsletter_ids(conn, list(newsletters), "newsletter")
+            await conn.execute("INSERT INTO members_newsletters (member_id, newsletter_id) "
+                               "SELECT DISTINCT $1, unnest($2::text[])", member_id, list(chosen.values()))
         key = None
         # Every new member is welcomed, with the automated email for their status, when the
         # setting is on (the handler reads it again when it sends); never an address a bounce or a
@@ -82,6 +95,7 @@ async def add_member(email: str, name: str | None = None, *, status: str = "free
         suppressed = await conn.fetchval("SELECT 1 FROM suppressions WHERE email = $1", email)
         if settings.welcome_emails and not suppressed:
             key = await enqueue(conn, "MemberCreatedEvent", *member_created(member_id))
+        await site_events.emit(conn, "member.added", member_id)
     return MemberAdded(member_id, key)
 
 
@@ -133,6 +147,17 @@ SELECT p.slug, p.name, mp.expiry_at, mp.expiry_at IS NOT NULL AND mp.expiry_at <
 FROM members_products mp JOIN products p ON p.id = mp.product_id WHERE mp.member_id = $1 ORDER BY p.slug"""
 
 
+def address_as_stored(address: str) -> str:
+    """An address given to find a member, in the form members are stored in (a punycode domain in
+    Unicode, as `members add` and the import store it); as given when it is no valid address."""
+    from pressroom.inputs import email_address
+
+    try:
+        return email_address(address)
+    except BadInput:
+        return address.strip()
+
+
 def email_outcome(row) -> str:
     """What became of one email for one member, in a word or two."""
     if row["complained_at"]:
@@ -148,7 +173,7 @@ def email_outcome(row) -> str:
     return {"failed": "batch failed", "retired": "batch retired"}.get(row["batch_status"], "not sent yet")
 
 
-async def member_profile(member: str, *, emails: int = 10, settings: Settings | None = None) -> dict:
+async def member_profile(member: str, *, emails: int = 10, settings: Settings | None = None) -> MemberProfile:
     """A member by id or address: status, note, subscriptions, suppression (and why), the outbox
     entries about them, and their last `emails` emails with what became of each (0: none read)."""
     from pressroom import database
@@ -162,8 +187,9 @@ async def member_profile(member: str, *, emails: int = 10, settings: Settings | 
     async with database.connection(settings.require_database()) as conn:
         row = await conn.fetchrow(
             "SELECT m.id AS member_id, m.email, m.name, m.note, m.status, m.email_disabled, m.email_count, "
-            "m.email_opened_count, m.email_open_rate, m.created_at FROM members m "
-            + ("WHERE lower(m.email) = lower($1)" if by_address else "WHERE m.id = $1"), member.strip())
+            "m.email_opened_count, m.email_open_rate, m.last_seen_at, m.created_at FROM members m "
+            + ("WHERE lower(m.email) = lower($1)" if by_address else "WHERE m.id = $1"),
+            address_as_stored(member) if by_address else member.strip())
         if row is None:
             raise NotFound("no member has that address" if by_address else f"member {member} does not exist")
         member_id = row["member_id"]
@@ -175,7 +201,9 @@ async def member_profile(member: str, *, emails: int = 10, settings: Settings | 
         last = await conn.fetch(_MEMBER_EMAILS, member_id, emails) if emails else []
         labels = await conn.fetch(_MEMBER_LABELS, member_id)
         tiers = await conn.fetch(_MEMBER_TIERS, member_id)
-    return {**dict(row),
+        clicks = await member_clicks(conn, member_id)
+    return MemberProfile.model_validate({
+            **dict(row),
             "labels": [r["slug"] for r in labels],
             "tiers": [dict(t) for t in tiers],
             "suppression": dict(suppression) if suppression else None,
@@ -183,7 +211,8 @@ async def member_profile(member: str, *, emails: int = 10, settings: Settings | 
             "outbox": [dict(o) for o in outbox],
             "automated_emails": [dict(a) for a in automated],
             "emails": [{**{k: v for k, v in dict(e).items() if k != "batch_status"}, "outcome": email_outcome(e)}
-                       for e in last]}
+                       for e in last],
+            "clicks": [c.model_dump() for c in clicks]})
 
 
 @dataclass(frozen=True)
@@ -273,7 +302,7 @@ async def _member_row(conn, member: str, *, lock: bool = False):
     row = await conn.fetchrow(
         "SELECT id, uuid, email, name, status, email_disabled FROM members "
         + ("WHERE lower(email) = lower($1)" if by_address else "WHERE id = $1") + (" FOR UPDATE" if lock else ""),
-        member.strip())
+        address_as_stored(member) if by_address else member.strip())
     if row is None:
         # The address is not repeated: it may be a mistyped one of someone else's.
         raise NotFound("no member has that address" if by_address else f"member {member} does not exist")
@@ -308,16 +337,17 @@ class MemberUpdated:
 @tracing.traced("pressroom members update")
 async def update_member(member: str, *, name: str | None = None, status: str | None = None,
                         newsletters: list[str] = (), no_newsletters: list[str] = (), labels: list[str] = (),
-                        no_labels: list[str] = (), settings: Settings | None = None) -> MemberUpdated:
+                        no_labels: list[str] = (), note: str | None = None,
+                        settings: Settings | None = None) -> MemberUpdated:
     """A member's name, status and subscriptions, every input checked before one transaction writes them.
 
     `name` None leaves it, "" clears it. Subscribing to a newsletter the member has is a no-op, and
     so is leaving one they are not on, and the same for labels (one the site has not got is made, as
     `members add --label` makes it): safe to repeat.
     """
-    from activities.outbox import WELCOME_EMAIL_SLUGS
+    from activities.outbox import WELCOME_EMAIL_SLUGS, site_events
     from pressroom import database
-    from pressroom.inputs import free_text
+    from pressroom.inputs import MAX_LABELS, free_text
 
     if status is not None and status not in WELCOME_EMAIL_SLUGS:
         raise BadInput(f"--status {status!r} is not one of {', '.join(WELCOME_EMAIL_SLUGS)}")
@@ -325,16 +355,19 @@ async def update_member(member: str, *, name: str | None = None, status: str | N
     if both:
         raise BadInput(f"newsletter {sorted(both)[0]} is given to both --newsletter and --no-newsletter")
     new_name = free_text(name, "name") if name is not None else None
+    new_note = free_text(note, "note", 2000) if note is not None else None
     labels, no_labels = _slugs(labels, "label"), _slugs(no_labels, "label")
     if set(labels) & set(no_labels):
         raise BadInput(f"label {sorted(set(labels) & set(no_labels))[0]} is given to both --label and --no-label")
-    if name is None and status is None and not (newsletters or no_newsletters or labels or no_labels):
+    if name is None and status is None and note is None and not (newsletters or no_newsletters or labels
+                                                                 or no_labels):
         raise BadInput("nothing to update: give --name, --status, --newsletter, --no-newsletter, --label or --no-label")
     settings = settings or get_settings()
     async with database.connection(settings.require_database()) as conn, conn.transaction():
         row = await _member_row(conn, member, lock=True)
         member_id = row["id"]
         tracing.annotate(member_id=member_id)
+        previous = await site_events.before(conn, "member.edited", member_id)
         # Only what was asked is run: an option not given costs no statement.
         joining = await _newsletter_ids(conn, list(newsletters), "--newsletter") if newsletters else {}
         leaving = await _newsletter_ids(conn, list(no_newsletters), "--no-newsletter") if no_newsletters else {}
@@ -345,10 +378,13 @@ async def update_member(member: str, *, name: str | None = None, status: str | N
             changed.append("name")
         if status is not None and status != row["status"]:
             changed.append("status")
+        if note is not None and new_note != await conn.fetchval("SELECT note FROM members WHERE id = $1", member_id):
+            changed.append("note")
         if changed:
             await conn.execute(
                 "UPDATE members SET name = CASE WHEN $2 THEN $3 ELSE name END, status = coalesce($4, status), "
-                "updated_at = now() WHERE id = $1", member_id, name is not None, new_name, status)
+                "note = CASE WHEN $5 THEN $6 ELSE note END, updated_at = now() WHERE id = $1",
+                member_id, name is not None, new_name, status, note is not None, new_note)
         subscribed = [r["slug"] for r in await conn.fetch(
             "WITH added AS (INSERT INTO members_newsletters (member_id, newsletter_id) "
             "SELECT $1, unnest($2::text[]) ON CONFLICT (member_id, newsletter_id) DO NOTHING RETURNING newsletter_id) "
@@ -372,8 +408,12 @@ async def update_member(member: str, *, name: str | None = None, status: str | N
         if given or taken:
             changed.append("labels")
         labelled = [r["slug"] for r in await conn.fetch(_MEMBER_LABELS, member_id)]  # the answer: labels now
-        if changed and "name" not in changed and "status" not in changed:
+        if len(labelled) > MAX_LABELS:  # nothing is written: the transaction ends with the error
+            raise BadInput(f"member {member_id} would have {len(labelled):,} labels; at most {MAX_LABELS}")
+        if changed and not {"name", "status", "note"} & set(changed):
             await conn.execute("UPDATE members SET updated_at = now() WHERE id = $1", member_id)
+        if changed:
+            await site_events.emit(conn, "member.edited", member_id, previous)
     return MemberUpdated(member_id, changed, subscribed, unsubscribed, labelled)
 
 
@@ -438,6 +478,10 @@ _SCRUB = [
     (None, "UPDATE automated_email_recipients SET member_email = '', member_name = NULL WHERE member_id = $1"),
     (None, "UPDATE outbox SET last_error_msg = regexp_replace(last_error_msg, $2, '<address>', 'gi') "
            "WHERE payload->>'member_id' = $1 AND last_error_msg ~* $2"),
+    # A site event about them that its webhook refused keeps no body: it is not sent any more.
+    (None, "UPDATE outbox SET payload = payload - 'body', status = 'skipped', last_error_code = 'MEMBER_DELETED', "
+           "last_error_msg = 'the member was deleted after its webhook refused this event', updated_at = now() "
+           "WHERE webhook_id IS NOT NULL AND status = 'aborted' AND payload->>'member_id' = $1"),
     # SES's acceptances of sends to them (kept to confirm an uncertain send: none is, or the delete
     # was refused above).
     (None, "DELETE FROM provider_acceptances WHERE recipient ~* ('^' || $2 || '$') AND $1::text IS NOT NULL"),
@@ -520,6 +564,7 @@ async def delete_member(member: str, *, settings: Settings | None = None) -> Mem
     Refused, writing nothing, while a batch holding the member may be at the provider (its send
     uncertain): its look-up needs the address. Deleting again finds no member.
     """
+    from activities.outbox import site_events
     from pressroom import database
     from pressroom.errors import PressroomError
 
@@ -536,6 +581,7 @@ async def delete_member(member: str, *, settings: Settings | None = None) -> Mem
         if in_flight is not None:
             raise PressroomError(f"member {member_id} was not deleted: a batch of email {in_flight} holding them may "
                                  "have reached the provider and is being looked up; delete them once that send is done")
+        await site_events.emit(conn, "member.deleted", member_id)  # as they were, before any scrubbing
         name = row["name"] if row["name"] and row["name"].strip() else None
         patterns = [_like_pattern(address), _like_pattern(name) if name else None]
         counts = {}

@@ -8,9 +8,13 @@ import contextlib
 from dataclasses import dataclass
 from datetime import UTC, timedelta
 
+from pydantic import BaseModel
+
 from activities.newsletter.counts import batch_counts
 from activities.newsletter.lock import ARCHIVED_NEWSLETTER
+from operations.answers import NewsletterStatus
 from operations.common import temporal_client
+from operations.finding import SHOWN_ERROR, SHOWN_STATUS
 from pressroom import tracing
 from pressroom.errors import BadInput, NotFound, PressroomError, cause_of
 from pressroom.settings import Settings, get_settings
@@ -133,10 +137,7 @@ async def cancel_newsletter(email_id: str, *, by: str | None = None, wait: bool 
     from workflows.newsletter_models import CancelSendInput, newsletter_workflow_id
 
     entity_id(email_id, "email")
-    by = (by or operator_name()).strip()
-    if not by or len(by) > 200 or not by.isprintable() or "@" in by:
-        # It enters the run's history and details: a name, never an address.
-        raise BadInput("--by must be 1 to 200 printable characters, a name and not an address")
+    by = _operator(by)
     settings = settings or get_settings()
     workflow_id = newsletter_workflow_id(email_id)
     client = client or await temporal_client(settings)
@@ -175,6 +176,63 @@ async def cancel_newsletter(email_id: str, *, by: str | None = None, wait: bool 
                 return NewsletterCancel(email_id, "cancelled", by, row["cancelled_at"],
                                         f"email {email_id} cancelled: it will not be sent")
     raise PressroomError(f"email {email_id} changed while it was being cancelled three times; try again")
+
+
+class NewsletterResumed(BaseModel):
+    """What `newsletter resume` did: the send goes on (`resumed`), or was not paused (`not-paused`)."""
+
+    email_id: str
+    status: str  # resumed | not-paused
+    by: str
+    message: str
+
+
+@tracing.traced("pressroom newsletter resume", "email_id")
+async def resume_newsletter(email_id: str, *, by: str | None = None, client=None,
+                            settings: Settings | None = None) -> NewsletterResumed:
+    """Go on with a send that paused itself for its early bounce or complaint rate; it is not paused
+    for them again. Safe to repeat; an email that is not paused is left as it is."""
+    from temporalio.client import WorkflowExecutionStatus
+    from temporalio.service import RPCError, RPCStatusCode
+
+    from pressroom import database
+    from pressroom.inputs import entity_id
+    from workflows.newsletter import SendNewsletterWorkflow
+    from workflows.newsletter_models import ResumePausedInput, newsletter_workflow_id
+
+    entity_id(email_id, "email")
+    by = _operator(by)
+    settings = settings or get_settings()
+    async with database.connection(settings.require_database()) as conn:
+        email = await conn.fetchrow("SELECT status, paused_reason FROM emails WHERE id = $1", email_id)
+    if email is None:
+        raise NotFound(f"email {email_id} does not exist")
+    if email["paused_reason"] is None or email["status"] != "submitting":
+        return NewsletterResumed(email_id=email_id, status="not-paused", by=by,
+                                 message=f"email {email_id} is {email['status']}, not paused: nothing to resume")
+    client = client or await temporal_client(settings)
+    handle = client.get_workflow_handle_for(SendNewsletterWorkflow.run, newsletter_workflow_id(email_id))
+    try:
+        running = (await handle.describe()).status == WorkflowExecutionStatus.RUNNING
+    except RPCError as error:
+        if error.status != RPCStatusCode.NOT_FOUND:
+            raise
+        running = False
+    if not running:
+        raise PressroomError(f"email {email_id} says it is paused but no run is sending it; "
+                             f"`pressroom newsletter status {email_id}` says what happened")
+    await handle.signal(SendNewsletterWorkflow.resume_paused, ResumePausedInput(by=by))
+    return NewsletterResumed(email_id=email_id, status="resumed", by=by,
+                             message=f"resumed {email_id} (paused for {email['paused_reason']}): the rest goes out "
+                                     "and its rates no longer pause it")
+
+
+def _operator(by: str | None) -> str:
+    by = (by or operator_name()).strip()
+    if not by or len(by) > 200 or not by.isprintable() or "@" in by:
+        # It enters the run's history and details: a name, never an address.
+        raise BadInput("--by must be 1 to 200 printable characters, a name and not an address")
+    return by
 
 
 async def _cancelled_by_run(conn, email_id: str, handle) -> NewsletterCancel:
@@ -295,7 +353,7 @@ async def follow_newsletter(workflow_id: str, *, client=None, on_progress=None, 
 
 
 async def newsletter_status(email_id: str, *, client=None, settings: Settings | None = None,
-                            command_started: float | None = None) -> dict:
+                            command_started: float | None = None) -> NewsletterStatus:
     """The email's row, its batches and recipients, and its run: while it runs, its live progress
     when a worker answers, and in any case what it waits for (`waiting_for`).
 
@@ -311,21 +369,23 @@ async def newsletter_status(email_id: str, *, client=None, settings: Settings | 
 
     settings = settings or get_settings()
     async with database.connection(settings.require_database()) as conn:
-        email = await conn.fetchrow("SELECT status, error, submitted_at, email_count_expected, skipped_recipients, "
-                                    "cancelled_by, cancelled_at FROM emails WHERE id = $1", email_id)
+        email = await conn.fetchrow(f"SELECT {SHOWN_STATUS} AS status, {SHOWN_ERROR} AS error, submitted_at, "
+                                    "email_count_expected, skipped_recipients, cancelled_by, cancelled_at "
+                                    "FROM emails e WHERE id = $1", email_id)
         if email is None:
             raise NotFound(f"email {email_id} does not exist")
         batches = await batch_counts(conn, email_id)  # as the run, its cancel and its finish count them
         recipients = await conn.fetchval("SELECT count(*) FROM email_recipients WHERE email_id = $1", email_id)
     workflow_id = newsletter_workflow_id(email_id)
     run, progress, waiting_for, temporal = await _run_view(workflow_id, client, settings, command_started)
-    return {"email_id": email_id, "status": email["status"], "error": email["error"],
+    return NewsletterStatus.model_validate({
+            "email_id": email_id, "status": email["status"], "error": email["error"],
             "submitted_at": email["submitted_at"], "workflow_id": workflow_id, "run": run, "progress": progress,
             "batches": {"total": batches.batches_total, "submitted": batches.batches_submitted,
                         "failed": batches.batches_failed},
             "recipients": recipients, "recipients_expected": email["email_count_expected"],
             "waiting_for": waiting_for, "skipped_recipients": email["skipped_recipients"],
-            "cancelled_by": email["cancelled_by"], "cancelled_at": email["cancelled_at"], "temporal": temporal}
+            "cancelled_by": email["cancelled_by"], "cancelled_at": email["cancelled_at"], "temporal": temporal})
 
 
 async def _run_view(workflow_id: str, client, settings: Settings, command_started: float | None = None):
@@ -431,8 +491,11 @@ STAND_IN_UUID = "00000000-0000-0000-0000-000000000000"  # a reader who is no mem
 
 
 async def _render_for(conn, email_id: str, *, member_id: str | None, segment: str | None, address: str | None,
-                      settings: Settings):
-    """(loaded email, rendering, reader's values, reader in words): what a member or a stand-in gets."""
+                      settings: Settings, track_clicks: bool = True):
+    """(loaded email, rendering, reader's values, reader in words): what a member or a stand-in gets;
+    links untracked when not `track_clicks` (a test copy's clicks count nowhere)."""
+    import dataclasses
+
     from activities.email_content import load_email, load_member_values
     from activities.newsletter.audience import entitled
     from pressroom.email_rendering import SEGMENT_NAMES, ContentError, member_values, render, segment_for
@@ -466,7 +529,8 @@ async def _render_for(conn, email_id: str, *, member_id: str | None, segment: st
             # The default reader reads everything, as on a paid post; a chosen segment is of no tier.
             of_tier = segment is None
             reader = f"a {status} reader with no name"
-        rendered = render(loaded.content, segment_for(loaded.content, status, of_tier=of_tier))
+        content = loaded.content if track_clicks else dataclasses.replace(loaded.content, track_clicks=False)
+        rendered = render(content, segment_for(content, status, of_tier=of_tier))
     except ContentError as error:
         raise BadInput(str(error)) from None
     return loaded, rendered, values, reader
@@ -506,7 +570,7 @@ async def send_test_email(email_id: str, to: str, *, segment: str | None = None,
     settings = settings or get_settings()
     async with database.connection(settings.require_database()) as conn:
         loaded, rendered, values, _ = await _render_for(conn, email_id, member_id=None, segment=segment,
-                                                        address=to, settings=settings)
+                                                        address=to, settings=settings, track_clicks=False)
     values = {**values, "email": to}
     provider = provider_from_settings(settings)
     try:

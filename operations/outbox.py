@@ -9,7 +9,9 @@ from datetime import timedelta
 from activities.outbox import NOTIFY_CHANNEL, outbox_workflow_id
 from activities.outbox.models import RelayInput
 from activities.watchdog import run_closed
+from operations.answers import OutboxStatus
 from operations.common import temporal_client
+from operations.site_webhooks import outbox_by_webhook
 from pressroom.errors import BadInput, NotFound, PressroomError
 from pressroom.settings import Settings, get_settings
 from workflows.outbox import RELAY_WORKFLOW_ID, OutboxRelayWorkflow
@@ -33,7 +35,7 @@ async def ensure_relay(client, settings) -> None:
                                 static_summary="Relay committed outbox entries to delivery workflows")
 
 
-async def outbox_status(settings: Settings | None = None) -> dict:
+async def outbox_status(settings: Settings | None = None) -> OutboxStatus:
     from pressroom import database
 
     settings = settings or get_settings()
@@ -48,11 +50,13 @@ async def outbox_status(settings: Settings | None = None) -> dict:
             "SELECT status, last_error_code AS code, last_error_msg AS reason, count(*) AS n FROM outbox "
             "WHERE (status = 'pending' AND last_error_code IS NOT NULL) OR status = 'skipped' "
             "GROUP BY 1, 2, 3 ORDER BY 1, 4 DESC, 2, 3")
-    return {"counts": counts, "oldest_pending_seconds": float(oldest) if oldest is not None else None,
+        site_events = await outbox_by_webhook(conn)
+    return OutboxStatus.model_validate({
+            **site_events, "counts": counts, "oldest_pending_seconds": float(oldest) if oldest is not None else None,
             "waiting": [{"code": r["code"], "reason": r["reason"], "count": r["n"]}
                         for r in reasons if r["status"] == "pending"],
             "skipped": [{"code": r["code"], "reason": r["reason"], "count": r["n"]}
-                        for r in reasons if r["status"] == "skipped"]}
+                        for r in reasons if r["status"] == "skipped"]})
 
 
 # An entry as operators name it: its id, its idempotency key, its delivery's workflow id, or the
@@ -111,15 +115,15 @@ async def requeue_outbox_entry(outbox_id: str, *, client=None, settings: Setting
     entity_id(outbox_id, "outbox entry")
     settings = settings or get_settings()
     async with database.connection(settings.require_database()) as conn:
-        entry = await conn.fetchrow("SELECT status, last_error_code, idempotency_key FROM outbox WHERE id = $1",
-                                    outbox_id)
+        entry = await conn.fetchrow(f"SELECT status, last_error_code, idempotency_key, {_WEBHOOK_GONE} FROM outbox o "
+                                    "WHERE id = $1", outbox_id)
     _requeueable(outbox_id, entry)
     await _delivery_closed(client or await temporal_client(settings), outbox_id, entry["idempotency_key"],
                            wait_seconds)
     async with database.connection(settings.require_database()) as conn, conn.transaction():
         # Read again under the lock: while the run closed, the entry may have been requeued.
-        _requeueable(outbox_id, await conn.fetchrow("SELECT status, last_error_code FROM outbox WHERE id = $1 "
-                                                    "FOR UPDATE", outbox_id))
+        _requeueable(outbox_id, await conn.fetchrow(
+            f"SELECT status, last_error_code, {_WEBHOOK_GONE} FROM outbox o WHERE id = $1 FOR UPDATE", outbox_id))
         # A skipped entry's line says succeeded with nothing sent: without it, the entry is handled again.
         await conn.execute(
             "DELETE FROM idempotency_ledger WHERE (status = 'failed' OR result ? 'skipped') AND idempotency_key = "
@@ -138,11 +142,16 @@ async def requeue_outbox_entry(outbox_id: str, *, client=None, settings: Setting
 
 # A waiting entry is not requeued: its delivery holds it and handles it again on its own.
 REQUEUE_STATES = ("aborted", "skipped")
+# A site event whose webhook was removed, or whose body was cleared, has nothing to go to or to send.
+_WEBHOOK_GONE = ("(o.webhook_id IS NOT NULL AND (NOT o.payload ? 'body' "
+                 "OR NOT EXISTS (SELECT 1 FROM webhooks w WHERE w.id = o.webhook_id))) AS webhook_gone")
 
 
 def _requeueable(outbox_id: str, entry) -> None:
     if entry is None:
         raise NotFound(f"outbox entry {outbox_id} does not exist")
+    if entry["webhook_gone"]:
+        raise BadInput(f"outbox entry {outbox_id} cannot be requeued: its webhook was removed or its body cleared")
     if entry["status"] not in REQUEUE_STATES:
         raise BadInput(f"outbox entry {outbox_id} is {entry['status']}; only an aborted or skipped entry can be "
                        "requeued" + (" (a waiting one goes out on its own once what it waits for is fixed)"

@@ -15,7 +15,7 @@ import json
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from workflows import newsletter, outbox, posts
+from workflows import newsletter, newsletter_sending, outbox, posts
 
 
 @dataclass(frozen=True)
@@ -38,6 +38,12 @@ PATCHES = [
     Patch("workflows.newsletter.PROVIDER_OUTAGE_PATCH", newsletter.PROVIDER_OUTAGE_PATCH,
           "SendNewsletterWorkflow", "0.5.0"),
     Patch("workflows.newsletter.CANCEL_PATCH", newsletter.CANCEL_PATCH, "SendNewsletterWorkflow", "0.7.0"),
+    Patch("workflows.newsletter_sending.CONFIRM_ASIDE_PATCH", newsletter_sending.CONFIRM_ASIDE_PATCH,
+          "SendNewsletterWorkflow", "0.9.0"),
+    Patch("workflows.newsletter_sending.PROVIDER_PROBE_PATCH", newsletter_sending.PROVIDER_PROBE_PATCH,
+          "SendNewsletterWorkflow", "0.9.0"),
+    Patch("workflows.newsletter.REPUTATION_PAUSE_PATCH", newsletter.REPUTATION_PAUSE_PATCH,
+          "SendNewsletterWorkflow", "0.9.0"),
     Patch("workflows.outbox.CONFIRM_UNCERTAIN_PATCH", outbox.CONFIRM_UNCERTAIN_PATCH,
           "DeliverOutboxEntryWorkflow", "0.2.0"),
     Patch("workflows.outbox.COMPLETE_LOCALLY_PATCH", outbox.COMPLETE_LOCALLY_PATCH,

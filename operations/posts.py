@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 from datetime import timedelta
 
+from activities.outbox import site_events
 from activities.posts.publish import NEWSLETTER_NOT_GOING
 from activities.posts.schedule import reconcile_scheduled_posts, start_or_move_publication, stop_publication
 from operations.common import run_summary, temporal_client
@@ -33,8 +35,10 @@ async def unschedule_post(post_id: str, *, client=None, settings: Settings | Non
     await change_post(post_id, None, client or await temporal_client(settings), settings)
 
 
-async def change_post(post_id: str, publish_at, client, settings: Settings) -> None:
-    """Schedule the post for `publish_at` (None: back to draft) and tell its workflow, as one change.
+async def change_post(post_id: str, publish_at, client, settings: Settings, write=None) -> None:
+    """Schedule the post for `publish_at` (None: back to draft) and tell its workflow, as one change;
+    `write(conn)`, when given, writes the rest of the change (operations/authoring.py) in the same
+    transaction, after the checks.
 
     The row is updated in a transaction and the workflow told before it commits: a refused call
     rolls the row back. Should the commit fail once the workflow was told, the workflow is put
@@ -57,19 +61,21 @@ async def change_post(post_id: str, publish_at, client, settings: Settings) -> N
             if publish_at is not None and before["status"] not in ("draft", "scheduled"):
                 raise BadInput(f"post {post_id} is already {before['status']}; only a draft or scheduled post can "
                                "be scheduled")
+            previous = await site_events.before(conn, site_events.SCHEDULE_EVENTS, post_id, settings.site_url)
+            if write is not None:
+                await write(conn)
             await conn.execute("UPDATE posts SET status = $2, published_at = coalesce($3, published_at), "
                                "updated_at = now() WHERE id = $1", post_id,
                                "draft" if publish_at is None else "scheduled", publish_at)
+            await site_events.emit_schedule_change(conn, post_id, before, publish_at, previous, settings.site_url)
             try:
                 await tell_post_workflow(client, settings, post_id, publish_at)
             except RPCError as error:
                 raise PressroomError(f"post {post_id} was not changed (it is still {before['status']}): "
                                      f"{describe_rpc_error(error, settings)}") from None
         except BaseException:
-            try:
+            with contextlib.suppress(Exception):  # the connection is gone, and the server rolled back with it
                 await transaction.rollback()
-            except Exception:
-                pass  # the connection is gone, and the server rolled back with it
             raise
         try:
             await transaction.commit()

@@ -10,6 +10,7 @@ from __future__ import annotations
 from activities.analytics.models import SCHEDULE_ID as ANALYTICS_SCHEDULE_ID
 from activities.webhooks import INBOX_WORKFLOW_ID
 from operations.check import CheckResult
+from operations.deliverability import check_reputation, check_senders
 from operations.posts import RECONCILE_SCHEDULE_ID
 from pressroom.settings import Settings
 from workflows.outbox import RELAY_WORKFLOW_ID
@@ -115,4 +116,4 @@ async def check_inbox(client, settings: Settings) -> CheckResult:
 
 
 RUNNING_CHECKS = (("Workers", check_workers), ("Schedules", check_schedules), ("Outbox relay", check_relay),
-                  ("Webhook inbox", check_inbox))
+                  ("Webhook inbox", check_inbox), ("Senders", check_senders), ("Reputation", check_reputation))

@@ -18,6 +18,9 @@ from activities.newsletter.left_out import (
     LEFT_OUT_REASONS,
     with_filter,
 )
+from operations.answers import EmailReport, LeftOutRow, Page
+from operations.clicks import email_clicks
+from operations.finding import SHOWN_ERROR, SHOWN_STATUS
 from pressroom.errors import BadInput, NotFound
 from pressroom.inputs import entity_id
 from pressroom.settings import Settings, get_settings
@@ -112,14 +115,15 @@ def segment_name(segment: str | None) -> str:
     return SEGMENT_NAMES.get(segment, segment or "all")
 
 
-def _rate(part: int, whole: int) -> float | None:
-    return round(100.0 * part / whole, 1) if whole else None
+def _rate(part: int, whole: int, digits: int = 1) -> float | None:
+    return round(100.0 * part / whole, digits) if whole else None
 
 
 async def _email(conn, email_id: str):
     entity_id(email_id, "email")
     email = await conn.fetchrow(
-        "SELECT e.id, e.subject, e.status, e.error, e.post_id, e.newsletter_id, n.slug AS newsletter, "
+        f"SELECT e.id, e.subject, {SHOWN_STATUS} AS status, {SHOWN_ERROR} AS error, e.post_id, e.newsletter_id, "
+        "n.slug AS newsletter, "
         "e.recipient_filter, "
         "e.created_at, e.submitted_at, e.left_out, e.first_opened_at, e.last_opened_at, e.cancelled_by, e.cancelled_at "
         "FROM emails e LEFT JOIN newsletters n ON n.id = e.newsletter_id WHERE e.id = $1", email_id)
@@ -146,9 +150,9 @@ async def _opens(conn, email) -> dict:
     return {"bucket_seconds": int(width.total_seconds()), "buckets": buckets}
 
 
-async def newsletter_report(email_id: str, *, reasons: int = 5, settings: Settings | None = None) -> dict:
+async def newsletter_report(email_id: str, *, reasons: int = 5, settings: Settings | None = None) -> EmailReport:
     """Recipients, delivered, opened, failed, unsubscribed, complained with rates (per segment too),
-    the top failure reasons, who was left out and why, and the opens over time."""
+    the top failure reasons, who was left out and why, the opens over time, and the clicks."""
     from pressroom import database
 
     settings = settings or get_settings()
@@ -173,6 +177,7 @@ async def newsletter_report(email_id: str, *, reasons: int = 5, settings: Settin
             left_out = {r["reason"]: r["n"] for r in await conn.fetch(
                 counts, email_id, email["newsletter_id"], email["created_at"], values)}
         opens = await _opens(conn, email)
+        clicks = await email_clicks(conn, email["post_id"], figures["delivered"])
     permanent, temporary = failures.get("permanent", 0), failures.get("temporary", 0)
     figures = {"recipients": figures["recipients"], "sent": figures["recipients"] - figures["not_sent"],
                "delivered": figures["delivered"], "opened": figures["opened"],
@@ -183,7 +188,8 @@ async def newsletter_report(email_id: str, *, reasons: int = 5, settings: Settin
     # Rates are over the recipients the provider accepted: a cancelled or failed email's report does not
     # count the recipients it never sent to as not delivered nor not opened.
     whole = figures["sent"]
-    return {"email_id": email["id"], "subject": email["subject"], "status": email["status"], "error": email["error"],
+    return EmailReport.model_validate({
+            "email_id": email["id"], "subject": email["subject"], "status": email["status"], "error": email["error"],
             "post_id": email["post_id"], "newsletter_id": email["newsletter_id"], "newsletter": email["newsletter"],
             "recipient_filter": email["recipient_filter"], "created_at": email["created_at"],
             "submitted_at": email["submitted_at"], "cancelled_by": email["cancelled_by"],
@@ -194,13 +200,17 @@ async def newsletter_report(email_id: str, *, reasons: int = 5, settings: Settin
             "segments": [{**s, "segment": segment_name(s["segment"]),
                           "rates": {k: _rate(s[k], s["sent"]) for k in ("delivered", "opened")}}
                          for s in segments],
+            # As mailbox providers count them: hard bounces over sent, complaints over delivered.
+            "reputation": {"hard_bounce_rate": _rate(permanent, figures["sent"], 2),
+                           "complaint_rate": _rate(complained, figures["delivered"], 2)},
             "top_failures": top,
             "left_out": {reason: left_out.get(reason, 0) for reason in LEFT_OUT_REASONS},
-            "opens_over_time": opens}
+            "opens_over_time": opens,
+            "clicks": clicks.model_dump()})
 
 
 async def left_out_members(email_id: str, *, reason: str | None = None, after: str | None = None, limit: int = 50,
-                           settings: Settings | None = None) -> dict:
+                           settings: Settings | None = None) -> Page[LeftOutRow]:
     """The members left out of an email, newest first, with why: `{items, next_after}` as every list."""
     from operations.finding import LARGEST_PAGE
     from pressroom import database
@@ -221,5 +231,23 @@ async def left_out_members(email_id: str, *, reason: str | None = None, after: s
         page, values = with_filter(LEFT_OUT_PAGE, email, as_of=datetime.now(UTC))  # tiers as they are now
         rows = await conn.fetch(page, email_id, email["newsletter_id"], email["created_at"],
                                 values, reason, *cursor, limit + 1)
-    items = [dict(row) for row in rows[:limit]]
-    return {"items": items, "next_after": items[-1]["member_id"] if len(rows) > limit else None}
+    items = [LeftOutRow.model_validate(dict(row)) for row in rows[:limit]]
+    return Page[LeftOutRow](items=items, next_after=items[-1].member_id if len(rows) > limit else None)
+
+
+_NOT_SENT = """
+SELECT b.email_id, count(*) AS n FROM email_batches b JOIN email_recipients er ON er.batch_id = b.id
+WHERE b.email_id = ANY($1::text[]) AND b.status <> 'submitted' GROUP BY b.email_id"""
+
+
+async def sent_counts(email_ids: list[str], *, settings: Settings | None = None) -> dict[str, int]:
+    """Recipients accepted by the provider, per email (the report's `sent`), for a page of emails:
+    the email's recipients less those of its batches not accepted, which alone are counted."""
+    from pressroom import database
+
+    settings = settings or get_settings()
+    async with database.connection(settings.require_database()) as conn:
+        recipients = {r["id"]: r["email_count"] for r in await conn.fetch(
+            "SELECT id, email_count FROM emails WHERE id = ANY($1::text[])", email_ids)}
+        not_sent = {r["email_id"]: r["n"] for r in await conn.fetch(_NOT_SENT, email_ids)}
+    return {email_id: recipients.get(email_id, 0) - not_sent.get(email_id, 0) for email_id in email_ids}

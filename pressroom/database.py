@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from contextvars import ContextVar
 from importlib import resources
 
 import asyncpg
@@ -69,9 +70,30 @@ async def connect_once(url: str) -> asyncpg.Connection:
     return await _connecting(url, asyncpg.connect(url, timeout=10, connection_class=_connection_class()))
 
 
+# A server that calls the operations (the dashboard's pages) lends them its pool for the request,
+# instead of each opening a connection of its own: the operations leave no session state behind.
+_LENT_POOL: ContextVar[asyncpg.Pool | None] = ContextVar("pressroom_lent_pool", default=None)
+
+
+@contextmanager
+def pool_lent(pool: asyncpg.Pool) -> Iterator[None]:
+    """Within the block (this task and those it starts), `connection()` borrows from `pool`."""
+    token = _LENT_POOL.set(pool)
+    try:
+        yield
+    finally:
+        _LENT_POOL.reset(token)
+
+
 @asynccontextmanager
 async def connection(url: str) -> AsyncIterator[asyncpg.Connection]:
-    """One connection for a command's few queries, closed when the block ends."""
+    """One connection for a command's few queries, closed when the block ends (or borrowed from the
+    pool lent to this task, and given back)."""
+    lent = _LENT_POOL.get()
+    if lent is not None:
+        async with lent.acquire() as borrowed:
+            yield borrowed
+        return
     conn = await connect_once(url)
     try:
         yield conn

@@ -3,6 +3,11 @@
 Pure functions over strings; no I/O. The send activity, `pressroom newsletter preview` and
 `pressroom newsletter test` all call `render`, so a preview shows exactly what a batch sends.
 
+An email that tracks clicks has every `http(s)` link of its body (the paywall's invitation too)
+rewritten to `{site}/r/{id}?m={member uuid}`: one redirect per distinct target and email, its id
+derived from both, so every segment and every worker names the same redirect without asking the
+database; the send stores `Rendered.links` before its batches go out (docs/clicks.md).
+
 The post is parsed once by an HTML5 parser (Lexbor, through selectolax) into the tree a mail
 client builds from the same bytes, and the body is the serialisation of that tree after cutting.
 What we checked is therefore what we send: an unclosed tag cannot make our cut end somewhere else
@@ -18,6 +23,7 @@ twin. Authors may write Mailgun's `%recipient.NAME%` too (posts written for Ghos
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 import html as html_lib
 import re
@@ -26,7 +32,7 @@ from collections.abc import Hashable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
-from urllib.parse import quote_plus, urlencode
+from urllib.parse import SplitResult, parse_qsl, quote, quote_plus, urlencode, urlsplit
 
 from selectolax.lexbor import LexborHTMLParser, LexborNode
 
@@ -88,6 +94,9 @@ class EmailContent:
     visibility: str  # public | members | paid | tiers
     post_url: str
     upgrade_url: str
+    track_clicks: bool = False
+    site_url: str = ""  # where the redirects are answered (`pressroom serve` behind it)
+    link_ref: str | None = None  # the outbound `ref` tag's value; None: links untagged
 
 
 @dataclass(frozen=True)
@@ -99,6 +108,8 @@ class Rendered:
     text: str
     # placeholder name → (replacement id, fallback, HTML-escaped?)
     variables: Mapping[str, tuple[str, str, bool]] = field(default_factory=dict)
+    # redirect id → target: the redirects the tracked links name (none when clicks are not tracked)
+    links: Mapping[str, str] = field(default_factory=dict)
 
     @cached_property
     def size(self) -> int:
@@ -279,8 +290,8 @@ def _children(node: LexborNode) -> list[LexborNode]:
     return children
 
 
-def _call_to_action(content: EmailContent) -> str:
-    post, upgrade = (html_lib.escape(url, quote=True) for url in (content.post_url, content.upgrade_url))
+def _call_to_action(content: EmailContent, link=lambda url: url) -> str:
+    post, upgrade = (html_lib.escape(link(url), quote=True) for url in (content.post_url, content.upgrade_url))
     readers = "subscribers of its tiers" if content.visibility == "tiers" else "paying subscribers"
     return ('<div class="paywall" style="text-align:center;margin:32px 0;"><hr>'
             f"<p><strong>The rest of this post is for {readers}.</strong></p>"
@@ -383,6 +394,106 @@ def _personalise_tree(body: LexborNode, variables: _Variables) -> None:
                         node.attrs[name] = new
 
 
+# --- links: outbound tagging and click tracking ----------------------------------------------------
+
+REDIRECT_PATH = "/r/"
+MAX_TARGET_LENGTH = 2000  # the reference platform's `redirects.to`
+# Sites that break on a long `ref` (the reference platform's list).
+_REF_REFUSED = frozenset({"facebook.com", "www.facebook.com", "web.archive.org", "archive.org",
+                          "www.federalreserve.gov", "www.chicagomag.com"})
+_URL_SAFE = ":/?#[]@!$&'()*+,;=%~"  # what stays as it is when a non-ASCII target is percent-encoded
+_PERSONAL = re.compile(r"\{\{recipient\.|%recipient\.|%%\{")  # a reader's own value: one link per reader
+_UNSAFE = re.compile(r"[\x00-\x20\x7f]")  # never in a Location header
+
+
+def redirect_id(email_id: str, target: str) -> str:
+    """The redirect of `target` in email `email_id`: the same for every segment and every worker."""
+    return hashlib.sha256(f"{email_id}\n{target}".encode()).hexdigest()[:24]
+
+
+def ref_value(newsletter_name: str) -> str:
+    """`{slug}-newsletter`, the reference platform's `ref` for a newsletter's links."""
+    slug = re.sub(r"[^a-z0-9]+", "-", newsletter_name.lower()).strip("-")
+    return f"{slug or 'site'}-newsletter"
+
+
+def _host(url: str) -> str:
+    try:
+        return (urlsplit(url).hostname or "").lower()
+    except ValueError:
+        return ""
+
+
+def _web_url(href: str) -> tuple[str, SplitResult] | None:
+    """`href` as a target one may redirect to (absolute http(s), no spaces or control characters,
+    non-ASCII percent-encoded) with its parts, or None when it is not one."""
+    if not href or _PERSONAL.search(href) or _UNSAFE.search(href):
+        return None
+    try:
+        parts = urlsplit(href)
+        parts.port  # noqa: B018 - raises on a malformed port
+    except ValueError:
+        return None
+    if parts.scheme.lower() not in ("http", "https") or not parts.hostname:
+        return None
+    url = href if href.isascii() else quote(href, safe=_URL_SAFE)
+    return (url, parts) if len(url) <= MAX_TARGET_LENGTH else None
+
+
+class _Links:
+    """Rewrites one rendering's links: tagged with `ref` when outbound, and through a redirect when
+    the email tracks clicks; the member's own links (unsubscribe, account) are left alone."""
+
+    def __init__(self, content: EmailContent, variables: _Variables) -> None:
+        self.content = content
+        self.site = content.site_url.rstrip("/")
+        self.site_host = _host(self.site)
+        self.tracked: dict[str, str] = {}
+        self._done: dict[str, str] = {}  # href → what it became: a post repeats its links
+        self._member = placeholder("uuid") if content.track_clicks else ""
+        if content.track_clicks:
+            variables.placeholder("uuid", "", escaped=False)
+
+    def __call__(self, href: str) -> str:
+        done = self._done.get(href)
+        if done is None:
+            done = self._done[href] = self._rewrite(href)
+        return done
+
+    def _rewrite(self, href: str) -> str:
+        web = _web_url(href.strip())
+        if web is None:
+            return href
+        url, parts = web
+        own = (parts.hostname or "").lower() == self.site_host
+        if own and (parts.path.startswith("/unsubscribe") or parts.fragment.startswith("/portal")):
+            return href  # the member's own links
+        if self.content.link_ref and not own:
+            url = _with_ref(url, self.content.link_ref)
+        if not self.content.track_clicks:
+            return url
+        rid = redirect_id(self.content.email_id, url)
+        self.tracked[rid] = url
+        return f"{self.site}{REDIRECT_PATH}{rid}?m={self._member}"
+
+
+def _with_ref(url: str, ref: str) -> str:
+    parts = urlsplit(url)
+    if (parts.hostname or "").lower() in _REF_REFUSED or any(
+            key in ("ref", "utm_source", "source") for key, _ in parse_qsl(parts.query, keep_blank_values=True)):
+        return url
+    head, hash_, fragment = url.partition("#")
+    return f"{head}{'&' if parts.query else '?'}ref={quote_plus(ref)}{hash_}{fragment}"
+
+
+def _rewrite_links(body: LexborNode, links: _Links) -> None:
+    for node in body.css("a[href], area[href]"):
+        href = node.attrs.get("href") or ""
+        new = links(href)
+        if new != href:
+            node.attrs["href"] = new
+
+
 # --- rendering ------------------------------------------------------------------------------------
 
 FOOTER_HTML = (f'<p class="footer"><a href="{placeholder("unsubscribe_url_html")}">Unsubscribe</a> · '
@@ -409,12 +520,11 @@ def render(content: EmailContent, segment: str | None) -> Rendered:
     statuses = {node.mem_id: _block_statuses(node, content.email_id)
                 for node in body.css(f"[{_SEGMENT_ATTRIBUTE}]")}  # every block is checked, cut or not
     cut = paywalled(content.visibility, segment or "")
-    if cut:
-        # The paywall comes first: text after the marker is paid even inside a block for free members.
-        # A paid post without a marker is paid from its first word: free members get the invitation only.
-        if not _cut_after_marker(body):
-            for node in _children(body):
-                node.decompose()
+    # The paywall comes first: text after the marker is paid even inside a block for free members.
+    # A paid post without a marker is paid from its first word: free members get the invitation only.
+    if cut and not _cut_after_marker(body):
+        for node in _children(body):
+            node.decompose()
     if segment is not None:
         readers = SEGMENT_STATUSES[segment]
         # A block goes to a segment only when every reader in it is in the block's audience.
@@ -431,12 +541,15 @@ def render(content: EmailContent, segment: str | None) -> Rendered:
     if any(sign in content.html for sign in "%{&"):  # most posts have nothing to personalise: skip the walk
         _personalise_tree(body, variables)
     subject = variables.substitute(content.subject, escaped=False)
-    html = (body.inner_html or "") + (_call_to_action(content) if cut else "")
+    links = _Links(content, variables)
+    if content.track_clicks or content.link_ref:
+        _rewrite_links(body, links)
+    html = (body.inner_html or "") + (_call_to_action(content, links) if cut else "")
     variables.placeholder("unsubscribe_url", "", escaped=True)
     variables.placeholder("manage_account_url", "", escaped=True)
     html += FOOTER_HTML
     text = PLACEHOLDER.sub(lambda m: _plain_twin(m, variables), html_to_text(html))
-    return Rendered(subject=subject, html=html, text=text, variables=dict(variables.used))
+    return Rendered(subject=subject, html=html, text=text, variables=dict(variables.used), links=links.tracked)
 
 
 def render_automated(email_id: str, subject: str, html: str, text: str) -> Rendered:

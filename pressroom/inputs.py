@@ -3,9 +3,12 @@
 Checked before anything is written. Bounds:
 - ids (posts, emails, outbox entries): 1 to 100 printable characters without spaces;
 - member addresses: a valid address by `email-validator` (through pydantic), at most 191 characters;
-- member names: at most 191 printable characters (191 is Ghost's column width for both);
+- member names: at most 191 characters (191 is Ghost's column width for both), printable or one of
+  the invisible characters real names hold (a no-break space, an emoji's zero-width joiner);
 - label and tier slugs: lowercase letters, digits, `_` and `-` (not first), at most 191 characters,
   so that a recipient filter can name them (pressroom/recipient_filter.py);
+- labels: at most MAX_LABELS (100) on a member, and so in one command or one imported row: enough
+  for any real use, and a bound on what one row of a file can make (and on a filter naming them);
 - times: ISO 8601 with a UTC offset, in this century (2000-01-01 to 2099-12-31, UTC): outside it a
   time is a slip of the keyboard (0001 for 2001, 2206 for 2026); a backfill window also not in
   the future, since it has no events yet.
@@ -15,12 +18,14 @@ from __future__ import annotations
 
 import functools
 import re
-from datetime import UTC, datetime, timezone
+import unicodedata
+from datetime import UTC, datetime
 
 from pressroom.errors import BadInput, shorten
 
 MAX_ID = 100
 MAX_TEXT = 191
+MAX_LABELS = 100
 EARLIEST = datetime(2000, 1, 1, tzinfo=UTC)
 LATEST = datetime(2100, 1, 1, tzinfo=UTC)
 
@@ -82,7 +87,9 @@ def _normalised_address(text: str) -> str:
     if shape.fullmatch(text):
         local, _, domain = text.rpartition("@")
         domain = domain.lower()
-        if len(local) <= 64 and len(domain) <= PLAIN_DOMAIN_LENGTH and \
+        # A punycode label ("xn--") is left to email-validator, which gives the domain in Unicode:
+        # `idn@xn--exmple-cua.com` and `idn@exämple.com` are one mailbox and one member.
+        if "xn--" not in domain and len(local) <= 64 and len(domain) <= PLAIN_DOMAIN_LENGTH and \
                 not any(domain == name or domain.endswith("." + name) for name in special):
             return f"{local}@{domain}"
     try:
@@ -139,6 +146,19 @@ def slug(value: str, what: str) -> str:
     return text
 
 
+# Invisible characters that legitimate names hold: spaces other than U+0020 (a no-break space
+# between a first name and a particle), the zero-width joiner and non-joiner (emoji sequences,
+# Indic and Persian scripts) and the tag characters of subdivision flags. Any other control or
+# format character (bidirectional overrides, zero-width spaces, line separators) is refused.
+_NAME_INVISIBLES = frozenset("\u200c\u200d") | {chr(c) for c in range(0xE0020, 0xE0080)}
+
+
+def _unprintable(c: str) -> bool:
+    if c.isprintable() or c in _NAME_INVISIBLES:
+        return False
+    return unicodedata.category(c) != "Zs"
+
+
 def free_text(value: str | None, what: str, limit: int = MAX_TEXT) -> str | None:
     """A name or similar: trimmed, at most `limit` characters, no control characters; empty is None."""
     if value is None or not value.strip():
@@ -146,9 +166,9 @@ def free_text(value: str | None, what: str, limit: int = MAX_TEXT) -> str | None
     text = value.strip()
     if len(text) > limit:
         raise BadInput(f"the {what} is {len(text):,} characters long; at most {limit}")
-    if not text.isprintable():
+    at = next((i for i, c in enumerate(text) if _unprintable(c)), None)
+    if at is not None:
         # Not repeated in the error: a name is personal data, and this one may hide what it holds.
-        at = next(i for i, c in enumerate(text) if not c.isprintable())
         raise BadInput(f"the {what} contains a control or invisible character (U+{ord(text[at]):04X}, "
                        f"character {at + 1})")
     return text

@@ -8,9 +8,15 @@ tighter, so `a,b+c` is `a,(b+c)`):
     and     := atom ("+" atom)*
     atom    := "(" or ")" | term
     term    := KEY ":" ["-"] values          -- "-": members without any of the values
-    values  := VALUE | "[" VALUE ("," VALUE)* "]"
-    KEY     := "status" | "label" | "tier" | "product"      -- product is tier's other name
-    VALUE   := [A-Za-z0-9_][A-Za-z0-9_-]*    -- a slug; for status one of free, paid, comped
+    values  := VALUE | "[" VALUE ("," VALUE)* "]"      -- any of (with "-": none of)
+             | "[" VALUE "+" VALUE ("+" VALUE)* "]"    -- all of (not after "-", as the reference)
+    KEY     := "status" | "label" | "labels" | "tier" | "tiers" | "product" | "products"
+    VALUE   := SLUG | "'" SLUG "'"           -- quoted as the reference quotes (a backslash keeps the next character)
+    SLUG    := [A-Za-z0-9_][A-Za-z0-9_-]*    -- for status one of free, paid, comped
+
+The keys' plural forms and `product` are the reference's other names for label and tier. Double
+quotes are not part of the reference's language (its lexer refuses them), and so not of this one.
+`label:[a+b]` is read as `label:a+label:b`: the same members, one term per value.
 
 A hand-written tokenizer and recursive-descent parser: anything outside the grammar is refused
 with the position and the text that does not fit, never guessed. Pure: no I/O. What a tree means
@@ -19,13 +25,16 @@ in SQL is activities/newsletter/audience.py's.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 MEMBER_STATUSES = ("free", "paid", "comped")
-KEYS = ("status", "label", "tier", "product")
+KEYS = {"status": "status", "label": "label", "labels": "label", "tier": "tier", "tiers": "tier",
+        "product": "tier", "products": "tier"}  # as written: as read
 _WORD_START = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_")
 _WORD = _WORD_START | {"-"}
 _PUNCTUATION = frozenset("()[],+:-")
+_SLUG = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_-]*")
 _SHOWN = 40  # characters of a refused filter quoted in its error
 # Bounds on one filter (docs/audiences.md, "Limits"): the reference platform's own filters (its
 # segments, a few labels and tiers) stay far below them; a deeper or longer filter is refused where
@@ -42,7 +51,7 @@ class FilterError(ValueError):
 
 @dataclass(frozen=True)
 class Term:
-    key: str  # status | label | tier ("product" is read as tier)
+    key: str  # status | label | tier (the other names read as these)
     values: tuple[str, ...]
     negated: bool = False
 
@@ -79,8 +88,9 @@ Node = Term | And | Or | Everyone
 @dataclass(frozen=True)
 class _Token:
     kind: str  # a punctuation character, "word" or "end"
-    text: str
+    text: str  # a quoted word without its quotes
     at: int
+    quoted: bool = False
 
 
 def _tokens(text: str) -> list[_Token]:
@@ -97,10 +107,32 @@ def _tokens(text: str) -> list[_Token]:
         elif c in _PUNCTUATION:
             out.append(_Token(c, c, i))
             i += 1
+        elif c == "'":
+            word, end = _quoted_word(text, i)
+            out.append(_Token("word", word, i, quoted=True))
+            i = end
+        elif c == '"':
+            raise FilterError(f"recipient filter {_quoted(text)}: double quote at {i + 1}; the filter language "
+                              "quotes with ' (label:'vip')")
         else:
             raise FilterError(f"recipient filter {_quoted(text)}: character {c!r} at {i + 1} is not part of a filter")
     out.append(_Token("end", "", len(text)))
     return out
+
+
+def _quoted_word(text: str, start: int) -> tuple[str, int]:
+    """The word quoted from `start` (a '), a backslash keeping the character after it, and where it ends."""
+    chars, i = [], start + 1
+    while i < len(text) and text[i] != "'":
+        if text[i] == "\\" and i + 1 < len(text):
+            i += 1
+        chars.append(text[i])
+        i += 1
+    if i >= len(text):
+        raise FilterError(f"recipient filter {_quoted(text)}: the quote at {start + 1} is not closed")
+    if not chars:
+        raise FilterError(f"recipient filter {_quoted(text)}: empty quotes at {start + 1}")
+    return "".join(chars), i + 1
 
 
 def _quoted(text: str) -> str:
@@ -132,7 +164,8 @@ class _Parser:
         raise FilterError(f"recipient filter {_quoted(self.text)}: expected {what} at {token.at + 1}, found {found}")
 
     def filter(self) -> Node:
-        if self.peek().kind == "word" and self.peek().text.lower() == "all" and self.tokens[1].kind == "end":
+        first = self.peek()
+        if first.kind == "word" and not first.quoted and first.text.lower() == "all" and self.tokens[1].kind == "end":
             return Everyone()
         tree = self.or_()
         if self.peek().kind != "end":
@@ -166,29 +199,34 @@ class _Parser:
             return inner
         return self.term()
 
-    def term(self) -> Term:
+    def term(self) -> Term | And:
         self.terms += 1
         if self.terms > MAX_TERMS:
             raise FilterError(f"recipient filter {_quoted(self.text)}: more than {MAX_TERMS} terms")
         key_token = self.take("word", "a term (status:, label:, tier: or product:)")
-        key = key_token.text.lower()
-        if key not in KEYS:
+        key = KEYS.get(key_token.text.lower()) if not key_token.quoted else None
+        if key is None:
             raise FilterError(f"recipient filter {_quoted(self.text)}: unknown term {key_token.text!r} "
                               f"at {key_token.at + 1}; use status:, label:, tier: or product:")
         self.take(":", f"':' after {key_token.text}")
         negated = self.peek().kind == "-"
         if negated:
             self.i += 1
-        if self.peek().kind == "[":
+        if self.peek().kind != "[":
+            return Term(key, (self.value(key),), negated)
+        self.i += 1
+        values = [self.value(key)]
+        joiner = self.peek().kind if self.peek().kind in ",+" and len(values) == 1 else ","
+        if joiner == "+" and negated:
+            self.refuse("',' or ']' (the reference has no -[a+b])")
+        while self.peek().kind == joiner:
             self.i += 1
-            values = [self.value(key)]
-            while self.peek().kind == ",":
-                self.i += 1
-                values.append(self.value(key))
-            self.take("]", "',' or ']'")
-        else:
-            values = [self.value(key)]
-        return Term("tier" if key == "product" else key, tuple(dict.fromkeys(values)), negated)
+            values.append(self.value(key))
+        self.take("]", f"'{joiner}' or ']'")
+        values = list(dict.fromkeys(values))
+        if joiner == "+" and len(values) > 1:  # all of: one term per value
+            return And(tuple(Term(key, (value,)) for value in values))
+        return Term(key, tuple(values), negated)
 
     def value(self, key: str) -> str:
         self.values += 1
@@ -200,6 +238,9 @@ class _Parser:
                 raise FilterError(f"recipient filter {_quoted(self.text)}: unknown status {token.text!r} at "
                                   f"{token.at + 1}; use free, paid or comped")
             return token.text.lower()
+        if token.quoted and not _SLUG.fullmatch(token.text):
+            raise FilterError(f"recipient filter {_quoted(self.text)}: the {key} {_quoted(token.text)} at "
+                              f"{token.at + 1} is not a slug (letters, digits, _ and -)")
         return token.text
 
 

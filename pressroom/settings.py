@@ -117,6 +117,11 @@ class Settings(BaseSettings):
     from_address: str = Field(default="Pressroom <noreply@example.com>", validation_alias="PRESSROOM_FROM_ADDRESS")
     # Rendered bodies a worker keeps, per email and segment, so batches reuse one rendering.
     body_cache_bytes: int = Field(default=32 * 1024 * 1024, ge=0, validation_alias="PRESSROOM_BODY_CACHE_BYTES")
+    # Clicks counted by Pressroom's own redirects (`{PRESSROOM_SITE_URL}/r/{id}?m={uuid}`) for every
+    # email whose own and newsletter's `track_clicks` are unset (docs/clicks.md).
+    email_track_clicks: bool = Field(default=False, validation_alias="PRESSROOM_EMAIL_TRACK_CLICKS")
+    # The reference platform's outbound link tagging: `ref={newsletter-slug}-newsletter` on links to other sites.
+    outbound_link_tagging: bool = Field(default=False, validation_alias="PRESSROOM_OUTBOUND_LINK_TAGGING")
 
     # --- the provider's limits: domain warming and send caps ---
     # With both set, a growing share of each email goes through MAILGUN_DOMAIN, the rest through this
@@ -201,6 +206,21 @@ class Settings(BaseSettings):
                                            validation_alias="PRESSROOM_REJECTED_EVENTS_KEEP_DAYS")
     webhook_apply_batch: int = Field(default=2000, ge=1, le=20_000, validation_alias="PRESSROOM_WEBHOOK_APPLY_BATCH")
 
+    # --- the site's webhooks: its events delivered to integrations (docs/site-webhooks.md) ---
+    # http:// to loopback and loopback addresses admitted: the development stack and tests.
+    site_webhooks_allow_loopback: bool = Field(default=False, validation_alias="PRESSROOM_WEBHOOKS_ALLOW_LOOPBACK")
+    # Private, shared and link-local addresses admitted (an intranet integration); loopback stays refused.
+    site_webhooks_allow_private: bool = Field(default=False, validation_alias="PRESSROOM_WEBHOOKS_ALLOW_PRIVATE")
+    # Attempts of one delivery on the outbox's backoff (its last step repeated): 200 at 160 s is
+    # about nine hours of a target down before its entry is aborted.
+    site_webhooks_max_attempts: int = Field(default=200, ge=1, le=10_000,
+                                            validation_alias="PRESSROOM_WEBHOOKS_MAX_ATTEMPTS")
+    site_webhooks_timeout_seconds: float = Field(default=10.0, gt=0, le=120,
+                                                 validation_alias="PRESSROOM_WEBHOOKS_TIMEOUT_SECONDS")
+    # Deliveries of one webhook in flight at once. 1 keeps its events strictly in order; more lets a
+    # slow target take a burst faster, in order of dispatch only.
+    site_webhooks_in_flight: int = Field(default=1, ge=1, le=100, validation_alias="PRESSROOM_WEBHOOKS_IN_FLIGHT")
+
     # --- the front door (pressroom serve): what one client may hold open ---
     serve_header_timeout_seconds: float = Field(default=10.0, gt=0, le=300,
                                                 validation_alias="PRESSROOM_SERVE_HEADER_TIMEOUT_SECONDS")
@@ -214,6 +234,36 @@ class Settings(BaseSettings):
     serve_max_connections_per_client: int = Field(default=128, ge=1, le=100_000,
                                                   validation_alias="PRESSROOM_SERVE_MAX_CONNECTIONS_PER_CLIENT")
     serve_proxies: str = Field(default="", validation_alias="PRESSROOM_SERVE_PROXIES")
+    # A click is committed before its redirect is answered; when the database takes longer than this,
+    # the reader is redirected anyway and the click stays queued until it commits (docs/clicks.md).
+    click_commit_wait_seconds: float = Field(default=2.0, gt=0, le=30,
+                                             validation_alias="PRESSROOM_CLICK_COMMIT_WAIT_SECONDS")
+    # Networks (CIDR, comma-separated) of mail scanners whose requests are counted apart from readers'.
+    click_scanner_networks: Annotated[list[str], NoDecode] = Field(
+        default_factory=list, validation_alias="PRESSROOM_CLICK_SCANNER_NETWORKS")
+
+    # --- deliverability (docs/deliverability.md) ---
+    # While the provider is unreachable, a send looks for its return this often (an authenticated
+    # read, not a send), so it goes on within this long of the provider's recovery.
+    provider_probe_seconds: float = Field(default=20.0, ge=1, le=300,
+                                          validation_alias="PRESSROOM_PROVIDER_PROBE_SECONDS")
+    # A send reads its early hard-bounce and complaint rates at most this often, and pauses itself
+    # between batches once at least PAUSE_MIN_ANSWERED recipients are answered for and a rate is at
+    # or over its threshold. 0 for either rate turns that pause off.
+    reputation_check_seconds: float = Field(default=30.0, ge=1, validation_alias="PRESSROOM_REPUTATION_CHECK_SECONDS")
+    pause_min_answered: int = Field(default=1000, ge=1, validation_alias="PRESSROOM_PAUSE_MIN_ANSWERED")
+    pause_hard_bounce_rate: float = Field(default=0.05, ge=0, le=1, validation_alias="PRESSROOM_PAUSE_HARD_BOUNCE_RATE")
+    pause_complaint_rate: float = Field(default=0.003, ge=0, le=1, validation_alias="PRESSROOM_PAUSE_COMPLAINT_RATE")
+    pause_min_complaints: int = Field(default=10, ge=1, validation_alias="PRESSROOM_PAUSE_MIN_COMPLAINTS")
+    # Where `check` asks DNS for the sending domains' DMARC records (comma-separated addresses;
+    # empty: the system's resolvers), and how long it waits for an answer.
+    dns_nameservers: str = Field(default="", validation_alias="PRESSROOM_DNS_NAMESERVERS")
+    dns_timeout_seconds: float = Field(default=3.0, gt=0, le=30, validation_alias="PRESSROOM_DNS_TIMEOUT_SECONDS")
+    # `check` over the last 30 days: warned at the first rate, failing at the second.
+    complaint_rate_warn: float = Field(default=0.001, ge=0, le=1, validation_alias="PRESSROOM_COMPLAINT_RATE_WARN")
+    complaint_rate_fail: float = Field(default=0.003, ge=0, le=1, validation_alias="PRESSROOM_COMPLAINT_RATE_FAIL")
+    hard_bounce_rate_warn: float = Field(default=0.02, ge=0, le=1, validation_alias="PRESSROOM_HARD_BOUNCE_RATE_WARN")
+    hard_bounce_rate_fail: float = Field(default=0.05, ge=0, le=1, validation_alias="PRESSROOM_HARD_BOUNCE_RATE_FAIL")
 
     # --- worker ---
     # Publish activities mostly sleep out their last seconds; many may wait at once when posts share a time.
@@ -281,6 +331,20 @@ class Settings(BaseSettings):
     def _backoff_not_empty(cls, value: list[int]) -> list[int]:
         if not value or any(v <= 0 for v in value):
             raise ValueError("must be a list of positive seconds, such as 5,10,20")
+        return value
+
+    @field_validator("click_scanner_networks", mode="before")
+    @classmethod
+    def _parse_networks(cls, value: object) -> object:
+        import ipaddress
+
+        if isinstance(value, str):
+            value = [part.strip() for part in value.split(",") if part.strip()]
+        if isinstance(value, list):
+            try:
+                return [str(ipaddress.ip_network(str(part), strict=False)) for part in value]
+            except ValueError as error:
+                raise ValueError(f"must be networks such as 192.0.2.0/24,2001:db8::/32 ({error})") from None
         return value
 
     @field_validator("hourly_send_limit", "daily_send_limit", mode="before")

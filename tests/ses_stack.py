@@ -9,7 +9,7 @@ from contextlib import asynccontextmanager
 from aiohttp import web
 
 from devstack.servers import free_port
-from devstack.ses_simulator import running_ses_simulator
+from devstack.ses_simulator import DEVELOPMENT_SENDER_DOMAINS, running_ses_simulator
 from frontdoor.receiver import Receiver
 from pressroom import database
 from pressroom.providers.received import StoredAcceptances
@@ -29,6 +29,11 @@ class SesStack:
 @asynccontextmanager
 async def running_ses_stack(postgres_url, mailgun, monkeypatch, tmp_path, **overrides) -> AsyncIterator[SesStack]:
     async with running_ses_simulator() as simulator:
+        # The test sites send from example.com: verified, as the development stack's is; SES refuses
+        # any other sender.
+        for domain in DEVELOPMENT_SENDER_DOMAINS:
+            simulator.identities[domain] = True
+        simulator.check_senders = True
         certificate = tmp_path / "sns-dev.pem"
         certificate.write_bytes(simulator.certificate_pem)
         for name, value in {"AWS_REGION": simulator.region, "AWS_ACCESS_KEY_ID": simulator.access_key_id,

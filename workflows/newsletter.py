@@ -41,7 +41,9 @@ from workflows.newsletter_models import (
     CancelSendInput,
     NewsletterProgress,
     Outage,
+    ReputationWatch,
     Resume,
+    ResumePausedInput,
     SendNewsletterInput,
     newsletter_workflow_id,
 )
@@ -67,6 +69,9 @@ CANCEL_PATCH = "operator-cancel"
 # Runs recorded before this patch heard a cancel only once the lock was taken; later ones stop a lock
 # that is being retried (a database that does not answer) and record the email cancelled.
 CANCEL_WHILE_LOCKING_PATCH = "cancel-while-locking"
+# Runs started before this patch sent to the end whatever their early figures; later runs pause
+# between batches when the email's hard-bounce or complaint rate crosses its threshold.
+REPUTATION_PAUSE_PATCH = "pause-on-reputation"
 
 
 @workflow.defn
@@ -81,6 +86,12 @@ class SendNewsletterWorkflow(BatchSending):
         self._provider = ""  # the provider's name, as the plan gives it, for what the run says
         self._cancellable_lock = False  # a cancel stops the lock (CANCEL_WHILE_LOCKING_PATCH)
         self._cancel: FinishEmailInput | None = None  # an operator's cancel: no batch starts after it
+        self._aside: list[asyncio.Task] = []  # uncertain batches being confirmed while the others go out
+        self._probe: asyncio.Task | None = None  # the look for the provider's return every sender waits on
+        self._paused: str | None = None  # why the send is paused for its rates, until an operator resumes it
+        self._reputation = ReputationWatch()
+        self._pause_to_clear = False  # resumed: the email's row still says paused
+        self._resume: Resume | None = None
 
     @workflow.signal
     def cancel(self, input: CancelSendInput) -> None:
@@ -89,6 +100,17 @@ class SendNewsletterWorkflow(BatchSending):
             self._cancel = FinishEmailInput(email_id=self._progress.email_id, cancelled_by=input.by,
                                             cancelled_at=workflow.now())
             self._show(status="cancelling", message=f"cancelled by {input.by}: no batch starts after this")
+
+    @workflow.signal
+    def resume_paused(self, input: ResumePausedInput) -> None:
+        """Go on with a send paused for its rates; it is not paused for them again. Safe to repeat."""
+        self._reputation.watching = False
+        if self._resume is not None:
+            self._resume.pause_overridden = True
+        if self._paused is not None:
+            self._paused = None
+            self._pause_to_clear = True
+            self._show(status="sending", message=f"resumed by {input.by}")
 
     @workflow.query
     def progress(self) -> NewsletterProgress:
@@ -114,6 +136,9 @@ class SendNewsletterWorkflow(BatchSending):
             resume, creation = started
         self._progress = resume.progress
         self._provider = resume.plan.provider_title
+        self._resume = resume
+        self._reputation.watching = not resume.pause_overridden and self._paused is None \
+            and workflow.patched(REPUTATION_PAUSE_PATCH)
         self._show(status="sending" if self._cancel is None else "cancelling")
         await self._send_all(input.email_id, resume, creation)
 
@@ -245,12 +270,13 @@ class SendNewsletterWorkflow(BatchSending):
         batch = SendBatchInput(batch_id=batch_id, delivery_time=self._delivery_time(number, resume, at_most_end=True),
                                may_wait_to_confirm=workflow.patched(CONFIRM_UNCERTAIN_PATCH))
         try:
-            sent = await self._send_and_confirm(batch, number, resume.plan)
+            sent = await self._send_and_confirm(batch, number, resume)
         except ActivityError as error:
             cause = cause_of(error)
             return await self._after_failure(batch_id, read_send_failure(cause.type, cause.details), str(cause),
                                              resume.plan)
-        self._batch_sent(sent)
+        if sent is not None:  # None: uncertain, confirmed aside
+            self._batch_sent(sent)
         return []
 
     async def _wait_unless_cancelled(self, duration: timedelta, summary: str) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime
 
 from pydantic import BaseModel
@@ -29,11 +30,17 @@ class CancelSendInput(BaseModel):
     by: str
 
 
+class ResumePausedInput(BaseModel):
+    """Who resumes a paused send (`pressroom newsletter resume`)."""
+
+    by: str
+
+
 class NewsletterProgress(BaseModel):
     """What the `progress` query answers: the CLI's progress bar and the Web UI read it."""
 
     email_id: str
-    status: str = "starting"  # starting | sending | cancelling | submitted | failed | skipped | cancelled
+    status: str = "starting"  # starting | sending | paused | cancelling | submitted | failed | skipped | cancelled
     batches_total: int = 0
     batches_sent: int = 0
     batches_failed: int = 0
@@ -60,6 +67,17 @@ class Resume(BaseModel):
     progress: NewsletterProgress
     started_at: float  # epoch seconds of the first run's start, for delivery-time spreading
     dispatched: int  # batches handed to the provider so far, for delivery-time spreading
+    # An operator resumed a send paused for its rates: it is not paused for them again.
+    pause_overridden: bool = False
+
+
+@dataclass
+class ReputationWatch:
+    """Whether the send watches its early rates, whether a look is under way, and when the last was."""
+
+    watching: bool = False
+    looking: bool = False
+    last_look: datetime | None = None
 
 
 SendNewsletterInput.model_rebuild()

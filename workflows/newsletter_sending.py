@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from datetime import UTC, datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
@@ -21,7 +21,17 @@ with workflow.unsafe.imports_passed_through():
         SendingLimitDetails,
         read_send_failure,
     )
-    from activities.newsletter.models import BatchCounts, BatchSent, FailBatchInput, SendBatchInput, SendPlan
+    from activities.newsletter.models import (
+        BatchCounts,
+        BatchSent,
+        FailBatchInput,
+        ProbeProviderInput,
+        ReadReputationInput,
+        RecordPauseInput,
+        SendBatchInput,
+        SendPlan,
+    )
+    from activities.newsletter.reputation import ReputationActivities
     from activities.newsletter.send import BatchSendActivities
     from activities.sending_limits import AdmitBatchInput, SendingLimitsActivities, SplitRefusedBatchInput
     from pressroom.errors import cause_of
@@ -31,6 +41,14 @@ with workflow.unsafe.imports_passed_through():
 
 # Long activities heartbeat; a worker that dies is noticed this fast and its work retried elsewhere.
 HEARTBEAT_TIMEOUT = timedelta(seconds=15)
+# Runs started before this patch held a sender while an uncertain batch waited for its events; later
+# runs confirm it aside, on its own timers, while the other batches go out.
+CONFIRM_ASIDE_PATCH = "confirm-uncertain-aside"
+# Runs started before this patch waited out an outage on a doubling timer; later runs look for the
+# provider's return with an authenticated read and send again within one look of it.
+PROVIDER_PROBE_PATCH = "probe-provider-return"
+# A look for the provider's return lasts at most this long; the run then looks again.
+PROBE_ACTIVITY = timedelta(minutes=10)
 
 
 def provider_retry(plan: SendPlan, not_retried: list[str]) -> RetryPolicy:
@@ -42,8 +60,8 @@ def provider_retry(plan: SendPlan, not_retried: list[str]) -> RetryPolicy:
 
 class BatchSending:
     """The batch-sending half of SendNewsletterWorkflow, which holds the state these read (`_progress`,
-    `_cancel`, `_outage`, `_provider`) and the steps that depend on its patches (`_admit_and_send`,
-    `_wait_unless_cancelled`)."""
+    `_cancel`, `_outage`, `_provider`, `_aside`, `_paused`, `_reputation`) and the steps that depend on
+    its patches (`_admit_and_send`, `_wait_unless_cancelled`)."""
 
     async def _send_page(self, batch_ids: list[str], resume: Resume) -> None:
         """Send a page of batches, at most `concurrency` at a time (runs from before provider limits)."""
@@ -82,11 +100,18 @@ class BatchSending:
 
         async def sender() -> None:
             while queue and self._cancel is None:
+                await self._hold_while_paused()
+                if not queue or self._cancel is not None:
+                    break
                 batch_id, number = queue.popleft()
                 pieces = await self._admit_and_send(batch_id, number, resume)
                 queue.extendleft((piece, number) for piece in reversed(pieces))
+                await self._watch_reputation(plan)
 
         await asyncio.gather(*(sender() for _ in range(min(plan.concurrency, len(queue)))))
+        while self._aside:  # uncertain batches confirmed aside; one may hand back pieces that do the same
+            confirming, self._aside = self._aside, []
+            await asyncio.gather(*confirming)
 
     async def _admit(self, batch_id: str, plan: SendPlan) -> list[str]:
         """With send caps, wait on durable timers until the batch is admitted; the smaller batches
@@ -111,23 +136,48 @@ class BatchSending:
             self._show(message="")
         return []
 
-    async def _send_and_confirm(self, batch: SendBatchInput, number: int, plan: SendPlan) -> BatchSent:
+    async def _send_and_confirm(self, batch: SendBatchInput, number: int, resume: Resume) -> BatchSent | None:
         """Send the batch; while the provider may have accepted it and its events are not there yet,
-        look again after the wait the activity names."""
+        look again after the wait the activity names: aside (None here) so that the sender goes on,
+        or holding the sender (runs from before CONFIRM_ASIDE_PATCH)."""
+        sent = await self._attempt(batch, resume.plan)
+        if sent.confirm_in_seconds is not None and workflow.patched(CONFIRM_ASIDE_PATCH):
+            self._aside.append(asyncio.create_task(self._confirm_aside(batch, number, sent, resume)))
+            return None
+        return await self._confirm(batch, number, resume.plan, sent)
+
+    async def _attempt(self, batch: SendBatchInput, plan: SendPlan) -> BatchSent:
         retry = provider_retry(plan, [*NOT_RETRIED, RECIPIENT_LIMIT_EXCEEDED, SENDING_LIMIT_REACHED])
+        return await workflow.execute_activity_method(
+            BatchSendActivities.send_batch, batch, start_to_close_timeout=timedelta(minutes=2),
+            heartbeat_timeout=HEARTBEAT_TIMEOUT, retry_policy=retry, summary=f"batch {batch.batch_id}")
 
-        async def attempt() -> BatchSent:
-            return await workflow.execute_activity_method(
-                BatchSendActivities.send_batch, batch, start_to_close_timeout=timedelta(minutes=2),
-                heartbeat_timeout=HEARTBEAT_TIMEOUT, retry_policy=retry, summary=f"batch {batch.batch_id}")
+    async def _confirm_aside(self, batch: SendBatchInput, number: int, sent: BatchSent, resume: Resume) -> None:
+        """Confirm an uncertain batch on its own timers; what it ends in (sent, failed, split into
+        pieces to send) is handled as the sender would have."""
+        try:
+            sent = await self._confirm(batch, number, resume.plan, sent)
+        except ActivityError as error:
+            cause = cause_of(error)
+            pieces = await self._after_failure(batch.batch_id, read_send_failure(cause.type, cause.details),
+                                               str(cause), resume.plan)
+            for piece in pieces:
+                await self._send_to_the_end(piece, number, resume)
+            return
+        self._batch_sent(sent)
 
-        sent = await attempt()
+    async def _send_to_the_end(self, batch_id: str, number: int, resume: Resume) -> None:
+        queue = [batch_id]
+        while queue and self._cancel is None:
+            queue = await self._admit_and_send(queue[0], number, resume) + queue[1:]
+
+    async def _confirm(self, batch: SendBatchInput, number: int, plan: SendPlan, sent: BatchSent) -> BatchSent:
         while sent.confirm_in_seconds is not None:
             self._progress.confirming.append(number + 1)
             self._show()
             await workflow.sleep(timedelta(seconds=sent.confirm_in_seconds), summary=f"confirming batch {number + 1}")
             self._progress.confirming.remove(number + 1)
-            sent = await attempt()
+            sent = await self._attempt(batch, plan)
         return sent
 
     async def _after_failure(self, batch_id: str, failure: SendFailure, message: str, plan: SendPlan) -> list[str]:
@@ -180,7 +230,11 @@ class BatchSending:
     async def _wait_for_provider(self, plan: SendPlan, error: str) -> None:
         """The provider cannot be reached (or asks to slow down) after the batch's retries: an outage, not
         a verdict on the batch. Wait on a durable timer, from the first wait doubling to the longest;
-        every sender waits for the same next try, then the batch goes out as any other would."""
+        every sender waits for the same next try, then the batch goes out as any other would. Runs
+        from PROVIDER_PROBE_PATCH on look for the provider's return instead of sleeping it out."""
+        if workflow.patched(PROVIDER_PROBE_PATCH):
+            await self._probe_for_provider(plan, error)
+            return
         now = workflow.now()
         outage = self._outage or Outage(since=now)
         if outage.next_try is None or outage.next_try <= now:
@@ -191,6 +245,75 @@ class BatchSending:
                   f"{outage.next_try:%Y-%m-%d %H:%M:%S} UTC ({error})")
         self._show(message=reason)
         await self._wait_unless_cancelled(max(outage.next_try - now, timedelta(seconds=1)), reason[:200])
+
+    async def _probe_for_provider(self, plan: SendPlan, error: str) -> None:
+        """Every sender waits on one look for the provider's return (an authenticated read every
+        `provider_probe_seconds`): the first wait of an outage ends as soon as the provider answers;
+        when sending fails again right after, each later wait lasts at least the doubling wait."""
+        now = workflow.now()
+        if self._probe is None or self._probe.done():
+            outage = self._outage or Outage(since=now)
+            at_least = 0.0 if outage.waits == 0 else \
+                min(plan.outage_first_wait_seconds * 2 ** (outage.waits - 1), plan.outage_max_wait_seconds)
+            outage = Outage(since=outage.since, waits=outage.waits + 1)
+            self._outage = outage
+            self._show(message=f"{self._provider} unreachable since {outage.since:%Y-%m-%d %H:%M:%S} UTC, looking "
+                               f"every {plan.provider_probe_seconds:.0f} s for its return ({error})")
+            self._probe = asyncio.create_task(self._look_until_back(plan, at_least))
+        probe = self._probe
+        await workflow.wait_condition(lambda: probe.done() or self._cancel is not None)
+        if self._cancel is not None and not probe.done():
+            probe.cancel()
+
+    async def _look_until_back(self, plan: SendPlan, at_least: float) -> None:
+        while True:
+            look = await workflow.execute_activity_method(
+                ReputationActivities.probe_provider,
+                ProbeProviderInput(every_seconds=plan.provider_probe_seconds, at_least_seconds=at_least,
+                                   at_most_seconds=PROBE_ACTIVITY.total_seconds() - 30),
+                start_to_close_timeout=PROBE_ACTIVITY, heartbeat_timeout=HEARTBEAT_TIMEOUT,
+                retry_policy=DATABASE_RETRY, summary=f"look for {self._provider}'s return")
+            if look.back:
+                return
+            at_least = 0.0
+
+    async def _hold_while_paused(self) -> None:
+        if self._paused is not None:
+            await workflow.wait_condition(lambda: self._paused is None or self._cancel is not None)
+        if self._pause_to_clear and self._cancel is None:
+            self._pause_to_clear = False
+            await self._record_pause("")
+
+    async def _watch_reputation(self, plan: SendPlan) -> None:
+        """Every `reputation_check_seconds` at most, read the email's early answers; pause the send
+        between batches when its hard-bounce or complaint rate crosses the threshold (the activity
+        decides, from the settings). Once an operator resumes, the send is not paused again."""
+        if not self._reputation.watching or self._reputation.looking or self._paused is not None:
+            return
+        now = workflow.now()
+        last = self._reputation.last_look
+        if last is not None and (now - last).total_seconds() < plan.reputation_check_seconds:
+            return
+        self._reputation.looking = True
+        try:
+            email_id = self._progress.email_id
+            figures = await workflow.execute_activity_method(
+                ReputationActivities.read_reputation, ReadReputationInput(email_id=email_id),
+                start_to_close_timeout=timedelta(seconds=60), retry_policy=DATABASE_RETRY,
+                summary="read the early bounce and complaint rates")
+            self._reputation.last_look = workflow.now()
+            if figures.pause_reason and self._reputation.watching and self._cancel is None:
+                self._paused = figures.pause_reason
+                await self._record_pause(figures.pause_reason)
+                self._show(status="paused", message=f"paused: {figures.pause_reason}; "
+                                                    f"`pressroom newsletter resume {email_id}` or `cancel`")
+        finally:
+            self._reputation.looking = False
+
+    async def _record_pause(self, reason: str) -> None:
+        await workflow.execute_activity_method(
+            ReputationActivities.record_pause, RecordPauseInput(email_id=self._progress.email_id, reason=reason),
+            start_to_close_timeout=timedelta(seconds=60), retry_policy=DATABASE_RETRY)
 
     def _batch_sent(self, sent: BatchSent) -> None:
         if self._outage is not None:  # the provider is back

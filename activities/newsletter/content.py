@@ -3,6 +3,7 @@ rendered and encoded once per segment and sending domain for every batch that sh
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from email.utils import formataddr, parseaddr
 
 from activities.email_content import LoadedEmail, load_email
@@ -28,6 +29,27 @@ async def load_for_sending(conn, email_id: str, settings: Settings) -> LoadedEma
     if loaded is None:
         raise non_retryable("EmailNotFound", f"email {email_id} does not exist")
     return loaded
+
+
+# The redirects a rendering's tracked links name, stored before any batch carries them; a redirect
+# already stored is kept. The answer counts ids held by another target (a hash collision), which
+# would send readers elsewhere: the send stops instead.
+_STORE_REDIRECTS = """
+WITH link AS (SELECT * FROM unnest($2::text[], $3::text[]) AS t(id, target)),
+stored AS (
+    INSERT INTO redirects (id, "from", "to", post_id)
+    SELECT link.id, '/r/' || link.id, link.target, (SELECT post_id FROM emails WHERE id = $1) FROM link
+    ON CONFLICT DO NOTHING)
+SELECT count(*) FROM redirects r JOIN link ON link.id = r.id WHERE r."to" <> link.target"""
+
+
+async def store_redirects(conn, email_id: str, links: Mapping[str, str]) -> None:
+    """Every redirect of `links` (id → target) stored, once, before a reader can follow it."""
+    if not links:
+        return
+    clashes = await conn.fetchval(_STORE_REDIRECTS, email_id, list(links), list(links.values()))
+    if clashes:
+        raise non_retryable("RedirectClash", f"email {email_id}: {clashes} redirect ids are another target's")
 
 
 async def check_content(conn, email_id: str, settings: Settings) -> None:
@@ -60,6 +82,9 @@ class Messages:
                 body = render(loaded.content, segment)
             except ContentError as error:
                 raise non_retryable("BadContent", str(error)) from None
+            if body.links:
+                async with self.pool.acquire() as conn:
+                    await store_redirects(conn, email_id, body.links)
             from_address = loaded.from_address
             if fallback:
                 from_address = fallback_sender(from_address, self.settings.fallback_address)
@@ -68,7 +93,7 @@ class Messages:
                        "List-Unsubscribe-Post": "List-Unsubscribe=One-Click"}
             prepared = provider.prepare(Message(from_address=from_address, subject=body.subject, html=body.html,
                                                 text=body.text, tags=tags, headers=headers,
-                                                tracking_opens=loaded.track_opens))
+                                                tracking_opens=loaded.track_opens, tracking_clicks=False))
             cached = (body, prepared)
             self._bodies.put((email_id, segment, provider.scope), cached, body.size + prepared.size)
         return cached

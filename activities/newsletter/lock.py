@@ -7,21 +7,24 @@ when Temporal proves that sender gone. Bad input fails here, before anything is 
 from __future__ import annotations
 
 import uuid
+from email.utils import parseaddr
 
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from activities.email_content import load_email
 from activities.errors import non_retryable
 from activities.newsletter.audience import RECIPIENTS, audience, missing
 from activities.newsletter.content import check_content
 from activities.newsletter.models import EmailLock, LockEmailInput, SendPlan
 from pressroom.dependencies import Dependencies
-from pressroom.providers.port import AccountQuota
+from pressroom.email_rendering import ContentError
+from pressroom.providers.port import AccountQuota, ProviderError
 from pressroom.recipient_filter import FilterError
 
 # Refusals of the email itself: they end it failed with the reason, so the operator reads why.
 REFUSALS = frozenset({"BadRecipientFilter", "UnknownAudience", "NoNewsletter", "NewsletterArchived", "BadContent",
-                      "NoRecipients"})
+                      "NoRecipients", "UnverifiedSender"})
 
 # The reference platform's words for it: an archived newsletter's readers can no longer unsubscribe
 # from it, so nothing is sent to it (an email started before the archive, then scheduled, included).
@@ -68,7 +71,9 @@ class EmailLockActivities:
                         send_caps=bool(s.hourly_send_limit or s.daily_send_limit) or quota.per_day is not None
                         or quota.per_hour is not None,
                         outage_first_wait_seconds=s.provider_outage_first_wait_seconds,
-                        outage_max_wait_seconds=s.provider_outage_max_wait_seconds, provider_title=self.provider_title)
+                        outage_max_wait_seconds=s.provider_outage_max_wait_seconds, provider_title=self.provider_title,
+                        provider_probe_seconds=s.provider_probe_seconds,
+                        reputation_check_seconds=s.reputation_check_seconds)
 
     @activity.defn
     async def lock_email(self, input: LockEmailInput) -> EmailLock:
@@ -78,6 +83,7 @@ class EmailLockActivities:
         be parsed, nobody to send to) fails before anything is written.
         """
         quota = await self.provider.account_quota()  # read before the row is locked; cached by the provider
+        unverified = await self._unverified_sender(input.email_id)  # likewise: a request to the provider
         async with self.pool.acquire() as conn, conn.transaction():
             email = await conn.fetchrow(
                 "SELECT e.status, e.locked_by, e.post_id, e.newsletter_id, e.recipient_filter, e.created_at, "
@@ -98,7 +104,7 @@ class EmailLockActivities:
                                    "updated_at = now() WHERE id = $1", input.email_id, refused)
             else:
                 try:
-                    return await self._lock(conn, input, email, quota)
+                    return await self._lock(conn, input, email, quota, unverified)
                 except ApplicationError as error:
                     if error.type not in REFUSALS:
                         raise
@@ -119,7 +125,24 @@ class EmailLockActivities:
         return (f"The email is not sent: {unpublished(email['post_id'], email['post_status'])}. "
                 "Publish the post again, then send it.")
 
-    async def _lock(self, conn, input: LockEmailInput, email, quota: AccountQuota) -> EmailLock:
+    async def _unverified_sender(self, email_id: str) -> str:
+        """Why the provider would refuse the email's sender (an identity it has not verified), or ""
+        when it is verified, cannot be read now (an outage is waited out later), or is not valid
+        (check_content refuses it with its own reason)."""
+        try:
+            async with self.pool.acquire() as conn:
+                loaded = await load_email(conn, email_id, self.settings)
+            if loaded is None:
+                return ""
+            state = await self.provider.sender_state(parseaddr(loaded.from_address)[1])
+        except (ProviderError, ContentError):
+            return ""
+        if state.verified:
+            return ""
+        return (f"email {email_id}: {self.provider_title} has not verified {state.identity} for sending "
+                f"({state.detail}); verify it with {self.provider_title} (docs/deliverability.md), then send again")
+
+    async def _lock(self, conn, input: LockEmailInput, email, quota: AccountQuota, unverified: str = "") -> EmailLock:
         """The lock itself, in the caller's transaction: taken over from a sender proved gone, and
         refused for bad input before anything is written."""
         holder = self._holder(input.holder)
@@ -142,6 +165,8 @@ class EmailLockActivities:
             raise non_retryable("NewsletterArchived", f"{ARCHIVED_NEWSLETTER} (email {input.email_id}: newsletter "
                                 f"{email['newsletter_id']} is archived)")
         await check_content(conn, input.email_id, self.settings)
+        if unverified:
+            raise non_retryable("UnverifiedSender", unverified)
         has_batches = await conn.fetchval("SELECT EXISTS (SELECT 1 FROM email_batches WHERE email_id = $1)",
                                           input.email_id)
         if not has_batches and not await conn.fetchval(

@@ -31,6 +31,10 @@ class SendPlan(BaseModel):
     outage_max_wait_seconds: float = 3600.0
     # The provider's name in what the run says to people; plans stored without it were Mailgun's.
     provider_title: str = "Mailgun"
+    # While the provider is unreachable, how often an authenticated read looks for its return.
+    provider_probe_seconds: float = 20.0
+    # How often, at most, the email's early hard-bounce and complaint rates are read while it sends.
+    reputation_check_seconds: float = 30.0
 
 
 class EmailLock(BaseModel):
@@ -89,6 +93,39 @@ class FailBatchInput(BaseModel):
     batch_id: str
     status_code: int | None
     message: str
+
+
+class ProbeProviderInput(BaseModel):
+    """Wait for the provider's return: look every `every_seconds`, answer once it is reachable and
+    `at_least_seconds` have passed, or after `at_most_seconds` with `back` False."""
+
+    every_seconds: float
+    at_least_seconds: float = 0.0
+    at_most_seconds: float = 600.0
+
+
+class ProviderBack(BaseModel):
+    back: bool
+    detail: str = ""  # what the last look said (no address, no key)
+
+
+class ReadReputationInput(BaseModel):
+    email_id: str
+
+
+class EmailReputation(BaseModel):
+    """An email's early answers: how many recipients the provider has answered for (delivered or
+    failed for good), how many of them hard-bounced or complained, and why to pause, if at all."""
+
+    answered: int
+    hard_bounced: int
+    complained: int
+    pause_reason: str = ""
+
+
+class RecordPauseInput(BaseModel):
+    email_id: str
+    reason: str  # empty: the pause is over
 
 
 class FinishEmailInput(BaseModel):

@@ -17,16 +17,20 @@ from activities.confirm import StillConfirming
 from activities.errors import non_retryable
 from activities.heartbeat import heartbeating
 from activities.metrics import Instruments
+from activities.outbox.enqueue import NOTIFY_CHANNEL
 from activities.outbox.models import (
     ERROR_LIMIT,
     EVENT_TYPES,
+    SITE_EVENTS,
     AbortEntryInput,
     CompleteEntryInput,
     EntryInput,
     EntryResult,
     MemberCreatedEvent,
+    SiteWebhookEvent,
     outbox_workflow_id,
 )
+from activities.outbox.site_webhook import SiteWebhooks
 from activities.outbox.welcome import TemplateWaiting, WelcomeEmails
 from activities.provider_errors import retried
 from activities.watchdog import ClosedRun, Job, Watched
@@ -41,9 +45,12 @@ LEDGER_SUCCEEDED = ("INSERT INTO idempotency_ledger (idempotency_key, payload_di
                     "SELECT idempotency_key, payload_digest, 'succeeded', $2::jsonb FROM outbox WHERE id = $1 "
                     "ON CONFLICT (idempotency_key) DO UPDATE SET status = 'succeeded', result = EXCLUDED.result, "
                     "updated_at = now()")
+# A site webhook's entry keeps no body once handled: the payload's personal data (a deleted member's
+# too) leaves the outbox with the delivery; the webhook and the resource's id stay for the operator.
+BODY_CLEARED = "payload = CASE WHEN webhook_id IS NULL THEN payload ELSE payload - 'body' END"
 # A success is an attempt too: the failed ones recorded before it, and this one (counted once).
 ENTRY_SUCCEEDED = ("UPDATE outbox SET status = 'succeeded', attempts = attempts + (status <> 'succeeded')::int, "
-                   "processed_at = now(), updated_at = now() WHERE id = $1")
+                   f"processed_at = now(), updated_at = now(), {BODY_CLEARED} WHERE id = $1")
 # The handler's activity records its entry only while the entry is still being delivered (`sending`):
 # an attempt that outlives its terminated run writes nothing to an entry the watchdog aborted (nor
 # to one another run finished), as its failures do not. Row and ledger line in one statement ($1 the
@@ -53,7 +60,7 @@ _LEDGER_OF_ENTRY = ("INSERT INTO idempotency_ledger (idempotency_key, payload_di
                     "ON CONFLICT (idempotency_key) DO UPDATE SET status = 'succeeded', result = EXCLUDED.result, "
                     "updated_at = now() RETURNING 1")
 OPEN_ENTRY_SUCCEEDED = ("WITH entry AS (UPDATE outbox SET status = 'succeeded', attempts = attempts + 1, "
-                        "processed_at = now(), updated_at = now() "
+                        f"processed_at = now(), updated_at = now(), {BODY_CLEARED} "
                         "WHERE id = $1 AND status = 'sending' RETURNING idempotency_key, payload_digest) "
                         + _LEDGER_OF_ENTRY)
 # A handler that found nothing to send (its result says `skipped`, with a code and why): the entry
@@ -61,7 +68,8 @@ OPEN_ENTRY_SUCCEEDED = ("WITH entry AS (UPDATE outbox SET status = 'succeeded', 
 # operator to read (and `outbox requeue --state skipped` to try again once there is something to
 # send). The ledger line says succeeded: the key was handled.
 SKIPPED = ("status = 'skipped', last_error_code = $2::jsonb->>'code', "
-           f"last_error_msg = left($2::jsonb->>'skipped', {ERROR_LIMIT}), processed_at = now(), updated_at = now()")
+           f"last_error_msg = left($2::jsonb->>'skipped', {ERROR_LIMIT}), processed_at = now(), updated_at = now(), "
+           + BODY_CLEARED)
 OPEN_ENTRY_SKIPPED = (f"WITH entry AS (UPDATE outbox SET {SKIPPED} "
                       "WHERE id = $1 AND status = 'sending' RETURNING idempotency_key, payload_digest) "
                       + _LEDGER_OF_ENTRY)
@@ -95,6 +103,7 @@ class OutboxDeliveryActivities:
         self.settings = deps.settings
         self.metrics = Instruments()
         self.welcome = WelcomeEmails(deps)
+        self.site_webhooks = SiteWebhooks(deps)
         # Each type's handler, bound to this instance once, from EVENT_TYPES.
         self.handlers: dict[str, Callable[[BaseModel, str, EntryInput], Awaitable[dict[str, Any]]]] = {
             name: getattr(self, event_type.handler) for name, event_type in EVENT_TYPES.items()}
@@ -179,7 +188,10 @@ class OutboxDeliveryActivities:
             self.metrics.counter("pressroom_outbox_retries", "Failed handler attempts").add(1)
             raise ApplicationError(message, type=code, non_retryable=not retried(error),
                                    next_retry_delay=timedelta(seconds=delay)) from None
-        return await self._completed_here(input, result)
+        completed = await self._completed_here(input, result)
+        if row["event_type"] in SITE_EVENTS and completed.completed:
+            await self._wake_relay()  # the webhook's next entry may go now
+        return completed
 
     async def _completed_here(self, input: EntryInput, result: dict[str, Any]) -> EntryResult:
         """The entry recorded succeeded in this activity, sparing the delivery a step of its own.
@@ -256,7 +268,13 @@ class OutboxDeliveryActivities:
                 "UPDATE outbox SET status = 'aborted', last_error_code = $2, last_error_msg = $3, "
                 "next_run_at = least(next_run_at, now()), processed_at = now(), updated_at = now() WHERE id = $1",
                 input.outbox_id, input.code, message)
+        await self._wake_relay()  # a webhook's next entry may go now
         self._count("aborted")
+
+    async def _wake_relay(self) -> None:
+        """A webhook's entry done frees its place in that webhook's order; the relay hears of it now,
+        not a poll interval later."""
+        await self.pool.execute("SELECT pg_notify($1, '')", NOTIFY_CHANNEL)
 
     def _count(self, outcome: str) -> None:
         self.metrics.counter("pressroom_outbox_processed", "Outbox entries by outcome").add(1, {"outcome": outcome})
@@ -269,6 +287,9 @@ class OutboxDeliveryActivities:
 
     async def _welcome_member(self, event: MemberCreatedEvent, key: str, input: EntryInput) -> dict[str, Any]:
         return await self.welcome.send(event, key, input)
+
+    async def _site_webhook(self, event: SiteWebhookEvent, key: str, input: EntryInput) -> dict[str, Any]:
+        return await self.site_webhooks.deliver(event, key, input.outbox_id, activity.info().attempt)
 
 
 # --- entries whose delivery run closed without finishing them (the watchdog's outbox job) ---------

@@ -18,10 +18,13 @@ def payload_digest(payload: dict[str, Any]) -> str:
 
 
 # One statement for one entry or many: the entries share the event type and the enqueuer's trace.
+# An entry for a site webhook (its payload names one) takes its place in that webhook's order.
 _INSERT = """
-INSERT INTO outbox (event_type, payload, idempotency_key, payload_digest, trace_context)
-SELECT $1, e.payload::jsonb, e.key, e.digest, $5::jsonb
-FROM unnest($2::text[], $3::text[], $4::text[]) AS e(payload, key, digest)
+INSERT INTO outbox (event_type, payload, idempotency_key, payload_digest, trace_context, webhook_id, webhook_seq)
+SELECT $1, e.payload::jsonb, e.key, e.digest, $5::jsonb, e.payload::jsonb->>'webhook_id',
+       CASE WHEN e.payload::jsonb ? 'webhook_id' THEN nextval('outbox_webhook_seq') END
+FROM unnest($2::text[], $3::text[], $4::text[]) WITH ORDINALITY AS e(payload, key, digest, place)
+ORDER BY e.place
 ON CONFLICT (idempotency_key) DO NOTHING
 RETURNING idempotency_key"""
 

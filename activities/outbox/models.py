@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ConfigDict
 
 ERROR_LIMIT = 2000  # stored error text is capped: enough to diagnose, and a row stays small
 OUTBOX_WORKFLOW_PREFIX = "outbox-"
@@ -15,6 +15,20 @@ OUTBOX_WORKFLOW_PREFIX = "outbox-"
 
 class MemberCreatedEvent(BaseModel):
     member_id: str
+
+
+# The reference platform's events Pressroom emits for integrations' webhooks (its names). Its others
+# (tags, pages, site.changed) have no change in Pressroom to come from.
+SITE_EVENTS = ("post.published", "post.published.edited", "post.unpublished", "post.scheduled",
+               "post.unscheduled", "post.rescheduled", "member.added", "member.edited", "member.deleted")
+
+
+class SiteWebhookEvent(BaseModel):
+    """A site event for one webhook: the body as it is sent (activities/outbox/site_events.py)."""
+    model_config = ConfigDict(extra="allow")  # member_id or post_id, for the operator's look-ups
+    event: str  # the reference platform's name: member.added, post.published, …
+    webhook_id: str
+    body: dict[str, Any] | None = None  # None once cleared (its webhook removed, its member deleted)
 
 
 class NoopEvent(BaseModel):
@@ -29,16 +43,24 @@ class EventType:
     handler: str
 
 
-# The one registry of event types: a new type is one line here and its handler method.
+# The one registry of event types: a new type is one line here and its handler method. The site's
+# events (member.added, post.published, …) each go to one integration's webhook.
 EVENT_TYPES: dict[str, EventType] = {
     "MemberCreatedEvent": EventType(MemberCreatedEvent, "_welcome_member"),
     "NoopEvent": EventType(NoopEvent, "_noop"),
+    **{name: EventType(SiteWebhookEvent, "_site_webhook") for name in SITE_EVENTS},
 }
 
 # The automated email each member status is welcomed with. Comped members have none of their own:
 # they get the paid one, as the reference platform does.
 WELCOME_EMAIL_SLUGS = {"free": "member-welcome-email-free", "paid": "member-welcome-email-paid",
                        "comped": "member-welcome-email-paid"}
+
+
+def webhooks_task_queue(task_queue: str) -> str:
+    """The task queue of the site's webhook deliveries: workers of their own, so that slow targets
+    never take the activity slots of welcome emails or newsletters."""
+    return f"{task_queue}-webhooks"
 
 
 def outbox_workflow_id(idempotency_key: str) -> str:

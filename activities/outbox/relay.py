@@ -13,13 +13,27 @@ from activities.metrics import Instruments
 from activities.newsletter.finish import UNFINISHED_EMAILS
 from activities.outbox.delivery import UNFINISHED_ENTRIES
 from activities.outbox.enqueue import NOTIFY_CHANNEL
-from activities.outbox.models import EntryInput, RelayInput, RelayResult, outbox_workflow_id
+from activities.outbox.models import EntryInput, RelayInput, RelayResult, outbox_workflow_id, webhooks_task_queue
 from activities.watchdog import Watchdog
 from pressroom import tracing
 from pressroom.dependencies import Dependencies
 
 RELAY_CAP_RECHECK_SECONDS = 0.1  # at the open-deliveries cap, how soon the relay counts again
 RELAY_CONCURRENT_STARTS = 64  # workflow starts in flight at once
+
+# Each webhook's next entries in its order, the first `$1` of those not yet handled: those of them
+# due are claimed (up to `$2`). A webhook whose first entries are in flight or in their backoff
+# gets nothing more until they are done, so its events go out in order, and one slow or dead
+# target holds back no other.
+_WEBHOOKS_NEXT = """
+SELECT o.id, o.idempotency_key, o.event_type, o.created_at, o.trace_context::text, o.webhook_id
+FROM outbox o WHERE o.id IN (
+  SELECT head.id FROM webhooks w CROSS JOIN LATERAL (
+    SELECT id, status, next_run_at FROM outbox
+    WHERE webhook_id = w.id AND status IN ('pending', 'sending', 'failed') ORDER BY webhook_seq LIMIT $1) head
+  WHERE head.status = 'pending' AND head.next_run_at <= now())
+AND o.status = 'pending'
+ORDER BY o.webhook_seq LIMIT $2 FOR UPDATE SKIP LOCKED"""
 
 
 class OutboxRelayActivities:
@@ -65,17 +79,19 @@ class OutboxRelayActivities:
         from pressroom.temporal import OUTBOX_EVENT_TYPE
 
         async with self.pool.acquire() as conn, conn.transaction():
-            open_deliveries = await conn.fetchval("SELECT count(*) FROM outbox WHERE status = 'sending'")
+            # Webhooks' deliveries have their own bound (PRESSROOM_WEBHOOKS_IN_FLIGHT per webhook): a slow
+            # target's never takes the room of a welcome email.
+            open_deliveries = await conn.fetchval(
+                "SELECT count(*) FROM outbox WHERE status = 'sending' AND webhook_id IS NULL")
             cap_room = self.settings.outbox_max_open_deliveries - open_deliveries
             room = min(self.settings.outbox_batch, cap_room)
-            if room <= 0:
-                return 0, True
             rows = await conn.fetch(
-                "SELECT id, idempotency_key, event_type, created_at, trace_context::text FROM outbox "
-                "WHERE status = 'pending' AND next_run_at <= now() ORDER BY next_run_at, created_at "
-                "LIMIT $1 FOR UPDATE SKIP LOCKED", room)
+                "SELECT id, idempotency_key, event_type, created_at, trace_context::text, webhook_id FROM outbox "
+                "WHERE status = 'pending' AND webhook_id IS NULL AND next_run_at <= now() "
+                "ORDER BY next_run_at, created_at LIMIT $1 FOR UPDATE SKIP LOCKED", room) if room > 0 else []
+            rows += await conn.fetch(_WEBHOOKS_NEXT, self.settings.site_webhooks_in_flight, self.settings.outbox_batch)
             if not rows:
-                return 0, False
+                return 0, room <= 0
             # The rows stay locked until every start returns: the starts go out together, a bounded
             # number at once however large PRESSROOM_OUTBOX_BATCH is set.
             slots = asyncio.Semaphore(RELAY_CONCURRENT_STARTS)
@@ -88,8 +104,11 @@ class OutboxRelayActivities:
                         # By its registered name: activities do not import workflow code.
                         await self.temporal.start_workflow(
                             "DeliverOutboxEntryWorkflow",
-                            EntryInput(outbox_id=row["id"], max_attempts=self.settings.outbox_max_attempts),
-                            id=outbox_workflow_id(row['idempotency_key']), task_queue=activity.info().task_queue,
+                            EntryInput(outbox_id=row["id"], max_attempts=self.settings.site_webhooks_max_attempts
+                                       if row["webhook_id"] else self.settings.outbox_max_attempts),
+                            id=outbox_workflow_id(row['idempotency_key']),
+                            task_queue=webhooks_task_queue(activity.info().task_queue) if row["webhook_id"]
+                            else activity.info().task_queue,
                             id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
                             search_attributes=TypedSearchAttributes([SearchAttributePair(OUTBOX_EVENT_TYPE,
                                                                                          row["event_type"])]),
@@ -104,4 +123,4 @@ class OutboxRelayActivities:
         now = time.time()
         for row in rows:
             dispatch.record((now - row["created_at"].timestamp()) * 1000)
-        return len(rows), len(rows) == cap_room
+        return len(rows), room <= 0 or sum(row["webhook_id"] is None for row in rows) == cap_room

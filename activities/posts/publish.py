@@ -18,6 +18,7 @@ from temporalio.exceptions import ApplicationError
 
 from activities.heartbeat import heartbeating
 from activities.metrics import Instruments
+from activities.outbox import site_events
 from activities.posts.models import PublishPostActivityInput, PublishResult, ReconcileResult
 from activities.posts.schedule import reconcile_scheduled_posts
 from pressroom.dependencies import Dependencies
@@ -65,8 +66,9 @@ class DueTogether:
     changed while it waited.
     """
 
-    def __init__(self, pool) -> None:
+    def __init__(self, pool, site_url: str = "") -> None:
         self.pool = pool
+        self.site_url = site_url
         self._waiting: dict[datetime, dict[str, asyncio.Future]] = {}
         self._statements: set[asyncio.Task] = set()
 
@@ -95,21 +97,24 @@ class DueTogether:
         return future.result()
 
     async def _publish(self, publish_at: datetime, deadline: float) -> None:
-        while (left := deadline - time.time()) > 0:
+        while (left := deadline - time.time()) > 0:  # noqa: ASYNC110 (a deadline on the clock, not an event)
             await asyncio.sleep(min(left - 0.005, 2.0) if left > 0.02 else left)  # the last stretch in short steps
         waiting = self._waiting.pop(publish_at)
         if not waiting:
             return
         try:
-            rows = await self.pool.fetch(
-                f"""WITH published AS (
-                       UPDATE posts p SET status = 'published', publish_completed_at = clock_timestamp(),
-                                          updated_at = now()
-                       FROM unnest($1::text[]) AS due(id)
-                       WHERE p.id = due.id AND p.status = 'scheduled' AND p.published_at = $2
-                       RETURNING p.id, p.newsletter_id, p.publish_completed_at)
-                   SELECT p.id, p.publish_completed_at, {UNSENT_EMAIL} AS email_id
-                   FROM published p""", list(waiting), publish_at)
+            async with self.pool.acquire() as conn, conn.transaction():  # the posts and their site events
+                rows = await conn.fetch(
+                    f"""WITH published AS (
+                           UPDATE posts p SET status = 'published', publish_completed_at = clock_timestamp(),
+                                              updated_at = now()
+                           FROM unnest($1::text[]) AS due(id)
+                           WHERE p.id = due.id AND p.status = 'scheduled' AND p.published_at = $2
+                           RETURNING p.id, p.newsletter_id, p.publish_completed_at)
+                       SELECT p.id, p.publish_completed_at, {UNSENT_EMAIL} AS email_id
+                       FROM published p""", list(waiting), publish_at)
+                await site_events.emit(conn, "post.published", [row["id"] for row in rows],
+                                       {row["id"]: {"status": "scheduled"} for row in rows}, site_url=self.site_url)
         except BaseException as error:
             for future in waiting.values():
                 if not future.done():
@@ -128,7 +133,7 @@ class PostsActivities:
         self.pool = deps.pool
         self.temporal = deps.temporal
         self.settings = deps.settings
-        self._due_together = DueTogether(deps.pool)
+        self._due_together = DueTogether(deps.pool, deps.settings.site_url)
         self.metrics = Instruments()
 
     @activity.defn

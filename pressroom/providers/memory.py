@@ -33,6 +33,7 @@ from pressroom.providers.port import (
     ProviderRejected,
     ProviderUnavailable,
     RecipientLimitExceeded,
+    SenderState,
     SendResult,
     TooManyRecipients,
     fill_placeholders,
@@ -96,6 +97,7 @@ class _Account:
     events: list[dict[str, Any]] = field(default_factory=list)
     suppressed: dict[tuple[str, str], set[str]] = field(default_factory=dict)  # (scope, list) → addresses
     pushes: dict[str, list[str]] = field(default_factory=dict)
+    unverified_domains: set[str] = field(default_factory=set)  # sending from these is refused
     offset: float = 0.0
     ids: Any = field(default_factory=itertools.count)
 
@@ -231,6 +233,12 @@ class MemoryProvider:
     async def check_account(self) -> str:
         self._reachable()
         return f"in memory, scope {self.scope}"
+
+    async def sender_state(self, from_address: str) -> SenderState:
+        self._reachable()
+        domain = from_address.rpartition("@")[2].lower()
+        verified = domain not in self._account.unverified_domains
+        return SenderState(domain, verified, "in memory" if verified else "in memory, not verified")
 
     async def account_quota(self, at: datetime | None = None) -> AccountQuota:
         """None stated."""

@@ -283,6 +283,16 @@ class PushedEvent:
         return self.identity
 
 
+@dataclass(frozen=True)
+class SenderState:
+    """Whether the provider lets this account send from an address now: the identity it checked (a
+    domain, or the address itself), and what it states of it (DKIM, SPF or MAIL FROM) in one line."""
+
+    identity: str
+    verified: bool
+    detail: str
+
+
 class EmailProvider(Protocol):
     """One account of an email provider, sending from one `scope` (Mailgun: the sending domain)."""
 
@@ -329,6 +339,10 @@ class EmailProvider(Protocol):
     async def check_account(self) -> str:
         """One call that proves the account answers with these credentials now; a line saying what it
         is and what it states (`pressroom check` prints it), or a ProviderError."""
+
+    async def sender_state(self, from_address: str) -> SenderState:
+        """Whether mail from `from_address` is sent from an identity the provider has verified
+        (Mailgun: the sending domain; SES: the address or its domain), or a ProviderError."""
 
     async def read_events(self, page: str | None, query: EventQuery) -> EventsPage:
         """The first page of `query`, or the page a token names (a retry resumes there)."""

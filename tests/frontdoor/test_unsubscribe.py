@@ -55,12 +55,12 @@ async def test_the_page_changes_nothing_and_one_click_leaves_that_newsletter_onc
         assert await state(db) == (subscriptions, events)
 
     profile = await member_profile("m1", settings=front_door.settings)
-    weekly = next(n for n in profile["subscriptions"] if n["newsletter_id"] == "nl1")
-    assert (weekly["subscribed"], weekly["left_by"], weekly["left_through_email"]) == (False, "link", "e0")
+    weekly = next(n for n in profile.subscriptions if n.newsletter_id == "nl1")
+    assert (weekly.subscribed, weekly.left_by, weekly.left_through_email) == (False, "link", "e0")
     report = await newsletter_report("e0", settings=front_door.settings)
-    assert report["unsubscribed_through_email"] == {"link": 1, "provider": 0}
-    assert report["unsubscribed"] == 1
-    assert (await newsletter_report("e1", settings=front_door.settings))["unsubscribed_through_email"]["link"] == 0
+    assert (report.unsubscribed_through_email.link, report.unsubscribed_through_email.provider) == (1, 0)
+    assert report.unsubscribed == 1
+    assert (await newsletter_report("e1", settings=front_door.settings)).unsubscribed_through_email.link == 0
 
 
 async def test_the_pages_all_newsletters_button_and_a_link_without_newsletter_leave_every_one(db, site, front_door):
@@ -117,7 +117,7 @@ async def test_a_provider_unsubscribe_event_and_the_operator_take_the_same_path(
     _, events = await state(db)
     assert events == [("m1", "nl1", False, "provider", "e1"), ("m2", "nl2", False, "operator", None)]
     report = await newsletter_report("e1", settings=front_door.settings)
-    assert report["unsubscribed_through_email"] == {"link": 0, "provider": 1}
+    assert (report.unsubscribed_through_email.link, report.unsubscribed_through_email.provider) == (0, 1)
 
 
 async def test_members_unsubscribe_from_the_command_line(db, site, dev_env, front_door):

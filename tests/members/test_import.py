@@ -57,15 +57,17 @@ async def state(db) -> dict:
 async def test_import_checks_every_row_reports_the_refused_and_is_idempotent(settings, db, tmp_path):
     await db.execute("INSERT INTO newsletters (name, slug) VALUES ('Weekly', 'weekly')")
     await db.execute("INSERT INTO newsletters (name, slug, subscribe_on_signup) VALUES ('Offers', 'offers', false)")
+    await db.execute("INSERT INTO products (name, slug) VALUES ('Gold', 'gold')")
     file = write_csv(tmp_path / "members.csv", GOOD + [row for row, _ in BAD])
 
     report = await import_members(file, settings=settings)
     assert (report.rows, report.added, report.updated, report.unchanged) == (10, 3, 0, 0)
-    assert [(r["line"], r["reason"][:len(why)]) for r, (_, why) in zip(report.refused, BAD)] == \
-        [(line, why) for line, (_, why) in zip(range(6, 13), BAD)]  # the note's line break makes line 2 two lines
+    # The note's line break makes line 2 two lines.
+    assert [(r["line"], r["reason"][:len(why)]) for r, (_, why) in zip(report.refused, BAD, strict=True)] == \
+        [(line, why) for line, (_, why) in zip(range(6, 13), BAD, strict=True)]
     shown = json.dumps(report.refused)
     assert "example.com" not in shown and "not-an-address" not in shown and "Frank" not in shown
-    assert report.ignored_columns == ["id", "stripe_customer_id", "deleted_at", "tiers"]
+    assert report.ignored_columns == ["id", "deleted_at"]
     assert (report.labels_made, report.labels_given) == (2, 3)
     assert {r["slug"]: r["name"] for r in await db.fetch("SELECT slug, name FROM labels")} == \
         {"vip": "vip", "press-corps": "Press Corps"}
@@ -78,7 +80,13 @@ async def test_import_checks_every_row_reports_the_refused_and_is_idempotent(set
         ("Ada Lovelace", "met at the\nconference", "free", ["weekly"])
     assert ada["created_at"].isoformat() == "2023-01-05T10:00:00+00:00"
     assert (bob["name"], bob["status"], bob["newsletters"]) == (None, "comped", [])
+    assert await db.fetchval("SELECT array_agg(p.slug) FROM members_products mp JOIN products p "
+                             "ON p.id = mp.product_id JOIN members m ON m.id = mp.member_id "
+                             "WHERE m.email = 'Bob@example.com'") == ["gold"]
+    # A Stripe customer without a tier: free, as the reference's Stripe would say without a
+    # subscription, and said in the report (line 5: the note before spans two).
     assert (carol["status"], carol["newsletters"]) == ("free", ["weekly"])
+    assert (report.paid_stripe, report.stripe_without_tier, report.tiers_given) == (0, [5], 1)
 
     again = await import_members(file, settings=settings)
     assert (again.added, again.updated, again.unchanged, len(again.refused)) == (0, 0, 3, 7)
@@ -137,13 +145,15 @@ async def test_welcome_only_when_asked_and_a_deleted_address_stays_suppressed(po
 async def test_import_from_the_command_line(settings, db, tmp_path):
     file = write_csv(tmp_path / "members.csv", GOOD + [row for row, _ in BAD])
     env = {**os.environ, "DATABASE_URL": settings.database_url}
+    await db.execute("INSERT INTO products (name, slug) VALUES ('Gold', 'gold')")
     code, out, err = await cli("members", "import", file, env=env)
     assert code == 0, err
     lines = out.splitlines()
-    assert lines[0] == f"imported {file}: 10 rows: 3 added, 0 updated, 0 unchanged, 7 refused"
+    assert lines[0] == (f"imported {file} (the reference platform's export): 10 rows: 3 added, 0 updated, "
+                        "0 unchanged, 7 refused")
     assert lines[1].startswith("  line 6: the email is not a valid address")
     assert "labels: 3 given to members; 2 labels the site did not have made" in lines
-    assert "columns not imported: id, stripe_customer_id, deleted_at, tiers" in lines
+    assert "columns not imported: id, deleted_at" in lines
     assert "no welcome emails queued" in out and "example.com" not in out + err
     code, out, err = await cli("members", "import", file, "--json", env=env)
     assert code == 0, err

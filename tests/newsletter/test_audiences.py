@@ -4,6 +4,7 @@ one tier sent for real (a Temporal server, the simulator over HTTP) to members o
 
 from __future__ import annotations
 
+import json
 import uuid
 from dataclasses import dataclass, field
 
@@ -100,30 +101,38 @@ async def recipients(db, email_id: str) -> set[str]:
 
 # Each form of the language, and what it selects by the plain rules of the reference platform.
 FORMS = [
-    ("all", lambda s, l, t: True),
-    ("status:free", lambda s, l, t: s == "free"),
-    ("status:-free", lambda s, l, t: s != "free"),
-    ("status:[paid,comped]", lambda s, l, t: s in ("paid", "comped")),
-    ("status:-[free,comped]", lambda s, l, t: s == "paid"),
-    ("status:paid,status:comped", lambda s, l, t: s in ("paid", "comped")),
-    ("label:vip", lambda s, l, t: "vip" in l),
-    ("label:[vip,press]", lambda s, l, t: bool(l & {"vip", "press"})),
-    ("label:-vip", lambda s, l, t: "vip" not in l),
-    ("label:-[vip,press]", lambda s, l, t: not l & {"vip", "press"}),
-    ("label:nobody", lambda s, l, t: False),
-    ("tier:gold", lambda s, l, t: "gold" in t),  # an ended tier no longer counts
-    ("product:gold", lambda s, l, t: "gold" in t),
-    ("tier:-gold", lambda s, l, t: "gold" not in t),
-    ("tier:[gold,silver]", lambda s, l, t: bool(t & {"gold", "silver"})),
-    ("label:vip,tier:gold", lambda s, l, t: "vip" in l or "gold" in t),
-    ("label:vip+tier:silver", lambda s, l, t: "vip" in l and "silver" in t),
+    ("all", lambda s, ls, t: True),
+    ("status:free", lambda s, ls, t: s == "free"),
+    ("status:-free", lambda s, ls, t: s != "free"),
+    ("status:[paid,comped]", lambda s, ls, t: s in ("paid", "comped")),
+    ("status:-[free,comped]", lambda s, ls, t: s == "paid"),
+    ("status:paid,status:comped", lambda s, ls, t: s in ("paid", "comped")),
+    ("label:vip", lambda s, ls, t: "vip" in ls),
+    ("label:[vip,press]", lambda s, ls, t: bool(ls & {"vip", "press"})),
+    ("label:-vip", lambda s, ls, t: "vip" not in ls),
+    ("label:-[vip,press]", lambda s, ls, t: not ls & {"vip", "press"}),
+    ("label:nobody", lambda s, ls, t: False),
+    ("tier:gold", lambda s, ls, t: "gold" in t),  # an ended tier no longer counts
+    ("product:gold", lambda s, ls, t: "gold" in t),
+    ("tier:-gold", lambda s, ls, t: "gold" not in t),
+    ("tier:[gold,silver]", lambda s, ls, t: bool(t & {"gold", "silver"})),
+    ("label:vip,tier:gold", lambda s, ls, t: "vip" in ls or "gold" in t),
+    ("label:vip+tier:silver", lambda s, ls, t: "vip" in ls and "silver" in t),
     # + binds tighter than ,
-    ("label:press,label:vip+tier:silver", lambda s, l, t: "press" in l or ("vip" in l and "silver" in t)),
-    ("label:vip+tier:silver,label:press", lambda s, l, t: ("vip" in l and "silver" in t) or "press" in l),
-    ("(label:press,label:vip)+tier:silver", lambda s, l, t: ("press" in l or "vip" in l) and "silver" in t),
+    ("label:press,label:vip+tier:silver", lambda s, ls, t: "press" in ls or ("vip" in ls and "silver" in t)),
+    ("label:vip+tier:silver,label:press", lambda s, ls, t: ("vip" in ls and "silver" in t) or "press" in ls),
+    ("(label:press,label:vip)+tier:silver", lambda s, ls, t: ("press" in ls or "vip" in ls) and "silver" in t),
     ("status:-free+(label:beta,tier:-[gold,silver])",
-     lambda s, l, t: s != "free" and ("beta" in l or not t & {"gold", "silver"})),
-    (" ( status:comped , label:beta ) + label:-vip ", lambda s, l, t: (s == "comped" or "beta" in l) and "vip" not in l),
+     lambda s, ls, t: s != "free" and ("beta" in ls or not t & {"gold", "silver"})),
+    (" ( status:comped , label:beta ) + label:-vip ",
+     lambda s, ls, t: (s == "comped" or "beta" in ls) and "vip" not in ls),
+    # The reference's other spellings: quoted values, plural keys, all-of lists.
+    ("label:'vip'", lambda s, ls, t: "vip" in ls),
+    ("status:'paid'+tiers:'silver'", lambda s, ls, t: s == "paid" and "silver" in t),
+    ("labels:[vip+press]", lambda s, ls, t: {"vip", "press"} <= ls),
+    ("label:[ vip + press + beta ],tier:gold", lambda s, ls, t: {"vip", "press", "beta"} <= ls or "gold" in t),
+    ("products:[gold+silver]", lambda s, ls, t: {"gold", "silver"} <= t),
+    ("labels:-['vip',press]+tiers:[silver]", lambda s, ls, t: not ls & {"vip", "press"} and "silver" in t),
 ]
 
 
@@ -146,7 +155,14 @@ async def test_each_form_selects_the_members_it_names(db, newsletter_settings, c
     ("label:[vip,press", "expected ',' or ']'"),
     ("label:vip)", "expected ',', '+' or the end at 10"),
     ("label:vip;DROP TABLE members", "character ';' at 10"),
-    ("label:'vip'", "character \"'\" at 7"),
+    ('label:"vip"', "double quote at 7; the filter language quotes with '"),
+    ("label:'vip", "the quote at 7 is not closed"),
+    ("label:''", "empty quotes at 7"),
+    ("label:'Press Corps'", "the label 'Press Corps' at 7 is not a slug"),
+    ("label:-[vip+press]", "(the reference has no -[a+b])"),
+    ("label:[vip,press+beta]", "expected ',' or ']' at 17"),
+    ("label:[vip+press,beta]", "expected '+' or ']' at 17"),
+    ("'label':vip", "unknown term 'label' at 1"),
     ("", "recipient filter is empty"),
 ])
 def test_what_is_outside_the_grammar_is_refused_by_name(text, words):
@@ -159,6 +175,7 @@ def test_the_tree_follows_precedence_and_parentheses():
     assert str(parse("label:a,label:b+tier:c")) == "label:a,label:b+tier:c"
     assert str(parse("(label:a,label:b)+tier:c")) == "(label:a,label:b)+tier:c"
     assert str(parse("product:[x,y]")) == "tier:[x,y]"
+    assert str(parse("labels:[a+b],tiers:'c'")) == "label:a+label:b,tier:c"
 
 
 @pytest.mark.parametrize("recipient_filter, words", [
@@ -226,7 +243,7 @@ async def test_a_post_for_one_tier_reaches_its_members_whole_and_nobody_else(db,
     from operations.reports import newsletter_report
 
     report = await newsletter_report(seeded.email_id, settings=settings)
-    assert {s["segment"]: s["recipients"] for s in report["segments"]} == {
+    assert {s.segment: s.recipients for s in report.segments} == {
         name: sum(1 for n in audience if (n in gold) == of_post and (seeded.status[n] == "free") == free)
         for name, of_post, free in (("free", False, True), ("paid", False, False), ("paid-tiers", True, False))}
 
@@ -262,3 +279,23 @@ async def test_an_audience_keeps_its_parsed_filter_for_the_lock_to_check(db, mon
     async with db.acquire() as conn:
         assert await audiences.missing(conn, chosen.tree) == "no tier platinum"
     assert parsed == ["label:vip+tier:platinum"]
+
+
+def test_the_reference_parser_accepts_every_form_and_refuses_what_is_refused():
+    """@tryghost/nql-lang itself (installed by npm): each form of FORMS parses there too ("all" is the
+    reference's word for no filter, not its language), and the reference's own refusals are ours."""
+    from tests.reference_js import node
+
+    refused_there = ['label:"vip"', "label:-[vip+press]", "label:[vip,press+beta]", "label:[vip+press,beta]",
+                     "label:''", "label:'vip"]
+    texts = [text for text, _ in FORMS if text != "all"] + refused_there
+    answers = json.loads(node(
+        "const nql = require('@tryghost/nql-lang');"
+        "const texts = JSON.parse(require('fs').readFileSync(0, 'utf8'));"
+        "const parses = (t) => { try { nql.parse(t); return true; } catch (e) { return false; } };"
+        "console.log(JSON.stringify(texts.map(parses)));",
+        json.dumps(texts)))
+    assert dict(zip(texts, answers, strict=True)) == {text: text not in refused_there for text in texts}
+    for text in refused_there:
+        with pytest.raises(FilterError):
+            parse(text)

@@ -54,11 +54,11 @@ async def test_cancel_mid_send_stops_between_batches_and_keeps_what_was_sent(db,
     assert f"{after} of 12 batches had been sent" in email["error"]
 
     report = await newsletter_report(seeded.email_id, settings=settings)
-    assert report["status"] == "cancelled" and report["cancelled_by"] == "ops-on-call"
-    assert report["sent"] == after * 5 and report["recipients"] == 60
+    assert report.status == "cancelled" and report.cancelled_by == "ops-on-call"
+    assert report.sent == after * 5 and report.recipients == 60
     status = await newsletter_status(seeded.email_id, client=client, settings=settings)
-    assert status["status"] == "cancelled" and status["batches"]["submitted"] == after
-    assert status["run"]["status"] == "completed"
+    assert status.status == "cancelled" and status.batches.submitted == after
+    assert status.run is not None and status.run.status == "completed"
 
     # Safe to repeat: the same answer, nothing changes; and the email is not sent again.
     again = await cancel_newsletter(seeded.email_id, by="someone-else", client=client, settings=settings)

@@ -119,7 +119,7 @@ async def test_a_send_terminated_timed_out_or_cancelled_fails_the_email_and_send
         assert email["error"].startswith(f"{SEND_FAILED}: its send (workflow {handle.id}) closed as {closed_as}")
         assert email["locked_by"] is None
         status = await newsletter_status(seeded.email_id, client=dev_env.client, settings=settings)
-        assert status["status"] == "failed" and status["error"] == email["error"]
+        assert status.status == "failed" and status.error == email["error"]
 
         mailgun.set_faults(latency_ms=0)
         outcome, _ = await send_and_follow(dev_env.client, settings, seeded.email_id)

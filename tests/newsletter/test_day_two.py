@@ -7,6 +7,7 @@ from temporalio.api.workflow.v1 import PendingActivityInfo
 from temporalio.api.workflowservice.v1 import DescribeWorkflowExecutionResponse
 
 from commands.newsletter import failure_words
+from operations.answers import FailureReason
 from operations.limits import sending_limits
 from operations.newsletter import _waiting_words, retrying
 
@@ -25,10 +26,12 @@ async def test_limits_show_counts_what_was_really_sent_today(db, mailgun, ts_wor
 
 
 def test_a_failure_code_is_said_once():
-    failure = {"code": 452, "enhanced_code": "4.2.2", "message": "4.2.2 The email account is over quota"}
+    failure = FailureReason(severity="temporary", code=452, enhanced_code="4.2.2",
+                            message="4.2.2 The email account is over quota", n=1)
     assert failure_words(failure) == "452 4.2.2 The email account is over quota"
-    assert failure_words({**failure, "message": "Mailbox full"}) == "452 4.2.2 Mailbox full"
-    assert failure_words({"code": None, "enhanced_code": None, "message": "Not delivering"}) == "Not delivering"
+    assert failure_words(failure.model_copy(update={"message": "Mailbox full"})) == "452 4.2.2 Mailbox full"
+    assert failure_words(failure.model_copy(update={"code": None, "enhanced_code": None, "message": "Not delivering"})
+                         ) == "Not delivering"
 
 
 class Described:

@@ -8,12 +8,14 @@ import os
 import subprocess
 import sys
 import uuid
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import asyncpg
 import pytest
 
 from devstack.servers import free_port
+from tests.dns_server import dns_server
 from tests.foundation.test_cli import assert_one_line_error, pressroom
 from tests.newsletter.test_failures import wait_until
 from tests.operations.test_worker_stop import schedules_removed_after  # noqa: F401 (fixture)
@@ -22,11 +24,17 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 BASE_SERVICES = ("PostgreSQL", "Temporal", "Mailgun")
-RUNNING_NEEDS = ("Workers", "Schedules", "Outbox relay", "Webhook inbox")
+RUNNING_NEEDS = ("Workers", "Schedules", "Outbox relay", "Webhook inbox", "Senders", "Reputation")
 
 
 @pytest.fixture
-def healthy_env(postgres_url, dev_env, mailgun) -> dict[str, str]:
+async def healthy_env(postgres_url, dev_env, mailgun) -> AsyncIterator[dict[str, str]]:
+    # The sending domain publishes DMARC (a DNS server of the test's own: the machine may have none).
+    async with dns_server({"_dmarc.example.com": "v=DMARC1; p=quarantine"}) as nameserver:
+        yield {**base_env(postgres_url, dev_env, mailgun), "PRESSROOM_DNS_NAMESERVERS": nameserver}
+
+
+def base_env(postgres_url, dev_env, mailgun) -> dict[str, str]:
     return {"DATABASE_URL": postgres_url, "TEMPORAL_ADDRESS": dev_env.client.service_client.config.target_host,
             "MAILGUN_BASE_URL": mailgun.base_url, "MAILGUN_API_KEY": mailgun.api_key,
             "MAILGUN_DOMAIN": mailgun.domain, "PRESSROOM_TASK_QUEUE": f"check-{uuid.uuid4().hex[:8]}",
@@ -68,7 +76,7 @@ async def test_a_healthy_configuration_with_a_worker_passes_and_a_stopped_worker
         worker.terminate()
         worker.wait()
     lines = lines_of(result)
-    assert set(lines) == set(BASE_SERVICES + RUNNING_NEEDS) and len(result.stdout.splitlines()) == 7, result.stdout
+    assert set(lines) == set(BASE_SERVICES + RUNNING_NEEDS) and len(result.stdout.splitlines()) == 9, result.stdout
     assert all(line.startswith("ok   ") for line in lines.values()), result.stdout
     assert f"polling task queue {healthy_env['PRESSROOM_TASK_QUEUE']}" in lines["Workers"]
     assert as_json["ok"] is True and [s["service"] for s in as_json["services"]] == list(BASE_SERVICES + RUNNING_NEEDS)

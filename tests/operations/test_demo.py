@@ -38,6 +38,10 @@ def test_the_demo_runs_to_its_report_and_again_on_the_same_data(demo_env):
     assert "Traceback" not in first.stdout + first.stderr
     # A temporary failure is neither delivered nor failed: the simulator makes 3% of them.
     assert recipients == 60 and delivered > 0 and delivered + failed <= 60 and 0 < opened <= delivered
+    # The simulator's readers followed links through the demo's front door.
+    clicked = re.search(r"^clicked: ([\d,]+) members? \(", report, re.M)
+    assert clicked and 0 < int(clicked.group(1)) <= delivered, report
+    assert "https://temporal.io/" in report or "https://ghost.org/docs/newsletters/" in report
     assert f"http://localhost:{demo_env['PRESSROOM_DEV_UI_PORT']}" in out
     assert "keeps running in the background" in out and "pressroom dev down stops it" in out
 
@@ -60,6 +64,7 @@ def test_the_demo_runs_on_ses_through_the_stand_in_and_its_pushed_events(demo_en
     recipients, delivered, opened, failed = (figure(report, name) for name in ("recipients", "delivered", "opened",
                                                                                 "failed"))
     assert recipients >= 60 and delivered == opened == recipients and failed == 0
+    assert re.search(r"^clicked: [1-9][\d,]* members? ", report, re.M), report
 
     # Later commands use the stack's provider without the variable: `dev env` names it and the
     # stand-in, and the stand-in's certificate is the only development trust it hands out.

@@ -55,7 +55,7 @@ async def test_outbox_status_and_show(dev_env, settings, db):
     added = await add_member("json.reader@example.com", settings=settings)
     status = await json_of("outbox", "status", env=env)
     assert status == {"counts": {"pending": 1}, "oldest_pending_seconds": status["oldest_pending_seconds"],
-                      "waiting": [], "skipped": []}
+                      "waiting": [], "skipped": [], "by_event": {}, "by_webhook": {}}
     assert isinstance(status["oldest_pending_seconds"], float)
     outbox_id = await db.fetchval("SELECT id FROM outbox WHERE idempotency_key = $1", added.welcome_key)
     entry = await json_of("outbox", "show", outbox_id, env=env)

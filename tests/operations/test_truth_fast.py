@@ -143,7 +143,7 @@ async def test_status_with_a_watcher_after_a_kill_9_answers_in_both_forms_alike(
             await watcher.wait()
     print(f"\n`newsletter status --json` with a watcher, after kill -9: {took:.1f} s (process start included), "
           f"{in_process:.1f} s in process (connection included)")
-    assert direct["run"]["worker_answering"] is False
+    assert direct.run is not None and direct.run.worker_answering is False
     assert answer["run"]["status"] == "running" and answer["temporal"] is None
     assert answer["run"]["worker_answering"] is False and answer["progress"] is None
     assert answer["waiting_for"].startswith("no worker is answering; waiting for the daily limit of "), answer
@@ -189,6 +189,6 @@ async def test_status_against_a_temporal_that_never_answers_is_bounded(settings,
         for writer in held:
             writer.close()
         server.close()
-    assert answer["status"] == "pending" and answer["run"] is None
-    assert answer["temporal"] == (f"Temporal at 127.0.0.1:{port} did not answer within 3 s; "
+    assert answer.status == "pending" and answer.run is None
+    assert answer.temporal == (f"Temporal at 127.0.0.1:{port} did not answer within 3 s; "
                                   "shown is what PostgreSQL holds")

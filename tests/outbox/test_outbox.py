@@ -295,7 +295,7 @@ async def test_two_relays_and_a_burst_start_each_entry_once(db, dev_env, outbox_
             await dev_env.client.get_workflow_handle(relay_id).terminate()
     starts = await db.fetchval("SELECT count(*) FROM idempotency_ledger WHERE idempotency_key LIKE 'burst-%'")
     assert starts == 500
-    assert (await outbox_status(settings=settings))["counts"] == {"succeeded": 500}
+    assert (await outbox_status(settings=settings)).counts == {"succeeded": 500}
 
 
 @pytest.mark.parametrize("event_type, payload, code, words", [

@@ -51,10 +51,10 @@ async def test_broken_then_fixed_template_every_queued_member_welcomed_once(db, 
     await wait_until(all_waiting, 60)
     # Tried again every second, each entry is now and then being tried (sending) rather than waiting.
     status = await outbox_status(relay)
-    [waiting] = status["waiting"]
-    assert 1 <= waiting["count"] <= 3 and waiting["code"] == "WELCOME_TEMPLATE"
-    assert "subject holds a line break or control character" in waiting["reason"]
-    assert "aborted" not in status["counts"] and mailgun.messages == []
+    [waiting] = status.waiting
+    assert 1 <= waiting.count <= 3 and waiting.code == "WELCOME_TEMPLATE"
+    assert "subject holds a line break or control character" in (waiting.reason or "")
+    assert "aborted" not in status.counts and mailgun.messages == []
     env = {**os.environ, "DATABASE_URL": relay.database_url}
     code, out, err = await cli("outbox", "status", env=env)
     assert code == 0 and re.search(r"^pending, waiting: [123] \(WELCOME_TEMPLATE\) the automated email", out, re.M)
@@ -68,7 +68,7 @@ async def test_broken_then_fixed_template_every_queued_member_welcomed_once(db, 
     for member in added:
         await settled(db, member.welcome_key)
     assert [welcomes(mailgun, f"queued{n}@example.com") for n in range(3)] == [1, 1, 1]
-    assert (await outbox_status(relay))["waiting"] == []
+    assert (await outbox_status(relay)).waiting == []
 
 
 async def test_a_welcome_with_nothing_to_send_is_skipped_with_why_and_requeued_by_filter(db, mailgun, relay,
@@ -84,7 +84,7 @@ async def test_a_welcome_with_nothing_to_send_is_skipped_with_why_and_requeued_b
     assert rows[inactive.welcome_key] == ("WELCOME_INACTIVE",
                                           "no active welcome email member-welcome-email-free for free members")
     assert rows[gone_key] == ("MEMBER_DELETED", "member gone was deleted before the welcome email")
-    assert {(g["code"], g["count"]) for g in (await outbox_status(relay))["skipped"]} == \
+    assert {(g.code, g.count) for g in (await outbox_status(relay)).skipped} == \
         {("WELCOME_INACTIVE", 1), ("MEMBER_DELETED", 1)}
 
     # The site makes its welcome email: the skipped one is sent by filter, once; the deleted one is not named.

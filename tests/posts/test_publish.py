@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import signal
 import uuid
-from datetime import UTC, datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from temporalio.client import WorkflowExecutionStatus
@@ -444,6 +444,6 @@ async def test_a_published_post_whose_newsletter_will_not_go_out_says_so_and_why
     await db.execute("UPDATE emails SET status = 'failed', error = 'The email failed to send.' WHERE id = $1",
                      other.email_id)
     page = await list_page("email", newsletter=other.newsletter_id, settings=settings)
-    [row] = page["items"]
-    assert row["will_not_go_out"] == (f"its post is published but email {other.email_id} failed: "
+    [row] = page.items
+    assert row.will_not_go_out == (f"its post is published but email {other.email_id} failed: "
                                       "The email failed to send.")

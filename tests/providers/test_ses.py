@@ -33,7 +33,7 @@ def events_of(kind: str) -> dict:
 
 @pytest.mark.parametrize("kind, expected", [("Send", "accepted"), ("Delivery", "delivered"), ("Open", "opened"),
                                             ("Complaint", "complained"), ("Bounce", "failed-permanent"),
-                                            ("Reject", "other")])
+                                            ("Reject", "other"), ("Rendering Failure", "failed-permanent")])
 def test_each_ses_event_reads_as_its_kind_with_our_marks(kind, expected):
     item = events_of(kind)
     event = parse_event(item)
@@ -43,6 +43,9 @@ def test_each_ses_event_reads_as_its_kind_with_our_marks(kind, expected):
     assert event.event_id == item["notification"] and event.provider == "ses"
     if kind == "Bounce":
         assert (event.severity, event.code, event.enhanced_code) == ("permanent", 550, "5.1.1")
+    if kind == "Rendering Failure":  # that recipient got nothing: a failure, with SES's words and no code
+        assert (event.severity, event.code, event.reason) == ("permanent", None, "rendering-failure")
+        assert event.message.startswith("SES could not render the message: Attribute 'name'")
 
 
 @pytest.mark.parametrize("item", [None, {}, {"notification": "n1", "event": None},
@@ -118,3 +121,19 @@ def test_destinations_refused_for_the_moment_are_named_with_the_wait_and_kept_wh
     with pytest.raises(ProviderRateLimited) as caught:
         SesClient._outcome("batch", addresses[:1], [{"Status": "ACCOUNT_DAILY_QUOTA_EXCEEDED"}])
     assert caught.value.answered.retry_after == 3600
+
+
+async def test_a_header_over_ses_documented_limit_is_refused_before_the_call_by_name():
+    from pressroom.providers.port import Message, ProviderRejected
+    from pressroom.providers.ses import SesClient
+
+    client = SesClient(endpoint="http://127.0.0.1:9", region="us-east-1", access_key_id="AKIA", secret_access_key="s",
+                       domain="ses.example", configuration_set="c")
+    try:
+        prepared = client.prepare(Message(from_address="news@ses.example", subject="s", html="h", text="t",
+                                          headers={"List-Unsubscribe": "<{{recipient.unsubscribe}}>"}))
+        with pytest.raises(ProviderRejected, match="header List-Unsubscribe is 1002 characters long") as refused:
+            await client.send(prepared, {"reader@example.com": {"unsubscribe": "x" * 1000}}, mark={"b": "1"})
+        assert "reader@example.com" not in str(refused.value)
+    finally:
+        await client.aclose()

@@ -20,10 +20,15 @@ from activities.newsletter.models import (
     CreateBatchesInput,
     EmailLock,
     EmailOutcome,
+    EmailReputation,
     FailBatchInput,
     FinishEmailInput,
     ListUnsentBatchesInput,
     LockEmailInput,
+    ProbeProviderInput,
+    ProviderBack,
+    ReadReputationInput,
+    RecordPauseInput,
     SendBatchInput,
     SendPlan,
 )
@@ -62,6 +67,10 @@ class FakeSending:
         # overlap shows however slowly a loaded machine hands them out.
         self.overlap = self.lock.plan.concurrency if isinstance(self.lock, EmailLock) and self.lock.plan else 1
         self.overlapped = asyncio.Event()
+        self.pause_reasons: list[str] = []  # what successive reputation reads answer; then no pause
+        self.reputation_reads = 0
+        self.pauses: list[str] = []
+        self.probes: list[ProbeProviderInput] = []
 
     def counts(self) -> BatchCounts:
         sent = sum(1 for status in self.status.values() if status == "submitted")
@@ -120,9 +129,24 @@ class FakeSending:
         status = "submitted" if counts.batches_submitted == counts.batches_total else "failed"
         return EmailOutcome(email_id=input.email_id, status=status, counts=counts)
 
+    @activity.defn(name="read_reputation")
+    async def read_reputation(self, input: ReadReputationInput) -> EmailReputation:
+        self.reputation_reads += 1
+        reason = self.pause_reasons.pop(0) if self.pause_reasons else ""
+        return EmailReputation(answered=1000, hard_bounced=100 if reason else 0, complained=0, pause_reason=reason)
+
+    @activity.defn(name="record_pause")
+    async def record_pause(self, input: RecordPauseInput) -> None:
+        self.pauses.append(input.reason)
+
+    @activity.defn(name="probe_provider")
+    async def probe_provider(self, input: ProbeProviderInput) -> ProviderBack:
+        self.probes.append(input)
+        return ProviderBack(back=True)
+
     def activities(self) -> list:
         return [self.lock_email, self.create_batches, self.list_unsent_batches, self.send_batch, self.fail_batch,
-                self.finish_email]
+                self.finish_email, self.read_reputation, self.record_pause, self.probe_provider]
 
 
 async def send(env, fake: FakeSending, *, email_id: str | None = None, workflow_id: str | None = None,
@@ -178,25 +202,24 @@ async def test_a_refused_batch_is_recorded_with_its_status_code_and_the_rest_sti
     ApplicationError("Mailgun could not be reached", None, "mailgun-unreachable", type="MailgunUnavailable"),
     ApplicationError("Mailgun asked to slow down", 429, 5, "mailgun-unreachable", type="MailgunRateLimited")],
     ids=["unavailable", "rate-limited", "stored-unavailable", "stored-rate-limited"])
-async def test_a_mailgun_outage_is_waited_out_on_a_timer_with_backoff_and_the_batch_sent_once(env, unreachable):
-    """Not taken after its retries (no connection, 429): the send waits for Mailgun on durable timers,
-    from the first wait doubling to the longest, says so, and sends the batch when Mailgun is back."""
+async def test_an_outage_is_waited_out_by_looking_for_the_provider_and_the_batch_sent_once(env, unreachable):
+    """Not taken after its retries (no connection, 429): the send looks for the provider's return
+    (an authenticated read, never a send), says so, and sends the batch when it is back; when sending
+    fails again right after a return, each later wait lasts at least the doubling wait."""
     fake = FakeSending(2, lock=EmailLock(acquired=True, plan=plan(
-        provider_retries=1, provider_retry_seconds=10, outage_first_wait_seconds=60, outage_max_wait_seconds=150)),
+        provider_retries=1, provider_retry_seconds=10, outage_first_wait_seconds=60, outage_max_wait_seconds=150,
+        provider_probe_seconds=20)),
         failures={"b0000": unreachable}, failing_attempts=8)  # four rounds of two attempts each
     email_id = f"e-{uuid.uuid4().hex[:8]}"
     outcome, progress = await send(env, fake, email_id=email_id)
     assert outcome.status == "submitted" and fake.failed == []
     assert fake.attempts == {"b0000": 9, "b0001": 1}
     assert progress.message == "" and progress.batches_sent == 2
+    assert [p.at_least_seconds for p in fake.probes] == [0, 60, 120, 150]
+    assert {p.every_seconds for p in fake.probes} == {20}
     history = await env.client.get_workflow_handle(newsletter_workflow_id(email_id)).fetch_history()
-    waits = [event.timer_started_event_attributes.start_to_fire_timeout.ToSeconds() for event in history.events
-             if event.HasField("timer_started_event_attributes")]
-    assert waits == [60, 120, 150, 150]
-    summaries = [event.user_metadata.summary for event in history.events
-                 if event.HasField("timer_started_event_attributes")]
-    assert all(b"Mailgun unreachable since" in summary.data and b"next try at" in summary.data
-               for summary in summaries)
+    assert not any(event.HasField("timer_started_event_attributes") for event in history.events), \
+        "no blind sleep: the look for the provider's return is the wait"
 
 
 @pytest.mark.parametrize("uncertain", [
@@ -314,7 +337,7 @@ class FakeChunkedCreation(FakeSending):
 
     def activities(self) -> list:
         return [self.lock_email, self.create_batches, self.list_unsent_batches, self.send_batch, self.fail_batch,
-                self.finish_email]
+                self.finish_email, self.read_reputation, self.record_pause, self.probe_provider]
 
 
 async def test_sending_starts_on_the_first_chunk_while_the_rest_are_written(env):
@@ -411,3 +434,85 @@ async def test_a_cancel_during_the_lock_attempt_writes_no_batch(env):
     assert outcome.status == "cancelled"
     assert [(f.email_id, f.cancelled_by) for f in finished] == [(email_id, "ops")]
     assert fake.calls == ["lock_email"]  # no batch written, none listed, none sent
+
+
+class FakeUncertain(FakeSending):
+    """b0000's first send is uncertain (the provider may have taken it, its events not there yet):
+    the activity asks to look again in 60 s; the look finds it accepted."""
+
+    def __init__(self, batches: int, **kwargs) -> None:
+        super().__init__(batches, **kwargs)
+        self.order: list[str] = []
+
+    @activity.defn(name="send_batch")
+    async def send_batch(self, input: SendBatchInput) -> BatchSent:
+        self.attempts[input.batch_id] = self.attempts.get(input.batch_id, 0) + 1
+        if input.batch_id == "b0000":
+            self.order.append(f"b0000 attempt {self.attempts['b0000']}")
+            if self.attempts["b0000"] == 1:
+                return BatchSent(batch_id="b0000", recipients=0, provider_id="", reconciled=False,
+                                 confirm_in_seconds=60)
+            self.status["b0000"] = "submitted"
+            return BatchSent(batch_id="b0000", recipients=10, provider_id="<b0000@mg>", reconciled=True)
+        self.order.append(input.batch_id)
+        self.status[input.batch_id] = "submitted"
+        return BatchSent(batch_id=input.batch_id, recipients=10, provider_id=f"<{input.batch_id}@mg>",
+                         reconciled=False)
+
+
+async def test_an_uncertain_batch_is_confirmed_aside_while_the_others_go_out(env):
+    """One sender, an uncertain first batch: the other batches go out while it waits for its events;
+    the email ends once it is confirmed, each batch sent once."""
+    fake = FakeUncertain(5, lock=EmailLock(acquired=True, plan=plan(concurrency=1)))
+    outcome, progress = await send(env, fake)
+    assert fake.order == ["b0000 attempt 1", "b0001", "b0002", "b0003", "b0004", "b0000 attempt 2"]
+    assert outcome.status == "submitted" and progress.batches_sent == 5 and progress.confirming == []
+    assert progress.recipients_sent == 50
+
+
+async def start(env, fake: FakeSending, task_queue: str) -> tuple[str, object]:
+    email_id = f"e-{uuid.uuid4().hex[:8]}"
+    handle = await env.client.start_workflow(SendNewsletterWorkflow.run, SendNewsletterInput(email_id=email_id),
+                                             id=newsletter_workflow_id(email_id), task_queue=task_queue)
+    return email_id, handle
+
+
+async def progress_when(handle, condition) -> NewsletterProgress:
+    """The progress query's answer once `condition` holds of it (the run answers while it waits)."""
+    while True:
+        progress = await handle.query(SendNewsletterWorkflow.progress)
+        if condition(progress):
+            return progress
+        await asyncio.sleep(0.05)
+
+
+async def test_a_send_whose_early_rates_cross_the_threshold_pauses_and_resumes_with_nobody_skipped(env):
+    from workflows.newsletter_models import ResumePausedInput
+
+    fake = FakeSending(6, lock=EmailLock(acquired=True, plan=plan(concurrency=1)))
+    fake.pause_reasons = ["hard bounces at 10.0% of the first 1,000 answered (pause at 5.0%)"]
+    async with worker_for(env, [SendNewsletterWorkflow], fake.activities()) as task_queue:
+        _, handle = await start(env, fake, task_queue)
+        paused = await progress_when(handle, lambda p: p.status == "paused")
+        assert "hard bounces at 10.0%" in paused.message and "newsletter resume" in paused.message
+        assert paused.batches_sent == 1 and fake.pauses == [fake.pauses[0]] and fake.pauses[0].startswith("hard")
+        await handle.signal(SendNewsletterWorkflow.resume_paused, ResumePausedInput(by="editor"))
+        outcome = await handle.result()
+    assert outcome.status == "submitted"
+    assert fake.attempts == {batch_id: 1 for batch_id in fake.batch_ids}, "every batch once, none skipped"
+    assert fake.pauses[-1] == "", "the row no longer says paused"
+    assert fake.reputation_reads == 1, "once resumed, the rates are not read to pause again"
+
+
+async def test_a_paused_send_cancelled_sends_nothing_more(env):
+    fake = FakeSending(6, lock=EmailLock(acquired=True, plan=plan(concurrency=2)))
+    fake.pause_reasons = ["complaints at 0.50% of the first 1,000 answered (pause at 0.30%)"]
+    async with worker_for(env, [SendNewsletterWorkflow], fake.activities()) as task_queue:
+        _, handle = await start(env, fake, task_queue)
+        paused = await progress_when(handle, lambda p: p.status == "paused")
+        await handle.signal(SendNewsletterWorkflow.cancel, CancelSendInput(by="editor"))
+        await handle.result()
+    # A batch already in flight at the pause (two senders) may still finish; nothing starts after it.
+    assert sum(fake.attempts.values()) <= paused.batches_sent + 1
+    assert all(fake.attempts.get(b, 0) <= 1 for b in fake.batch_ids)
+    assert [b for b in fake.batch_ids if fake.status[b] == "pending"], "the rest stays unsent"

@@ -37,6 +37,7 @@ from pressroom.providers.port import (
     ProviderBadResponse,
     ProviderLimits,
     ProviderRejected,
+    SenderState,
     SendResult,
     TooManyRecipients,
 )
@@ -318,6 +319,32 @@ class MailgunClient(DomainScopedClient):
         """A one-event query of the last five minutes: the key and the domain answer."""
         await self.read_events(None, EventQuery(begin=datetime.now(UTC) - timedelta(minutes=5), limit=1))
         return f"{self.base_url} domain {self.domain}"
+
+    async def sender_state(self, from_address: str) -> SenderState:
+        """Mailgun sends from the account's domain whatever the From: that domain's state and its
+        sending DNS records (SPF, DKIM) as Mailgun verified them (GET /v4/domains/{domain})."""
+        try:
+            response = await self._request("GET", f"/v4/domains/{self.domain}", what="domain query")
+        except ProviderRejected as error:
+            if error.status_code == 404:
+                return SenderState(self.domain, False, "not a domain of this Mailgun account")
+            raise
+        body = self._json(response, "domain query")
+        domain = body.get("domain") if isinstance(body, dict) else None
+        state = domain.get("state") if isinstance(domain, dict) else None
+        if not isinstance(state, str):
+            raise ProviderBadResponse("Mailgun answered the domain query without the domain's `state`")
+        records = body.get("sending_dns_records")
+        checks = []
+        for record in records if isinstance(records, list) else []:
+            if not isinstance(record, dict):
+                continue
+            value, name = str(record.get("value", "")), str(record.get("name", ""))
+            kind = "SPF" if value.startswith("v=spf1") else "DKIM" if "domainkey" in name else None
+            if kind:
+                checks.append(f"{kind} {record.get('valid', 'unknown')}")
+        detail = f"domain {self.domain} {state}" + (f" ({', '.join(checks)})" if checks else "")
+        return SenderState(self.domain, state == "active", detail[:300])
 
     async def account_quota(self, at: datetime | None = None) -> AccountQuota:
         """Mailgun states none: its plan's caps are configured (PRESSROOM_HOURLY/DAILY_SEND_LIMIT)."""

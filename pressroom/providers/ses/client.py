@@ -47,11 +47,14 @@ from pressroom.providers.port import (
     ProviderRejected,
     ProviderUnavailable,
     RecipientLimitExceeded,
+    SenderState,
     SendResult,
     TooManyRecipients,
     fill_placeholders,
 )
 from pressroom.providers.ses.events import PROVIDER, parse_event, tag_value
+
+_ANCHOR = re.compile(r"<a ")
 
 if TYPE_CHECKING:
     from pressroom.providers.received import ReceivedEvents
@@ -77,6 +80,20 @@ _ERROR_TYPE = re.compile(r"[A-Za-z][A-Za-z0-9]{0,63}")  # x-amzn-ErrorType: Thro
 _ENDPOINT = re.compile(r"<Endpoint>([^<]{1,2048})</Endpoint>")
 _NEVER_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout, httpx.UnsupportedProtocol,
                httpx.WriteError, httpx.WriteTimeout)
+
+
+# SES v2's MessageHeader: a name of at most 126 characters, a value of at most 870
+# (https://docs.aws.amazon.com/ses/latest/APIReference-V2/API_MessageHeader.html).
+HEADER_NAME_LIMIT, HEADER_VALUE_LIMIT = 126, 870
+
+
+def _within_header_limits(headers: list[dict[str, str]]) -> None:
+    """Refused before the call, with the header's name (never its value: it may hold an address)."""
+    for header in headers:
+        if len(header["Name"]) > HEADER_NAME_LIMIT or len(header["Value"]) > HEADER_VALUE_LIMIT:
+            raise ProviderRejected(f"header {header['Name'][:HEADER_NAME_LIMIT]} is {len(header['Value'])} "
+                                   f"characters long; SES takes a name of at most {HEADER_NAME_LIMIT} and a value "
+                                   f"of at most {HEADER_VALUE_LIMIT}")
 
 
 def ses_template(text: str) -> str:
@@ -152,11 +169,16 @@ class SesClient(DomainScopedClient):
             raise ProviderRejected(f"a message takes at most {self.limits.max_tags} tags, got {len(message.tags)}")
         headers = {name: value for name, value in message.headers.items() if name.lower() not in _NOT_HEADERS}
         reply_to = next((value for name, value in message.headers.items() if name.lower() == "reply-to"), None)
+        body_html = message.html
+        if message.tracking_clicks is False:
+            # SES rewrites links when the configuration set publishes clicks, unless a link says not
+            # to; Pressroom counts clicks with its own redirects. Lexbor writes every anchor as `<a `.
+            body_html = _ANCHOR.sub("<a ses:no-track ", body_html)
         shared: dict[str, Any] = {
             "FromEmailAddress": message.from_address,
             "ConfigurationSetName": self.configuration_set,
             "DefaultContent": {"Template": {
-                "TemplateContent": {"Subject": ses_template(message.subject), "Html": ses_template(message.html),
+                "TemplateContent": {"Subject": ses_template(message.subject), "Html": ses_template(body_html),
                                     "Text": ses_template(message.text)},
                 "TemplateData": "{}"}},
             "DefaultEmailTags": _tags({tag: "1" for tag in message.tags})}
@@ -185,8 +207,9 @@ class SesClient(DomainScopedClient):
                     "ReplacementTemplateData": json.dumps({name: str(v) for name, v in values.items()})}}}
             if own:
                 entry["ReplacementHeaders"] = [
-                    {"Name": name, "Value": fill_placeholders(value, lambda n: str(values.get(n, "")))}
+                    {"Name": name, "Value": fill_placeholders(value, lambda n, values=values: str(values.get(n, "")))}
                     for name, value in own.items()]
+                _within_header_limits(entry["ReplacementHeaders"])
             entries.append(entry)
         body = {**message.shared, "DefaultEmailTags": [*message.shared["DefaultEmailTags"], *_tags(mark)],
                 "BulkEmailEntries": entries}
@@ -203,7 +226,7 @@ class SesClient(DomainScopedClient):
     @staticmethod
     def _outcome(what: str, addresses: list[str], results: list[dict[str, Any]]) -> SendResult:
         accepted, refused, temporarily, statuses = {}, {}, set(), set()
-        for address, result in zip(addresses, results):
+        for address, result in zip(addresses, results, strict=True):  # checked: one answer each
             status = result.get("Status")
             if status == "SUCCESS" and isinstance(result.get("MessageId"), str) and result["MessageId"]:
                 accepted[address] = result["MessageId"]
@@ -274,6 +297,27 @@ class SesClient(DomainScopedClient):
         quota = await self.sending_quota()
         return (f"{self!r}: {quota['sent_last_24_hours']:.0f} of {quota['max_24_hour_send']:.0f} sent in 24 h, "
                 f"{quota['max_send_rate']:g}/s")
+
+    async def sender_state(self, from_address: str) -> SenderState:
+        """SES sends only from a verified identity: the address itself or its domain
+        (GetEmailIdentity, VerifiedForSendingStatus), with its DKIM and MAIL FROM states."""
+        domain = from_address.rpartition("@")[2]
+        for identity in (from_address, domain):
+            try:
+                found = await self._request("GET", f"/v2/email/identities/{quote(identity, safe='@')}",
+                                            what="identity query")
+            except ProviderRejected as error:
+                if error.status_code == 404:
+                    continue
+                raise
+            found = found if isinstance(found, dict) else {}
+            dkim = (found.get("DkimAttributes") or {}).get("Status", "unknown")
+            mail_from = (found.get("MailFromAttributes") or {}).get("MailFromDomainStatus")
+            detail = f"identity {identity}: DKIM {dkim}" + (f", MAIL FROM {mail_from}" if mail_from else "")
+            if found.get("VerifiedForSendingStatus") is True:
+                return SenderState(identity, True, detail)
+            return SenderState(identity, False, f"{detail}; not verified for sending")
+        return SenderState(domain, False, f"neither {domain} nor the address is an identity of this SES account")
 
     async def account_quota(self, at: datetime | None = None) -> AccountQuota:
         """The sending quota (GetAccount): Max24HourSend (-1: unlimited) caps a rolling day, of which

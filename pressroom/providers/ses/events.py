@@ -17,11 +17,12 @@ from pressroom.delivery_events import MESSAGE_LIMIT, DeliveryEvent, EventRejecte
 from pressroom.providers.port import BATCH_MARK, EMAIL_MARK
 
 PROVIDER = "ses"
-# SES's event types → the port's kinds. A Reject (a virus, say) or a rendering failure is SES's
-# refusal of the message, not the reader's address failing: counted, never a suppression.
+# SES's event types → the port's kinds. A Reject (a virus, say) is SES's refusal of the message,
+# not the reader's address failing: counted, never a suppression. A Rendering Failure means that
+# recipient got nothing: a permanent failure of that recipient (without a code: no suppression).
 KINDS = {"Send": "accepted", "Delivery": "delivered", "Open": "opened", "Click": "clicked",
-         "Complaint": "complained", "Reject": "other", "Rendering Failure": "other", "DeliveryDelay": "other",
-         "Subscription": "other"}
+         "Complaint": "complained", "Reject": "other", "DeliveryDelay": "other", "Subscription": "other"}
+RENDERING_FAILURE = "Rendering Failure"
 _TAG_SAFE = re.compile(r"[A-Za-z0-9-]")
 _SMTP_CODE = re.compile(r"\b([245]\d\d)\b")
 
@@ -77,6 +78,13 @@ def parse_event(item: Any) -> DeliveryEvent | EventRejected:
                       "enhanced_code": bounced.get("status"), "code": int(code.group(1)) if code else None,
                       "message": diagnostic[:MESSAGE_LIMIT] if isinstance(diagnostic, str) else None}
             timestamp = bounce.get("timestamp", timestamp)
+        elif kind_name == RENDERING_FAILURE:
+            failure = event.get("failure") or {}
+            said = failure.get("errorMessage") if isinstance(failure, dict) else None
+            kind = "failed-permanent"
+            fields = {"severity": "permanent", "reason": "rendering-failure",
+                      "message": f"SES could not render the message: {said}"[:MESSAGE_LIMIT] if isinstance(said, str)
+                      else "SES could not render the message"}
         else:
             kind = KINDS.get(kind_name, "other")
             detail = event.get({"Delivery": "delivery", "Open": "open", "Click": "click",

@@ -1,0 +1,433 @@
+"""The Admin API's resources: each handler reads the request, calls the operation the CLI calls
+(operations/authoring.py, operations/members.py), and answers in the reference platform's shape.
+Reads that no operation has yet (browse) are here, as parameterised SQL over each resource's
+own fields."""
+
+from __future__ import annotations
+
+import json
+import re
+from datetime import UTC, datetime
+from typing import Any
+
+from frontdoor.admin_api.envelope import Browse, browse_options, invalid, iso, not_found, project, simple_filter
+from operations import authoring, members
+from pressroom.settings import Settings
+
+# Fields a client may send back as it read them: never written, never refused.
+_READ_ONLY = {"id", "uuid", "url", "created_at", "published_by", "comment_id", "excerpt", "email", "newsletter",
+              "count", "primary_author", "primary_tag", "reading_time", "plaintext", "email_count", "meta",
+              "email_opened_count", "email_open_rate", "subscriptions", "avatar_image", "geolocation",
+              "last_seen_at", "email_suppression", "attribution", "frontend", "sort_order"}
+
+
+def _unsupported_fields(item: dict, writable: set[str], what: str) -> None:
+    """A field Pressroom does not keep, given a value, is refused by name (never dropped silently);
+    given empty (as a client sends back what it read), it is let through."""
+    for key, value in item.items():
+        if key in writable or key in _READ_ONLY or value in (None, False, "", [], {}):
+            continue
+        raise invalid(f"{what}.{key} is not supported by Pressroom", property=key,
+                      context=f"{what} fields Pressroom writes: {', '.join(sorted(writable))}")
+
+
+def item_of(body: Any, resource: str) -> dict:
+    """The one object of `{resource: [object]}`."""
+    items = body.get(resource) if isinstance(body, dict) else None
+    if not isinstance(items, list) or len(items) != 1 or not isinstance(items[0], dict):
+        raise invalid(f"the body must be {{\"{resource}\": [one object]}}", property=resource)
+    return items[0]
+
+
+def _time(value: Any, field: str) -> datetime | None:
+    if value in (None, ""):
+        return None
+    if not isinstance(value, str):
+        raise invalid(f"{field} must be an ISO 8601 time", property=field)
+    try:
+        moment = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        raise invalid(f"{field} must be an ISO 8601 time", property=field) from None
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+
+
+def text_of(item: dict, field: str) -> str | None:
+    value = item.get(field)
+    if value is not None and not isinstance(value, str):
+        raise invalid(f"{field} must be text", property=field)
+    return value
+
+
+# --- site ----------------------------------------------------------------------------------------
+
+def site(settings: Settings) -> dict:
+    url = settings.site_url.rstrip("/") + "/"
+    return {"site": {"title": "Pressroom", "description": None, "logo": None, "icon": None, "accent_color": None,
+                     "locale": "en", "url": url, "version": "6.0"}}
+
+
+# --- posts ---------------------------------------------------------------------------------------
+
+POST_FIELDS = ("id", "uuid", "title", "slug", "html", "plaintext", "comment_id", "feature_image", "featured",
+               "status", "visibility", "created_at", "updated_at", "published_at", "custom_excerpt", "excerpt",
+               "email_segment", "newsletter", "email", "tiers", "tags", "authors", "url", "email_only")
+POST_INCLUDES = ("tags", "authors", "tiers", "newsletter", "email", "count.clicks", "count.signups",
+                 "count.paid_conversions", "sentiment", "post_revisions")
+_POST_ORDER = {"created_at": "p.created_at", "updated_at": "p.updated_at", "published_at": "p.published_at",
+               "title": "p.title", "id": "p.id", "slug": "p.slug", "status": "p.status"}
+_POST_FILTER = {"id": "p.id", "slug": "p.slug", "status": "p.status", "visibility": "p.visibility",
+                "newsletter": "n.slug", "uuid": "p.uuid"}
+_POST_WRITABLE = {"title", "slug", "html", "status", "published_at", "visibility", "tiers", "custom_excerpt",
+                  "updated_at", "email_segment"}
+
+
+def post_json(post: authoring.Post, settings: Settings, formats: set[str]) -> dict:
+    item = {
+        "id": post.id, "uuid": post.uuid, "title": post.title, "slug": post.slug, "html": post.html,
+        "comment_id": post.id, "feature_image": None, "featured": False, "status": post.status,
+        "visibility": post.visibility, "created_at": iso(post.created_at), "updated_at": iso(post.updated_at),
+        "published_at": iso(post.published_at), "custom_excerpt": post.custom_excerpt,
+        "excerpt": post.custom_excerpt or post.plaintext[:500], "email_segment": post.email_segment,
+        "newsletter": {"slug": post.newsletter} if post.newsletter else None,
+        "email": {"id": post.email_id, "status": post.email_status} if post.email_id else None,
+        "tiers": [{"slug": t} for t in post.tiers], "tags": [], "authors": [],
+        "url": f"{settings.site_url.rstrip('/')}/{post.slug}/", "email_only": False,
+    }
+    if "plaintext" in formats:
+        item["plaintext"] = post.plaintext
+    return item
+
+
+def formats_of(query) -> set[str]:
+    formats = {f.strip() for f in (query.get("formats") or "html").split(",") if f.strip()}
+    if formats - {"html", "plaintext"}:
+        raise invalid(f"formats {', '.join(sorted(formats - {'html', 'plaintext'}))} not supported", property="formats",
+                      context="Pressroom keeps a post's content as html (and plaintext)")
+    return formats
+
+
+async def browse_posts(conn, query, settings: Settings) -> dict:
+    options = browse_options(query, orderable=_POST_ORDER, default_order="updated_at desc", includes=POST_INCLUDES,
+                             known_fields=POST_FIELDS)
+    formats = formats_of(query)
+    where, values = simple_filter(options.filter, _POST_FILTER, 1)
+    base = f"{authoring.POST_QUERY} WHERE {where}"
+    total = await conn.fetchval(f"SELECT count(*) FROM ({base}) counted", *values)
+    rows = await conn.fetch(f"{base} {_order_sql(options)} {_page_sql(options, len(values))}", *values,
+                            *_page_values(options))
+    posts = [project(post_json(authoring.Post(**dict(r)), settings, formats), options.fields) for r in rows]
+    return {"posts": posts, "meta": options.pagination(total)}
+
+
+def _order_sql(options: Browse) -> str:
+    return "ORDER BY " + ", ".join(f"{c} {d}" for c, d in options.order) + ", 1 DESC"
+
+
+def _page_sql(options: Browse, used: int) -> str:
+    return "" if options.limit is None else f"LIMIT ${used + 1} OFFSET ${used + 2}"
+
+
+def _page_values(options: Browse) -> list[int]:
+    return [] if options.limit is None else [options.limit, options.offset]
+
+
+async def post_change(conn, item: dict, query, *, adding: bool) -> authoring.PostChange:
+    """The reference's post body and query (`source`, `newsletter`, `email_segment`) as a change."""
+    _unsupported_fields(item, _POST_WRITABLE | {"lexical", "mobiledoc"}, "posts")
+    for kind in ("lexical", "mobiledoc"):
+        if item.get(kind):
+            raise invalid(f"posts.{kind} is not supported by Pressroom", property=kind,
+                          context="send the post's content as html with ?source=html")
+    html = text_of(item, "html")
+    if html and query.get("source") != "html":
+        raise invalid("html is read only with ?source=html", property="html",
+                      context="add ?source=html to send the post's content as HTML")
+    status = item.get("status")
+    if status is not None and status not in authoring.POST_STATUSES:
+        raise invalid(f"status {str(status)[:20]!r} is not one of {', '.join(authoring.POST_STATUSES)}",
+                      property="status")
+    tiers = item.get("tiers")
+    if tiers is not None:
+        tiers = await _tier_slugs(conn, tiers)
+    newsletter = query.get("newsletter")
+    if newsletter is not None and status not in ("published", "scheduled"):
+        raise invalid("?newsletter is for a post being published or scheduled", property="newsletter")
+    segment = query.get("email_segment") or (item.get("email_segment") if newsletter else None)
+    try:
+        return authoring.PostChange(
+            title=text_of(item, "title") if adding or "title" in item else None, slug=text_of(item, "slug"),
+            html=(html or "") if (html is not None or adding) else None, custom_excerpt=text_of(item, "custom_excerpt"),
+            status=status, at=_time(item.get("published_at"), "published_at") if status == "scheduled" else None,
+            newsletter=newsletter, segment=segment if newsletter or segment else None,
+            visibility=text_of(item, "visibility"), tiers=tiers, updated_at=_time(item.get("updated_at"), "updated_at"))
+    except ValueError as error:
+        raise invalid(str(error).splitlines()[0]) from None
+
+
+async def _tier_slugs(conn, tiers: Any) -> list[str]:
+    if not isinstance(tiers, list) or not all(isinstance(t, dict) for t in tiers):
+        raise invalid("tiers must be a list of objects with an id or a slug", property="tiers")
+    ids = [t["id"] for t in tiers if isinstance(t.get("id"), str)]
+    by_id = {r["id"]: r["slug"] for r in await conn.fetch("SELECT id, slug FROM products WHERE id = ANY($1)", ids)}
+    slugs = []
+    for tier in tiers:
+        slug = by_id.get(tier.get("id")) or tier.get("slug")
+        if not isinstance(slug, str):
+            raise not_found("tier")
+        slugs.append(slug)
+    return slugs
+
+
+# --- newsletters ---------------------------------------------------------------------------------
+
+NEWSLETTER_FIELDS = ("id", "uuid", "name", "description", "slug", "sender_name", "sender_email", "sender_reply_to",
+                     "status", "visibility", "subscribe_on_signup", "sort_order", "created_at", "updated_at")
+_NEWSLETTER_WRITABLE = {"name", "slug", "sender_name", "sender_email", "sender_reply_to", "status",
+                        "subscribe_on_signup", "visibility", "description"}
+
+
+def newsletter_json(n: authoring.Newsletter) -> dict:
+    return {"id": n.id, "uuid": n.uuid, "name": n.name, "description": None, "slug": n.slug,
+            "sender_name": n.sender_name, "sender_email": n.sender_email, "sender_reply_to": n.sender_reply_to,
+            "status": n.status, "visibility": "members", "subscribe_on_signup": n.subscribe_on_signup,
+            "sort_order": 0, "created_at": iso(n.created_at), "updated_at": iso(n.updated_at)}
+
+
+def newsletter_fields(item: dict) -> dict[str, Any]:
+    _unsupported_fields(item, _NEWSLETTER_WRITABLE, "newsletters")
+    if item.get("visibility") not in (None, "members"):
+        raise invalid("newsletters.visibility other than members is not supported", property="visibility")
+    fields: dict[str, Any] = {k: text_of(item, k) for k in ("name", "sender_name", "sender_email",
+                                                           "sender_reply_to", "status") if k in item}
+    if "subscribe_on_signup" in item:
+        if not isinstance(item["subscribe_on_signup"], bool):
+            raise invalid("subscribe_on_signup must be true or false", property="subscribe_on_signup")
+        fields["subscribe_on_signup"] = item["subscribe_on_signup"]
+    return fields
+
+
+# --- members -------------------------------------------------------------------------------------
+
+MEMBER_FIELDS = ("id", "uuid", "email", "name", "note", "status", "comped", "subscribed", "labels", "newsletters",
+                 "tiers", "email_count", "email_opened_count", "email_open_rate", "email_suppression",
+                 "created_at", "updated_at")
+MEMBER_INCLUDES = ("labels", "newsletters", "tiers", "email_recipients")
+_MEMBER_ORDER = {"created_at": "m.created_at", "updated_at": "m.updated_at", "email": "m.email", "name": "m.name",
+                 "id": "m.id", "email_count": "m.email_count", "email_open_rate": "m.email_open_rate"}
+_MEMBER_WRITABLE = {"email", "name", "note", "labels", "newsletters", "comped", "subscribed", "status", "tiers"}
+
+MEMBER_QUERY = """
+SELECT m.id, m.uuid::text AS uuid, m.email, m.name, m.note, m.status, m.email_count, m.email_opened_count,
+       m.email_open_rate, m.created_at, m.updated_at,
+       coalesce((SELECT json_agg(json_build_object('id', l.id, 'name', l.name, 'slug', l.slug) ORDER BY l.slug)
+                 FROM members_labels ml JOIN labels l ON l.id = ml.label_id WHERE ml.member_id = m.id), '[]') AS labels,
+       coalesce((SELECT json_agg(json_build_object('id', n.id, 'name', n.name, 'slug', n.slug, 'status', n.status)
+                                 ORDER BY n.created_at)
+                 FROM members_newsletters mn JOIN newsletters n ON n.id = mn.newsletter_id
+                 WHERE mn.member_id = m.id), '[]') AS newsletters,
+       coalesce((SELECT json_agg(json_build_object('id', p.id, 'name', p.name, 'slug', p.slug, 'type', p.type,
+                                                   'expiry_at', mp.expiry_at) ORDER BY p.slug)
+                 FROM members_products mp JOIN products p ON p.id = mp.product_id WHERE mp.member_id = m.id),
+                '[]') AS tiers,
+       EXISTS (SELECT 1 FROM suppressions s WHERE s.email = m.email) AS suppressed
+FROM members m"""
+
+
+def member_json(row) -> dict:
+    newsletters = json.loads(row["newsletters"])
+    return {"id": row["id"], "uuid": row["uuid"], "email": row["email"], "name": row["name"], "note": row["note"],
+            "status": row["status"], "comped": row["status"] == "comped", "subscribed": bool(newsletters),
+            "labels": json.loads(row["labels"]), "newsletters": newsletters, "tiers": json.loads(row["tiers"]),
+            "email_count": row["email_count"], "email_opened_count": row["email_opened_count"],
+            "email_open_rate": row["email_open_rate"], "avatar_image": None, "geolocation": None,
+            "email_suppression": {"suppressed": row["suppressed"], "info": None},
+            "created_at": iso(row["created_at"]), "updated_at": iso(row["updated_at"])}
+
+
+def _like(text: str) -> str:
+    return "%" + text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+
+
+# `created_at:<'TIME'` (or >, <=, >=) joined by `+`: the keyset a client pages deep with (the
+# reference's NQL form), read by an index instead of skipping rows with OFFSET.
+_KEYSET = re.compile(r"(?:^|\+)\s*created_at:([<>]=?)'([^']{1,40})'\s*(?=\+|$)")
+
+
+def keyset(text: str | None) -> tuple[str | None, list[tuple[str, datetime]]]:
+    """The filter without its created_at terms, and those terms (operator, time)."""
+    if not text or "created_at" not in text:
+        return text, []
+    bounds = [(op, _time(value, "filter")) for op, value in _KEYSET.findall(text)]
+    rest = _KEYSET.sub("", text).strip().lstrip("+").strip()
+    if "created_at" in rest or (bounds and "," in rest):
+        raise invalid("created_at is taken as created_at:<'TIME' (or >, <=, >=) joined to the rest with +",
+                      property="filter")
+    return rest or None, [(op, moment) for op, moment in bounds if moment is not None]
+
+
+async def browse_members(conn, query) -> dict:
+    """Members by the recipient filter language (status, label, tier), created_at bounds (keyset)
+    and `search` (address or name)."""
+    from activities.newsletter.audience import filter_sql
+    from pressroom.recipient_filter import FilterError
+
+    options = browse_options(query, orderable=_MEMBER_ORDER, default_order="created_at desc",
+                             includes=MEMBER_INCLUDES, known_fields=MEMBER_FIELDS)
+    audience, bounds = keyset(options.filter)
+    try:
+        predicate, values = filter_sql(audience or "all", as_of=datetime.now(UTC), post_id=None, param=1)
+    except FilterError as error:
+        raise invalid(f"filter: {error}", property="filter",
+                      context="members filter by status, label and tier, in the recipient filter language") from None
+    search = query.get("search")
+    if search is not None and len(search) > 200:
+        raise invalid("search is longer than 200 characters", property="search")
+    args: list[Any] = [values, _like(search) if search else None]
+    where = (f"WHERE {predicate} AND $1::text[] IS NOT NULL "
+             "AND ($2::text IS NULL OR m.email ILIKE $2 OR m.name ILIKE $2)")
+    for op, moment in bounds:
+        args.append(moment)
+        where += f" AND m.created_at {op} ${len(args)}"
+    total = await conn.fetchval(f"SELECT count(*) FROM members m {where}", *args)
+    # The page's rows are chosen first, their labels, newsletters and tiers read for them alone: a
+    # row skipped by OFFSET costs no subquery.
+    order = _order_sql(options)
+    chosen = f"SELECT m.* FROM members m {where} {order} {_page_sql(options, len(args))}"
+    rows = await conn.fetch(MEMBER_QUERY.replace("FROM members m", f"FROM ({chosen}) m") + f" {order}", *args,
+                            *_page_values(options))
+    return {"members": [project(member_json(r), options.fields) for r in rows], "meta": options.pagination(total)}
+
+
+async def read_member(conn, member_id: str) -> dict:
+    row = await conn.fetchrow(f"{MEMBER_QUERY} WHERE m.id = $1", member_id)
+    if row is None:
+        raise not_found("member")
+    return {"members": [member_json(row)]}
+
+
+def label_slugs(labels: Any) -> list[str]:
+    """Labels as the reference takes them (names, or objects with a name or slug) as slugs."""
+    if not isinstance(labels, list):
+        raise invalid("labels must be a list", property="labels")
+    slugs = []
+    for label in labels:
+        if isinstance(label, str):
+            slugs.append(authoring.slug_of(label))
+        elif isinstance(label, dict) and isinstance(label.get("slug") or label.get("name"), str):
+            slugs.append(label.get("slug") or authoring.slug_of(label["name"]))
+        else:
+            raise invalid("each label is a name or an object with a name or slug", property="labels")
+    return slugs
+
+
+def newsletter_refs(newsletters: Any) -> list[str]:
+    if not isinstance(newsletters, list) or not all(
+            isinstance(n, dict) and isinstance(n.get("id") or n.get("slug"), str) for n in newsletters):
+        raise invalid("newsletters must be a list of objects with an id or a slug", property="newsletters")
+    return [n.get("id") or n["slug"] for n in newsletters]
+
+
+def member_status(item: dict, current: str | None) -> str | None:
+    """`comped: true` makes a member comped; `comped: false` makes a comped one free again."""
+    status = item.get("status")
+    if status not in (None, "free", "paid", "comped"):
+        raise invalid("status must be free, paid or comped", property="status")
+    if item.get("comped") is True:
+        return "comped"
+    if item.get("comped") is False and (status or current) == "comped":
+        return "free"
+    return status
+
+
+async def add_member(item: dict, settings: Settings) -> str:
+    _unsupported_fields(item, _MEMBER_WRITABLE, "members")
+    email = text_of(item, "email")
+    if not email:
+        raise invalid("members.email is required", property="email")
+    newsletters = newsletter_refs(item["newsletters"]) if "newsletters" in item else None
+    if item.get("subscribed") is False and newsletters is None:
+        newsletters = []
+    tiers = [t.get("slug") for t in item.get("tiers") or [] if isinstance(t, dict)]
+    added = await members.add_member(email, text_of(item, "name"), status=member_status(item, None) or "free",
+                                     labels=label_slugs(item.get("labels") or []), tiers=[t for t in tiers if t],
+                                     note=text_of(item, "note"), newsletters=newsletters, settings=settings)
+    return added.member_id
+
+
+async def edit_member(conn, member_id: str, item: dict, settings: Settings) -> None:
+    _unsupported_fields(item, _MEMBER_WRITABLE, "members")
+    row = await conn.fetchrow(f"{MEMBER_QUERY} WHERE m.id = $1", member_id)
+    if row is None:
+        raise not_found("member")
+    if "email" in item and item["email"] != row["email"]:
+        raise invalid("changing a member's email is not supported by Pressroom", property="email")
+    had_labels = {label["slug"] for label in json.loads(row["labels"])}
+    had_newsletters = {n["id"] for n in json.loads(row["newsletters"])}
+    labels = set(label_slugs(item["labels"])) if "labels" in item else had_labels
+    joining, leaving = [], []
+    if "newsletters" in item or item.get("subscribed") is False:
+        wanted = newsletter_refs(item.get("newsletters") or [])
+        ids = {r["id"] for r in await conn.fetch(
+            "SELECT id FROM newsletters WHERE id = ANY($1) OR slug = ANY($1)", wanted)}
+        if len(ids) < len(set(wanted)):
+            raise not_found("newsletter")
+        joining, leaving = sorted(ids - had_newsletters), sorted(had_newsletters - ids)
+    name = text_of(item, "name") if "name" in item else None
+    status = member_status(item, row["status"])
+    note = text_of(item, "note") if "note" in item else None
+    if name is None and status is None and note is None and not (joining or leaving or labels ^ had_labels):
+        return
+    await members.update_member(member_id, name=("" if "name" in item and name is None else name), status=status,
+                                newsletters=joining, no_newsletters=leaving, labels=sorted(labels - had_labels),
+                                no_labels=sorted(had_labels - labels),
+                                note=("" if "note" in item and note is None else note), settings=settings)
+
+
+# --- tiers and labels ----------------------------------------------------------------------------
+
+TIER_FIELDS = ("id", "name", "slug", "type", "active", "visibility", "description", "created_at", "updated_at")
+LABEL_FIELDS = ("id", "name", "slug", "created_at", "updated_at")
+
+
+def tier_json(row) -> dict:
+    return {"id": row["id"], "name": row["name"], "slug": row["slug"], "type": row["type"], "active": row["active"],
+            "visibility": "public", "description": None, "welcome_page_url": None, "monthly_price": None,
+            "yearly_price": None, "currency": None, "benefits": [], "trial_days": 0,
+            "created_at": iso(row["created_at"]), "updated_at": iso(row["updated_at"])}
+
+
+def label_json(row) -> dict:
+    return {"id": row["id"], "name": row["name"], "slug": row["slug"], "created_at": iso(row["created_at"]),
+            "updated_at": iso(row["updated_at"])}
+
+
+async def browse_simple(conn, query, table: str, resource: str, to_json, known: tuple[str, ...]) -> dict:
+    orderable = {"created_at": "created_at", "name": "name", "slug": "slug", "id": "id"}
+    options = browse_options(query, orderable=orderable, default_order="created_at asc", includes=(),
+                             known_fields=known)
+    columns = {"id": "id", "slug": "slug", "name": "name", **({"type": "type", "active": "active"}
+                                                            if table == "products" else {})}
+    where, values = simple_filter(options.filter, columns, 1)
+    total = await conn.fetchval(f"SELECT count(*) FROM {table} p WHERE {where}", *values)
+    rows = await conn.fetch(f"SELECT * FROM {table} p WHERE {where} {_order_sql(options)} "
+                            f"{_page_sql(options, len(values))}", *values, *_page_values(options))
+    return {resource: [project(to_json(r), options.fields) for r in rows], "meta": options.pagination(total)}
+
+
+# --- emails --------------------------------------------------------------------------------------
+
+def email_json(row) -> dict:
+    return {"id": row["id"], "uuid": str(row["uuid"]), "post_id": row["post_id"],
+            "newsletter_id": row["newsletter_id"], "status": row["status"], "recipient_filter": row["recipient_filter"],
+            "error": row["error"], "error_data": row["error_data"], "email_count": row["email_count"],
+            "delivered_count": row["delivered_count"], "opened_count": row["opened_count"],
+            "failed_count": row["failed_count"], "subject": row["subject"], "track_opens": row["track_opens"],
+            "submitted_at": iso(row["submitted_at"]), "created_at": iso(row["created_at"]),
+            "updated_at": iso(row["updated_at"])}
+
+
+async def read_email(conn, email_id: str) -> dict:
+    row = await conn.fetchrow("SELECT * FROM emails WHERE id = $1", email_id)
+    if row is None:
+        raise not_found("email")
+    return {"emails": [email_json(row)]}

@@ -1,0 +1,54 @@
+"""The clicks of Pressroom's own redirects, as the report and a member's story show them
+(frontdoor/redirects.py records them; docs/clicks.md).
+
+Readers' figures leave out what was taken for a mail scanner (`members_click_events.scanner`),
+which is counted apart, by why; a click whose link named no member (a forwarded email) counts for
+its link, never as a member who clicked.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from operations.answers import EmailClicks, MemberClick, TopLink  # noqa: F401 (TopLink: the report's rows)
+
+TOP_LINKS = 10
+
+_EMAIL_CLICKS = """
+SELECT count(DISTINCT c.member_id) FILTER (WHERE c.scanner IS NULL) AS clicked,
+       count(*) FILTER (WHERE c.scanner IS NULL) AS clicks,
+       count(*) FILTER (WHERE c.scanner IS NULL AND c.member_id IS NULL) AS without_member
+FROM redirects r JOIN members_click_events c ON c.redirect_id = r.id
+WHERE r.post_id = $1"""
+
+_SET_APART = """
+SELECT c.scanner, count(*) AS n FROM redirects r JOIN members_click_events c ON c.redirect_id = r.id
+WHERE r.post_id = $1 AND c.scanner IS NOT NULL GROUP BY c.scanner"""
+
+_TOP_LINKS = """
+SELECT r."to" AS target, count(DISTINCT c.member_id) AS clickers, count(*) AS clicks
+FROM redirects r JOIN members_click_events c ON c.redirect_id = r.id AND c.scanner IS NULL
+WHERE r.post_id = $1
+GROUP BY r.id, r."to" ORDER BY clickers DESC, clicks DESC, target LIMIT $2"""
+
+_MEMBER_CLICKS = """
+SELECT c.created_at AS at, r."to" AS target, e.id AS email_id, c.scanner
+FROM members_click_events c JOIN redirects r ON r.id = c.redirect_id
+LEFT JOIN emails e ON e.post_id = r.post_id
+WHERE c.member_id = $1
+ORDER BY c.created_at DESC, c.id DESC LIMIT $2"""
+
+
+async def email_clicks(conn, post_id: str, delivered: int, *, top: int = TOP_LINKS) -> EmailClicks:
+    """The clicks on an email's links (its post's redirects: one email per post)."""
+    figures = await conn.fetchrow(_EMAIL_CLICKS, post_id)
+    set_apart = {r["scanner"]: r["n"] for r in await conn.fetch(_SET_APART, post_id)}
+    links = [TopLink(**dict(r)) for r in await conn.fetch(_TOP_LINKS, post_id, top)]
+    return EmailClicks(clicked=figures["clicked"], clicks=figures["clicks"], without_member=figures["without_member"],
+                       rate=round(100.0 * figures["clicked"] / delivered, 1) if delivered else None,
+                       set_apart=sum(set_apart.values()), set_apart_by=set_apart, top_links=links)
+
+
+async def member_clicks(conn, member_id: str, limit: int = 20) -> list[MemberClick]:
+    """A member's last clicks, newest first."""
+    return [MemberClick(**dict(r)) for r in await conn.fetch(_MEMBER_CLICKS, member_id, limit)]

@@ -1,0 +1,130 @@
+"""Staff who may sign in to the dashboard, and their sessions.
+
+A password is kept as an Argon2id hash (argon2-cffi's defaults, RFC 9106's second recommendation);
+a session as the SHA-256 of a random token whose only copy is the staff member's cookie. Signing in
+checks a hash even for an address that is no staff's, so that a wrong address and a wrong password
+take the same time and get the same answer.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+from datetime import UTC, datetime, timedelta
+
+import asyncpg
+from argon2 import PasswordHasher
+from argon2.exceptions import InvalidHashError, VerificationError
+
+from operations.answers import Answer, Moment
+from pressroom.errors import BadInput, NotFound
+from pressroom.inputs import email_address
+from pressroom.settings import Settings, get_settings
+
+SHORTEST_PASSWORD = 12
+LONGEST_PASSWORD = 1024  # hashing a megabyte on every try would be a way to load the server
+SESSION_HOURS = 12
+
+_hasher = PasswordHasher()
+# Checked when the address is no staff's: the same work, the same answer.
+_STAND_IN_HASH = _hasher.hash(secrets.token_urlsafe(24))
+
+
+class StaffMember(Answer):
+    staff_id: str
+    email: str
+    created_at: Moment
+
+
+class Session(Answer):
+    """A signed-in staff member, as a request's cookie names them."""
+
+    staff_id: str
+    email: str
+    expires_at: Moment
+
+
+def token_hash(token: str) -> str:
+    return hashlib.sha256(token.encode("utf-8")).hexdigest()
+
+
+def _password(password: str) -> str:
+    if len(password) < SHORTEST_PASSWORD:
+        raise BadInput(f"the password has {len(password)} characters; it needs at least {SHORTEST_PASSWORD}")
+    if len(password) > LONGEST_PASSWORD:
+        raise BadInput(f"the password is longer than {LONGEST_PASSWORD} characters")
+    return password
+
+
+async def add_staff(email: str, password: str, *, settings: Settings | None = None) -> StaffMember:
+    """A new staff member; an address that is already staff's is refused."""
+    from pressroom import database
+
+    email, password = email_address(email), _password(password)
+    settings = settings or get_settings()
+    async with database.connection(settings.require_database()) as conn:
+        try:
+            row = await conn.fetchrow(
+                "INSERT INTO staff (id, email, password_hash) VALUES ($1, $2, $3) "
+                "RETURNING id AS staff_id, email, created_at",
+                f"staff-{secrets.token_hex(8)}", email, _hasher.hash(password))
+        except asyncpg.UniqueViolationError:
+            raise BadInput("that address is already staff's (`pressroom staff list`)") from None
+    return StaffMember.model_validate(dict(row))
+
+
+async def list_staff(*, settings: Settings | None = None) -> list[StaffMember]:
+    from pressroom import database
+
+    settings = settings or get_settings()
+    async with database.connection(settings.require_database()) as conn:
+        rows = await conn.fetch("SELECT id AS staff_id, email, created_at FROM staff ORDER BY created_at, id")
+    return [StaffMember.model_validate(dict(row)) for row in rows]
+
+
+async def remove_staff(email: str, *, settings: Settings | None = None) -> StaffMember:
+    """Remove a staff member and end every session of theirs."""
+    from pressroom import database
+
+    settings = settings or get_settings()
+    async with database.connection(settings.require_database()) as conn:
+        row = await conn.fetchrow("DELETE FROM staff WHERE lower(email) = lower($1) "
+                                  "RETURNING id AS staff_id, email, created_at", email.strip())
+    if row is None:
+        raise NotFound("no staff member has that address (`pressroom staff list`)")
+    return StaffMember.model_validate(dict(row))
+
+
+async def sign_in(pool: asyncpg.Pool, email: str, password: str) -> tuple[str, Session] | None:
+    """(the session's token, the session) when the address and password are a staff member's; None
+    otherwise, whichever was wrong."""
+    if not email or len(password) > LONGEST_PASSWORD or len(email) > 320:
+        return None
+    row = await pool.fetchrow("SELECT id, email, password_hash FROM staff WHERE lower(email) = lower($1)",
+                              email.strip())
+    try:
+        _hasher.verify(row["password_hash"] if row else _STAND_IN_HASH, password)
+    except (VerificationError, InvalidHashError):
+        return None
+    if row is None:
+        return None
+    token = secrets.token_urlsafe(32)
+    expires = datetime.now(UTC) + timedelta(hours=SESSION_HOURS)
+    await pool.execute("INSERT INTO staff_sessions (token_hash, staff_id, expires_at) VALUES ($1, $2, $3)",
+                       token_hash(token), row["id"], expires)
+    return token, Session(staff_id=row["id"], email=row["email"], expires_at=expires)
+
+
+async def session_of(pool: asyncpg.Pool, token: str | None) -> Session | None:
+    """The live session the token names, or None."""
+    if not token or len(token) > 100:
+        return None
+    row = await pool.fetchrow(
+        "SELECT s.id AS staff_id, s.email, ss.expires_at FROM staff_sessions ss JOIN staff s ON s.id = ss.staff_id "
+        "WHERE ss.token_hash = $1 AND ss.expires_at > now()", token_hash(token))
+    return Session.model_validate(dict(row)) if row else None
+
+
+async def sign_out(pool: asyncpg.Pool, token: str) -> None:
+    """End the session on the server (and any expired ones while here)."""
+    await pool.execute("DELETE FROM staff_sessions WHERE token_hash = $1 OR expires_at <= now()", token_hash(token))

@@ -1,0 +1,110 @@
+"""The issue's "done when": the reference platform's own JavaScript client (@tryghost/admin-api from
+npm, installed into a temporary folder) drives the Admin API of a real front door, with a real
+worker on Temporal's dev server, PostgreSQL and the Mailgun simulator; each reader gets each email
+once, as the client, the CLI and the simulator all say."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.foundation.test_cli import pressroom
+from tests.frontdoor.conftest import close_door, open_door
+from tests.newsletter.test_failures import wait_until
+from tests.newsletter.test_send import delivered
+from worker import running_worker
+
+CLIENT = "@tryghost/admin-api@1.14.13"
+SCENARIO = Path(__file__).with_name("client_scenario.js")
+
+
+@pytest.fixture(scope="module")
+def client_folder() -> Iterator[Path]:
+    """The client installed with npm into a folder of its own, removed afterwards."""
+    if not (shutil.which("node") and shutil.which("npm")):
+        pytest.skip("node and npm are needed to run the reference's JavaScript client")
+    with tempfile.TemporaryDirectory(prefix="pressroom-admin-api-") as folder:
+        done = subprocess.run(["npm", "install", "--no-audit", "--no-fund", "--silent", CLIENT], cwd=folder,
+                              capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, f"npm install {CLIENT} failed: {done.stderr[-2000:]}"
+        shutil.copy(SCENARIO, folder)
+        yield Path(folder)
+
+
+async def node(folder: Path, *args: str) -> dict:
+    process = await asyncio.create_subprocess_exec("node", SCENARIO.name, *args, cwd=folder,
+                                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    out, err = await asyncio.wait_for(process.communicate(), 180)
+    assert process.returncode == 0, err.decode()[-3000:]
+    return json.loads(out)
+
+
+async def test_the_reference_client_authors_publishes_and_sends(client_folder, dev_env, api_settings, admin_key, db,
+                                                                mailgun):
+    settings = api_settings.model_copy(update={"temporal_address": dev_env.client.service_client.config.target_host,
+                                               "publish_lead_seconds": 1.0})
+    door = await open_door(settings)
+    try:
+        async with running_worker(dev_env.client, settings):
+            result = await node(client_folder, "scenario", door.base, admin_key)
+            await check_scenario(result, settings, db, mailgun, client_folder, door.base, admin_key)
+    finally:
+        await close_door(door)
+
+
+async def check_scenario(result: dict, settings, db, mailgun, folder: Path, base: str, key: str) -> None:
+    assert result["site"]["url"]
+    assert result["tier"]["slug"] == "gold"
+    vip1, vip2, plain, comped = result["members"]
+    assert [label["slug"] for label in vip1["labels"]] == ["vip"] and vip2["note"] == "met at the fair"
+    assert comped["comped"] is True and comped["status"] == "comped"
+    assert result["vips"] == 2 and result["vipsMeta"]["pagination"]["total"] == 2
+    assert result["searched"] == ["plain@client-example.com"]
+    assert "<script" not in result["draft"]["html"] and "onclick" not in result["draft"]["html"]
+    assert result["collision"]["type"] == "UpdateCollisionError"
+    assert result["gone"]["type"] == "NotFoundError"
+    assert result["invalid"]["type"] == "ValidationError"
+    assert result["bySlug"] == result["published"]["id"]
+    assert result["edited"]["title"] == "For everyone, edited" and result["edited"]["status"] == "scheduled"
+    assert [label["slug"] for label in result["renamed"]["labels"]] == ["regular"]
+    # A member added through the API is welcomed through the outbox, as `members add` does.
+    for member in result["members"]:
+        assert await db.fetchval("SELECT count(*) FROM outbox WHERE idempotency_key = $1",
+                                 f"member-created-{member['id']}") == 1
+
+    vip_post, everyone_post = result["published"], result["scheduled"]
+    emails = {}
+    for post in (vip_post, everyone_post):
+        async def submitted(post_id=post["id"]) -> bool:
+            return await db.fetchval("SELECT status = 'submitted' FROM emails WHERE post_id = $1", post_id) is True
+        await wait_until(submitted, timeout=120)
+        emails[post["id"]] = await db.fetchval("SELECT id FROM emails WHERE post_id = $1", post["id"])
+
+    addresses = {m["email"] for m in result["members"]}
+    vips = {vip1["email"], vip2["email"]}
+    assert delivered(mailgun, emails[vip_post["id"]]) == dict.fromkeys(vips, 1)
+    assert delivered(mailgun, emails[everyone_post["id"]]) == dict.fromkeys(addresses, 1)
+    for address in addresses:  # each reader, each email, once: and nothing else from these posts
+        got = [m for m in mailgun.messages if address in m.recipients and m.email_id in emails.values()]
+        assert len(got) == (2 if address in vips else 1)
+
+    # Through the client: both posts published, each with its email submitted.
+    checked = await node(folder, "check", base, key, vip_post["id"], everyone_post["id"])
+    assert [(p["status"], p["email"]["status"]) for p in checked["posts"]] == [("published", "submitted")] * 2
+    assert {vip_post["id"], everyone_post["id"]} <= set(checked["browsed"])
+    # Through the CLI: the email's report counts the readers it was sent to.
+    env = {**os.environ, "DATABASE_URL": settings.database_url, "TEMPORAL_ADDRESS": settings.temporal_address,
+           "PRESSROOM_TASK_QUEUE": settings.task_queue}
+    for post_id, readers in ((vip_post["id"], 2), (everyone_post["id"], 4)):
+        shown = pressroom("newsletter", "status", emails[post_id], "--json", env=env)
+        assert shown.returncode == 0, shown.stderr
+        status = json.loads(shown.stdout)
+        assert status["status"] == "submitted" and status["recipients"] == readers, status

@@ -1,0 +1,213 @@
+"""The Admin API's resources through real HTTP, PostgreSQL and the operations the CLI calls: the
+reference's envelopes, each error type, browse's options, and what Pressroom refuses by name."""
+
+from __future__ import annotations
+
+from tests.admin_api.test_tokens import error_of
+
+
+def one(response, resource: str) -> dict:
+    body = response.json()
+    assert list(body[resource]) and len(body[resource]) == 1, body
+    return body[resource][0]
+
+
+async def test_a_draft_post_from_html_is_sanitised_read_by_id_and_slug_and_deleted(api):
+    added = await api.post("posts/", params={"source": "html"}, json={"posts": [{
+        "title": "Hostile <b>title</b>", "tags": [], "featured": False,
+        "html": '<p onclick="steal()">Hi <a href="javascript:alert(1)">x</a></p><script>alert(1)</script>'
+                '<!--members-only--><p>paid part</p>'}]})
+    assert added.status_code == 201, added.text
+    post = one(added, "posts")
+    assert post["status"] == "draft" and post["slug"] == "hostile-b-title-b"
+    assert "script" not in post["html"] and "onclick" not in post["html"] and "javascript:" not in post["html"]
+    assert "<!--members-only-->" in post["html"]  # the paywall's marker survives
+    assert one(await api.get(f"posts/{post['id']}/"), "posts")["id"] == post["id"]
+    assert one(await api.get(f"posts/slug/{post['slug']}/"), "posts")["id"] == post["id"]
+    deleted = await api.delete(f"posts/{post['id']}/")
+    assert deleted.status_code == 204 and not deleted.content
+    missing = await api.get(f"posts/{post['id']}/")
+    assert missing.status_code == 404 and error_of(missing)["type"] == "NotFoundError"
+
+
+async def test_an_edit_from_a_stale_copy_is_a_409_and_writes_nothing(api):
+    post = one(await api.post("posts/", params={"source": "html"},
+                              json={"posts": [{"title": "First", "html": "<p>a</p>"}]}), "posts")
+    fresh = await api.put(f"posts/{post['id']}/", json={"posts": [{"title": "Second",
+                                                                   "updated_at": post["updated_at"]}]})
+    assert fresh.status_code == 200 and one(fresh, "posts")["title"] == "Second"
+    stale = await api.put(f"posts/{post['id']}/", json={"posts": [{"title": "Third",
+                                                                   "updated_at": post["updated_at"]}]})
+    assert stale.status_code == 409 and error_of(stale)["type"] == "UpdateCollisionError"
+    assert one(await api.get(f"posts/{post['id']}/"), "posts")["title"] == "Second"
+
+
+async def test_what_pressroom_does_not_keep_is_refused_by_name(api):
+    cases = [
+        ({"posts": [{"title": "t", "html": "<p>x</p>"}]}, {}, "html is read only with ?source=html"),
+        ({"posts": [{"title": "t", "lexical": '{"root":{}}'}]}, {}, "posts.lexical is not supported"),
+        ({"posts": [{"title": "t", "tags": [{"name": "news"}]}]}, {}, "posts.tags is not supported"),
+        ({"posts": [{"title": "t", "status": "sent"}]}, {}, "status 'sent' is not one of"),
+        ({"posts": [{"title": "t", "status": "scheduled", "published_at": "2001-01-01T00:00:00Z"}]}, {},
+         "must be in the future"),
+        ({"posts": [{"title": "t"}]}, {"newsletter": "weekly"}, "?newsletter is for a post being published"),
+        ({"posts": []}, {}, "the body must be"),
+    ]
+    for body, params, words in cases:
+        refused = await api.post("posts/", params=params, json=body)
+        assert refused.status_code == 422, (words, refused.text)
+        error = error_of(refused)
+        assert error["type"] == "ValidationError" and words in error["message"], (words, error)
+    not_json = await api.post("posts/", content=b"{not json", headers={"Content-Type": "application/json"})
+    assert not_json.status_code == 422 and error_of(not_json)["message"] == "the body is not JSON"
+    too_big = await api.post("posts/", content=b"x" * (5 * 1024 * 1024), headers={"Content-Type": "application/json"})
+    assert too_big.status_code == 413 and error_of(too_big)["type"] == "RequestEntityTooLargeError"
+    assert await api.get("posts/", params={"formats": "lexical"}) is not None
+    assert (await api.get("posts/", params={"formats": "lexical"})).status_code == 422
+
+
+async def test_browse_pages_filters_orders_and_projects_posts(api):
+    for n in range(5):
+        await api.post("posts/", params={"source": "html"}, json={"posts": [{"title": f"Page {n}", "html": "<p/>"}]})
+    first = await api.get("posts/", params={"limit": 2, "order": "title asc", "fields": "id,title",
+                                            "filter": "status:draft"})
+    body = first.json()
+    assert [p["title"] for p in body["posts"]] == ["Page 0", "Page 1"] and set(body["posts"][0]) == {"id", "title"}
+    assert body["meta"]["pagination"] == {"page": 1, "limit": 2, "pages": 3, "total": 5, "next": 2, "prev": None}
+    last = (await api.get("posts/", params={"limit": 2, "page": 3, "order": "title asc"})).json()
+    assert [p["title"] for p in last["posts"]] == ["Page 4"] and last["meta"]["pagination"]["prev"] == 2
+    every = (await api.get("posts/", params={"limit": "all"})).json()
+    assert len(every["posts"]) == 5 and every["meta"]["pagination"]["limit"] == "all"
+    for params, option in [({"order": "secret desc"}, "order"), ({"include": "drop_tables"}, "include"),
+                           ({"limit": "0"}, "limit"), ({"limit": "5000"}, "limit"), ({"page": "x"}, "page"),
+                           ({"fields": "password"}, "fields"), ({"filter": "title:~'x'"}, "filter")]:
+        refused = await api.get("posts/", params=params)
+        assert refused.status_code == 422 and error_of(refused)["property"] == option, (params, refused.text)
+
+
+async def test_newsletters_tiers_and_labels(api):
+    added = await api.post("newsletters/", json={"newsletters": [{"name": "Daily Notes", "sender_name": "Ed"}]})
+    assert added.status_code == 201
+    newsletter = one(added, "newsletters")
+    assert newsletter["slug"] == "daily-notes" and newsletter["status"] == "active"
+    edited = await api.put(f"newsletters/{newsletter['id']}/", json={"newsletters": [{"name": "Daily"}]})
+    assert one(edited, "newsletters")["name"] == "Daily"
+    assert [n["slug"] for n in (await api.get("newsletters/")).json()["newsletters"]] == ["daily-notes"]
+    missing = await api.put("newsletters/nope/", json={"newsletters": [{"name": "x"}]})
+    assert missing.status_code == 404 and error_of(missing)["type"] == "NotFoundError"
+    tier = one(await api.post("tiers/", json={"tiers": [{"name": "Gold Circle"}]}), "tiers")
+    assert tier["slug"] == "gold-circle" and tier["type"] == "paid"
+    taken = await api.post("tiers/", json={"tiers": [{"name": "Gold Circle"}]})
+    assert taken.status_code == 422 and "taken" in error_of(taken)["message"]
+    label = one(await api.post("labels/", json={"labels": [{"name": "Early Birds"}]}), "labels")
+    assert label["slug"] == "early-birds"
+    assert (await api.get("labels/", params={"filter": "slug:early-birds"})).json()["meta"]["pagination"]["total"] == 1
+
+
+async def test_members_added_edited_browsed_and_deleted_through_the_operations(api, db):
+    ids = []
+    for n, labels in enumerate([["VIP"], [{"name": "VIP"}], []]):
+        added = await api.post("members/", json={"members": [{"email": f"reader{n}@example.com", "name": f"R {n}",
+                                                              "labels": labels}]})
+        assert added.status_code == 201, added.text
+        ids.append(one(added, "members")["id"])
+    # Welcomed through the outbox, as `members add` does.
+    assert await db.fetchval("SELECT count(*) FROM outbox WHERE idempotency_key = ANY($1)",
+                             [f"member-created-{i}" for i in ids]) == 3
+    again = await api.post("members/", json={"members": [{"email": "reader0@example.com"}]})
+    assert again.status_code == 422 and error_of(again)["type"] == "ValidationError"
+    vips = (await api.get("members/", params={"filter": "label:vip", "order": "email asc"})).json()
+    assert [m["email"] for m in vips["members"]] == ["reader0@example.com", "reader1@example.com"]
+    assert vips["meta"]["pagination"]["total"] == 2
+    searched = (await api.get("members/", params={"search": "reader2"})).json()["members"]
+    assert [m["id"] for m in searched] == [ids[2]]
+    assert (await api.get("members/", params={"search": "%"})).json()["meta"]["pagination"]["total"] == 0
+    bad = await api.get("members/", params={"filter": "email:x@y"})
+    assert bad.status_code == 422 and error_of(bad)["property"] == "filter"
+    edited = one(await api.put(f"members/{ids[2]}/", json={"members": [{
+        "note": "a note", "comped": True, "labels": [{"name": "Press"}]}]}), "members")
+    assert edited["note"] == "a note" and edited["comped"]
+    assert [label["slug"] for label in edited["labels"]] == ["press"]
+    assert (await api.delete(f"members/{ids[2]}/")).status_code == 204
+    gone = await api.get(f"members/{ids[2]}/")
+    assert gone.status_code == 404 and error_of(gone)["type"] == "NotFoundError"
+
+
+async def test_emails_read_and_retry_refusals(api, db):
+    missing = await api.get("emails/nope/")
+    assert missing.status_code == 404
+    post_id = await db.fetchval("INSERT INTO posts (title, slug, status) VALUES ('p', 'p-retry', 'published') "
+                                "RETURNING id")
+    email_id = await db.fetchval("INSERT INTO emails (post_id, subject, status) VALUES ($1, 's', 'submitted') "
+                                 "RETURNING id", post_id)
+    read = one(await api.get(f"emails/{email_id}/"), "emails")
+    assert read["status"] == "submitted" and read["subject"] == "s"
+    refused = await api.post(f"emails/{email_id}/retry/")
+    assert refused.status_code == 422 and "only a failed email" in error_of(refused)["message"]
+
+
+async def test_members_page_deep_by_keyset_on_created_at(api, db):
+    await db.execute("INSERT INTO members (email, created_at) SELECT 'k' || n || '@example.com', "
+                     "'2026-01-01T00:00:00Z'::timestamptz + n * interval '1 minute' FROM generate_series(1, 7) n")
+    seen, bound = [], None
+    while True:
+        params = {"limit": 3, "filter": "status:free" + (f"+created_at:<'{bound}'" if bound else "")}
+        page = (await api.get("members/", params=params)).json()["members"]
+        if not page:
+            break
+        seen += [m["email"] for m in page]
+        bound = page[-1]["created_at"]
+    assert seen == [f"k{n}@example.com" for n in range(7, 0, -1)]
+    mixed = await api.get("members/", params={"filter": "status:free,label:x+created_at:<'2026-01-01T00:00:00Z'"})
+    assert mixed.status_code == 422 and error_of(mixed)["property"] == "filter"
+
+
+async def test_a_published_posts_newsletter_is_not_sent_by_an_edit(api, db):
+    await db.execute("INSERT INTO newsletters (name, slug) VALUES ('W', 'w')")
+    post_id = await db.fetchval("INSERT INTO posts (title, slug, status, published_at) "
+                                "VALUES ('Out', 'out', 'published', now()) RETURNING id")
+    refused = await api.put(f"posts/{post_id}/", params={"newsletter": "w"},
+                            json={"posts": [{"status": "published"}]})
+    assert refused.status_code == 422 and "already published" in error_of(refused)["message"]
+    assert await db.fetchval("SELECT count(*) FROM emails WHERE post_id = $1", post_id) == 0
+
+
+async def test_no_member_address_or_key_reaches_the_log(api, admin_key, caplog):
+    import logging
+
+    caplog.set_level(logging.DEBUG)
+    address = "secret.reader@example.com"
+    added = await api.post("members/", json={"members": [{"email": address, "name": "Hidden Name"}]})
+    assert added.status_code == 201
+    refused = await api.post("members/", json={"members": [{"email": address}]})
+    assert refused.status_code == 422
+    assert address not in caplog.text and "Hidden Name" not in caplog.text
+    assert admin_key.split(":")[1] not in caplog.text
+
+
+async def test_an_integrations_webhooks_are_added_edited_and_deleted_through_the_api(api, db):
+    """The official client's `webhooks.add/edit/delete`: the webhook belongs to the integration whose key
+    signed the request; its secret is kept and never shown back; a private target is refused."""
+    added = await api.post("webhooks/", json={"webhooks": [{
+        "event": "member.added", "target_url": "https://hooks.example.com/pressroom", "name": "CRM",
+        "secret": "s3cret-for-signing"}]})
+    assert added.status_code == 201, added.text
+    webhook = one(added, "webhooks")
+    assert (webhook["event"], webhook["target_url"], webhook["name"]) == (
+        "member.added", "https://hooks.example.com/pressroom", "CRM")
+    assert "secret" not in webhook and "has_secret" not in webhook
+    row = await db.fetchrow("SELECT w.secret, i.name FROM webhooks w JOIN integrations i ON i.id = w.integration_id "
+                            "WHERE w.id = $1", webhook["id"])
+    assert (row["secret"], row["name"]) == ("s3cret-for-signing", "Tests")
+    edited = await api.put(f"webhooks/{webhook['id']}/", json={"webhooks": [{"event": "member.deleted"}]})
+    assert one(edited, "webhooks")["event"] == "member.deleted"
+    private = await api.post("webhooks/", json={"webhooks": [{"event": "member.added",
+                                                              "target_url": "https://10.0.0.7/hook"}]})
+    assert private.status_code == 422 and error_of(private)["type"] == "ValidationError"
+    unknown = await api.post("webhooks/", json={"webhooks": [{"event": "tag.added",
+                                                              "target_url": "https://hooks.example.com/x"}]})
+    assert unknown.status_code == 422 and "not one of the site's events" in error_of(unknown)["message"]
+    assert (await api.delete(f"webhooks/{webhook['id']}/")).status_code == 204
+    assert await db.fetchval("SELECT count(*) FROM webhooks") == 0
+    gone = await api.delete(f"webhooks/{webhook['id']}/")
+    assert gone.status_code == 404 and error_of(gone)["type"] == "NotFoundError"

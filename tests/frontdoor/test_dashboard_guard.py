@@ -1,0 +1,151 @@
+"""The dashboard's door, over plain HTTP: staff from the CLI, sessions, CSRF, headers, slowed sign-ins."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import re
+import sys
+
+import httpx
+
+from frontdoor.pages import SignInThrottle
+from operations.staff import add_staff
+from tests.analytics.conftest import seed_newsletter
+from tests.operations.test_waiting import cli
+
+EDITOR, PASSWORD = "editor@example.com", "correct horse battery"
+
+
+async def signed_in(http: httpx.AsyncClient) -> str:
+    """Sign in; the CSRF token of the session's forms."""
+    page = await http.get("/pressroom/sign-in")
+    csrf = re.search(r'name="csrf" value="([^"]+)"', page.text).group(1)
+    answer = await http.post("/pressroom/sign-in", data={"csrf": csrf, "email": EDITOR, "password": PASSWORD})
+    assert answer.status_code == 303 and answer.headers["location"] == "/pressroom/newsletters"
+    shown = await http.get("/pressroom/members/m1/delete")
+    return re.search(r'name="csrf" value="([^"]+)"', shown.text).group(1)
+
+
+async def staff_add(email: str, password: str, env: dict[str, str]) -> tuple[int, str]:
+    """`pressroom staff add EMAIL` with the password on standard input (not a terminal)."""
+    process = await asyncio.create_subprocess_exec(sys.executable, "-m", "starter", "staff", "add", email, env=env,
+                                                   stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+                                                   stderr=asyncio.subprocess.PIPE)
+    out, err = await asyncio.wait_for(process.communicate(f"{password}\n".encode()), 60)
+    return process.returncode or 0, (out + err).decode()
+
+
+async def test_staff_are_added_listed_and_removed_from_the_command_line(db, front_door):
+    env = {**os.environ, "DATABASE_URL": front_door.settings.database_url}
+    code, said = await staff_add("Ed@Example.com", "short", env)
+    assert code == 1 and "at least 12" in said and await db.fetchval("SELECT count(*) FROM staff") == 0
+    code, said = await staff_add("ed@example.com", PASSWORD, env)
+    assert code == 0, said
+    stored = await db.fetchval("SELECT password_hash FROM staff")
+    assert stored.startswith("$argon2id$") and PASSWORD not in stored
+    code, said = await staff_add("ed@example.com", PASSWORD, env)
+    assert code == 1 and "already" in said
+    code, out, _ = await cli("staff", "list", env=env)
+    assert "ed@example.com" in out
+    code, out, err = await cli("staff", "remove", "ed@example.com", env=env)
+    assert code == 0 and await db.fetchval("SELECT count(*) FROM staff") == 0
+
+
+async def test_pages_send_their_headers_refuse_a_post_without_the_token_and_a_get_changes_nothing(db, front_door,
+                                                                                              caplog):
+    caplog.set_level(logging.DEBUG)
+    await add_staff(EDITOR, PASSWORD, settings=front_door.settings)
+    await seed_newsletter(db, members=3, emails=1)
+    async with httpx.AsyncClient(base_url=front_door.base) as http:
+        assert (await http.get("/pressroom/newsletters")).headers["location"].startswith("/pressroom/sign-in")
+        assert (await http.get("/pressroom/emails/e0/status.json")).status_code == 401
+        csrf = await signed_in(http)
+        page = await http.get("/pressroom/newsletters")
+        assert page.status_code == 200
+        assert "frame-ancestors 'none'" in page.headers["content-security-policy"]
+        assert "script-src 'self'" in page.headers["content-security-policy"]
+        assert page.headers["x-frame-options"] == "DENY" and page.headers["cache-control"] == "no-store"
+
+        assert (await http.get("/pressroom/members/m1/delete")).status_code == 200  # the confirmation only
+        refused = await http.post("/pressroom/members/m1/delete", data={})
+        assert refused.status_code == 403
+        forged = await http.post("/pressroom/members/m1/delete", data={"csrf": "0" * 64})
+        assert forged.status_code == 403
+        assert await db.fetchval("SELECT count(*) FROM members WHERE id = 'm1'") == 1
+        done = await http.post("/pressroom/members/m1/delete", data={"csrf": csrf})
+        assert done.status_code == 303
+        assert await db.fetchval("SELECT count(*) FROM members WHERE id = 'm1'") == 0
+
+        health = await http.get("/pressroom/health")
+        assert health.status_code == 200 and "PostgreSQL" in health.text and "Refused at the front door" in health.text
+        member = await http.get("/pressroom/members/m2")
+        assert "member2@example.com" in member.text and member.headers["cache-control"] == "no-store"
+        assert "@example.com" not in caplog.text  # no address in any log line
+
+        # Signing out without the token does not end the session.
+        assert (await http.post("/pressroom/sign-out", data={})).status_code == 403
+        assert await db.fetchval("SELECT count(*) FROM staff_sessions") == 1
+
+
+async def test_a_sign_in_on_loopback_sets_a_cookie_without_secure_and_elsewhere_with_it(db, front_door):
+    await add_staff(EDITOR, PASSWORD, settings=front_door.settings)
+    for host, secure in ((None, False), ("dashboard.example.com", True)):
+        headers = {"Host": host} if host else {}
+        async with httpx.AsyncClient(base_url=front_door.base, headers=headers) as http:
+            page = await http.get("/pressroom/sign-in")
+            csrf = re.search(r'name="csrf" value="([^"]+)"', page.text).group(1)
+            http.cookies.set("pressroom_sign_in", csrf)  # a Secure cookie is not sent back over plain HTTP
+            answer = await http.post("/pressroom/sign-in", data={"csrf": csrf, "email": EDITOR, "password": PASSWORD})
+            cookie = next(c for c in answer.headers.get_list("set-cookie") if c.startswith("pressroom_session="))
+            assert "HttpOnly" in cookie and "SameSite=Lax" in cookie and "Max-Age=" in cookie
+            assert ("Secure" in cookie) is secure
+
+
+async def test_failed_sign_ins_are_slowed_per_address_and_per_account(db, front_door):
+    await add_staff(EDITOR, PASSWORD, settings=front_door.settings)
+    async with httpx.AsyncClient(base_url=front_door.base) as http:
+        page = await http.get("/pressroom/sign-in")
+        csrf = re.search(r'name="csrf" value="([^"]+)"', page.text).group(1)
+        for _ in range(SignInThrottle.FREE + 6):  # held back 2^6 s after the last
+            wrong = await http.post("/pressroom/sign-in", data={"csrf": csrf, "email": EDITOR, "password": "x" * 12})
+            assert wrong.status_code == 403
+        # Now even the right password is refused for a while, with the same answer.
+        right = await http.post("/pressroom/sign-in", data={"csrf": csrf, "email": EDITOR, "password": PASSWORD})
+        assert right.status_code == 403 and right.text == wrong.text
+    assert await db.fetchval("SELECT count(*) FROM staff_sessions") == 0
+
+
+def test_the_throttle_waits_longer_after_each_failure_and_forgets_a_success():
+    throttle = SignInThrottle()
+    keys = ("address:192.0.2.1", "account:a@example.com")
+    for _ in range(SignInThrottle.FREE):
+        assert throttle.allowed(*keys)
+        throttle.failed(*keys)
+    assert not throttle.allowed(*keys) and not throttle.allowed("account:a@example.com")
+    assert throttle.allowed("address:192.0.2.2", "account:b@example.com")  # others are not held up
+    throttle.succeeded(*keys)
+    assert throttle.allowed(*keys)
+
+
+async def test_members_are_found_by_part_of_an_address_or_a_name_typed_literally_and_paged(db, front_door):
+    from operations.member_search import search_members
+
+    settings = front_door.settings
+    await seed_newsletter(db, members=30, emails=0)
+    await db.execute("UPDATE members SET name = 'Ada Lovelace', status = 'paid' WHERE id = 'm7'")
+    await db.execute("UPDATE members SET email = 'x_y%z@example.com' WHERE id = 'm8'")
+    assert [m.member_id for m in (await search_members("LOVELACE", settings=settings)).items] == ["m7"]
+    assert len((await search_members("member1", settings=settings)).items) == 11  # m1, m10 … m19
+    assert [m.member_id for m in (await search_members("_y%", settings=settings)).items] == ["m8"]
+    assert [m.member_id for m in (await search_members("ada", "status:paid", settings=settings)).items] == ["m7"]
+    assert (await search_members("ada", "status:free", settings=settings)).items == []
+    seen, after = [], None
+    while True:
+        page = await search_members("example.com", after=after, limit=7, settings=settings)
+        seen += [m.member_id for m in page.items]
+        if page.next_after is None:
+            break
+        after = page.next_after
+    assert sorted(seen) == sorted(f"m{n}" for n in range(30))
