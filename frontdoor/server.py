@@ -96,12 +96,13 @@ class Unsubscribe:
     def __init__(self, pool: asyncpg.Pool, settings: Settings, runtime: Any = None) -> None:
         from temporalio.common import MetricMeter
 
-        from pressroom.logs import Refusals
+        from pressroom.logs import Refusals, Throttle
 
         self.pool = pool
         self._secret = settings.require_members_link_secret()
         self.body_seconds = settings.serve_body_timeout_seconds
         self.refusals = Refusals(log, "unsubscribe link")
+        self._unavailable = Throttle()
         meter = runtime.metric_meter if runtime is not None else MetricMeter.noop
         self.requests = meter.create_counter("pressroom_unsubscribe_requests", "unsubscribe link requests by outcome")
 
@@ -119,8 +120,12 @@ class Unsubscribe:
             except Exception as error:
                 if not database_unavailable(error):
                     raise
+                from pressroom.logs import since
+
                 self.requests.with_additional_attributes({"outcome": "unavailable"}).add(1)
-                log.error("unsubscribe link not handled (503): %s", type(error).__name__)
+                held = self._unavailable.due()
+                if held is not None:
+                    log.error("unsubscribe link not handled (503): %s%s", type(error).__name__, since(held))
                 return _page("Try again", "<p>This cannot be done right now. Please try again in a few "
                                           "minutes.</p>", status=503)
         return answer
@@ -175,7 +180,7 @@ class Unsubscribe:
             span.set_attribute("http.response.status_code", 200)
         self.requests.with_additional_attributes({"outcome": "page"}).add(1)
         address = html.escape(mask_address(row["email"]))
-        action = html.escape(f"{UNSUBSCRIBE_PATH}?{request.rel_url.query_string}", quote=True)
+        action = html.escape(_action(link, request.rel_url.query["key"]), quote=True)
         if link.newsletter_uuid is not None:
             name = html.escape(row["newsletter_name"])
             state = (f"<p>Stop sending <strong>{name}</strong> to {address}?</p>" if row["subscribed"] else
@@ -216,6 +221,15 @@ class Unsubscribe:
         what = "any newsletter" if every else f"<strong>{html.escape(row['newsletter_name'])}</strong>"
         return _page("Unsubscribed", f"<p>{html.escape(mask_address(row['email']))} will not receive {what} "
                                      "any more.</p>")
+
+
+def _action(link: Link, key: str) -> str:
+    """The form's target: the link's checked parameters, encoded anew (the query as received, decoded,
+    would turn a `%23` into `#` and the browser would drop the rest of the link)."""
+    from urllib.parse import urlencode
+
+    query = {"uuid": link.member_uuid, "key": key, "newsletter": link.newsletter_uuid, "email": link.email_id}
+    return f"{UNSUBSCRIBE_PATH}?{urlencode({name: value for name, value in query.items() if value})}"
 
 
 def _scope(body: bytes) -> str:
@@ -261,14 +275,18 @@ class FrontDoor:
     def __init__(self, pool: asyncpg.Pool, settings: Settings, runtime: Any = None) -> None:
         from frontdoor.deadlines import Connections
         from frontdoor.redirects import Redirects
+        from pressroom.logs import throttle
 
+        # aiohttp logs each malformed request with its text: one such line every few seconds.
+        throttle("aiohttp.server")
         self.pool = pool
         self.unsubscribe = Unsubscribe(pool, settings, runtime)
         self.redirects = Redirects(pool, settings, runtime)
         self.receiver = Receiver(pool, settings, runtime)
         self.pages = Pages(pool, settings)
         self.admin_api = AdminApi(pool, settings, runtime)
-        self.connections = Connections(settings.serve_header_timeout_seconds, settings.serve_max_connections)
+        self.connections = Connections(settings.serve_header_timeout_seconds, settings.serve_max_connections,
+                                       settings.serve_max_connections_per_client, settings.proxy_addresses)
         self._server: asyncio.Server | None = None
         self._runner = None
 
