@@ -151,7 +151,11 @@ class Postgres:
             self._require_password(binaries, service)  # made by a Pressroom that used trust authentication
         self.password = self.password_file.read_text().strip()
         args = [str(binaries / "postgres"), "-D", str(self.data_dir), "-h", "127.0.0.1",
-                "-p", str(self.port), "-k", str(self.data_dir), "-c", "max_connections=200"]
+                "-p", str(self.port), "-k", str(self.data_dir), "-c", "max_connections=200",
+                # The server's log holds no member data: an error's DETAIL (`Key (email)=(…)`), the
+                # statement that failed and statements' parameters are not written.
+                "-c", "log_error_verbosity=terse", "-c", "log_min_error_statement=panic",
+                "-c", "log_parameter_max_length=0", "-c", "log_parameter_max_length_on_error=0"]
         if not durable:
             # Throwaway test databases trade crash safety for speed.
             args += ["-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off"]

@@ -1,17 +1,22 @@
-"""What one client of the front door may hold: deadlines for a request's head and body, and a cap
-on open connections.
+"""What one client of the front door may hold: deadlines for a request's head and body, a cap on
+open connections, and a cap on those of one client address.
 
 aiohttp keeps none of these for a request in progress: a client that sends half its headers, or a
 body at one byte every few seconds, holds a connection (and its memory) for as long as it likes.
 Each connection's aiohttp protocol is wrapped here: its request head must arrive within the head
 deadline of the connection opening or of the last answer (so an idle keep-alive connection goes
-too), a handler reads a body under its own deadline (`read_body`), and past the cap a new
-connection is closed at once.
+too), a handler reads a body under its own deadline (`read_body`), and past the cap, or past its
+address's share of it, a new connection is closed at once.
+
+A client is its TCP peer address: X-Forwarded-For is a header any client writes, and a connection's
+cap is decided before any header arrives. The operator's proxies (PRESSROOM_SERVE_PROXIES) carry
+many clients and count only toward the total; the proxy limits its own clients (docs/front-door.md).
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -61,9 +66,31 @@ class Connections:
 
     head_seconds: float
     max_open: int
+    max_per_client: int | None = None  # None: no cap per client address
+    proxies: frozenset[str] = frozenset()  # addresses that carry many clients: the total cap only
     open: dict[Any, _Guarded] = field(default_factory=dict)
+    by_client: Counter[str] = field(default_factory=Counter)
     dropped_slow: int = 0
     refused_over_cap: int = 0
+    refused_over_client_cap: int = 0
+
+    def admit(self, client: str | None) -> bool:
+        """Whether a new connection from `client` may be held; counted as held if so."""
+        if len(self.open) >= self.max_open:
+            self.refused_over_cap += 1
+            return False
+        if client is not None and client not in self.proxies and self.max_per_client is not None:
+            if self.by_client[client] >= self.max_per_client:
+                self.refused_over_client_cap += 1
+                return False
+            self.by_client[client] += 1
+        return True
+
+    def release(self, client: str | None) -> None:
+        if client is not None and client in self.by_client:
+            self.by_client[client] -= 1
+            if self.by_client[client] <= 0:
+                del self.by_client[client]
 
     def protocol_factory(self, inner: Callable[[], asyncio.Protocol]) -> Callable[[], asyncio.Protocol]:
         return lambda: _Guarded(self, inner())
@@ -92,13 +119,16 @@ class _Guarded(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self._timer: asyncio.TimerHandle | None = None
         self._started = False
+        self._client: str | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
-        if len(self.connections.open) >= self.connections.max_open:
-            self.connections.refused_over_cap += 1
+        peer = transport.get_extra_info("peername")
+        client = peer[0] if isinstance(peer, tuple) and peer else None
+        if not self.connections.admit(client):
             transport.abort()  # type: ignore[attr-defined]
             return
+        self._client = client
         self.connections.open[transport] = self
         self._started = True
         self.inner.connection_made(transport)
@@ -133,6 +163,7 @@ class _Guarded(asyncio.Protocol):
         self._cancel()
         self.connections.open.pop(self.transport, None)
         if self._started:
+            self.connections.release(self._client)
             self.inner.connection_lost(exc)
 
     def pause_writing(self) -> None:

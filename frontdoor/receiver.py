@@ -34,9 +34,9 @@ from frontdoor.deadlines import BodyTooLarge, BodyTooSlow, read_body
 from frontdoor.group_commit import GroupCommit, Pushed
 from pressroom import tracing
 from pressroom.delivery_events import EventRejected
-from pressroom.logs import Refusals
+from pressroom.logs import Refusals, Throttle, since
 from pressroom.providers.received import StoredAcceptances
-from pressroom.providers.wiring import push_from_settings
+from pressroom.providers.wiring import provider_title, push_from_settings
 from pressroom.settings import Settings
 from pressroom.store.events import EventBatch, raw_text
 from pressroom.temporal import telemetry
@@ -89,6 +89,8 @@ class Receiver:
         self.max_body = settings.webhook_max_body_bytes
         self.body_seconds = settings.serve_body_timeout_seconds
         self.refusals = Refusals(log, "webhook")
+        self.provider_title = provider_title(settings)
+        self._unavailable = Throttle()  # a database that is down: one line every few seconds, not per request
         self.group_commit = GroupCommit(pool, self.push.name)  # many requests' events in one commit
         self.acceptances = StoredAcceptances(pool)
         self.runtime = runtime  # kept: its Prometheus endpoint lives as long as it does
@@ -191,7 +193,10 @@ class Receiver:
 
     def _cannot_store(self, error: BaseException) -> None:
         self.requests.with_additional_attributes({"outcome": "unavailable"}).add(1)
-        log.error("webhook not stored (503, the provider retries): %s", type(error).__name__)
+        held = self._unavailable.due()
+        if held is not None:
+            log.error("webhook not stored (503, %s retries): %s%s", self.provider_title, type(error).__name__,
+                      since(held))
 
     async def flush_refusals(self) -> None:
         """Add the refusals counted since the last flush to webhook_refusals; kept for the next on failure."""

@@ -32,7 +32,7 @@ import re
 import uuid as uuid_module
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
-from urllib.parse import parse_qs
+from urllib.parse import parse_qs, urlencode
 
 from aiohttp import web
 from opentelemetry.trace import SpanKind
@@ -46,7 +46,7 @@ from frontdoor.receiver import REFUSALS_FLUSH_SECONDS, Receiver, database_unavai
 from operations.webhooks import LINK_SOURCE
 from pressroom import database, tracing
 from pressroom.email_rendering import member_key
-from pressroom.logs import Refusals
+from pressroom.logs import Refusals, Throttle, since, throttle
 from pressroom.settings import Settings, get_settings
 from pressroom.store.members import leave_by_link
 
@@ -110,6 +110,7 @@ class Unsubscribe:
         self._secret = settings.require_members_link_secret()
         self.body_seconds = settings.serve_body_timeout_seconds
         self.refusals = Refusals(log, "unsubscribe link")
+        self._unavailable = Throttle()
         meter = runtime.metric_meter if runtime is not None else MetricMeter.noop
         self.requests = meter.create_counter("pressroom_unsubscribe_requests", "unsubscribe link requests by outcome")
 
@@ -127,7 +128,9 @@ class Unsubscribe:
                 if not database_unavailable(error):
                     raise
                 self.requests.with_additional_attributes({"outcome": "unavailable"}).add(1)
-                log.error("unsubscribe link not handled (503): %s", type(error).__name__)
+                held = self._unavailable.due()
+                if held is not None:
+                    log.error("unsubscribe link not handled (503): %s%s", type(error).__name__, since(held))
                 return _page("Try again", "<p>This cannot be done right now. Please try again in a few "
                                           "minutes.</p>", status=503)
         return answer
@@ -180,7 +183,7 @@ class Unsubscribe:
             span.set_attribute("http.response.status_code", 200)
         self.requests.with_additional_attributes({"outcome": "page"}).add(1)
         address = html.escape(mask_address(row["email"]))
-        action = html.escape(f"{UNSUBSCRIBE_PATH}?{request.rel_url.query_string}", quote=True)
+        action = html.escape(_action(link, request.rel_url.query["key"]), quote=True)
         if link.newsletter_uuid is not None:
             name = html.escape(row["newsletter_name"])
             state = (f"<p>Stop sending <strong>{name}</strong> to {address}?</p>" if row["subscribed"] else
@@ -221,6 +224,13 @@ class Unsubscribe:
                                      "any more.</p>")
 
 
+def _action(link: Link, key: str) -> str:
+    """The form's target: the link's checked parameters, encoded anew (the query as received, decoded,
+    would turn a `%23` into `#` and the browser would drop the rest of the link)."""
+    query = {"uuid": link.member_uuid, "key": key, "newsletter": link.newsletter_uuid, "email": link.email_id}
+    return f"{UNSUBSCRIBE_PATH}?{urlencode({name: value for name, value in query.items() if value})}"
+
+
 def _scope(body: bytes) -> str:
     """`all` when the page's "all newsletters" button was pressed; else the link's newsletter."""
 
@@ -259,6 +269,8 @@ class FrontDoor:
 
     def __init__(self, pool: asyncpg.Pool, settings: Settings, runtime: Any = None) -> None:
 
+        # aiohttp logs each malformed request with its text: one such line every few seconds.
+        throttle("aiohttp.server")
         self.pool = pool
         self.unsubscribe = Unsubscribe(pool, settings, runtime)
         # Imported here: frontdoor/redirects.py imports this module's page helpers (a circle to untangle).
@@ -268,7 +280,8 @@ class FrontDoor:
         self.receiver = Receiver(pool, settings, runtime)
         self.pages = Pages(pool, settings)
         self.admin_api = AdminApi(pool, settings, runtime)
-        self.connections = Connections(settings.serve_header_timeout_seconds, settings.serve_max_connections)
+        self.connections = Connections(settings.serve_header_timeout_seconds, settings.serve_max_connections,
+                                       settings.serve_max_connections_per_client, settings.proxy_addresses)
         self._server: asyncio.Server | None = None
         self._runner: web.AppRunner | None = None
 

@@ -60,7 +60,6 @@ async def add_member(email: str, name: str | None = None, *, status: str = "free
     """The member, its labels and tiers and its MemberCreatedEvent in one transaction: all commit, or none.
     `newsletters` (ids or slugs) subscribes them to those; None, to every newsletter that subscribes
     new members on signup."""
-    import asyncpg
 
     from activities.outbox import WELCOME_EMAIL_SLUGS, site_events
     from pressroom import database
@@ -74,13 +73,13 @@ async def add_member(email: str, name: str | None = None, *, status: str = "free
     labels, tiers = _slugs(labels, "label"), _slugs(tiers, "tier")
     settings = settings or get_settings()
     async with database.connection(settings.require_database()) as conn, conn.transaction():
-        try:
-            member_id = await conn.fetchval(
-                "INSERT INTO members (email, name, status, note) VALUES ($1, $2, $3, $4) RETURNING id",
-                email, name, status, note)
-        except asyncpg.UniqueViolationError:
+        # Not the unique constraint's error: PostgreSQL would write the address in its own log.
+        member_id = await conn.fetchval(
+            "INSERT INTO members (email, name, status, note) VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING "
+            "RETURNING id", email, name, status, note)
+        if member_id is None:
             raise BadInput("a member with that address already exists (change them with `pressroom members update "
-                           "ID|ADDRESS`)") from None
+                           "ID|ADDRESS`)")
         tracing.annotate(member_id=member_id)
         await restore_suppressions(conn, [email], settings)
         await give_labels_and_tiers(conn, member_id, labels, tiers)
@@ -463,8 +462,9 @@ def _like_pattern(address: str) -> str:
 
 
 # Rows that keep a copy of the member's address or name, in the tables that outlive them. Each is
-# reached through the member id ($1) or, for raw provider events, by the address itself ($2, the
-# pattern). Records of sends, failures and complaints stay, by member id.
+# reached through the member id ($1), with the address ($2) and the name ($3) as case-insensitive
+# patterns. Records of sends, failures and complaints stay, by member id. Stored provider events
+# are scrubbed apart (`_scrub_events`): their JSON must be decoded first.
 _SCRUB = [
     # A batch that never went out (nor may have: no uncertain send) loses the recipient: it must not
     # send to an address that is gone.
@@ -474,6 +474,9 @@ _SCRUB = [
     ("cleared", "UPDATE email_recipients SET member_email = '', member_name = NULL WHERE member_id = $1"),
     (None, "UPDATE email_recipient_failures SET message = regexp_replace(message, $2, '<address>', 'gi') "
            "WHERE member_id = $1 OR email_recipient_id IN (SELECT id FROM email_recipients WHERE member_id = $1)"),
+    (None, "UPDATE email_recipient_failures SET message = regexp_replace(message, $3, '<name>', 'gi') "
+           "WHERE (member_id = $1 OR email_recipient_id IN (SELECT id FROM email_recipients WHERE member_id = $1)) "
+           "AND $2::text IS NOT NULL AND $3::text IS NOT NULL"),  # $2 unused: every statement takes the first ones
     (None, "UPDATE email_spam_complaint_events SET email_address = '' WHERE member_id = $1"),
     (None, "UPDATE automated_email_recipients SET member_email = '', member_name = NULL WHERE member_id = $1"),
     (None, "UPDATE outbox SET last_error_msg = regexp_replace(last_error_msg, $2, '<address>', 'gi') "
@@ -482,11 +485,76 @@ _SCRUB = [
     (None, "UPDATE outbox SET payload = payload - 'body', status = 'skipped', last_error_code = 'MEMBER_DELETED', "
            "last_error_msg = 'the member was deleted after its webhook refused this event', updated_at = now() "
            "WHERE webhook_id IS NOT NULL AND status = 'aborted' AND payload->>'member_id' = $1"),
-    (None, "UPDATE delivery_events_rejected SET event = regexp_replace(event, $2, '<address>', 'gi') "
-           "WHERE event ~* $2 AND $1::text IS NOT NULL"),  # $1 unused: every statement takes the same two
-    (None, "UPDATE webhook_inbox SET event = regexp_replace(event, $2, '<address>', 'gi') "
-           "WHERE event ~* $2 AND $1::text IS NOT NULL"),  # $1 unused: every statement takes the same two
+    # SES's acceptances of sends to them (kept to confirm an uncertain send: none is, or the delete
+    # was refused above).
+    (None, "DELETE FROM provider_acceptances WHERE recipient ~* ('^' || $2 || '$') AND $1::text IS NOT NULL"),
 ]
+# Stored provider events: those that may hold the member (a form of the address, or any `\\u`
+# escape, which hides it from a pattern on the raw text) are decoded and scrubbed in Python.
+_EVENT_TABLES = ("delivery_events_rejected", "webhook_inbox")
+_EVENTS_TO_SCRUB = "SELECT id, event FROM {table} WHERE event ~* $1 OR strpos(event, '\\u') > 0"
+_SCRUBBED_EVENTS = "UPDATE {table} t SET event = s.event FROM unnest($1::bigint[], $2::text[]) AS s(id, event) " \
+                   "WHERE t.id = s.id"
+
+
+def _forms(value: str) -> list[str]:
+    """`value` as it may be stored: plain, percent-encoded, base64 (standard, URL-safe, unpadded)."""
+    import base64
+    from urllib.parse import quote, quote_plus
+
+    forms = {value, quote(value, safe=""), quote(value), quote_plus(value)}
+    raw = value.encode()
+    forms |= {base64.b64encode(raw).decode(), base64.urlsafe_b64encode(raw).decode(),
+              base64.urlsafe_b64encode(raw).decode().rstrip("=")}
+    return sorted(forms, key=len, reverse=True)
+
+
+def _scrubbed(text: str, address: str, name: str | None) -> str:
+    """A stored event without the member's address or name in any of their forms: its JSON decoded
+    (a JSON text inside a string too), scrubbed, encoded again; a text that is not JSON as it is."""
+    import json
+    import re
+
+    patterns = [(re.compile("|".join(re.escape(f) for f in _forms(address)), re.IGNORECASE), "<address>")]
+    if name:
+        # Whole words only: a short name must not eat the event's other words.
+        patterns.append((re.compile(r"(?<!\w)(?:" + "|".join(re.escape(f) for f in _forms(name)) + r")(?!\w)",
+                                    re.IGNORECASE), "<name>"))
+
+    def replaced(value: str) -> str:
+        for pattern, mask in patterns:
+            value = pattern.sub(mask, value)
+        return value
+
+    def walk(value):
+        if isinstance(value, str):
+            if value.lstrip()[:1] in ("{", "["):
+                try:
+                    return json.dumps(walk(json.loads(value)))
+                except (ValueError, RecursionError):
+                    pass
+            return replaced(value)
+        if isinstance(value, dict):
+            return {replaced(key): walk(item) for key, item in value.items()}
+        if isinstance(value, list):
+            return [walk(item) for item in value]
+        return value
+
+    try:
+        document = json.loads(text)
+    except (ValueError, RecursionError):
+        return replaced(text)
+    return json.dumps(walk(document))  # ASCII, as received: no NUL or lone surrogate reaches the column
+
+
+async def _scrub_events(conn, address: str, name: str | None) -> None:
+    pattern = "|".join(_like_pattern(form) for form in _forms(address))
+    for table in _EVENT_TABLES:
+        rows = await conn.fetch(_EVENTS_TO_SCRUB.format(table=table), pattern)
+        scrubbed = [(row["id"], row["event"], _scrubbed(row["event"], address, name)) for row in rows]
+        changed = [(event_id, text) for event_id, before, text in scrubbed if text != before]
+        if changed:
+            await conn.execute(_SCRUBBED_EVENTS.format(table=table), [i for i, _ in changed], [t for _, t in changed])
 
 
 @tracing.traced("pressroom members delete")
@@ -517,12 +585,17 @@ async def delete_member(member: str, *, settings: Settings | None = None) -> Mem
             raise PressroomError(f"member {member_id} was not deleted: a batch of email {in_flight} holding them may "
                                  "have reached the provider and is being looked up; delete them once that send is done")
         await site_events.emit(conn, "member.deleted", member_id)  # as they were, before any scrubbing
-        pattern = _like_pattern(address)
+        name = row["name"] if row["name"] and row["name"].strip() else None
+        patterns = [_like_pattern(address), _like_pattern(name) if name else None]
         counts = {}
         for counted, statement in _SCRUB:
-            done = await conn.execute(statement, member_id, *([pattern] if "$2" in statement else []))
+            given = [p for n, p in (("$2", patterns[0]), ("$3", patterns[1])) if n in statement]
+            if None in given:
+                continue  # a statement for the name, and the member has none
+            done = await conn.execute(statement, member_id, *given)
             if counted:
                 counts[counted] = int(done.rsplit(" ", 1)[-1])
+        await _scrub_events(conn, address, name)
         # An older hash of the same address (deleted, added again meanwhile without the key) gives way.
         await conn.execute("DELETE FROM suppressions WHERE email = $1", address_hash(address, key))
         kept = await conn.fetchval("UPDATE suppressions SET email = $2 WHERE lower(email) = lower($1) RETURNING id",

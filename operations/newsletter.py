@@ -45,13 +45,15 @@ async def start_newsletter(email_id: str, *, client=None, settings: Settings | N
     settings = settings or get_settings()
     settings.require_members_link_secret()  # each reader's unsubscribe link is signed with it
     async with database.connection(settings.require_database()) as conn:
-        email = await conn.fetchrow("SELECT e.status, e.post_id, e.newsletter_id, p.status AS post_status, "
-                                    "p.published_at, n.status AS newsletter_status FROM emails e "
-                                    "LEFT JOIN posts p ON p.id = e.post_id "
+        email = await conn.fetchrow("SELECT e.status, e.post_id, e.newsletter_id, e.recipient_filter, "
+                                    "p.status AS post_status, p.published_at, n.status AS newsletter_status "
+                                    "FROM emails e LEFT JOIN posts p ON p.id = e.post_id "
                                     "LEFT JOIN newsletters n ON n.id = e.newsletter_id WHERE e.id = $1", email_id)
     if email is None:
         raise NotFound(f"email {email_id} does not exist")
     status = email["status"]
+    if status in ("pending", "failed"):
+        _check_filter(email_id, email["recipient_filter"])
     if status != "submitted" and (refused := not_published_yet(email_id, email)):
         raise BadInput(refused)
     if status in ("pending", "failed") and email["newsletter_status"] == "archived":
@@ -86,6 +88,16 @@ async def start_newsletter(email_id: str, *, client=None, settings: Settings | N
                                f"{ended}); `pressroom newsletter status {email_id}` says how")
     return NewsletterStart(workflow_id, handle.first_execution_run_id or handle.result_run_id or "", True,
                            f"started {workflow_id}")
+
+
+def _check_filter(email_id: str, recipient_filter: str | None) -> None:
+    """A filter outside the grammar or its bounds is refused here, before a run is started for it."""
+    from pressroom.recipient_filter import FilterError, parse
+
+    try:
+        parse(recipient_filter)
+    except FilterError as error:
+        raise BadInput(f"email {email_id}: {error}") from None
 
 
 @dataclass(frozen=True)

@@ -42,6 +42,8 @@ PATCHES = [
           "SendNewsletterWorkflow", "0.9.0"),
     Patch("workflows.newsletter_sending.PROVIDER_PROBE_PATCH", newsletter_sending.PROVIDER_PROBE_PATCH,
           "SendNewsletterWorkflow", "0.9.0"),
+    Patch("workflows.newsletter.CANCEL_WHILE_LOCKING_PATCH", newsletter.CANCEL_WHILE_LOCKING_PATCH,
+          "SendNewsletterWorkflow", "0.9.0"),
     Patch("workflows.newsletter.REPUTATION_PAUSE_PATCH", newsletter.REPUTATION_PAUSE_PATCH,
           "SendNewsletterWorkflow", "0.9.0"),
     Patch("workflows.outbox.CONFIRM_UNCERTAIN_PATCH", outbox.CONFIRM_UNCERTAIN_PATCH,

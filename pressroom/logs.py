@@ -27,14 +27,28 @@ from opentelemetry import trace
 from temporalio import activity, workflow
 
 # Anything shaped like an e-mail address, the dotless `user@localhost` and a quoted local part
-# (`"a b"@example.com`) too; the Mailgun client masks its error texts with the same pattern.
-ADDRESS = re.compile(r"(?:\"[^\"\r\n]*\"|[^\s<>\"',;:()]+)@[^\s<>\"',;:()]+")
+# (`"a b"@example.com`) too; the Mailgun client masks its error texts with the same pattern. A local
+# part starts only where a run of its characters starts (the look-behind): without it, a long run
+# without `@` is scanned again from each of its characters, quadratic time on the event loop.
+ADDRESS = re.compile(r"(?:\"[^\"\r\n]*\"|(?<![^\s<>\"',;:()])[^\s<>\"',;:()]+)@[^\s<>\"',;:()]+")
 # An address percent-encoded once or twice (quote, quote_plus: `bob%40example.com`, `%2540`).
-_ENCODED_ADDRESS = re.compile(r"[\w.~/%+!*-]+%(?:25)?40[\w.~%+-]+", re.IGNORECASE)
+_ENCODED_ADDRESS = re.compile(r"(?<![\w.~/%+!*-])[\w.~/%+!*-]+%(?:25)?40[\w.~%+-]+", re.IGNORECASE)
 # A run that may be base64, URL-safe (a path segment) or standard, padded or not: masked when it
 # decodes to text holding an address or a secret (a Mailgun page token, an Authorization header).
 _BASE64 = (re.compile(r"[A-Za-z0-9+_-]{8,}={0,2}"), re.compile(r"[A-Za-z0-9+/]{8,}={0,2}"))
+# A member's link key (the hex HMAC-SHA256 of their uuid) and any other 256-bit hex digest; and the
+# value of a link's `uuid` or `key`, whole or cut short (a server's error line cuts a long link),
+# and any uuid given as a query value (a member's uuid is their link's identity).
+_HEX_KEY = re.compile(r"(?<![0-9A-Fa-f])[0-9A-Fa-f]{64}(?![0-9A-Fa-f])")
+_QUERY_START = r"(?:[?&;]|%3F|%26|%253F|%2526)"
+_LINK_VALUE = re.compile(rf"({_QUERY_START}(?:uuid|key)(?:=|%3D|%253D))[^&\s'\"%]+", re.IGNORECASE)
+_QUERY_UUID = re.compile(rf"({_QUERY_START}[\w.-]*(?:=|%3D|%253D))"
+                         r"[0-9A-Fa-f]{8}(?:-[0-9A-Fa-f]{4}){3}-[0-9A-Fa-f]{12}", re.IGNORECASE)
 ADDRESS_MASK, SECRET_MASK, ENCODED_MASK = "<address>", "***", "<encoded>"
+# What one line may carry of a message or an error (an outside request's text comes in them):
+# masked whole up to _MASKED_AT_MOST characters, then cut to MAX_TEXT.
+MAX_TEXT = 2000
+_MASKED_AT_MOST = 16 * 1024
 # Which details of a run each line carries, in this order.
 _FIELDS = (("workflow_type", "workflow"), ("workflow_id", "workflow_id"), ("run_id", "run_id"),
            ("activity_type", "activity"), ("attempt", "attempt"))
@@ -55,11 +69,19 @@ class Mask:
     def __call__(self, text: str) -> str:
         for secret in self._secrets:
             text = text.replace(secret, SECRET_MASK)
+        text = _LINK_VALUE.sub(lambda m: f"{m.group(1)}{SECRET_MASK}", text)
+        text = _QUERY_UUID.sub(lambda m: f"{m.group(1)}{SECRET_MASK}", text)
+        text = _HEX_KEY.sub(SECRET_MASK, text)
         text = _ENCODED_ADDRESS.sub(ADDRESS_MASK, text)
         text = ADDRESS.sub(ADDRESS_MASK, text)
         for runs in _BASE64:
             text = runs.sub(self._decoded, text)
         return text
+
+    def bounded(self, text: str) -> str:
+        """`text` masked, and cut to MAX_TEXT characters: what a line may carry of one message."""
+        text = self(text[:_MASKED_AT_MOST])
+        return text if len(text) <= MAX_TEXT else f"{text[:MAX_TEXT]}… (cut, {len(text) - MAX_TEXT} characters more)"
 
     def _decoded(self, match: re.Match[str]) -> str:
         run = match.group(0)
@@ -91,11 +113,11 @@ def run_fields(record: logging.LogRecord) -> dict[str, object]:
 
 
 def error_field(record: logging.LogRecord) -> str | None:
-    """A record's exception as `Type: message` on one line."""
+    """A record's exception as `Type: message` on one line (at most _MASKED_AT_MOST characters)."""
     if not record.exc_info or record.exc_info[1] is None:
         return None
     error = record.exc_info[1]
-    return " ".join(f"{type(error).__name__}: {error}".split())
+    return " ".join(f"{type(error).__name__}: {str(error)[:_MASKED_AT_MOST]}".split())
 
 
 class RunFormatter(logging.Formatter):
@@ -110,15 +132,18 @@ class RunFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         fields = dict(run_fields(record))
         if self._tracebacks:
-            line = super().format(record)  # the message, then exception text and stack on lines below
+            # The message, then exception text and stack on lines below.
+            line = super().format(record)[:_MASKED_AT_MOST * 4]
         else:
             # One line per event, even for a library's message with line breaks (the Temporal core's).
             message = record.getMessage()
-            record.message = " ".join(line.strip() for line in message.splitlines()) if "\n" in message else message
+            message = " ".join(line.strip() for line in message.splitlines()) if "\n" in message else message
+            record.message = self._mask.bounded(message)
             record.asctime = self.formatTime(record, self.datefmt)
             line = self.formatMessage(record)
-            if error_field(record):
-                fields["error"] = repr(error_field(record))
+            error = error_field(record)
+            if error:
+                fields["error"] = repr(self._mask.bounded(error))
         text = " ".join(f"{label}={value}" for label, value in fields.items())
         return self._mask(f"{line} {text}" if text else line)
 
@@ -135,9 +160,11 @@ class JsonFormatter(logging.Formatter):
 
     def format(self, record: logging.LogRecord) -> str:
         entry: dict[str, object] = {"time": self.formatTime(record, self.datefmt), "level": record.levelname,
-                                    "logger": record.name, "message": record.getMessage(), **run_fields(record)}
+                                    "logger": record.name, "message": self._mask.bounded(record.getMessage()),
+                                    **run_fields(record)}
         if record.exc_info:
-            entry["error"] = error_field(record)
+            error = error_field(record)
+            entry["error"] = self._mask.bounded(error) if error else None
             if self._tracebacks:
                 entry["exception"] = self.formatException(record.exc_info)
         if record.stack_info and self._tracebacks:
@@ -190,38 +217,88 @@ def configure_from(settings, *, level: int | str | None = None) -> None:
     configure(settings.secret_values(), level or settings.log_level, settings.log_format, settings.library_log_level)
 
 
+class Throttle:
+    """At most one line every `every` seconds: `due()` is None while lines are held, else how many
+    were held since the last line (for the line to say so)."""
+
+    def __init__(self, every: float = 10.0) -> None:
+        self._every = every
+        self._last = float("-inf")
+        self._held = 0
+
+    def due(self, every: float | None = None) -> int | None:
+        """`every`: this time instead of the one given at the start (a filter's, which may change)."""
+        now = time.monotonic()
+        if now - self._last < (self._every if every is None else every):
+            self._held += 1
+            return None
+        self._last, held, self._held = now, self._held, 0
+        return held
+
+
+def since(held: int) -> str:
+    return f" (and {held} more since the last such line)" if held else ""
+
+
+class ThrottledLines(logging.Filter):
+    """A logger's lines, each kind (its message template) at most once every `every` seconds, the
+    line saying how many it stands for: a library's error line per bad request (aiohttp's) cannot
+    flood the log, nor be formatted (and masked) once per request."""
+
+    def __init__(self, every: float = 10.0) -> None:
+        super().__init__()
+        self.every = every
+        self._kinds: dict[object, Throttle] = {}
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        throttle = self._kinds.get(record.msg)
+        if throttle is None:
+            if len(self._kinds) >= 100:  # templates are a library's few; anything else shares one
+                throttle = self._kinds.setdefault(None, Throttle(self.every))
+            else:
+                throttle = self._kinds[record.msg] = Throttle(self.every)
+        held = throttle.due(self.every)
+        if held is None:
+            return False
+        if held:
+            record.msg = f"{record.msg}{since(held)}"
+        return True
+
+
+def throttle(logger_name: str, every: float = 10.0) -> ThrottledLines:
+    """Throttle a logger's lines (once per logger: a second call returns the first filter)."""
+    logger = logging.getLogger(logger_name)
+    for existing in logger.filters:
+        if isinstance(existing, ThrottledLines):
+            return existing
+    throttled = ThrottledLines(every)
+    logger.addFilter(throttled)
+    return throttled
+
+
 class Refusals:
     """Refusals of outside requests, counted exactly by reason, and logged at most once per reason
     every `every` seconds (a line says how many it stands for): a flood of forged requests cannot
     flood the log. The reason is ours, never the request's content."""
 
     def __init__(self, logger: logging.Logger, what: str, every: float = 10.0) -> None:
-
         self._log, self._what, self._every = logger, what, every
         self.counts: Counter[str] = Counter()  # since the last `take`
-        self._last: dict[str, float] = {}
-        self._held: Counter[str] = Counter()
+        self._throttles: dict[str, Throttle] = {}
 
     def refused(self, reason: str, status: int) -> str:
         """Count (and maybe log) one refusal; its kind (the reason before any colon)."""
-
         kind = reason.split(":", 1)[0]
         self.counts[kind] += 1
-        now = time.monotonic()
-        if now - self._last.get(kind, float("-inf")) < self._every:
-            self._held[kind] += 1
-            return kind
-        self._last[kind] = now
-        held = self._held.pop(kind, 0)
-        self._log.warning("%s refused (%d): %s%s", self._what, status, reason,
-                          f" (and {held} more since the last such line)" if held else "")
+        held = self._throttles.setdefault(kind, Throttle(self._every)).due()
+        if held is not None:
+            self._log.warning("%s refused (%d): %s%s", self._what, status, reason, since(held))
         return kind
 
-    def take(self):
+    def take(self) -> Counter[str]:
         """The counts since the last take (to add to the database), and start again."""
-
         counts, self.counts = self.counts, Counter()
         return counts
 
-    def give_back(self, counts) -> None:
+    def give_back(self, counts: Counter[str]) -> None:
         self.counts.update(counts)

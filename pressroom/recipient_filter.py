@@ -36,6 +36,13 @@ _WORD = _WORD_START | {"-"}
 _PUNCTUATION = frozenset("()[],+:-")
 _SLUG = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_-]*")
 _SHOWN = 40  # characters of a refused filter quoted in its error
+# Bounds on one filter (docs/audiences.md, "Limits"): the reference platform's own filters (its
+# segments, a few labels and tiers) stay far below them; a deeper or longer filter is refused where
+# it enters, before its recursion or its query can run away.
+MAX_LENGTH = 20_000  # characters
+MAX_DEPTH = 20  # parentheses inside one another
+MAX_TERMS = 100  # `key:values` terms
+MAX_VALUES = 1_000  # values, over all terms
 
 
 class FilterError(ValueError):
@@ -137,6 +144,9 @@ class _Parser:
         self.text = text
         self.tokens = _tokens(text)
         self.i = 0
+        self.depth = 0
+        self.terms = 0
+        self.values = 0
 
     def peek(self) -> _Token:
         return self.tokens[self.i]
@@ -178,13 +188,21 @@ class _Parser:
 
     def atom(self) -> Node:
         if self.peek().kind == "(":
+            self.depth += 1
+            if self.depth > MAX_DEPTH:
+                raise FilterError(f"recipient filter {_quoted(self.text)}: parentheses nested deeper than "
+                                  f"{MAX_DEPTH} at {self.peek().at + 1}")
             self.i += 1
             inner = self.or_()
             self.take(")", "')'")
+            self.depth -= 1
             return inner
         return self.term()
 
     def term(self) -> Term | And:
+        self.terms += 1
+        if self.terms > MAX_TERMS:
+            raise FilterError(f"recipient filter {_quoted(self.text)}: more than {MAX_TERMS} terms")
         key_token = self.take("word", "a term (status:, label:, tier: or product:)")
         key = KEYS.get(key_token.text.lower()) if not key_token.quoted else None
         if key is None:
@@ -211,6 +229,9 @@ class _Parser:
         return Term(key, tuple(values), negated)
 
     def value(self, key: str) -> str:
+        self.values += 1
+        if self.values > MAX_VALUES:
+            raise FilterError(f"recipient filter {_quoted(self.text)}: more than {MAX_VALUES} values")
         token = self.take("word", f"a {key} value")
         if key == "status":
             if token.text.lower() not in MEMBER_STATUSES:
@@ -228,6 +249,8 @@ def parse(text: str | None) -> Node:
     text = text or ""
     if not text.strip():
         raise FilterError("recipient filter is empty: use all, or terms such as status:-free, label:vip, tier:gold")
+    if len(text) > MAX_LENGTH:
+        raise FilterError(f"recipient filter {_quoted(text)}: longer than {MAX_LENGTH:,} characters")
     return _Parser(text).filter()
 
 

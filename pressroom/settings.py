@@ -245,6 +245,12 @@ class Settings(BaseSettings):
                                               validation_alias="PRESSROOM_SERVE_BODY_TIMEOUT_SECONDS")
     serve_max_connections: int = Field(default=1024, ge=1, le=100_000,
                                        validation_alias="PRESSROOM_SERVE_MAX_CONNECTIONS")
+    # One client address may hold this many of them (a client reopening connections faster than the
+    # head deadline drops them cannot hold the whole cap); the addresses of the operator's proxies
+    # (comma-separated) carry many clients and count only toward the total.
+    serve_max_connections_per_client: int = Field(default=128, ge=1, le=100_000,
+                                                  validation_alias="PRESSROOM_SERVE_MAX_CONNECTIONS_PER_CLIENT")
+    serve_proxies: str = Field(default="", validation_alias="PRESSROOM_SERVE_PROXIES")
     # A click is committed before its redirect is answered; when the database takes longer than this,
     # the reader is redirected anyway and the click stays queued until it commits (docs/clicks.md).
     click_commit_wait_seconds: float = Field(default=2.0, gt=0, le=30,
@@ -290,6 +296,21 @@ class Settings(BaseSettings):
     # INFO, query string included) from PRESSROOM_LIBRARY_LOG_LEVEL.
     log_level: LogLevel = Field(default="INFO", validation_alias="PRESSROOM_LOG_LEVEL")
     library_log_level: LogLevel = Field(default="WARNING", validation_alias="PRESSROOM_LIBRARY_LOG_LEVEL")
+
+    @field_validator("serve_proxies")
+    @classmethod
+    def _proxy_addresses(cls, value: str) -> str:
+        for part in (p.strip() for p in value.split(",") if p.strip()):
+            try:
+                ipaddress.ip_address(part)
+            except ValueError:
+                raise ValueError(f"{part!r} is not an IP address: give the proxies' addresses, comma-separated") \
+                    from None
+        return value
+
+    @property
+    def proxy_addresses(self) -> frozenset[str]:
+        return frozenset(str(ipaddress.ip_address(p.strip())) for p in self.serve_proxies.split(",") if p.strip())
 
     @field_validator("batch_size")
     @classmethod

@@ -10,10 +10,12 @@ when Temporal suggests it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from datetime import timedelta
 
 from temporalio import workflow
-from temporalio.exceptions import ActivityError, ApplicationError
+from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
+from temporalio.workflow import ActivityCancellationType
 
 with workflow.unsafe.imports_passed_through():
     from activities.newsletter.batches import BatchCreationActivities
@@ -23,6 +25,7 @@ with workflow.unsafe.imports_passed_through():
     from activities.newsletter.models import (
         BatchCounts,
         CreateBatchesInput,
+        EmailLock,
         EmailOutcome,
         FinishEmailInput,
         ListUnsentBatchesInput,
@@ -34,7 +37,6 @@ with workflow.unsafe.imports_passed_through():
     from pressroom.temporal import EMAIL_ID, POST_ID
     from workflows.policies import DATABASE_RETRY
 
-import contextlib
 
 from workflows.newsletter_models import (
     CancelSendInput,
@@ -65,6 +67,9 @@ PROVIDER_OUTAGE_PATCH = "wait-out-mailgun-outages"
 # Runs recorded before this patch had no `cancel` signal; later ones stop sending between batches
 # when an operator cancels, and record the email cancelled.
 CANCEL_PATCH = "operator-cancel"
+# Runs recorded before this patch heard a cancel only once the lock was taken; later ones stop a lock
+# that is being retried (a database that does not answer) and record the email cancelled.
+CANCEL_WHILE_LOCKING_PATCH = "cancel-while-locking"
 # Runs started before this patch sent to the end whatever their early figures; later runs pause
 # between batches when the email's hard-bounce or complaint rate crosses its threshold.
 REPUTATION_PAUSE_PATCH = "pause-on-reputation"
@@ -80,6 +85,7 @@ class SendNewsletterWorkflow(BatchSending):
         self._wait_out_outages = False
         self._outage: Outage | None = None  # the provider unreachable: since when, and when to try next
         self._provider = ""  # the provider's name, as the plan gives it, for what the run says
+        self._cancellable_lock = False  # a cancel stops the lock (CANCEL_WHILE_LOCKING_PATCH)
         self._cancel: FinishEmailInput | None = None  # an operator's cancel: no batch starts after it
         self._aside: list[asyncio.Task] = []  # uncertain batches being confirmed while the others go out
         self._probe: asyncio.Task | None = None  # the look for the provider's return every sender waits on
@@ -151,11 +157,10 @@ class SendNewsletterWorkflow(BatchSending):
         """Take the email's lock and write its first batches (all of them, or the first chunk with the
         rest written alongside the send); skipped when the email is already sent."""
         try:
-            lock = await workflow.execute_activity_method(
-                EmailLockActivities.lock_email,
-                LockEmailInput(email_id=email_id, holder=workflow.info().first_execution_run_id),
-                start_to_close_timeout=timedelta(seconds=60), retry_policy=DATABASE_RETRY)
+            lock = await self._lock(email_id)
         except ActivityError as error:
+            if self._cancel is not None and isinstance(error.cause, CancelledError):
+                return await self._cancelled_before_any_batch(email_id)
             # Bad input (unknown email, unparseable filter, nobody to send to): the run fails
             # with the reason itself, so the Web UI and the CLI show it in one line.
             reason = cause_of(error).message
@@ -164,6 +169,8 @@ class SendNewsletterWorkflow(BatchSending):
         if not lock.acquired:
             self._show(status="skipped", message=lock.reason)
             return EmailOutcome(email_id=email_id, status="skipped", message=lock.reason)
+        if self._cancel is not None and self._cancellable_lock:  # cancelled while it was taken: no batch is written
+            return await self._cancelled_before_any_batch(email_id)
         if lock.post_id:
             workflow.upsert_search_attributes([POST_ID.value_set(lock.post_id)])
         chunked = workflow.patched(PIPELINED_BATCHES_PATCH)
@@ -174,6 +181,31 @@ class SendNewsletterWorkflow(BatchSending):
             return resume, None
         self._creating = True
         return resume, asyncio.create_task(self._create_the_rest(email_id))
+
+    async def _lock(self, email_id: str) -> EmailLock:
+        """The lock activity; an operator's cancel stops it while it is being retried."""
+        lock_input = LockEmailInput(email_id=email_id, holder=workflow.info().first_execution_run_id)
+        self._cancellable_lock = workflow.patched(CANCEL_WHILE_LOCKING_PATCH)
+        if not self._cancellable_lock:
+            return await workflow.execute_activity_method(
+                EmailLockActivities.lock_email, lock_input, start_to_close_timeout=timedelta(seconds=60),
+                retry_policy=DATABASE_RETRY)
+        # Waiting for the attempt in progress to end: a lock it commits is then released by the finish.
+        locking = asyncio.ensure_future(workflow.execute_activity_method(
+            EmailLockActivities.lock_email, lock_input, start_to_close_timeout=timedelta(seconds=60),
+            retry_policy=DATABASE_RETRY, cancellation_type=ActivityCancellationType.WAIT_CANCELLATION_COMPLETED))
+        await workflow.wait_condition(lambda: locking.done() or self._cancel is not None)
+        if not locking.done():
+            locking.cancel()
+        return await locking
+
+    async def _cancelled_before_any_batch(self, email_id: str) -> EmailOutcome:
+        assert self._cancel is not None
+        outcome = await workflow.execute_activity_method(
+            EmailFinishActivities.finish_email, self._cancel.model_copy(update={"email_id": email_id}),
+            start_to_close_timeout=timedelta(seconds=60), retry_policy=DATABASE_RETRY)
+        self._show(status=outcome.status, message=outcome.message)
+        return outcome
 
     async def _send_all(self, email_id: str, resume: Resume, creation: asyncio.Task | None) -> None:
         """Send the unsent batches a page at a time until none is left and none is being written;

@@ -48,7 +48,9 @@ class EmailFinishActivities:
             # A cancel during a chunked creation leaves recipients with no batch: not all sent.
             written = input.cancelled_by is None or await conn.fetchval(
                 "SELECT coalesce(bool_and(done), true) FROM email_batch_creation WHERE email_id = $1", input.email_id)
-            if counts.batches_submitted == counts.batches_total and written:
+            # Cancelled before any batch was written (while its lock was retried): not sent, cancelled.
+            nothing_written = input.cancelled_by is not None and counts.batches_total == 0
+            if counts.batches_submitted == counts.batches_total and written and not nothing_written:
                 status, message = "submitted", ""
             elif input.cancelled_by is not None:
                 status = "cancelled"

@@ -372,6 +372,70 @@ async def test_a_creation_that_fails_fails_the_send_after_what_was_written_is_se
     assert "finish_email" not in fake.calls
 
 
+async def test_a_cancel_stops_a_lock_that_is_being_retried(env):
+    """A lock whose every attempt fails retryably (a database that does not answer): before, the run
+    kept retrying it and a cancel waited behind it; now the cancel stops it, and the email is
+    recorded cancelled by the finish."""
+    fake = FakeSending(3, lock=ApplicationError("connection refused", type="ConnectionRefusedError"))
+    finished: list[FinishEmailInput] = []
+
+    @activity.defn(name="finish_email")
+    async def finish_email(input: FinishEmailInput) -> EmailOutcome:
+        finished.append(input)
+        return EmailOutcome(email_id=input.email_id, status="cancelled", message=f"cancelled by {input.cancelled_by}")
+
+    activities = [a for a in fake.activities() if a != fake.finish_email] + [finish_email]
+    email_id = f"e-{uuid.uuid4().hex[:8]}"
+    async with worker_for(env, [SendNewsletterWorkflow], activities) as task_queue:
+        handle = await env.client.start_workflow(
+            SendNewsletterWorkflow.run, SendNewsletterInput(email_id=email_id),
+            id=newsletter_workflow_id(email_id), task_queue=task_queue)
+        while fake.calls.count("lock_email") < 2:  # retried at least once
+            await env.sleep(1)
+        await handle.signal(SendNewsletterWorkflow.cancel, CancelSendInput(by="ops"))
+        outcome = await handle.result()
+    assert (outcome.status, outcome.message) == ("cancelled", "cancelled by ops")
+    assert [(f.email_id, f.cancelled_by) for f in finished] == [(email_id, "ops")]
+    assert "create_batches retry_failed=True" not in fake.calls and not fake.attempts
+
+
+async def test_a_cancel_during_the_lock_attempt_writes_no_batch(env):
+    """The cancel arrives while the lock's attempt runs; the attempt then takes the lock: the run
+    waits for it, writes no batch, and the finish records the email cancelled (releasing the lock)."""
+    release = asyncio.Event()
+    locking = asyncio.Event()
+    fake = FakeSending(3)
+    finished: list[FinishEmailInput] = []
+
+    @activity.defn(name="lock_email")
+    async def lock_email(input: LockEmailInput) -> EmailLock:
+        fake.calls.append("lock_email")
+        locking.set()
+        await release.wait()
+        return fake.lock
+
+    @activity.defn(name="finish_email")
+    async def finish_email(input: FinishEmailInput) -> EmailOutcome:
+        finished.append(input)
+        return EmailOutcome(email_id=input.email_id, status="cancelled", message="cancelled")
+
+    activities = [a for a in fake.activities() if a not in (fake.lock_email, fake.finish_email)]
+    email_id = f"e-{uuid.uuid4().hex[:8]}"
+    async with worker_for(env, [SendNewsletterWorkflow], [*activities, lock_email, finish_email]) as task_queue:
+        handle = await env.client.start_workflow(
+            SendNewsletterWorkflow.run, SendNewsletterInput(email_id=email_id),
+            id=newsletter_workflow_id(email_id), task_queue=task_queue)
+        await asyncio.wait_for(locking.wait(), 60)
+        await handle.signal(SendNewsletterWorkflow.cancel, CancelSendInput(by="ops"))
+        progress = await handle.query(SendNewsletterWorkflow.progress)
+        assert progress.status == "cancelling"
+        release.set()
+        outcome = await handle.result()
+    assert outcome.status == "cancelled"
+    assert [(f.email_id, f.cancelled_by) for f in finished] == [(email_id, "ops")]
+    assert fake.calls == ["lock_email"]  # no batch written, none listed, none sent
+
+
 class FakeUncertain(FakeSending):
     """b0000's first send is uncertain (the provider may have taken it, its events not there yet):
     the activity asks to look again in 60 s; the look finds it accepted."""
