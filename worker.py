@@ -35,10 +35,11 @@ from operations.analytics import ensure_schedule as ensure_analytics_schedule
 from operations.outbox import ensure_relay as ensure_outbox_relay
 from operations.posts import RECONCILE_SCHEDULE_ID, reconcile_at_worker_start
 from operations.webhooks import ensure_inbox_applier
-from pressroom import database
+from pressroom import database, logs, tracing
 from pressroom.dependencies import Dependencies
+from pressroom.providers.wiring import provider_from_settings
 from pressroom.settings import Settings, get_settings
-from pressroom.temporal import telemetry
+from pressroom.temporal import close_runtime, connect, telemetry
 from workflows.analytics import FetchEmailAnalyticsWorkflow
 from workflows.newsletter import SendNewsletterWorkflow
 from workflows.outbox import DeliverOutboxEntryWorkflow, OutboxRelayWorkflow
@@ -88,7 +89,6 @@ def build_activities(deps: Dependencies) -> list[Callable]:
 
 @asynccontextmanager
 async def open_dependencies(settings: Settings, client: Client) -> AsyncIterator[Dependencies]:
-    from pressroom.providers.wiring import provider_from_settings
 
     pool = await database.connect(settings.require_database(), max_size=20)
     provider = provider_from_settings(settings, pool)
@@ -152,7 +152,6 @@ def metrics_runtime(settings: Settings) -> Runtime | None:
 
 async def run(settings: Settings | None = None) -> None:
     """Run until SIGINT or SIGTERM, then shut down gracefully."""
-    from pressroom.temporal import connect
 
     settings = settings or get_settings()
     tune_garbage_collection()
@@ -179,8 +178,6 @@ async def run(settings: Settings | None = None) -> None:
 
 
 def main() -> None:
-    from pressroom import tracing
-    from pressroom.temporal import close_runtime
 
     tracing.configure_from_environment()
     configure_logging(get_settings())
@@ -202,7 +199,6 @@ def tune_garbage_collection() -> None:
 
 def configure_logging(settings: Settings) -> None:
     """Structured lines that never carry a key or a member's address."""
-    from pressroom import logs
 
     logs.configure_from(settings)
 

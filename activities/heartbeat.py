@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
+import asyncpg
 from temporalio import activity
 
 # A first beat this late still comes well inside the heartbeat timeouts that use it (15 s).
@@ -43,7 +44,6 @@ WAIT_HEARTBEAT_SECONDS = 2.0  # well inside a 10 s heartbeat timeout
 async def woken_by_notify(database_url: str, channel: str) -> AsyncIterator[asyncio.Event]:
     """An event set by every NOTIFY on `channel` (a row committed for a long-running activity to
     take), and when the worker shuts down, so a stopping worker hands the activity back at once."""
-    import asyncpg
 
     wake = asyncio.Event()
     listener = await asyncpg.connect(database_url)

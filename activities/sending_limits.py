@@ -17,7 +17,7 @@ docs/production.md, "Send caps".
 from __future__ import annotations
 
 import dataclasses
-from datetime import UTC, datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
 from pydantic import BaseModel
@@ -25,6 +25,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from pressroom.providers.port import AccountQuota
+from pressroom.providers.wiring import sending_scope
 
 if TYPE_CHECKING:
     import asyncpg
@@ -58,7 +59,7 @@ def warmup_limit(day: int) -> int | None:
 
 def sending_domain(settings: Settings, fallback: bool) -> str:
     """The domain a batch goes through: the fallback one for a fallback batch while it is configured."""
-    return settings.fallback_domain if fallback and settings.fallback_domain else settings.sending_scope
+    return settings.fallback_domain if fallback and settings.fallback_domain else sending_scope(settings)
 
 
 # --- the batch size: the one rule batch creation, admission and splitting read --------------------
@@ -258,7 +259,7 @@ class SendingLimitsActivities:
             await conn.execute("INSERT INTO sending_quota_reservations (batch_id, domain, recipients, reserved_at) "
                                "VALUES ($1, $2, $3, $4)", batch_id, domain, count, at)
             return Admission(batch_id=batch_id, send=True)
-        window = min(rooms, key=rooms.get)
+        window = min(rooms, key=lambda name: rooms[name])
         if room > 0:
             what = (f"{self.provider.title}'s 24-hour sending quota" if window == "account" else
                     f"{'hourly' if window == 'hour' else 'daily'} limit of {domain}")

@@ -16,11 +16,13 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 import asyncpg
 from temporalio import activity
+from temporalio.client import WorkflowExecutionStatus, WorkflowFailureError
+from temporalio.service import RPCError, RPCStatusCode
 
 from activities.metrics import Instruments
 
@@ -50,8 +52,6 @@ async def run_closed(client, workflow_id: str, run_id: str | None = None,
                      rpc_timeout: timedelta | None = DESCRIBE_TIMEOUT) -> ClosedRun | None:
     """How the run closed, or None while it runs. Without run_id, the latest run of the workflow id.
     Any answer from Temporal but "not found" is raised."""
-    from temporalio.client import WorkflowExecutionStatus
-    from temporalio.service import RPCError, RPCStatusCode
 
     handle = client.get_workflow_handle(workflow_id, run_id=run_id)
     try:
@@ -70,15 +70,14 @@ async def run_closed(client, workflow_id: str, run_id: str | None = None,
 async def _failure_message(client, workflow_id: str, run_id: str, rpc_timeout: timedelta | None) -> str:
     """The innermost cause's message of a closed run's failure (an activity's own error, the
     terminate reason), decoded by the client's codec; "" when there is none."""
-    from temporalio.client import WorkflowFailureError
 
     try:
         await client.get_workflow_handle(workflow_id, run_id=run_id).result(follow_runs=False,
                                                                              rpc_timeout=rpc_timeout)
     except WorkflowFailureError as error:
         cause: BaseException = error
-        while getattr(cause, "cause", None) is not None:
-            cause = cause.cause
+        while (inner := getattr(cause, "cause", None)) is not None:
+            cause = inner
         if cause is error:
             return ""
         # The failure as recorded: the SDK reads an empty message as "Application error".
@@ -152,7 +151,6 @@ class Watchdog:
 
     async def _closed(self, watched: Watched) -> ClosedRun | None:
         """As `run_closed` for the row's run chain, or None when Temporal cannot say now (logged)."""
-        from temporalio.service import RPCError
 
         try:
             if watched.first_run_id is None:
@@ -167,7 +165,6 @@ class Watchdog:
 async def chain_closed(client, workflow_id: str, first_run_id: str) -> ClosedRun | None:
     """How the run chain that began with `first_run_id` closed (continued as new any number of
     times), or None while it runs."""
-    from temporalio.service import RPCError, RPCStatusCode
 
     try:
         latest = await client.get_workflow_handle(workflow_id).describe(rpc_timeout=DESCRIBE_TIMEOUT)

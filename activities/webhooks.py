@@ -20,14 +20,13 @@ from temporalio import activity
 
 from activities.delivery_events.aggregates import aggregate
 from activities.delivery_events.apply import apply_batch
-from activities.delivery_events.batch import EventBatch
 from activities.heartbeat import wait_for_work, woken_by_notify
 from activities.metrics import Instruments
+from pressroom.store.events import INBOX_CHANNEL, EventBatch
 
 if TYPE_CHECKING:
     from pressroom.dependencies import Dependencies
 
-NOTIFY_CHANNEL = "pressroom_webhook_inbox"
 INBOX_WORKFLOW_ID = "webhook-inbox"
 AGGREGATE_EVERY_SECONDS = 0.5
 POLL_SECONDS = 5.0  # a NOTIFY lost (a listener reconnecting) costs at most this long
@@ -72,7 +71,7 @@ class WebhookActivities:
         result = InboxResult()
         deadline = time.monotonic() + input.run_seconds
         last_purge = 0.0
-        async with woken_by_notify(self.deps.settings.database_url, NOTIFY_CHANNEL) as wake:
+        async with woken_by_notify(self.deps.settings.database_url, INBOX_CHANNEL) as wake:
             while time.monotonic() < deadline and not activity.is_worker_shutdown():
                 activity.heartbeat(result.applied)
                 taken = await self._apply_some(result)

@@ -31,14 +31,17 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-import aiohttp  # noqa: E402
-import jwt  # noqa: E402
+import aiohttp
+import jwt
 
-from bench.unsubscribe import percentile, wait_for_port  # noqa: E402
-from devstack.servers import Postgres, free_port  # noqa: E402
-from operations.integrations import add_integration  # noqa: E402
-from pressroom import database  # noqa: E402
-from pressroom.settings import load_settings  # noqa: E402
+from bench.servers import SIMULATOR_DOMAIN, SIMULATOR_KEY, bench_servers
+from bench.unsubscribe import percentile, wait_for_port
+from devstack.servers import Postgres, free_port
+from frontdoor.server import FrontDoor
+from operations.integrations import add_integration
+from pressroom import database
+from pressroom.settings import load_settings
+from worker import running_worker
 
 SEED = """
 INSERT INTO members (email, status, created_at)
@@ -145,9 +148,6 @@ async def main(members: int, repeat: int) -> None:
 
 
 async def publish(times: int, members: int) -> None:
-    from bench.servers import SIMULATOR_DOMAIN, SIMULATOR_KEY, bench_servers
-    from frontdoor.server import FrontDoor
-    from worker import running_worker
 
     async with bench_servers(simulator=True) as servers:
         settings = load_settings(

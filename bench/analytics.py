@@ -17,29 +17,30 @@ import shutil
 import sys
 import tempfile
 import time
-from datetime import UTC, datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import httpx  # noqa: E402
-from temporalio.testing import ActivityEnvironment  # noqa: E402
+import httpx
+from temporalio.testing import ActivityEnvironment
 
-from activities.analytics.models import AggregateInput, FetchPhaseInput  # noqa: E402
-from activities.analytics.run import AnalyticsActivities  # noqa: E402
-from bench.processes import cpu_seconds_by_family  # noqa: E402
-from devstack.servers import Postgres, free_port, start_simulator, stop_process  # noqa: E402
-from pressroom import database  # noqa: E402
-from pressroom.dependencies import Dependencies  # noqa: E402
-from pressroom.providers.mailgun import MailgunClient  # noqa: E402
-from pressroom.settings import load_settings  # noqa: E402
-from worker import tune_garbage_collection  # noqa: E402
+from activities.analytics.models import AggregateInput, FetchPhaseInput
+from activities.analytics.run import AnalyticsActivities
+from bench.processes import cpu_seconds_by_family
+from devstack.servers import Postgres, free_port, start_simulator, stop_process
+from pressroom import database
+from pressroom.dependencies import Dependencies
+from pressroom.providers.mailgun import MailgunClient
+from pressroom.settings import load_settings
+from worker import tune_garbage_collection
 
 KEY, DOMAIN = "key-bench-00000000", "mg.bench.example"
 
 SEED = """
 INSERT INTO newsletters (id, name, slug) VALUES ('nl1', 'Weekly', 'weekly');
-INSERT INTO members (id, email) SELECT 'm' || n, 'member' || n || '@example.com' FROM generate_series(0, {members} - 1) n;
+INSERT INTO members (id, email)
+  SELECT 'm' || n, 'member' || n || '@example.com' FROM generate_series(0, {members} - 1) n;
 INSERT INTO posts (id, title, slug) VALUES ('p0', 'Bench', 'bench');
 INSERT INTO emails (id, post_id, newsletter_id, subject, status) VALUES ('e0', 'p0', 'nl1', 'Bench', 'submitted');
 INSERT INTO email_batches (id, email_id) SELECT 'b' || k, 'e0' FROM generate_series(0, ({recipients} - 1) / 1000) k;
@@ -76,7 +77,7 @@ class Cpu:
 
     def mark(self) -> list[float]:
         now = self.now()
-        spent = [b - a for a, b in zip(self.last, now)]
+        spent = [b - a for a, b in zip(self.last, now, strict=True)]
         self.last = now
         return spent
 
@@ -151,9 +152,11 @@ async def main(events: int, aggregate_members: int) -> None:
         per_minute = events / total * 60
         raw_per_minute = events / raw * 60
         print(f"analytics fetch: M={events:,} events, N={recipients:,} recipients")
-        print(f"  fetch+apply      {fetched - began:8.2f} s  ({sum(p.pages for p in phases):,} pages)   {Cpu.text(fetch_cpu)}")
+        pages = sum(p.pages for p in phases)
+        print(f"  fetch+apply      {fetched - began:8.2f} s  ({pages:,} pages)   {Cpu.text(fetch_cpu)}")
         print("    by phase: " + ", ".join(f"{p.phase} {p.seconds:.2f} s ({p.events:,} events)" for p in phases))
-        print(f"  aggregate        {aggregate.seconds:8.2f} s  ({aggregate.emails} emails, {aggregate.members:,} members)"
+        print(f"  aggregate        {aggregate.seconds:8.2f} s  "
+              f"({aggregate.emails} emails, {aggregate.members:,} members)"
               f"   {Cpu.text(aggregate_cpu)}")
         print(f"  total            {total:8.2f} s  -> {per_minute:,.0f} events/min applied "
               f"(target 250,000; the specified minimum is 2,500)")

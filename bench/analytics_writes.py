@@ -30,16 +30,16 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import asyncpg  # noqa: E402
+import asyncpg
 
-from activities.delivery_events.aggregates import aggregate  # noqa: E402
-from activities.delivery_events.apply import apply_batch  # noqa: E402
-from activities.delivery_events.batch import EventBatch  # noqa: E402
-from bench.analytics import RAW, RESET, SEED  # noqa: E402
-from bench.processes import cpu_seconds_by_family  # noqa: E402
-from devstack.servers import Postgres, free_port  # noqa: E402
-from pressroom import database  # noqa: E402
-from pressroom.delivery_events import DeliveryEvent  # noqa: E402
+from activities.delivery_events.aggregates import aggregate
+from activities.delivery_events.apply import apply_batch
+from bench.analytics import RAW, RESET, SEED
+from bench.processes import cpu_seconds_by_family
+from devstack.servers import Postgres, free_port
+from pressroom import database
+from pressroom.delivery_events import DeliveryEvent
+from pressroom.store.events import EventBatch
 
 PAGE_EVENTS = 3000  # events per transaction, as activities.analytics.window.APPLY_EVENTS
 FRESH = RESET + """

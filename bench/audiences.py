@@ -25,16 +25,16 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from temporalio.testing import ActivityEnvironment  # noqa: E402
+from temporalio.testing import ActivityEnvironment
 
-from activities.newsletter.audience import AUDIENCE_BY_SEGMENT, RECIPIENTS, audience  # noqa: E402
-from activities.newsletter.batches import BatchCreationActivities  # noqa: E402
-from activities.newsletter.models import CreateBatchesInput  # noqa: E402
-from devstack.servers import Postgres, free_port  # noqa: E402
-from pressroom import database  # noqa: E402
-from pressroom.dependencies import Dependencies  # noqa: E402
-from pressroom.inputs import PLAIN_ADDRESS, PLAIN_DOMAIN_LENGTH, SPECIAL_USE_DOMAINS  # noqa: E402
-from pressroom.settings import load_settings  # noqa: E402
+from activities.newsletter.audience import AUDIENCE_BY_SEGMENT, RECIPIENTS, audience
+from activities.newsletter.batches import BatchCreationActivities
+from activities.newsletter.models import CreateBatchesInput
+from devstack.servers import Postgres, free_port
+from pressroom import database
+from pressroom.dependencies import Dependencies
+from pressroom.inputs import PLAIN_ADDRESS, PLAIN_DOMAIN_LENGTH, SPECIAL_USE_DOMAINS
+from pressroom.settings import load_settings
 
 FILTER = "(label:vip,label:press)+tier:-silver"  # three terms: two labels, a tier
 PLAIN = "status:-free"
@@ -55,7 +55,8 @@ MEMBERS = [
                          SELECT 'm' || lpad(n::text, 8, '0'), 'n1' FROM generate_series($1::int, $2::int) n"""),
     ("labels", """INSERT INTO members_labels (member_id, label_id)
                   SELECT 'm' || lpad(n::text, 8, '0'), l FROM generate_series($1::int, $2::int) n,
-                         LATERAL (VALUES (CASE WHEN n % 20 = 3 THEN 'l-vip' END), (CASE WHEN n % 100 = 7 THEN 'l-press' END),
+                         LATERAL (VALUES (CASE WHEN n % 20 = 3 THEN 'l-vip' END),
+                                         (CASE WHEN n % 100 = 7 THEN 'l-press' END),
                                          (CASE WHEN n % 10 = 5 THEN 'l-beta' END)) v (l)
                   WHERE l IS NOT NULL"""),
     ("tiers", """INSERT INTO members_products (member_id, product_id, expiry_at)

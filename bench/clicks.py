@@ -34,13 +34,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-import aiohttp  # noqa: E402
-import psutil  # noqa: E402
+import aiohttp
+import psutil
 
-from bench.unsubscribe import bounded, report, wait_for_port  # noqa: E402
-from devstack.link_followers import BROWSER  # noqa: E402
-from devstack.servers import Postgres, free_port  # noqa: E402
-from pressroom import database  # noqa: E402
+from bench.unsubscribe import bounded, report, wait_for_port
+from devstack.link_followers import BROWSER
+from devstack.servers import Postgres, free_port
+from pressroom import database
 
 SEED = """
 INSERT INTO posts (id, title, slug) VALUES ('p1', 'Issue', 'issue');

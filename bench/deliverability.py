@@ -27,20 +27,21 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from aiohttp import web  # noqa: E402
+from aiohttp import web
 
-from bench.servers import bench_servers  # noqa: E402
-from devstack.mailgun_simulator import running_simulator  # noqa: E402
-from devstack.servers import free_port  # noqa: E402
-from frontdoor.receiver import Receiver  # noqa: E402
-from operations.webhooks import PATH, ensure_inbox_applier, webhooks_setup  # noqa: E402
-from pressroom import database  # noqa: E402
-from pressroom.settings import load_settings  # noqa: E402
-from tests.newsletter.conftest import seed_email  # noqa: E402
-from tests.newsletter.test_mailgun_outage import Gate  # noqa: E402
-from worker import running_worker  # noqa: E402
-from workflows.newsletter import SendNewsletterWorkflow  # noqa: E402
-from workflows.newsletter_models import SendNewsletterInput, newsletter_workflow_id  # noqa: E402
+from bench.servers import bench_servers
+from devstack.mailgun_simulator import running_simulator
+from devstack.servers import free_port
+from frontdoor.receiver import Receiver
+from operations.webhooks import ensure_inbox_applier, webhooks_setup
+from pressroom import database
+from pressroom.providers.mailgun import MailgunPush
+from pressroom.settings import load_settings
+from tests.newsletter.conftest import seed_email
+from tests.newsletter.test_mailgun_outage import Gate
+from worker import running_worker
+from workflows.newsletter import SendNewsletterWorkflow
+from workflows.newsletter_models import SendNewsletterInput, newsletter_workflow_id
 
 
 def settings_for(servers, simulator, **overrides):
@@ -62,7 +63,7 @@ async def measure_pause(servers, members: int) -> None:
         port = free_port()
         await web.TCPSite(runner, "127.0.0.1", port).start()
         try:
-            await webhooks_setup(f"http://127.0.0.1:{port}{PATH}", settings)
+            await webhooks_setup(f"http://127.0.0.1:{port}{MailgunPush.path}", settings)
             seeded = await seed_email(pool, members=members)
             simulator.set_rates(failed_permanent=0.05)
             simulator.set_faults(latency_ms=200)
@@ -97,8 +98,8 @@ async def measure_pause(servers, members: int) -> None:
 async def measure_return(servers, outage: float) -> None:
     async with running_simulator() as simulator:
         gate = Gate(simulator.base_url)
-        settings = settings_for(servers, simulator, batch_size=10, send_concurrency=2, mailgun_retries=1,
-                                mailgun_retry_seconds=1).model_copy(update={"mailgun_base_url": gate.url})
+        settings = settings_for(servers, simulator, batch_size=10, send_concurrency=2, provider_retries=1,
+                                provider_retry_seconds=1).model_copy(update={"mailgun_base_url": gate.url})
         pool = await database.connect(settings.database_url, max_size=5)
         try:
             seeded = await seed_email(pool, members=40)

@@ -14,7 +14,7 @@ from what the simulator accepted. Every row should read 0 missing, 0 duplicates,
 against 45 s late events) instead of Mailgun's 30 minutes, so that the matrix runs in minutes.
 
     .venv/bin/python bench/faults.py --members 3000
-    .venv/bin/python bench/faults.py --members 500 --provider ses   (bench/faults_ses.py)
+    .venv/bin/python bench/faults_ses.py --members 500   (the same matrix through SES)
 """
 
 from __future__ import annotations
@@ -33,14 +33,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-import httpx  # noqa: E402
+import httpx
 
-from bench.servers import SIMULATOR_DOMAIN, SIMULATOR_KEY, BenchServers, bench_servers  # noqa: E402
-from operations.members import add_member  # noqa: E402
-from operations.newsletter import follow_newsletter, start_newsletter  # noqa: E402
-from operations.outbox import requeue_outbox_entry  # noqa: E402
-from pressroom import database  # noqa: E402
-from pressroom.settings import Settings, load_settings  # noqa: E402
+from bench.servers import SIMULATOR_DOMAIN, SIMULATOR_KEY, BenchServers, bench_servers
+from operations.members import add_member
+from operations.newsletter import follow_newsletter, start_newsletter
+from operations.outbox import requeue_outbox_entry
+from pressroom import database
+from pressroom.settings import Settings, load_settings
 
 LATE_SECONDS = 45
 CONFIRM_WINDOW_SECONDS = 60  # longer than the simulator's lag, as Mailgun's 30 minutes is longer than its own
@@ -106,7 +106,7 @@ class Matrix:
                "MAILGUN_API_KEY": SIMULATOR_KEY, "MAILGUN_DOMAIN": SIMULATOR_DOMAIN,
                "PRESSROOM_MEMBERS_LINK_SECRET": "bench-link-secret",
                "PRESSROOM_BATCH_SIZE": "100", "PRESSROOM_SEND_CONCURRENCY": "4",
-               "PRESSROOM_MAILGUN_RETRY_SECONDS": "1",
+               "PRESSROOM_PROVIDER_RETRY_SECONDS": "1",
                "PRESSROOM_SEND_CONFIRM_WINDOW_SECONDS": str(CONFIRM_WINDOW_SECONDS),
                "PRESSROOM_SEND_CONFIRM_POLL_SECONDS": "5",
                "PRESSROOM_OUTBOX_BACKOFF_SECONDS": "1", "PRESSROOM_OUTBOX_POLL_INTERVAL_SECONDS": "0.2", **extra}
@@ -176,7 +176,7 @@ class Matrix:
         settings = self.settings(queue)
         self.faults(adversary, **self.LOST_ANSWERS)
         started = time.perf_counter()
-        worker = self.worker(queue, PRESSROOM_MAILGUN_RETRIES="0")
+        worker = self.worker(queue, PRESSROOM_PROVIDER_RETRIES="0")
         try:
             first = await start_newsletter(email_id, client=self.servers.env.client, settings=settings)
             outcome = await follow_newsletter(first.workflow_id, client=self.servers.env.client)
@@ -266,13 +266,4 @@ async def main(args: argparse.Namespace) -> None:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--members", type=int, default=3000)
-    parser.add_argument("--provider", choices=("mailgun", "ses"), default="mailgun")
-    parser.add_argument("--case", action="append", help="SES only: run only this case (repeatable; "
-                        "e.g. 'destinations throttled', 'send again')")
-    arguments = parser.parse_args()
-    if arguments.provider == "ses":
-        from bench.faults_ses import run
-
-        asyncio.run(run(arguments.members, arguments.case))
-    else:
-        asyncio.run(main(arguments))
+    asyncio.run(main(parser.parse_args()))

@@ -16,6 +16,7 @@ Counted from what the stand-in accepted: eligible / received / missing / duplica
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import os
 import subprocess
@@ -66,7 +67,7 @@ class SesMatrix(Matrix):
                "TEMPORAL_ADDRESS": self.servers.env.client.service_client.config.target_host,
                "PRESSROOM_TASK_QUEUE": queue, "PRESSROOM_EMAIL_PROVIDER": "ses", "PRESSROOM_SEND_CONCURRENCY": "4",
                "PRESSROOM_MEMBERS_LINK_SECRET": "bench-link-secret",
-               "PRESSROOM_MAILGUN_RETRY_SECONDS": "1",
+               "PRESSROOM_PROVIDER_RETRY_SECONDS": "1",
                "PRESSROOM_SEND_CONFIRM_WINDOW_SECONDS": str(CONFIRM_WINDOW_SECONDS),
                "PRESSROOM_SEND_CONFIRM_POLL_SECONDS": "5", **extra}
         return subprocess.Popen([sys.executable, "-m", "worker"], cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
@@ -130,3 +131,12 @@ async def run(members: int, cases: list[str] | None = None) -> None:
             await pool.close()
         bad = [r for r in rows if r.missing or r.duplicates or r.status != "submitted"]
         print(f"{len(rows) - len(bad)} of {len(rows)} rows exactly once" + (f"; NOT: {bad}" if bad else ""))
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--members", type=int, default=500)
+    parser.add_argument("--case", action="append", help="run only this case (repeatable; "
+                        "e.g. 'destinations throttled', 'send again')")
+    arguments = parser.parse_args()
+    asyncio.run(run(arguments.members, arguments.case))

@@ -21,6 +21,8 @@ import importlib.util
 import os
 import time
 
+from pressroom import logs
+
 LENGTHS = (2_000, 8_000, 64_000, 1_000_000)
 SHAPES = {
     "letters": lambda n: "a" * n,
@@ -32,8 +34,6 @@ SHAPES = {
 
 def load(path: str | None):
     if path is None:
-        from pressroom import logs
-
         return logs
     spec = importlib.util.spec_from_file_location("logs_under_test", path)
     module = importlib.util.module_from_spec(spec)

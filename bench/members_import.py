@@ -27,10 +27,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from devstack.servers import Postgres, free_port  # noqa: E402
-from operations.member_import import import_members  # noqa: E402
-from pressroom import database  # noqa: E402
-from pressroom.settings import load_settings  # noqa: E402
+from devstack.servers import Postgres, free_port
+from operations.member_import import import_members
+from pressroom import database
+from pressroom.settings import load_settings
 
 HEADER = ["id", "email", "name", "note", "subscribed_to_emails", "complimentary_plan", "stripe_customer_id",
           "created_at", "deleted_at", "labels", "tiers"]

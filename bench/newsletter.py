@@ -28,14 +28,15 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import httpx  # noqa: E402
+import httpx
 
-from bench.processes import cpu_seconds_by_family  # noqa: E402
-from bench.servers import SIMULATOR_DOMAIN, SIMULATOR_KEY, bench_servers  # noqa: E402
-from operations.newsletter import follow_newsletter, start_newsletter  # noqa: E402
-from pressroom import database  # noqa: E402
-from pressroom.settings import load_settings  # noqa: E402
-from worker import running_worker, tune_garbage_collection  # noqa: E402
+from bench.processes import cpu_seconds_by_family
+from bench.servers import SIMULATOR_DOMAIN, SIMULATOR_KEY, bench_servers
+from devstack import servers as devstack_servers
+from operations.newsletter import follow_newsletter, start_newsletter
+from pressroom import database
+from pressroom.settings import load_settings
+from worker import running_worker, tune_garbage_collection
 
 KEY, DOMAIN = SIMULATOR_KEY, SIMULATOR_DOMAIN
 
@@ -202,7 +203,6 @@ async def creation_times(client, workflow_id: str, run_id: str) -> tuple[float, 
 
 def preload_statement_statistics() -> None:
     """Start the bench's PostgreSQL with pg_stat_statements loaded (--statements)."""
-    from devstack import servers as devstack_servers
 
     spawn = devstack_servers._spawn
 
@@ -285,7 +285,7 @@ async def main(args: argparse.Namespace) -> None:
           "between them")
     print(f"    CPU: PostgreSQL {pipeline_cpu['postgres']:.2f} s, Temporal server {pipeline_cpu['temporal']:.2f} s, "
           f"worker and simulator {pipeline_cpu['python']:.2f} s (the worker's process {worker_cpu:.2f} s)")
-    for when, (seconds, written, first_post, cpu) in zip(("before", "after"), baseline):
+    for when, (seconds, written, first_post, cpu) in zip(("before", "after"), baseline, strict=True):
         print(f"  raw send ({when}): COPY into email_recipients + posts, overlapped  {seconds:7.2f} s  "
               f"{n / seconds:>10,.0f} recipients/s")
         print(f"    rows all written after {written:.2f} s; first post after {first_post:.2f} s; "

@@ -23,16 +23,16 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from temporalio import activity, workflow  # noqa: E402
-from temporalio.worker import Worker  # noqa: E402
+from temporalio import activity, workflow
+from temporalio.worker import Worker
 
 from activities.outbox import NOTIFY_CHANNEL, enqueue, payload_digest
-from bench.processes import cpu_seconds_by_family  # noqa: E402
-from bench.servers import bench_servers  # noqa: E402
-from operations.outbox import ensure_relay  # noqa: E402
-from pressroom import database  # noqa: E402
-from pressroom.settings import load_settings  # noqa: E402
-from worker import running_worker, tune_garbage_collection  # noqa: E402
+from bench.processes import cpu_seconds_by_family
+from bench.servers import bench_servers
+from operations.outbox import ensure_relay
+from pressroom import database
+from pressroom.settings import load_settings
+from worker import running_worker, tune_garbage_collection
 
 LATENCY = """SELECT extract(epoch FROM l.created_at - o.created_at) * 1000 AS ms
              FROM outbox o JOIN idempotency_ledger l USING (idempotency_key) WHERE o.idempotency_key LIKE $1"""

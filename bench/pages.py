@@ -25,12 +25,12 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.reads import seed  # noqa: E402
-from devstack.servers import Postgres, free_port  # noqa: E402
-from frontdoor.server import FrontDoor  # noqa: E402
-from operations.staff import add_staff  # noqa: E402
-from pressroom import database  # noqa: E402
-from pressroom.settings import load_settings  # noqa: E402
+from bench.reads import seed
+from devstack.servers import Postgres, free_port
+from frontdoor.server import FrontDoor
+from operations.staff import add_staff
+from pressroom import database
+from pressroom.settings import load_settings
 
 PASSWORD = "a bench password"
 

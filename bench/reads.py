@@ -26,14 +26,15 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from activities.delivery_events.aggregates import _AGGREGATE_EMAILS  # noqa: E402
-from activities.newsletter.left_out import record_left_out  # noqa: E402
-from devstack.servers import Postgres, free_port  # noqa: E402
-from operations.finding import list_page  # noqa: E402
-from operations.reports import left_out_members, newsletter_report  # noqa: E402
-from pressroom import database  # noqa: E402
-from pressroom.settings import load_settings  # noqa: E402
-from tests.operations.report_before_0029 import report_before_0029  # noqa: E402
+from activities.delivery_events.aggregates import _AGGREGATE_EMAILS
+from activities.newsletter.left_out import record_left_out
+from devstack.servers import Postgres, free_port
+from operations import reports
+from operations.finding import list_page
+from operations.reports import left_out_members, newsletter_report
+from pressroom import database
+from pressroom.settings import load_settings
+from tests.operations.report_before_0029 import report_before_0029
 
 # Who is left out: 2% not subscribed, 1% email disabled, about 1% suppressed (a tenth of them after
 # a complaint). Of the recipients: 97% delivered, 40% opened over a day, 1% failed permanently and
@@ -67,7 +68,8 @@ SEED = [
                                                         opened_at, failed_at, member_uuid, member_email, member_name)
                           SELECT 'e1', id, 'b' || (k / 1000), now() - interval '1 day',
                                  CASE WHEN k % 100 < 97 THEN now() - interval '1 day' END,
-                                 CASE WHEN k % 100 < 40 THEN now() - interval '1 day' + (k % 86400) * interval '1 s' END,
+                                 CASE WHEN k % 100 < 40
+                                      THEN now() - interval '1 day' + (k % 86400) * interval '1 s' END,
                                  CASE WHEN k % 100 >= 98 THEN now() - interval '23 hours' END, uuid, email, name
                           FROM audience"""),
     ("failures", """INSERT INTO email_recipient_failures (email_id, member_id, email_recipient_id, code, enhanced_code,
@@ -147,7 +149,6 @@ async def alternated(works: dict, repeat: int) -> dict[str, tuple[float, float]]
 
 async def report_statements(url: str) -> None:
     """Where the report's time goes: each of its statements once, the chart's at an hour's width."""
-    from operations import reports
 
     conn = await database.connect_once(url)
     try:

@@ -21,7 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from pressroom.email_rendering import FREE, NOT_FREE, EmailContent, _parse, member_values, render  # noqa: E402
+from pressroom.email_rendering import FREE, NOT_FREE, EmailContent, _parse, member_values, render
 
 PARAGRAPH = ('<p>Hello %%{first_name "there"}%%, some <b>text</b> with '
              '<a href="https://site.test/r?u=%%{uuid}%%">a link</a> and '

@@ -38,18 +38,25 @@ import tempfile
 import time
 from collections import Counter
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 
-from activities.posts.schedule import start_or_move_publication  # noqa: E402
-from bench.processes import cpu_seconds_by_family, peak_rss_mb, rss_mb  # noqa: E402
-from bench.servers import bench_servers  # noqa: E402
-from pressroom import database  # noqa: E402
-from pressroom.settings import Settings, load_settings  # noqa: E402
-from worker import running_worker, tune_garbage_collection  # noqa: E402
+import httpx
+from temporalio.api.enums.v1 import EventType
+
+from activities.posts.models import publish_workflow_id
+from activities.posts.schedule import start_or_move_publication
+from bench.newsletter import DOMAIN, KEY, SEED
+from bench.processes import cpu_seconds_by_family, peak_rss_mb, rss_mb
+from bench.servers import bench_servers
+from operations.newsletter import follow_newsletter, start_newsletter
+from pressroom import database
+from pressroom.settings import Settings, load_settings
+from pressroom.temporal import PUBLISH_AT
+from worker import running_worker, tune_garbage_collection
 
 
 def percentile(values: list[float], share: float) -> float:
@@ -117,9 +124,7 @@ def print_phases(phases: dict[str, list[float]], lead: float) -> None:
 async def phase_times(client, n: int, at: datetime, prefix: str = "p") -> dict[str, list[float]]:
     """Per run: when its timer fired, when the publish activity was scheduled and (last) started, and
     how many attempts it took; read from the histories, so it costs nothing during the measurement."""
-    from temporalio.api.enums.v1 import EventType
 
-    from activities.posts.models import publish_workflow_id
 
     phases: dict[str, list[float]] = {"timer fired": [], "its workflow task started": [],
                                       "its workflow task completed": [], "activity scheduled": [],
@@ -166,7 +171,6 @@ def spawn_worker(servers, task_queue: str, log: Path) -> subprocess.Popen:
 
 
 async def waiting(args: argparse.Namespace) -> None:
-    from pressroom.temporal import PUBLISH_AT
 
     n = args.waiting
     async with bench_servers() as servers:
@@ -276,7 +280,6 @@ class DueDuringSend:
 
 async def due_during_send(pool, client, settings, args, prefix: str, n: int, email_id: str) -> DueDuringSend:
     """N posts due at one instant while email `email_id` sends, started `--send-before` s before it."""
-    from operations.newsletter import follow_newsletter, start_newsletter
 
     at = datetime.now(UTC) + timedelta(seconds=args.ahead)
     scheduled = await schedule_posts(pool, client, settings, prefix, n, at)
@@ -323,9 +326,7 @@ INSERT INTO emails (id, post_id, newsletter_id, subject, html, plaintext) VALUES
 
 
 async def during_send(args: argparse.Namespace) -> None:
-    import httpx
 
-    from bench.newsletter import DOMAIN, KEY, SEED
 
     async with bench_servers(simulator=True) as servers:
         env = servers.env

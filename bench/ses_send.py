@@ -22,15 +22,15 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.newsletter import SEED  # noqa: E402
-from bench.servers import bench_servers  # noqa: E402
-from devstack.ses_simulator import running_ses_simulator  # noqa: E402
-from operations.newsletter import follow_newsletter, start_newsletter  # noqa: E402
-from pressroom import database  # noqa: E402
-from pressroom.providers.ses import SesClient  # noqa: E402
-from pressroom.providers.ses.settings import ses_settings  # noqa: E402
-from pressroom.settings import load_settings  # noqa: E402
-from worker import running_worker, tune_garbage_collection  # noqa: E402
+from bench.newsletter import SEED
+from bench.servers import bench_servers
+from devstack.ses_simulator import running_ses_simulator
+from operations.newsletter import follow_newsletter, start_newsletter
+from pressroom import database
+from pressroom.providers.ses import SesClient
+from pressroom.providers.ses.settings import ses_settings
+from pressroom.settings import load_settings
+from worker import running_worker, tune_garbage_collection
 
 PER_CALL = 50
 

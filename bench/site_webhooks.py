@@ -23,16 +23,16 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from aiohttp import web  # noqa: E402
+from aiohttp import web
 
-from activities.outbox import site_events  # noqa: E402
-from bench.servers import SIMULATOR_DOMAIN, SIMULATOR_KEY, bench_servers  # noqa: E402
-from operations.members import add_member  # noqa: E402
-from operations.outbox import ensure_relay  # noqa: E402
-from operations.site_webhooks import create_webhook  # noqa: E402
-from pressroom import database  # noqa: E402
-from pressroom.settings import load_settings  # noqa: E402
-from worker import running_worker, tune_garbage_collection  # noqa: E402
+from activities.outbox import site_events
+from bench.servers import SIMULATOR_DOMAIN, SIMULATOR_KEY, bench_servers
+from operations.members import add_member
+from operations.outbox import ensure_relay
+from operations.site_webhooks import create_webhook
+from pressroom import database
+from pressroom.settings import load_settings
+from worker import running_worker, tune_garbage_collection
 
 WELCOME = ("INSERT INTO automated_emails (name, slug, subject, html) VALUES "
            "('Welcome', 'member-welcome-email-free', 'Welcome!', '<p>Welcome %recipient.name%</p>')")

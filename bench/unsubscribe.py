@@ -30,11 +30,13 @@ from urllib.parse import urlencode
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-import aiohttp  # noqa: E402
-import psutil  # noqa: E402
+import socket
 
-from devstack.servers import Postgres, free_port  # noqa: E402
-from pressroom import database  # noqa: E402
+import aiohttp
+import psutil
+
+from devstack.servers import Postgres, free_port
+from pressroom import database
 
 SECRET = "bench-members-link-secret"
 SEED = """
@@ -73,7 +75,6 @@ async def bounded(items, work, concurrency: int) -> tuple[list[float], float]:
 
 
 def wait_for_port(port: int, process: subprocess.Popen, log: Path) -> None:
-    import socket
 
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
@@ -105,12 +106,14 @@ async def main(members: int, concurrency: int, idle: int) -> None:
         env = {**os.environ, "DATABASE_URL": postgres.url, "PRESSROOM_MEMBERS_LINK_SECRET": SECRET,
                "MAILGUN_WEBHOOK_SIGNING_KEY": "bench-signing-key", "PRESSROOM_LOG_FORMAT": "text",
                "PRESSROOM_SERVE_MAX_CONNECTIONS": str(idle + 100), "PRESSROOM_SERVE_HEADER_TIMEOUT_SECONDS": "120"}
-        server = subprocess.Popen([sys.executable, "-m", "starter", "serve", "--port", str(port)], cwd=ROOT, env=env,
-                                  stdout=open(log, "ab"), stderr=subprocess.STDOUT)
+        with open(log, "ab") as out:  # the server writes to its own copy of the file
+            server = subprocess.Popen([sys.executable, "-m", "starter", "serve", "--port", str(port)], cwd=ROOT,
+                                      env=env, stdout=out, stderr=subprocess.STDOUT)
         wait_for_port(port, server, log)
         base = f"http://127.0.0.1:{port}/unsubscribe/"
         links = [f"{base}?" + urlencode({"uuid": r["uuid"], "newsletter": newsletter,
-                                         "key": hmac.new(SECRET.encode(), r["uuid"].encode(), hashlib.sha256).hexdigest()})
+                                         "key": hmac.new(SECRET.encode(), r["uuid"].encode(),
+                                                         hashlib.sha256).hexdigest()})
                  for r in rows]
         print(f"{members:,} members, {concurrency} requests in flight, PostgreSQL durable; pressroom serve pid "
               f"{server.pid}", flush=True)

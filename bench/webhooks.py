@@ -31,7 +31,6 @@ import os
 import secrets
 import shutil
 import signal
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -40,14 +39,17 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import asyncpg  # noqa: E402
-import httpx  # noqa: E402
-from temporalio.testing import WorkflowEnvironment  # noqa: E402
+from collections import Counter
 
-from bench.processes import cpu_seconds_by_family  # noqa: E402
-from devstack.servers import Postgres, find_binary, free_port, start_simulator, stop_process, wait_for_port  # noqa: E402
-from pressroom import database  # noqa: E402
-from pressroom.temporal import SEARCH_ATTRIBUTES, data_converter  # noqa: E402
+import asyncpg
+import httpx
+from temporalio.testing import WorkflowEnvironment
+
+from bench.processes import cpu_seconds_by_family
+from devstack.servers import Postgres, find_binary, free_port, start_simulator, stop_process, wait_for_port
+from frontdoor.group_commit import COMMITS_IN_FLIGHT, GROUP_LIMIT
+from pressroom import database
+from pressroom.temporal import SEARCH_ATTRIBUTES, data_converter
 
 ROOT = Path(__file__).resolve().parent.parent
 KEY, DOMAIN, SIGNING_KEY = "key-bench-00000000", "mg.bench.example", "bench-webhook-signing-key"
@@ -72,16 +74,17 @@ class Bench:
         return f"http://127.0.0.1:{self.sim_port}"
 
     def cli_env(self) -> dict[str, str]:
-        return {**os.environ, "DATABASE_URL": self.postgres.url, "TEMPORAL_ADDRESS": self.env.client.service_client.config.target_host,
+        return {**os.environ, "DATABASE_URL": self.postgres.url,
+                "TEMPORAL_ADDRESS": self.env.client.service_client.config.target_host,
                 "MAILGUN_BASE_URL": self.sim_url, "MAILGUN_API_KEY": KEY, "MAILGUN_DOMAIN": DOMAIN,
                 "MAILGUN_WEBHOOK_SIGNING_KEY": SIGNING_KEY,
                 "PRESSROOM_MEMBERS_LINK_SECRET": "bench-link-secret", "PRESSROOM_TASK_QUEUE": "bench-webhooks",
                 "PRESSROOM_ANALYTICS_INTERVAL_SECONDS": "86400", "PRESSROOM_LOG_FORMAT": "text"}
 
     def spawn(self, *args: str, log: str) -> subprocess.Popen:
-        out = open(self.folder / log, "ab")
-        return subprocess.Popen([sys.executable, "-m", "starter", *args], cwd=ROOT, env=self.cli_env(),
-                                stdout=out, stderr=subprocess.STDOUT)
+        with open(self.folder / log, "ab") as out:  # the process writes to its own copy of the file
+            return subprocess.Popen([sys.executable, "-m", "starter", *args], cwd=ROOT, env=self.cli_env(),
+                                    stdout=out, stderr=subprocess.STDOUT)
 
     def start_receiver(self) -> None:
         self.receiver = self.spawn("webhooks", "serve", "--port", str(self.receiver_port), log="receiver.log")
@@ -246,7 +249,8 @@ async def burst(bench: Bench, count: int, profile: Path | None = None) -> None:
     print("burst CPU seconds: " + ", ".join(f"{name} {value:,.1f}" for name, value in cpu.most_common(6)))
     print("  of which: " + ", ".join(f"{name} {sum(cpu_seconds_by_family(pid).values()) - process_before[name]:,.1f}"
                                      for name, pid in processes.items()))
-    user, kernel = (after - before for after, before in zip(user_kernel_seconds(bench.receiver.pid), receiver_before))
+    user, kernel = (after - before for after, before in zip(user_kernel_seconds(bench.receiver.pid), receiver_before,
+                                                            strict=True))
     print(f"  the receiver: {(user + kernel) / count * 1e6:,.0f} µs of CPU an event (user {user:,.1f} s, "
           f"kernel {kernel:,.1f} s)")
     if profiler is not None:
@@ -273,7 +277,6 @@ def start_profiler(bench: Bench, path: Path) -> subprocess.Popen:
 
 def print_profile(path: Path, top: int = 14) -> None:
     """The receiver's profile: the functions holding most samples, on the stack (inclusive) and on top."""
-    from collections import Counter
 
     inclusive, own, total = Counter(), Counter(), 0
     for line in path.read_text().splitlines():
@@ -306,7 +309,8 @@ _RAW_GROUP = """
 WITH item AS (SELECT * FROM unnest($1::text[], $2::text[]) AS t(token, event)),
 token AS (INSERT INTO bench_raw_tokens (provider, token, expires_at) SELECT 'raw', token, now() + interval '1 day'
           FROM item ON CONFLICT DO NOTHING RETURNING token)
-INSERT INTO bench_raw_inbox (provider, kind, event) SELECT 'raw', 'delivered', item.event FROM item JOIN token USING (token)"""
+INSERT INTO bench_raw_inbox (provider, kind, event)
+  SELECT 'raw', 'delivered', item.event FROM item JOIN token USING (token)"""
 
 
 async def sample_events(bench: Bench, email_id: str) -> list[str]:
@@ -323,7 +327,6 @@ async def raw_inserts(bench: Bench, count: int, accepted_per_second: float) -> N
     """The same rows (a token and the event's JSON text each) INSERTed by a plain program: one
     request at a time from PUSHERS connections (the goal's baseline); in the group commit's groups
     (the set-based ceiling); and the old figure, the inbox row alone, kept for the history."""
-    from frontdoor.group_commit import COMMITS_IN_FLIGHT, GROUP_LIMIT
 
     events = await sample_events(bench, "burst")
     rows = [(secrets.token_hex(25), events[n % len(events)]) for n in range(count)]
@@ -362,8 +365,10 @@ async def raw_inserts(bench: Bench, count: int, accepted_per_second: float) -> N
     print(f"raw INSERT of the same {count:,} rows (a token and the event each, {len(events)} real events' texts):")
     await timed(f"one request at a time, token + event in one statement and commit, {PUSHERS} connections",
                 PUSHERS, 1, one_each)
-    await timed(f"in groups of {GROUP_LIMIT} (unnest), {COMMITS_IN_FLIGHT} connections", COMMITS_IN_FLIGHT, GROUP_LIMIT, grouped)
-    await timed(f"the old figure: the inbox row alone, one statement each, {PUSHERS} connections", PUSHERS, 1, inbox_only)
+    await timed(f"in groups of {GROUP_LIMIT} (unnest), {COMMITS_IN_FLIGHT} connections", COMMITS_IN_FLIGHT, GROUP_LIMIT,
+                grouped)
+    await timed(f"the old figure: the inbox row alone, one statement each, {PUSHERS} connections", PUSHERS, 1,
+                inbox_only)
     await pool.execute("DROP TABLE bench_raw_inbox, bench_raw_tokens")
     await pool.close()
     names = list(figures)
@@ -432,7 +437,8 @@ async def crash(bench: Bench, count: int) -> None:
     print(f"crash: {count:,} events; recipients delivered {rows:,}, email delivered_count {counted:,}, "
           f"inbox left {inbox}, {time.time() - began:,.1f} s to converge")
     print(f"crash: pushes {delta.get('pushed', 0):,}, answered 200 {delta.get('answered_200', 0):,}, "
-          f"503 {delta.get('answered_503', 0):,}, no answer {delta.get('errors', 0):,}, retries {delta.get('retries', 0):,}, "
+          f"503 {delta.get('answered_503', 0):,}, no answer {delta.get('errors', 0):,}, "
+          f"retries {delta.get('retries', 0):,}, "
           f"gave up {delta.get('gave_up', 0):,}; tokens stored (all phases) {tokens:,}; refusals {refused}")
     print("crash: every event applied exactly once" if rows == count == counted and delta.get("gave_up", 0) == 0
           else "crash: NOT every event was applied")

@@ -6,9 +6,9 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable
+from collections.abc import Coroutine
 from datetime import UTC
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import typer
 from rich.console import Console
@@ -20,7 +20,7 @@ console = Console(soft_wrap=True)  # a line is never broken: ids stay whole for 
 T = TypeVar("T")
 
 
-def run_async(work: Awaitable[T]) -> T:
+def run_async(work: Coroutine[Any, Any, T]) -> T:
     return asyncio.run(work)
 
 
@@ -42,7 +42,7 @@ def warn(message: str) -> None:
 def print_json(data: object) -> None:
     """The --json answer: one JSON document on stdout; times as ISO 8601 strings with their offset."""
     import json
-    from datetime import datetime, timezone
+    from datetime import datetime
 
     if hasattr(data, "as_json"):  # an operation's answer (operations/answers.py)
         data = data.as_json()
@@ -59,7 +59,7 @@ def print_json(data: object) -> None:
 
 def when(moment) -> str:
     """A time as people read it, the same in every command: `2026-11-25 15:34:10 UTC`; `-` for none."""
-    from datetime import datetime, timezone
+    from datetime import datetime
 
     if moment is None:
         return "-"
@@ -101,7 +101,7 @@ def print_rows(rows: list[list[str]]) -> None:
     right = [all(figure.fullmatch(row[i]) for row in rows[1:] if row[i]) for i in range(len(widths))]
     for number, row in enumerate(rows):
         line = "  ".join(cell.rjust(width) if right[i] else cell.ljust(width)
-                         for i, (cell, width) in enumerate(zip(row, widths))).rstrip()
+                         for i, (cell, width) in enumerate(zip(row, widths, strict=True))).rstrip()
         console.print(line, highlight=False, markup=False, soft_wrap=True, style="bold" if number == 0 else None)
 
 
@@ -143,5 +143,6 @@ def readable_help_types() -> None:
         label = param.display_type(ctx)
         return _TYPE_WORDS.get(label.strip("<>"), label.strip("<>").upper())
 
-    TyperOption.display_type_rich = display
-    TyperArgument.display_type_rich = display
+    # typer has no hook for the words it shows for a type: its method is replaced, once, at start-up.
+    TyperOption.display_type_rich = display  # type: ignore[method-assign]  # no hook (above)
+    TyperArgument.display_type_rich = display  # type: ignore[method-assign]  # no hook (above)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC
+from typing import Any
 
 import typer
 from rich.console import Console
@@ -122,7 +123,7 @@ def print_analytics_status(status: dict, console: Console = console) -> None:
     for backfill in status["backfills"]:
         console.print(f"backfill {backfill['name']}: {backfill['status']}", highlight=False)
     for run in status["runs"][:5]:
-        counts = {}
+        counts: dict[str, Any] = {}
         for phase in run["phases"]:
             for kind, n in phase["by_type"].items():
                 counts[kind] = counts.get(kind, 0) + n
@@ -135,7 +136,7 @@ def print_analytics_status(status: dict, console: Console = console) -> None:
 
 def _when_any(moment) -> str:
     """A run's start as recorded (epoch seconds or ISO 8601), as people read times."""
-    from datetime import datetime, timezone
+    from datetime import datetime
 
     if isinstance(moment, (int, float)):
         return when(datetime.fromtimestamp(moment, UTC))

@@ -74,9 +74,10 @@ def dev_env() -> None:
 
 
 @app.command("down")
-def dev_down() -> None:
-    """Stop the development stack (its data stays for the next `dev up`)."""
+def dev_down(purge: bool = typer.Option(False, "--purge", help="Remove the stack's data too: ./.pressroom "
+                                         "and, run as root, its PostgreSQL data under /var/lib/pressroom-pg.")) -> None:
+    """Stop the development stack (its data stays for the next `dev up`, unless --purge)."""
     from devstack import stack
 
-    stopped = stack.down()
+    stopped = stack.down(purge=purge)
     console.print("stopped " + ", ".join(stopped) if stopped else "nothing was running")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import typer
 
 from commands import console, run_async
@@ -16,8 +18,8 @@ PORT_OPTION = typer.Option(8090, "--port", min=1, max=65535, help="Port to liste
 
 @app.command("serve")
 def serve_command(host: str = HOST_OPTION, port: int = PORT_OPTION) -> None:
-    """Serve /unsubscribe/, /webhooks/mailgun, /healthz and the editors' dashboard (/pressroom/) until SIGINT or
-    SIGTERM."""
+    """Serve /unsubscribe/, the provider's pushes (/webhooks/mailgun or /webhooks/ses), /healthz and the
+    editors' dashboard (/pressroom/) until SIGINT or SIGTERM."""
     serve_front_door(host, port)
 
 
@@ -27,24 +29,22 @@ def serve_front_door(host: str, port: int) -> None:
 
     import worker as worker_module
     from frontdoor.server import HEALTH_PATH, UNSUBSCRIBE_PATH, serve
-    from operations.webhooks import PATH
+    from pressroom.providers.wiring import push_from_settings
 
     settings = get_settings()
-    settings.require_webhook_signing_key()
+    push = push_from_settings(settings)  # the provider's own requirements (Mailgun's signing key, SES's topic)
     settings.require_members_link_secret()
     worker_module.configure_logging(settings)
 
     async def work() -> None:
         task = asyncio.create_task(serve(host, port, settings, ready=lambda: console.print(
-            f"front door on http://{host}:{port}: {UNSUBSCRIBE_PATH}, {PATH}, {HEALTH_PATH}, /pressroom/",
+            f"front door on http://{host}:{port}: {UNSUBSCRIBE_PATH}, {push.path}, {HEALTH_PATH}, /pressroom/",
             highlight=False)))
         loop = asyncio.get_running_loop()
         for number in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(number, task.cancel)
-        try:
+        with contextlib.suppress(asyncio.CancelledError):
             await task
-        except asyncio.CancelledError:
-            pass
 
     try:
         run_async(work())

@@ -27,8 +27,8 @@ def limits_show(as_json: bool = JSON_OPTION) -> None:
                 (row["daily_limit"], row["sent_today"], "today")]
         if row.get("account_sent_last_24_hours") is not None:  # the provider counts a rolling day for the account
             caps[1] = (row["account_daily_limit"], row["account_sent_last_24_hours"], "in 24 hours (the account's)")
-        caps = ", ".join(f"{used:,}/{cap:,} {label}" for cap, used, label in caps if cap) or "no send cap"
-        console.print(f"{row['domain']}: {learned}; {caps}", highlight=False, soft_wrap=True)
+        stated = ", ".join(f"{used:,}/{cap:,} {label}" for cap, used, label in caps if cap) or "no send cap"
+        console.print(f"{row['domain']}: {learned}; {stated}", highlight=False, soft_wrap=True)
 
 
 @app.command("reset")

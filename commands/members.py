@@ -289,7 +289,7 @@ def members_show(member: str = typer.Argument(..., metavar="ID|ADDRESS", help="T
                   + (f"; not to: {', '.join(other)}" if other else ""), highlight=False)
     for n in p.subscriptions:
         if n.left_at is not None:
-            console.print(f"left {n.slug} {when(n.left_at)} by {LEFT_BY[n.left_by]}"
+            console.print(f"left {n.slug} {when(n.left_at)} by {LEFT_BY.get(n.left_by or '', n.left_by)}"
                           + (f" (email {n.left_through_email})" if n.left_through_email else ""),
                           highlight=False)
     for entry in p.outbox:
@@ -310,7 +310,7 @@ def members_show(member: str = typer.Argument(..., metavar="ID|ADDRESS", help="T
     for e in p.emails:
         moment = e.complained_at or e.failed_at or e.opened_at or e.delivered_at or e.sent_at
         outcome = e.outcome + (f": {e.failure_code} {e.failure_message}" if e.failure else "")
-        rows.append([e.email_id, e.subject, when(e.created_at), outcome, when(moment)])
+        rows.append([e.email_id, e.subject or "", when(e.created_at), outcome, when(moment)])
     print_rows(rows)
 
 

@@ -37,9 +37,9 @@ def outbox_status_command(as_json: bool = JSON_OPTION) -> None:
             console.print(f"{line}: {group.count:,} ({group.code}) {group.reason}", highlight=False,
                           markup=False)
     for title, key in (("site events by type", "by_event"), ("site events by webhook", "by_webhook")):
-        if status[key]:
+        if getattr(status, key):
             console.print(title, highlight=False)
-        for name, counts in status[key].items():
+        for name, counts in getattr(status, key).items():
             console.print(f"  {name:<36} " + ", ".join(f"{state} {n:,}" for state, n in counts.items()),
                           highlight=False, markup=False)
 

@@ -1,4 +1,4 @@
-"""`pressroom webhooks …`: the receiver of Mailgun's signed webhooks, their registration, their status."""
+"""`pressroom webhooks …`: the receiver of the provider's signed pushes, their registration, their status."""
 
 from __future__ import annotations
 
@@ -6,11 +6,10 @@ import typer
 
 from commands import JSON_OPTION, console, print_json, run_async
 from commands.frontdoor import HOST_OPTION, PORT_OPTION, serve_front_door
-from operations.webhooks import PATH, webhooks_setup, webhooks_status
-from pressroom.errors import PressroomError
-from pressroom.settings import get_settings
+from operations.webhooks import webhooks_setup, webhooks_status
 
-app = typer.Typer(help="Mailgun's signed webhooks: statistics within seconds; polling stays as the net.",
+app = typer.Typer(help="The provider's signed pushes (Mailgun's webhooks, SES's SNS notifications): statistics "
+                       "within seconds; for Mailgun, polling stays as the net.",
                   no_args_is_help=True)
 
 
@@ -20,10 +19,12 @@ def webhooks_serve(host: str = HOST_OPTION, port: int = PORT_OPTION) -> None:
     serve_front_door(host, port)
 
 
+SETUP_URL_HELP = "The receiver's public URL, e.g. https://hooks.example.com/webhooks/mailgun (or /webhooks/ses)."
+
+
 @app.command("setup")
-def webhooks_setup_command(url: str = typer.Option(..., "--url", help=f"The receiver's public URL, e.g. "
-                                                                      f"https://hooks.example.com{PATH}")) -> None:
-    """Register the URL with Mailgun for every kind Pressroom applies (safe to run again)."""
+def webhooks_setup_command(url: str = typer.Option(..., "--url", help=SETUP_URL_HELP)) -> None:
+    """Register the URL with the provider for every kind Pressroom applies (safe to run again)."""
     for kind, change in run_async(webhooks_setup(url)).items():
         console.print(f"{kind:<15} {change}", highlight=False)
 

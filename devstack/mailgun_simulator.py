@@ -84,7 +84,6 @@ import asyncio
 import base64
 import binascii
 import bisect
-import contextlib
 import hashlib
 import heapq
 import hmac
@@ -103,7 +102,7 @@ import uuid
 from array import array
 from collections import Counter, defaultdict
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, suppress
 from dataclasses import asdict, dataclass, field, fields
 from datetime import UTC, datetime
 from email.utils import format_datetime, getaddresses, parsedate_to_datetime
@@ -485,11 +484,6 @@ class MailgunSimulator:
         (scheduled), `gave_up` (retries spent), `duplicates`; `pending` waiting or in flight."""
         return {**self.push_counts, "pending": len(self._pushes) + self._in_flight}
 
-    def register_webhook(self, kind: str, urls: Sequence[str], domain: str | None = None) -> None:
-        if kind not in WEBHOOK_IDS:
-            raise ValueError(f"unknown webhook {kind!r}")
-        self.webhooks.setdefault(domain or self.domain, {})[kind] = list(urls)
-
     def add_domain(self, domain: str) -> None:
         """Serve another sending domain of this account (the fallback domain of domain warming)."""
         if not domain or "/" in domain:
@@ -870,7 +864,7 @@ class MailgunSimulator:
                     now = time.monotonic()
                 self._push_wake.clear()
                 wait = min(1.0, self._pushes[0][0] - now) if self._pushes else 1.0
-                with contextlib.suppress(TimeoutError):
+                with suppress(TimeoutError):
                     await asyncio.wait_for(self._push_wake.wait(), max(0.001, wait))
 
     def _done_one(self) -> None:

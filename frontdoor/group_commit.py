@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 import asyncpg
 
-from activities.webhooks import NOTIFY_CHANNEL
+from pressroom.store.events import INBOX_CHANNEL
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -36,7 +36,7 @@ WITH item AS (
     SELECT $1, item.kind, item.event FROM item JOIN token USING (token) ORDER BY item.n RETURNING id
 )
 SELECT array(SELECT token FROM token) AS tokens, (SELECT count(*) FROM stored) AS stored,
-       pg_notify('{NOTIFY_CHANNEL}', '')"""
+       pg_notify('{INBOX_CHANNEL}', '')"""
 
 # What PostgreSQL answers for a value it cannot take, and a value asyncpg cannot encode: an event at
 # fault, not the database (anything else fails the whole group, and each request is answered 503).
@@ -96,7 +96,7 @@ class GroupCommit:
             if not isinstance(error, Exception):
                 raise
             return
-        for (_, future), was_stored in zip(group, stored):
+        for (_, future), was_stored in zip(group, stored, strict=True):
             if not future.done():
                 future.set_result(was_stored)
 

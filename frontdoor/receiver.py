@@ -1,19 +1,20 @@
 """The receiver of the provider's signed pushes (served by `pressroom serve`).
 
-The receiver is stateless, any number behind a load balancer. Each POST /webhooks/mailgun is
-checked where it enters: the body's size and how long it takes to arrive, its JSON, the signature
-(HMAC-SHA256 of timestamp + token with MAILGUN_WEBHOOK_SIGNING_KEY, compared in constant time),
-the timestamp's age. Then the event is parsed, and in one transaction its token is recorded (a
-token seen before is refused, whatever the event) with the event: a signed envelope is good for one
-event only, whatever that event turns out to be. A usable event is stored in `webhook_inbox` (which
-NOTIFYs WebhookInboxWorkflow; the requests arriving meanwhile share one commit, see
-frontdoor/group_commit.py) and answered 200; an unusable one is set aside with its
-reason. Mailgun's contract decides the answers: 200 once the event is durably stored; 406
-("rejected, do not retry") for a request that cannot be right later (malformed, forged, stale,
-replayed, an unusable event); 503 when it cannot be stored now, so that Mailgun tries again (for
-about 8 hours): then nothing of it was kept, its token neither, and its retry is taken. Every
-refusal is counted by reason, in the metrics and in `webhooks status`, and logged without an
-address, at most once per reason every few seconds.
+The receiver is stateless, any number behind a load balancer, and names no provider: the
+configured provider's push (pressroom/providers/wiring.py, the port's `EventPush`) says where it
+listens, checks each request's signature, freshness and whatever else its provider asks (Mailgun:
+HMAC-SHA256 of timestamp + token with MAILGUN_WEBHOOK_SIGNING_KEY; SES: SNS's signed messages, see
+pressroom/providers/ses/push.py), and parses the event. Here each request is read within its size
+and time limits, then in one transaction its identity is recorded (a signed envelope is good for
+one event only, whatever that event turns out to be) with the event: a usable event is stored in
+`webhook_inbox` (which NOTIFYs WebhookInboxWorkflow; the requests arriving meanwhile share one
+commit, see frontdoor/group_commit.py), or kept as an acceptance when the push says so; an
+unusable one is set aside with its reason. Answers: 200 once the event is durably stored; the
+push's `refused_status` (Mailgun: 406, "rejected, do not retry") for a request that cannot be right
+later (malformed, forged, stale, replayed, an unusable event); 503 when it cannot be stored now, so
+that the provider tries again: then nothing of it was kept, its identity neither, and its retry is
+taken. Every refusal is counted by reason, in the metrics and in `webhooks status`, and logged
+without an address, at most once per reason every few seconds.
 """
 
 from __future__ import annotations
@@ -24,13 +25,21 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any
 
+from aiohttp import web
 from opentelemetry.trace import SpanKind
+from temporalio.common import MetricMeter
+from temporalio.runtime import PrometheusConfig, Runtime
 
-from activities.delivery_events.batch import EventBatch, raw_text
 from frontdoor.deadlines import BodyTooLarge, BodyTooSlow, read_body
 from frontdoor.group_commit import GroupCommit, Pushed
 from pressroom import tracing
+from pressroom.delivery_events import EventRejected
+from pressroom.logs import Refusals, Throttle, since
+from pressroom.providers.received import StoredAcceptances
+from pressroom.providers.wiring import provider_title, push_from_settings
 from pressroom.settings import Settings
+from pressroom.store.events import EventBatch, raw_text
+from pressroom.temporal import telemetry
 
 if TYPE_CHECKING:
     import asyncpg
@@ -41,7 +50,6 @@ log = logging.getLogger("pressroom.webhooks")
 # The configured provider's (pressroom/providers/wiring.py): where its pushes arrive, for the
 # commands' texts and the status, which need no signing key.
 REFUSALS_FLUSH_SECONDS = 2.0
-_ANSWERS = {200: "stored", 406: "refused", 503: "try again"}
 
 # An unusable event's token, in the transaction that then sets the event aside (a usable event's is
 # stored with it by the group commit): a replayed token is refused before anything else, and a
@@ -73,8 +81,6 @@ class Receiver:
     """The receiver's state: the pool, the key, and the refusals counted since the last flush."""
 
     def __init__(self, pool: asyncpg.Pool, settings: Settings, runtime: Any = None) -> None:
-        from pressroom.logs import Refusals, Throttle
-        from pressroom.providers.wiring import provider_title, push_from_settings
 
         self.pool = pool
         self.push = push_from_settings(settings)
@@ -86,15 +92,14 @@ class Receiver:
         self.provider_title = provider_title(settings)
         self._unavailable = Throttle()  # a database that is down: one line every few seconds, not per request
         self.group_commit = GroupCommit(pool, self.push.name)  # many requests' events in one commit
+        self.acceptances = StoredAcceptances(pool)
         self.runtime = runtime  # kept: its Prometheus endpoint lives as long as it does
         self._instruments(runtime.metric_meter if runtime is not None else None)
-        from aiohttp import web
 
         # Imported once: an import statement in a handler costs about 10 µs a request.
         self._response = web.Response
 
     def _instruments(self, meter: Any) -> None:
-        from temporalio.common import MetricMeter
 
         meter = meter or MetricMeter.noop
         self.requests = meter.create_counter("pressroom_webhooks_requests", "webhook requests by outcome")
@@ -102,19 +107,13 @@ class Receiver:
         self.store_ms = meter.create_histogram_float("pressroom_webhooks_store", "time to store an event", "ms")
 
     def app(self) -> web.Application:
-        from aiohttp import web
 
         app = web.Application(client_max_size=self.max_body)
         app.add_routes(self.routes())
         return app
 
     def routes(self) -> list:
-        from aiohttp import web
 
-        if self.push.name == "ses":  # SNS's messages: their own handler (frontdoor/ses_push.py)
-            from frontdoor.ses_push import SesHandler
-
-            return [web.post(self.push.path, SesHandler(self).receive)]
         return [web.post(self.push.path, self.receive)]
 
     async def receive(self, request: web.Request) -> web.Response:
@@ -122,19 +121,19 @@ class Receiver:
         with tracing.span(f"POST {path}", {"http.request.method": "POST", "url.path": path,
                                            "webhook.provider": self.push.name}, kind=SpanKind.SERVER) as span:
             try:
-                status = await self._receive(request)
+                status, text = await self._receive(request)
             except Refused as refusal:
-                status = 406
+                status, text = self.push.refused_status, "refused"
                 self._refused(str(refusal))
             except Exception as error:
                 if not database_unavailable(error):
                     raise
-                status = 503  # the provider tries again
+                status, text = 503, "try again"  # the provider tries again
                 self._cannot_store(error)
             span.set_attribute("http.response.status_code", status)
-        return self._response(status=status, text=_ANSWERS[status])
+        return self._response(status=status, text=text)
 
-    async def _receive(self, request: web.Request) -> int:
+    async def _receive(self, request: web.Request) -> tuple[int, str]:
         try:
             body = await read_body(request, self.max_body, self.body_seconds)
         except BodyTooLarge:
@@ -146,36 +145,42 @@ class Receiver:
         except (ValueError, RecursionError):
             raise Refused("body is not JSON") from None
         try:
-            pushed = self.push.verify(document, time.time(), self.max_age, self.retry_window)
+            pushed = await self.push.verify(document, time.time(), self.max_age, self.retry_window)
         except ValueError as error:
             raise Refused(str(error)) from None
+        if pushed.item is None:  # no event in it (a subscription confirmed by the push)
+            return 200, pushed.said
         started = time.monotonic()
-        refusal = None
         item = pushed.item
         raw = raw_text(item)
         event = self.push.parse_event(item)
-        if type(event).__name__ != "EventRejected":  # its token and the event, in a commit shared with others
-            if not await self.group_commit.store(Pushed(pushed.token, pushed.timestamp + self.retry_window,
-                                                        event.name, raw)):
-                refusal = "token replayed"
-        else:
+        keep_until = pushed.timestamp + (pushed.keep_seconds or self.retry_window)
+        if isinstance(event, EventRejected):
             async with self.pool.acquire() as conn, conn.transaction():
-                if not await conn.fetchval(_REMEMBER_TOKEN, self.push.name, pushed.token,
-                                           pushed.timestamp + self.retry_window):
-                    refusal = "token replayed"
-                else:
+                fresh = await conn.fetchval(_REMEMBER_TOKEN, self.push.name, pushed.token, keep_until)
+                if fresh:
                     await self._set_aside(conn, item, raw)
-                    refusal = f"event unusable: {event.reason}"
+            self.store_ms.record((time.monotonic() - started) * 1000)
+            raise Refused(f"event unusable: {event.reason}" if fresh else "token replayed")
+        marks = self.push.acceptance_marks(item, event)
+        if marks is not None:  # kept to confirm an uncertain send, with its identity
+            fresh = await self.acceptances.keep_pushed(self.push.name, pushed.token, keep_until, event.recipient,
+                                                       marks, event.provider_message_id or "", event.timestamp)
+        else:  # its identity and the event, in a commit shared with others
+            fresh = await self.group_commit.store(Pushed(pushed.token, keep_until, event.name, raw))
         self.store_ms.record((time.monotonic() - started) * 1000)
-        if refusal is not None:
-            raise Refused(refusal)
+        if not fresh:
+            if self.push.replay_refused:
+                raise Refused("token replayed")
+            self.requests.with_additional_attributes({"outcome": "duplicate", "kind": event.name}).add(1)
+            return 200, "already stored"
         stored = self._stored.get(event.name)
         if stored is None:
             stored = self.requests.with_additional_attributes({"outcome": "stored", "kind": event.name})
             if len(self._stored) < 32:  # the kinds a provider has; a signed stranger is counted, not kept
                 self._stored[event.name] = stored
         stored.add(1)
-        return 200
+        return 200, "stored"
 
     async def _set_aside(self, conn: asyncpg.Connection, item: Any, raw: str) -> None:
         batch = EventBatch()
@@ -183,12 +188,10 @@ class Receiver:
         await conn.execute(_SET_ASIDE_PUSHED, *batch.rejected_columns("push"))
 
     def _refused(self, reason: str) -> None:
-        kind = self.refusals.refused(reason, 406)
+        kind = self.refusals.refused(reason, self.push.refused_status)
         self.requests.with_additional_attributes({"outcome": "refused", "reason": kind}).add(1)
 
     def _cannot_store(self, error: BaseException) -> None:
-        from pressroom.logs import since
-
         self.requests.with_additional_attributes({"outcome": "unavailable"}).add(1)
         held = self._unavailable.due()
         if held is not None:
@@ -221,9 +224,7 @@ def metrics_runtime(settings: Settings):
     """With PRESSROOM_METRICS_PORT set, a runtime serving Prometheus metrics on /metrics there (as the worker's)."""
     if not settings.metrics_port:
         return None
-    from temporalio.runtime import PrometheusConfig, Runtime
 
-    from pressroom.temporal import telemetry
 
     return Runtime(telemetry=telemetry(metrics=PrometheusConfig(
         bind_address=f"{settings.metrics_host}:{settings.metrics_port}", durations_as_seconds=True)))

@@ -37,6 +37,8 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import asyncpg
+from aiohttp import web
+from temporalio.common import MetricMeter
 
 from frontdoor.receiver import database_unavailable
 from frontdoor.server import _page, canonical_uuid
@@ -275,7 +277,6 @@ class Redirects:
     """The tracked links' route."""
 
     def __init__(self, pool: asyncpg.Pool, settings: Settings, runtime: Any = None) -> None:
-        from temporalio.common import MetricMeter
 
         self.targets = Targets(pool)
         self.wait_seconds = settings.click_commit_wait_seconds
@@ -286,7 +287,6 @@ class Redirects:
         self._settling: asyncio.Task | None = None
 
     def routes(self) -> list:
-        from aiohttp import web
 
         return [web.get(ROUTE, self.follow)]
 
@@ -304,7 +304,6 @@ class Redirects:
         return None
 
     async def follow(self, request: web.Request) -> web.Response:
-        from aiohttp import web
 
         slug = request.match_info["slug"]
         with tracing.span(f"{request.method} {ROUTE}", {"http.request.method": request.method,

@@ -15,7 +15,7 @@ A link is the reference platform's: `key` is the hex HMAC-SHA256 of the member's
 PRESSROOM_MEMBERS_LINK_SECRET, compared in constant time before the database is asked anything. A
 wrong or missing key, a malformed or unknown uuid or newsletter all get the same 404 (no way to
 learn who is a member), change nothing, and are counted by reason and logged (rate-limited, the
-reason only). A member leaves through `activities.delivery_events.leave.leave`, the statement a
+reason only). A member leaves through `pressroom.store.members.leave`, the statement a
 provider's unsubscribe event runs; repeating a request answers 200 and changes nothing more.
 
 Every connection is held to deadlines (frontdoor/deadlines.py): the request head, the body, a
@@ -25,19 +25,30 @@ cap on open connections.
 from __future__ import annotations
 
 import asyncio
+import hmac
 import html
 import logging
 import re
 import uuid as uuid_module
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+from urllib.parse import parse_qs, urlencode
+
+from aiohttp import web
+from opentelemetry.trace import SpanKind
+from temporalio.common import MetricMeter
 
 from frontdoor.admin_api import MAX_BODY_BYTES as ADMIN_MAX_BODY
 from frontdoor.admin_api import AdminApi
+from frontdoor.deadlines import BodyTooLarge, BodyTooSlow, Connections, read_body
 from frontdoor.pages import Pages
-from frontdoor.receiver import Receiver, database_unavailable, flush_refusals, metrics_runtime
-from operations.webhooks import LINK_SOURCE, PATH
+from frontdoor.receiver import REFUSALS_FLUSH_SECONDS, Receiver, database_unavailable, flush_refusals, metrics_runtime
+from operations.webhooks import LINK_SOURCE
+from pressroom import database, tracing
+from pressroom.email_rendering import member_key
+from pressroom.logs import Refusals, Throttle, since, throttle
 from pressroom.settings import Settings, get_settings
+from pressroom.store.members import leave_by_link
 
 if TYPE_CHECKING:
     import asyncpg
@@ -50,7 +61,6 @@ HEALTH_PATH = "/healthz"
 MAX_FORM_BYTES = 4096  # a one-click body or the page's button: a few dozen bytes
 _KEY = re.compile(r"[0-9a-fA-F]{64}")
 _EMAIL_ID = re.compile(r"[A-Za-z0-9_-]{1,100}")
-_ONE_CLICK = "List-Unsubscribe=One-Click"
 
 _MEMBER = """
 SELECT m.id, m.email, n.id AS newsletter_id, n.name AS newsletter_name,
@@ -94,9 +104,7 @@ class Unsubscribe:
     """GET shows, POST leaves: the members' links."""
 
     def __init__(self, pool: asyncpg.Pool, settings: Settings, runtime: Any = None) -> None:
-        from temporalio.common import MetricMeter
 
-        from pressroom.logs import Refusals, Throttle
 
         self.pool = pool
         self._secret = settings.require_members_link_secret()
@@ -107,7 +115,6 @@ class Unsubscribe:
         self.requests = meter.create_counter("pressroom_unsubscribe_requests", "unsubscribe link requests by outcome")
 
     def routes(self) -> list:
-        from aiohttp import web
 
         return [web.get(UNSUBSCRIBE_PATH, self._unavailable_as_503(self.page)),
                 web.post(UNSUBSCRIBE_PATH, self._unavailable_as_503(self.leave))]
@@ -120,8 +127,6 @@ class Unsubscribe:
             except Exception as error:
                 if not database_unavailable(error):
                     raise
-                from pressroom.logs import since
-
                 self.requests.with_additional_attributes({"outcome": "unavailable"}).add(1)
                 held = self._unavailable.due()
                 if held is not None:
@@ -132,9 +137,7 @@ class Unsubscribe:
 
     def _link(self, request: web.Request) -> Link:
         """The link's member, checked by its key in constant time; NotAValidLink otherwise."""
-        import hmac
 
-        from pressroom.email_rendering import member_key
 
         query = request.rel_url.query
         member_uuid = canonical_uuid(query.get("uuid"))
@@ -195,8 +198,6 @@ class Unsubscribe:
 
     async def leave(self, request: web.Request) -> web.Response:
         """RFC 8058's one-click POST, or the page's button: the member leaves; 200 again on a repeat."""
-        from activities.delivery_events.leave import leave_by_link
-        from frontdoor.deadlines import BodyTooLarge, BodyTooSlow, read_body
 
         with _span("POST") as span:
             try:
@@ -226,15 +227,12 @@ class Unsubscribe:
 def _action(link: Link, key: str) -> str:
     """The form's target: the link's checked parameters, encoded anew (the query as received, decoded,
     would turn a `%23` into `#` and the browser would drop the rest of the link)."""
-    from urllib.parse import urlencode
-
     query = {"uuid": link.member_uuid, "key": key, "newsletter": link.newsletter_uuid, "email": link.email_id}
     return f"{UNSUBSCRIBE_PATH}?{urlencode({name: value for name, value in query.items() if value})}"
 
 
 def _scope(body: bytes) -> str:
     """`all` when the page's "all newsletters" button was pressed; else the link's newsletter."""
-    from urllib.parse import parse_qs
 
     try:
         form = parse_qs(body.decode("ascii"), max_num_fields=4)
@@ -244,9 +242,7 @@ def _scope(body: bytes) -> str:
 
 
 def _span(method: str):
-    from opentelemetry.trace import SpanKind
 
-    from pressroom import tracing
 
     # The path only: the query holds the key.
     return tracing.span(f"{method} {UNSUBSCRIBE_PATH}", {"http.request.method": method, "url.path": UNSUBSCRIBE_PATH},
@@ -254,7 +250,6 @@ def _span(method: str):
 
 
 def _page(title: str, body: str, status: int = 200) -> web.Response:
-    from aiohttp import web
 
     text = (f'<!doctype html><html lang="en"><head><meta charset="utf-8">'
             f'<meta name="viewport" content="width=device-width, initial-scale=1">'
@@ -273,14 +268,14 @@ class FrontDoor:
     """The server's parts: the members' links, the provider's webhooks, health, and the guard."""
 
     def __init__(self, pool: asyncpg.Pool, settings: Settings, runtime: Any = None) -> None:
-        from frontdoor.deadlines import Connections
-        from frontdoor.redirects import Redirects
-        from pressroom.logs import throttle
 
         # aiohttp logs each malformed request with its text: one such line every few seconds.
         throttle("aiohttp.server")
         self.pool = pool
         self.unsubscribe = Unsubscribe(pool, settings, runtime)
+        # Imported here: frontdoor/redirects.py imports this module's page helpers (a circle to untangle).
+        from frontdoor.redirects import Redirects  # noqa: PLC0415 (the circle above)
+
         self.redirects = Redirects(pool, settings, runtime)
         self.receiver = Receiver(pool, settings, runtime)
         self.pages = Pages(pool, settings)
@@ -288,10 +283,9 @@ class FrontDoor:
         self.connections = Connections(settings.serve_header_timeout_seconds, settings.serve_max_connections,
                                        settings.serve_max_connections_per_client, settings.proxy_addresses)
         self._server: asyncio.Server | None = None
-        self._runner = None
+        self._runner: web.AppRunner | None = None
 
     def app(self) -> web.Application:
-        from aiohttp import web
 
         # Each handler holds its own body to its own limit (read_body); this is the largest of them.
         app = web.Application(client_max_size=max(self.receiver.max_body, ADMIN_MAX_BODY),
@@ -301,7 +295,6 @@ class FrontDoor:
         return app
 
     async def health(self, request: web.Request) -> web.Response:
-        from aiohttp import web
 
         try:
             await asyncio.wait_for(self.pool.fetchval("SELECT 1"), 5)
@@ -311,21 +304,20 @@ class FrontDoor:
 
     async def start(self, host: str, port: int) -> None:
         """Listen on host:port (guarded connections); returns once listening."""
-        from aiohttp import web
 
         self._runner = web.AppRunner(self.app(), access_log=None, handle_signals=False,
                                      keepalive_timeout=self.connections.head_seconds)
         await self._runner.setup()
+        server = self._runner.server
+        assert server is not None  # made by setup()
         loop = asyncio.get_running_loop()
-        self._server = await loop.create_server(self.connections.protocol_factory(self._runner.server), host, port,
-                                                backlog=1024)
+        self._server = await loop.create_server(self.connections.protocol_factory(server), host, port, backlog=1024)
 
     async def flush_refusals(self) -> None:
         await self.receiver.flush_refusals()
         await flush_refusals(self.pool, LINK_SOURCE, self.unsubscribe.refusals)
 
     async def flush_refusals_forever(self) -> None:
-        from frontdoor.receiver import REFUSALS_FLUSH_SECONDS
 
         while True:
             await asyncio.sleep(REFUSALS_FLUSH_SECONDS)
@@ -342,7 +334,6 @@ class FrontDoor:
 
 async def serve(host: str, port: int, settings: Settings | None = None, *, ready=None) -> None:
     """Run the front door until cancelled (SIGINT/SIGTERM in the command)."""
-    from pressroom import database
 
     settings = settings or get_settings()
     pool = await database.connect(settings.require_database(), max_size=20)
@@ -350,7 +341,8 @@ async def serve(host: str, port: int, settings: Settings | None = None, *, ready
     flusher = asyncio.create_task(door.flush_refusals_forever())
     try:
         await door.start(host, port)
-        log.info("front door on http://%s:%d (%s, %s, %s)", host, port, UNSUBSCRIBE_PATH, PATH, HEALTH_PATH)
+        log.info("front door on http://%s:%d (%s, %s, %s)", host, port, UNSUBSCRIBE_PATH, door.receiver.push.path,
+                 HEALTH_PATH)
         if ready is not None:
             ready()
         await asyncio.Event().wait()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from datetime import UTC, timedelta
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from activities.analytics.models import SCHEDULE_ID, FetchEmailAnalyticsInput
 from operations.common import temporal_client
@@ -155,7 +155,7 @@ async def analytics_status(settings: Settings | None = None, client=None) -> dic
         _, description = await _analytics_handle(settings, client)
     except NotFound:
         # Right after the demo or before any worker started: no schedule yet, which is said, not failed on.
-        status = {"exists": False, "paused": None, "note": "", "next": [], "recent": [], "running": []}
+        status: dict[str, Any] = {"exists": False, "paused": None, "note": "", "next": [], "recent": [], "running": []}
     else:
         state = description.schedule.state
         status = {"exists": True, "paused": state.paused, "note": state.note or "",

@@ -8,8 +8,6 @@ its link, never as a member who clicked.
 
 from __future__ import annotations
 
-from datetime import datetime
-
 from operations.answers import EmailClicks, MemberClick, TopLink  # noqa: F401 (TopLink: the report's rows)
 
 TOP_LINKS = 10

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timezone
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from activities.sending_limits import send_caps, sending_domain
 from pressroom.errors import NotFound
 from pressroom.providers.port import AccountQuota
+from pressroom.providers.wiring import sending_scope
 from pressroom.settings import ConfigurationError, Settings, get_settings
 
 if TYPE_CHECKING:
@@ -45,7 +46,7 @@ async def describe_limits(conn: asyncpg.Connection, settings: Settings, now: dat
                           quota: AccountQuota | None = None) -> list[dict]:
     """Per sending domain: the learned batch size, the caps and what they used this hour and today."""
     now = (now or datetime.now(UTC)).astimezone(UTC)
-    domains = [settings.sending_scope] + ([settings.fallback_domain] if settings.fallback_domain else [])
+    domains = [sending_scope(settings)] + ([settings.fallback_domain] if settings.fallback_domain else [])
     learned = {row["domain"]: dict(row) for row in await conn.fetch(
         "SELECT domain, batch_size, refused_size, reason, refused_at FROM sending_domain_limits ORDER BY domain")}
     # Sent is what the provider accepted: the recipients of batches submitted this hour and today

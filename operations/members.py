@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from operations.answers import MemberProfile
@@ -59,8 +60,10 @@ async def add_member(email: str, name: str | None = None, *, status: str = "free
     """The member, its labels and tiers and its MemberCreatedEvent in one transaction: all commit, or none.
     `newsletters` (ids or slugs) subscribes them to those; None, to every newsletter that subscribes
     new members on signup."""
-    from activities.outbox import WELCOME_EMAIL_SLUGS, enqueue, site_events
+
+    from activities.outbox import WELCOME_EMAIL_SLUGS, site_events
     from pressroom import database
+    from pressroom.store.outbox import enqueue
 
     if status not in WELCOME_EMAIL_SLUGS:
         raise BadInput(f"member status {status!r} is not one of {', '.join(WELCOME_EMAIL_SLUGS)}")
@@ -270,10 +273,10 @@ async def unsubscribe_member(member: str, newsletter: str | None = None, *,
     """Unsubscribe a member (by id or address) from a newsletter (by id or slug), or from every one:
     the path a member's link and a provider's unsubscribe event take, recorded as the operator's.
     Safe to repeat."""
-    from activities.delivery_events.leave import leave
     from pressroom import database
     from pressroom.errors import NotFound
     from pressroom.inputs import entity_id
+    from pressroom.store.members import leave
 
     if newsletter is not None:
         entity_id(newsletter, "newsletter")
@@ -336,8 +339,8 @@ class MemberUpdated:
 
 @tracing.traced("pressroom members update")
 async def update_member(member: str, *, name: str | None = None, status: str | None = None,
-                        newsletters: list[str] = (), no_newsletters: list[str] = (), labels: list[str] = (),
-                        no_labels: list[str] = (), note: str | None = None,
+                        newsletters: Sequence[str] = (), no_newsletters: Sequence[str] = (),
+                        labels: Sequence[str] = (), no_labels: Sequence[str] = (), note: str | None = None,
                         settings: Settings | None = None) -> MemberUpdated:
     """A member's name, status and subscriptions, every input checked before one transaction writes them.
 

@@ -6,7 +6,7 @@ import asyncio
 from dataclasses import dataclass
 from datetime import timedelta
 
-from activities.outbox import NOTIFY_CHANNEL, outbox_workflow_id
+from activities.outbox import outbox_workflow_id
 from activities.outbox.models import RelayInput
 from activities.watchdog import run_closed
 from operations.answers import OutboxStatus
@@ -14,6 +14,7 @@ from operations.common import temporal_client
 from operations.site_webhooks import outbox_by_webhook
 from pressroom.errors import BadInput, NotFound, PressroomError
 from pressroom.settings import Settings, get_settings
+from pressroom.store.outbox import NOTIFY_CHANNEL
 from workflows.outbox import RELAY_WORKFLOW_ID, OutboxRelayWorkflow
 
 

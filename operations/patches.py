@@ -141,7 +141,7 @@ async def check_patches(client, *, task_queue: str | None = None, limit: int = 1
             if status.patch.workflow_type != workflow_type:
                 continue
             status.open_runs = len(runs)
-            for run, ids in zip(runs, histories):
+            for run, ids in zip(runs, histories, strict=True):
                 if knows_patch(status.patch, ids):
                     continue
                 status.older_runs += 1

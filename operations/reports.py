@@ -112,7 +112,7 @@ def segment_name(segment: str | None) -> str:
     """As batch ids name it: free, paid, free-tiers, paid-tiers (of a tiers post's tiers), or all."""
     from activities.newsletter.batches import SEGMENT_NAMES
 
-    return SEGMENT_NAMES.get(segment, segment or "all")
+    return SEGMENT_NAMES.get(segment or "", segment or "all")
 
 
 def _rate(part: int, whole: int, digits: int = 1) -> float | None:

@@ -8,10 +8,6 @@ from __future__ import annotations
 from activities.webhooks import INBOX_WORKFLOW_ID, InboxInput
 from pressroom.settings import Settings, get_settings
 
-# The configured provider's (pressroom/providers/wiring.py): where its pushes arrive, for the
-# commands' texts and the status, which need no signing key.
-PROVIDER = "mailgun"
-PATH = "/webhooks/mailgun"
 LINK_SOURCE = "unsubscribe-link"  # the members' links' refusals, counted beside the provider's in webhook_refusals
 
 
@@ -31,10 +27,11 @@ async def ensure_inbox_applier(client, settings: Settings) -> None:
 
 # --- registration and status -------------------------------------------------------------------------
 
-def webhook_url(url: str) -> str:
-    """A URL Mailgun can call: https (plain http only to this machine), a host, no credentials, no
-    spaces, at most 2,000 characters. The signature does not cover the event: over plain http
-    anyone on the way could read an envelope and use it for another event first."""
+def webhook_url(url: str, path: str = "/webhooks/<provider>") -> str:
+    """A URL the provider can call (`path`: the configured provider's, for the examples): https
+    (plain http only to this machine), a host, no credentials, no spaces, at most 2,000 characters.
+    The signature does not cover the event: over plain http anyone on the way could read an
+    envelope and use it for another event first."""
     import ipaddress
     from urllib.parse import urlsplit
 
@@ -49,7 +46,7 @@ def webhook_url(url: str) -> str:
     if parts is None or not port_ok or parts.scheme not in ("http", "https") or not parts.hostname \
             or parts.username or parts.password:
         # Not echoed: it may hold a password.
-        raise BadInput(f"--url is not an absolute https URL without credentials (e.g. https://hooks.example.com{PATH})")
+        raise BadInput(f"--url is not an absolute https URL without credentials (e.g. https://hooks.example.com{path})")
     if parts.scheme == "http":
         host = parts.hostname
         try:
@@ -58,16 +55,16 @@ def webhook_url(url: str) -> str:
             loopback = host == "localhost"
         if not loopback:
             raise BadInput(f"--url must be https:// (plain http:// only for this machine: 127.0.0.1, ::1, localhost), "
-                           f"e.g. https://hooks.example.com{PATH}")
+                           f"e.g. https://hooks.example.com{path}")
     return url
 
 
 async def webhooks_setup(url: str, settings: Settings | None = None) -> dict[str, str]:
     """Register `url` for every kind Pressroom applies; answers kind → created / added / unchanged."""
-    from pressroom.providers.wiring import provider_from_settings
+    from pressroom.providers.wiring import provider_from_settings, push_path
 
-    url = webhook_url(url)
     settings = settings or get_settings()
+    url = webhook_url(url, push_path(settings))
     provider = provider_from_settings(settings)
     try:
         return await provider.register_push(url)

@@ -7,8 +7,11 @@ from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from contextvars import ContextVar
 from importlib import resources
+from urllib.parse import urlsplit
 
 import asyncpg
+
+from pressroom import tracing
 
 log = logging.getLogger(__name__)
 
@@ -22,7 +25,6 @@ class DatabaseUnavailable(Exception):
 
 def describe_url(url: str) -> str:
     """The URL without its password, for messages."""
-    from urllib.parse import urlsplit
 
     parts = urlsplit(url)
     host = parts.hostname or "localhost"
@@ -43,7 +45,6 @@ async def _connecting(url: str, opening):
 
 
 def _connection_class() -> type[asyncpg.Connection]:
-    from pressroom import tracing
 
     # With tracing on, each statement is a span of the activity or command that runs it.
     return tracing.traced_connection_class() if tracing.enabled() else asyncpg.Connection
@@ -103,7 +104,7 @@ async def connection(url: str) -> AsyncIterator[asyncpg.Connection]:
 
 def migrations() -> list[tuple[str, str]]:
     """(version, sql) for every file in schema/, in order of name."""
-    files = sorted(f for f in resources.files("schema").iterdir() if f.name.endswith(".sql"))
+    files = sorted((f for f in resources.files("schema").iterdir() if f.name.endswith(".sql")), key=lambda f: f.name)
     return [(f.name.removesuffix(".sql"), f.read_text()) for f in files]
 
 

@@ -30,10 +30,12 @@ import re
 from collections import OrderedDict
 from collections.abc import Hashable, Mapping
 from dataclasses import dataclass, field
+from email.headerregistry import Address
 from functools import cached_property
-from typing import Any
+from typing import Any, NoReturn
 from urllib.parse import SplitResult, parse_qsl, quote, quote_plus, urlencode, urlsplit
 
+from email_validator import EmailNotValidError, validate_email
 from selectolax.lexbor import LexborHTMLParser, LexborNode
 
 from pressroom.providers.port import PLACEHOLDER, fill_placeholders, placeholder
@@ -197,9 +199,7 @@ def header_text(value: str, field: str, email_id: str) -> str:
 def mailbox(name: str | None, address: str, field: str, email_id: str) -> str:
     """`Name <address>` for From or Reply-To, quoted by `email.headerregistry` so that a name with
     quotes or commas stays one address; the address validated by email-validator."""
-    from email.headerregistry import Address
 
-    from email_validator import EmailNotValidError, validate_email
 
     name = header_text(name or "", f"{field} name", email_id)
     try:
@@ -216,6 +216,13 @@ def mailbox(name: str | None, address: str, field: str, email_id: str) -> str:
 def _parse(html: str) -> LexborHTMLParser:
     # An explicit <body> keeps a post's own <style> or <title> where it stands instead of in a <head>.
     return LexborHTMLParser("<body>" + html)
+
+
+def _body(tree: LexborHTMLParser) -> LexborNode:
+    """The document's body, which `_parse` always opens."""
+    body = tree.body
+    assert body is not None
+    return body
 
 
 def _block_statuses(node: LexborNode, email_id: str) -> frozenset[str]:
@@ -270,7 +277,7 @@ def _cut_after_marker(body: LexborNode) -> bool:
                    if n.is_comment_node and (n.comment_content or "").strip().lower() == MEMBERS_ONLY_MARKER), None)
     if marker is None:
         return False
-    node = marker
+    node: LexborNode | None = marker
     while node is not None and node.mem_id != body.mem_id:
         following = node.next
         while following is not None:
@@ -356,7 +363,7 @@ class _Variables:
             text = _EDITOR.sub(editor, text)
         return text
 
-    def _malformed(self, snippet: str) -> None:
+    def _malformed(self, snippet: str) -> NoReturn:
         snippet = " ".join(snippet.split())
         snippet = snippet if len(snippet) <= 60 else snippet[:59] + "…"
         raise ContentError(f"email {self.email_id}: malformed replacement {snippet!r}: write "
@@ -513,7 +520,7 @@ def render(content: EmailContent, segment: str | None) -> Rendered:
         segment = FREE
 
     tree = _parse(content.html)
-    body = tree.body
+    body = _body(tree)
     # <template> content is inert in a browser and shown by clients that do not know the element.
     for node in tree.css("template"):
         node.decompose()
@@ -556,7 +563,7 @@ def render_automated(email_id: str, subject: str, html: str, text: str) -> Rende
     """An automated email (a welcome email) with its replacements as a newsletter's are: the same
     names, and in its HTML the escaped twin, so a member's name is text there, never markup. It has
     no segments, paywall or footer of ours."""
-    body = _parse(html).body
+    body = _body(_parse(html))
     variables = _Variables(email_id)
     _personalise_tree(body, variables)
     return Rendered(subject=variables.substitute(subject, escaped=False), html=body.inner_html or "",
@@ -591,7 +598,7 @@ _PRE_SPACE = "\x00"  # stands for a space inside <pre> until whitespace is tidie
 def html_to_text(html: str) -> str:
     """A plain-text version a reader can follow: paragraphs, `#` headings, `-` and `1.` lists,
     `> ` quotes, and links as `text (url)`."""
-    body = _parse(html).body
+    body = _body(_parse(html))
     text = _text_of_children(body, pre=False)
     text = _TRAILING_SPACE.sub("\n", text)
     text = _BLANK_LINES.sub("\n\n", text).strip("\n ")

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from temporalio.exceptions import ActivityError, ApplicationError, ChildWorkflowError, FailureError
+
 
 class PressroomError(Exception):
     """Something the operator must act on; the CLI prints its message and exits 1."""
@@ -59,7 +61,6 @@ def cause_of(error: BaseException) -> FailureCause:
 
     Pure: safe to call in workflow code.
     """
-    from temporalio.exceptions import ActivityError, ApplicationError, ChildWorkflowError, FailureError
 
     cause = getattr(error, "cause", None)
     # A run that failed because an activity (or child) did: the activity's own words, not "Activity

@@ -21,6 +21,9 @@ import re
 import unicodedata
 from datetime import UTC, datetime
 
+from email_validator import SPECIAL_USE_DOMAIN_NAMES, EmailNotValidError, validate_email
+from pydantic import EmailStr, TypeAdapter, ValidationError
+
 from pressroom.errors import BadInput, shorten
 
 MAX_ID = 100
@@ -66,8 +69,6 @@ def email_address(value: str, what: str | None = None) -> str:
 
 @functools.cache
 def _email_checks():
-    from email_validator import SPECIAL_USE_DOMAIN_NAMES
-    from pydantic import EmailStr, TypeAdapter
 
     # Built once: building the adapter costs more than a check.
     return re.compile(PLAIN_ADDRESS), tuple(SPECIAL_USE_DOMAIN_NAMES), TypeAdapter(EmailStr)
@@ -81,7 +82,6 @@ def _normalised_address(text: str) -> str:
     other goes through email-validator, which takes some 50 µs: most of a large import's time when
     every row took it.
     """
-    from pydantic import ValidationError
 
     shape, special, adapter = _email_checks()
     if shape.fullmatch(text):
@@ -117,7 +117,6 @@ def recipient_problem(address: str) -> str | None:
     email-validator decides (syntax only, no DNS; `.test` domains allowed, as the development stack
     uses them); a comma or a line break is named first, since each would change the request.
     """
-    from email_validator import EmailNotValidError, validate_email
 
     if "," in address:
         return "holds a comma"

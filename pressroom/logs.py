@@ -14,6 +14,7 @@ import base64
 import binascii
 import json
 import logging
+import os
 import re
 import time
 from collections import Counter
@@ -23,6 +24,7 @@ from urllib.parse import quote, quote_plus, unquote
 # Imported here, outside any workflow sandbox: importing opentelemetry inside one reads os.environ,
 # which the sandbox refuses, and the record of a workflow's log line is formatted inside it.
 from opentelemetry import trace
+from temporalio import activity, workflow
 
 # Anything shaped like an e-mail address, the dotless `user@localhost` and a quoted local part
 # (`"a b"@example.com`) too; the Mailgun client masks its error texts with the same pattern. A local
@@ -193,13 +195,11 @@ def level_number(level: int | str) -> int:
 def configure(secrets: Iterable[str] = (), level: int | str = logging.INFO, log_format: str = "text",
               library_level: int | str = logging.WARNING) -> None:
     """Structured, masked lines on stderr for the worker and the CLI, as text or JSON."""
-    from temporalio import activity, workflow
 
     level, library_level = level_number(level), level_number(library_level)
     # The run's details go in fields (RunFormatter), not appended to the message as a dict.
     activity.logger.activity_info_on_message = False
     workflow.logger.workflow_info_on_message = False
-    import os
 
     handler = logging.StreamHandler()
     # A traceback only for whoever debugs: PRESSROOM_DEBUG=1 or the DEBUG level.

@@ -8,18 +8,33 @@ naming the variable.
 
 from __future__ import annotations
 
+import ipaddress
 import json
+import logging
 import os
+import re
+from email.headerregistry import AddressHeader, HeaderRegistry
 from functools import lru_cache
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import AliasChoices, BeforeValidator, Field, SecretStr, ValidationError, field_validator, model_validator
+from pydantic import (
+    AliasChoices,
+    AliasPath,
+    BeforeValidator,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+from temporalio.envconfig import ClientConfigProfile
+
+from pressroom.codec import EncryptionKeyError, parse_keys
 
 MAILGUN_MAX_RECIPIENTS = 1000  # Mailgun refuses a message with more recipients than this.
 MAILGUN_US = "https://api.mailgun.net"
-MAILGUN_EU = "https://api.eu.mailgun.net"
 
 
 LogLevel = Annotated[Literal["DEBUG", "INFO", "WARNING", "ERROR"], BeforeValidator(lambda v: str(v).strip().upper())]
@@ -33,7 +48,6 @@ def project_home() -> Path:
     """Where the development stack keeps its data: PRESSROOM_HOME, else the nearest `.pressroom`
     folder here or above (as git finds `.git`: a command run from a subfolder of the project finds
     its running stack), else ./.pressroom."""
-    import os
 
     if "PRESSROOM_HOME" in os.environ:
         return Path(os.environ["PRESSROOM_HOME"]).resolve()
@@ -86,15 +100,18 @@ class Settings(BaseSettings):
     # --- newsletter sending ---
     batch_size: int = Field(default=MAILGUN_MAX_RECIPIENTS, ge=1, validation_alias="PRESSROOM_BATCH_SIZE")
     send_concurrency: int = Field(default=2, ge=1, le=100, validation_alias="PRESSROOM_SEND_CONCURRENCY")
-    mailgun_retries: int = Field(default=6, ge=0, validation_alias="PRESSROOM_MAILGUN_RETRIES")
-    mailgun_retry_seconds: float = Field(default=10.0, gt=0, validation_alias="PRESSROOM_MAILGUN_RETRY_SECONDS")
-    # Mailgun unreachable (no connection, a request never written, 429) after the retries above: the
-    # send waits on a durable timer, from the first wait doubling to the longest, and carries on by
-    # itself when Mailgun answers again. Only a refusal that will not change fails a batch.
-    mailgun_outage_first_wait_seconds: float = Field(default=60.0, gt=0,
-                                                     validation_alias="PRESSROOM_MAILGUN_OUTAGE_FIRST_WAIT_SECONDS")
-    mailgun_outage_max_wait_seconds: float = Field(default=3600.0, gt=0,
-                                                   validation_alias="PRESSROOM_MAILGUN_OUTAGE_MAX_WAIT_SECONDS")
+    # The send policy, the same for every provider (the PRESSROOM_MAILGUN_ names still read, deprecated).
+    provider_retries: int = Field(default=6, ge=0, validation_alias=AliasChoices(
+        "PRESSROOM_PROVIDER_RETRIES", "PRESSROOM_MAILGUN_RETRIES"))
+    provider_retry_seconds: float = Field(default=10.0, gt=0, validation_alias=AliasChoices(
+        "PRESSROOM_PROVIDER_RETRY_SECONDS", "PRESSROOM_MAILGUN_RETRY_SECONDS"))
+    # The provider unreachable (no connection, a request never written, 429) after the retries above:
+    # the send waits on a durable timer, from the first wait doubling to the longest, and carries on
+    # by itself when the provider answers again. Only a refusal that will not change fails a batch.
+    provider_outage_first_wait_seconds: float = Field(default=60.0, gt=0, validation_alias=AliasChoices(
+        "PRESSROOM_PROVIDER_OUTAGE_FIRST_WAIT_SECONDS", "PRESSROOM_MAILGUN_OUTAGE_FIRST_WAIT_SECONDS"))
+    provider_outage_max_wait_seconds: float = Field(default=3600.0, gt=0, validation_alias=AliasChoices(
+        "PRESSROOM_PROVIDER_OUTAGE_MAX_WAIT_SECONDS", "PRESSROOM_MAILGUN_OUTAGE_MAX_WAIT_SECONDS"))
     mailgun_timeout_seconds: float = Field(default=30.0, gt=0, validation_alias="PRESSROOM_MAILGUN_TIMEOUT_SECONDS")
     delivery_window_seconds: int = Field(default=0, ge=0, validation_alias="PRESSROOM_DELIVERY_WINDOW_SECONDS")
     # An uncertain send (5xx, lost answer) not yet in Mailgun's events is looked up again for this
@@ -283,8 +300,6 @@ class Settings(BaseSettings):
     @field_validator("serve_proxies")
     @classmethod
     def _proxy_addresses(cls, value: str) -> str:
-        import ipaddress
-
         for part in (p.strip() for p in value.split(",") if p.strip()):
             try:
                 ipaddress.ip_address(part)
@@ -295,8 +310,6 @@ class Settings(BaseSettings):
 
     @property
     def proxy_addresses(self) -> frozenset[str]:
-        import ipaddress
-
         return frozenset(str(ipaddress.ip_address(p.strip())) for p in self.serve_proxies.split(",") if p.strip())
 
     @field_validator("batch_size")
@@ -311,7 +324,6 @@ class Settings(BaseSettings):
     def _one_plain_tag(cls, value: str) -> str:
         # It is sent as a Mailgun tag and put in the events query's filter expression (`bulk-email AND
         # <tag>`): one word, in the characters a tag and an expression both take as they are.
-        import re
 
         if value and not re.fullmatch(r"[A-Za-z0-9_.:-]{1,128}", value):
             raise ValueError("must be one tag of at most 128 letters, digits and . _ : - (no spaces)")
@@ -336,7 +348,6 @@ class Settings(BaseSettings):
     @field_validator("click_scanner_networks", mode="before")
     @classmethod
     def _parse_networks(cls, value: object) -> object:
-        import ipaddress
 
         if isinstance(value, str):
             value = [part.strip() for part in value.split(",") if part.strip()]
@@ -410,7 +421,7 @@ class Settings(BaseSettings):
     @classmethod
     def _encryption_keys(cls, value: SecretStr) -> SecretStr:
         if value.get_secret_value():
-            from pressroom.codec import EncryptionKeyError, parse_keys
+            # On every command's start-up path: cryptography loads only when a key is set.
 
             try:
                 parse_keys(value.get_secret_value())
@@ -431,12 +442,12 @@ class Settings(BaseSettings):
     @classmethod
     def _one_mailbox(cls, value: str) -> str:
         """One `Name <address>` (or a bare address), written again by email.headerregistry."""
-        from email.headerregistry import HeaderRegistry
 
         if any(not c.isprintable() for c in value):
             raise ValueError("holds a line break or control character")
         header = HeaderRegistry()("from", value)
-        if header.defects or len(header.addresses) != 1 or not header.addresses[0].domain:
+        if (not isinstance(header, AddressHeader) or header.defects or len(header.addresses) != 1
+                or not header.addresses[0].domain):
             raise ValueError("must be one address, such as Pressroom <noreply@example.com> (quote a name "
                              'holding commas: "Pressroom, Inc." <noreply@example.com>)')
         return str(header.addresses[0])
@@ -478,7 +489,6 @@ class Settings(BaseSettings):
         return value
 
     def require_database(self) -> str:
-        import os
 
         if not self.database_url and os.environ.get("DATABASE_URL") == "":
             raise ConfigurationError("DATABASE_URL is set but empty (unset it to use the development stack, "
@@ -490,33 +500,6 @@ class Settings(BaseSettings):
         return self.database_url
 
     # --- the provider's neutral view: what activities read, whichever provider sends ---
-
-    @property
-    def sending_scope(self) -> str:
-        """Where the provider sends from (Mailgun: MAILGUN_DOMAIN; SES: the verified domain)."""
-        if self.email_provider == "ses":
-            from pressroom.providers.ses.settings import ses_settings
-
-            return ses_settings().domain
-        return self.mailgun_domain
-
-    # The send policy (retries of a failed send, outage waits) is the same for every provider; its
-    # variables keep the names they were introduced under.
-    @property
-    def provider_retries(self) -> int:
-        return self.mailgun_retries
-
-    @property
-    def provider_retry_seconds(self) -> float:
-        return self.mailgun_retry_seconds
-
-    @property
-    def provider_outage_first_wait_seconds(self) -> float:
-        return self.mailgun_outage_first_wait_seconds
-
-    @property
-    def provider_outage_max_wait_seconds(self) -> float:
-        return self.mailgun_outage_max_wait_seconds
 
     def require_mailgun(self) -> None:
         if not self.mailgun_api_key.get_secret_value():
@@ -548,8 +531,12 @@ class Settings(BaseSettings):
         return secret
 
 
-def _names(alias: str | AliasChoices) -> list[str]:
-    return [str(name) for name in alias.choices] if isinstance(alias, AliasChoices) else [alias]
+def _names(alias: str | AliasChoices | AliasPath | None) -> list[str]:
+    """A field's variable, then the deprecated names it still answers to (every field has one: Settings)."""
+    if isinstance(alias, AliasChoices):
+        return [str(name) for name in alias.choices]
+    assert isinstance(alias, str)
+    return [alias]
 
 
 # Each field's variable, and the deprecated names a variable still answers to (its aliases).
@@ -559,7 +546,6 @@ DEPRECATED_VARIABLES = {old: _ALIASES[name] for name, field in Settings.model_fi
 
 
 def _warn_deprecated(environ) -> None:
-    import logging
 
     for old, new in DEPRECATED_VARIABLES.items():
         if old in environ:
@@ -570,9 +556,7 @@ def _warn_deprecated(environ) -> None:
 def temporal_profile():
     """The SDK's standard Temporal client settings: the profile TEMPORAL_PROFILE (default "default")
     of TEMPORAL_CONFIG_FILE (default ~/.config/temporalio/temporal.toml), the TEMPORAL_* variables over it."""
-    import os
 
-    from temporalio.envconfig import ClientConfigProfile
 
     path = os.environ.get("TEMPORAL_CONFIG_FILE")
     if path and not os.path.isfile(path):  # the SDK would quietly use no file at all
@@ -607,10 +591,9 @@ def load_settings(**overrides: object) -> Settings:
 
     Overrides (field names) win over all; tests use them instead of mutating os.environ.
     """
-    import os
 
     stack = read_dev_stack()
-    fallback = {}
+    fallback: dict[str, Any] = {}
     for field, variable in (("database_url", "DATABASE_URL"), ("temporal_address", "TEMPORAL_ADDRESS"),
                             ("mailgun_base_url", "MAILGUN_BASE_URL"), ("mailgun_api_key", "MAILGUN_API_KEY"),
                             ("mailgun_domain", "MAILGUN_DOMAIN"),
@@ -637,7 +620,6 @@ def describe_validation_error(error: ValidationError) -> str:
     message = first["msg"].removeprefix("Value error, ")
     if not first["loc"]:
         return message  # a rule across variables names them itself
-    import os
 
     field = str(first["loc"][0])
     variable = _ALIASES.get(field, field)

@@ -3,14 +3,23 @@
 from __future__ import annotations
 
 import dataclasses
+import gc
+import logging
+import re
+import weakref
 
-from temporalio.client import Client
+from temporalio.api.common.v1 import Payload
+from temporalio.api.operatorservice.v1 import AddSearchAttributesRequest, ListSearchAttributesRequest
+from temporalio.api.workflowservice.v1 import DescribeNamespaceRequest
+from temporalio.client import Client, ScheduleAlreadyRunningError, ScheduleUpdate
 from temporalio.common import SearchAttributeKey
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.converter import DataConverter, DefaultFailureConverterWithEncodedAttributes
-from temporalio.runtime import Runtime, TelemetryConfig
+from temporalio.runtime import LogForwardingConfig, LoggingConfig, Runtime, TelemetryConfig, TelemetryFilter
 from temporalio.service import RPCError, RPCStatusCode, TLSConfig
 
+from pressroom import tracing
+from pressroom.codec import EncryptionCodec, EncryptionKeyError, KeylessCodec
 from pressroom.settings import ConfigurationError, Settings
 
 # Custom search attributes every Pressroom run may carry, so the Web UI finds runs by domain ids.
@@ -42,9 +51,7 @@ def process_runtime() -> Runtime:
 def telemetry(**settings) -> TelemetryConfig:
     """The runtime's telemetry: the Temporal core's own warnings go to Python's logging (stderr, in
     Pressroom's one-line format, masked), never to stdout, which carries only a command's output."""
-    import logging
 
-    from temporalio.runtime import LogForwardingConfig, LoggingConfig, TelemetryFilter
 
     return TelemetryConfig(logging=LoggingConfig(filter=TelemetryFilter(core_level="WARN", other_level="ERROR"),
                                                  forwarding=LogForwardingConfig(logger=logging.getLogger(
@@ -59,8 +66,6 @@ def close_runtime() -> bool:
     inside an RPC's completion callback finishes before we return. True when the runtime is gone;
     False when a client (or its runtime) is still referenced somewhere and its threads live on.
     """
-    import gc
-    import weakref
 
     global _runtime
     if _runtime is None:
@@ -75,10 +80,9 @@ def data_converter(settings: Settings | None = None) -> DataConverter:
     """The pydantic converter; with an encryption key, payloads and failure messages are sealed and
     payloads nobody sealed are refused (unless PRESSROOM_CODEC_ALLOW_PLAINTEXT); without one, an
     encrypted payload is an error naming the missing key."""
-    from pressroom.codec import EncryptionCodec, KeylessCodec
 
     key = settings.encryption_key.get_secret_value() if settings else ""
-    if not key:
+    if not key or settings is None:
         return dataclasses.replace(pydantic_data_converter, payload_codec=KeylessCodec())
     codec = EncryptionCodec.from_text(key, allow_plaintext=settings.codec_allow_plaintext)
     return dataclasses.replace(pydantic_data_converter, payload_codec=codec,
@@ -120,9 +124,7 @@ def tls_config(settings: Settings) -> TLSConfig | bool:
 async def connect(settings: Settings, runtime: Runtime | None = None) -> Client:
     """A client on the namespace, which must exist: connecting alone does not look at it, and a call
     that later finds it missing answers NOT_FOUND, like a missing workflow would."""
-    from temporalio.api.workflowservice.v1 import DescribeNamespaceRequest
 
-    from pressroom import tracing
 
     tls = tls_config(settings)
     where = f"Temporal at {settings.temporal_address} (namespace {settings.temporal_namespace})"
@@ -153,7 +155,6 @@ async def connect(settings: Settings, runtime: Runtime | None = None) -> Client:
 def transport_reason(error: BaseException) -> str:
     """The words inside the SDK's transport error (`tonic::transport::Error(Transport, ConnectError(…
     message: "Connection refused" …))`) rather than the Rust debug print around them."""
-    import re
 
     text = str(error).splitlines()[0] if str(error) else type(error).__name__
     messages = re.findall(r'message: "([^"]+)"', text) or re.findall(r'"([^"]{4,})"', text)
@@ -193,7 +194,6 @@ async def register_search_attributes(client: Client) -> list[str]:
 
     Temporal Cloud refuses this call: there, add them in the Cloud UI or with tcld.
     """
-    from temporalio.api.operatorservice.v1 import AddSearchAttributesRequest, ListSearchAttributesRequest
 
     namespace = client.namespace
     try:
@@ -202,11 +202,12 @@ async def register_search_attributes(client: Client) -> list[str]:
     except RPCError as error:
         if error.status != RPCStatusCode.UNIMPLEMENTED:
             raise
-        existing = {}  # the time-skipping test server adds but cannot list
+        existing = {}  # type: ignore[assignment]  # the time-skipping test server adds but cannot list
     missing = {key.name: key.indexed_value_type for key in SEARCH_ATTRIBUTES if key.name not in existing}
     if missing:
         await client.operator_service.add_search_attributes(
-            AddSearchAttributesRequest(namespace=namespace, search_attributes=missing))
+            AddSearchAttributesRequest(namespace=namespace,
+                                       search_attributes=missing))  # type: ignore[arg-type]  # the SDK's IntEnum is the protocol's enum
     return sorted(missing)
 
 
@@ -218,7 +219,6 @@ async def create_or_update_schedule(client: Client, schedule_id: str, schedule, 
     must not take the namespace's shared schedules with it: once it stopped, their runs would wait
     on a queue nobody polls, and with overlaps skipped, every later run too.
     """
-    from temporalio.client import ScheduleAlreadyRunningError, ScheduleUpdate
 
     try:
         await client.create_schedule(schedule_id, schedule)
@@ -244,9 +244,7 @@ async def create_or_update_schedule(client: Client, schedule_id: str, schedule, 
 def _refuse_to_unseal(client: Client, action) -> None:
     """A process without the key must not replace an encrypted schedule's input with plaintext
     (a worker started without PRESSROOM_ENCRYPTION_KEY would, at its start, for every schedule)."""
-    from temporalio.api.common.v1 import Payload
 
-    from pressroom.codec import EncryptionKeyError, KeylessCodec
 
     stored = [arg for arg in getattr(action, "args", ()) if isinstance(arg, Payload)]
     if isinstance(client.data_converter.payload_codec, KeylessCodec):

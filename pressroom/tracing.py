@@ -63,7 +63,7 @@ def configure(processor) -> Any:
     from opentelemetry.sdk.trace import TracerProvider
 
     resource = Resource.create({})
-    if resource.attributes.get(SERVICE_NAME, "").startswith("unknown_service"):
+    if str(resource.attributes.get(SERVICE_NAME, "")).startswith("unknown_service"):
         resource = resource.merge(Resource({SERVICE_NAME: "pressroom"}))
     provider = TracerProvider(resource=resource)
     provider.add_span_processor(processor)
@@ -78,10 +78,6 @@ def disable() -> None:
 
 def enabled() -> bool:
     return _tracer is not None
-
-
-def tracer() -> trace.Tracer:
-    return _tracer or trace.NoOpTracer()
 
 
 def interceptors() -> list:

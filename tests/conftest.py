@@ -6,6 +6,7 @@ start once per session on free ports; each test gets a clean database and its ow
 
 from __future__ import annotations
 
+import atexit
 import os
 import shutil
 import tempfile
@@ -18,16 +19,27 @@ import asyncpg
 import pytest
 from temporalio.testing import WorkflowEnvironment
 
+# Whatever the session writes to the temporary folder (its own files, its servers', those of the
+# commands and workers it runs) goes into one folder, removed when the session ends: a run leaves
+# nothing behind. Others may pass through it (not list it): run as root, PostgreSQL's service user
+# reaches its throwaway data there.
+SESSION_TMP = tempfile.mkdtemp(prefix="pressroom-tests-")
+os.chmod(SESSION_TMP, 0o711)
+os.environ["TMPDIR"] = tempfile.tempdir = SESSION_TMP
+atexit.register(shutil.rmtree, SESSION_TMP, ignore_errors=True)
 # Tests never read a developer's running stack or environment: each value comes from a fixture.
 os.environ["PRESSROOM_HOME"] = tempfile.mkdtemp(prefix="pressroom-test-home-")
 for variable in ("DATABASE_URL", "TEMPORAL_ADDRESS", "MAILGUN_API_KEY", "MAILGUN_DOMAIN", "MAILGUN_BASE_URL",
                  "PRESSROOM_ENCRYPTION_KEY", "MAILGUN_WEBHOOK_SIGNING_KEY"):
     os.environ.pop(variable, None)
 
-from devstack.servers import Postgres, find_binary, free_port  # noqa: E402
-from pressroom import database  # noqa: E402
-from pressroom.settings import Settings, load_settings  # noqa: E402
-from pressroom.temporal import SEARCH_ATTRIBUTES, data_converter, register_search_attributes  # noqa: E402
+from devstack.servers import Postgres, find_binary, free_port
+from operations.outbox import ensure_relay
+from pressroom import database
+from pressroom.settings import Settings, load_settings
+from pressroom.temporal import SEARCH_ATTRIBUTES, data_converter, register_search_attributes
+from worker import running_worker
+from workflows.outbox import RELAY_WORKFLOW_ID
 
 if TYPE_CHECKING:
     from devstack.mailgun_simulator import MailgunSimulator
@@ -172,7 +184,7 @@ def make_settings(postgres_url: str, simulator: MailgunSimulator, **overrides) -
     overrides = {"members_link_secret": TEST_LINK_SECRET, "address_hash_key": TEST_ADDRESS_HASH_KEY,
                  "send_confirm_window_seconds": 4,
                  "send_confirm_poll_seconds": 0.5,
-                 "mailgun_outage_first_wait_seconds": 1, "mailgun_outage_max_wait_seconds": 4, **overrides}
+                 "provider_outage_first_wait_seconds": 1, "provider_outage_max_wait_seconds": 4, **overrides}
     return load_settings(database_url=postgres_url, mailgun_base_url=simulator.base_url,
                          mailgun_api_key=simulator.api_key, mailgun_domain=simulator.domain,
                          task_queue=f"test-{uuid.uuid4().hex[:12]}", **overrides)
@@ -181,6 +193,39 @@ def make_settings(postgres_url: str, simulator: MailgunSimulator, **overrides) -
 @pytest.fixture
 def settings(postgres_url: str, mailgun: MailgunSimulator, db: asyncpg.Pool) -> Settings:
     return make_settings(postgres_url, mailgun)
+
+
+@pytest.fixture
+def newsletter_settings(postgres_url, mailgun, db):
+    """Settings with small batches, so a few thousand members make several batches."""
+    def build(**overrides):
+        return make_settings(postgres_url, mailgun, **{"batch_size": 1000, **overrides})
+    return build
+
+
+
+@pytest.fixture
+def outbox_settings(postgres_url, mailgun, db):
+    def build(**overrides):
+        return make_settings(postgres_url, mailgun, outbox_backoff_seconds=[1], outbox_poll_interval_seconds=0.2,
+                             **overrides)
+    return build
+
+
+@pytest.fixture
+async def relay(dev_env, outbox_settings):
+    """A worker and the relay on this test's task queue; the relay is stopped afterwards."""
+    settings = outbox_settings()
+    async with running_worker(dev_env.client, settings):
+        await ensure_relay(dev_env.client, settings)
+        yield settings
+        await dev_env.client.get_workflow_handle(f"{RELAY_WORKFLOW_ID}-{settings.task_queue}").terminate()
+
+
+@pytest.fixture
+def webhook_settings(postgres_url, mailgun, db) -> Settings:
+    return make_settings(postgres_url, mailgun, webhook_signing_key=mailgun.webhook_signing_key,
+                         analytics_end_margin_seconds=0, analytics_trust_threshold_seconds=300)
 
 
 @pytest.hookimpl(tryfirst=True)

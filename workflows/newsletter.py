@@ -37,6 +37,7 @@ with workflow.unsafe.imports_passed_through():
     from pressroom.temporal import EMAIL_ID, POST_ID
     from workflows.policies import DATABASE_RETRY
 
+
 from workflows.newsletter_models import (
     CancelSendInput,
     NewsletterProgress,
@@ -218,8 +219,8 @@ class SendNewsletterWorkflow(BatchSending):
                 batch_ids = []  # cancelled: nothing more is sent (a chunk being written ends the creation)
             if not batch_ids:
                 if self._creating and self._cancel is None:  # all written so far is sent: wait for the next chunk
-                    await workflow.wait_condition(lambda chunks=chunks: self._chunks != chunks or not self._creating
-                                                  or self._cancel is not None)
+                    await workflow.wait_condition(  # the condition is read only while this iteration waits
+                        lambda: self._chunks != chunks or not self._creating or self._cancel is not None)  # noqa: B023 (read only while this iteration waits)
                     continue
                 if creation is not None:
                     await creation  # raises what stopped the creation, if anything did

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 
 from temporalio import workflow
@@ -25,6 +26,7 @@ with workflow.unsafe.imports_passed_through():
         BatchCounts,
         BatchSent,
         FailBatchInput,
+        FinishEmailInput,
         ProbeProviderInput,
         ReadReputationInput,
         RecordPauseInput,
@@ -35,7 +37,7 @@ with workflow.unsafe.imports_passed_through():
     from activities.newsletter.send import BatchSendActivities
     from activities.sending_limits import AdmitBatchInput, SendingLimitsActivities, SplitRefusedBatchInput
     from pressroom.errors import cause_of
-    from workflows.newsletter_models import NewsletterProgress, Outage, Resume
+    from workflows.newsletter_models import NewsletterProgress, Outage, ReputationWatch, Resume
     from workflows.policies import DATABASE_RETRY
 
 
@@ -62,6 +64,20 @@ class BatchSending:
     """The batch-sending half of SendNewsletterWorkflow, which holds the state these read (`_progress`,
     `_cancel`, `_outage`, `_provider`, `_aside`, `_paused`, `_reputation`) and the steps that depend on
     its patches (`_admit_and_send`, `_wait_unless_cancelled`)."""
+
+    # Declared for the type checker; SendNewsletterWorkflow sets and defines them.
+    _progress: NewsletterProgress
+    _cancel: FinishEmailInput | None
+    _outage: Outage | None
+    _provider: str
+    _wait_out_outages: bool
+    _aside: list[asyncio.Task]
+    _probe: asyncio.Task | None
+    _paused: str | None
+    _pause_to_clear: bool
+    _reputation: ReputationWatch
+    _admit_and_send: Callable[[str, int, Resume], Awaitable[list[str]]]
+    _wait_unless_cancelled: Callable[[timedelta, str], Awaitable[None]]
 
     async def _send_page(self, batch_ids: list[str], resume: Resume) -> None:
         """Send a page of batches, at most `concurrency` at a time (runs from before provider limits)."""
@@ -128,8 +144,8 @@ class BatchSending:
                 break
             # A cap is reached: wait on a durable timer for the next window, not on failing retries.
             self._show(message=admission.reason)
-            await self._wait_unless_cancelled(max(admission.resume_at - workflow.now(), timedelta(seconds=1)),
-                                              admission.reason)
+            resume_at = admission.resume_at or workflow.now()  # a refusal always names when; never sooner
+            await self._wait_unless_cancelled(max(resume_at - workflow.now(), timedelta(seconds=1)), admission.reason)
             if self._cancel is not None:
                 return [batch_id]  # back in the queue, which a cancelled send no longer reads
         if self._progress.message.startswith("waiting for"):
@@ -237,14 +253,16 @@ class BatchSending:
             return
         now = workflow.now()
         outage = self._outage or Outage(since=now)
-        if outage.next_try is None or outage.next_try <= now:
+        next_try = outage.next_try
+        if next_try is None or next_try <= now:
             wait = min(plan.outage_first_wait_seconds * 2 ** outage.waits, plan.outage_max_wait_seconds)
-            outage = Outage(since=outage.since, waits=outage.waits + 1, next_try=now + timedelta(seconds=wait))
+            next_try = now + timedelta(seconds=wait)
+            outage = Outage(since=outage.since, waits=outage.waits + 1, next_try=next_try)
         self._outage = outage
         reason = (f"{self._provider} unreachable since {outage.since:%Y-%m-%d %H:%M:%S} UTC, next try at "
-                  f"{outage.next_try:%Y-%m-%d %H:%M:%S} UTC ({error})")
+                  f"{next_try:%Y-%m-%d %H:%M:%S} UTC ({error})")
         self._show(message=reason)
-        await self._wait_unless_cancelled(max(outage.next_try - now, timedelta(seconds=1)), reason[:200])
+        await self._wait_unless_cancelled(max(next_try - now, timedelta(seconds=1)), reason[:200])
 
     async def _probe_for_provider(self, plan: SendPlan, error: str) -> None:
         """Every sender waits on one look for the provider's return (an authenticated read every

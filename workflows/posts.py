@@ -10,7 +10,7 @@ when it will not go out, the outcome and the run's details say why.
 
 from __future__ import annotations
 
-import asyncio
+import contextlib
 from datetime import datetime, timedelta
 
 from pydantic import BaseModel
@@ -25,7 +25,6 @@ with workflow.unsafe.imports_passed_through():
         PublishResult,
         ReconcileResult,
         RescheduleInput,
-        publish_workflow_id,
     )
     from activities.posts.publish import PostsActivities
     from pressroom.temporal import POST_ID, PUBLISH_AT
@@ -77,13 +76,13 @@ class PublishPostWorkflow:
         retry = RetryPolicy(initial_interval=timedelta(seconds=input.retry_seconds), backoff_coefficient=1.0,
                             maximum_attempts=input.retries + 1)
         while True:
-            target = self._publish_at
+            target = self._scheduled()
             workflow.upsert_search_attributes([PUBLISH_AT.value_set(target)])
             workflow.set_current_details(f"publishes at {target.isoformat()}")
             wait = (target - workflow.now()).total_seconds() - input.lead_seconds
             if wait > 0:
                 try:
-                    await workflow.wait_condition(lambda: self._publish_at != target or self._unscheduled,
+                    await workflow.wait_condition(lambda: self._publish_at != target or self._unscheduled,  # noqa: B023 (read while awaited)
                                                   timeout=timedelta(seconds=wait))
                     if not self._unscheduled:
                         if workflow.info().is_continue_as_new_suggested():
@@ -124,20 +123,23 @@ class PublishPostWorkflow:
     async def _start_newsletter(self, email_id: str) -> str:
         """Hand over to the newsletter send; its workflow id keeps it to one send."""
         workflow_id = newsletter_workflow_id(email_id)
-        try:
+        with contextlib.suppress(WorkflowAlreadyStartedError):  # already sending or sent: nothing more to do
             await workflow.start_child_workflow(
                 SendNewsletterWorkflow.run, SendNewsletterInput(email_id=email_id), id=workflow_id,
                 parent_close_policy=workflow.ParentClosePolicy.ABANDON,
                 static_summary=f"Send email {email_id} after its post was published")
-        except WorkflowAlreadyStartedError:
-            pass  # already sending or sent: nothing more to do
         return workflow_id
+
+    def _scheduled(self) -> datetime:
+        """The instant to publish at: set by the start (or a signal that came with it) before the run's loop."""
+        assert self._publish_at is not None
+        return self._publish_at
 
     def _end(self, input: PublishPostInput, status: str, newsletter: str | None = None,
              note: str | None = None) -> PublishOutcome:
-        details = f"{status} (scheduled for {self._publish_at.isoformat()})"
+        details = f"{status} (scheduled for {self._scheduled().isoformat()})"
         workflow.set_current_details(f"{details}\n\nits newsletter will not go out: {note}" if note else details)
-        return PublishOutcome(post_id=input.post_id, status=status, publish_at=self._publish_at,
+        return PublishOutcome(post_id=input.post_id, status=status, publish_at=self._scheduled(),
                               newsletter_workflow_id=newsletter, newsletter_note=note)
 
 

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from collections import Counter
-from datetime import UTC, datetime, timezone
-from typing import Literal
+from datetime import UTC, datetime
+from typing import Literal, overload
 
 from pydantic import BaseModel, Field
 
@@ -90,6 +90,10 @@ def epoch(moment: datetime) -> float:
     return moment.timestamp()
 
 
+@overload
+def moment(epoch: float) -> datetime: ...
+@overload
+def moment(epoch: None) -> None: ...
 def moment(epoch: float | None) -> datetime | None:
     return None if epoch is None else datetime.fromtimestamp(epoch, tz=UTC)
 

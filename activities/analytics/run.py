@@ -25,11 +25,11 @@ from activities.analytics.models import (
 )
 from activities.analytics.window import apply, read_and_apply, resume_point
 from activities.delivery_events.aggregates import aggregate
-from activities.delivery_events.batch import EventBatch
 from activities.heartbeat import heartbeating
 from activities.metrics import Instruments
 from activities.provider_errors import activity_error
 from pressroom.providers.port import EmailProvider, EventQuery, ProviderError
+from pressroom.store.events import EventBatch
 
 if TYPE_CHECKING:
     from pressroom.dependencies import Dependencies

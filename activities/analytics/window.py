@@ -13,8 +13,8 @@ from temporalio import activity
 
 from activities.analytics.models import PhaseResult, epoch, moment
 from activities.delivery_events.apply import apply_batch
-from activities.delivery_events.batch import EventBatch
 from pressroom.providers.port import EmailProvider, EventQuery, ProviderError
+from pressroom.store.events import EventBatch
 
 APPLY_EVENTS = 3000  # events applied per transaction (10 pages)
 
@@ -71,7 +71,7 @@ async def read_and_apply(pool: asyncpg.Pool, provider: EmailProvider, query: Eve
                     checkpoint = await applying
                 applying = asyncio.create_task(_apply_and_checkpoint(
                     pool, batch, result, job, _cursor(query, events.next_page, exhausted, last_moment, state),
-                    {"job": job, "url": events.next_page, "end": epoch(query.end)}, result.pages, result.events))
+                    {"job": job, "url": events.next_page, "end": _window_end(query)}, result.pages, result.events))
                 batch = EventBatch()
         if applying is not None:
             await applying
@@ -85,11 +85,17 @@ async def read_and_apply(pool: asyncpg.Pool, provider: EmailProvider, query: Eve
                 task.cancel()
 
 
+def _window_end(query: EventQuery) -> float:
+    """A window's query always has its end (the phase's, or the backfill's)."""
+    assert query.end is not None
+    return epoch(query.end)
+
+
 def _cursor(query: EventQuery, next_page: str | None, exhausted: bool, last_moment: float | None,
             state: dict[str, Any]) -> dict[str, Any]:
     """Where the phase stands once a batch is applied: the window's end when it is read to the end,
     else the last event's time and the page to resume from (keys as stored since 0.1.0)."""
-    end = epoch(query.end)
+    end = _window_end(query)
     return {"resume_url": None if exhausted else next_page, "window_end": end,
             "cursor": end if exhausted else (last_moment or state.get("cursor"))}
 

@@ -9,9 +9,9 @@ from typing import Any
 
 import asyncpg
 
-from activities.delivery_events.batch import EventBatch, SetAside, Source
-from activities.delivery_events.leave import LEAVE, REMOVED
 from pressroom.delivery_events import EventRejected
+from pressroom.store.events import EventBatch, SetAside, Source
+from pressroom.store.members import LEAVE, REMOVED
 
 # Codes that suppress an address: the SMTP hard-bounce codes (no such mailbox, domain, policy)
 # and Mailgun's own 605/607 ("previously bounced" / "marked as spam") after which Ghost suppresses.

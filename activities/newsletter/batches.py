@@ -7,6 +7,8 @@ failed email sends its failed batches again. Safe to repeat: a creation resumes 
 
 from __future__ import annotations
 
+from typing import Any
+
 from temporalio import activity
 
 from activities.errors import non_retryable
@@ -21,6 +23,7 @@ from activities.sending_limits import batch_sizes, warmup_limit
 from pressroom.dependencies import Dependencies
 from pressroom.email_rendering import FREE, FREE_OF_TIER, NOT_FREE, NOT_FREE_OF_TIER, segments_of
 from pressroom.inputs import PLAIN_ADDRESS, PLAIN_DOMAIN_LENGTH, SPECIAL_USE_DOMAINS, recipient_problem
+from pressroom.providers.wiring import sending_scope
 from pressroom.recipient_filter import FilterError
 
 SKIPPED_SHOWN = 20  # members named in the log line of an email's left-out members; the rest are counted
@@ -174,7 +177,7 @@ class BatchCreationActivities:
         custom_limit = await self._warmup_limit(conn) if self.settings.warming else None
         sizes = await batch_sizes(conn, self.settings, self.provider)
         rate, first_id = None, None
-        planned = [{"segment": segment, "fallback": False, "n": n} for segment, n in usable.items()]
+        planned: list[Any] = [{"segment": segment, "fallback": False, "n": n} for segment, n in usable.items()]
         if custom_limit is not None and sum(usable.values()) > custom_limit:
             # Domain warming: the first `custom_limit` recipients, most engaged first (a new
             # domain's reputation grows on opens), go through the custom domain, the rest through
@@ -235,11 +238,11 @@ class BatchCreationActivities:
         limit = CHUNK_BATCHES * size
         prefix = f"{email_id}-{SEGMENT_NAMES.get(segment, 'all')}{'-fallback' if fallback else ''}"
         # The bound on both sides of the join, so that neither index is read from its start.
-        after = "AND m.id > $8::text AND mn.member_id > $8::text" if creation["after_member_id"] is not None \
+        bound = "AND m.id > $8::text AND mn.member_id > $8::text" if creation["after_member_id"] is not None \
             else "AND $8::text IS NULL"
         chosen = audience_of(email, as_of=creation["audience_at"], segments=segments)
         written = await conn.fetchrow(
-            chosen.sql(WRITE_CHUNK.format(after=after)), *chosen.params, segment, creation["fallback_from_rate"],
+            chosen.sql(WRITE_CHUNK.format(after=bound)), *chosen.params, segment, creation["fallback_from_rate"],
             creation["fallback_from_id"], fallback, creation["after_member_id"], limit, prefix,
             creation["written_in_group"] // size, size, email_id)
         if written["n"] < limit:  # the group is exhausted: the next chunk starts the next group
@@ -258,5 +261,5 @@ class BatchCreationActivities:
                FROM email_batches b JOIN emails e ON e.id = b.email_id WHERE e.csd_email_count IS NOT NULL""")
         limit = warmup_limit(day)
         activity.logger.info("domain warming day %d: %s recipients through %s", day,
-                             "all" if limit is None else limit, self.settings.sending_scope)
+                             "all" if limit is None else limit, sending_scope(self.settings))
         return limit

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any, Union
+from typing import Any
 
 from pydantic import BaseModel
 from temporalio.exceptions import ApplicationError
@@ -57,8 +57,9 @@ class UnavailableDetails(BaseModel):
     retry_after_seconds: float | None = None
 
 
-SendFailureDetails = Union[RejectedDetails, RecipientLimitDetails, SendingLimitDetails, UnavailableDetails]
-DETAILS = {PROVIDER_REJECTED: RejectedDetails, RECIPIENT_LIMIT_EXCEEDED: RecipientLimitDetails,
+SendFailureDetails = RejectedDetails | RecipientLimitDetails | SendingLimitDetails | UnavailableDetails
+DETAILS: dict[str, type[SendFailureDetails]] = {
+           PROVIDER_REJECTED: RejectedDetails, RECIPIENT_LIMIT_EXCEEDED: RecipientLimitDetails,
            SENDING_LIMIT_REACHED: SendingLimitDetails, PROVIDER_RATE_LIMITED: UnavailableDetails,
            PROVIDER_UNAVAILABLE: UnavailableDetails, PROVIDER_BAD_RESPONSE: UnavailableDetails,
            PROVIDER_ERROR: UnavailableDetails}
@@ -89,7 +90,7 @@ def read_send_failure(error_type: str | None, details: tuple[Any, ...] | list[An
     """The kind and details of a send_batch failure, from its details model or from the positional
     details of earlier releases. Pure: the workflow calls it."""
     kind = STORED_TYPES.get(error_type, error_type) if error_type else None
-    model = DETAILS.get(kind)
+    model = DETAILS.get(kind) if kind else None
     if len(details) == 1 and isinstance(details[0], dict) and model is not None:
         parsed = model.model_validate(details[0])
         return SendFailure(kind, parsed.status_code, parsed)
@@ -97,16 +98,18 @@ def read_send_failure(error_type: str | None, details: tuple[Any, ...] | list[An
     return SendFailure(kind, status, _from_positions(model, list(details), status))
 
 
-def _from_positions(model: type[BaseModel] | None, details: list[Any], status: int | None) -> SendFailureDetails | None:
+def _from_positions(model: type[SendFailureDetails] | None, details: list[Any],
+                    status: int | None) -> SendFailureDetails | None:
     """Earlier releases' order: status code, then the refused size and stated limit (a size refusal)
     or the seconds to wait (a rate limit), and the outage mark last."""
     def number(n: int) -> int | float | None:
         return details[n] if len(details) > n and isinstance(details[n], (int, float)) else None
 
     if model is RecipientLimitDetails:
-        if number(1) is None:
+        refused_size = number(1)
+        if refused_size is None:
             return None  # nothing to split by: the batch fails as any other
-        return RecipientLimitDetails(status_code=status, refused_size=int(number(1)), stated_limit=number(2))
+        return RecipientLimitDetails(status_code=status, refused_size=int(refused_size), stated_limit=number(2))
     if model is SendingLimitDetails:
         return SendingLimitDetails(status_code=status, retry_after_seconds=number(1))
     if model is UnavailableDetails:

@@ -10,7 +10,9 @@ import uuid
 from email.utils import parseaddr
 
 from temporalio import activity
+from temporalio.client import WorkflowExecutionStatus
 from temporalio.exceptions import ApplicationError
+from temporalio.service import RPCError, RPCStatusCode
 
 from activities.email_content import load_email
 from activities.errors import non_retryable
@@ -35,7 +37,7 @@ def unpublished(post_id: str, post_status: str) -> str:
     return f"its post {post_id} is {post_status}, no longer published"
 
 
-def lock_holder(locked_by: str, namespace: str, workflow_id: str) -> tuple[str, str, str]:
+def lock_holder(locked_by: str, namespace: str, workflow_id: str | None) -> tuple[str, str, str]:
     """(namespace, workflow id, first run id) of an email's lock, stored as `namespace/workflow
     id/first run id`; a bare run id (the lock's first form, still found in old rows) is a run of
     `workflow_id` in `namespace`."""
@@ -43,7 +45,7 @@ def lock_holder(locked_by: str, namespace: str, workflow_id: str) -> tuple[str, 
         holder_namespace, _, rest = locked_by.partition("/")
         holder_workflow_id, _, run_id = rest.rpartition("/")  # a workflow id may itself hold a slash
         return holder_namespace, holder_workflow_id, run_id
-    return namespace, workflow_id, locked_by
+    return namespace, workflow_id or "", locked_by
 
 
 def is_run_id(text: str) -> bool:
@@ -191,7 +193,6 @@ class EmailLockActivities:
         Gone means its run is closed, or does not exist in this namespace. A holder in another
         namespace, or one that is not a Temporal run at all, cannot be proved gone: refused.
         """
-        from temporalio.client import WorkflowExecutionStatus
 
         info = activity.info()
         namespace, workflow_id, run_id = lock_holder(locked_by, info.namespace, info.workflow_id)
@@ -214,7 +215,6 @@ class EmailLockActivities:
 
     async def _describe(self, workflow_id: str, run_id: str | None = None):
         """The run (the latest one without run_id), or None when this namespace has no such run."""
-        from temporalio.service import RPCError, RPCStatusCode
 
         try:
             return await self.temporal.get_workflow_handle(workflow_id, run_id=run_id).describe()

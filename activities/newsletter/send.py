@@ -15,7 +15,7 @@ from temporalio import activity
 from activities.confirm import confirm_wait, lookup_window, uncertain_sends_exhausted
 from activities.errors import non_retryable
 from activities.heartbeat import FIRST_HEARTBEAT_SECONDS, heartbeating
-from activities.newsletter.answers import NOT_FOUND, answered, record_submitted, take_hold
+from activities.newsletter.batch_outcome import NOT_FOUND, answered, record_submitted, take_hold
 from activities.newsletter.content import Messages
 from activities.newsletter.failures import BATCH_NOT_FOUND, PROVIDER_UNAVAILABLE, UnavailableDetails, send_failure
 from activities.newsletter.lock import unpublished
@@ -131,10 +131,11 @@ class BatchSendActivities:
                                        mark={EMAIL_MARK: batch["email_id"], BATCH_MARK: input.batch_id},
                                        message_id=message_id, delivery_time=input.delivery_time)
         except ProviderError as error:
-            sent = answered(error, batch["requeue_generation"])
-            if sent is None:
+            answer = answered(error, batch["requeue_generation"])
+            if answer is None:
                 await self._record_outcome(input.batch_id, error.outcome, answer=error)
                 raise send_failure_of(error, len(recipients)) from None
+            sent = answer
         requeued = await record_submitted(self.pool, input.batch_id, sent, batch["requeue_generation"])
         return BatchSent(batch_id=input.batch_id, recipients=len(recipients) - requeued, provider_id=sent.provider_id,
                          reconciled=False, requeued=1 if requeued else 0)
@@ -225,7 +226,7 @@ class BatchSendActivities:
         return {
             address: variables(values(name=name, email=address, uuid=uuid, status=status))
             for address, name, uuid, status in zip(batch["emails"] or [], batch["names"] or [],
-                                                   batch["uuids"] or [], batch["statuses"] or [])}
+                                                   batch["uuids"] or [], batch["statuses"] or [], strict=True)}
 
     async def _find_accepted(self, provider: EmailProvider, batch_id: str, first_recipient: str, message_id: str,
                              begin: datetime, end: datetime) -> str | None:

@@ -16,8 +16,8 @@ layers above enqueue and name deliveries through the names exported here.
 """
 
 from activities.outbox import site_events
-from activities.outbox.enqueue import NOTIFY_CHANNEL, enqueue, enqueue_many, payload_digest
 from activities.outbox.models import WELCOME_EMAIL_SLUGS, outbox_workflow_id
+from pressroom.store.outbox import NOTIFY_CHANNEL, enqueue, enqueue_many, payload_digest
 
 __all__ = ["NOTIFY_CHANNEL", "WELCOME_EMAIL_SLUGS", "enqueue", "enqueue_many", "outbox_workflow_id", "payload_digest",
            "site_events"]

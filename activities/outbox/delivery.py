@@ -17,7 +17,6 @@ from activities.confirm import StillConfirming
 from activities.errors import non_retryable
 from activities.heartbeat import heartbeating
 from activities.metrics import Instruments
-from activities.outbox.enqueue import NOTIFY_CHANNEL
 from activities.outbox.models import (
     ERROR_LIMIT,
     EVENT_TYPES,
@@ -35,6 +34,7 @@ from activities.outbox.welcome import TemplateWaiting, WelcomeEmails
 from activities.provider_errors import retried
 from activities.watchdog import ClosedRun, Job, Watched
 from pressroom.dependencies import Dependencies
+from pressroom.store.outbox import NOTIFY_CHANNEL
 
 HANDLE_FIRST_HEARTBEAT_SECONDS = 2.0  # well inside handle_entry's 10 s heartbeat timeout
 # PRESSROOM_OUTBOX_DELETE_ON_SUCCESS's failure, as the reference says it.

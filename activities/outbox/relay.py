@@ -7,16 +7,18 @@ import json
 import time
 
 from temporalio import activity
+from temporalio.common import SearchAttributePair, TypedSearchAttributes, WorkflowIDConflictPolicy
 
 from activities.heartbeat import wait_for_work, woken_by_notify
 from activities.metrics import Instruments
 from activities.newsletter.finish import UNFINISHED_EMAILS
 from activities.outbox.delivery import UNFINISHED_ENTRIES
-from activities.outbox.enqueue import NOTIFY_CHANNEL
 from activities.outbox.models import EntryInput, RelayInput, RelayResult, outbox_workflow_id, webhooks_task_queue
 from activities.watchdog import Watchdog
 from pressroom import tracing
 from pressroom.dependencies import Dependencies
+from pressroom.store.outbox import NOTIFY_CHANNEL
+from pressroom.temporal import OUTBOX_EVENT_TYPE
 
 RELAY_CAP_RECHECK_SECONDS = 0.1  # at the open-deliveries cap, how soon the relay counts again
 RELAY_CONCURRENT_STARTS = 64  # workflow starts in flight at once
@@ -74,9 +76,7 @@ class OutboxRelayActivities:
 
     async def _claim_and_start(self) -> tuple[int, bool]:
         """Claim up to a batch of due entries and start their deliveries; (started, at the open-deliveries cap)."""
-        from temporalio.common import SearchAttributePair, TypedSearchAttributes, WorkflowIDConflictPolicy
 
-        from pressroom.temporal import OUTBOX_EVENT_TYPE
 
         async with self.pool.acquire() as conn, conn.transaction():
             # Webhooks' deliveries have their own bound (PRESSROOM_WEBHOOKS_IN_FLIGHT per webhook): a slow

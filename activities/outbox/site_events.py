@@ -15,8 +15,8 @@ from typing import Any
 
 import asyncpg
 
-from activities.outbox.enqueue import enqueue_many
 from activities.outbox.models import SITE_EVENTS
+from pressroom.store.outbox import enqueue_many
 
 _TIME = """to_char({} AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"')"""
 

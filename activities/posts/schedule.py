@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 from datetime import datetime
 
+from temporalio.service import RPCError, RPCStatusCode
+
 from activities.posts.models import (
     PUBLISH_WORKFLOW_PREFIX,
     PublishPostInput,
@@ -13,6 +15,7 @@ from activities.posts.models import (
     RescheduleInput,
     publish_workflow_id,
 )
+from pressroom.temporal import PUBLISH_AT
 
 
 async def start_or_move_publication(client, settings, post_id: str, publish_at: datetime) -> None:
@@ -33,7 +36,6 @@ async def start_or_move_publication(client, settings, post_id: str, publish_at: 
 
 async def stop_publication(client, post_id: str) -> bool:
     """Tell the post's workflow it is unscheduled; False when no workflow runs for it."""
-    from temporalio.service import RPCError, RPCStatusCode
 
     try:
         await client.get_workflow_handle(publish_workflow_id(post_id)).signal("unschedule")
@@ -51,7 +53,6 @@ async def reconcile_scheduled_posts(client, pool, settings, *, concurrency: int 
     A post whose timer is already right gets no signal: a year-long timer reconciled every 10
     minutes must not fill its history.
     """
-    from pressroom.temporal import PUBLISH_AT
 
     running: dict[str, datetime | None] = {}
     async for execution in client.list_workflows(

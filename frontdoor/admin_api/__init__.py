@@ -14,11 +14,17 @@ import re
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
+from aiohttp import web
+from temporalio.common import MetricMeter
+
 from frontdoor.admin_api import resources
 from frontdoor.admin_api.auth import Slowdown, authenticate
 from frontdoor.admin_api.envelope import ApiError, dumps, invalid, unsupported
+from frontdoor.deadlines import BodyTooLarge, BodyTooSlow, read_body
 from operations import authoring, site_webhooks
+from operations.members import delete_member
 from pressroom.errors import BadInput, NotFound, PressroomError, one_line
+from pressroom.logs import Refusals
 from pressroom.settings import Settings
 from pressroom.temporal import TemporalUnavailable
 
@@ -38,9 +44,7 @@ Handler = Callable[..., Awaitable[tuple[int, Any]]]
 
 class AdminApi:
     def __init__(self, pool: asyncpg.Pool, settings: Settings, runtime: Any = None) -> None:
-        from temporalio.common import MetricMeter
 
-        from pressroom.logs import Refusals
 
         self.pool, self.settings = pool, settings
         self.slowdown = Slowdown()
@@ -76,7 +80,6 @@ class AdminApi:
         ]
 
     def routes(self) -> list:
-        from aiohttp import web
 
         return [web.route("*", PREFIX + "{tail:.*}", self.handle)]
 
@@ -136,7 +139,6 @@ class AdminApi:
         raise unsupported(f"{method} /ghost/api/admin/{tail[:100]}", self.supported())
 
     def _answer(self, status: int, body: Any, request: web.Request) -> web.Response:
-        from aiohttp import web
 
         headers = {"Cache-Control": "no-cache, private, no-store, must-revalidate", "X-Content-Type-Options": "nosniff"}
         version = request.headers.get("Accept-Version", "")
@@ -147,7 +149,6 @@ class AdminApi:
         return web.Response(status=status, text=dumps(body), content_type="application/json", headers=headers)
 
     async def _body(self, request: web.Request) -> Any:
-        from frontdoor.deadlines import BodyTooLarge, BodyTooSlow, read_body
 
         try:
             raw = await read_body(request, MAX_BODY_BYTES, self.settings.serve_body_timeout_seconds)
@@ -263,7 +264,6 @@ class AdminApi:
             return 200, await resources.read_member(conn, id)
 
     async def delete_member(self, request: web.Request, id: str) -> tuple[int, Any]:
-        from operations.members import delete_member
 
         async with self.pool.acquire() as conn:
             if not await conn.fetchval("SELECT EXISTS (SELECT 1 FROM members WHERE id = $1)", id):

@@ -10,8 +10,10 @@ import re
 from datetime import UTC, datetime
 from typing import Any
 
+from activities.newsletter.audience import filter_sql
 from frontdoor.admin_api.envelope import Browse, browse_options, invalid, iso, not_found, project, simple_filter
 from operations import authoring, members
+from pressroom.recipient_filter import FilterError
 from pressroom.settings import Settings
 
 # Fields a client may send back as it read them: never written, never refused.
@@ -268,8 +270,6 @@ def keyset(text: str | None) -> tuple[str | None, list[tuple[str, datetime]]]:
 async def browse_members(conn, query) -> dict:
     """Members by the recipient filter language (status, label, tier), created_at bounds (keyset)
     and `search` (address or name)."""
-    from activities.newsletter.audience import filter_sql
-    from pressroom.recipient_filter import FilterError
 
     options = browse_options(query, orderable=_MEMBER_ORDER, default_order="created_at desc",
                              includes=MEMBER_INCLUDES, known_fields=MEMBER_FIELDS)

@@ -28,6 +28,7 @@ from pressroom.providers.port import (
     EventQuery,
     EventsPage,
     Message,
+    PreparedMessage,
     ProviderLimits,
     ProviderRateLimited,
     ProviderRejected,
@@ -163,9 +164,10 @@ class MemoryProvider:
             raise ProviderRejected(f"a message takes at most {self.limits.max_tags} tags, got {len(message.tags)}")
         return MemoryMessage(message)
 
-    async def send(self, message: MemoryMessage, recipients: Mapping[str, Mapping[str, str]], *,
+    async def send(self, message: PreparedMessage, recipients: Mapping[str, Mapping[str, str]], *,
                    mark: Mapping[str, str], message_id: str | None = None, headers: Mapping[str, str] = {},
                    delivery_time: datetime | None = None) -> SendResult:
+        assert isinstance(message, MemoryMessage)  # what this provider's prepare() made
         self._refuse(len(recipients))
         sent = Sent(f"{next(self._account.ids)}.{self.scope}@memory", self.scope, message.message,
                     {address: dict(values) for address, values in recipients.items()}, dict(mark), message_id,

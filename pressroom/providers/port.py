@@ -22,7 +22,7 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol, Self
+from typing import TYPE_CHECKING, Any, ClassVar, Final, Literal, Protocol, Self
 
 from pydantic import BaseModel, Field
 from temporalio.exceptions import ApplicationError
@@ -33,9 +33,9 @@ if TYPE_CHECKING:
     import httpx
 
 # What one send attempt achieved, as senders persist it (email_batches, automated_email_recipients).
-ACCEPTED = "accepted"  # the provider took it and named its id
-NOT_ACCEPTED = "not_accepted"  # certainly not queued: sending again cannot make a second copy
-UNCERTAIN = "uncertain"  # may be queued: look it up before sending again
+ACCEPTED: Final = "accepted"  # the provider took it and named its id
+NOT_ACCEPTED: Final = "not_accepted"  # certainly not queued: sending again cannot make a second copy
+UNCERTAIN: Final = "uncertain"  # may be queued: look it up before sending again
 SendOutcome = Literal["accepted", "not_accepted", "uncertain"]
 
 # Our marks, sent with every newsletter batch: an event carrying them names our email and batch.
@@ -216,8 +216,8 @@ class AccountQuota:
 
 # How an uncertain send is confirmed: by asking the provider's events API for our marks, or only
 # from the pushed events Pressroom itself has received and kept (a provider with nothing to poll).
-CONFIRM_BY_QUERY = "query"
-CONFIRM_BY_RECEIVED_EVENTS = "received_events"
+CONFIRM_BY_QUERY: Final = "query"
+CONFIRM_BY_RECEIVED_EVENTS: Final = "received_events"
 
 
 @dataclass(frozen=True)
@@ -275,7 +275,9 @@ class PushedEvent:
 
     timestamp: int
     identity: str
-    item: Any
+    item: Any  # None: a message that carries no event (SNS's subscription confirmation), answered `said`
+    keep_seconds: float | None = None  # how long after `timestamp` the identity is kept; None: the retry window
+    said: str = "ignored"
 
     @property
     def token(self) -> str:
@@ -298,9 +300,11 @@ class EmailProvider(Protocol):
 
     name: str  # stored beside what comes from it (events set aside, webhook rows): "mailgun"
     title: str  # for people: "Mailgun"
-    scope: str
     limits: ProviderLimits
     capabilities: Capabilities
+
+    @property
+    def scope(self) -> str: ...
 
     def for_scope(self, scope: str) -> EmailProvider:
         """The same account sending from another scope (domain warming's fallback domain)."""
@@ -393,15 +397,22 @@ class DomainScopedClient:
 
 
 class EventPush(Protocol):
-    """The receiving end of a provider's pushed events (webhooks): needs no API key. A push whose
-    checks need I/O of their own (SNS: the signing certificate, the subscription's confirmation)
-    has its own handler in the receiver instead of `verify` (frontdoor/ses_push.py)."""
+    """The receiving end of a provider's pushed events (webhooks): needs no API key. The receiver
+    (frontdoor/receiver.py) reads the body, has it verified here, then stores what it carries."""
 
     name: str
     path: str  # where the receiver listens: /webhooks/<name>
+    refused_status: int  # the answer to a request that cannot be right later (Mailgun: 406, "do not retry")
+    replay_refused: bool  # a second copy is refused (Mailgun's one-time tokens), or answered stored (SNS's retries)
 
-    def verify(self, body: Any, now: float, max_age: float, retry_window: float | None = None) -> PushedEvent:
+    async def verify(self, body: Any, now: float, max_age: float, retry_window: float | None = None) -> PushedEvent:
         """The request's signature checked and fresh (signed at most `retry_window` ago, `max_age`
-        ahead); ValueError with a one-line reason otherwise."""
+        ahead); ValueError with a one-line reason otherwise, ConnectionError when it cannot be
+        checked now (SNS: its certificate). A message that carries no event (SNS's subscription
+        confirmation) is dealt with here and comes back with `item` None."""
 
     def parse_event(self, item: Any) -> DeliveryEvent | EventRejected: ...
+
+    def acceptance_marks(self, item: Any, event: DeliveryEvent) -> dict[str, str] | None:
+        """Our marks of an accepted-kind event, kept to confirm uncertain sends (a provider that
+        `confirms_by` received events: SES); None for an event stored in the inbox."""

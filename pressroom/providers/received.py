@@ -1,6 +1,7 @@
 """Acceptances Pressroom received pushed, kept to confirm an uncertain send where the provider has
 nothing to ask (SES: no events API). The receiver keeps every accepted-kind event carrying our
-marks (frontdoor/ses_push.py); a provider that `confirms_by` received events answers `find_accepted` here.
+marks (frontdoor/receiver.py, asking the push's `acceptance_marks`); a provider that `confirms_by`
+received events answers `find_accepted` here.
 
 Kept in `provider_acceptances` (schema/0028): the recipient, our marks, the provider's id of the
 copy. A row is kept once (recipient, provider id); SNS's retries and duplicates add nothing.
@@ -42,11 +43,29 @@ WHERE provider = $1 AND recipient = ANY($2::text[]) AND marks @> $3::jsonb AND a
 ORDER BY recipient, accepted_at"""
 
 
+# The push's identity and the acceptance in one statement: a second copy (SNS's retry) keeps nothing.
+_KEEP_PUSHED = """
+WITH token AS (
+    INSERT INTO webhook_tokens (provider, token, expires_at) VALUES ($1, $2, to_timestamp($3))
+    ON CONFLICT DO NOTHING RETURNING token
+), kept AS (
+    INSERT INTO provider_acceptances (provider, recipient, marks, provider_message_id, accepted_at)
+    SELECT $1, lower($4), $5::jsonb, $6, to_timestamp($7) FROM token ON CONFLICT DO NOTHING RETURNING 1
+)
+SELECT count(*) FROM token"""
+
+
 class StoredAcceptances:
     """`ReceivedEvents` in PostgreSQL, shared by every receiver and worker."""
 
     def __init__(self, pool: asyncpg.Pool) -> None:
         self.pool = pool
+
+    async def keep_pushed(self, provider: str, identity: str, keep_until: float, recipient: str,
+                          marks: Mapping[str, str], provider_message_id: str, accepted_at: float) -> bool:
+        """Keep a pushed acceptance with its push's identity; False when that identity was seen before."""
+        return bool(await self.pool.fetchval(_KEEP_PUSHED, provider, identity, keep_until, recipient,
+                                             json.dumps(dict(marks)), provider_message_id, accepted_at))
 
     async def find(self, provider: str, *, recipient: str, mark: Mapping[str, str], begin: datetime,
                    end: datetime) -> str | None:

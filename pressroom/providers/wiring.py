@@ -7,7 +7,14 @@ too. A provider is one package under pressroom/providers/, its settings there, a
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING
+
+from pressroom.providers.mailgun import MailgunClient, MailgunPush
+from pressroom.providers.received import StoredAcceptances
+from pressroom.providers.ses import SesClient
+from pressroom.providers.ses.push import SesPush
+from pressroom.providers.ses.settings import ses_settings
 
 if TYPE_CHECKING:
     import asyncpg
@@ -19,12 +26,18 @@ if TYPE_CHECKING:
 def provider_title(settings: Settings) -> str:
     """The provider's name for people ("Mailgun", "Amazon SES"), without building its client."""
     if settings.email_provider == "ses":
-        from pressroom.providers.ses import SesClient
 
         return SesClient.title
-    from pressroom.providers.mailgun import MailgunClient
 
     return MailgunClient.title
+
+
+def sending_scope(settings: Settings) -> str:
+    """Where the provider sends from (Mailgun: MAILGUN_DOMAIN; SES: the verified domain), without its client."""
+    if settings.email_provider == "ses":
+
+        return ses_settings().domain
+    return settings.mailgun_domain
 
 
 def provider_from_settings(settings: Settings, pool: asyncpg.Pool | None = None) -> EmailProvider:
@@ -32,29 +45,30 @@ def provider_from_settings(settings: Settings, pool: asyncpg.Pool | None = None)
     `pool`: where a provider that confirms sends from received events finds them (SES); without
     it such a provider sends, but cannot confirm an uncertain send."""
     if settings.email_provider == "ses":
-        from pressroom.providers.received import StoredAcceptances
-        from pressroom.providers.ses import SesClient
-        from pressroom.providers.ses.settings import ses_settings
 
         return SesClient.from_settings(ses_settings(), StoredAcceptances(pool) if pool is not None else None)
-    from pressroom.providers.mailgun import MailgunClient
 
     return MailgunClient.from_settings(settings)
+
+
+def push_path(settings: Settings) -> str:
+    """Where the configured provider's pushes arrive (/webhooks/mailgun, /webhooks/ses), without a key."""
+    if settings.email_provider == "ses":
+
+        return SesPush.path
+
+    return MailgunPush.path
 
 
 def push_from_settings(settings: Settings) -> EventPush:
     """The receiving end of the provider's pushed events; needs the signing key (Mailgun) or the
     topic (SES), not the API key."""
     if settings.email_provider == "ses":
-        from pathlib import Path
 
-        from pressroom.providers.ses.push import SesPush
-        from pressroom.providers.ses.settings import ses_settings
 
         ses = ses_settings()
         dev = Path(ses.sns_dev_certificate).read_bytes() if ses.sns_dev_certificate else None
         return SesPush(topic_arn=ses.require_topic(), region=ses.region, dev_certificate=dev)
-    from pressroom.providers.mailgun import MailgunPush
 
     settings.require_webhook_signing_key()
     return MailgunPush(settings.webhook_signing_key.get_secret_value())

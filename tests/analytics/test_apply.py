@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timezone
+from datetime import UTC, datetime
 
 from activities.analytics import window
 from activities.analytics.models import PhaseResult
-from activities.delivery_events.batch import EventBatch
 from pressroom.providers.mailgun import parse_event
+from pressroom.store.events import EventBatch
 
 from .conftest import activities_for, address, seed_newsletter
 
@@ -238,7 +238,7 @@ async def test_a_send_a_delivery_an_open_and_a_recount_stay_on_their_pages(db, c
     update of those rows, keeps about 88% of them in place, the others about 97%."""
     from activities.delivery_events.aggregates import aggregate
     from activities.delivery_events.apply import _apply_events
-    from activities.newsletter.answers import record_submitted
+    from activities.newsletter.batch_outcome import record_submitted
 
     await seed_newsletter(db, members=300, emails=2)
     delivered, opened = EventBatch(), EventBatch()

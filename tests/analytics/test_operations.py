@@ -6,8 +6,6 @@ import asyncio
 import dataclasses
 import io
 import os
-import subprocess
-import sys
 import time
 from datetime import timedelta
 
@@ -18,7 +16,6 @@ from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
 from activities.analytics.models import SCHEDULE_ID, AggregateInput, FetchPhaseInput
-from activities.delivery_events.batch import EventBatch
 from commands.analytics import print_analytics_status
 from operations.analytics import (
     analytics_backfill,
@@ -30,6 +27,7 @@ from operations.analytics import (
 from pressroom.errors import BadInput
 from pressroom.providers.mailgun import MailgunClient, parse_event
 from pressroom.providers.port import ProviderUnavailable
+from pressroom.store.events import EventBatch
 from tests import command_line
 from worker import running_worker
 
@@ -161,8 +159,6 @@ def test_malformed_events_are_counted_and_skipped():
 
 
 def test_the_commands_have_help_and_bad_times_are_one_line():
-    root = os.path.dirname(os.path.dirname(os.path.dirname(__file__)))
-
     def pressroom(*args):
         return command_line.run(list(args), {**os.environ, "DATABASE_URL": "postgresql://nobody@127.0.0.1:1/x"})
 

@@ -44,7 +44,7 @@ async def test_hostile_events_are_set_aside_and_the_good_ones_after_them_apply(d
     assert all("\x00" not in r["event"] for r in rows)  # stored escaped, readable
 
     # Read again (a backfill of the same window): nothing new is set aside, nothing changes.
-    from datetime import datetime, timezone
+    from datetime import datetime
 
     from operations.analytics import analytics_backfill
     await analytics_backfill(datetime.fromtimestamp(base - 5, UTC).isoformat(),
@@ -73,7 +73,8 @@ async def test_an_event_id_already_stored_does_not_stop_the_run(dev_env, db, mai
     await run_fetch(dev_env, analytics_settings, sim_now(mailgun))
     stored = await db.fetchval("SELECT event_id FROM email_recipient_failures")
     # The next events carry the same id, for another recipient.
-    mailgun.add_hostile_events(email_id="e0", recipients=[address(1)], cases=["repeated-id"], timestamp=mailgun.now() + 1)
+    mailgun.add_hostile_events(email_id="e0", recipients=[address(1)], cases=["repeated-id"],
+                               timestamp=mailgun.now() + 1)
     for group in mailgun._groups:
         if group.raw is not None:
             group.raw.update({"id": stored, "event": "failed", "severity": "permanent",

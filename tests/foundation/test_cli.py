@@ -55,7 +55,7 @@ def test_every_command_has_help():
     commands = (["--help"], ["dev", "--help"], ["dev", "up", "--help"], ["migrate", "--help"],
                 ["worker", "--help"], ["check", "--help"], ["temporal", "setup", "--help"],
                 ["codec-server", "--help"], ["patches", "check", "--help"])
-    for command, result in zip(commands, pressroom_each(*commands)):
+    for command, result in zip(commands, pressroom_each(*commands), strict=True):
         assert result.returncode == 0, (command, result.stderr)
         assert "Usage" in result.stdout
 

@@ -154,3 +154,37 @@ async def test_a_cluster_made_with_trust_authentication_gets_a_password_at_its_n
         server.stop()
         shutil.rmtree(server.data_dir.parent if server.data_dir.is_relative_to(SERVICE_ROOT) else server.data_dir,
                       ignore_errors=True)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="ownership is changed only by root")
+def test_a_cluster_folder_left_by_a_service_user_of_another_uid_is_taken_over(tmp_path, monkeypatch):
+    """The service user removed and added again gets a new uid: its old folders are repaired, not
+    left to make initdb or PostgreSQL fail."""
+    monkeypatch.setattr(servers, "SERVICE_ROOT", tmp_path / "service")
+    clone = tmp_path / "clone" / ".pressroom" / "postgres"
+    stale = servers.cluster_folder(clone) / "data"
+    stale.mkdir(parents=True)
+    (stale / "PG_VERSION").write_text("18\n")
+    for path in (tmp_path / "service", tmp_path / "service" / "data", stale.parent, stale, stale / "PG_VERSION"):
+        os.chown(path, 4242, 4242)
+    service = servers._ServiceUser("pressroom-pg", 4243, 4243)
+    assert service.data_dir(clone, durable=True) == stale
+    owners = {(p.stat().st_uid, p.stat().st_gid) for p in (tmp_path / "service", stale.parent, stale,
+                                                            stale / "PG_VERSION")}
+    assert owners == {(4243, 4243)}
+
+
+def test_dev_down_purge_removes_the_clones_data(tmp_path, monkeypatch):
+    from devstack import stack
+
+    home = tmp_path / "clone" / ".pressroom"
+    (home / "postgres").mkdir(parents=True)
+    (home / "temporal.db").write_text("")
+    (home / "stack.json").write_text("{}")
+    monkeypatch.setenv("PRESSROOM_HOME", str(home))
+    monkeypatch.setattr(servers, "SERVICE_ROOT", tmp_path / "service")
+    cluster = servers.cluster_folder(home / "postgres")
+    (cluster / "data").mkdir(parents=True)
+    assert stack.down() == [] and (home / "temporal.db").exists() and cluster.exists()  # kept without --purge
+    assert stack.down(purge=True) == []
+    assert not home.exists() and not cluster.exists()

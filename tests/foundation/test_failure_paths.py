@@ -7,9 +7,8 @@ before and after, table by table.
 
 from __future__ import annotations
 
-import os
 from concurrent.futures import ThreadPoolExecutor
-from datetime import UTC, datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -77,7 +76,8 @@ STOPPED_WORDS = {"postgres": "PostgreSQL", "temporal": "Temporal", "mailgun": "M
 
 # (setting, value, command, words in the line[, other settings])
 BAD_SETTINGS = [
-    ("PRESSROOM_TASK_QUEUE", "", ["posts", "schedule", "{draft}", "--at", "{soon}"], "PRESSROOM_TASK_QUEUE is invalid: is empty"),
+    ("PRESSROOM_TASK_QUEUE", "", ["posts", "schedule", "{draft}", "--at", "{soon}"],
+     "PRESSROOM_TASK_QUEUE is invalid: is empty"),
     ("PRESSROOM_TASK_QUEUE", "", ["worker"], "PRESSROOM_TASK_QUEUE is invalid: is empty"),
     ("TEMPORAL_NAMESPACE", "no-such-namespace", ["posts", "schedule", "{draft}", "--at", "{soon}"],
      "Namespace no-such-namespace is not found"),
@@ -152,7 +152,7 @@ async def test_every_command_with_each_of_its_services_stopped(db, site):
             cases.append((fill(args, site), env))
             expected.append((args, service))
     results = await asyncio.to_thread(run_all, cases)
-    for (args, service), result in zip(expected, results):
+    for (args, service), result in zip(expected, results, strict=True):
         assert_one_line(result, 1, STOPPED_WORDS[service] if args != ["check"] else "not ready",
                         case=(args, service))
         assert "pw" not in result.stderr.replace("PostgreSQL", "")
@@ -166,7 +166,7 @@ async def test_each_bad_setting_is_one_line_and_writes_nothing(db, site):
     cases = [(fill(case[2], site), {**site["env"], case[0]: case[1], **(case[4] if len(case) > 4 else {})})
              for case in BAD_SETTINGS]
     results = await asyncio.to_thread(run_all, cases)
-    for (variable, value, args, words, *_), result in zip(BAD_SETTINGS, results):
+    for (variable, value, args, words, *_), result in zip(BAD_SETTINGS, results, strict=True):
         assert_one_line(result, 1, words, case=(variable, value, args))
     assert await snapshot(db) == before
 
@@ -176,9 +176,9 @@ async def test_each_bad_value_is_one_line_shortened_and_writes_nothing(db, site)
 
     before = await snapshot(db)
     results = await asyncio.to_thread(run_all, [(fill(args, site), site["env"]) for args, _ in BAD_VALUES])
-    for (args, words), result in zip(BAD_VALUES, results):
+    for (args, words), result in zip(BAD_VALUES, results, strict=True):
         assert_one_line(result, 1, words, case=[a[:40] for a in args])
     usage = await asyncio.to_thread(run_all, [(fill(args, site), site["env"]) for args in USAGE_ERRORS])
-    for args, result in zip(USAGE_ERRORS, usage):
+    for args, result in zip(USAGE_ERRORS, usage, strict=True):
         assert_one_line(result, 2, "--help", case=args)
     assert await snapshot(db) == before

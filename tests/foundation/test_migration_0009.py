@@ -6,7 +6,6 @@ import asyncpg
 import pytest
 
 from pressroom import database
-from tests.foundation.test_migrations import empty_database  # noqa: F401 (fixture)
 
 BEFORE = "0009"
 

@@ -1,22 +1,11 @@
 """Migrations: applied once, under an advisory lock, safe from several processes at once."""
 
 import asyncio
-import uuid
 
 import asyncpg
 import pytest
 
 from pressroom import database
-
-
-@pytest.fixture
-async def empty_database(postgres_server):
-    name = f"migrate_{uuid.uuid4().hex[:8]}"
-    admin = await asyncpg.connect(postgres_server.url)
-    await admin.execute(f'CREATE DATABASE "{name}"')
-    yield postgres_server.url.rsplit("/", 1)[0] + "/" + name
-    await admin.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
-    await admin.close()
 
 
 async def test_migrate_twice_applies_once(empty_database):

@@ -54,6 +54,12 @@ def test_backoff_accepts_a_json_list(monkeypatch):
     ("OUTBOX_MAX_OPEN_DELIVERIES", "PRESSROOM_OUTBOX_MAX_OPEN_DELIVERIES", "9", "outbox_max_open_deliveries", 9),
     ("OUTBOX_DELETE_ON_SUCCESS", "PRESSROOM_OUTBOX_DELETE_ON_SUCCESS", "true", "outbox_delete_on_success", True),
     ("OUTBOX_ORPHAN_CHECK_SEC", "PRESSROOM_ORPHAN_CHECK_SECONDS", "5", "orphan_check_seconds", 5.0),
+    ("PRESSROOM_MAILGUN_RETRIES", "PRESSROOM_PROVIDER_RETRIES", "2", "provider_retries", 2),
+    ("PRESSROOM_MAILGUN_RETRY_SECONDS", "PRESSROOM_PROVIDER_RETRY_SECONDS", "0.5", "provider_retry_seconds", 0.5),
+    ("PRESSROOM_MAILGUN_OUTAGE_FIRST_WAIT_SECONDS", "PRESSROOM_PROVIDER_OUTAGE_FIRST_WAIT_SECONDS", "7",
+     "provider_outage_first_wait_seconds", 7.0),
+    ("PRESSROOM_MAILGUN_OUTAGE_MAX_WAIT_SECONDS", "PRESSROOM_PROVIDER_OUTAGE_MAX_WAIT_SECONDS", "70",
+     "provider_outage_max_wait_seconds", 70.0),
 ])
 def test_a_deprecated_name_still_works_and_says_which_to_set(monkeypatch, caplog, old, new, value, field,
                                                              expected):

@@ -17,7 +17,6 @@ from pressroom import database
 from pressroom.settings import Settings
 from tests.analytics.conftest import seed_newsletter
 from tests.conftest import TEST_LINK_SECRET
-from tests.webhooks.conftest import webhook_settings  # noqa: F401  (a fixture)
 
 
 @dataclass
@@ -43,7 +42,7 @@ async def close_door(running: RunningDoor) -> None:
 
 
 @pytest.fixture
-async def front_door(webhook_settings: Settings) -> AsyncIterator[RunningDoor]:  # noqa: F811
+async def front_door(webhook_settings: Settings) -> AsyncIterator[RunningDoor]:
     """Deadlines of one second, so that a test sees a half-sent request dropped quickly."""
     running = await open_door(webhook_settings, serve_header_timeout_seconds=1.0, serve_body_timeout_seconds=1.0)
     try:

@@ -10,9 +10,10 @@ import time
 import httpx
 import pytest
 
-from operations.webhooks import PATH, webhook_url
+from operations.webhooks import webhook_url
 from pressroom.errors import BadInput
 from pressroom.logs import RunFormatter
+from pressroom.providers.mailgun import MailgunPush
 from pressroom.settings import ConfigurationError, load_settings
 from tests.webhooks.conftest import delivered, post, signed
 
@@ -35,7 +36,7 @@ async def closed_by_server(reader: asyncio.StreamReader) -> bytes:
 
 async def test_a_reused_envelope_is_refused_whatever_its_first_event_was(db, front_door, mailgun):
     key = mailgun.webhook_signing_key
-    url = f"{front_door.base}{PATH}"
+    url = f"{front_door.base}{MailgunPush.path}"
     stamp, token = int(time.time()), "t" * 50
     # The first event with this envelope is unusable (set aside, 406): the token is spent all the same.
     assert await post(url, signed(delivered(1, recipient="member1\x00@example.com"), key, timestamp=stamp,
@@ -55,7 +56,7 @@ async def test_a_reused_envelope_is_refused_whatever_its_first_event_was(db, fro
 
 async def test_a_retry_carrying_its_first_signature_is_taken_within_the_retry_window(db, front_door, mailgun):
     """Mailgun retries an event answered 503 for 8 hours, and does not say it signs the retry anew."""
-    key, url = mailgun.webhook_signing_key, f"{front_door.base}{PATH}"
+    key, url = mailgun.webhook_signing_key, f"{front_door.base}{MailgunPush.path}"
     assert await post(url, signed(delivered(1), key, timestamp=int(time.time()) - 4 * 3600)) == 200
     assert await post(url, signed(delivered(2), key, timestamp=int(time.time()) - 10 * 3600)) == 406
     assert await post(url, signed(delivered(3), key, timestamp=int(time.time()) + 3600)) == 406
@@ -69,7 +70,7 @@ async def test_half_sent_heads_idle_connections_and_slow_bodies_are_dropped(db, 
     half_head[1].write(b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Slow: 1")  # no end of the head
     idle = await asyncio.open_connection(host, port)  # sends nothing at all
     slow_body = await asyncio.open_connection(host, port)
-    slow_body[1].write(f"POST {PATH} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+    slow_body[1].write(f"POST {MailgunPush.path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
                        f"Content-Length: 1000\r\n\r\n{{\"signature\":".encode())
     kept_alive = await asyncio.open_connection(host, port)  # one request answered, then silence
     kept_alive[1].write(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
@@ -122,11 +123,11 @@ async def test_connections_past_the_cap_are_closed_at_once(webhook_settings, db)
 
 
 def test_webhook_urls_are_https_or_this_machine():
-    assert webhook_url(f"https://hooks.example.com{PATH}")
-    for local in (f"http://127.0.0.1:8090{PATH}", f"http://localhost:8090{PATH}", f"http://[::1]:8090{PATH}"):
+    assert webhook_url(f"https://hooks.example.com{MailgunPush.path}")
+    for local in (f"http://127.0.0.1:8090{MailgunPush.path}", f"http://localhost:8090{MailgunPush.path}", f"http://[::1]:8090{MailgunPush.path}"):
         assert webhook_url(local) == local
-    for refused in (f"http://hooks.example.com{PATH}", f"http://10.0.0.5{PATH}", f"ftp://hooks.example.com{PATH}",
-                    f"https://user:pw@hooks.example.com{PATH}"):
+    for refused in (f"http://hooks.example.com{MailgunPush.path}", f"http://10.0.0.5{MailgunPush.path}", f"ftp://hooks.example.com{MailgunPush.path}",
+                    f"https://user:pw@hooks.example.com{MailgunPush.path}"):
         with pytest.raises(BadInput):
             webhook_url(refused)
 

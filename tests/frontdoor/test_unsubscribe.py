@@ -10,11 +10,11 @@ import uuid
 import httpx
 
 from activities.delivery_events.apply import apply_batch
-from activities.delivery_events.batch import EventBatch
 from operations.members import member_profile, unsubscribe_member
 from operations.reports import newsletter_report
 from operations.webhooks import LINK_SOURCE
 from pressroom.providers.mailgun.events import parse_event
+from pressroom.store.events import EventBatch
 from tests.webhooks.conftest import delivered
 
 from .conftest import link, reference_key

@@ -25,23 +25,23 @@ import sys
 import tempfile
 import time
 import tomllib
-from contextlib import AsyncExitStack
-from datetime import UTC, datetime, timedelta, timezone
+from contextlib import AsyncExitStack, suppress
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from temporalio.client import Client  # noqa: E402
-from temporalio.testing import WorkflowEnvironment  # noqa: E402
+from temporalio.client import Client
+from temporalio.testing import WorkflowEnvironment
 
-from devstack.mailgun_simulator import MailgunSimulator  # noqa: E402
-from devstack.servers import Postgres, find_binary, free_port  # noqa: E402
-from operations.demo_site import DemoSite, seed_site  # noqa: E402
-from pressroom import database  # noqa: E402
-from pressroom.settings import load_settings  # noqa: E402
-from pressroom.temporal import SEARCH_ATTRIBUTES, data_converter  # noqa: E402
-from worker import running_worker  # noqa: E402
+from devstack.mailgun_simulator import MailgunSimulator
+from devstack.servers import Postgres, find_binary, free_port
+from operations.demo_site import DemoSite, seed_site
+from pressroom import database
+from pressroom.settings import load_settings
+from pressroom.temporal import SEARCH_ATTRIBUTES, data_converter
+from worker import running_worker
 
 SIMULATOR_KEY, SIMULATOR_DOMAIN = "key-capture-00000000", "mg.capture.example"
 ADDRESS = re.compile(r"[A-Za-z0-9._%+-]+@[A-Za-z0-9.-]+\.[A-Za-z]{2,}")
@@ -125,10 +125,8 @@ class Capture:
             handle = await self.client.start_workflow(
                 SendNewsletterWorkflow.run, {"email_id": "no-such-email"}, id="newsletter-no-such-email",
                 task_queue=settings.task_queue)
-            try:
+            with suppress(Exception):
                 await handle.result()
-            except Exception:
-                pass
             self.save("newsletter-refused", handle.id, None, "failed: the email does not exist")
 
         # A batch refused by Mailgun (an address it rejects, changed after the batches were written):
@@ -210,8 +208,8 @@ class Capture:
 
         # Mailgun unreachable (nothing listens on its port): after its retries the send waits for
         # the provider on a timer, and waits again while it stays unreachable.
-        settings = self.settings("newsletter-outage", batch_size=60, mailgun_retries=1, mailgun_retry_seconds=0.5,
-                                 mailgun_outage_first_wait_seconds=1, mailgun_outage_max_wait_seconds=2,
+        settings = self.settings("newsletter-outage", batch_size=60, provider_retries=1, provider_retry_seconds=0.5,
+                                 provider_outage_first_wait_seconds=1, provider_outage_max_wait_seconds=2,
                                  provider_probe_seconds=1)
         settings = settings.model_copy(update={"mailgun_base_url": f"http://127.0.0.1:{free_port()}"})
         site = await self.published_site("outage")
@@ -260,8 +258,9 @@ class Capture:
     # --- scheduled posts ---
 
     async def posts(self) -> None:
+        from activities.posts.models import publish_workflow_id
         from operations.posts import schedule_post, unschedule_post
-        from workflows.posts import ReconcilePostsWorkflow, publish_workflow_id
+        from workflows.posts import ReconcilePostsWorkflow
 
         settings = self.settings("posts", publish_lead_seconds=1)
         async with running_worker(self.client, settings):
@@ -361,17 +360,19 @@ class Capture:
     # --- webhooks ---
 
     async def webhooks(self) -> None:
-        from activities.webhooks import INBOX_WORKFLOW_ID, NOTIFY_CHANNEL
+        from activities.webhooks import INBOX_WORKFLOW_ID
         from operations.webhooks import ensure_inbox_applier
+        from pressroom.store.events import INBOX_CHANNEL
 
         settings = self.settings("webhooks")
         async with running_worker(self.client, settings):
             await ensure_inbox_applier(self.client, settings)
             event = {"id": "capture-pushed-1", "event": "delivered", "timestamp": time.time(),
                      "recipient": "member0@capture.example", "user-variables": {"email-id": "capture-unknown"}}
-            await self.pool.execute("INSERT INTO webhook_inbox (provider, kind, event) VALUES ('mailgun', 'delivered', $1)",
+            await self.pool.execute("INSERT INTO webhook_inbox (provider, kind, event) "
+                                    "VALUES ('mailgun', 'delivered', $1)",
                                     json.dumps(event))
-            await self.pool.execute("SELECT pg_notify($1, '')", NOTIFY_CHANNEL)
+            await self.pool.execute("SELECT pg_notify($1, '')", INBOX_CHANNEL)
             await self.until("SELECT count(*) = 0 FROM webhook_inbox")
             inbox = self.client.get_workflow_handle(f"{INBOX_WORKFLOW_ID}-{settings.task_queue}")
             self.save("webhook-inbox", inbox.id, None, "running: the inbox activity applies pushed events")
@@ -414,7 +415,8 @@ async def main() -> None:
         jobs = (capture.newsletters, capture.newsletter_limits, capture.posts, capture.outbox, capture.analytics,
                 capture.webhooks)
         if args.only:
-            capture.manifest = json.loads((out / "manifest.json").read_text()) if (out / "manifest.json").exists() else {}
+            manifest = out / "manifest.json"
+            capture.manifest = json.loads(manifest.read_text()) if manifest.exists() else {}
         for job in jobs:
             if not args.only or job.__name__ in args.only:
                 await job()

@@ -11,7 +11,7 @@ import pytest
 from pressroom.email_rendering import ContentError, header_text, mailbox
 from pressroom.settings import ConfigurationError, load_settings
 from tests.hostile.corpus import HOSTILE_SENDER_NAME, HOSTILE_SUBJECTS
-from tests.newsletter.conftest import newsletter_settings, seed_email  # noqa: F401 (a fixture)
+from tests.newsletter.conftest import seed_email
 from tests.newsletter.test_failures import send_and_follow
 from tests.operations.test_waiting import cli, cli_env
 from worker import running_worker
@@ -59,7 +59,8 @@ async def test_a_subject_with_a_line_break_fails_the_send_before_anything_is_wri
     assert await db.fetchval("SELECT count(*) FROM email_batches WHERE email_id = $1", seeded.email_id) == 0
     assert mailgun.messages_for(seeded.email_id) == []
     email = await db.fetchrow("SELECT status, error FROM emails WHERE id = $1", seeded.email_id)
-    assert email["status"] == "failed" and email["error"].endswith("the subject holds a line break or control character")
+    assert email["status"] == "failed"
+    assert email["error"].endswith("the subject holds a line break or control character")
     code, out, err = await cli("newsletter", "test", seeded.email_id, "--to", "editor@example.com",
                                env=cli_env(settings, dev_env))
     assert code == 1 and "the subject holds a line break" in err and len(err.strip().splitlines()) == 1

@@ -9,7 +9,6 @@ the mask, not the log level, is what is tested.
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import os
 import signal
@@ -25,7 +24,7 @@ import pytest
 from devstack.servers import free_port
 from tests.conftest import SIMULATOR_KEY
 from tests.hostile.corpus import NAMES, STRANGE_ADDRESSES, UNUSABLE_ADDRESSES
-from tests.newsletter.conftest import newsletter_settings, seed_email  # noqa: F401 (a fixture)
+from tests.newsletter.conftest import seed_email
 from tests.newsletter.test_failures import wait_until
 from tests.operations.test_waiting import cli, cli_env
 
@@ -80,16 +79,15 @@ async def test_no_address_name_or_key_in_any_output(db, mailgun, dev_env, newsle
         list(hostile.values()), [names[i % len(names)] for i in range(len(hostile))], seeded.newsletter_id)
 
     metrics_port = free_port()
-    env = cli_env(settings, dev_env, PRESSROOM_MAILGUN_RETRIES="1", PRESSROOM_MAILGUN_RETRY_SECONDS="0.5",
+    env = cli_env(settings, dev_env, PRESSROOM_PROVIDER_RETRIES="1", PRESSROOM_PROVIDER_RETRY_SECONDS="0.5",
                   PRESSROOM_BATCH_SIZE=str(settings.batch_size),
                   PRESSROOM_SEND_CONFIRM_WINDOW_SECONDS=str(settings.send_confirm_window_seconds),
                   PRESSROOM_SEND_CONFIRM_POLL_SECONDS=str(settings.send_confirm_poll_seconds))
     worker_env = {**env, "PRESSROOM_LOG_LEVEL": "DEBUG", "PRESSROOM_LIBRARY_LOG_LEVEL": "DEBUG",
                   "PRESSROOM_METRICS_PORT": str(metrics_port)}
-    log = tempfile.NamedTemporaryFile(prefix="pressroom-scan-", suffix=".log", delete=False)
-    worker = subprocess.Popen([sys.executable, "-m", "starter", "worker"], cwd=ROOT, env=worker_env,
-                              stdout=log, stderr=subprocess.STDOUT)
-    log.close()
+    with tempfile.NamedTemporaryFile(prefix="pressroom-scan-", suffix=".log", delete=False) as log:
+        worker = subprocess.Popen([sys.executable, "-m", "starter", "worker"], cwd=ROOT, env=worker_env,
+                                  stdout=log, stderr=subprocess.STDOUT)
     said: list[str] = []
 
     async def run(*args: str) -> int:
@@ -100,7 +98,7 @@ async def test_no_address_name_or_key_in_any_output(db, mailgun, dev_env, newsle
     try:
         # Welcome emails for hostile names on strange addresses, through the command line.
         welcomed = [address for kind, address in STRANGE_ADDRESSES.items() if kind != "quoted-local-part"]
-        for address, name in zip(welcomed, names):  # a 10 KB name and a hidden character are refused
+        for address, name in zip(welcomed, names, strict=False):  # a 10 KB name and a hidden character are refused
             assert await run("members", "add", address.replace("@", "+welcome@"), "--name", name) == (
                 0 if accepted(name) else 1), said[-1]
         # A send that fails: every request answered 500, until the batches' attempts are spent
@@ -116,7 +114,7 @@ async def test_no_address_name_or_key_in_any_output(db, mailgun, dev_env, newsle
                      ("outbox", "status"), ("analytics", "run", "--wait")):
             assert await run(*args) == 0, said[-1]
         for entry in await db.fetch("SELECT id FROM outbox"):
-            await wait_until(lambda: _settled(db, entry["id"]), 90, worker)
+            await wait_until(lambda entry=entry: _settled(db, entry["id"]), 90, worker)
             assert await run("outbox", "show", str(entry["id"])) == 0, said[-1]
         async with httpx.AsyncClient() as http:
             said.append((await http.get(f"http://127.0.0.1:{metrics_port}/metrics")).text)

@@ -17,12 +17,12 @@ from activities.newsletter.models import CreateBatchesInput
 from operations.members import add_member
 from pressroom.inputs import PLAIN_ADDRESS, recipient_problem
 from tests.hostile.corpus import NAMES, PHISHING_NAME, STRANGE_ADDRESSES, UNUSABLE_ADDRESSES
-from tests.newsletter.conftest import newsletter_settings, seed_email  # noqa: F401 (a fixture)
+from tests.newsletter.conftest import seed_email
 from tests.newsletter.test_batch_creation import activities_for, create_in_chunks
 from tests.newsletter.test_failures import send_and_follow, wait_until
 from tests.newsletter.test_send import delivered
 from tests.operations.test_waiting import cli, cli_env
-from tests.outbox.test_outbox import outbox_settings, relay, settled  # noqa: F401 (fixtures)
+from tests.outbox.test_outbox import settled
 from worker import running_worker
 
 WELCOME = ("INSERT INTO automated_emails (name, slug, subject, html) VALUES "

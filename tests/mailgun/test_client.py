@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import base64
 import socket
-from datetime import UTC, datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from email.utils import format_datetime
 
 import httpx
@@ -341,7 +341,9 @@ async def test_begin_is_inclusive_and_end_exclusive_in_both_directions(client, s
     start = 1_700_000_000  # member{n} is delivered at start + 1 + n
     sim.add_synthetic_events(email_id="e1", count=10, events=["delivered"], timestamp=start, spread_seconds=10,
                              chunk=1)
-    at = lambda n: datetime.fromtimestamp(start + 1 + n, tz=UTC)  # noqa: E731
+
+    def at(n: int) -> datetime:
+        return datetime.fromtimestamp(start + 1 + n, tz=UTC)
 
     forward = await all_events(client, begin=at(2), end=at(5), limit=2)
     backward = await all_events(client, begin=at(5), end=at(2), ascending=False, limit=2)

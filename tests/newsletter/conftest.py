@@ -8,7 +8,6 @@ from dataclasses import dataclass
 import asyncpg
 import pytest
 
-from tests.conftest import make_settings
 from worker import running_worker
 
 
@@ -60,20 +59,13 @@ async def refused_by_mailgun(pool: asyncpg.Pool, settings, email_id: str, count:
     from pressroom.dependencies import Dependencies
 
     activities = BatchCreationActivities(Dependencies(settings=settings, pool=pool, provider=None, temporal=None))
-    await ActivityEnvironment().run(activities.create_batches, CreateBatchesInput(email_id=email_id, retry_failed=False))
+    await ActivityEnvironment().run(activities.create_batches, CreateBatchesInput(email_id=email_id,
+                                                                                  retry_failed=False))
     rows = await pool.fetch(
         "UPDATE email_recipients r SET member_email = 'broken' || n || '@invalid' FROM ("
         "  SELECT id, row_number() OVER (ORDER BY id) AS n FROM email_recipients WHERE email_id = $1 "
         "  ORDER BY id LIMIT $2) o WHERE r.id = o.id RETURNING r.member_email", email_id, count)
     return [row["member_email"] for row in rows]
-
-
-@pytest.fixture
-def newsletter_settings(postgres_url, mailgun, db):
-    """Settings with small batches, so a few thousand members make several batches."""
-    def build(**overrides):
-        return make_settings(postgres_url, mailgun, **{"batch_size": 1000, **overrides})
-    return build
 
 
 @pytest.fixture

@@ -27,7 +27,8 @@ async def second_email(db, email_id: str) -> str:
     """Another email of the same post's newsletter: the same audience, batched the other way."""
     post_id = await db.fetchval(
         "INSERT INTO posts (title, slug, html, newsletter_id, status, published_at) SELECT title || ' again', "
-        "slug || '-again', html, newsletter_id, status, published_at FROM posts WHERE id = (SELECT post_id FROM emails WHERE id = $1) RETURNING id", email_id)
+        "slug || '-again', html, newsletter_id, status, published_at FROM posts "
+        "WHERE id = (SELECT post_id FROM emails WHERE id = $1) RETURNING id", email_id)
     return await db.fetchval(
         "INSERT INTO emails (post_id, newsletter_id, subject, html, plaintext, recipient_filter) "
         "SELECT $2, newsletter_id, subject, html, plaintext, recipient_filter FROM emails WHERE id = $1 RETURNING id",

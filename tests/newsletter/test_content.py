@@ -41,7 +41,8 @@ async def seed(db, *, html: str = POST, subject: str = SUBJECT, visibility: str 
                                members[kind]["id"], newsletter_id)
         post_id = await conn.fetchval(
             "INSERT INTO posts (title, slug, html, newsletter_id, visibility, status, published_at) "
-            "VALUES ('Issue 7', $1, $2, $3, $4, 'published', now()) RETURNING id", f"issue-{tag}", html, newsletter_id, visibility)
+            "VALUES ('Issue 7', $1, $2, $3, $4, 'published', now()) RETURNING id", f"issue-{tag}", html, newsletter_id,
+            visibility)
         email_id = await conn.fetchval(
             "INSERT INTO emails (post_id, newsletter_id, subject, html, plaintext) VALUES ($1, $2, $3, $4, "
             "'stale unsegmented text: Paid analysis') RETURNING id", post_id, newsletter_id, subject, html)

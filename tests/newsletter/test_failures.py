@@ -47,7 +47,7 @@ async def assert_each_member_once(db, mailgun, email_id: str) -> None:
 
 @each_adversary
 async def test_5xx_and_429_every_member_once(adversary, db, mailgun, dev_env, newsletter_settings):
-    settings = newsletter_settings(batch_size=50, mailgun_retry_seconds=0.5)
+    settings = newsletter_settings(batch_size=50, provider_retry_seconds=0.5)
     seeded = await seed_email(db, members=1000)
     play(mailgun, adversary, error_rate=0.1, rate_limit_rate=0.1, retry_after_seconds=1, seed=3)
     async with running_worker(dev_env.client, settings):
@@ -59,7 +59,7 @@ async def test_5xx_and_429_every_member_once(adversary, db, mailgun, dev_env, ne
 
 @each_adversary
 async def test_lost_answers_are_confirmed_not_resent(adversary, db, mailgun, dev_env, newsletter_settings):
-    settings = newsletter_settings(batch_size=50, mailgun_retry_seconds=0.5)
+    settings = newsletter_settings(batch_size=50, provider_retry_seconds=0.5)
     seeded = await seed_email(db, members=1000)
     play(mailgun, adversary, lost_response_rate=0.1, seed=5)
     async with running_worker(dev_env.client, settings):
@@ -78,7 +78,7 @@ async def test_lost_answers_are_confirmed_not_resent(adversary, db, mailgun, dev
 @each_adversary
 async def test_lost_answers_without_retries_then_send_again(adversary, db, mailgun, dev_env, newsletter_settings):
     """The first run gives up on the lost batches; `newsletter send` again looks them up, sends none twice."""
-    settings = newsletter_settings(batch_size=50, mailgun_retries=0)
+    settings = newsletter_settings(batch_size=50, provider_retries=0)
     seeded = await seed_email(db, members=500)
     play(mailgun, adversary, lost_response_rate=0.3, seed=7)
     async with running_worker(dev_env.client, settings):
@@ -89,7 +89,7 @@ async def test_lost_answers_without_retries_then_send_again(adversary, db, mailg
         assert uncertain and f"{uncertain} of the failed batches may have reached Mailgun" in first.message
     play(mailgun, adversary)
     # The operator sends again, from a worker that retries as usual (the adversary still plays).
-    usual = settings.model_copy(update={"mailgun_retries": 6, "mailgun_retry_seconds": 0.5})
+    usual = settings.model_copy(update={"provider_retries": 6, "provider_retry_seconds": 0.5})
     async with running_worker(dev_env.client, usual):
         again, _ = await send_and_follow(dev_env.client, usual, seeded.email_id)
     assert again.status == "submitted"
@@ -98,7 +98,7 @@ async def test_lost_answers_without_retries_then_send_again(adversary, db, mailg
 
 async def test_progress_and_current_details_say_which_batch_is_being_confirmed(db, mailgun, dev_env,
                                                                                newsletter_settings):
-    settings = newsletter_settings(batch_size=50, mailgun_retry_seconds=0.2, send_confirm_window_seconds=60)
+    settings = newsletter_settings(batch_size=50, provider_retry_seconds=0.2, send_confirm_window_seconds=60)
     seeded = await seed_email(db, members=100)
     mailgun.set_faults(lost_response_rate=1.0, storage_delay_seconds=30)  # found only after 30 s
     async with running_worker(dev_env.client, settings):
@@ -118,7 +118,7 @@ async def test_progress_and_current_details_say_which_batch_is_being_confirmed(d
 
 async def test_without_a_confirm_window_late_events_make_second_copies(db, mailgun, dev_env, newsletter_settings):
     """Why the window exists: resent at once, a lost batch whose events are late goes out twice."""
-    settings = newsletter_settings(batch_size=50, mailgun_retry_seconds=0.2, send_confirm_window_seconds=0)
+    settings = newsletter_settings(batch_size=50, provider_retry_seconds=0.2, send_confirm_window_seconds=0)
     seeded = await seed_email(db, members=500)
     play(mailgun, "late-events", lost_response_rate=0.3, seed=7)
     async with running_worker(dev_env.client, settings):
@@ -185,14 +185,12 @@ def spawn_worker(settings, dev_env, **extra_env: str) -> subprocess.Popen:
            "MAILGUN_API_KEY": settings.mailgun_api_key.get_secret_value(), "MAILGUN_DOMAIN": settings.mailgun_domain,
            "PRESSROOM_MEMBERS_LINK_SECRET": settings.members_link_secret.get_secret_value(),
            "PRESSROOM_BATCH_SIZE": str(settings.batch_size), "PRESSROOM_SEND_CONCURRENCY": "2",
-           "PRESSROOM_MAILGUN_RETRY_SECONDS": "0.5",
+           "PRESSROOM_PROVIDER_RETRY_SECONDS": "0.5",
            "PRESSROOM_SEND_CONFIRM_WINDOW_SECONDS": str(settings.send_confirm_window_seconds),
-           "PRESSROOM_SEND_CONFIRM_POLL_SECONDS": str(settings.send_confirm_poll_seconds),
-           "PRESSROOM_MEMBERS_LINK_SECRET": settings.members_link_secret.get_secret_value(), **extra_env}
-    log = tempfile.NamedTemporaryFile(prefix="pressroom-worker-", suffix=".log", delete=False)
-    worker = subprocess.Popen([sys.executable, "-m", "worker"], cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
-                              stderr=log)
-    log.close()
+           "PRESSROOM_SEND_CONFIRM_POLL_SECONDS": str(settings.send_confirm_poll_seconds), **extra_env}
+    with tempfile.NamedTemporaryFile(prefix="pressroom-worker-", suffix=".log", delete=False) as log:
+        worker = subprocess.Popen([sys.executable, "-m", "worker"], cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
+                                  stderr=log)
     worker.log_path = log.name  # type: ignore[attr-defined]
     return worker
 
@@ -273,7 +271,8 @@ async def test_a_worker_killed_mid_send_under_each_adversary(adversary, db, mail
 
         async def mid_send() -> bool:  # a batch was sent, and another's request is out (marked before it goes)
             return await db.fetchval(
-                "SELECT bool_or(status = 'submitted') AND bool_or(status = 'submitting' AND send_outcome = 'uncertain') "
+                "SELECT bool_or(status = 'submitted') "
+                "AND bool_or(status = 'submitting' AND send_outcome = 'uncertain') "
                 "FROM email_batches WHERE email_id = $1", seeded.email_id) or False
         await wait_until(mid_send, worker=worker)
         worker.send_signal(signal.SIGKILL)

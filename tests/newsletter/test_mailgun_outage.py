@@ -63,8 +63,8 @@ class Gate:
 async def test_a_mailgun_outage_longer_than_the_retries_is_waited_out_and_the_send_finishes_by_itself(
         db, mailgun, dev_env, newsletter_settings):
     gate = Gate(mailgun.base_url)
-    settings = newsletter_settings(batch_size=2, send_concurrency=2, mailgun_retries=1, mailgun_retry_seconds=0.5,
-                                   mailgun_outage_first_wait_seconds=1, mailgun_outage_max_wait_seconds=2,
+    settings = newsletter_settings(batch_size=2, send_concurrency=2, provider_retries=1, provider_retry_seconds=0.5,
+                                   provider_outage_first_wait_seconds=1, provider_outage_max_wait_seconds=2,
                                    provider_probe_seconds=1)
     settings = settings.model_copy(update={"mailgun_base_url": gate.url})
     seeded = await seed_email(db, members=8)

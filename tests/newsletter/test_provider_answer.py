@@ -30,7 +30,7 @@ async def outcome_of(client, settings, email_id: str):
 
 async def test_500_until_the_tries_run_out_keeps_the_providers_status_and_message(
         db, mailgun, time_skipping_env, newsletter_settings):
-    settings = newsletter_settings(mailgun_retries=1, mailgun_retry_seconds=0.1)
+    settings = newsletter_settings(provider_retries=1, provider_retry_seconds=0.1)
     seeded = await seed_email(db, members=3)
     mailgun.set_faults(error_rate=1.0)
     async with running_worker(time_skipping_env.client, settings):

@@ -4,8 +4,9 @@ daily cap, against real PostgreSQL, a real Temporal server and the simulator ove
 from __future__ import annotations
 
 import asyncio
+import itertools
 from collections import Counter
-from datetime import datetime, timedelta, timezone
+from datetime import timedelta
 
 import pytest
 from temporalio.worker import Replayer
@@ -161,7 +162,8 @@ async def test_a_probation_account_receives_the_whole_newsletter_in_smaller_batc
     assert outcome.counts.recipients_submitted == 1000
     assert outcome.counts.batches_total == sum(record["submitted"].values())
 
-    history = await time_skipping_env.client.get_workflow_handle(newsletter_workflow_id(seeded.email_id)).fetch_history()
+    handle = time_skipping_env.client.get_workflow_handle(newsletter_workflow_id(seeded.email_id))
+    history = await handle.fetch_history()
     await Replayer(workflows=[SendNewsletterWorkflow],
                    data_converter=time_skipping_env.client.data_converter).replay_workflow(history)
 
@@ -210,7 +212,7 @@ async def test_a_daily_cap_sends_the_rest_after_the_window(db, mailgun, time_ski
                           "FROM sending_quota_reservations GROUP BY 1 ORDER BY 1")
     # At 500 a day the other 700 take two more windows.
     assert [row["n"] for row in days] == [500, 500, 200]
-    assert [b["day"] - a["day"] for a, b in zip(days, days[1:])] == [timedelta(days=1)] * 2
+    assert [b["day"] - a["day"] for a, b in itertools.pairwise(days)] == [timedelta(days=1)] * 2
     history = await handle.fetch_history()
     assert any(e.HasField("timer_started_event_attributes") for e in history.events)
     await Replayer(workflows=[SendNewsletterWorkflow], data_converter=client.data_converter).replay_workflow(history)

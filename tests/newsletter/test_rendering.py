@@ -257,7 +257,8 @@ def test_random_malformed_posts_never_leak():
     from pressroom.email_rendering import SEGMENT_STATUSES, _parse, recipient_statuses
 
     rng = random.Random(13)
-    opens = ["<div>", "<p>", "<b>", "<ul><li>", "<li>", "<table><tr><td>", "<span>", "<blockquote>", "<h2>", "<a href=x>"]
+    opens = ["<div>", "<p>", "<b>", "<ul><li>", "<li>", "<table><tr><td>", "<span>", "<blockquote>", "<h2>",
+             "<a href=x>"]
     closes = ["</div>", "</p>", "</b>", "</li>", "</ul>", "</td>", "</table>", "</span>", "</h2>", "</a>"]
     segments = ['status:free', 'STATUS:-FREE', 'status:-free', 'status:paid,status:comped', 'status:free,status:paid']
     for case in range(300):

@@ -181,7 +181,7 @@ async def test_destinations_ses_throttles_in_an_accepted_call_are_sent_again_onc
 
 async def test_a_destination_ses_always_refuses_for_the_moment_ends_as_a_recorded_failure_after_the_cap(
         db, ses, time_skipping_env, caplog):
-    from activities.newsletter.answers import REQUEUE_LIMIT
+    from activities.newsletter.batch_outcome import REQUEUE_LIMIT
     from operations.reports import newsletter_report
 
     seeded = await seed_email(db, members=60)

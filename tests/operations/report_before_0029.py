@@ -85,7 +85,8 @@ LEFT JOIN email_skipped_recipients x ON x.email_id = $1 AND x.member_id = m.id
 WHERE m.created_at <= $3
 GROUP BY 1"""
 
-_OPENS_RANGE = "SELECT min(opened_at), max(opened_at) FROM email_recipients WHERE email_id = $1 AND opened_at IS NOT NULL"
+_OPENS_RANGE = ("SELECT min(opened_at), max(opened_at) FROM email_recipients "
+                "WHERE email_id = $1 AND opened_at IS NOT NULL")
 _OPENS = """
 SELECT date_bin($2::interval, opened_at, $3) AS at, count(*) AS n
 FROM email_recipients WHERE email_id = $1 AND opened_at IS NOT NULL GROUP BY 1 ORDER BY 1"""
@@ -110,7 +111,8 @@ def _rate(part: int, whole: int) -> float | None:
 async def _email(conn, email_id: str):
     entity_id(email_id, "email")
     email = await conn.fetchrow(
-        "SELECT e.id, e.subject, e.status, e.error, e.post_id, e.newsletter_id, n.slug AS newsletter, e.recipient_filter, "
+        "SELECT e.id, e.subject, e.status, e.error, e.post_id, e.newsletter_id, n.slug AS newsletter, "
+        "e.recipient_filter, "
         "e.created_at, e.submitted_at FROM emails e LEFT JOIN newsletters n ON n.id = e.newsletter_id "
         "WHERE e.id = $1", email_id)
     if email is None:

@@ -18,7 +18,6 @@ from devstack.servers import free_port
 from tests.dns_server import dns_server
 from tests.foundation.test_cli import assert_one_line_error, pressroom
 from tests.newsletter.test_failures import wait_until
-from tests.operations.test_worker_stop import schedules_removed_after  # noqa: F401 (fixture)
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -64,7 +63,7 @@ async def check(env: dict[str, str]):
 
 
 async def test_a_healthy_configuration_with_a_worker_passes_and_a_stopped_worker_is_named(
-        healthy_env, db, schedules_removed_after):  # noqa: F811
+        healthy_env, db, schedules_removed_after):
     worker = spawn_worker(healthy_env)
     try:
         async def passes() -> bool:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
-from datetime import UTC, datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 from devstack.servers import free_port
 from tests.foundation.test_cli import assert_one_line_error, pressroom, pressroom_each

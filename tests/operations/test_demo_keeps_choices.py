@@ -3,8 +3,8 @@ unsubscribed, with their leave recorded, and is not among the next demo email's 
 
 from __future__ import annotations
 
-from activities.delivery_events.leave import leave_by_link
 from operations.demo_site import DEMO_MEMBER_ADDRESS, seed_site
+from pressroom.store.members import leave_by_link
 
 
 async def test_a_reader_who_left_stays_out_of_every_later_demo(db):

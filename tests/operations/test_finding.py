@@ -101,7 +101,8 @@ async def test_outbox_entries_are_found_by_what_operators_have(dev_env, settings
     assert (await json_of("outbox", "list", "--member", "someone-else", env=env))["items"] == []
     names = (row["outbox_id"], added.member_id, added.welcome_key, f"outbox-{added.welcome_key}", "Finder@Example.com")
     *entries, (missing_code, _, missing_err), (code, out, err), profile = await asyncio.gather(  # all at once
-        *(json_of("outbox", "show", name, env=env) for name in names), cli("outbox", "show", "nobody@example.com", env=env),
+        *(json_of("outbox", "show", name, env=env) for name in names), cli("outbox", "show", "nobody@example.com",
+                                                                           env=env),
         cli("outbox", "show", added.member_id, env=env), json_of("members", "show", "Finder@Example.com", env=env))
     for entry in entries:
         assert entry["outbox_id"] == row["outbox_id"] and entry["member_id"] == added.member_id

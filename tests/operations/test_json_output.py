@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 from operations.members import add_member
 from operations.posts import schedule_post
@@ -62,7 +62,7 @@ async def test_outbox_status_and_show(dev_env, settings, db):
     assert set(entry) == {"outbox_id", "event_type", "idempotency_key", "status", "attempts", "next_run_at",
                           "last_error_code", "last_error_msg", "created_at", "dispatched_at", "processed_at", "ledger",
                           "member_id"}
-    assert entry["outbox_id"] == outbox_id and entry["event_type"] == "MemberCreatedEvent" and entry["status"] == "pending"
+    assert (entry["outbox_id"], entry["event_type"], entry["status"]) == (outbox_id, "MemberCreatedEvent", "pending")
     assert "json.reader@example.com" not in json.dumps(entry)
 
 

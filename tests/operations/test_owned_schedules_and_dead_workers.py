@@ -16,7 +16,6 @@ from operations.readiness import check_schedules
 from tests.conftest import make_settings
 from tests.newsletter.test_failures import wait_until
 from tests.operations.test_check import check, healthy_env, lines_of, spawn_worker  # noqa: F401 (fixture)
-from tests.operations.test_worker_stop import schedules_removed_after  # noqa: F401 (fixture)
 
 
 async def queue_of(client, schedule_id: str) -> str:

@@ -11,13 +11,13 @@ from temporalio.testing import ActivityEnvironment
 
 from activities.delivery_events.aggregates import aggregate
 from activities.delivery_events.apply import apply_batch
-from activities.delivery_events.batch import EventBatch
 from activities.newsletter.batches import BatchCreationActivities
 from activities.newsletter.models import CreateBatchesInput
 from operations.answers import EmailReport
 from operations.reports import newsletter_report
 from pressroom.delivery_events import DeliveryEvent
 from pressroom.dependencies import Dependencies
+from pressroom.store.events import EventBatch
 from tests.conftest import make_settings
 from tests.newsletter.conftest import seed_email
 from tests.operations.report_before_0029 import report_before_0029
@@ -69,7 +69,8 @@ async def test_the_recorded_report_answers_as_the_one_computed_from_the_rows(db,
     while (await ActivityEnvironment().run(activities.create_batches, CreateBatchesInput(
             email_id=seeded.email_id, retry_failed=False, chunked=chunked))).creating:
         pass
-    await db.execute("UPDATE email_batches SET status = 'submitted', provider_id = id || '@mg' WHERE email_id = $1 AND id IN ("
+    await db.execute("UPDATE email_batches SET status = 'submitted', provider_id = id || '@mg' "
+                     "WHERE email_id = $1 AND id IN ("
                      "SELECT id FROM email_batches WHERE email_id = $1 ORDER BY id LIMIT 5)", seeded.email_id)
 
     # Events as analytics applies them: deliveries, opens over 50 minutes, failures, unsubscribes

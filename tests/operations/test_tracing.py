@@ -7,7 +7,7 @@ Mailgun simulator over HTTP, a worker built on a client that carries the tracing
 from __future__ import annotations
 
 import re
-from datetime import UTC, datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
@@ -22,7 +22,6 @@ from pressroom.temporal import connect
 from tests.conftest import SIMULATOR_KEY, make_settings
 from tests.newsletter.conftest import seed_email
 from tests.newsletter.test_failures import wait_until
-from tests.operations.test_worker_stop import schedules_removed_after  # noqa: F401 (a fixture)
 from tests.outbox.test_outbox import WELCOME, settled
 from worker import running_worker
 from workflows.newsletter import SendNewsletterWorkflow
@@ -225,7 +224,8 @@ async def test_the_otel_variables_export_one_trace_across_the_command_and_a_work
     worker = start_worker(settings, dev_env, **otel)
     try:
         await read_log_until(worker, "worker started")
-        code, out, err = await cli("newsletter", "send", seeded.email_id, "--wait", env=cli_env(settings, dev_env, **otel))
+        code, out, err = await cli("newsletter", "send", seeded.email_id, "--wait", env=cli_env(settings, dev_env,
+                                                                                                **otel))
         assert code == 0, err
 
         def trace() -> list[dict]:

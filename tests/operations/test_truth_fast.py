@@ -14,7 +14,7 @@ import pytest
 from tests.newsletter.conftest import seed_email
 from tests.newsletter.test_failures import wait_until
 from tests.operations.test_waiting import cli, cli_env, start_cli
-from tests.operations.test_worker_stop import schedules_removed_after, start_worker  # noqa: F401 (fixture)
+from tests.operations.test_worker_stop import start_worker
 
 
 async def status_of(email_id: str, env) -> dict:
@@ -25,7 +25,7 @@ async def status_of(email_id: str, env) -> dict:
 
 @pytest.mark.crash
 async def test_a_capped_send_says_why_it_waits_and_that_its_dead_worker_does_not_answer(
-        dev_env, settings, db, mailgun, schedules_removed_after):  # noqa: F811
+        dev_env, settings, db, mailgun, schedules_removed_after):
     seeded = await seed_email(db, members=30)
     env = cli_env(settings, dev_env)
     worker = start_worker(settings, dev_env, PRESSROOM_BATCH_SIZE="10", PRESSROOM_DAILY_SEND_LIMIT="10")
@@ -105,7 +105,7 @@ def text_waits_for(out: str) -> str | None:
 
 
 async def test_status_with_a_watcher_after_a_kill_9_answers_in_both_forms_alike(
-        dev_env, settings, db, mailgun, schedules_removed_after):  # noqa: F811
+        dev_env, settings, db, mailgun, schedules_removed_after):
     from operations.newsletter import newsletter_status
 
     seeded = await seed_email(db, members=30)

@@ -25,22 +25,6 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(__file__)))
 GRACE_SECONDS = 20  # worker.build_worker's graceful_shutdown_timeout
 
 
-@pytest.fixture
-async def schedules_removed_after(dev_env):
-    """A `pressroom worker` creates the namespace's schedules at start; later tests expect none."""
-    from temporalio.service import RPCError
-
-    from activities.analytics.models import SCHEDULE_ID
-    from operations.posts import RECONCILE_SCHEDULE_ID
-
-    yield
-    for schedule_id in (SCHEDULE_ID, RECONCILE_SCHEDULE_ID):
-        try:
-            await dev_env.client.get_schedule_handle(schedule_id).delete()
-        except RPCError:
-            pass  # not created
-
-
 def start_worker(settings, dev_env, **extra_env: str) -> subprocess.Popen:
     env = {**os.environ, "DATABASE_URL": settings.database_url,
            "TEMPORAL_ADDRESS": dev_env.client.service_client.config.target_host,

@@ -26,7 +26,7 @@ from operations.outbox import ensure_relay, requeue_outbox_entry
 from pressroom.dependencies import Dependencies
 from tests.conftest import make_settings
 from tests.newsletter.test_failures import wait_until
-from tests.outbox.test_outbox import WELCOME, entry_state, outbox_settings, settled, welcomes_to  # noqa: F401
+from tests.outbox.test_outbox import WELCOME, entry_state, settled, welcomes_to
 from worker import running_worker
 from workflows.outbox import RELAY_WORKFLOW_ID
 

@@ -17,7 +17,6 @@ from operations.members import add_member
 from operations.outbox import ensure_relay, outbox_entry, outbox_status, requeue_outbox_entry
 from pressroom.temporal import data_converter
 from tests.adversaries import each_adversary, play
-from tests.conftest import make_settings
 from tests.foundation.test_cli import assert_one_line_error, pressroom
 from tests.newsletter.test_failures import spawn_worker, wait_until
 from worker import running_worker
@@ -25,24 +24,6 @@ from workflows.outbox import RELAY_WORKFLOW_ID, DeliverOutboxEntryWorkflow
 
 WELCOME = ("INSERT INTO automated_emails (name, slug, subject, html) VALUES "
            "('Welcome', 'member-welcome-email-free', 'Welcome!', '<p>Welcome %recipient.name%</p>')")
-
-
-@pytest.fixture
-def outbox_settings(postgres_url, mailgun, db):
-    def build(**overrides):
-        return make_settings(postgres_url, mailgun, outbox_backoff_seconds=[1], outbox_poll_interval_seconds=0.2,
-                             **overrides)
-    return build
-
-
-@pytest.fixture
-async def relay(dev_env, outbox_settings):
-    """A worker and the relay on this test's task queue; the relay is stopped afterwards."""
-    settings = outbox_settings()
-    async with running_worker(dev_env.client, settings):
-        await ensure_relay(dev_env.client, settings)
-        yield settings
-        await dev_env.client.get_workflow_handle(f"{RELAY_WORKFLOW_ID}-{settings.task_queue}").terminate()
 
 
 async def entry_state(db, key: str) -> str | None:
@@ -142,14 +123,16 @@ async def test_w103_a_worker_killed_mid_delivery_another_completes(db, mailgun, 
     settings = outbox_settings()
     await db.execute(WELCOME)
     mailgun.set_faults(latency_ms=3000)
-    worker = spawn_worker(settings, dev_env, PRESSROOM_OUTBOX_BACKOFF_SECONDS="1", PRESSROOM_OUTBOX_POLL_INTERVAL_SECONDS="0.2")
+    worker = spawn_worker(settings, dev_env, PRESSROOM_OUTBOX_BACKOFF_SECONDS="1",
+                          PRESSROOM_OUTBOX_POLL_INTERVAL_SECONDS="0.2")
     try:
         added = await add_member("slow@example.com", settings=settings)
         await wait_until(lambda: asyncio.sleep(0, mailgun.request_counts["messages"] > 0), timeout=30, worker=worker)
         worker.send_signal(signal.SIGKILL)
         worker.wait()
         mailgun.set_faults(latency_ms=0)
-        worker = spawn_worker(settings, dev_env, PRESSROOM_OUTBOX_BACKOFF_SECONDS="1", PRESSROOM_OUTBOX_POLL_INTERVAL_SECONDS="0.2")
+        worker = spawn_worker(settings, dev_env, PRESSROOM_OUTBOX_BACKOFF_SECONDS="1",
+                              PRESSROOM_OUTBOX_POLL_INTERVAL_SECONDS="0.2")
         await settled(db, added.welcome_key, timeout=90)
     finally:
         worker.terminate()

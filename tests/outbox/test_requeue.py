@@ -22,7 +22,7 @@ from operations.outbox import ensure_relay, requeue_outbox_entry
 from pressroom.errors import PressroomError
 from tests.foundation.test_cli import assert_one_line_error, pressroom
 from tests.newsletter.test_failures import wait_until
-from tests.outbox.test_outbox import WELCOME, entry_state, outbox_settings, settled, welcomes_to  # noqa: F401
+from tests.outbox.test_outbox import WELCOME, entry_state, settled, welcomes_to
 from worker import WORKFLOWS, build_activities, open_dependencies
 from workflows.outbox import RELAY_WORKFLOW_ID
 

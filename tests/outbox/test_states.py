@@ -7,7 +7,7 @@ import pytest
 from operations.members import add_member
 from operations.outbox import ensure_relay, requeue_outbox_entry
 from tests.newsletter.test_failures import wait_until
-from tests.outbox.test_outbox import WELCOME, outbox_settings, relay, settled  # noqa: F401 (fixtures)
+from tests.outbox.test_outbox import WELCOME, settled
 from worker import running_worker
 from workflows.outbox import RELAY_WORKFLOW_ID
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 
 from temporalio.client import WorkflowFailureError
@@ -11,7 +12,7 @@ from activities.outbox import outbox_workflow_id
 from operations.members import add_member
 from operations.outbox import ensure_relay, outbox_entry, requeue_outbox_entry
 from tests.foundation.test_cli import assert_one_line_error, pressroom
-from tests.outbox.test_outbox import entry_state, outbox_settings, relay, settled  # noqa: F401 (fixtures)
+from tests.outbox.test_outbox import settled
 from worker import running_worker
 from workflows.outbox import RELAY_WORKFLOW_ID
 
@@ -21,10 +22,8 @@ WELCOMES = ("INSERT INTO automated_emails (name, slug, subject, html) VALUES "
 
 
 async def delivery_closed(client, key: str) -> None:
-    try:
+    with contextlib.suppress(WorkflowFailureError):  # closed all the same
         await asyncio.wait_for(client.get_workflow_handle(outbox_workflow_id(key)).result(), 90)
-    except WorkflowFailureError:  # closed all the same
-        pass
 
 
 def sent_to(mailgun, address: str) -> list:

@@ -15,7 +15,7 @@ register_push, for_scope); a `Harness` plays each implementation's worst cases w
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from datetime import UTC, datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 

@@ -17,17 +17,10 @@ from aiohttp import web
 
 from devstack.servers import free_port
 from frontdoor.receiver import Receiver
-from operations.webhooks import PATH, ensure_inbox_applier
+from operations.webhooks import ensure_inbox_applier
 from pressroom import database
-from pressroom.providers.mailgun import webhook_signature
+from pressroom.providers.mailgun import MailgunPush, webhook_signature
 from pressroom.settings import Settings
-from tests.conftest import make_settings
-
-
-@pytest.fixture
-def webhook_settings(postgres_url, mailgun, db) -> Settings:
-    return make_settings(postgres_url, mailgun, webhook_signing_key=mailgun.webhook_signing_key,
-                         analytics_end_margin_seconds=0, analytics_trust_threshold_seconds=300)
 
 
 class RunningReceiver:
@@ -45,7 +38,7 @@ async def receiver(webhook_settings: Settings) -> AsyncIterator[RunningReceiver]
     port = free_port()
     await web.TCPSite(runner, "127.0.0.1", port).start()
     try:
-        yield RunningReceiver(receiver, f"http://127.0.0.1:{port}{PATH}")
+        yield RunningReceiver(receiver, f"http://127.0.0.1:{port}{MailgunPush.path}")
     finally:
         await runner.cleanup()
         await pool.close()

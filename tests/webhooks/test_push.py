@@ -12,7 +12,8 @@ import uuid
 import pytest
 
 from devstack.servers import free_port
-from operations.webhooks import PATH, webhooks_setup
+from operations.webhooks import webhooks_setup
+from pressroom.providers.mailgun import MailgunPush
 from tests.analytics.conftest import (
     actual_counts,
     address,
@@ -48,7 +49,7 @@ async def stop_inbox(dev_env, settings) -> None:
 
 
 async def test_setup_registers_every_kind_once_and_shows_what_changed(dev_env, mailgun, webhook_settings):
-    first = f"https://hooks.example.com{PATH}"
+    first = f"https://hooks.example.com{MailgunPush.path}"
     assert set((await webhooks_setup(first, webhook_settings)).values()) == {"created"}
     assert set((await webhooks_setup(first, webhook_settings)).values()) == {"unchanged"}
     mailgun.webhooks[mailgun.domain]["opened"] = ["https://other.example.com/hook"]  # someone else's
@@ -162,7 +163,7 @@ async def test_a_receiver_killed_mid_burst_loses_nothing_the_simulator_retries(
     again: with Mailgun's retries (time-compressed), every event is applied exactly once."""
     await seed_newsletter(db, members=3000, emails=1)
     port = free_port()
-    url = f"http://127.0.0.1:{port}{PATH}"
+    url = f"http://127.0.0.1:{port}{MailgunPush.path}"
     env = cli_env(webhook_settings, dev_env, MAILGUN_WEBHOOK_SIGNING_KEY=mailgun.webhook_signing_key)
 
     async def serve():

@@ -83,7 +83,9 @@ async def test_the_receiver_is_traced_and_counted_without_addresses(db, webhook_
 
     from devstack.servers import free_port
     from frontdoor.receiver import Receiver, metrics_runtime
-    from operations.webhooks import PATH
+    from pressroom.providers.mailgun import MailgunPush
+
+    PATH = MailgunPush.path
     from pressroom import database, tracing
 
     exporter = InMemorySpanExporter()

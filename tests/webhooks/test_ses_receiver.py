@@ -4,15 +4,20 @@ inbox, SNS's retries and duplicates stored once, forged or foreign messages refu
 
 from __future__ import annotations
 
+import asyncio
 import json
+import os
+import sys
 from collections.abc import AsyncIterator
-from datetime import UTC, datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from devstack.servers import free_port
 from pressroom.providers.port import UNCERTAIN, Message, ProviderUnavailable, placeholder
 from pressroom.providers.ses import SesClient
 from pressroom.providers.ses.push import SesPush
+from tests.command_line import ROOT
 from tests.ses_stack import SesStack, running_ses_stack, subscribed
 from tests.webhooks.conftest import post
 
@@ -121,3 +126,26 @@ async def test_check_reaches_ses_and_webhooks_status_reads_its_rows(ses: SesStac
     await ses.receiver.flush_refusals()
     status = await webhooks_status(ses.settings)
     assert status["refusals"]["SNS field Message missing"]["count"] == 1
+
+
+async def test_serve_under_ses_needs_no_mailgun_key_and_lists_the_ses_route(ses: SesStack):
+    """`pressroom serve` asks for what the configured provider needs (SES: its topic), not Mailgun's key."""
+    env = {name: value for name, value in os.environ.items() if not name.startswith("MAILGUN_")}
+    env.update({"DATABASE_URL": ses.settings.database_url, "PRESSROOM_EMAIL_PROVIDER": "ses",
+                "PRESSROOM_MEMBERS_LINK_SECRET": "serve-test-secret", "PRESSROOM_LOG_FORMAT": "text"})
+    port = free_port()
+    server = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "starter", "serve", "--port", str(port), cwd=ROOT, env=env,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
+    try:
+        said = []
+        while not said or "front door on" not in said[-1]:
+            line = await asyncio.wait_for(server.stdout.readline(), 120)
+            assert line, "pressroom serve ended before listening:\n" + "".join(said)
+            said.append(line.decode())
+        assert "/webhooks/ses" in said[-1] and "/webhooks/mailgun" not in said[-1]
+        assert await post(f"http://127.0.0.1:{port}/webhooks/ses", {"Type": "Notification"}) == 400
+        assert await post(f"http://127.0.0.1:{port}/webhooks/mailgun", {}) == 404
+    finally:
+        server.terminate()
+        await server.wait()

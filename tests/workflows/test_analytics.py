@@ -7,7 +7,7 @@ reads through: an unreachable provider and a refusing one fail it as they fail t
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from temporalio import activity

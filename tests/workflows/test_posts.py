@@ -14,14 +14,13 @@ from temporalio import activity
 from temporalio.client import WorkflowFailureError
 from temporalio.exceptions import ApplicationError
 
-from activities.posts.models import PublishPostActivityInput, PublishResult, ReconcileResult
+from activities.posts.models import PublishPostActivityInput, PublishResult, ReconcileResult, publish_workflow_id
 from tests.workflows.conftest import worker_for, workflow_id
 from workflows.posts import (
     PublishPostInput,
     PublishPostWorkflow,
     ReconcilePostsWorkflow,
     RescheduleInput,
-    publish_workflow_id,
 )
 
 LEAD = 10.0

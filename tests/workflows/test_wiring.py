@@ -32,5 +32,7 @@ def test_every_public_async_method_of_an_activities_class_is_registered():
     (Building the classes needs settings only; no activity runs.)"""
     expected = {(cls.__name__, name) for cls in classes(activities, "Activities").values()
                 for name, member in inspect.getmembers(cls, inspect.iscoroutinefunction) if not name.startswith("_")}
-    registered = {(type(method.__self__).__name__, method.__name__) for method in build_activities(Dependencies(settings=load_settings(), pool=None, provider=None, temporal=None))}
+    registered = {(type(method.__self__).__name__,
+                   method.__name__) for method in build_activities(Dependencies(settings=load_settings(), pool=None,
+                                                                                provider=None, temporal=None))}
     assert registered == expected

@@ -11,9 +11,10 @@ from __future__ import annotations
 import secrets
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from email.utils import format_datetime
 from typing import TYPE_CHECKING, Any
+from urllib.parse import quote, urlencode
 
 import httpx
 import pydantic_core
@@ -34,6 +35,7 @@ from pressroom.providers.port import (
     EventQuery,
     EventsPage,
     Message,
+    PreparedMessage,
     ProviderBadResponse,
     ProviderLimits,
     ProviderRejected,
@@ -110,7 +112,6 @@ _URLENCODED = {"Content-Type": "application/x-www-form-urlencoded"}
 
 
 def _urlencoded(fields: Sequence[tuple[str, str]]) -> bytes:
-    from urllib.parse import urlencode
 
     return urlencode(fields).encode()
 
@@ -178,7 +179,6 @@ class MailgunClient(DomainScopedClient):
     async def remove_suppressions(self, address: str) -> list[str]:
         """Delete the address from this domain's bounces, unsubscribes and complaints lists; the lists
         it was on (a 404 means it was not on that one). Safe to repeat."""
-        from urllib.parse import quote
 
         removed = []
         for table in SUPPRESSION_LISTS:
@@ -201,13 +201,15 @@ class MailgunClient(DomainScopedClient):
             tags=message.tags, headers=message.headers, tracking_opens=message.tracking_opens,
             tracking_clicks=message.tracking_clicks, test_mode=message.test_mode)
 
-    async def send(self, message: MessageFields, recipients: Mapping[str, Mapping[str, str]], *,
+    async def send(self, message: PreparedMessage, recipients: Mapping[str, Mapping[str, str]], *,
                    mark: Mapping[str, str], message_id: str | None = None, headers: Mapping[str, str] = {},
                    delivery_time: datetime | None = None) -> SendResult:
         """The port's send: `mark` as `v:` variables, `message_id` as the Message-Id header; one
         message, so every recipient shares its id."""
+        assert isinstance(message, MessageFields)  # what this provider's prepare() made
         own_headers = {**({"Message-Id": f"<{message_id}>"} if message_id else {}), **headers}
-        provider_id = await self.send_fields(message, to=list(recipients), recipient_variables=dict(recipients),
+        variables = {address: dict(values) for address, values in recipients.items()}
+        provider_id = await self.send_fields(message, to=list(recipients), recipient_variables=variables,
                                       variables=mark, headers=own_headers, delivery_time=delivery_time)
         return SendResult.whole(provider_id, list(recipients))
 

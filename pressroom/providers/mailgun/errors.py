@@ -9,7 +9,7 @@ Messages are built here, never from httpx's exceptions, and hold neither the key
 from __future__ import annotations
 
 import re
-from datetime import UTC, datetime, timezone
+from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 
 import httpx

@@ -139,7 +139,7 @@ def parse_event(item: Any) -> DeliveryEvent | EventRejected:
                       "message": explanation,
                       "reason": _free_text(item.get("reason"), "reason", REASON_LIMIT)}
         else:
-            fields = {"kind": _KINDS.get(name, "other")}
+            fields = {"kind": _KINDS.get(name or "", "other")}
     except _Refused as refusal:
         return EventRejected(provider=PROVIDER, reason=str(refusal), event_id=event_id)
     except (RecursionError, MemoryError):

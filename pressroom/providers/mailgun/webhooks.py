@@ -52,12 +52,13 @@ def verify_webhook(signing_key: str, body: Any, now: float, max_age: float,
     return WebhookSignature(int(timestamp), token)
 
 
-
 class MailgunPush:
     """Mailgun's pushed events, received on /webhooks/mailgun and signed with the domain's key."""
 
     name = PROVIDER
     path = "/webhooks/mailgun"
+    refused_status = 406  # Mailgun's "rejected, do not retry"
+    replay_refused = True  # a token is good for one event
 
     def __init__(self, signing_key: str) -> None:
         self._signing_key = signing_key
@@ -65,9 +66,12 @@ class MailgunPush:
     def __repr__(self) -> str:
         return "MailgunPush()"
 
-    def verify(self, body: Any, now: float, max_age: float, retry_window: float | None = None) -> PushedEvent:
+    async def verify(self, body: Any, now: float, max_age: float, retry_window: float | None = None) -> PushedEvent:
         signature = verify_webhook(self._signing_key, body, now, max_age, retry_window)
         return PushedEvent(timestamp=signature.timestamp, identity=signature.token, item=body["event-data"])
 
     def parse_event(self, item: Any) -> DeliveryEvent | EventRejected:
         return parse_event(item)
+
+    def acceptance_marks(self, item: Any, event: DeliveryEvent) -> dict[str, str] | None:
+        return None  # sends are confirmed from Mailgun's events API

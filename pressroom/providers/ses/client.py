@@ -40,6 +40,7 @@ from pressroom.providers.port import (
     EventQuery,
     EventsPage,
     Message,
+    PreparedMessage,
     ProviderBadResponse,
     ProviderError,
     ProviderLimits,
@@ -186,11 +187,12 @@ class SesClient(DomainScopedClient):
             shared["ReplyToAddresses"] = [reply_to]
         return SesMessage(shared, headers)
 
-    async def send(self, message: SesMessage, recipients: Mapping[str, Mapping[str, str]], *,
+    async def send(self, message: PreparedMessage, recipients: Mapping[str, Mapping[str, str]], *,
                    mark: Mapping[str, str], message_id: str | None = None, headers: Mapping[str, str] = {},
                    delivery_time: datetime | None = None) -> SendResult:
         """One SendBulkEmail call; `mark` as message tags. SES cannot schedule (`delivery_time`):
         the workflow's own timer has waited for it already when a batch is sent."""
+        assert isinstance(message, SesMessage)  # what this provider's prepare() made
         what = f"batch of {len(recipients)} recipients"
         if len(recipients) > SES_MAX_DESTINATIONS:
             raise TooManyRecipients(f"a {what} exceeds SES's limit of {SES_MAX_DESTINATIONS} destinations per call")
@@ -207,7 +209,7 @@ class SesClient(DomainScopedClient):
                     "ReplacementTemplateData": json.dumps({name: str(v) for name, v in values.items()})}}}
             if own:
                 entry["ReplacementHeaders"] = [
-                    {"Name": name, "Value": fill_placeholders(value, lambda n, values=values: str(values.get(n, "")))}
+                    {"Name": name, "Value": _filled(value, values)}
                     for name, value in own.items()]
                 _within_header_limits(entry["ReplacementHeaders"])
             entries.append(entry)
@@ -448,3 +450,8 @@ def status_error(response: httpx.Response, what: str) -> ProviderError:
     if status >= 500:
         return ProviderUnavailable(f"SES failed the {what} ({status} {kind})", status_code=status)
     return ProviderRejected(f"SES rejected the {what} ({status} {kind})", status_code=status)
+
+
+def _filled(text: str, values: Mapping[str, Any]) -> str:
+    """A header's placeholders filled with one recipient's values (empty when unknown)."""
+    return fill_placeholders(text, lambda n: str(values.get(n, "")))

@@ -1,10 +1,16 @@
-"""SNS's signed pushes of SES's events: the signature, the topic, subscription confirmations.
+"""SNS's signed pushes of SES's events, received on /webhooks/ses by the front door's receiver.
 
 Every SNS message is checked where it enters: its fields, SignatureVersion 2 (SHA256 with RSA over
 SNS's canonical string), the signing certificate fetched over HTTPS only from
 https://sns.<region>.amazonaws.com (cached per URL), the topic ours, the timestamp fresh. The
 development configuration trusts one more certificate, the SES stand-in's own
-(PRESSROOM_SES_SNS_DEV_CERTIFICATE), for certificate URLs on the loopback only.
+(PRESSROOM_SES_SNS_DEV_CERTIFICATE), for certificate URLs on the loopback only. Then
+* a SubscriptionConfirmation is confirmed here (a GET of its SubscribeURL, on SNS's host only);
+* a Send event carrying our marks is kept in `provider_acceptances` by the receiver, what an
+  uncertain send is confirmed from (SES has no events API to ask: `acceptance_marks`);
+* every other event is stored in `webhook_inbox`, applied like Mailgun's by WebhookInboxWorkflow.
+SNS's retries and duplicates (the same MessageId) store nothing and are answered 200, so that SNS
+stops sending them; a refusal is answered 400.
 """
 
 from __future__ import annotations
@@ -12,6 +18,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import logging
 import re
 from datetime import datetime
 from typing import Any
@@ -24,7 +31,12 @@ from cryptography.hazmat.primitives.asymmetric import padding, rsa
 
 from pressroom.delivery_events import DeliveryEvent, EventRejected
 from pressroom.providers.port import PushedEvent
-from pressroom.providers.ses.events import PROVIDER, parse_event
+from pressroom.providers.ses.events import PROVIDER, marks_of, parse_event
+
+log = logging.getLogger("pressroom.webhooks")
+# SNS retries a notification for up to an hour by default delivery policy's longest settings; a
+# notification older than this is refused, and its MessageId is remembered this long.
+SNS_MAX_AGE = 3600
 
 NOTIFICATION = "Notification"
 CONFIRMATION = "SubscriptionConfirmation"
@@ -62,6 +74,8 @@ class SesPush:
 
     name = PROVIDER
     path = "/webhooks/ses"
+    refused_status = 400
+    replay_refused = False  # SNS's retries and duplicates are answered as stored: it stops sending them
 
     def __init__(self, *, topic_arn: str, region: str, dev_certificate: bytes | None = None,
                  http: httpx.AsyncClient | None = None) -> None:
@@ -76,6 +90,33 @@ class SesPush:
 
     def parse_event(self, item: Any) -> DeliveryEvent | EventRejected:
         return parse_event(item)
+
+    def acceptance_marks(self, item: Any, event: DeliveryEvent) -> dict[str, str] | None:
+        return marks_of(item["event"]) if event.kind == "accepted" else None
+
+    async def verify(self, body: Any, now: float, max_age: float, retry_window: float | None = None) -> PushedEvent:
+        """The port's check, SNS's way: its own age limit (`SNS_MAX_AGE`) rather than Mailgun's."""
+        message = self.checked_fields(body)
+        certificate = await self.certificate(message["SigningCertURL"])
+        pushed = self.verify_with(message, certificate, now, SNS_MAX_AGE)
+        if message["Type"] == CONFIRMATION:
+            await self._confirm(message)
+            return PushedEvent(timestamp=pushed.timestamp, identity=pushed.identity, item=None, said="confirmed")
+        if message["Type"] != NOTIFICATION:
+            return PushedEvent(timestamp=pushed.timestamp, identity=pushed.identity, item=None)
+        return PushedEvent(timestamp=pushed.timestamp, identity=pushed.identity, item=pushed.item,
+                           keep_seconds=SNS_MAX_AGE)
+
+    async def _confirm(self, message: dict[str, Any]) -> None:
+        url = self.subscribe_url(message)
+        async with httpx.AsyncClient(timeout=10.0, follow_redirects=False) as http:
+            try:
+                response = await http.get(url)
+            except httpx.HTTPError as error:
+                raise ConnectionError(f"SNS's SubscribeURL did not answer ({type(error).__name__})") from None
+        if not response.is_success:
+            raise ConnectionError(f"SNS answered the subscription's confirmation with {response.status_code}")
+        log.info("SNS subscription to %s confirmed", message["TopicArn"])
 
     def checked_fields(self, body: Any) -> dict[str, Any]:
         """The message's fields, of the right types and topic, or ValueError (one line)."""

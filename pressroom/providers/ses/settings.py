@@ -9,13 +9,15 @@ and trusts only SNS's own certificates.
 
 from __future__ import annotations
 
+import os
 import re
 from functools import lru_cache
+from typing import Any
 
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from pressroom.settings import ConfigurationError
+from pressroom.settings import ConfigurationError, read_dev_stack
 
 _REGION = re.compile(r"[a-z]{2}(-[a-z]+)+-\d")
 _TOPIC = re.compile(r"arn:aws[a-z-]*:sns:([a-z0-9-]+):\d{12}:[A-Za-z0-9_-]{1,256}")
@@ -95,13 +97,11 @@ _STACK_VALUES = (("ses_region", "AWS_REGION"), ("ses_access_key_id", "AWS_ACCESS
 
 @lru_cache(maxsize=1)
 def ses_settings() -> SesSettings:
-    import os
 
-    from pressroom.settings import read_dev_stack
 
     stack = read_dev_stack()
     # Credentials come as a set: with AWS_ACCESS_KEY_ID set, none of the stand-in's are mixed in.
     real = "AWS_ACCESS_KEY_ID" in os.environ
-    fallback = {variable: stack[key] for key, variable in _STACK_VALUES
+    fallback: dict[str, Any] = {variable: stack[key] for key, variable in _STACK_VALUES
                 if variable not in os.environ and stack.get(key) and not real}
     return SesSettings(**fallback)

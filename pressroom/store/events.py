@@ -17,6 +17,9 @@ Parse = Callable[[Any], "DeliveryEvent | EventRejected"]  # the provider's parse
 # json.dumps with options makes an encoder per call: a quarter of its time for one event.
 _RAW_ENCODER = json.JSONEncoder(ensure_ascii=True, default=repr)
 
+# What a row written into webhook_inbox NOTIFYs: WebhookInboxWorkflow's activity wakes on it.
+INBOX_CHANNEL = "pressroom_webhook_inbox"
+
 
 def raw_text(item: Any) -> str:
     """The event as JSON text an operator can read and PostgreSQL can store (NUL and lone surrogates
