@@ -38,7 +38,7 @@ PATCHES = [
     Patch("workflows.newsletter.PROVIDER_OUTAGE_PATCH", newsletter.PROVIDER_OUTAGE_PATCH,
           "SendNewsletterWorkflow", "0.5.0"),
     Patch("workflows.newsletter.CANCEL_PATCH", newsletter.CANCEL_PATCH, "SendNewsletterWorkflow", "0.7.0"),
-    Patch("workflows.newsletter_sending.CONFIRM_ASIDE_PATCH", newsletter_sending.CONFIRM_ASIDE_PATCH,
+    Patch("workflows.newsletter.CONFIRM_ASIDE_PATCH", newsletter.CONFIRM_ASIDE_PATCH,
           "SendNewsletterWorkflow", "0.9.0"),
     Patch("workflows.newsletter_sending.PROVIDER_PROBE_PATCH", newsletter_sending.PROVIDER_PROBE_PATCH,
           "SendNewsletterWorkflow", "0.9.0"),

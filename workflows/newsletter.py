@@ -70,6 +70,9 @@ CANCEL_PATCH = "operator-cancel"
 # Runs recorded before this patch heard a cancel only once the lock was taken; later ones stop a lock
 # that is being retried (a database that does not answer) and record the email cancelled.
 CANCEL_WHILE_LOCKING_PATCH = "cancel-while-locking"
+# Runs started before this patch held a sender while an uncertain batch waited for its events; later
+# runs confirm it aside, on its own timers, while the other batches go out.
+CONFIRM_ASIDE_PATCH = "confirm-uncertain-aside"
 # Runs started before this patch sent to the end whatever their early figures; later runs pause
 # between batches when the email's hard-bounce or complaint rate crosses its threshold.
 REPUTATION_PAUSE_PATCH = "pause-on-reputation"
@@ -88,6 +91,7 @@ class SendNewsletterWorkflow(BatchSending):
         self._cancellable_lock = False  # a cancel stops the lock (CANCEL_WHILE_LOCKING_PATCH)
         self._cancel: FinishEmailInput | None = None  # an operator's cancel: no batch starts after it
         self._aside: list[asyncio.Task] = []  # uncertain batches being confirmed while the others go out
+        self._confirms_aside = False  # decided once per run: runs from before the patch hold a sender
         self._probe: asyncio.Task | None = None  # the look for the provider's return every sender waits on
         self._paused: str | None = None  # why the send is paused for its rates, until an operator resumes it
         self._reputation = ReputationWatch()
@@ -140,6 +144,7 @@ class SendNewsletterWorkflow(BatchSending):
         self._resume = resume
         self._reputation.watching = not resume.pause_overridden and self._paused is None \
             and workflow.patched(REPUTATION_PAUSE_PATCH)
+        self._confirms_aside = workflow.patched(CONFIRM_ASIDE_PATCH)
         self._show(status="sending" if self._cancel is None else "cancelling")
         await self._send_all(input.email_id, resume, creation)
 

@@ -43,9 +43,6 @@ with workflow.unsafe.imports_passed_through():
 
 # Long activities heartbeat; a worker that dies is noticed this fast and its work retried elsewhere.
 HEARTBEAT_TIMEOUT = timedelta(seconds=15)
-# Runs started before this patch held a sender while an uncertain batch waited for its events; later
-# runs confirm it aside, on its own timers, while the other batches go out.
-CONFIRM_ASIDE_PATCH = "confirm-uncertain-aside"
 # Runs started before this patch waited out an outage on a doubling timer; later runs look for the
 # provider's return with an authenticated read and send again within one look of it.
 PROVIDER_PROBE_PATCH = "probe-provider-return"
@@ -72,6 +69,7 @@ class BatchSending:
     _provider: str
     _wait_out_outages: bool
     _aside: list[asyncio.Task]
+    _confirms_aside: bool
     _probe: asyncio.Task | None
     _paused: str | None
     _pause_to_clear: bool
@@ -155,9 +153,9 @@ class BatchSending:
     async def _send_and_confirm(self, batch: SendBatchInput, number: int, resume: Resume) -> BatchSent | None:
         """Send the batch; while the provider may have accepted it and its events are not there yet,
         look again after the wait the activity names: aside (None here) so that the sender goes on,
-        or holding the sender (runs from before CONFIRM_ASIDE_PATCH)."""
+        or holding the sender (runs from before workflows/newsletter.py's CONFIRM_ASIDE_PATCH)."""
         sent = await self._attempt(batch, resume.plan)
-        if sent.confirm_in_seconds is not None and workflow.patched(CONFIRM_ASIDE_PATCH):
+        if sent.confirm_in_seconds is not None and self._confirms_aside:
             self._aside.append(asyncio.create_task(self._confirm_aside(batch, number, sent, resume)))
             return None
         return await self._confirm(batch, number, resume.plan, sent)

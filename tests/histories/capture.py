@@ -151,7 +151,8 @@ class Capture:
         settings = self.settings("newsletter-confirming", batch_size=60, send_confirm_window_seconds=120)
         site = await self.published_site("confirming")
         async with running_worker(self.client, settings):
-            self.sim.set_faults(lost_response_rate=1.0, storage_delay_seconds=3)
+            # Events stored later than the send's retry: its look-up finds nothing yet and it waits aside.
+            self.sim.set_faults(lost_response_rate=1.0, storage_delay_seconds=20)
             start = await start_newsletter(site.email_id, client=self.client, settings=settings)
             await self.until("SELECT count(*) >= 1 FROM email_batches WHERE email_id = $1 AND status = 'submitting'",
                              site.email_id)
@@ -234,7 +235,7 @@ class Capture:
         from operations.newsletter import resume_newsletter, start_newsletter
 
         settings = self.settings("newsletter-paused", batch_size=20, send_concurrency=1, pause_min_answered=10,
-                                 pause_hard_bounce_rate=0.05, reputation_check_seconds=0.5)
+                                 pause_hard_bounce_rate=0.05, reputation_check_seconds=1.0)
         site = await self.published_site("paused")
         async with running_worker(self.client, settings):
             self.sim.set_faults(latency_ms=500)
