@@ -121,6 +121,7 @@ async def run_demo(console: Console, *, members: int, publish_in: float, keep_ru
             await client.execute_workflow(FetchEmailAnalyticsWorkflow.run, FetchEmailAnalyticsInput(),
                                                 id=analytics_id, task_queue=settings.task_queue)
             console.print(f"[bold]Analytics[/bold]: fetched events (workflow {analytics_id})")
+            await _wait_for_clicks(site.email_id, settings)
             from commands.newsletter import print_report
             from operations.reports import newsletter_report
 
@@ -205,6 +206,18 @@ async def _wait_for_opens(email_id: str, settings, seconds: float = 60) -> None:
 
     deadline = time.monotonic() + seconds
     while (report := await newsletter_report(email_id, settings=settings)).opened < report.sent:
+        if time.monotonic() > deadline:
+            return  # the report shows what arrived
+        await asyncio.sleep(0.5)
+
+
+async def _wait_for_clicks(email_id: str, settings, seconds: float = 30) -> None:
+    """The readers follow their links seconds after delivery, and a click counts once no scanner's
+    burst can claim it: wait for the first to count, so the report shows them."""
+    from operations.reports import newsletter_report
+
+    deadline = time.monotonic() + seconds
+    while not (await newsletter_report(email_id, settings=settings)).clicks.clicked:
         if time.monotonic() > deadline:
             return  # the report shows what arrived
         await asyncio.sleep(0.5)

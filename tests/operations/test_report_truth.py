@@ -36,7 +36,7 @@ async def test_a_cancelled_emails_rates_are_over_the_recipients_it_was_sent_to(d
     await db.execute("UPDATE emails SET status = 'cancelled', delivered_count = 9, opened_count = 3 WHERE id = $1",
                      email_id)
 
-    report = await newsletter_report(email_id, settings=settings)
+    report = (await newsletter_report(email_id, settings=settings)).model_dump()
     assert (report["recipients"], report["sent"], report["delivered"]) == (30, 10, 9)
     assert report["rates"]["delivered"] == 90.0 and report["rates"]["opened"] == 30.0
 
@@ -49,7 +49,7 @@ async def test_status_counts_the_batches_as_the_run_and_its_cancel_do(db, postgr
     await db.execute("INSERT INTO email_batches (email_id, status) VALUES ($1, 'retired')", email_id)
     async with db.acquire() as conn:
         counted = await batch_counts(conn, email_id)
-    status = await newsletter_status(email_id, settings=settings)
+    status = (await newsletter_status(email_id, settings=settings)).model_dump()
     assert counted.batches_total == 3
     assert status["batches"] == {"total": counted.batches_total, "submitted": counted.batches_submitted,
                                  "failed": counted.batches_failed}

@@ -382,8 +382,8 @@ async def test_outbox_status_counts_site_events_by_type_and_by_webhook(db, recei
     await add_member("counted@example.com", settings=hooks)
     await entries_done(db, 1)
     status = await outbox_status(settings=hooks)
-    assert status["by_event"] == {"member.added": {"succeeded": 1}}
-    assert status["by_webhook"] == {webhook_id: {"succeeded": 1}}
+    assert status.by_event == {"member.added": {"succeeded": 1}}
+    assert status.by_webhook == {webhook_id: {"succeeded": 1}}
 
 
 async def test_the_command_line_adds_lists_and_removes_webhooks(db, integration, postgres_url):
