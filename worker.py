@@ -75,7 +75,7 @@ def build_activities(deps: Dependencies) -> list[Callable]:
     webhooks = WebhookActivities(deps)
     return [
         email_lock.lock_email, batch_creation.create_batches,
-        batch_send.list_unsent_batches, batch_send.send_batch, batch_send.fail_batch,
+        batch_send.list_unsent_batches, batch_send.send_batch, batch_send.send_batches, batch_send.fail_batch,
         email_finish.finish_email,
         reputation.read_reputation, reputation.record_pause, reputation.probe_provider,
         sending_limits.admit_batch, sending_limits.split_refused_batch,

@@ -188,7 +188,7 @@ async def creation_times(client, workflow_id: str, run_id: str) -> tuple[float, 
         started = moment if started is None else started
         if event.HasField("activity_task_scheduled_event_attributes"):
             names[event.event_id] = name = event.activity_task_scheduled_event_attributes.activity_type.name
-            if name == "send_batch" and first_send is None:
+            if name in ("send_batch", "send_batches") and first_send is None:
                 first_send = moment
         elif event.HasField("activity_task_started_event_attributes"):
             began[event.activity_task_started_event_attributes.scheduled_event_id] = moment

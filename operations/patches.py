@@ -46,6 +46,8 @@ PATCHES = [
           "SendNewsletterWorkflow", "0.9.0"),
     Patch("workflows.newsletter.REPUTATION_PAUSE_PATCH", newsletter.REPUTATION_PAUSE_PATCH,
           "SendNewsletterWorkflow", "0.9.0"),
+    Patch("workflows.newsletter.SEND_GROUPS_PATCH", newsletter.SEND_GROUPS_PATCH,
+          "SendNewsletterWorkflow", "0.10.0"),
     Patch("workflows.outbox.CONFIRM_UNCERTAIN_PATCH", outbox.CONFIRM_UNCERTAIN_PATCH,
           "DeliverOutboxEntryWorkflow", "0.2.0"),
     Patch("workflows.outbox.COMPLETE_LOCALLY_PATCH", outbox.COMPLETE_LOCALLY_PATCH,

@@ -118,6 +118,10 @@ class Rendered:
         """Bytes held in memory (as UTF-8), what the body cache counts."""
         return sum(len(part.encode()) for part in (self.subject, self.html, self.text))
 
+    def shows(self, replacement: str) -> bool:
+        """Whether a placeholder of the message shows this value of the reader's (see REPLACEMENTS)."""
+        return any(used == replacement for used, _, _ in self.variables.values())
+
     def recipient_variables(self, values: Mapping[str, str]) -> dict[str, str]:
         """One reader's value of every placeholder, from their values (see `member_values`)."""
         out = {}

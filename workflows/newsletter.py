@@ -76,6 +76,10 @@ CONFIRM_ASIDE_PATCH = "confirm-uncertain-aside"
 # Runs started before this patch sent to the end whatever their early figures; later runs pause
 # between batches when the email's hard-bounce or complaint rate crosses its threshold.
 REPUTATION_PAUSE_PATCH = "pause-on-reputation"
+# Runs started before this patch sent each batch with an activity of its own; later runs send
+# several at once with one activity (fewer activities and workflow tasks), and each batch that group
+# did not settle on its own as before.
+SEND_GROUPS_PATCH = "several-batches-per-send"
 
 
 @workflow.defn
@@ -92,6 +96,7 @@ class SendNewsletterWorkflow(BatchSending):
         self._cancel: FinishEmailInput | None = None  # an operator's cancel: no batch starts after it
         self._aside: list[asyncio.Task] = []  # uncertain batches being confirmed while the others go out
         self._confirms_aside = False  # decided once per run: runs from before the patch hold a sender
+        self._sends_groups = False  # decided once per run: runs from before the patch send a batch per activity
         self._probe: asyncio.Task | None = None  # the look for the provider's return every sender waits on
         self._paused: str | None = None  # why the send is paused for its rates, until an operator resumes it
         self._reputation = ReputationWatch()
@@ -145,6 +150,7 @@ class SendNewsletterWorkflow(BatchSending):
         self._reputation.watching = not resume.pause_overridden and self._paused is None \
             and workflow.patched(REPUTATION_PAUSE_PATCH)
         self._confirms_aside = workflow.patched(CONFIRM_ASIDE_PATCH)
+        self._sends_groups = workflow.patched(SEND_GROUPS_PATCH)
         self._show(status="sending" if self._cancel is None else "cancelling")
         await self._send_all(input.email_id, resume, creation)
 

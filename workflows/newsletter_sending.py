@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 from collections import deque
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from temporalio import workflow
@@ -24,12 +25,14 @@ with workflow.unsafe.imports_passed_through():
     )
     from activities.newsletter.models import (
         BatchCounts,
+        BatchesSent,
         BatchSent,
         FailBatchInput,
         FinishEmailInput,
         ProbeProviderInput,
         ReadReputationInput,
         RecordPauseInput,
+        SendBatchesInput,
         SendBatchInput,
         SendPlan,
     )
@@ -46,6 +49,9 @@ HEARTBEAT_TIMEOUT = timedelta(seconds=15)
 # Runs started before this patch waited out an outage on a doubling timer; later runs look for the
 # provider's return with an authenticated read and send again within one look of it.
 PROVIDER_PROBE_PATCH = "probe-provider-return"
+# A group of batches sent by one activity holds at most half the plan's senders, so that the batches
+# of another group go out while one waits for its slowest answer.
+GROUP_SHARE_OF_SENDERS = 2
 # A look for the provider's return lasts at most this long; the run then looks again.
 PROBE_ACTIVITY = timedelta(minutes=10)
 
@@ -55,6 +61,13 @@ def provider_retry(plan: SendPlan, not_retried: list[str]) -> RetryPolicy:
     return RetryPolicy(initial_interval=timedelta(seconds=plan.provider_retry_seconds), backoff_coefficient=1.0,
                        maximum_attempts=plan.provider_retries + 1, non_retryable_error_types=not_retried)
 
+
+
+@dataclass
+class Slots:
+    """How many more batches may be in flight (`SendPlan.concurrency` less those being sent)."""
+
+    free: int
 
 
 class BatchSending:
@@ -70,6 +83,7 @@ class BatchSending:
     _wait_out_outages: bool
     _aside: list[asyncio.Task]
     _confirms_aside: bool
+    _sends_groups: bool
     _probe: asyncio.Task | None
     _paused: str | None
     _pause_to_clear: bool
@@ -111,6 +125,10 @@ class BatchSending:
         plan = resume.plan
         queue = deque((batch_id, resume.dispatched + n) for n, batch_id in enumerate(batch_ids))
         resume.dispatched += len(batch_ids)
+        if self._sends_groups and not plan.send_caps:  # with caps, each batch is admitted on its own
+            await self._send_in_groups(queue, resume)
+            await self._confirmed_aside()
+            return
 
         async def sender() -> None:
             while queue and self._cancel is None:
@@ -123,9 +141,63 @@ class BatchSending:
                 await self._watch_reputation(plan)
 
         await asyncio.gather(*(sender() for _ in range(min(plan.concurrency, len(queue)))))
+        await self._confirmed_aside()
+
+    async def _confirmed_aside(self) -> None:
         while self._aside:  # uncertain batches confirmed aside; one may hand back pieces that do the same
             confirming, self._aside = self._aside, []
             await asyncio.gather(*confirming)
+
+    async def _send_in_groups(self, queue: deque[tuple[str, int]], resume: Resume) -> None:
+        """Send the queue's batches several to an activity, never more than `concurrency` in flight;
+        between groups, a pause holds and a cancel stops, as between batches."""
+        plan = resume.plan
+        slots = Slots(free=plan.concurrency)
+        largest = max(1, plan.concurrency // GROUP_SHARE_OF_SENDERS)
+        groups: list[asyncio.Task] = []
+        while queue and self._cancel is None:
+            await workflow.wait_condition(lambda: slots.free > 0 or self._cancel is not None)
+            await self._hold_while_paused()
+            if self._cancel is not None:
+                break
+            group = [queue.popleft() for _ in range(min(slots.free, largest, len(queue)))]
+            slots.free -= len(group)
+            groups.append(asyncio.create_task(self._send_group(group, resume, slots)))
+        await asyncio.gather(*groups)
+
+    async def _send_group(self, group: list[tuple[str, int]], resume: Resume, slots: Slots) -> None:
+        """One activity sends the group's batches; each it did not settle (an error, an uncertain send,
+        a wait to hold) is then sent on its own, with its retries, look-ups and waits, as before."""
+        alone = [batch_id for batch_id, _ in group]
+        if len(group) > 1:
+            batches = [SendBatchInput(batch_id=batch_id, may_wait_to_confirm=True,
+                                      delivery_time=self._delivery_time(number, resume, at_most_end=True))
+                       for batch_id, number in group]
+            try:
+                answer: BatchesSent = await workflow.execute_activity_method(
+                    BatchSendActivities.send_batches, SendBatchesInput(batches=batches),
+                    start_to_close_timeout=timedelta(minutes=2), heartbeat_timeout=HEARTBEAT_TIMEOUT,
+                    # Not retried whole: each batch left unsettled by a failed call is sent on its own.
+                    retry_policy=RetryPolicy(maximum_attempts=1),
+                    summary=f"batches {group[0][1] + 1}-{group[-1][1] + 1}")
+                alone = answer.alone
+                for sent in answer.sent:
+                    self._batch_sent(sent)
+            except ActivityError:  # a worker lost mid-call: every batch is looked at again, alone
+                pass
+        if len(alone) < len(group):  # read the rates before the next batches go, as a sender does
+            await self._watch_reputation(resume.plan)
+        slots.free += len(group) - len(alone)
+
+        async def on_its_own(batch_id: str, number: int) -> None:
+            try:
+                await self._send_to_the_end(batch_id, number, resume)
+                await self._watch_reputation(resume.plan)
+            finally:
+                slots.free += 1
+
+        numbers = dict(group)
+        await asyncio.gather(*(on_its_own(batch_id, numbers[batch_id]) for batch_id in alone))
 
     async def _admit(self, batch_id: str, plan: SendPlan) -> list[str]:
         """With send caps, wait on durable timers until the batch is admitted; the smaller batches

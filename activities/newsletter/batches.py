@@ -148,16 +148,20 @@ class BatchCreationActivities:
 
     async def _create_chunk(self, conn, input: CreateBatchesInput, email, creation) -> BatchCounts:
         """Plan the creation on the first call, then write the next chunk (chunked) or every chunk
-        left; the totals are the planned ones until the last chunk is written."""
+        left; the totals are the planned ones until the call after the last chunk."""
         if creation is None:
             creation = await self._plan_creation(conn, input.email_id, email)
         elif input.retry_failed:
             await self._retry_failed_batches(conn, input.email_id)
+        wrote = False
         while not creation["done"]:
             creation = await self._write_chunk(conn, input.email_id, email, creation)
+            wrote = True
             if input.chunked:
                 break
-        if not creation["done"]:
+        # The last chunk is committed and answered at once, so that its batches go out while the next
+        # call records who was left out and the counts (they wait for no batch).
+        if not creation["done"] or (input.chunked and wrote):
             return BatchCounts(batches_total=creation["planned_batches"], batches_submitted=0, batches_failed=0,
                                recipients_total=creation["planned_recipients"], recipients_submitted=0,
                                creating=True)

@@ -3,6 +3,7 @@ rendered and encoded once per segment and sending domain for every batch that sh
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Mapping
 from email.utils import formataddr, parseaddr
 
@@ -70,30 +71,39 @@ class Messages:
         self.pool = pool
         self.settings = settings
         self._bodies = BodyCache(settings.body_cache_bytes)
+        self._rendering = asyncio.Lock()  # the batches of a group ask at once: one renders, the others wait for it
 
     async def get(self, email_id: str, segment: str | None, provider: EmailProvider, *,
                   fallback: bool) -> tuple[Rendered, PreparedMessage]:
         """Through `provider`'s scope; `fallback`: not the account's own domain, so From is the fallback address."""
-        cached = self._bodies.get((email_id, segment, provider.scope))
+        key = (email_id, segment, provider.scope)
+        cached = self._bodies.get(key)
         if cached is None:
-            async with self.pool.acquire() as conn:
-                loaded = await load_for_sending(conn, email_id, self.settings)
-            try:
-                body = render(loaded.content, segment)
-            except ContentError as error:
-                raise non_retryable("BadContent", str(error)) from None
-            if body.links:
-                async with self.pool.acquire() as conn:
-                    await store_redirects(conn, email_id, body.links)
-            from_address = loaded.from_address
-            if fallback:
-                from_address = fallback_sender(from_address, self.settings.fallback_address)
-            tags = ["bulk-email", *([self.settings.email_tag] if self.settings.email_tag else [])]
-            headers = {"Reply-To": loaded.reply_to, "List-Unsubscribe": f"<{placeholder('unsubscribe_url')}>",
-                       "List-Unsubscribe-Post": "List-Unsubscribe=One-Click"}
-            prepared = provider.prepare(Message(from_address=from_address, subject=body.subject, html=body.html,
-                                                text=body.text, tags=tags, headers=headers,
-                                                tracking_opens=loaded.track_opens, tracking_clicks=False))
-            cached = (body, prepared)
-            self._bodies.put((email_id, segment, provider.scope), cached, body.size + prepared.size)
+            async with self._rendering:
+                cached = self._bodies.get(key)
+                if cached is None:
+                    cached = await self._prepare(email_id, segment, provider, fallback=fallback)
+                    self._bodies.put(key, cached, cached[0].size + cached[1].size)
         return cached
+
+    async def _prepare(self, email_id: str, segment: str | None, provider: EmailProvider, *,
+                       fallback: bool) -> tuple[Rendered, PreparedMessage]:
+        async with self.pool.acquire() as conn:
+            loaded = await load_for_sending(conn, email_id, self.settings)
+        try:
+            body = render(loaded.content, segment)
+        except ContentError as error:
+            raise non_retryable("BadContent", str(error)) from None
+        if body.links:
+            async with self.pool.acquire() as conn:
+                await store_redirects(conn, email_id, body.links)
+        from_address = loaded.from_address
+        if fallback:
+            from_address = fallback_sender(from_address, self.settings.fallback_address)
+        tags = ["bulk-email", *([self.settings.email_tag] if self.settings.email_tag else [])]
+        headers = {"Reply-To": loaded.reply_to, "List-Unsubscribe": f"<{placeholder('unsubscribe_url')}>",
+                   "List-Unsubscribe-Post": "List-Unsubscribe=One-Click"}
+        prepared = provider.prepare(Message(from_address=from_address, subject=body.subject, html=body.html,
+                                            text=body.text, tags=tags, headers=headers,
+                                            tracking_opens=loaded.track_opens, tracking_clicks=False))
+        return body, prepared

@@ -76,6 +76,12 @@ class SendBatchInput(BaseModel):
     may_wait_to_confirm: bool = Field(default=False, validation_alias=AliasChoices("may_wait_to_confirm", "confirm"))
 
 
+class SendBatchesInput(BaseModel):
+    """Several batches of one email sent by one activity, each as `send_batch` sends it."""
+
+    batches: list[SendBatchInput]
+
+
 class BatchSent(BaseModel):
     batch_id: str
     recipients: int
@@ -87,6 +93,13 @@ class BatchSent(BaseModel):
     # send again (`recipients` counts only those that stayed in this batch). The workflow adds them
     # to its total.
     requeued: int = 0
+
+
+class BatchesSent(BaseModel):
+    sent: list[BatchSent]  # each accepted (or found accepted by an earlier attempt): nothing to do
+    # Not settled by this call (an error, an uncertain send, a look-up to wait for, a wait to hold):
+    # the workflow sends each on its own with `send_batch`, where its retries, look-ups and waits are.
+    alone: list[str] = []
 
 
 class FailBatchInput(BaseModel):

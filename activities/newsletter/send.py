@@ -7,6 +7,7 @@ anything is resent.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Mapping
 from datetime import datetime
 
@@ -19,7 +20,14 @@ from activities.newsletter.batch_outcome import NOT_FOUND, answered, record_subm
 from activities.newsletter.content import Messages
 from activities.newsletter.failures import BATCH_NOT_FOUND, PROVIDER_UNAVAILABLE, UnavailableDetails, send_failure
 from activities.newsletter.lock import unpublished
-from activities.newsletter.models import BatchSent, FailBatchInput, ListUnsentBatchesInput, SendBatchInput
+from activities.newsletter.models import (
+    BatchesSent,
+    BatchSent,
+    FailBatchInput,
+    ListUnsentBatchesInput,
+    SendBatchesInput,
+    SendBatchInput,
+)
 from activities.provider_errors import send_failure_of
 from activities.sending_limits import sending_domain
 from pressroom.dependencies import Dependencies
@@ -55,15 +63,22 @@ CLAIM_BATCH = """
         RETURNING b.id, b.email_id, b.member_segment, b.fallback_sending_domain, old.send_outcome, b.send_attempts,
                   b.requeue_generation, b.first_uncertain_at, now() AS now,
                   extract(epoch FROM now() - b.last_uncertain_at)::float8 AS uncertain_for)
-    SELECT claimed.*, r.emails, r.names, r.uuids, r.statuses,
+    SELECT claimed.*, r.emails, r.names, r.uuids,
            (SELECT n.uuid::text FROM emails e JOIN newsletters n ON n.id = e.newsletter_id
             WHERE e.id = claimed.email_id) AS newsletter_uuid
     FROM claimed, LATERAL (
         SELECT array_agg(r.member_email ORDER BY r.id) AS emails, array_agg(r.member_name ORDER BY r.id) AS names,
-               array_agg(r.member_uuid::text ORDER BY r.id) AS uuids,
-               array_agg(coalesce(m.status, '') ORDER BY r.id) AS statuses
-        FROM email_recipients r LEFT JOIN members m ON m.id = r.member_id WHERE r.batch_id = claimed.id) r
+               array_agg(r.member_uuid::text ORDER BY r.id) AS uuids
+        FROM email_recipients r WHERE r.batch_id = claimed.id) r
 """
+# Each recipient's member status, in the claim's order: read only for a body whose placeholders show
+# it, so that a claim reads no member row (a member deleted since reads as '').
+BATCH_STATUSES = """
+    SELECT array_agg(coalesce(m.status, '') ORDER BY r.id)
+    FROM email_recipients r LEFT JOIN members m ON m.id = r.member_id WHERE r.batch_id = $1
+"""
+# A requeued batch still holding its wait: `send_batch` takes the wait, so a group leaves it alone.
+HELD_BATCHES = "SELECT id FROM email_batches WHERE id = ANY($1::text[]) AND status = 'pending' AND hold_seconds IS NOT NULL"
 
 # Recipients the provider refused one by one in an accepted call: each recorded as that
 # recipient's failure, in the shape a failed event leaves (activities/delivery_events/apply.py), with
@@ -84,6 +99,35 @@ class BatchSendActivities:
             "SELECT id FROM email_batches WHERE email_id = $1 AND status IN ('pending', 'submitting') "
             "ORDER BY id LIMIT $2", input.email_id, input.limit)
         return [row["id"] for row in rows]
+
+    @activity.defn
+    async def send_batches(self, input: SendBatchesInput) -> BatchesSent:
+        """Several batches at once, each as `send_batch` sends it (its own claim, committed before its
+        request goes out); those not settled here are handed back, to be sent on their own.
+
+        Safe to repeat, for the same reasons as `send_batch`: a batch submitted is answered as sent,
+        and one whose send was uncertain (a worker killed mid-call) is looked up before any resend.
+        """
+        async with heartbeating(first_after=FIRST_HEARTBEAT_SECONDS):
+            held = {row["id"] for row in await self.pool.fetch(
+                HELD_BATCHES, [batch.batch_id for batch in input.batches])}
+            results = await asyncio.gather(*(self._send_in_group(batch) for batch in input.batches
+                                             if batch.batch_id not in held))
+        sent = [result for result in results if result is not None]
+        settled = {result.batch_id for result in sent}
+        return BatchesSent(sent=sent, alone=[batch.batch_id for batch in input.batches
+                                             if batch.batch_id not in settled])
+
+    async def _send_in_group(self, input: SendBatchInput) -> BatchSent | None:
+        """The batch sent, or None when it is not settled: whatever stopped it is met again, and
+        handled, when it is sent on its own."""
+        try:
+            sent = await self._send_batch(input)
+        except Exception as error:  # noqa: BLE001 (each batch's failure is handled on its own send)
+            activity.logger.info("batch %s not settled in its group (%s): sent on its own", input.batch_id,
+                                 type(error).__name__)
+            return None
+        return sent if sent.confirm_in_seconds is None else None
 
     @activity.defn
     async def send_batch(self, input: SendBatchInput) -> BatchSent:
@@ -120,7 +164,8 @@ class BatchSendActivities:
             settled = await self._confirm_uncertain(input, batch, provider, message_id)
             if settled is not None:
                 return settled
-        recipients = self._personalised(batch, body)
+        statuses = await self.pool.fetchval(BATCH_STATUSES, input.batch_id) if body.shows("status") else None
+        recipients = self._personalised(batch, body, statuses)
         if not recipients:  # every member of it was deleted since it was written; a provider refuses an empty message
             activity.logger.info("batch %s has no recipient left: closed without a send", input.batch_id)
             await record_submitted(self.pool, input.batch_id, "")
@@ -218,15 +263,16 @@ class BatchSendActivities:
             raise send_failure(PROVIDER_UNAVAILABLE, f"cannot check whether batch {batch_id} was accepted: {error}",
                                UnavailableDetails(outage=True)) from None
 
-    def _personalised(self, batch, body: Rendered) -> dict[str, dict]:
+    def _personalised(self, batch, body: Rendered, statuses: list[str] | None) -> dict[str, dict]:
         """Each reader's values by address, resolved here so that no address enters a workflow history."""
         values = MemberValues(site_url=self.settings.site_url, link_secret=self.settings.require_members_link_secret(),
                               newsletter_uuid=batch["newsletter_uuid"], email_id=batch["email_id"])
         variables = body.recipient_variables
+        emails = batch["emails"] or []
         return {
             address: variables(values(name=name, email=address, uuid=uuid, status=status))
-            for address, name, uuid, status in zip(batch["emails"] or [], batch["names"] or [],
-                                                   batch["uuids"] or [], batch["statuses"] or [], strict=True)}
+            for address, name, uuid, status in zip(emails, batch["names"] or [], batch["uuids"] or [],
+                                                   statuses or [""] * len(emails), strict=True)}
 
     async def _find_accepted(self, provider: EmailProvider, batch_id: str, first_recipient: str, message_id: str,
                              begin: datetime, end: datetime) -> str | None:

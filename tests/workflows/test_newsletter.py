@@ -16,6 +16,7 @@ from temporalio.exceptions import ApplicationError
 from activities.newsletter.failures import RejectedDetails, UnavailableDetails, send_failure
 from activities.newsletter.models import (
     BatchCounts,
+    BatchesSent,
     BatchSent,
     CreateBatchesInput,
     EmailLock,
@@ -29,6 +30,7 @@ from activities.newsletter.models import (
     ProviderBack,
     ReadReputationInput,
     RecordPauseInput,
+    SendBatchesInput,
     SendBatchInput,
     SendPlan,
 )
@@ -71,6 +73,7 @@ class FakeSending:
         self.reputation_reads = 0
         self.pauses: list[str] = []
         self.probes: list[ProbeProviderInput] = []
+        self.groups: list[list[str]] = []  # the batch ids of each send_batches call
 
     def counts(self) -> BatchCounts:
         sent = sum(1 for status in self.status.values() if status == "submitted")
@@ -117,6 +120,26 @@ class FakeSending:
         finally:
             self.in_flight -= 1
 
+    @activity.defn(name="send_batches")
+    async def send_batches(self, input: SendBatchesInput) -> BatchesSent:
+        """As the real one: each batch as `send_batch` sends it; one made to fail, or not settled, is
+        handed back (a batch of `failures` untried, so that its attempts count as before)."""
+        self.groups.append([batch.batch_id for batch in input.batches])
+
+        async def one(batch: SendBatchInput) -> BatchSent | None:
+            if batch.batch_id in self.failures:
+                return None
+            try:
+                sent = await self.send_batch(batch)
+            except Exception:  # noqa: BLE001 (as the real activity: sent again on its own)
+                return None
+            return sent if sent.confirm_in_seconds is None else None
+
+        results = await asyncio.gather(*(one(batch) for batch in input.batches))
+        sent = [result for result in results if result is not None]
+        return BatchesSent(sent=sent, alone=[batch.batch_id for batch, result in zip(input.batches, results,
+                                                                                     strict=True) if result is None])
+
     @activity.defn(name="fail_batch")
     async def fail_batch(self, input: FailBatchInput) -> None:
         self.status[input.batch_id] = "failed"
@@ -145,7 +168,8 @@ class FakeSending:
         return ProviderBack(back=True)
 
     def activities(self) -> list:
-        return [self.lock_email, self.create_batches, self.list_unsent_batches, self.send_batch, self.fail_batch,
+        return [self.lock_email, self.create_batches, self.list_unsent_batches, self.send_batch, self.send_batches,
+                self.fail_batch,
                 self.finish_email, self.read_reputation, self.record_pause, self.probe_provider]
 
 
@@ -336,7 +360,8 @@ class FakeChunkedCreation(FakeSending):
         return await super().send_batch(input)
 
     def activities(self) -> list:
-        return [self.lock_email, self.create_batches, self.list_unsent_batches, self.send_batch, self.fail_batch,
+        return [self.lock_email, self.create_batches, self.list_unsent_batches, self.send_batch, self.send_batches,
+                self.fail_batch,
                 self.finish_email, self.read_reputation, self.record_pause, self.probe_provider]
 
 
