@@ -78,7 +78,8 @@ BATCH_STATUSES = """
     FROM email_recipients r LEFT JOIN members m ON m.id = r.member_id WHERE r.batch_id = $1
 """
 # A requeued batch still holding its wait: `send_batch` takes the wait, so a group leaves it alone.
-HELD_BATCHES = "SELECT id FROM email_batches WHERE id = ANY($1::text[]) AND status = 'pending' AND hold_seconds IS NOT NULL"
+HELD_BATCHES = ("SELECT id FROM email_batches WHERE id = ANY($1::text[]) AND status = 'pending' "
+                "AND hold_seconds IS NOT NULL")
 
 # Recipients the provider refused one by one in an accepted call: each recorded as that
 # recipient's failure, in the shape a failed event leaves (activities/delivery_events/apply.py), with

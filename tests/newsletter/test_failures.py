@@ -284,3 +284,48 @@ async def test_a_worker_killed_mid_send_under_each_adversary(adversary, db, mail
         worker.wait()
     assert outcome.status == "submitted" and outcome.counts.batches_submitted == 20
     await assert_each_member_once(db, mailgun, seeded.email_id)
+
+
+@pytest.mark.crash
+async def test_a_worker_killed_with_a_group_of_batches_in_hand_resends_none_without_looking_them_up(
+        db, mailgun, dev_env, newsletter_settings):
+    """SIGKILL while one send_batches activity holds several batches whose requests are out: each is
+    looked up in the provider's events before anything is sent again, and every member gets one copy."""
+    settings = newsletter_settings(batch_size=100)
+    seeded = await seed_email(db, members=1200)  # 12 batches; 8 senders send them in groups of 4
+    mailgun.set_faults(latency_ms=3000)  # the group's requests stay out long enough to be killed under
+    worker = spawn_worker(settings, dev_env, PRESSROOM_SEND_CONCURRENCY="8")
+    try:
+        start = await start_newsletter(seeded.email_id, client=dev_env.client, settings=settings)
+        handle = dev_env.client.get_workflow_handle(start.workflow_id)
+
+        async def in_flight() -> list[str]:  # claimed and marked uncertain: their requests are out
+            return [row["id"] for row in await db.fetch(
+                "SELECT id FROM email_batches WHERE email_id = $1 AND status = 'submitting' "
+                "AND send_outcome = 'uncertain' ORDER BY id", seeded.email_id)]
+
+        async def a_group_is_out() -> bool:
+            pending = (await handle.describe()).raw_description.pending_activities
+            groups = [a for a in pending if a.activity_type.name == "send_batches" and a.attempt == 1]
+            return bool(groups) and len(await in_flight()) >= 2
+        await wait_until(a_group_is_out, worker=worker)
+        worker.send_signal(signal.SIGKILL)
+        worker.wait()
+        held = await in_flight()
+        assert len(held) >= 2, held
+        lookups_before = mailgun.request_counts["events"]
+        worker = spawn_worker(settings, dev_env, PRESSROOM_SEND_CONCURRENCY="8")
+        outcome = await follow_newsletter(start.workflow_id, client=dev_env.client)
+    finally:
+        worker.terminate()
+        worker.wait()
+    assert outcome.status == "submitted" and outcome.counts.batches_submitted == 12
+    await assert_each_member_once(db, mailgun, seeded.email_id)
+    # Each batch held at the kill was looked up (its first send stays uncertain until it is) and
+    # went to the provider once: found there, or sent again only after the look-up found nothing.
+    assert mailgun.request_counts["events"] - lookups_before >= len(held)
+    for batch_id in held:
+        sends = [m for m in mailgun.messages_for(seeded.email_id) if batch_id in m.variables.values()]
+        assert len(sends) == 1, (batch_id, len(sends))
+    attempts = await db.fetch("SELECT id, status, send_attempts FROM email_batches WHERE id = ANY($1::text[])", held)
+    assert all(row["status"] == "submitted" for row in attempts)
