@@ -27,6 +27,8 @@ from pathlib import Path
 
 from aiohttp import web
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a script: the repository's packages
+
 from bench.faults import CONFIRM_WINDOW_SECONDS, LATE_SECONDS, ROOT, Matrix, Row
 from bench.servers import bench_servers
 from devstack.servers import free_port
@@ -85,6 +87,7 @@ class SesMatrix(Matrix):
 
 async def run(members: int, cases: list[str] | None = None) -> None:
     async with bench_servers() as servers, running_ses_simulator() as ses:
+        ses.identities["example.com"] = True  # the seeded newsletters' sender, news@example.com, is verified
         folder = Path(tempfile.mkdtemp(prefix="pressroom-ses-faults-"))
         (folder / "sns.pem").write_bytes(ses.certificate_pem)
         environment = {"AWS_REGION": ses.region, "AWS_ACCESS_KEY_ID": ses.access_key_id,

@@ -239,7 +239,7 @@ async def main(args: argparse.Namespace) -> None:
         pool = await database.connect(servers.database_url, max_size=4)
         if args.statements:
             await pool.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
-        await pool.execute(SEED.format(members=args.members, tag="b"))
+        await pool.execute(SEED.format(members=args.members, tag="b"), timeout=3600)  # a million, on a busy machine
 
         copy_seconds = await raw_copy(pool, args.members)
         before = cpu_seconds_by_family()
