@@ -20,7 +20,7 @@ from temporalio.common import MetricMeter
 from frontdoor.admin_api import resources
 from frontdoor.admin_api.auth import Slowdown, authenticate
 from frontdoor.admin_api.envelope import ApiError, dumps, invalid, unsupported
-from frontdoor.deadlines import BodyTooLarge, BodyTooSlow, read_body
+from frontdoor.deadlines import BodyTooLarge, BodyTooSlow, client_address, read_body
 from operations import authoring, site_webhooks
 from operations.members import delete_member
 from pressroom.errors import BadInput, NotFound, PressroomError, one_line
@@ -101,7 +101,7 @@ class AdminApi:
             status, body, outcome = error.status, error.body(), error.type
             if error.status in (400, 401, 403):
                 self.refusals.refused(error.reason or error.type, error.status)
-                await self.slowdown.wait(request.remote or "unknown")
+                await self.slowdown.wait(client_address(request, self.settings.proxy_addresses))
         except Exception as error:
             failure = self._failure(error)
             status, body, outcome = failure.status, failure.body(), failure.type
