@@ -7,6 +7,7 @@ start once per session on free ports; each test gets a clean database and its ow
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import shutil
 import sys
@@ -175,6 +176,26 @@ async def dev_env() -> AsyncIterator[WorkflowEnvironment]:
     env.ui_url = f"http://localhost:{ui_port}"  # the Web UI, for the headless-browser test
     yield env
     await env.shutdown()
+
+
+@pytest.fixture
+async def schedules_removed_after(dev_env):
+    """A `pressroom worker` creates the namespace's schedules at start, on its own task queue, and
+    leaves one another worker made on another queue where it is: the test starts with none (an
+    earlier test's, on a queue nobody polls any more, would fail `check`), and later tests expect none."""
+    from temporalio.service import RPCError
+
+    from activities.analytics.models import SCHEDULE_ID
+    from operations.posts import RECONCILE_SCHEDULE_ID
+
+    async def remove() -> None:
+        for schedule_id in (SCHEDULE_ID, RECONCILE_SCHEDULE_ID):
+            with contextlib.suppress(RPCError):  # not created
+                await dev_env.client.get_schedule_handle(schedule_id).delete()
+
+    await remove()
+    yield
+    await remove()
 
 
 TEST_LINK_SECRET = "test-members-link-secret"  # the members secret of every test's settings
