@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import typer
 from rich.console import Console
 
+from pressroom.readable import when
+
 if TYPE_CHECKING:
     from operations.answers import Page
 
@@ -55,17 +57,6 @@ def print_json(data: object) -> None:
         return str(value)
 
     print(json.dumps(data, indent=2, default=plain))
-
-
-def when(moment) -> str:
-    """A time as people read it, the same in every command: `2026-11-25 15:34:10 UTC`; `-` for none."""
-    from datetime import datetime
-
-    if moment is None:
-        return "-"
-    if isinstance(moment, str):
-        moment = datetime.fromisoformat(moment)
-    return moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 def plural(count: int, word: str, many: str | None = None) -> str:

@@ -8,7 +8,7 @@ from typing import Any
 import typer
 from rich.console import Console
 
-from commands import JSON_OPTION, console, plural, print_json, run_async, warn, when
+from commands import JSON_OPTION, console, plural, print_json, run_async, warn
 from operations.analytics import (
     analytics_backfill,
     analytics_pause,
@@ -18,6 +18,7 @@ from operations.analytics import (
     rejected_events,
 )
 from pressroom.errors import PressroomError, cause_of
+from pressroom.readable import when
 
 app = typer.Typer(help="Email analytics: the schedule that fetches Mailgun events into statistics.",
                             no_args_is_help=True)

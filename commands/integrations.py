@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import typer
 
-from commands import JSON_OPTION, console, print_json, run_async, when
+from commands import JSON_OPTION, console, print_json, run_async
 from commands.integrations_webhooks import app as webhooks
+from pressroom.readable import when
 
 app = typer.Typer(help="Integrations: their Admin API keys, and their webhooks.", no_args_is_help=True)
 app.add_typer(webhooks, name="webhooks")

@@ -6,10 +6,11 @@ import asyncio
 
 import typer
 
-from commands import JSON_OPTION, console, print_json, run_async, when
+from commands import JSON_OPTION, console, print_json, run_async
 from operations.common import temporal_client
 from pressroom import database
 from pressroom.errors import PressroomError
+from pressroom.readable import when
 from pressroom.settings import get_settings
 
 app = typer.Typer()

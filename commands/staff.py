@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import typer
 
-from commands import JSON_OPTION, console, print_json, print_rows, run_async, when
+from commands import JSON_OPTION, console, print_json, print_rows, run_async
+from pressroom.readable import when
 
 app = typer.Typer(help="Staff who sign in to the dashboard.", no_args_is_help=True)
 

@@ -74,9 +74,10 @@ def _cells(row) -> list[str]:
 async def export_members(file: str | Path = "-", *, recipient_filter: str | None = None,
                          settings: Settings | None = None) -> MembersExported:
     """Write the members (those the filter selects, or all) to FILE ("-": standard output)."""
-    from activities.newsletter.audience import filter_sql, missing
+    from activities.newsletter.audience import missing
     from pressroom import database
     from pressroom.recipient_filter import FilterError, parse
+    from pressroom.store.audience import filter_sql
 
     try:
         tree = parse(recipient_filter or "all")

@@ -4,7 +4,7 @@ recipient filter's language (`status:paid+label:vip`), newest first, a page at a
 The walk is `members list`'s: the (created_at, id) index from the newest row, stopping after one
 page, the next page starting after the last row shown; a rare search is answered from the trigram
 index of schema 0071 instead (the planner chooses); the filter is the one an email's audience
-uses (pressroom/recipient_filter.py parsed, activities/newsletter/audience.py's SQL).
+uses (pressroom/recipient_filter.py parsed, pressroom/store/audience.py's SQL).
 """
 
 from __future__ import annotations
@@ -12,13 +12,13 @@ from __future__ import annotations
 import re
 from datetime import UTC, datetime
 
-from activities.newsletter.audience import filter_sql
 from operations.answers import MemberRow, Page
 from operations.finding import DEFAULT_PAGE, LARGEST_PAGE
 from pressroom.errors import BadInput, NotFound
 from pressroom.inputs import entity_id
 from pressroom.recipient_filter import FilterError, parse
 from pressroom.settings import Settings, get_settings
+from pressroom.store.audience import filter_sql
 
 LONGEST_SEARCH = 200
 

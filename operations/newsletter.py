@@ -17,6 +17,7 @@ from operations.common import temporal_client
 from operations.finding import SHOWN_ERROR, SHOWN_STATUS
 from pressroom import tracing
 from pressroom.errors import BadInput, NotFound, PressroomError, cause_of
+from pressroom.readable import when
 from pressroom.settings import Settings, get_settings
 
 
@@ -150,7 +151,7 @@ async def cancel_newsletter(email_id: str, *, by: str | None = None, wait: bool 
             if email["status"] == "cancelled":
                 return NewsletterCancel(email_id, "cancelled", email["cancelled_by"], email["cancelled_at"],
                                         f"email {email_id} was cancelled by {email['cancelled_by']} at "
-                                        f"{_utc(email['cancelled_at'])}")
+                                        f"{when(email['cancelled_at'])}")
             if email["status"] == "submitted":
                 raise BadInput(f"email {email_id} was already sent to every recipient; there is nothing to cancel")
             handle = client.get_workflow_handle_for(SendNewsletterWorkflow.run, workflow_id)
@@ -246,10 +247,6 @@ async def _cancelled_by_run(conn, email_id: str, handle) -> NewsletterCancel:
                             row["error"] or f"email {email_id} is {row['status']}")
 
 
-def _utc(moment) -> str:
-    return moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC") if moment else "-"
-
-
 def not_published_yet(email_id: str, email) -> str:
     """Why the email may not be sent yet (its post is a draft or scheduled), or "": refused before
     anything is written, since its post's publication sends it."""
@@ -259,7 +256,7 @@ def not_published_yet(email_id: str, email) -> str:
         return (f"email {email_id} is not sent: its post {post} is a draft; it goes out when the post is published "
                 f"(`pressroom posts schedule {post} --at …`)")
     if email["post_status"] == "scheduled":
-        due = email["published_at"].astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+        due = when(email["published_at"])
         return (f"email {email_id} is not sent: its post {post} is scheduled for {due}; "
                 "it goes out when the post is published")
     return ""

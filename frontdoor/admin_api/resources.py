@@ -10,11 +10,11 @@ import re
 from datetime import UTC, datetime
 from typing import Any
 
-from activities.newsletter.audience import filter_sql
 from frontdoor.admin_api.envelope import Browse, browse_options, invalid, iso, not_found, project, simple_filter
 from operations import authoring, members
 from pressroom.recipient_filter import FilterError
 from pressroom.settings import Settings
+from pressroom.store.audience import filter_sql
 
 # Fields a client may send back as it read them: never written, never refused.
 _READ_ONLY = {"id", "uuid", "url", "created_at", "published_by", "comment_id", "excerpt", "email", "newsletter",

@@ -34,6 +34,7 @@ from operations.answers import Answer
 from operations.staff import Session, session_of, sign_in, sign_out
 from pressroom import database
 from pressroom.errors import PressroomError
+from pressroom.readable import when
 from pressroom.settings import Settings
 
 if TYPE_CHECKING:
@@ -125,7 +126,7 @@ class Pages:
         self._client: Any = None
         self.templates = Environment(loader=FileSystemLoader(_HERE / "templates"),
                                      autoescape=select_autoescape(default=True, default_for_string=True))
-        self.templates.filters["when"] = _when
+        self.templates.filters["when"] = when
         self.templates.filters["figure"] = _figure
         self.templates.filters["rate"] = _rate
 
@@ -247,12 +248,6 @@ def _next(value: str | None) -> str:
     if value and value.startswith(f"{ROOT}/") and not value.startswith("//") and "\\" not in value:
         return value
     return f"{ROOT}/newsletters"
-
-
-def _when(moment) -> str:
-    from commands import when
-
-    return when(moment)
 
 
 def _figure(value) -> str:
