@@ -40,8 +40,8 @@ import asyncpg
 from aiohttp import web
 from temporalio.common import MetricMeter
 
+from frontdoor.plain import canonical_uuid, page
 from frontdoor.receiver import database_unavailable
-from frontdoor.server import _page, canonical_uuid
 from pressroom import tracing
 from pressroom.email_rendering import REDIRECT_PATH
 from pressroom.settings import Settings
@@ -318,7 +318,7 @@ class Redirects:
                 if not database_unavailable(error):
                     raise
                 self._count("unavailable")
-                return _page("Try again", "<p>This link cannot be followed right now. Please try again in a "
+                return page("Try again", "<p>This link cannot be followed right now. Please try again in a "
                                           "few minutes.</p>", status=503)
             if target is None:
                 return self._unknown(span)
@@ -334,7 +334,7 @@ class Redirects:
     def _unknown(self, span) -> web.Response:
         span.set_attribute("http.response.status_code", 404)
         self._count("unknown")
-        return _page("Link not found", "<p>This link is not valid. Use the link in the email you received.</p>",
+        return page("Link not found", "<p>This link is not valid. Use the link in the email you received.</p>",
                      status=404)
 
     def _count(self, outcome: str) -> None:
