@@ -117,7 +117,7 @@ def _loopback(request: web.Request) -> bool:
 
 
 class Pages:
-    """The dashboard's routes; `routes()` is all the server registers."""
+    """What every page does (render, sign in and out, guard); the routes are views.py's."""
 
     def __init__(self, pool: asyncpg.Pool, settings: Settings) -> None:
         self.pool = pool
@@ -129,11 +129,6 @@ class Pages:
         self.templates.filters["when"] = when
         self.templates.filters["figure"] = _figure
         self.templates.filters["rate"] = _rate
-
-    def routes(self) -> list[web.RouteDef]:
-        from frontdoor.pages import views
-
-        return views.routes(self)
 
     # --- what every page does ---------------------------------------------------------------------
 

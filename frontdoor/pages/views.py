@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 from aiohttp import web
 
-from frontdoor.pages import ROOT, SIGNED, Pages, redirect
+from frontdoor.pages import _HERE, HEADERS, ROOT, SIGNED, Pages, redirect
 from frontdoor.pages.charts import opens_chart
 
 if TYPE_CHECKING:
@@ -15,6 +15,7 @@ if TYPE_CHECKING:
 
 
 def routes(pages: Pages) -> list[web.RouteDef]:
+    """The dashboard's routes: all the server registers for it."""
     staff = pages.staff_only
     return [
         web.get(f"{ROOT}", _to_newsletters),
@@ -45,8 +46,6 @@ async def _to_newsletters(request: web.Request) -> web.Response:
 
 
 async def _static(request: web.Request) -> web.Response:
-    from frontdoor.pages import _HERE, HEADERS
-
     name = request.match_info["name"]
     kind = "text/css" if name.endswith(".css") else "text/javascript"
     return web.Response(text=(_HERE / "static" / name).read_text(), content_type=kind,
