@@ -4,19 +4,18 @@ from __future__ import annotations
 
 from datetime import datetime
 
+from operations.waiting import has_worker
+from pressroom.inputs import moment
 from pressroom.settings import Settings, get_settings
+from pressroom.temporal import connect
 
 
 async def temporal_client(settings: Settings | None = None):
-    from pressroom.temporal import connect
-
     return await connect(settings or get_settings())
 
 
 async def run_summary(client, description) -> dict:
     """A run as status commands show it; a running one says whether a worker polls its task queue."""
-    from operations.waiting import has_worker
-
     status = description.status.name.lower() if description.status else None
     return {"run_id": description.run_id, "status": status, "task_queue": description.task_queue,
             "worker_polling": await has_worker(client, description.task_queue) if status == "running" else None}
@@ -24,6 +23,4 @@ async def run_summary(client, description) -> dict:
 
 def parse_moment(text: str, option: str) -> datetime:
     """An ISO 8601 time with its offset, in this century (pressroom/inputs.py), else one-line BadInput."""
-    from pressroom.inputs import moment
-
     return moment(text, option)
