@@ -32,8 +32,13 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
-from pressroom import tracing
+from text_unidecode import unidecode
+
+from activities.outbox import enqueue_many
+from operations.members import member_created, restore_suppressions
+from pressroom import database, tracing
 from pressroom.errors import BadInput
+from pressroom.inputs import MAX_LABELS, email_address, free_text, moment
 from pressroom.settings import Settings, get_settings
 
 CHUNK = 20_000  # rows per COPY and per set of statements: a progress step, and bounded memory
@@ -144,8 +149,6 @@ def slugify(text: str) -> str:
     tables), URL-reserved characters and spaces made hyphens, apostrophes dropped, lower case,
     hyphens collapsed and trimmed. `_` stays, `ø` is `o`, `ß` is `ss`, "Editor's Picks" is
     `editors-picks`."""
-    from text_unidecode import unidecode
-
     text = "".join(c for c in text if unicodedata.category(c) not in ("Cc", "Cf", "Co", "Cn"))
     text = unidecode(text.replace("£", "-"))
     text = re.sub(r"[\s.@:/?#\[\]!$&()*+,;=\\%<>|^~\"{}`–—]", "-", text).replace("'", "").lower()
@@ -158,8 +161,6 @@ def _unguarded(value: str) -> str:
 
 def _row(line: int, cells: dict[str, object], now: datetime) -> _Row:
     """One row checked; BadInput names what is wrong (never the address, the name or the note)."""
-    from pressroom.inputs import MAX_LABELS, email_address, free_text, moment
-
     text = {key: value for key, value in cells.items() if isinstance(value, str)}
     labels_cell = cells.get("labels") or []
     assert isinstance(labels_cell, list)
@@ -370,8 +371,6 @@ async def import_members(path: str | Path, *, welcome: bool = False, dry_run: bo
                          progress: Callable[[str, int, int], None] | None = None) -> ImportReport:
     """Import the file (with `dry_run`, check and count everything and write nothing);
     `progress(phase, done, total)` is told how many rows have been read and written."""
-    from pressroom import database
-
     path = Path(path)
     settings = settings or get_settings()
     report = ImportReport(file=str(path), dry_run=dry_run)
@@ -434,10 +433,6 @@ async def _write_chunk(conn, chunk: list[tuple[_Row, list[str] | None]], refused
                        settings: Settings, welcome: bool) -> int:
     """Write one chunk of checked rows (and queue its new members' welcome emails when asked); its
     refusals (read and found here) join the report in file order. Returns how many rows were kept."""
-    from activities.outbox import enqueue_many
-    from operations.members import member_created, restore_suppressions
-    from pressroom.inputs import MAX_LABELS
-
     seen: dict[str, int] = {}
     rows: list[tuple[_Row, list[str] | None]] = []
     for row, tier_ids in chunk:
