@@ -14,6 +14,7 @@ from datetime import UTC, datetime
 
 from operations.answers import MemberRow, Page
 from operations.finding import DEFAULT_PAGE, LARGEST_PAGE
+from pressroom import database
 from pressroom.errors import BadInput, NotFound
 from pressroom.inputs import entity_id
 from pressroom.recipient_filter import FilterError, parse
@@ -35,8 +36,6 @@ ORDER BY m.created_at DESC, m.id DESC LIMIT $4"""
 async def search_members(text: str | None = None, recipient_filter: str | None = None, *, after: str | None = None,
                          limit: int = DEFAULT_PAGE, settings: Settings | None = None) -> Page[MemberRow]:
     """Members whose address or name holds `text` (any case) and who match the filter."""
-    from pressroom import database
-
     if not 1 <= limit <= LARGEST_PAGE:
         raise BadInput(f"the limit {limit} is not between 1 and {LARGEST_PAGE}")
     text = (text or "").strip().lower() or None
