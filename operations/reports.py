@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from datetime import UTC, datetime, timedelta
 
+from activities.newsletter.batches import SEGMENT_NAMES
 from activities.newsletter.left_out import (
     LEFT_OUT_COUNTS,
     LEFT_OUT_JOINS,
@@ -20,7 +21,8 @@ from activities.newsletter.left_out import (
 )
 from operations.answers import EmailReport, LeftOutRow, Page
 from operations.clicks import email_clicks
-from operations.finding import SHOWN_ERROR, SHOWN_STATUS
+from operations.finding import LARGEST_PAGE, SHOWN_ERROR, SHOWN_STATUS
+from pressroom import database
 from pressroom.errors import BadInput, NotFound
 from pressroom.inputs import entity_id
 from pressroom.settings import Settings, get_settings
@@ -110,8 +112,6 @@ _WIDTHS = [timedelta(seconds=s) for s in (1, 5, 10, 30, 60, 300, 600, 1800, 3600
 
 def segment_name(segment: str | None) -> str:
     """As batch ids name it: free, paid, free-tiers, paid-tiers (of a tiers post's tiers), or all."""
-    from activities.newsletter.batches import SEGMENT_NAMES
-
     return SEGMENT_NAMES.get(segment or "", segment or "all")
 
 
@@ -153,8 +153,6 @@ async def _opens(conn, email) -> dict:
 async def newsletter_report(email_id: str, *, reasons: int = 5, settings: Settings | None = None) -> EmailReport:
     """Recipients, delivered, opened, failed, unsubscribed, complained with rates (per segment too),
     the top failure reasons, who was left out and why, the opens over time, and the clicks."""
-    from pressroom import database
-
     settings = settings or get_settings()
     async with database.connection(settings.require_database()) as conn:
         email = await _email(conn, email_id)
@@ -212,9 +210,6 @@ async def newsletter_report(email_id: str, *, reasons: int = 5, settings: Settin
 async def left_out_members(email_id: str, *, reason: str | None = None, after: str | None = None, limit: int = 50,
                            settings: Settings | None = None) -> Page[LeftOutRow]:
     """The members left out of an email, newest first, with why: `{items, next_after}` as every list."""
-    from operations.finding import LARGEST_PAGE
-    from pressroom import database
-
     if reason is not None and reason not in LEFT_OUT_REASONS:
         raise BadInput(f"--reason {reason!r} is not one of {', '.join(LEFT_OUT_REASONS)}")
     if not 1 <= limit <= LARGEST_PAGE:
@@ -243,8 +238,6 @@ WHERE b.email_id = ANY($1::text[]) AND b.status <> 'submitted' GROUP BY b.email_
 async def sent_counts(email_ids: list[str], *, settings: Settings | None = None) -> dict[str, int]:
     """Recipients accepted by the provider, per email (the report's `sent`), for a page of emails:
     the email's recipients less those of its batches not accepted, which alone are counted."""
-    from pressroom import database
-
     settings = settings or get_settings()
     async with database.connection(settings.require_database()) as conn:
         recipients = {r["id"]: r["email_count"] for r in await conn.fetch(
