@@ -30,7 +30,9 @@ from urllib.parse import parse_qs, urlencode
 from aiohttp import web
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 
+from frontdoor.deadlines import BodyTooLarge, BodyTooSlow, read_body
 from operations.answers import Answer
+from operations.common import temporal_client
 from operations.staff import Session, session_of, sign_in, sign_out
 from pressroom import database
 from pressroom.errors import PressroomError
@@ -149,8 +151,6 @@ class Pages:
 
     async def form(self, request: web.Request) -> dict[str, str]:
         """The POSTed form's fields (one value each), within the size and time limits."""
-        from frontdoor.deadlines import BodyTooLarge, BodyTooSlow, read_body
-
         try:
             body = await read_body(request, MAX_FORM_BYTES, self.settings.serve_body_timeout_seconds)
             fields = parse_qs(body.decode("utf-8"), max_num_fields=20, strict_parsing=False)
@@ -226,8 +226,6 @@ class Pages:
 
     async def temporal(self) -> Any:
         """One Temporal client for the server's life, made at first need."""
-        from operations.common import temporal_client
-
         if self._client is None:
             self._client = await temporal_client(self.settings)
         return self._client
