@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from datetime import UTC
+from datetime import UTC, datetime
 from typing import Any
 
 import typer
 from rich.console import Console
+from temporalio.client import WorkflowFailureError
 
 from commands import JSON_OPTION, console, plural, print_json, run_async, warn
 from operations.analytics import (
@@ -35,8 +36,6 @@ def analytics_schedule_command() -> None:
 def analytics_run_command(wait: bool = typer.Option(False, "--wait", help="Follow the run and print what it did."),
                           as_json: bool = JSON_OPTION) -> None:
     """Start one analytics run now."""
-    from temporalio.client import WorkflowFailureError
-
     try:
         result = run_async(analytics_run(wait=wait, say=warn))
     except WorkflowFailureError as error:
@@ -137,8 +136,6 @@ def print_analytics_status(status: dict, console: Console = console) -> None:
 
 def _when_any(moment) -> str:
     """A run's start as recorded (epoch seconds or ISO 8601), as people read times."""
-    from datetime import datetime
-
     if isinstance(moment, (int, float)):
         return when(datetime.fromtimestamp(moment, UTC))
     try:
