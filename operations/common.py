@@ -1,8 +1,12 @@
-"""What every operation needs: a Temporal client from the settings, and a time read from the operator."""
+"""What every operation needs: a Temporal client from the settings, whether a run is running, and a
+time read from the operator."""
 
 from __future__ import annotations
 
 from datetime import datetime
+
+from temporalio.client import WorkflowExecutionStatus
+from temporalio.service import RPCError, RPCStatusCode
 
 from operations.waiting import has_worker
 from pressroom.inputs import moment
@@ -12,6 +16,16 @@ from pressroom.temporal import connect
 
 async def temporal_client(settings: Settings | None = None):
     return await connect(settings or get_settings())
+
+
+async def running(handle) -> bool:
+    """Is the workflow handle's run running (False when there is none)?"""
+    try:
+        return (await handle.describe()).status == WorkflowExecutionStatus.RUNNING
+    except RPCError as error:
+        if error.status != RPCStatusCode.NOT_FOUND:
+            raise
+        return False
 
 
 async def run_summary(client, description) -> dict:

@@ -23,7 +23,7 @@ from activities.newsletter.audience import entitled
 from activities.newsletter.counts import batch_counts
 from activities.newsletter.lock import ARCHIVED_NEWSLETTER
 from operations.answers import NewsletterStatus
-from operations.common import temporal_client
+from operations.common import running, temporal_client
 from operations.finding import SHOWN_ERROR, SHOWN_STATUS
 from operations.members import _member_row
 from operations.waiting import (
@@ -162,13 +162,7 @@ async def cancel_newsletter(email_id: str, *, by: str | None = None, wait: bool 
             if email["status"] == "submitted":
                 raise BadInput(f"email {email_id} was already sent to every recipient; there is nothing to cancel")
             handle = client.get_workflow_handle_for(SendNewsletterWorkflow.run, workflow_id)
-            try:
-                running = (await handle.describe()).status == WorkflowExecutionStatus.RUNNING
-            except RPCError as error:
-                if error.status != RPCStatusCode.NOT_FOUND:
-                    raise
-                running = False
-            if running:
+            if await running(handle):
                 await handle.signal(SendNewsletterWorkflow.cancel, CancelSendInput(by=by))
                 if wait:
                     return await _cancelled_by_run(conn, email_id, handle)
@@ -212,13 +206,7 @@ async def resume_newsletter(email_id: str, *, by: str | None = None, client=None
                                  message=f"email {email_id} is {email['status']}, not paused: nothing to resume")
     client = client or await temporal_client(settings)
     handle = client.get_workflow_handle_for(SendNewsletterWorkflow.run, newsletter_workflow_id(email_id))
-    try:
-        running = (await handle.describe()).status == WorkflowExecutionStatus.RUNNING
-    except RPCError as error:
-        if error.status != RPCStatusCode.NOT_FOUND:
-            raise
-        running = False
-    if not running:
+    if not await running(handle):
         raise PressroomError(f"email {email_id} says it is paused but no run is sending it; "
                              f"`pressroom newsletter status {email_id}` says what happened")
     await handle.signal(SendNewsletterWorkflow.resume_paused, ResumePausedInput(by=by))

@@ -7,12 +7,12 @@ creates the schedules and starts the relay and the inbox's workflow when it star
 
 from __future__ import annotations
 
-from temporalio.client import WorkflowExecutionStatus
 from temporalio.service import RPCError, RPCStatusCode
 
 from activities.analytics.models import SCHEDULE_ID as ANALYTICS_SCHEDULE_ID
 from activities.webhooks import INBOX_WORKFLOW_ID
 from operations.check import CheckResult
+from operations.common import running
 from operations.deliverability import check_reputation, check_senders
 from operations.posts import RECONCILE_SCHEDULE_ID
 from operations.waiting import answers, fresh_pollers, has_worker, no_answer_message
@@ -78,18 +78,9 @@ async def check_schedules(client, settings: Settings) -> CheckResult:
     return CheckResult("Schedules", True, f"{ANALYTICS_SCHEDULE_ID} and {RECONCILE_SCHEDULE_ID} present")
 
 
-async def _running(client, workflow_id: str) -> bool:
-    try:
-        return (await client.get_workflow_handle(workflow_id).describe()).status == WorkflowExecutionStatus.RUNNING
-    except RPCError as error:
-        if error.status != RPCStatusCode.NOT_FOUND:
-            raise
-        return False
-
-
 async def check_relay(client, settings: Settings) -> CheckResult:
     workflow_id = f"{RELAY_WORKFLOW_ID}-{settings.task_queue}"
-    if not await _running(client, workflow_id):
+    if not await running(client.get_workflow_handle(workflow_id)):
         return CheckResult("Outbox relay", False, f"{workflow_id} is not running; a `pressroom worker` starts it")
     return CheckResult("Outbox relay", True, f"{workflow_id} running")
 
@@ -101,7 +92,7 @@ async def check_inbox(client, settings: Settings) -> CheckResult:
                                     "FROM webhook_inbox")
     waiting = (f"{inbox['depth']:,} pushed event{'s' if inbox['depth'] != 1 else ''} waiting, the oldest for "
                f"{float(inbox['age']):.0f} s" if inbox["depth"] else "empty")
-    if not await _running(client, workflow_id):
+    if not await running(client.get_workflow_handle(workflow_id)):
         return CheckResult("Webhook inbox", False, f"{waiting}; {workflow_id} is not running to apply them "
                                                    "(a `pressroom worker` starts it)")
     if inbox["depth"] and float(inbox["age"]) > INBOX_STALE_SECONDS:
