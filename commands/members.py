@@ -24,7 +24,6 @@ from commands import (
     repeated_filters,
     run_async,
     warn,
-    when,
 )
 from operations.answers import MemberProfile
 from operations.finding import list_page
@@ -40,6 +39,7 @@ from operations.members import (
 )
 from operations.reports import left_out_members
 from pressroom.errors import BadInput
+from pressroom.readable import when
 
 app = typer.Typer(help="Members of the site.", no_args_is_help=True)
 

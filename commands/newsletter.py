@@ -20,7 +20,6 @@ from commands import (
     repeated_filters,
     run_async,
     warn,
-    when,
 )
 from operations.answers import EmailClicks, EmailReport, FailureReason, NewsletterStatus, OpensOverTime
 from operations.authoring import retry_email
@@ -39,6 +38,7 @@ from operations.newsletter import (
 from operations.reports import newsletter_report
 from operations.waiting import no_answer_message, no_worker_message, process_age_seconds
 from pressroom.errors import PressroomError
+from pressroom.readable import when
 from workflows.newsletter_models import newsletter_workflow_id
 
 app = typer.Typer(help="Send newsletters: one durable run per email.", no_args_is_help=True)

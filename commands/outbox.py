@@ -14,11 +14,11 @@ from commands import (
     print_page,
     repeated_filters,
     run_async,
-    when,
 )
 from operations.finding import list_page
 from operations.outbox import outbox_entry, outbox_status, requeue_outbox_entries, requeue_outbox_entry
 from pressroom.errors import BadInput
+from pressroom.readable import when
 
 app = typer.Typer(help="The outbox: events delivered with retries and an idempotency ledger.",
                   no_args_is_help=True)

@@ -19,7 +19,6 @@ from commands import (
     repeated_filters,
     run_async,
     warn,
-    when,
 )
 from operations.authoring import PostChange, add_post, delete_post, edit_post
 from operations.finding import list_page
@@ -27,6 +26,7 @@ from operations.posts import posts_status, reconcile_posts, schedule_post, unsch
 from operations.waiting import no_worker_message
 from pressroom.errors import BadInput
 from pressroom.inputs import publish_time
+from pressroom.readable import when
 
 app = typer.Typer(help="Scheduled posts: one durable timer per post.", no_args_is_help=True)
 
