@@ -12,7 +12,6 @@ import logging
 import os
 import sys
 import time
-from importlib import metadata
 
 import typer
 from rich.console import Console
@@ -95,6 +94,8 @@ readable_help_types()
 
 def _version(shown: bool) -> None:
     if shown:
+        from importlib import metadata  # the installed version: read only when asked
+
         print(f"pressroom {metadata.version('pressroom')}")
         raise typer.Exit()
 

@@ -26,7 +26,8 @@ Moment = Annotated[datetime, PlainSerializer(_iso, return_type=str, when_used="j
 
 
 class Answer(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # defer_build: each schema is built at its first use, so a command pays only for what it prints.
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
     def as_json(self) -> dict:
         """The `--json` document."""
