@@ -14,12 +14,14 @@ the click recorded (docs/clicks.md).
 - `m` names the member; missing, malformed or unknown, the link still redirects (a forwarded
   email) and the click is kept without a member.
 - A mail scanner's prefetch is kept, marked and left out of the readers' figures: a known scanner's
-  user agent or network (PRESSROOM_CLICK_SCANNER_NETWORKS) when the request comes; one member's
-  clicks on several links of one email within BURST_SECONDS of each other, or within that of the
-  email's delivery to them, when it is committed.
+  user agent or network (PRESSROOM_CLICK_SCANNER_NETWORKS) when the request comes; a click within
+  BURST_SECONDS of the email's delivery to the member, when it is committed; one member's clicks on
+  several links of one email within BURST_SECONDS of each other, when they settle (off the reader's
+  path: a click's commit is one statement).
 - A reader's click counts as an open when their open was not seen (images blocked) and moves the
-  member's last-seen time, once it is old enough that no burst can claim it (SETTLE_AFTER_SECONDS;
-  the waiting clicks are a table, so a server killed meanwhile loses none: the next one settles them).
+  member's last-seen time, once it is old enough that every click of its burst is stored
+  (SETTLE_AFTER_SECONDS): its burst marked first, then settled. The waiting clicks are a table, so
+  a server killed meanwhile loses none: the next one marks and settles them.
 - Recording the click is the only thing a GET changes, as on the reference platform; HEAD answers
   the same redirect and records nothing.
 """
@@ -113,16 +115,19 @@ WHERE c.id = k.id AND (
       AND o.created_at BETWEEN k.created_at - interval '{BURST_SECONDS} s'
                            AND k.created_at + interval '{BURST_SECONDS} s') >= k.links_needed"""
 
-# The readers' clicks old enough that no burst can claim them any more: an open when their open was
-# not seen (images blocked), recounted by analytics; the member seen, at most once a day. Several
+# The readers' clicks old enough that every click of a burst they may belong to is stored. Several
 # front doors may settle at once: each takes rows the others have not locked.
-_SETTLE = f"""
+_DUE = f"""
+SELECT coalesce(array_agg(click_id), '{{}}') FROM (
+    SELECT click_id FROM members_click_events_unsettled
+    WHERE created_at < now() - interval '{SETTLE_AFTER_SECONDS} s'
+    ORDER BY created_at LIMIT {GROUP_LIMIT * 10} FOR UPDATE SKIP LOCKED) due"""
+
+# The due clicks, their bursts marked first: a reader's click counts as an open when their open was
+# not seen (images blocked), recounted by analytics; the member seen, at most once a day.
+_SETTLE = """
 WITH due AS (
-    DELETE FROM members_click_events_unsettled WHERE click_id IN (
-        SELECT click_id FROM members_click_events_unsettled
-        WHERE created_at < now() - interval '{SETTLE_AFTER_SECONDS} s'
-        ORDER BY created_at LIMIT {GROUP_LIMIT * 10} FOR UPDATE SKIP LOCKED)
-    RETURNING click_id
+    DELETE FROM members_click_events_unsettled WHERE click_id = ANY($1::text[]) RETURNING click_id
 ), reader AS (
     SELECT c.member_id, r.post_id, min(c.created_at) AS first, max(c.created_at) AS last
     FROM due JOIN members_click_events c ON c.id = due.click_id JOIN redirects r ON r.id = c.redirect_id
@@ -223,21 +228,26 @@ class ClickLog:
         self.committed += len(group)
 
     async def _store(self, group: Sequence[Click]) -> None:
-        """Two statements, each its own commit (two round trips, not four): the clicks are durable
-        after the first; a burst the second would have marked and a kill came between is marked
-        by its next click, or stays counted as a reader's."""
-        ids = [c.id for c in group]
-        async with self.pool.acquire() as conn:
-            await conn.execute(_STORE, ids, [c.redirect for c in group], [c.member_uuid for c in group],
-                               [c.at for c in group], [c.scanner for c in group])
-            await conn.execute(_MARK_BURSTS, ids)
+        """One statement and its commit: the reader waits for nothing else (bursts are marked as
+        the clicks settle)."""
+        await self.pool.execute(_STORE, [c.id for c in group], [c.redirect for c in group],
+                                [c.member_uuid for c in group], [c.at for c in group], [c.scanner for c in group])
 
     async def settle(self) -> int:
         """The readers' clicks old enough to be sure of, settled; how many."""
         settled = 0
-        while (done := await self.pool.fetchval(_SETTLE)) > 0:
+        while (done := await self._settle_due()) > 0:
             settled += done
         return settled
+
+    async def _settle_due(self) -> int:
+        """One transaction: the due clicks' bursts marked, then the readers' among them settled."""
+        async with self.pool.acquire() as conn, conn.transaction():
+            due = await conn.fetchval(_DUE)
+            if not due:
+                return 0
+            await conn.execute(_MARK_BURSTS, due)
+            return await conn.fetchval(_SETTLE, due)
 
     async def settle_forever(self) -> None:
         while True:
