@@ -59,6 +59,7 @@ COMMITS_IN_FLIGHT = 8  # of the pool's 20 connections; the database groups their
 MAX_QUEUED = 100_000  # clicks held while the database does not take them; past that, not recorded
 RETRY_SECONDS = (0.1, 0.5, 1.0, 2.0, 5.0)  # between tries of a group the database did not take
 CACHED_TARGETS = 100_000
+CACHED_AGENTS = 10_000
 BURST_SECONDS = 2  # "every link followed within a couple of seconds": no reader clicks that fast
 # A reader's click settles (its open, the member seen) once a burst's later clicks would have been
 # committed: the burst's span, and room for a slow commit.
@@ -176,20 +177,21 @@ class ClickLog:
         if len(self.waiting) >= MAX_QUEUED:
             self.dropped += 1  # the reader is still redirected; memory stays bounded in a long outage
             return False
-        future = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        future = loop.create_future()
         self.waiting.append((click, future))
         if self.committing < COMMITS_IN_FLIGHT:
             self.committing += 1
             task = asyncio.create_task(self._commit_waiting())
             self.tasks.add(task)
             task.add_done_callback(self.tasks.discard)
-        try:
-            async with asyncio.timeout(self.wait_seconds):
-                await asyncio.shield(future)  # on time out, the click stays queued
-            return True
-        except TimeoutError:
+        # One timer a click (no timeout scope, no shield): given up on, the click stays queued.
+        late = loop.call_later(self.wait_seconds, _give_up, future)
+        committed = await future
+        late.cancel()
+        if not committed:
             self.late += 1
-            return False
+        return committed
 
     async def _commit_waiting(self) -> None:
         tries = 0
@@ -210,7 +212,7 @@ class ClickLog:
                     continue
                 for _, future in group:
                     if not future.done():
-                        future.set_result(None)
+                        future.set_result(True)
         finally:
             self.committing -= 1
 
@@ -263,6 +265,11 @@ class ClickLog:
             await asyncio.wait(list(self.tasks), timeout=seconds)
 
 
+def _give_up(future: asyncio.Future) -> None:
+    if not future.done():
+        future.set_result(False)
+
+
 class Targets:
     """Redirect path → target, read once: a redirect never changes once made."""
 
@@ -270,10 +277,15 @@ class Targets:
         self.pool, self.size = pool, size
         self._cache: OrderedDict[str, str] = OrderedDict()
 
-    async def get(self, path: str) -> str | None:
+    def cached(self, path: str) -> str | None:
         target = self._cache.get(path)
         if target is not None:
             self._cache.move_to_end(path)
+        return target
+
+    async def get(self, path: str) -> str | None:
+        target = self.cached(path)
+        if target is not None:
             return target
         target = await self.pool.fetchval(_TARGET, path)
         if target is not None:  # unknown paths are not kept: anyone can ask for any number of them
@@ -295,6 +307,16 @@ class Redirects:
         meter = runtime.metric_meter if runtime is not None else MetricMeter.noop
         self.requests = meter.create_counter("pressroom_click_requests", "tracked link requests by outcome")
         self._settling: asyncio.Task | None = None
+        self._agents: dict[str, bool] = {}
+
+    def _scanner_agent(self, agent: str) -> bool:
+        """The user agents' verdicts kept: readers of one email send a few agents, over and over."""
+        known = self._agents.get(agent)
+        if known is None:
+            if len(self._agents) >= CACHED_AGENTS:  # anyone can send any agent: bounded
+                self._agents.clear()
+            known = self._agents[agent] = bool(_SCANNER_AGENTS.search(agent))
+        return known
 
     def routes(self) -> list:
 
@@ -302,7 +324,7 @@ class Redirects:
 
     def scanner(self, request: web.Request) -> str | None:
         """Why the request is a scanner's, as far as the request itself says."""
-        if _SCANNER_AGENTS.search(request.headers.get("User-Agent", "")):
+        if self._scanner_agent(request.headers.get("User-Agent", "")):
             return "user-agent"
         if self.networks and request.remote:
             try:
@@ -322,8 +344,10 @@ class Redirects:
                 return self._unknown(span)
             path = REDIRECT_PATH + slug
             try:
-                async with asyncio.timeout(self.wait_seconds):  # a stalled database answers 503, not never
-                    target = await self.targets.get(path)
+                target = self.targets.cached(path)
+                if target is None:
+                    async with asyncio.timeout(self.wait_seconds):  # a stalled database answers 503, not never
+                        target = await self.targets.get(path)
             except Exception as error:
                 if not database_unavailable(error):
                     raise
