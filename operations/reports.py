@@ -41,14 +41,16 @@ SELECT e.delivered_count AS delivered, e.opened_count AS opened,
        (SELECT count(*) FROM email_spam_complaint_events c WHERE c.email_id = e.id) AS complained
 FROM emails e WHERE e.id = $1"""
 
-# What tells that an email's recipient rows are as they were: its batches, all submitted (then no
-# recipient is added or removed: a deleted member leaves only unsent batches), and for its opens
+# What tells that an email's recipient rows are as they were: its batches, all written (no chunked
+# creation under way) and all submitted (then no recipient is added or removed: a deleted member
+# leaves only unsent batches), and for its opens
 # the analytics recount's last write (`updated_at`) with no change applied since (an applied open
 # marks the email dirty in the same statement, until the next recount).
 _STILL = """
 SELECT e.created_at, e.updated_at,
        (SELECT count(*) FROM email_batches b WHERE b.email_id = e.id) AS batches,
        (SELECT count(*) FROM email_batches b WHERE b.email_id = e.id AND b.status = 'submitted') AS submitted,
+       EXISTS (SELECT 1 FROM email_batch_creation c WHERE c.email_id = e.id) AS creating,
        EXISTS (SELECT 1 FROM email_analytics_dirty_emails d WHERE d.email_id = e.id) AS dirty
 FROM emails e WHERE e.id = $1"""
 
@@ -175,7 +177,7 @@ def _remember(key: tuple[str, str, str], still: tuple, value: dict) -> None:
 
 async def _recipients(conn, database: str, email_id: str, before) -> dict:
     """Recipients and those not sent: counted, or as counted before once every batch was submitted."""
-    done = before["batches"] > 0 and before["submitted"] == before["batches"]
+    done = before["batches"] > 0 and before["submitted"] == before["batches"] and not before["creating"]
     still = (before["created_at"], before["batches"])
     key = (database, email_id, "recipients")
     if done and (kept := _remembered(key, still)) is not None:
