@@ -93,7 +93,7 @@ async def main(members: int, repeat: int) -> None:
         pool = await database.connect(postgres.url, max_size=2)
         began = time.perf_counter()
         for statement in SEED.format(members=members).strip().split(";\n"):
-            await pool.execute(statement)
+            await pool.execute(statement, timeout=3600)  # a busy machine's seed outlasts the pool's 300 s
         labelled = await pool.fetchval("SELECT count(*) FROM members_labels")
         print(f"{members:,} members, {labelled:,} labelled vip, seeded in {time.perf_counter() - began:.0f} s",
               flush=True)
