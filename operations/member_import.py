@@ -24,16 +24,18 @@ what it does (a Stripe customer's status comes from Stripe), the report says wha
 
 from __future__ import annotations
 
+import asyncio
 import csv
 import re
 import unicodedata
+import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
 from pressroom import tracing
-from pressroom.errors import BadInput
+from pressroom.errors import BadInput, PressroomError
 from pressroom.settings import Settings, get_settings
 
 CHUNK = 20_000  # rows per COPY and per set of statements: a progress step, and bounded memory
@@ -44,6 +46,8 @@ REFERENCE, MAILCHIMP = "the reference platform's export", "a Mailchimp export"
 # The reference's export guards cells against spreadsheet formulas with a leading ' (papaparse's
 # escapeFormulae); reading its file back, the guard goes.
 FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+# A byte that was not UTF-8, as the file is read (errors="surrogateescape").
+_NOT_UTF8 = re.compile("[\udc80-\udcff]")
 
 
 @dataclass
@@ -163,7 +167,7 @@ def _row(line: int, cells: dict[str, object], now: datetime) -> _Row:
     text = {key: value for key, value in cells.items() if isinstance(value, str)}
     labels_cell = cells.get("labels") or []
     assert isinstance(labels_cell, list)
-    if any("\udc80" <= c <= "\udcff" for value in [*text.values(), *labels_cell] for c in value):
+    if any(_NOT_UTF8.search(value) for value in [*text.values(), *labels_cell]):
         raise BadInput("holds bytes that are not UTF-8")
     if not text.get("email", "").strip():
         raise BadInput("no email")
@@ -173,7 +177,7 @@ def _row(line: int, cells: dict[str, object], now: datetime) -> _Row:
     if note is not None:
         if len(note) > NOTE_LIMIT:
             raise BadInput(f"the note is {len(note):,} characters long; at most {NOTE_LIMIT}")
-        if any(not c.isprintable() and c not in "\n\r\t" for c in note):
+        if not note.isprintable() and any(not c.isprintable() and c not in "\n\r\t" for c in note):
             raise BadInput("the note contains a control or invisible character")
     column = "subscribed_to_emails" if "subscribed_to_emails" in text else "subscribed"
     subscribed = _flag(text.get(column), column)
@@ -207,7 +211,7 @@ def _row(line: int, cells: dict[str, object], now: datetime) -> _Row:
             labels.setdefault(slug, label)
     if len(labels) > MAX_LABELS:
         raise BadInput(f"names {len(labels):,} labels; a member has at most {MAX_LABELS}")
-    return _Row(line, email, name, note, subscribed, status, now if future else created_at,
+    return _Row(line, email, name, note, subscribed, status, now if future or created_at is None else created_at,
                 tuple((label, slug) for slug, label in labels.items()), tiers,
                 default_tier=status == "comped" and not tiers, stripe=stripe, future=future)
 
@@ -258,13 +262,16 @@ def read_rows(path: Path, report: ImportReport, now: datetime) -> Iterator[_Row 
                 yield {"line": line, "reason": str(error)}
 
 
-# The chunk's rows, matched to members by address whatever its case, once (`member_id`); an existing
-# member takes what the row says (an empty cell says nothing); the others are inserted (`added`).
-# Every later statement joins the chunk by member id. `member_import_seen` keeps every address of
-# the file so far (the earlier chunks' are no longer in memory), to refuse a second row of one.
+# The chunk's rows, each with a new member's id made by the client, matched to members by address
+# whatever its case, once (`member_id` becomes the member's, `added` false); an existing member
+# takes what the row says (an empty cell says nothing); the others (`added`) are COPYed into
+# members, their subscriptions with them: a new member's id conflicts with nothing, and COPY writes
+# rows in batches where INSERT … SELECT writes them one by one. Every later statement joins the
+# chunk by member id. `member_import_seen` keeps every address of the file so far (the earlier
+# chunks' are no longer in memory), to refuse a second row of one.
 _STAGE = """CREATE TEMP TABLE member_import (line int, email text, name text, note text, subscribed boolean,
-            status text, created_at timestamptz, tier_ids text[], member_id text,
-            added boolean NOT NULL DEFAULT false) ON COMMIT DROP"""
+            status text, created_at timestamptz, tier_ids text[], member_id text NOT NULL,
+            added boolean NOT NULL DEFAULT true) ON COMMIT DROP"""
 _STAGE_LABELS = """CREATE TEMP TABLE member_import_labels (line int, name text, slug text, label_id text)
                    ON COMMIT DROP"""
 _STAGE_SEEN = "CREATE TEMP TABLE member_import_seen (email text PRIMARY KEY, line int) ON COMMIT DROP"
@@ -272,7 +279,9 @@ _SEEN_BEFORE = """
 DELETE FROM member_import i USING member_import_seen s WHERE s.email = lower(i.email)
 RETURNING i.line, s.line AS earlier"""
 _SEEN = "INSERT INTO member_import_seen SELECT lower(email), line FROM member_import"
-_MATCH = "UPDATE member_import i SET member_id = m.id FROM members m WHERE lower(m.email) = lower(i.email)"
+_MATCH = """UPDATE member_import i SET member_id = m.id, added = false FROM members m
+            WHERE lower(m.email) = lower(i.email)"""
+_MATCHED = "SELECT line FROM member_import WHERE NOT added"
 # A label is the site's label of that name (any case), or of that slug; otherwise it is new.
 _FIND_LABELS = [
     """UPDATE member_import_labels x SET label_id = l.id FROM labels l
@@ -284,7 +293,7 @@ _TOO_MANY_LABELS = """
 WITH adding AS (
     SELECT i.line, i.member_id, count(*) AS n
     FROM member_import_labels x JOIN member_import i ON i.line = x.line
-    WHERE i.member_id IS NOT NULL AND NOT EXISTS (
+    WHERE NOT i.added AND NOT EXISTS (
         SELECT 1 FROM members_labels ml WHERE ml.member_id = i.member_id AND ml.label_id = x.label_id)
     GROUP BY i.line, i.member_id)
 SELECT a.line FROM adding a
@@ -295,35 +304,28 @@ _UPDATE = """
 UPDATE members m SET name = coalesce(i.name, m.name), note = coalesce(i.note, m.note),
        status = coalesce(i.status, m.status), updated_at = now()
 FROM member_import i
-WHERE m.id = i.member_id
+WHERE m.id = i.member_id AND NOT i.added
   AND (m.name, m.note, m.status) IS DISTINCT FROM (coalesce(i.name, m.name), coalesce(i.note, m.note),
                                                     coalesce(i.status, m.status))
 RETURNING m.id"""
-_INSERT = """
-WITH added AS (
-    INSERT INTO members (email, name, note, status, created_at)
-    SELECT i.email, i.name, i.note, coalesce(i.status, 'free'), coalesce(i.created_at, now())
-    FROM member_import i WHERE i.member_id IS NULL
-    ON CONFLICT (email) DO NOTHING
-    RETURNING id, email)
-UPDATE member_import i SET member_id = added.id, added = true FROM added WHERE i.email = added.email
-RETURNING i.member_id"""
+_NEW_MEMBER_COLUMNS = ["id", "email", "name", "note", "status", "created_at"]
 # Subscriptions: `subscribed` true gives a member the newsletters new members get (subscribe on
 # signup, active) and leaves the others; false takes them off every newsletter; not said, a new
 # member gets the signup newsletters and one that existed keeps hers.
+_SIGNUP_NEWSLETTERS = "SELECT id FROM newsletters WHERE subscribe_on_signup AND status = 'active' ORDER BY id"
 _SUBSCRIBE = """
 INSERT INTO members_newsletters (member_id, newsletter_id)
 SELECT i.member_id, n.id FROM member_import i CROSS JOIN newsletters n
-WHERE n.subscribe_on_signup AND n.status = 'active' AND i.member_id IS NOT NULL
-  AND (i.subscribed OR (i.subscribed IS NULL AND i.added))
+WHERE n.subscribe_on_signup AND n.status = 'active' AND NOT i.added AND i.subscribed
 ON CONFLICT (member_id, newsletter_id) DO NOTHING
 RETURNING member_id"""
 _UNSUBSCRIBE = """
-DELETE FROM members_newsletters mn USING member_import i WHERE NOT i.subscribed AND mn.member_id = i.member_id
+DELETE FROM members_newsletters mn USING member_import i
+WHERE NOT i.added AND NOT i.subscribed AND mn.member_id = i.member_id
 RETURNING mn.member_id"""
 _GIVE_TIERS = """
 INSERT INTO members_products (member_id, product_id)
-SELECT i.member_id, t.id FROM member_import i CROSS JOIN unnest(i.tier_ids) AS t(id) WHERE i.member_id IS NOT NULL
+SELECT i.member_id, t.id FROM member_import i CROSS JOIN unnest(i.tier_ids) AS t(id)
 ON CONFLICT (member_id, product_id) DO NOTHING
 RETURNING member_id"""
 # The chunk's members' addresses as stored (a suppression is matched to a member's address exactly).
@@ -340,7 +342,6 @@ RETURNING id"""
 _GIVE_LABELS = """
 INSERT INTO members_labels (member_id, label_id)
 SELECT i.member_id, x.label_id FROM member_import_labels x JOIN member_import i ON i.line = x.line
-WHERE i.member_id IS NOT NULL
 ON CONFLICT (member_id, label_id) DO NOTHING
 RETURNING member_id"""
 # The reference's default tier: its first active paid tier.
@@ -398,28 +399,26 @@ async def _import(conn, first, rows: Iterator[_Row | dict], report: ImportReport
     for statement in (_STAGE, _STAGE_LABELS, _STAGE_SEEN):
         await conn.execute(statement)
     tiers = _Tiers(await conn.fetch("SELECT id, name, slug FROM products"), await conn.fetchval(_DEFAULT_TIER))
-    chunk: list[tuple[_Row, list[str] | None]] = []
-    refused: list[dict] = []
+    signup = [row["id"] for row in await conn.fetch(_SIGNUP_NEWSLETTERS)]
     kept = 0
     welcome = welcome and settings.welcome_emails
-    for item in _chain(first, rows):
-        if isinstance(item, dict):
-            refused.append(item)
-        else:
-            try:
-                chunk.append((item, tiers.ids(item)))
-            except BadInput as error:
-                refused.append({"line": item.line, "reason": str(error)})
-        if len(chunk) >= CHUNK:
-            kept += await _write_chunk(conn, chunk, refused, report, settings, welcome)
-            chunk, refused = [], []
+    chunks = _checked_chunks(_chain(first, rows), tiers)
+    # The next chunk is read and checked in a thread while this one is written: the two take about
+    # as long, and PostgreSQL and this process each have a core. One read at a time, in file order.
+    loop = asyncio.get_running_loop()
+    ahead = loop.run_in_executor(None, next, chunks, None)
+    try:
+        while (chunk := await ahead) is not None:
+            ahead = loop.run_in_executor(None, next, chunks, None)
+            kept += await _write_chunk(conn, chunk, signup, report, settings, welcome)
             if progress:
-                progress("write", report.rows, 0)
+                progress("write", chunk.read, 0)
+    finally:
+        await asyncio.wait([ahead])  # the file is closed only once its reader has stopped
+        if not ahead.cancelled():
+            ahead.exception()  # raised above already, or of no matter once writing failed
     if progress:
         progress("read", report.rows, report.rows)
-    if chunk or refused:
-        kept += await _write_chunk(conn, chunk, refused, report, settings, welcome)
-    if progress:
         progress("write", report.rows, report.rows)
     report.unchanged = kept - report.added - report.updated
 
@@ -430,27 +429,60 @@ def _chain(first, rows: Iterator[_Row | dict]) -> Iterator[_Row | dict]:
     yield from rows
 
 
-async def _write_chunk(conn, chunk: list[tuple[_Row, list[str] | None]], refused: list[dict], report: ImportReport,
-                       settings: Settings, welcome: bool) -> int:
+@dataclass
+class _Chunk:
+    """Up to CHUNK checked rows of the file, each the first of its address in the chunk."""
+
+    rows: list[tuple[_Row, list[str] | None, str]] = field(default_factory=list)  # with tier ids and a new id
+    refused: list[dict] = field(default_factory=list)  # {line, reason}: the rows refused meanwhile
+    lines: dict[str, int] = field(default_factory=dict)  # address (lower case) → its line
+    read: int = 0  # rows read so far, this chunk's included
+
+    def add(self, row: _Row, tiers: _Tiers) -> None:
+        try:
+            tier_ids = tiers.ids(row)
+        except BadInput as error:
+            self.refused.append({"line": row.line, "reason": str(error)})
+            return
+        earlier = self.lines.setdefault(row.email.lower(), row.line)
+        if earlier != row.line:
+            self.refused.append({"line": row.line, "reason": f"the same email as line {earlier}"})
+        else:
+            self.rows.append((row, tier_ids, str(uuid.uuid4())))
+
+
+def _checked_chunks(items: Iterator[_Row | dict], tiers: _Tiers) -> Iterator[_Chunk]:
+    """The file's rows, CHUNK kept rows at a time."""
+    chunk, read = _Chunk(), 0
+    for item in items:
+        read += 1
+        if isinstance(item, dict):
+            chunk.refused.append(item)
+        else:
+            chunk.add(item, tiers)
+        if len(chunk.rows) >= CHUNK:
+            chunk.read = read
+            yield chunk
+            chunk = _Chunk()
+    if chunk.rows or chunk.refused:
+        chunk.read = read
+        yield chunk
+
+
+async def _write_chunk(conn, chunk: _Chunk, signup: list[str], report: ImportReport, settings: Settings,
+                       welcome: bool) -> int:
     """Write one chunk of checked rows (and queue its new members' welcome emails when asked); its
     refusals (read and found here) join the report in file order. Returns how many rows were kept."""
     from activities.outbox import enqueue_many
     from operations.members import member_created, restore_suppressions
     from pressroom.inputs import MAX_LABELS
 
-    seen: dict[str, int] = {}
-    rows: list[tuple[_Row, list[str] | None]] = []
-    for row, tier_ids in chunk:
-        earlier = seen.setdefault(row.email.lower(), row.line)
-        if earlier != row.line:
-            refused.append({"line": row.line, "reason": f"the same email as line {earlier}"})
-        else:
-            rows.append((row, tier_ids))
+    rows, refused = chunk.rows, chunk.refused
     await conn.copy_records_to_table(
-        "member_import", records=[(r.line, r.email, r.name, r.note, r.subscribed, r.status, r.created_at, tier_ids)
-                                  for r, tier_ids in rows],
-        columns=["line", "email", "name", "note", "subscribed", "status", "created_at", "tier_ids"])
-    labels = [(r.line, name, slug) for r, _ in rows for name, slug in r.labels]
+        "member_import", records=[(r.line, r.email, r.name, r.note, r.subscribed, r.status, r.created_at, tier_ids,
+                                   new_id) for r, tier_ids, new_id in rows],
+        columns=["line", "email", "name", "note", "subscribed", "status", "created_at", "tier_ids", "member_id"])
+    labels = [(r.line, name, slug) for r, _, _ in rows for name, slug in r.labels]
     if labels:
         await conn.copy_records_to_table("member_import_labels", records=labels, columns=["line", "name", "slug"])
     # Without statistics the planner takes the temporary tables for a few rows, and joins each
@@ -471,12 +503,15 @@ async def _write_chunk(conn, chunk: list[tuple[_Row, list[str] | None]], refused
         for statement in _DROP_LINES:
             await conn.execute(statement, list(dropped))
     refused += [{"line": line, "reason": reason} for line, reason in dropped.items()]
-    kept_rows = [(r, tier_ids) for r, tier_ids in rows if r.line not in dropped]
+    matched = {r["line"] for r in await conn.fetch(_MATCHED)}
+    kept_rows = [(r, tier_ids) for r, tier_ids, _ in rows if r.line not in dropped]
+    new = [(r, new_id) for r, _, new_id in rows if r.line not in dropped and r.line not in matched]
 
     updated = await conn.fetch(_UPDATE)
-    ids = [row["member_id"] for row in await conn.fetch(_INSERT)]
-    moved = {row["member_id"] for row in await conn.fetch(_SUBSCRIBE)}
-    if any(r.subscribed is False for r, _ in kept_rows):
+    await _add_members(conn, new, signup)
+    ids = [new_id for _, new_id in new]
+    moved = {row["member_id"] for row in await conn.fetch(_SUBSCRIBE)} if matched else set()
+    if matched and any(r.subscribed is False for r, _ in kept_rows):
         moved |= {row["member_id"] for row in await conn.fetch(_UNSUBSCRIBE)}
     if any(tier_ids for _, tier_ids in kept_rows):
         tiered = [row["member_id"] for row in await conn.fetch(_GIVE_TIERS)]
@@ -511,3 +546,21 @@ async def _write_chunk(conn, chunk: list[tuple[_Row, list[str] | None]], refused
     report.refused += sorted(refused, key=lambda r: r["line"])
     await conn.execute("TRUNCATE member_import, member_import_labels")
     return len(kept_rows)
+
+
+async def _add_members(conn, new: list[tuple[_Row, str]], signup: list[str]) -> None:
+    """The chunk's new members, each with the id made for it, and their subscriptions, by COPY.
+    An address matched no member a moment ago; one added since (by a signup) refuses the import
+    whole, in words that do not name it."""
+    import asyncpg
+
+    try:
+        await conn.copy_records_to_table(
+            "members", columns=_NEW_MEMBER_COLUMNS,
+            records=[(new_id, r.email, r.name, r.note, r.status or "free", r.created_at) for r, new_id in new])
+    except asyncpg.UniqueViolationError:
+        raise PressroomError("a member was added meanwhile with an address of this file: nothing was imported; "
+                             "run the import again") from None
+    await conn.copy_records_to_table(
+        "members_newsletters", columns=["member_id", "newsletter_id"],
+        records=[(new_id, newsletter) for r, new_id in new if r.subscribed is not False for newsletter in signup])
