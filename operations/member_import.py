@@ -26,16 +26,20 @@ from __future__ import annotations
 
 import asyncio
 import csv
+import os
 import re
 import unicodedata
-import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import NamedTuple
+
+from text_unidecode import unidecode
 
 from pressroom import tracing
 from pressroom.errors import BadInput, PressroomError
+from pressroom.inputs import MAX_LABELS, email_address, free_text, moment
 from pressroom.settings import Settings, get_settings
 
 CHUNK = 20_000  # rows per COPY and per set of statements: a progress step, and bounded memory
@@ -73,8 +77,7 @@ class ImportReport:
     welcome_queued: int = 0
 
 
-@dataclass(frozen=True)
-class _Row:
+class _Row(NamedTuple):  # a tuple: made once a row, a frozen dataclass's checks cost more than the row's
     line: int
     email: str
     name: str | None
@@ -93,14 +96,15 @@ class _Row:
 class _Format:
     name: str
     used: tuple[str, ...]  # the columns read (lower case)
-    cells: Callable[[dict[str, str]], dict[str, object]]  # the row's cells by column → the reference's terms
+    # The row's cells by column → the reference's terms: its cells, and its labels' names.
+    cells: Callable[[dict[str, str]], tuple[dict[str, str], list[str]]]
 
 
-def _reference_cells(cells: dict[str, str]) -> dict[str, object]:
-    return {**cells, "labels": (cells.get("labels") or "").split(",")}
+def _reference_cells(cells: dict[str, str]) -> tuple[dict[str, str], list[str]]:
+    return cells, (cells.get("labels") or "").split(",")
 
 
-def _mailchimp_cells(cells: dict[str, str]) -> dict[str, object]:
+def _mailchimp_cells(cells: dict[str, str]) -> tuple[dict[str, str], list[str]]:
     """A Mailchimp row in the reference's terms: its TAGS cell is itself a list of quoted tags
     ("a","b, c"); a row of its unsubscribed or cleaned export is not subscribed."""
     name = " ".join(part for part in (cells.get("first name", "").strip(), cells.get("last name", "").strip()) if part)
@@ -109,9 +113,9 @@ def _mailchimp_cells(cells: dict[str, str]) -> dict[str, object]:
     if created and not re.search(r"(Z|[+-]\d\d:?\d\d)$", created):
         created += "+00:00"  # Mailchimp writes its times in UTC, without saying so
     left = bool((cells.get("unsub_time") or "").strip() or (cells.get("clean_time") or "").strip())
-    return {"email": cells.get("email address", ""), "name": name, "note": cells.get("notes", ""),
-            "created_at": created, "subscribed": "false" if left else "",
-            "labels": next(csv.reader([tags]), []) if tags else []}
+    return ({"email": cells.get("email address", ""), "name": name, "note": cells.get("notes", ""),
+             "created_at": created, "subscribed": "false" if left else "", "tags": tags},
+            next(csv.reader([tags]), []) if tags else [])
 
 
 FORMATS = {
@@ -148,8 +152,6 @@ def slugify(text: str) -> str:
     tables), URL-reserved characters and spaces made hyphens, apostrophes dropped, lower case,
     hyphens collapsed and trimmed. `_` stays, `ø` is `o`, `ß` is `ss`, "Editor's Picks" is
     `editors-picks`."""
-    from text_unidecode import unidecode
-
     text = "".join(c for c in text if unicodedata.category(c) not in ("Cc", "Cf", "Co", "Cn"))
     text = unidecode(text.replace("£", "-"))
     text = re.sub(r"[\s.@:/?#\[\]!$&()*+,;=\\%<>|^~\"{}`–—]", "-", text).replace("'", "").lower()
@@ -160,14 +162,10 @@ def _unguarded(value: str) -> str:
     return value[1:] if value[:1] == "'" and value[1:2] and value[1:2] in FORMULA_STARTS else value
 
 
-def _row(line: int, cells: dict[str, object], now: datetime) -> _Row:
+def _row(line: int, cells: tuple[dict[str, str], list[str]], now: datetime) -> _Row:
     """One row checked; BadInput names what is wrong (never the address, the name or the note)."""
-    from pressroom.inputs import MAX_LABELS, email_address, free_text, moment
-
-    text = {key: value for key, value in cells.items() if isinstance(value, str)}
-    labels_cell = cells.get("labels") or []
-    assert isinstance(labels_cell, list)
-    if any(_NOT_UTF8.search(value) for value in [*text.values(), *labels_cell]):
+    text, labels_cell = cells
+    if _NOT_UTF8.search("".join(text.values())):  # the labels' names are read from these cells
         raise BadInput("holds bytes that are not UTF-8")
     if not text.get("email", "").strip():
         raise BadInput("no email")
@@ -433,7 +431,8 @@ def _chain(first, rows: Iterator[_Row | dict]) -> Iterator[_Row | dict]:
 class _Chunk:
     """Up to CHUNK checked rows of the file, each the first of its address in the chunk."""
 
-    rows: list[tuple[_Row, list[str] | None, str]] = field(default_factory=list)  # with tier ids and a new id
+    rows: list[tuple[_Row, list[str] | None]] = field(default_factory=list)  # with their tier ids
+    ids: list[str] = field(default_factory=list)  # the id each row's member gets if it is new
     refused: list[dict] = field(default_factory=list)  # {line, reason}: the rows refused meanwhile
     lines: dict[str, int] = field(default_factory=dict)  # address (lower case) → its line
     read: int = 0  # rows read so far, this chunk's included
@@ -448,7 +447,7 @@ class _Chunk:
         if earlier != row.line:
             self.refused.append({"line": row.line, "reason": f"the same email as line {earlier}"})
         else:
-            self.rows.append((row, tier_ids, str(uuid.uuid4())))
+            self.rows.append((row, tier_ids))
 
 
 def _checked_chunks(items: Iterator[_Row | dict], tiers: _Tiers) -> Iterator[_Chunk]:
@@ -461,12 +460,23 @@ def _checked_chunks(items: Iterator[_Row | dict], tiers: _Tiers) -> Iterator[_Ch
         else:
             chunk.add(item, tiers)
         if len(chunk.rows) >= CHUNK:
-            chunk.read = read
+            chunk.read, chunk.ids = read, _new_ids(len(chunk.rows))
             yield chunk
             chunk = _Chunk()
     if chunk.rows or chunk.refused:
-        chunk.read = read
+        chunk.read, chunk.ids = read, _new_ids(len(chunk.rows))
         yield chunk
+
+
+def _new_ids(n: int) -> list[str]:
+    """n new member ids as gen_random_uuid() makes them (random, version 4), at once: uuid.uuid4()
+    for each costs more than checking the row."""
+    raw = bytearray(os.urandom(16 * n))
+    raw[6::16] = bytes(byte & 0x0F | 0x40 for byte in raw[6::16])  # the version
+    raw[8::16] = bytes(byte & 0x3F | 0x80 for byte in raw[8::16])  # the variant
+    h = raw.hex()
+    return [f"{h[k:k + 8]}-{h[k + 8:k + 12]}-{h[k + 12:k + 16]}-{h[k + 16:k + 20]}-{h[k + 20:k + 32]}"
+            for k in range(0, 32 * n, 32)]
 
 
 async def _write_chunk(conn, chunk: _Chunk, signup: list[str], report: ImportReport, settings: Settings,
@@ -475,14 +485,13 @@ async def _write_chunk(conn, chunk: _Chunk, signup: list[str], report: ImportRep
     refusals (read and found here) join the report in file order. Returns how many rows were kept."""
     from activities.outbox import enqueue_many
     from operations.members import member_created, restore_suppressions
-    from pressroom.inputs import MAX_LABELS
 
     rows, refused = chunk.rows, chunk.refused
     await conn.copy_records_to_table(
         "member_import", records=[(r.line, r.email, r.name, r.note, r.subscribed, r.status, r.created_at, tier_ids,
-                                   new_id) for r, tier_ids, new_id in rows],
+                                   new_id) for (r, tier_ids), new_id in zip(rows, chunk.ids, strict=True)],
         columns=["line", "email", "name", "note", "subscribed", "status", "created_at", "tier_ids", "member_id"])
-    labels = [(r.line, name, slug) for r, _, _ in rows for name, slug in r.labels]
+    labels = [(r.line, name, slug) for r, _ in rows for name, slug in r.labels]
     if labels:
         await conn.copy_records_to_table("member_import_labels", records=labels, columns=["line", "name", "slug"])
     # Without statistics the planner takes the temporary tables for a few rows, and joins each
@@ -491,9 +500,11 @@ async def _write_chunk(conn, chunk: _Chunk, signup: list[str], report: ImportRep
     dropped = {r["line"]: f"the same email as line {r['earlier']}" for r in await conn.fetch(_SEEN_BEFORE)}
     await conn.execute(_SEEN)
     await conn.execute(_MATCH)
+    matched = {r["line"] for r in await conn.fetch(_MATCHED)}
     if labels:
         for statement in _FIND_LABELS:
             await conn.execute(statement)
+    if labels and matched:  # a new member has no labels yet: only one that exists can get too many
         # Statistics of the rows as matched (member ids and label ids filled in): planned with the
         # earlier ones, where every id was NULL, the bound below took a nested loop (25 s a chunk).
         await conn.execute("ANALYZE member_import, member_import_labels")
@@ -503,11 +514,11 @@ async def _write_chunk(conn, chunk: _Chunk, signup: list[str], report: ImportRep
         for statement in _DROP_LINES:
             await conn.execute(statement, list(dropped))
     refused += [{"line": line, "reason": reason} for line, reason in dropped.items()]
-    matched = {r["line"] for r in await conn.fetch(_MATCHED)}
-    kept_rows = [(r, tier_ids) for r, tier_ids, _ in rows if r.line not in dropped]
-    new = [(r, new_id) for r, _, new_id in rows if r.line not in dropped and r.line not in matched]
+    kept_rows = [(r, tier_ids) for r, tier_ids in rows if r.line not in dropped]
+    new = [(r, new_id) for (r, _), new_id in zip(rows, chunk.ids, strict=True)
+           if r.line not in dropped and r.line not in matched]
 
-    updated = await conn.fetch(_UPDATE)
+    updated = await conn.fetch(_UPDATE) if matched else []
     await _add_members(conn, new, signup)
     ids = [new_id for _, new_id in new]
     moved = {row["member_id"] for row in await conn.fetch(_SUBSCRIBE)} if matched else set()

@@ -177,24 +177,26 @@ def free_text(value: str | None, what: str, limit: int = MAX_TEXT) -> str | None
 
 def moment(text: str, option: str, *, latest: datetime | None = None, latest_words: str = "") -> datetime:
     """An ISO 8601 time with its offset, in this century and not after `latest`."""
-    shown = shorten(text.strip(), 40)
+
+    def refused(why: str) -> BadInput:  # the value shortened only when refused: an import checks millions
+        return BadInput(f"{option} {shorten(text.strip(), 40)!r} {why}")
+
     try:
         value = datetime.fromisoformat(text.strip())
     except ValueError:
-        raise BadInput(f"{option} {shown!r} is not an ISO 8601 time (such as 2026-11-01T00:00:00+00:00)") from None
+        raise refused("is not an ISO 8601 time (such as 2026-11-01T00:00:00+00:00)") from None
     if value.tzinfo is None:
-        raise BadInput(f"{option} {shown!r} needs a UTC offset (such as +00:00 or Z)")
+        raise refused("needs a UTC offset (such as +00:00 or Z)")
     try:
         utc = value.astimezone(UTC)
     except OverflowError:  # year 1 with a positive offset is before the first representable instant
         utc = None
     if utc is None or utc < EARLIEST:
-        raise BadInput(f"{option} {shown!r} is before {EARLIEST.date().isoformat()}")
+        raise refused(f"is before {EARLIEST.date().isoformat()}")
     if utc >= LATEST:
-        raise BadInput(f"{option} {shown!r} is after 2099")
+        raise refused("is after 2099")
     if latest is not None and utc > latest:
-        raise BadInput(f"{option} {shown!r} is {latest_words or 'too late'} "
-                       f"(after {latest.isoformat(timespec='seconds')})")
+        raise refused(f"is {latest_words or 'too late'} (after {latest.isoformat(timespec='seconds')})")
     return value
 
 
