@@ -274,12 +274,20 @@ _STAGE = """CREATE TEMP TABLE member_import (line int, email text, name text, no
 _STAGE_LABELS = """CREATE TEMP TABLE member_import_labels (line int, name text, slug text, label_id text)
                    ON COMMIT DROP"""
 _STAGE_SEEN = "CREATE TEMP TABLE member_import_seen (email text PRIMARY KEY, line int) ON COMMIT DROP"
+# Both look each row's address up by index (LATERAL … LIMIT 1): as a join, the planner hashed the
+# chunk and read every member (or every address seen) for each chunk, a time that grew with the file.
 _SEEN_BEFORE = """
-DELETE FROM member_import i USING member_import_seen s WHERE s.email = lower(i.email)
+DELETE FROM member_import i
+USING member_import c CROSS JOIN LATERAL (
+    SELECT s.line FROM member_import_seen s WHERE s.email = lower(c.email) LIMIT 1) s
+WHERE i.line = c.line
 RETURNING i.line, s.line AS earlier"""
 _SEEN = "INSERT INTO member_import_seen SELECT lower(email), line FROM member_import"
-_MATCH = """UPDATE member_import i SET member_id = m.id, added = false FROM members m
-            WHERE lower(m.email) = lower(i.email)"""
+_MATCH = """
+UPDATE member_import i SET member_id = m.id, added = false
+FROM member_import c CROSS JOIN LATERAL (
+    SELECT m.id FROM members m WHERE lower(m.email) = lower(c.email) LIMIT 1) m
+WHERE i.line = c.line"""
 _MATCHED = "SELECT line FROM member_import WHERE NOT added"
 # A label is the site's label of that name (any case), or of that slug; otherwise it is new.
 _FIND_LABELS = [
