@@ -16,6 +16,7 @@ many clients and count only toward the total; the proxy limits its own clients (
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -25,6 +26,23 @@ from aiohttp import web
 
 if TYPE_CHECKING:
     from aiohttp import web
+
+
+def client_address(request: web.Request, proxies: frozenset[str]) -> str:
+    """Who sent the request, for slowing sign-ins and telling scanners: its TCP peer, or, when the
+    peer is one of the operator's proxies, the address that proxy put last in X-Forwarded-For (the
+    entries before it are the client's own to write, so only the proxy's is believed)."""
+    peer = request.remote or "unknown"
+    if peer not in proxies:
+        return peer
+    for hop in reversed(request.headers.get("X-Forwarded-For", "").split(",")):
+        try:
+            address = str(ipaddress.ip_address(hop.strip()))
+        except ValueError:
+            return peer  # a proxy that wrote something else: the proxy is all that is known
+        if address not in proxies:
+            return address
+    return peer
 
 
 class BodyTooLarge(Exception):

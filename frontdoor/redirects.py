@@ -40,6 +40,7 @@ import asyncpg
 from aiohttp import web
 from temporalio.common import MetricMeter
 
+from frontdoor.deadlines import client_address
 from frontdoor.receiver import database_unavailable
 from frontdoor.server import _page, canonical_uuid
 from pressroom import tracing
@@ -282,6 +283,7 @@ class Redirects:
         self.wait_seconds = settings.click_commit_wait_seconds
         self.clicks = ClickLog(pool, self.wait_seconds)
         self.networks = [ipaddress.ip_network(n) for n in settings.click_scanner_networks]
+        self.proxies = settings.proxy_addresses
         meter = runtime.metric_meter if runtime is not None else MetricMeter.noop
         self.requests = meter.create_counter("pressroom_click_requests", "tracked link requests by outcome")
         self._settling: asyncio.Task | None = None
@@ -294,9 +296,9 @@ class Redirects:
         """Why the request is a scanner's, as far as the request itself says."""
         if _SCANNER_AGENTS.search(request.headers.get("User-Agent", "")):
             return "user-agent"
-        if self.networks and request.remote:
+        if self.networks:
             try:
-                address = ipaddress.ip_address(request.remote)
+                address = ipaddress.ip_address(client_address(request, self.proxies))
             except ValueError:
                 return None
             if any(address in network for network in self.networks):

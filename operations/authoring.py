@@ -19,6 +19,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
+from activities.outbox import site_events
 from pressroom import tracing
 from pressroom.errors import BadInput, NotFound, PressroomError
 from pressroom.settings import Settings, get_settings
@@ -426,7 +427,7 @@ async def add_post(change: PostChange, *, client=None, settings: Settings | None
 async def edit_post(post: str, change: PostChange, *, client=None, settings: Settings | None = None) -> Post:
     """Change a post (by id or slug): content, audience, newsletter, and its state by the rules of
     `posts schedule`/`unschedule` (a draft or scheduled post may be scheduled or published; a
-    scheduled one may go back to draft; a published one stays published). With `updated_at`, a post
+    scheduled one may go back to draft; a published one may go back to draft, unpublished). With `updated_at`, a post
     changed since is refused (UpdateCollision), nothing written."""
     from operations.posts import change_post
     from pressroom import database
@@ -450,17 +451,36 @@ async def edit_post(post: str, change: PostChange, *, client=None, settings: Set
         if change.newsletter and current.status == "published":
             raise BadInput(f"post {current.id} is already published; a newsletter goes out only when its post is "
                            "published or scheduled")
-        if target is None or target == current.status and target in ("draft", "published"):
+        if current.status == "published" and target in (None, "published"):
+            async with conn.transaction():
+                previous = await site_events.before(conn, "post.published.edited", current.id, settings.site_url)
+                await write(conn)
+                await site_events.emit(conn, "post.published.edited", current.id, previous, site_url=settings.site_url)
+        elif target is None or target == current.status == "draft":
             async with conn.transaction():
                 await write(conn)
         elif target == "draft" and current.status == "published":
-            raise BadInput(f"post {current.id} is published; a published post is not set back to draft here")
+            async with conn.transaction():
+                await write(conn)
+                await _unpublish(conn, current.id, settings)
         elif target == "draft":
             await change_post(current.id, None, client or await _client(settings), settings, write=write)
         else:
             await _publish(current.id, _publish_at(change), client, settings, write=write)
             await _published_soon(conn, current.id, change)
         return await read_post(conn, current.id)
+
+
+async def _unpublish(conn, post_id: str, settings: Settings) -> None:
+    """A published post back to draft, as the reference allows; refused while its email is being sent
+    (cancel the send first). Its email's record, sent or not, stays."""
+    sending = await conn.fetchval("SELECT id FROM emails WHERE post_id = $1 AND status = 'submitting'", post_id)
+    if sending:
+        raise BadInput(f"post {post_id} has email {sending} sending; cancel it first "
+                       f"(pressroom newsletter cancel {sending}), then unpublish")
+    previous = await site_events.before(conn, "post.unpublished", post_id, settings.site_url)
+    await conn.execute("UPDATE posts SET status = 'draft', updated_at = now() WHERE id = $1", post_id)
+    await site_events.emit(conn, "post.unpublished", post_id, previous, site_url=settings.site_url)
 
 
 def _to_ms(moment: datetime) -> datetime:

@@ -55,6 +55,7 @@ PATCHES = [
     Patch("workflows.posts.PROMPT_RETRY_PATCH", posts.PROMPT_RETRY_PATCH, "PublishPostWorkflow", "0.2.0"),
     Patch("workflows.posts.PROMPT_RETRY_AT_START_PATCH", posts.PROMPT_RETRY_AT_START_PATCH,
           "PublishPostWorkflow", "0.4.0"),
+    Patch("workflows.posts.RESCHEDULE_REVIVES_PATCH", posts.RESCHEDULE_REVIVES_PATCH, "PublishPostWorkflow", "0.10.0"),
 ]
 PATCH_MARKER = "core_patch"  # the marker Temporal's SDKs record for workflow.patched
 HISTORIES_AT_ONCE = 8

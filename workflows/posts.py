@@ -38,6 +38,9 @@ PROMPT_RETRY_PATCH = "publish-prompt-retry"
 # marker (and a search-attribute update) just when every post due at that instant needs Temporal at
 # once; runs started since ask once, at their start, when there is time to spare.
 PROMPT_RETRY_AT_START_PATCH = "publish-prompt-retry-at-start"
+# A schedule that reaches the run after an unschedule it has not yet handled (unschedule, then
+# schedule again at once) is the post's latest state: the run goes on to the new time.
+RESCHEDULE_REVIVES_PATCH = "reschedule-after-unschedule"
 PUBLISH_HEARTBEAT_TIMEOUT = timedelta(seconds=2)  # for runs whose input does not set it
 
 
@@ -58,6 +61,8 @@ class PublishPostWorkflow:
     @workflow.signal
     def reschedule(self, input: RescheduleInput) -> None:
         self._publish_at = input.publish_at
+        if self._unscheduled and workflow.patched(RESCHEDULE_REVIVES_PATCH):
+            self._unscheduled = False
 
     @workflow.signal
     def unschedule(self) -> None:

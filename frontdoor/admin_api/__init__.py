@@ -18,9 +18,9 @@ from aiohttp import web
 from temporalio.common import MetricMeter
 
 from frontdoor.admin_api import resources
-from frontdoor.admin_api.auth import Slowdown, authenticate
+from frontdoor.admin_api.auth import Caller, Slowdown, authenticate
 from frontdoor.admin_api.envelope import ApiError, dumps, invalid, unsupported
-from frontdoor.deadlines import BodyTooLarge, BodyTooSlow, read_body
+from frontdoor.deadlines import BodyTooLarge, BodyTooSlow, client_address, read_body
 from operations import authoring, site_webhooks
 from operations.members import delete_member
 from pressroom.errors import BadInput, NotFound, PressroomError, one_line
@@ -36,6 +36,7 @@ log = logging.getLogger("pressroom.frontdoor.admin_api")
 
 PREFIX = "/ghost/api/admin/"
 MAX_BODY_BYTES = 4 * 1024 * 1024  # a post of a few megabytes of HTML, and its envelope
+CALLER = web.RequestKey("caller", Caller)  # the integration whose key signed the request
 _ID = r"(?P<id>[A-Za-z0-9_-]{1,100})"
 _SLUG = r"(?P<slug>[a-z0-9_-]{1,191})"
 
@@ -93,7 +94,7 @@ class AdminApi:
         if tail and not tail.endswith("/"):
             tail += "/"
         try:
-            request["caller"] = await authenticate(self.pool, request.headers.get("Authorization"))
+            request[CALLER] = await authenticate(self.pool, request.headers.get("Authorization"))
             handler, params = self._route(request.method, tail)
             status, body = await handler(request, **params)
             outcome = "ok"
@@ -101,7 +102,7 @@ class AdminApi:
             status, body, outcome = error.status, error.body(), error.type
             if error.status in (400, 401, 403):
                 self.refusals.refused(error.reason or error.type, error.status)
-                await self.slowdown.wait(request.remote or "unknown")
+                await self.slowdown.wait(client_address(request, self.settings.proxy_addresses))
         except Exception as error:
             failure = self._failure(error)
             status, body, outcome = failure.status, failure.body(), failure.type
@@ -308,7 +309,7 @@ class AdminApi:
 
     async def add_webhook(self, request: web.Request) -> tuple[int, Any]:
         item = resources.item_of(await self._body(request), "webhooks")
-        caller = request["caller"]
+        caller = request[CALLER]
         integration = resources.text_of(item, "integration_id") or caller.integration_id or ""
         webhook = await site_webhooks.create_webhook(
             resources.text_of(item, "event") or "", resources.text_of(item, "target_url") or "", integration,

@@ -30,6 +30,7 @@ from urllib.parse import parse_qs, urlencode
 from aiohttp import web
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 
+from frontdoor.deadlines import client_address
 from operations.answers import Answer
 from operations.staff import Session, session_of, sign_in, sign_out
 from pressroom import database
@@ -203,7 +204,7 @@ class Pages:
         form = await self.form(request)
         cookie = request.cookies.get(SIGN_IN_COOKIE, "")
         email = form.get("email", "").strip().lower()
-        keys = (f"address:{request.remote}", f"account:{email}")
+        keys = (f"address:{client_address(request, self.settings.proxy_addresses)}", f"account:{email}")
         if not cookie or not hmac.compare_digest(form.get("csrf", ""), cookie):
             return await self.sign_in_page(request, refused=True)
         if not self.throttle.allowed(*keys):

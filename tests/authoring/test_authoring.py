@@ -123,3 +123,17 @@ async def test_a_failed_email_corrected_and_sent_again(db, mailgun, dev_env, pos
     assert {m.subject for m in mailgun.messages_for(email_id)} == {"Typo fixed"}
     again = pressroom("newsletter", "retry", email_id, env=env)
     assert_one_line_error(again, "only a failed email is sent again")
+
+
+async def test_a_published_post_is_unpublished_but_not_while_its_email_is_sending(env, db):
+    post = await db.fetchval("INSERT INTO posts (title, slug, html, plaintext, status, published_at) VALUES "
+                             "('Out', 'out', '<p>x</p>', 'x', 'published', now()) RETURNING id")
+    email = await db.fetchval("INSERT INTO emails (post_id, subject, status, locked_by) "
+                              "VALUES ($1, 'Out', 'submitting', 'a-run') RETURNING id", post)
+    refused = pressroom("posts", "edit", post, "--status", "draft", env=env)
+    assert_one_line_error(refused, f"email {email} sending; cancel it first")
+    assert await db.fetchval("SELECT status FROM posts WHERE id = $1", post) == "published"
+    await db.execute("UPDATE emails SET status = 'submitted' WHERE id = $1", email)
+    unpublished = run_json("posts", "edit", post, "--status", "draft", env=env)
+    assert unpublished["status"] == "draft"
+    assert await db.fetchval("SELECT status FROM emails WHERE id = $1", email) == "submitted", "its record stays"

@@ -7,12 +7,16 @@ import logging
 import os
 import re
 import sys
+from unittest import mock
 
 import httpx
+from aiohttp.test_utils import make_mocked_request
 
+from frontdoor.deadlines import client_address
 from frontdoor.pages import SignInThrottle
 from operations.staff import add_staff
 from tests.analytics.conftest import seed_newsletter
+from tests.frontdoor.conftest import close_door, open_door
 from tests.operations.test_waiting import cli
 
 EDITOR, PASSWORD = "editor@example.com", "correct horse battery"
@@ -115,6 +119,46 @@ async def test_failed_sign_ins_are_slowed_per_address_and_per_account(db, front_
         right = await http.post("/pressroom/sign-in", data={"csrf": csrf, "email": EDITOR, "password": PASSWORD})
         assert right.status_code == 403 and right.text == wrong.text
     assert await db.fetchval("SELECT count(*) FROM staff_sessions") == 0
+
+
+async def test_behind_the_operators_proxy_one_clients_failures_do_not_hold_back_another(db, webhook_settings):
+    """Every request comes from the proxy's address: the sign-in's slowing reads the client the proxy
+    names (its last X-Forwarded-For entry), so one guesser does not lock the editors out."""
+    settings = webhook_settings.model_copy(update={"serve_proxies": "127.0.0.1"})
+    door = await open_door(settings)
+    try:
+        await add_staff(EDITOR, PASSWORD, settings=settings)
+        async with httpx.AsyncClient(base_url=door.base) as http:
+            page = await http.get("/pressroom/sign-in")
+            csrf = re.search(r'name="csrf" value="([^"]+)"', page.text).group(1)
+            guesser = {"X-Forwarded-For": "203.0.113.9, 198.51.100.7"}  # the first is the guesser's to write
+            for n in range(SignInThrottle.FREE + 6):
+                wrong = await http.post("/pressroom/sign-in", headers=guesser,
+                                        data={"csrf": csrf, "email": f"guess{n}@example.com", "password": "x" * 12})
+                assert wrong.status_code == 403
+            held = await http.post("/pressroom/sign-in", headers={"X-Forwarded-For": "203.0.113.50, 198.51.100.7"},
+                                   data={"csrf": csrf, "email": EDITOR, "password": PASSWORD})
+            assert held.status_code == 403, "a client that rewrites the header's first entry is still the same client"
+            editor = await http.post("/pressroom/sign-in", headers={"X-Forwarded-For": "198.51.100.8"},
+                                     data={"csrf": csrf, "email": EDITOR, "password": PASSWORD})
+            assert editor.status_code == 303
+    finally:
+        await close_door(door)
+
+
+def test_the_client_is_the_peer_unless_the_peer_is_a_proxy():
+    def request(peer: str, forwarded: str | None = None):
+        headers = {"X-Forwarded-For": forwarded} if forwarded is not None else {}
+        transport = mock.Mock()
+        transport.get_extra_info.side_effect = lambda name, default=None: (peer, 1234) if name == "peername" \
+            else default
+        return make_mocked_request("GET", "/", headers=headers, transport=transport)
+    proxies = frozenset({"10.0.0.1", "10.0.0.2"})
+    assert client_address(request("192.0.2.1", "198.51.100.1"), proxies) == "192.0.2.1"  # not a proxy: not believed
+    assert client_address(request("10.0.0.1", "198.51.100.1"), proxies) == "198.51.100.1"
+    assert client_address(request("10.0.0.1", "1.2.3.4, 198.51.100.1, 10.0.0.2"), proxies) == "198.51.100.1"
+    assert client_address(request("10.0.0.1", "not-an-address"), proxies) == "10.0.0.1"
+    assert client_address(request("10.0.0.1"), proxies) == "10.0.0.1"
 
 
 def test_the_throttle_waits_longer_after_each_failure_and_forgets_a_success():

@@ -264,8 +264,18 @@ class Capture:
         from workflows.posts import ReconcilePostsWorkflow
 
         settings = self.settings("posts", publish_lead_seconds=1)
+        now = datetime.now(UTC).replace(microsecond=0)
+        # Before any worker polls: the run's first task holds the start, the unschedule and the
+        # schedule that followed it at once.
+        revived = await seed_site(self.pool, members=120, run_tag="post-revived")
+        await schedule_post(revived.post_id, (now + timedelta(days=2)).isoformat(), client=self.client,
+                            settings=settings)
+        await unschedule_post(revived.post_id, client=self.client, settings=settings)
+        await schedule_post(revived.post_id, (now + timedelta(days=3)).isoformat(), client=self.client,
+                            settings=settings)
         async with running_worker(self.client, settings):
-            now = datetime.now(UTC).replace(microsecond=0)
+            # A query is answered once the run's first task (the three signals) is done.
+            await self.client.get_workflow_handle(publish_workflow_id(revived.post_id)).query("publish_at")
             waiting = await seed_site(self.pool, members=120, run_tag="post-waiting")
             await schedule_post(waiting.post_id, (now + timedelta(days=30)).isoformat(), client=self.client,
                                 settings=settings)
@@ -285,6 +295,8 @@ class Capture:
             await self.client.get_workflow_handle(publish_workflow_id(published.post_id)).result()
             await self.client.get_workflow_handle(f"newsletter-{published.email_id}").result()
             self.save("post-waiting", publish_workflow_id(waiting.post_id), None, "running: timer 30 days ahead")
+            self.save("post-rescheduled-after-unschedule", publish_workflow_id(revived.post_id), None,
+                      "running: unscheduled and scheduled again before its first task, waiting for the new time")
             self.save("post-moved-twice", publish_workflow_id(moved.post_id), None,
                       "running: scheduled, then moved twice by signal-with-start")
             self.save("post-cancelled", publish_workflow_id(cancelled.post_id), None, "completed: unscheduled")
@@ -297,7 +309,7 @@ class Capture:
                                                       task_queue=settings.task_queue)
             await handle.result()
             self.save("posts-reconcile", handle.id, None, "completed: reconcile found every timer in place")
-            for site in (waiting, moved):
+            for site in (waiting, moved, revived):
                 await self.client.get_workflow_handle(publish_workflow_id(site.post_id)).terminate("captured")
 
     # --- outbox ---

@@ -13,6 +13,7 @@ from temporalio.worker import Replayer
 
 from activities.posts.models import publish_workflow_id
 from operations.posts import reconcile_posts, schedule_post, unschedule_post
+from operations.waiting import fresh_pollers
 from pressroom.temporal import PUBLISH_AT, data_converter
 from tests.conftest import make_settings
 from tests.foundation.test_cli import assert_one_line_error, pressroom
@@ -256,7 +257,12 @@ async def test_a_worker_killed_10s_before_a_post_is_due_is_replaced_and_the_post
     for _ in range(2):
         process = spawn_worker(settings, dev_env)
         workers[process.pid] = process
-    due = datetime.now(UTC) + timedelta(seconds=40)  # room for slow worker starts
+
+    async def both_polling() -> bool:
+        pollers = await fresh_pollers(dev_env.client, settings.task_queue, activities=True) or []
+        return {int(identity.split("@")[0]) for identity in pollers} >= set(workers)
+    await wait_until(both_polling, timeout=120)
+    due = datetime.now(UTC) + timedelta(seconds=40)  # counted from workers that are ready, however slow their start
     await schedule_post(post_id, due.isoformat(), client=dev_env.client, settings=settings)
     handle = dev_env.client.get_workflow_handle(publish_workflow_id(post_id))
 

@@ -13,6 +13,7 @@ import pytest
 from temporalio import activity
 from temporalio.client import WorkflowFailureError
 from temporalio.exceptions import ApplicationError
+from temporalio.worker import Worker
 
 from activities.posts.models import PublishPostActivityInput, PublishResult, ReconcileResult, publish_workflow_id
 from tests.workflows.conftest import worker_for, workflow_id
@@ -103,6 +104,36 @@ async def test_unschedule_ends_the_run_without_publishing(env):
     async with worker_for(env, [PublishPostWorkflow], [fake.publish_post]) as task_queue:
         handle = await start_publication(env, task_queue, post_id(), at)
         await handle.signal(PublishPostWorkflow.unschedule)
+        outcome = await handle.result()
+    assert outcome.status == "unscheduled" and fake.calls == []
+
+
+async def test_a_schedule_after_an_unschedule_not_yet_handled_publishes_at_the_new_time(env):
+    """Unschedule, then schedule again at once: both signals reach the run in one workflow task, and
+    the latest (the post scheduled, as its row says) wins."""
+    fake = FakePublishing(env)
+    now = await env.get_current_time()
+    first, again = now + timedelta(days=3), now + timedelta(days=4)
+    task_queue = f"fast-{workflow_id('idle')}"
+    handle = await start_publication(env, task_queue, post_id(), first)  # no worker polls it yet
+    await handle.signal(PublishPostWorkflow.unschedule)
+    await handle.signal(PublishPostWorkflow.reschedule, RescheduleInput(publish_at=again))
+    async with Worker(env.client, task_queue=task_queue, workflows=[PublishPostWorkflow],
+                      activities=[fake.publish_post]):
+        outcome = await handle.result()
+    assert (outcome.status, outcome.publish_at) == ("published", again)
+    assert [asked for asked, _ in fake.calls] == [again]
+
+
+async def test_an_unschedule_after_a_schedule_not_yet_handled_still_ends_the_run(env):
+    fake = FakePublishing(env)
+    now = await env.get_current_time()
+    task_queue = f"fast-{workflow_id('idle')}"
+    handle = await start_publication(env, task_queue, post_id(), now + timedelta(days=3))
+    await handle.signal(PublishPostWorkflow.reschedule, RescheduleInput(publish_at=now + timedelta(days=4)))
+    await handle.signal(PublishPostWorkflow.unschedule)
+    async with Worker(env.client, task_queue=task_queue, workflows=[PublishPostWorkflow],
+                      activities=[fake.publish_post]):
         outcome = await handle.result()
     assert outcome.status == "unscheduled" and fake.calls == []
 
