@@ -8,42 +8,83 @@ Every command has --help; every error is one line on stderr, exit status 1 (2 fo
 from __future__ import annotations
 
 import importlib
+import logging
+import os
 import sys
+import time
 
 import typer
 from rich.console import Console
+from rich.markup import escape
+from typer._click.core import Command
+from typer._click.exceptions import ClickException, NoArgsIsHelpError, UsageError  # Typer's own click
 from typer.core import TyperGroup
 
-from commands import readable_help_types
-from pressroom import tracing
+from commands import EXIT_USAGE, readable_help_types
 
-# Each job's commands (commands/<module>.py, its Typer app named `app`), in the order --help lists
-# them; the commands of `operate` (migrate, worker, demo, check, temporal, codec-server, patches)
-# and `frontdoor` sit at the top level. A module is imported only when one of its commands runs or
-# help lists it, so a command pays for its own imports only: tests and scripts start the CLI often.
-GROUPS = ["dev", "newsletter", "newsletters", "members", "outbox", "analytics", "posts", "limits", "webhooks",
-          "integrations", "staff"]
-TOP_LEVEL = ["operate", "frontdoor"]
+# The one place where the command line loads lazily (docs/contributing.md, "Imports"): every other
+# module imports at its top. Each command, its module and the line `pressroom --help` lists for it,
+# in that order: the list is read from here, so `--version` and `--help` import no command module,
+# and a command imports its own module (and so what it runs) only when it runs or shows its help.
+# tests/foundation/test_cli.py holds each line to its command's own help.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "dev": ("commands.dev", "The local development stack: PostgreSQL, Temporal with its Web UI, a Mailgun "
+                            "simulator (or, with PRESSROOM_EMAIL_PROVIDER=ses, the SES stand-in)."),
+    "newsletter": ("commands.newsletter", "Send newsletters: one durable run per email."),
+    "newsletters": ("commands.newsletters", "The site's newsletters: add, list, edit."),
+    "members": ("commands.members", "Members of the site."),
+    "outbox": ("commands.outbox", "The outbox: events delivered with retries and an idempotency ledger."),
+    "analytics": ("commands.analytics", "Email analytics: the schedule that fetches Mailgun events into statistics."),
+    "posts": ("commands.posts", "Scheduled posts: one durable timer per post."),
+    "limits": ("commands.limits", "The provider's limits: batch sizes learned per sending domain, and send caps."),
+    "webhooks": ("commands.webhooks", "The provider's signed pushes (Mailgun's webhooks, SES's SNS notifications): "
+                                      "statistics within seconds; for Mailgun, polling stays as the net."),
+    "integrations": ("commands.integrations", "Integrations: their Admin API keys, and their webhooks."),
+    "staff": ("commands.staff", "Staff who sign in to the dashboard."),
+    "migrate": ("commands.operate", "Apply the schema migrations not yet applied (safe to run from several "
+                                    "processes at once)."),
+    "worker": ("commands.worker", "Run a worker on the task queue until SIGINT or SIGTERM."),
+    "demo": ("commands.demo", "Everything in one minute: dev stack, a site, a welcome email, a scheduled post, its "
+                              "newsletter, analytics, and a closing table. Run it again any time; it reuses the "
+                              "data in ./.pressroom."),
+    "check": ("commands.operate", "Reach PostgreSQL, Temporal and Mailgun, then check what running needs: workers "
+                                  "polling the task queue, the schedules, the outbox relay, the webhook inbox "
+                                  "draining; one line each."),
+    "status": ("commands.operate", "Another name for `pressroom check`: is everything Pressroom needs running?"),
+    "codec-server": ("commands.operate", "Serve /decode and /encode so the Web UI shows encrypted histories in "
+                                         "clear."),
+    "temporal": ("commands.operate", "Prepare a Temporal namespace for Pressroom."),
+    "patches": ("commands.operate", "Workflow patches: which may be retired."),
+    "serve": ("commands.frontdoor", "Serve /unsubscribe/, the provider's pushes (/webhooks/mailgun or "
+                                    "/webhooks/ses), /healthz and the editors' dashboard (/pressroom/) until SIGINT "
+                                    "or SIGTERM."),
+}
 
 
-def _group(module: str):
-    return typer.main.get_group(importlib.import_module(f"commands.{module}").app)
+def load(name: str) -> Command:
+    """The command itself, its module imported: one command of a module that holds several
+    (commands/operate.py), or a job's group (the module's Typer app)."""
+    app = typer.main.get_group(importlib.import_module(COMMANDS[name][0]).app)
+    if name in app.commands:
+        return app.commands[name]
+    app.name = name
+    return app
 
 
 class JobCommands(TyperGroup):
     def list_commands(self, ctx) -> list[str]:
-        return [*GROUPS, *(name for module in TOP_LEVEL for name in _group(module).list_commands(ctx))]
+        return list(COMMANDS)
 
     def get_command(self, ctx, name: str):
-        if name in GROUPS:
-            group = _group(name)
-            group.name = name
-            return group
-        for module in TOP_LEVEL:
-            command = _group(module).get_command(ctx, name)
-            if command is not None:
-                return command
-        return None
+        """What `--help` lists: the name and its line, nothing imported."""
+        if name not in COMMANDS:
+            return None
+        return typer.core.TyperCommand(name, help=COMMANDS[name][1])
+
+    def resolve_command(self, ctx, args):
+        """The command that runs (or shows its own help): its module imported now."""
+        name, _, rest = super().resolve_command(ctx, args)
+        return name, load(name) if name else None, rest
 
 
 app = typer.Typer(cls=JobCommands, help="Pressroom: durable background jobs for newsletter publishing, on Temporal.",
@@ -53,9 +94,9 @@ readable_help_types()
 
 def _version(shown: bool) -> None:
     if shown:
-        from importlib.metadata import version
+        from importlib import metadata  # the installed version: read only when asked
 
-        print(f"pressroom {version('pressroom')}")
+        print(f"pressroom {metadata.version('pressroom')}")
         raise typer.Exit()
 
 
@@ -63,6 +104,12 @@ def _version(shown: bool) -> None:
 def _options(version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
                                           help="Print the version and exit.")) -> None:
     """Pressroom: durable background jobs for newsletter publishing, on Temporal."""
+    # Here, not before: `--version` and `--help` end before this runs, and need neither.
+    from pressroom import tracing
+
+    if tracing.wanted():  # the OTEL_* variables; the SDK is loaded only then
+        importlib.import_module("pressroom.tracing_export").configure_from_environment()
+    configure_command_logging()
 
 
 def main(args: list[str] | None = None) -> None:
@@ -71,9 +118,6 @@ def main(args: list[str] | None = None) -> None:
     if threads_outlive_command():
         # A native thread still running when the interpreter finalises aborts it (exit 134) after
         # the command's work is done and said: end without finalising, the output flushed.
-        import logging
-        import os
-
         logging.shutdown()
         sys.stdout.flush()
         sys.stderr.flush()
@@ -84,9 +128,6 @@ def main(args: list[str] | None = None) -> None:
 def threads_outlive_command(wait_seconds: float = 1.0) -> bool:
     """Is a thread besides this one still alive once the command is done (Linux: /proc/self/task)?
     A thread just joined stays listed for a moment, so a listed one gets `wait_seconds` to go."""
-    import os
-    import time
-
     tasks = "/proc/self/task"
     if not os.path.isdir(tasks):
         return False
@@ -103,14 +144,6 @@ def run_command(args: list[str]) -> int:
 
     commands/failures.py turns any exception into the one line printed (and its status).
     """
-    import os
-
-    from typer._click.exceptions import ClickException, NoArgsIsHelpError, UsageError  # Typer's own click
-
-    from commands.failures import EXIT_USAGE, explain
-
-    tracing.configure_from_environment()  # OTEL_* variables; off when unset
-    configure_command_logging()
     # Whole lines on stdout even in a pipe: a note or log line on stderr never lands inside one.
     if hasattr(sys.stdout, "reconfigure"):
         sys.stdout.reconfigure(line_buffering=True)
@@ -135,6 +168,8 @@ def run_command(args: list[str]) -> int:
         except Exception as error:
             if os.environ.get("PRESSROOM_DEBUG"):
                 raise
+            from commands.failures import explain  # what every service's errors mean: loaded on one
+
             failure = explain(error)
             print_error(failure.line)
             return failure.status
@@ -150,8 +185,6 @@ def run_command(args: list[str]) -> int:
 def configure_command_logging() -> None:
     """A command's log lines: warnings and errors only (libraries' too), masked as the worker's are.
     `pressroom worker` sets the worker's levels itself."""
-    import logging
-
     from pressroom import logs
     from pressroom.settings import ConfigurationError, load_settings
 
@@ -165,9 +198,7 @@ def configure_command_logging() -> None:
 
 
 def print_error(line: str) -> None:
-    from rich.markup import escape
-
-    from pressroom.errors import one_line
+    from pressroom.errors import one_line  # Temporal's errors come with it: loaded on an error only
 
     Console(stderr=True, soft_wrap=True).print(f"[red]error:[/red] {escape(one_line(line))}", highlight=False)
 

@@ -35,7 +35,7 @@ from operations.analytics import ensure_schedule as ensure_analytics_schedule
 from operations.outbox import ensure_relay as ensure_outbox_relay
 from operations.posts import RECONCILE_SCHEDULE_ID, reconcile_at_worker_start
 from operations.webhooks import ensure_inbox_applier
-from pressroom import database, logs, tracing
+from pressroom import database, logs, tracing_export
 from pressroom.dependencies import Dependencies
 from pressroom.providers.wiring import provider_from_settings
 from pressroom.settings import Settings, get_settings
@@ -179,7 +179,7 @@ async def run(settings: Settings | None = None) -> None:
 
 def main() -> None:
 
-    tracing.configure_from_environment()
+    tracing_export.configure_from_environment()
     configure_logging(get_settings())
     try:
         asyncio.run(run())

@@ -124,15 +124,17 @@ async def main(args: argparse.Namespace) -> None:
             await click(0)  # warm: a connection, the target cached
             if args.steady_seconds:
                 await steady(http, [url(n) for n in range(args.members)], args.rate, args.steady_seconds)
-            cpu = psutil.Process(server.pid).cpu_times()
+            cpu, own = psutil.Process(server.pid).cpu_times(), psutil.Process().cpu_times()
             commits = await pool.fetchval(COMMITS)
             latencies, seconds = await bounded(range(args.burst), click, args.concurrency)
             commits = await pool.fetchval(COMMITS) - commits
-            spent = psutil.Process(server.pid).cpu_times()
+            spent, own_spent = psutil.Process(server.pid).cpu_times(), psutil.Process().cpu_times()
             report(f"burst of {args.burst:,} GET /r/ ({args.concurrency} in flight)", latencies, seconds)
             busy = spent.user + spent.system - cpu.user - cpu.system
+            readers = own_spent.user + own_spent.system - own.user - own.system
             print(f"  the server's CPU: {busy / len(latencies) * 1000:.2f} ms per click "
-                  f"({busy / seconds:.0%} of one core); {commits:,} commits in the database "
+                  f"({busy / seconds:.0%} of one core); the readers' (this process): "
+                  f"{readers / len(latencies) * 1000:.2f} ms per click; {commits:,} commits in the database "
                   f"({len(latencies) / max(commits, 1):.1f} clicks each)", flush=True)
 
         redirect_ids = [r["id"] for r in await pool.fetch("SELECT id FROM redirects ORDER BY id")]
@@ -141,8 +143,12 @@ async def main(args: argparse.Namespace) -> None:
             await pool.execute(RAW_INSERT, secrets.token_hex(12), members[n % len(members)][0],
                                redirect_ids[n % len(redirect_ids)])
 
+        own = psutil.Process().cpu_times()
         latencies, seconds = await bounded(range(args.burst), raw, args.concurrency)
+        own_spent = psutil.Process().cpu_times()
         report("raw INSERT per click (asyncpg, same rows)", latencies, seconds)
+        inserting = own_spent.user + own_spent.system - own.user - own.system
+        print(f"  this process's CPU: {inserting / len(latencies) * 1000:.2f} ms per INSERT", flush=True)
 
         if args.crash:
             await crash(args, pool, server, port, env, log, paths, members)

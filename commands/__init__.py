@@ -6,16 +6,25 @@
 from __future__ import annotations
 
 import asyncio
+import json
+import re
+import shlex
+import sys
 from collections.abc import Coroutine
-from datetime import UTC
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import typer
 from rich.console import Console
+from typer.core import TyperArgument, TyperOption
+
+from pressroom.readable import when
 
 if TYPE_CHECKING:
     from operations.answers import Page
 
+EXIT_ERROR = 1  # a command failed (commands/failures.py says why, in one line)
+EXIT_USAGE = 2  # the command line itself was wrong
 console = Console(soft_wrap=True)  # a line is never broken: ids stay whole for copy and grep
 T = TypeVar("T")
 
@@ -31,8 +40,6 @@ def warn(message: str) -> None:
     that with both streams in one place it does not read as part of the answer. What stdout holds
     so far goes out first, so a note never lands inside one of its lines.
     """
-    import sys
-
     sys.stdout.flush()
     notes = Console(stderr=True)
     notes.print(f"[yellow]{message}[/yellow]" if notes.is_terminal else f"note: {message}", highlight=False,
@@ -41,9 +48,6 @@ def warn(message: str) -> None:
 
 def print_json(data: object) -> None:
     """The --json answer: one JSON document on stdout; times as ISO 8601 strings with their offset."""
-    import json
-    from datetime import datetime
-
     if hasattr(data, "as_json"):  # an operation's answer (operations/answers.py)
         data = data.as_json()
 
@@ -57,17 +61,6 @@ def print_json(data: object) -> None:
     print(json.dumps(data, indent=2, default=plain))
 
 
-def when(moment) -> str:
-    """A time as people read it, the same in every command: `2026-11-25 15:34:10 UTC`; `-` for none."""
-    from datetime import datetime
-
-    if moment is None:
-        return "-"
-    if isinstance(moment, str):
-        moment = datetime.fromisoformat(moment)
-    return moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
-
-
 def plural(count: int, word: str, many: str | None = None) -> str:
     """`1 scheduled post`, `2 scheduled posts`, with the count grouped by thousands."""
     return f"{count:,} {word if count == 1 else many or word + 's'}"
@@ -75,8 +68,6 @@ def plural(count: int, word: str, many: str | None = None) -> str:
 
 def repeated_filters(**filters: str | None) -> str:
     """The filters given, as the next page's command repeats them (quoted for a shell)."""
-    import shlex
-
     return "".join(f" --{name} {shlex.quote(value)}" for name, value in filters.items() if value)
 
 
@@ -93,8 +84,6 @@ def print_page(page: Page, columns: dict[str, str], *, empty: str, more: str) ->
 
 def print_rows(rows: list[list[str]]) -> None:
     """Rows of cells as aligned columns (the first row is the header), one line each."""
-    import re
-
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     figure = re.compile(r"-|[\d,.]+%?")
     # A column of figures is aligned right, as figures are read.
@@ -106,8 +95,6 @@ def print_rows(rows: list[list[str]]) -> None:
 
 
 def _cell(value) -> str:
-    from datetime import datetime
-
     if value is None:
         return "-"
     if isinstance(value, datetime):
@@ -133,8 +120,6 @@ _TYPE_WORDS = {"str": "TEXT", "int": "INTEGER", "int range": "INTEGER", "float":
 def readable_help_types() -> None:
     """--help shows a value's kind in words (TEXT, INTEGER) or the metavar each option names, and
     nothing for a flag, instead of Typer's `<bool>`, `<str>` and `<int range>`."""
-    from typer.core import TyperArgument, TyperOption
-
     def display(param, ctx):
         if getattr(param, "is_flag", False):
             return None

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from datetime import UTC
+from datetime import UTC, datetime
 from typing import Any
 
 import typer
 from rich.console import Console
+from temporalio.client import WorkflowFailureError
 
-from commands import JSON_OPTION, console, plural, print_json, run_async, warn, when
+from commands import JSON_OPTION, console, plural, print_json, run_async, warn
 from operations.analytics import (
     analytics_backfill,
     analytics_pause,
@@ -18,6 +19,7 @@ from operations.analytics import (
     rejected_events,
 )
 from pressroom.errors import PressroomError, cause_of
+from pressroom.readable import when
 
 app = typer.Typer(help="Email analytics: the schedule that fetches Mailgun events into statistics.",
                             no_args_is_help=True)
@@ -34,8 +36,6 @@ def analytics_schedule_command() -> None:
 def analytics_run_command(wait: bool = typer.Option(False, "--wait", help="Follow the run and print what it did."),
                           as_json: bool = JSON_OPTION) -> None:
     """Start one analytics run now."""
-    from temporalio.client import WorkflowFailureError
-
     try:
         result = run_async(analytics_run(wait=wait, say=warn))
     except WorkflowFailureError as error:
@@ -136,8 +136,6 @@ def print_analytics_status(status: dict, console: Console = console) -> None:
 
 def _when_any(moment) -> str:
     """A run's start as recorded (epoch seconds or ISO 8601), as people read times."""
-    from datetime import datetime
-
     if isinstance(moment, (int, float)):
         return when(datetime.fromtimestamp(moment, UTC))
     try:

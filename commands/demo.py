@@ -23,27 +23,51 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
 
+import httpx
+import typer
+from aiohttp import web
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from temporalio.service import RPCError
 
+from activities.analytics.models import FetchEmailAnalyticsInput
+from activities.outbox import outbox_workflow_id
+from activities.posts.models import publish_workflow_id
+from commands import console, run_async
+from commands.newsletter import print_report
+from devstack import stack
+from devstack.servers import free_port
+from frontdoor.receiver import Receiver
+from frontdoor.server import FrontDoor
 from operations.demo_site import seed_site, wait_for_publication, wait_for_welcome_email
 from operations.members import add_member
 from operations.newsletter import follow_newsletter
 from operations.outbox import ensure_relay
 from operations.posts import schedule_post
+from operations.reports import newsletter_report
+from operations.webhooks import ensure_inbox_applier, webhooks_setup
 from pressroom import database, logs
+from pressroom.providers.ses.settings import ses_settings
 from pressroom.settings import load_settings
+from pressroom.temporal import connect
+from worker import running_worker
+from workflows.analytics import FetchEmailAnalyticsWorkflow
+from workflows.newsletter_models import newsletter_workflow_id
+
+app = typer.Typer()
+
+
+@app.command()
+def demo(members: int = typer.Option(5000, "--members", min=1, max=1_000_000, help="How many members to seed."),
+         publish_in: float = typer.Option(15, "--publish-in", min=0, help="Seconds until the post publishes."),
+         keep_running: bool = typer.Option(False, "--keep-running", help="Keep the worker running afterwards.")
+         ) -> None:
+    """Everything in one minute: dev stack, a site, a welcome email, a scheduled post, its newsletter,
+    analytics, and a closing table. Run it again any time; it reuses the data in ./.pressroom."""
+    run_async(run_demo(console, members=members, publish_in=publish_in, keep_running=keep_running))
 
 
 async def run_demo(console: Console, *, members: int, publish_in: float, keep_running: bool) -> None:
-    from activities.outbox import outbox_workflow_id
-    from activities.posts.models import publish_workflow_id
-    from devstack import stack
-    from pressroom.temporal import connect
-    from worker import running_worker
-    from workflows.analytics import FetchEmailAnalyticsWorkflow
-    from workflows.newsletter_models import newsletter_workflow_id
-
     # The worker runs in this process: its retried failures are part of the show, not errors to print;
     # a real error is one line (a traceback only with PRESSROOM_DEBUG=1).
     logs.configure(level=logging.ERROR)
@@ -52,8 +76,6 @@ async def run_demo(console: Console, *, members: int, publish_in: float, keep_ru
                   + (f"; already running: {', '.join(status.running)}" if status.running else ""))
     # The simulator stores events the moment they happen, so the demo reads them without the
     # one-minute end margin that real Mailgun needs.
-    from devstack.servers import free_port
-
     door_port = free_port()
     settings = load_settings(analytics_end_margin_seconds=0, publish_lead_seconds=2, email_track_clicks=True,
                              site_url=f"http://127.0.0.1:{door_port}")
@@ -71,8 +93,6 @@ async def run_demo(console: Console, *, members: int, publish_in: float, keep_ru
             await _readers_follow_links(settings)
             console.print(f"[bold]Front door[/bold]: {settings.site_url} (the email's tracked links)", highlight=False)
             if receiver_url:
-                from operations.webhooks import ensure_inbox_applier
-
                 await ensure_inbox_applier(client, settings)  # the pushed events are applied from the inbox
                 console.print(f"[bold]Events[/bold]: SES's SNS topic pushes to {receiver_url}", highlight=False)
             console.print("[bold]Worker[/bold]: running in this process on task queue "
@@ -116,15 +136,10 @@ async def run_demo(console: Console, *, members: int, publish_in: float, keep_ru
             else:
                 await asyncio.sleep(7)  # the simulator's members open 5 s after delivery
             analytics_id = f"email-analytics-demo-{tag}"
-            from activities.analytics.models import FetchEmailAnalyticsInput
-
             await client.execute_workflow(FetchEmailAnalyticsWorkflow.run, FetchEmailAnalyticsInput(),
                                                 id=analytics_id, task_queue=settings.task_queue)
             console.print(f"[bold]Analytics[/bold]: fetched events (workflow {analytics_id})")
             await _wait_for_clicks(site.email_id, settings)
-            from commands.newsletter import print_report
-            from operations.reports import newsletter_report
-
             console.print(f"\n[bold]Report[/bold] (pressroom newsletter report {site.email_id})")
             print_report(await newsletter_report(site.email_id, settings=settings))
             console.print(f"\nWho did not get it and why: [bold]pressroom members list --left-out-of {site.email_id}"
@@ -152,12 +167,6 @@ async def _receiving_pushes(pool, settings) -> AsyncIterator[str]:
     if settings.email_provider != "ses":
         yield ""
         return
-    from aiohttp import web
-
-    from devstack.servers import free_port
-    from frontdoor.receiver import Receiver
-    from operations.webhooks import webhooks_setup
-
     receiver = Receiver(pool, settings)
     runner = web.AppRunner(receiver.app(), access_log=None)
     await runner.setup()
@@ -175,8 +184,6 @@ async def _receiving_pushes(pool, settings) -> AsyncIterator[str]:
 @asynccontextmanager
 async def _front_door(pool, settings, port: int) -> AsyncIterator[None]:
     """`pressroom serve` in this process: the email's tracked links and unsubscribe links answer here."""
-    from frontdoor.server import FrontDoor
-
     door = FrontDoor(pool, settings)
     await door.start("127.0.0.1", port)
     try:
@@ -187,14 +194,7 @@ async def _front_door(pool, settings, port: int) -> AsyncIterator[None]:
 
 async def _readers_follow_links(settings) -> None:
     """The simulator's readers follow a link of some copies, and its scanners prefetch every link of a few."""
-    import httpx
-
-    if settings.email_provider == "ses":
-        from pressroom.providers.ses.settings import ses_settings
-
-        base = ses_settings().ses_endpoint
-    else:
-        base = settings.mailgun_base_url
+    base = ses_settings().ses_endpoint if settings.email_provider == "ses" else settings.mailgun_base_url
     async with httpx.AsyncClient(timeout=10) as http:
         answer = await http.post(f"{base}/_sim/follow", json={"readers": 0.3, "scanners": 0.05,
                                                               "reader_delay_seconds": 4.0})
@@ -202,8 +202,6 @@ async def _readers_follow_links(settings) -> None:
 
 
 async def _wait_for_opens(email_id: str, settings, seconds: float = 60) -> None:
-    from operations.reports import newsletter_report
-
     deadline = time.monotonic() + seconds
     while (report := await newsletter_report(email_id, settings=settings)).opened < report.sent:
         if time.monotonic() > deadline:
@@ -214,8 +212,6 @@ async def _wait_for_opens(email_id: str, settings, seconds: float = 60) -> None:
 async def _wait_for_clicks(email_id: str, settings, seconds: float = 30) -> None:
     """The readers follow their links seconds after delivery, and a click counts once no scanner's
     burst can claim it: wait for the first to count, so the report shows them."""
-    from operations.reports import newsletter_report
-
     deadline = time.monotonic() + seconds
     while not (await newsletter_report(email_id, settings=settings)).clicks.clicked:
         if time.monotonic() > deadline:
@@ -224,8 +220,6 @@ async def _wait_for_clicks(email_id: str, settings, seconds: float = 30) -> None
 
 
 async def _wait_for_workflow(client, workflow_id: str, seconds: float = 30) -> None:
-    from temporalio.service import RPCError
-
     deadline = time.monotonic() + seconds
     while True:
         try:

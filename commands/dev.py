@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import shlex
+
 import typer
 
 from commands import console, run_async
+from devstack import stack
+from devstack.servers import postgres_bin
 from pressroom import database
 from pressroom.errors import PressroomError
-from pressroom.settings import dev_stack_file, get_settings
+from pressroom.settings import dev_stack_file, get_settings, read_dev_stack
 
 app = typer.Typer(help="The local development stack: PostgreSQL, Temporal with its Web UI, a Mailgun simulator "
                   "(or, with PRESSROOM_EMAIL_PROVIDER=ses, the SES stand-in).",
@@ -17,8 +21,6 @@ app = typer.Typer(help="The local development stack: PostgreSQL, Temporal with i
 @app.command("up")
 def dev_up() -> None:
     """Start what is not configured (data is kept in ./.pressroom between runs)."""
-    from devstack import stack
-
     async def work():
         status = stack.up()
         await database.migrate(get_settings().require_database())
@@ -57,10 +59,6 @@ STACK_VARIABLES = (("DATABASE_URL", "database_url"), ("TEMPORAL_ADDRESS", "tempo
 def dev_env() -> None:
     """Print `export` lines for the running stack (its generated keys, and PRESSROOM_DEV_PG_BIN: the
     folder of its PostgreSQL's own pg_dump and psql, whose version matches the server's)."""
-    import shlex
-
-    from pressroom.settings import read_dev_stack
-
     state = read_dev_stack()
     if not state:
         raise PressroomError("the development stack is not running (start it with `pressroom dev up`)")
@@ -68,8 +66,6 @@ def dev_env() -> None:
         if key in state:
             print(f"export {variable}={shlex.quote(str(state[key]))}")
     if "postgres_data" in state:  # the stack's own PostgreSQL: its tools (pg_dump) match its version
-        from devstack.servers import postgres_bin
-
         print(f"export PRESSROOM_DEV_PG_BIN={shlex.quote(str(postgres_bin()))}")
 
 
@@ -77,7 +73,5 @@ def dev_env() -> None:
 def dev_down(purge: bool = typer.Option(False, "--purge", help="Remove the stack's data too: ./.pressroom "
                                          "and, run as root, its PostgreSQL data under /var/lib/pressroom-pg.")) -> None:
     """Stop the development stack (its data stays for the next `dev up`, unless --purge)."""
-    from devstack import stack
-
     stopped = stack.down(purge=purge)
     console.print("stopped " + ", ".join(stopped) if stopped else "nothing was running")

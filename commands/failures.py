@@ -9,11 +9,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pressroom.errors import DevStackError, PressroomError, one_line
-from pressroom.settings import ConfigurationError, Settings
+import asyncpg
+from temporalio.client import WorkflowFailureError
+from temporalio.service import RPCError
 
-EXIT_ERROR = 1
-EXIT_USAGE = 2
+from commands import EXIT_ERROR
+from pressroom.database import DatabaseUnavailable, describe_url
+from pressroom.errors import DevStackError, PressroomError, one_line
+from pressroom.settings import ConfigurationError, Settings, get_settings
+from pressroom.temporal import TemporalUnavailable, describe_rpc_error
 
 
 @dataclass(frozen=True)
@@ -23,8 +27,6 @@ class Failure:
 
 
 def _settings() -> Settings | None:
-    from pressroom.settings import get_settings
-
     try:
         return get_settings()
     except ConfigurationError:
@@ -32,20 +34,11 @@ def _settings() -> Settings | None:
 
 
 def _postgres_where(settings: Settings | None) -> str:
-    from pressroom.database import describe_url
-
     return f" at {describe_url(settings.database_url)}" if settings and settings.database_url else ""
 
 
 def explain(error: BaseException) -> Failure:
     """One line and an exit status for any exception a command raised."""
-    import asyncpg
-    from temporalio.client import WorkflowFailureError
-    from temporalio.service import RPCError
-
-    from pressroom.database import DatabaseUnavailable
-    from pressroom.temporal import TemporalUnavailable, describe_rpc_error
-
     if isinstance(error, (PressroomError, ConfigurationError, DatabaseUnavailable, TemporalUnavailable,
                           DevStackError)):
         return Failure(one_line(str(error)))

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import signal
 
 import typer
 
 from commands import console, run_async
+from frontdoor.server import HEALTH_PATH, UNSUBSCRIBE_PATH, serve
+from pressroom import logs
 from pressroom.errors import PressroomError
+from pressroom.providers.wiring import push_from_settings
 from pressroom.settings import get_settings
 
 app = typer.Typer()
@@ -24,17 +29,10 @@ def serve_command(host: str = HOST_OPTION, port: int = PORT_OPTION) -> None:
 
 
 def serve_front_door(host: str, port: int) -> None:
-    import asyncio
-    import signal
-
-    import worker as worker_module
-    from frontdoor.server import HEALTH_PATH, UNSUBSCRIBE_PATH, serve
-    from pressroom.providers.wiring import push_from_settings
-
     settings = get_settings()
     push = push_from_settings(settings)  # the provider's own requirements (Mailgun's signing key, SES's topic)
     settings.require_members_link_secret()
-    worker_module.configure_logging(settings)
+    logs.configure_from(settings)  # every key and token the settings hold is masked
 
     async def work() -> None:
         task = asyncio.create_task(serve(host, port, settings, ready=lambda: console.print(

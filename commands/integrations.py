@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import typer
 
-from commands import JSON_OPTION, console, print_json, run_async, when
+from commands import JSON_OPTION, console, print_json, run_async
 from commands.integrations_webhooks import app as webhooks
+from operations.integrations import add_integration, list_integrations, remove_integration
+from pressroom.readable import when
 
 app = typer.Typer(help="Integrations: their Admin API keys, and their webhooks.", no_args_is_help=True)
 app.add_typer(webhooks, name="webhooks")
@@ -16,8 +18,6 @@ app.add_typer(webhooks, name="webhooks")
 def integrations_add(name: str = typer.Argument(..., help="The integration's name."),
                      as_json: bool = JSON_OPTION) -> None:
     """Add an integration and print its Admin API key (id:secret), shown this once."""
-    from operations.integrations import add_integration
-
     added = run_async(add_integration(name))
     if as_json:
         return print_json(added.model_dump())
@@ -29,8 +29,6 @@ def integrations_add(name: str = typer.Argument(..., help="The integration's nam
 @app.command("list")
 def integrations_list(as_json: bool = JSON_OPTION) -> None:
     """The integrations, with their key's id (never its secret)."""
-    from operations.integrations import list_integrations
-
     found = run_async(list_integrations())
     if as_json:
         return print_json([i.model_dump() for i in found])
@@ -43,7 +41,5 @@ def integrations_list(as_json: bool = JSON_OPTION) -> None:
 @app.command("remove")
 def integrations_remove(name: str = typer.Argument(..., help="The integration (name or slug).")) -> None:
     """Remove an integration and its keys: tokens signed with them are refused at once."""
-    from operations.integrations import remove_integration
-
     run_async(remove_integration(name))
     console.print(f"integration {name!r} removed", highlight=False, markup=False)

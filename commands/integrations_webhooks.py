@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import typer
 
-from commands import JSON_OPTION, console, print_json, run_async, when
+from commands import JSON_OPTION, console, print_json, run_async
 from operations.site_webhooks import create_webhook, delete_webhook, list_webhooks, webhook_attempts
+from pressroom.readable import when
 
 app = typer.Typer(help="The site's events (member.added, post.published, …) sent to integrations' webhooks.",
                   no_args_is_help=True)

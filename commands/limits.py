@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import typer
 
-from commands import JSON_OPTION, console, print_json, run_async, when
+from commands import JSON_OPTION, console, print_json, run_async
 from operations.limits import reset_sending_limit, sending_limits
+from pressroom.readable import when
 
 app = typer.Typer(help="The provider's limits: batch sizes learned per sending domain, and send caps.",
                   no_args_is_help=True)

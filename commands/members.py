@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+import json
+import sys
+from dataclasses import asdict
+
 import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from activities.outbox import outbox_workflow_id
 from commands import (
@@ -18,10 +24,22 @@ from commands import (
     repeated_filters,
     run_async,
     warn,
-    when,
 )
 from operations.answers import MemberProfile
-from operations.members import add_member, member_profile
+from operations.finding import list_page
+from operations.member_export import export_members
+from operations.member_import import ROWS_SHOWN, import_members
+from operations.members import (
+    add_member,
+    delete_member,
+    member_profile,
+    resubscribe_member,
+    unsubscribe_member,
+    update_member,
+)
+from operations.reports import left_out_members
+from pressroom.errors import BadInput
+from pressroom.readable import when
 
 app = typer.Typer(help="Members of the site.", no_args_is_help=True)
 
@@ -45,8 +63,6 @@ def members_add(email: str = typer.Argument(..., help="The member's e-mail addre
 def members_resubscribe(member: str = typer.Argument(..., metavar="ID|ADDRESS",
                                                      help="The member's id or address.")) -> None:
     """Mail a member again whom the site subscribed again: off Mailgun's suppression lists, and Pressroom's."""
-    from operations.members import resubscribe_member
-
     done = run_async(resubscribe_member(member))
     lists = "; ".join(f"{domain}: {', '.join(tables)}" for domain, tables in done.removed.items() if tables)
     console.print(f"member {done.member_id} resubscribed: "
@@ -70,8 +86,6 @@ def members_update(member: str = typer.Argument(..., metavar="ID|ADDRESS", help=
                                                       help="Take this label off them (repeatable)."),
                    as_json: bool = JSON_OPTION) -> None:
     """Change a member's name, status, newsletters or labels; every input is checked before anything is written."""
-    from operations.members import update_member
-
     done = run_async(update_member(member, name=name, status=status, newsletters=newsletter,
                                    no_newsletters=no_newsletter, labels=label, no_labels=no_label))
     if as_json:
@@ -91,11 +105,6 @@ def members_delete(member: str = typer.Argument(..., metavar="ID|ADDRESS", help=
                    yes: bool = typer.Option(False, "--yes", help="Delete without asking."),
                    as_json: bool = JSON_OPTION) -> None:
     """Delete a member and their personal data; records of sent emails keep their id, never their address."""
-    import sys
-
-    from operations.members import delete_member
-    from pressroom.errors import BadInput
-
     if not yes:
         if not sys.stdin.isatty():
             raise BadInput("members delete asks before deleting; give --yes to delete without asking")
@@ -122,13 +131,6 @@ def members_import(file: str = typer.Argument(..., metavar="FILE.csv",
                                                                          "would do; write nothing."),
                    as_json: bool = JSON_OPTION) -> None:
     """Add or update members from a CSV export: every row checked; refused rows reported by line and why."""
-    from dataclasses import asdict
-
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    from operations.member_import import import_members
-
     errors = Console(stderr=True)
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=errors, disable=not errors.is_terminal, transient=True) as bar:
@@ -146,8 +148,6 @@ def members_import(file: str = typer.Argument(..., metavar="FILE.csv",
 
 def import_summary(r, *, welcome: bool) -> list[str]:
     """The import's report in lines: what was read, done (or would be, in a dry run), and refused."""
-    from operations.member_import import ROWS_SHOWN
-
     verb = "would import" if r.dry_run else "imported"
     lines = [f"{verb} {r.file} ({r.format}): {plural(r.rows, 'row')}: {r.added:,} added, {r.updated:,} updated, "
              f"{r.unchanged:,} unchanged, {len(r.refused):,} refused"]
@@ -193,12 +193,6 @@ def members_export(file: str = typer.Argument("-", metavar="[FILE.csv]",
                                                              "language (label:vip, status:-free, …)."),
                    as_json: bool = JSON_OPTION) -> None:
     """Write members in the reference platform's CSV export format, which its importer (and ours) reads."""
-    import json
-
-    from rich.console import Console
-
-    from operations.member_export import export_members
-
     done = run_async(export_members(file, recipient_filter=recipient_filter))
     # The file may be standard output: the summary then goes to stderr.
     out = Console(stderr=True) if file == "-" else console
@@ -229,8 +223,6 @@ def members_list(status: str = typer.Option(None, "--status", metavar="free|paid
                  limit: int = LIMIT_OPTION, after: str = AFTER_OPTION, as_json: bool = JSON_OPTION) -> None:
     """Members, newest first, a page at a time; or those an email left out, and why."""
     if left_out_of is not None:
-        from operations.reports import left_out_members
-
         page = run_async(left_out_members(left_out_of, reason=reason, after=after, limit=limit))
         if as_json:
             return print_json(page)
@@ -239,8 +231,6 @@ def members_list(status: str = typer.Option(None, "--status", metavar="free|paid
                           empty=f"email {left_out_of} left nobody out" + (f" for {reason}" if reason else ""),
                           more=f"pressroom members list --left-out-of {left_out_of}"
                                + (f" --reason {reason}" if reason else ""))
-    from operations.finding import list_page
-
     page = run_async(list_page("member", status=status, newsletter=newsletter, since=since, after=after,
                                limit=limit, label=label, tier=tier))
     if as_json:
@@ -333,10 +323,6 @@ def members_unsubscribe(member: str = typer.Argument(..., metavar="ID|ADDRESS", 
                                                        help="Only this newsletter (default: every newsletter)."),
                         as_json: bool = JSON_OPTION) -> None:
     """Unsubscribe a member the way their own link does (recorded as an operator's); safe to repeat."""
-    from dataclasses import asdict
-
-    from operations.members import unsubscribe_member
-
     done = run_async(unsubscribe_member(member, newsletter))
     if as_json:
         return print_json(asdict(done))

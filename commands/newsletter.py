@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import time
+
 import typer
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from commands import (
     AFTER_OPTION,
@@ -17,20 +20,26 @@ from commands import (
     repeated_filters,
     run_async,
     warn,
-    when,
 )
 from operations.answers import EmailClicks, EmailReport, FailureReason, NewsletterStatus, OpensOverTime
+from operations.authoring import retry_email
 from operations.common import temporal_client
+from operations.finding import list_page
 from operations.newsletter import (
+    cancel_newsletter,
     follow_newsletter,
     newsletter_status,
     preview_email,
     progress_words,
+    resume_newsletter,
     send_test_email,
     start_newsletter,
 )
-from operations.waiting import no_answer_message, no_worker_message
+from operations.reports import newsletter_report
+from operations.waiting import no_answer_message, no_worker_message, process_age_seconds
 from pressroom.errors import PressroomError
+from pressroom.readable import when
+from workflows.newsletter_models import newsletter_workflow_id
 
 app = typer.Typer(help="Send newsletters: one durable run per email.", no_args_is_help=True)
 
@@ -39,8 +48,6 @@ app = typer.Typer(help="Send newsletters: one durable run per email.", no_args_i
 def newsletter_send(email_id: str = typer.Argument(..., help="The email to send (emails.id)."),
                     wait: bool = typer.Option(False, "--wait", help="Follow the send with a progress bar.")) -> None:
     """Send an email to every recipient, once; a second start finds the first run."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
     async def work():
         client = await temporal_client()
         start = await start_newsletter(email_id, client=client)
@@ -102,8 +109,6 @@ def newsletter_cancel(email_id: str = typer.Argument(..., help="The email (email
                       wait: bool = typer.Option(False, "--wait", help="Wait until the send has stopped."),
                       as_json: bool = JSON_OPTION) -> None:
     """Stop an email's send between batches (batches already accepted stay sent); safe to repeat."""
-    from operations.newsletter import cancel_newsletter
-
     cancel = run_async(cancel_newsletter(email_id, by=by, wait=wait))
     if as_json:
         return print_json({"email_id": cancel.email_id, "status": cancel.status, "cancelled_by": cancel.by,
@@ -116,8 +121,6 @@ def newsletter_resume(email_id: str = typer.Argument(..., help="The email (email
                       by: str = typer.Option(None, "--by", help="Who resumes (default: your login)."),
                       as_json: bool = JSON_OPTION) -> None:
     """Go on with a send paused for its early bounce or complaint rate; safe to repeat."""
-    from operations.newsletter import resume_newsletter
-
     resumed = run_async(resume_newsletter(email_id, by=by))
     if as_json:
         return print_json(resumed.model_dump(mode="json"))
@@ -129,8 +132,6 @@ def newsletter_retry(email_id: str = typer.Argument(..., help="The failed email 
                      subject: str = typer.Option(None, "--subject", help="The corrected subject."),
                      as_json: bool = JSON_OPTION) -> None:
     """Correct a failed email (filter, subject) and send it again."""
-    from operations.authoring import retry_email
-
     retry = run_async(retry_email(email_id, recipient_filter=recipient_filter, subject=subject))
     if as_json:
         return print_json(retry.model_dump())
@@ -141,10 +142,6 @@ def newsletter_retry(email_id: str = typer.Argument(..., help="The failed email 
 def newsletter_status_command(email_id: str = typer.Argument(..., help="The email (emails.id)."),
                               as_json: bool = JSON_OPTION) -> None:
     """The email's state, its batches, and its run."""
-    import time
-
-    from operations.waiting import process_age_seconds
-
     # The budget counts from the process's start: on a busy machine, starting Python takes seconds.
     started = time.monotonic() - process_age_seconds()
     status = run_async(newsletter_status(email_id, command_started=started))
@@ -181,8 +178,6 @@ def newsletter_status_command(email_id: str = typer.Argument(..., help="The emai
 def newsletter_follow(email_id: str = typer.Argument(..., help="The email (emails.id)."),
                       as_json: bool = JSON_OPTION) -> None:
     """Follow the email's run until it ends; print its outcome."""
-    from workflows.newsletter_models import newsletter_workflow_id
-
     async def work():
         client = await temporal_client()
         last = {}
@@ -242,8 +237,6 @@ def newsletter_list(status: str = typer.Option(None, "--status",
                     since: str = SINCE_OPTION, limit: int = LIMIT_OPTION, after: str = AFTER_OPTION,
                     as_json: bool = JSON_OPTION) -> None:
     """Emails, newest first, a page at a time, with the figures analytics fetched so far."""
-    from operations.finding import list_page
-
     page = run_async(list_page("email", status=status, newsletter=newsletter, since=since, after=after, limit=limit))
     if as_json:
         return print_json(page)
@@ -268,8 +261,6 @@ def newsletter_report_command(email_id: str = typer.Argument(..., help="The emai
                               as_json: bool = JSON_OPTION) -> None:
     """How an email did: delivered, opened, failed, unsubscribed, complained; why members were left out;
     opens over time."""
-    from operations.reports import newsletter_report
-
     report = run_async(newsletter_report(email_id))
     if as_json:
         return print_json(report)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import typer
 
 from commands import JSON_OPTION, console, print_json, run_async
+from operations.authoring import add_newsletter, edit_newsletter, list_newsletters
 
 app = typer.Typer(help="The site's newsletters: add, list, edit.", no_args_is_help=True)
 
@@ -19,8 +20,6 @@ def newsletters_add(name: str = typer.Argument(..., help="The newsletter's name.
                                                    help="New members are not subscribed to it."),
                     as_json: bool = JSON_OPTION) -> None:
     """Add a newsletter; new members are subscribed to it unless --no-subscribe-on-signup."""
-    from operations.authoring import add_newsletter
-
     newsletter = run_async(add_newsletter(name, slug=slug, sender_name=sender_name, sender_email=sender_email,
                                           sender_reply_to=reply_to, subscribe_on_signup=not no_signup))
     if as_json:
@@ -31,8 +30,6 @@ def newsletters_add(name: str = typer.Argument(..., help="The newsletter's name.
 @app.command("list")
 def newsletters_list(as_json: bool = JSON_OPTION) -> None:
     """Every newsletter, oldest first."""
-    from operations.authoring import list_newsletters
-
     newsletters = run_async(list_newsletters())
     if as_json:
         return print_json([n.model_dump() for n in newsletters])
@@ -52,8 +49,6 @@ def newsletters_edit(newsletter: str = typer.Argument(..., help="The newsletter 
                      subscribe_on_signup: bool = typer.Option(None, "--subscribe-on-signup/--no-subscribe-on-signup"),
                      as_json: bool = JSON_OPTION) -> None:
     """Change a newsletter; only the options given."""
-    from operations.authoring import edit_newsletter
-
     changed = run_async(edit_newsletter(newsletter, name=name, sender_name=sender_name, sender_email=sender_email,
                                         sender_reply_to=reply_to, status=status,
                                         subscribe_on_signup=subscribe_on_signup))

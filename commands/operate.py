@@ -1,4 +1,4 @@
-"""The commands that run and check Pressroom itself: migrate, worker, demo, check, Temporal setup, codec server."""
+"""The commands that prepare and check Pressroom itself: migrate, check, Temporal setup, codec server, patches."""
 
 from __future__ import annotations
 
@@ -6,11 +6,18 @@ import asyncio
 
 import typer
 
-from commands import JSON_OPTION, console, print_json, run_async, when
+from commands import JSON_OPTION, console, print_json, run_async
+from frontdoor.codec_server import serve
+from operations.check import check_report, run_checks
 from operations.common import temporal_client
-from pressroom import database
+from operations.patches import check_patches
+from operations.readiness import RUNNING_CHECKS
+from pressroom import database, logs
+from pressroom.codec import EncryptionCodec, new_key_entry
 from pressroom.errors import PressroomError
+from pressroom.readable import when
 from pressroom.settings import get_settings
+from pressroom.temporal import register_search_attributes
 
 app = typer.Typer()
 
@@ -23,34 +30,9 @@ def migrate() -> None:
 
 
 @app.command()
-def worker() -> None:
-    """Run a worker on the task queue until SIGINT or SIGTERM."""
-    import worker as worker_module
-
-    worker_module.configure_logging(get_settings())
-    run_async(worker_module.run())
-
-
-@app.command()
-def demo(members: int = typer.Option(5000, "--members", min=1, max=1_000_000, help="How many members to seed."),
-         publish_in: float = typer.Option(15, "--publish-in", min=0, help="Seconds until the post publishes."),
-         keep_running: bool = typer.Option(False, "--keep-running", help="Keep the worker running afterwards.")
-         ) -> None:
-    """Everything in one minute: dev stack, a site, a welcome email, a scheduled post, its newsletter,
-    analytics, and a closing table. Run it again any time; it reuses the data in ./.pressroom."""
-    from commands.demo import run_demo
-
-    run_async(run_demo(console, members=members, publish_in=publish_in, keep_running=keep_running))
-
-
-
-@app.command()
 def check(as_json: bool = JSON_OPTION) -> None:
     """Reach PostgreSQL, Temporal and Mailgun, then check what running needs: workers polling the task
     queue, the schedules, the outbox relay, the webhook inbox draining; one line each."""
-    from operations.check import check_report, run_checks
-    from operations.readiness import RUNNING_CHECKS
-
     results = run_async(run_checks(get_settings(), RUNNING_CHECKS))
     if as_json:
         print_json(check_report(results))
@@ -78,8 +60,6 @@ def temporal_setup() -> None:
     For a self-hosted cluster; the dev stack does this itself. On Temporal Cloud, add them in the
     Cloud UI or with `tcld namespace search-attributes add`.
     """
-    from pressroom.temporal import register_search_attributes
-
     async def work():
         return await register_search_attributes(await temporal_client())
 
@@ -102,9 +82,6 @@ def codec_server(
                                                           "and exit."),
 ) -> None:
     """Serve /decode and /encode so the Web UI shows encrypted histories in clear."""
-    from frontdoor.codec_server import serve
-    from pressroom.codec import EncryptionCodec, new_key_entry
-
     if new_key:
         console.print(new_key_entry(), highlight=False)
         return
@@ -112,8 +89,6 @@ def codec_server(
     if not settings.encryption_key.get_secret_value():
         raise PressroomError("PRESSROOM_ENCRYPTION_KEY is not set: there is nothing to decode "
                              "(make a key with `pressroom codec-server --new-key`)")
-
-    from pressroom import logs
 
     logs.configure_from(settings)  # every key and token the settings hold is masked
 
@@ -145,8 +120,6 @@ def patches_check(task_queue: str = typer.Option(None, "--task-queue", help="Onl
                   limit: int = typer.Option(10_000, "--limit", min=1, help="Open runs read per workflow type."),
                   as_json: bool = JSON_OPTION) -> None:
     """Per patch: open runs that started before the release that introduced it (may retire when none)."""
-    from operations.patches import check_patches
-
     async def work():
         return await check_patches(await temporal_client(), task_queue=task_queue, limit=limit)
 

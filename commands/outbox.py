@@ -14,9 +14,11 @@ from commands import (
     print_page,
     repeated_filters,
     run_async,
-    when,
 )
-from operations.outbox import outbox_entry, outbox_status, requeue_outbox_entry
+from operations.finding import list_page
+from operations.outbox import outbox_entry, outbox_status, requeue_outbox_entries, requeue_outbox_entry
+from pressroom.errors import BadInput
+from pressroom.readable import when
 
 app = typer.Typer(help="The outbox: events delivered with retries and an idempotency ledger.",
                   no_args_is_help=True)
@@ -52,8 +54,6 @@ def outbox_list(status: str = typer.Option(None, "--status", metavar="STATE",
                 since: str = SINCE_OPTION, limit: int = LIMIT_OPTION, after: str = AFTER_OPTION,
                 as_json: bool = JSON_OPTION) -> None:
     """Entries, newest first, a page at a time (`outbox show ID` and `outbox requeue ID` take the id)."""
-    from operations.finding import list_page
-
     page = run_async(list_page("outbox entry", status=status, member=member, since=since, after=after, limit=limit))
     if as_json:
         return print_json(page)
@@ -88,8 +88,6 @@ def outbox_requeue(outbox_id: str = typer.Argument(None, metavar="[ID]",
                                                    "status` and `outbox list` show it)."),
                    as_json: bool = JSON_OPTION) -> None:
     """Try an entry again from the start (its attempts are reset), or every entry a filter names."""
-    from pressroom.errors import BadInput
-
     if (outbox_id is None) == (state is None):
         raise BadInput("give an entry id or --state (with --reason to narrow it), not both")
     if reason is not None and state is None:
@@ -99,8 +97,6 @@ def outbox_requeue(outbox_id: str = typer.Argument(None, metavar="[ID]",
         if as_json:
             return print_json({"requeued": [outbox_id], "refused": {}})
         return console.print(f"outbox entry {outbox_id} is pending again", highlight=False)
-    from operations.outbox import requeue_outbox_entries
-
     done = run_async(requeue_outbox_entries(state, reason))
     if as_json:
         return print_json({"requeued": done.requeued, "refused": done.refused})

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import typer
 
 from activities.posts.models import publish_workflow_id
@@ -17,10 +19,14 @@ from commands import (
     repeated_filters,
     run_async,
     warn,
-    when,
 )
+from operations.authoring import PostChange, add_post, delete_post, edit_post
+from operations.finding import list_page
 from operations.posts import posts_status, reconcile_posts, schedule_post, unschedule_post
 from operations.waiting import no_worker_message
+from pressroom.errors import BadInput
+from pressroom.inputs import publish_time
+from pressroom.readable import when
 
 app = typer.Typer(help="Scheduled posts: one durable timer per post.", no_args_is_help=True)
 
@@ -32,8 +38,6 @@ def posts_list(status: str = typer.Option(None, "--status", metavar="draft|sched
                since: str = SINCE_OPTION, limit: int = LIMIT_OPTION, after: str = AFTER_OPTION,
                as_json: bool = JSON_OPTION) -> None:
     """Posts, newest first, a page at a time, with their email (`newsletter report EMAIL_ID`)."""
-    from operations.finding import list_page
-
     page = run_async(list_page("post", status=status, newsletter=newsletter, since=since, after=after, limit=limit))
     if as_json:
         return print_json(page)
@@ -104,10 +108,6 @@ def posts_status_command(post_id: str = typer.Argument(None, help="One post (pos
 
 def _content(html_file, markdown_file) -> tuple[str | None, str | None]:
     """The post's content from --html FILE or --markdown FILE (`-` reads stdin)."""
-    import sys
-
-    from pressroom.errors import BadInput
-
     def read(path) -> str:
         try:
             return sys.stdin.read() if str(path) == "-" else open(path, encoding="utf-8").read()  # noqa: SIM115
@@ -118,9 +118,6 @@ def _content(html_file, markdown_file) -> tuple[str | None, str | None]:
 
 
 def _change(title, html_file, markdown_file, status, at, newsletter, segment, visibility, tiers):
-    from operations.authoring import PostChange
-    from pressroom.inputs import publish_time
-
     html, markdown = _content(html_file, markdown_file)
     return PostChange(title=title, html=html, markdown=markdown, status=status,
                       at=publish_time(at) if at else None, newsletter=newsletter, segment=segment,
@@ -151,8 +148,6 @@ def posts_add(title: str = typer.Option(..., "--title"),
               status: str = _STATUS, at: str = _AT, newsletter: str = _NEWSLETTER, segment: str = _SEGMENT,
               visibility: str = _VISIBILITY, tier: list[str] = _TIER, as_json: bool = JSON_OPTION) -> None:
     """Add a post from HTML or Markdown; with --newsletter it gets its email, sent when it is published."""
-    from operations.authoring import add_post
-
     change = _change(title, html_file, markdown_file, status or "draft", at, newsletter, segment, visibility, tier)
     _print_post(run_async(add_post(change)), as_json)
 
@@ -165,8 +160,6 @@ def posts_edit(post: str = typer.Argument(..., help="The post (id or slug)."),
                status: str = _STATUS, at: str = _AT, newsletter: str = _NEWSLETTER, segment: str = _SEGMENT,
                visibility: str = _VISIBILITY, tier: list[str] = _TIER, as_json: bool = JSON_OPTION) -> None:
     """Change a post: content, audience, newsletter; schedule, publish or unschedule it."""
-    from operations.authoring import edit_post
-
     change = _change(title, html_file, markdown_file, status, at, newsletter, segment, visibility, tier)
     _print_post(run_async(edit_post(post, change)), as_json)
 
@@ -174,6 +167,4 @@ def posts_edit(post: str = typer.Argument(..., help="The post (id or slug)."),
 @app.command("delete")
 def posts_delete(post: str = typer.Argument(..., help="The post (id or slug).")) -> None:
     """Delete a post and its unsent email (a post whose email went out stays)."""
-    from operations.authoring import delete_post
-
     console.print(f"post {run_async(delete_post(post))} deleted", highlight=False)

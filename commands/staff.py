@@ -2,20 +2,21 @@
 
 from __future__ import annotations
 
+import getpass
+import sys
+
 import typer
 
-from commands import JSON_OPTION, console, print_json, print_rows, run_async, when
+from commands import JSON_OPTION, console, print_json, print_rows, run_async
+from operations.staff import add_staff, list_staff, remove_staff
+from pressroom.errors import BadInput
+from pressroom.readable import when
 
 app = typer.Typer(help="Staff who sign in to the dashboard.", no_args_is_help=True)
 
 
 def _read_password() -> str:
     """Prompted twice on a terminal (never echoed); else the first line of standard input."""
-    import getpass
-    import sys
-
-    from pressroom.errors import BadInput
-
     if not sys.stdin.isatty():
         return sys.stdin.readline().rstrip("\r\n")
     password = getpass.getpass("password: ")
@@ -28,8 +29,6 @@ def _read_password() -> str:
 def staff_add(email: str = typer.Argument(..., metavar="EMAIL", help="The staff member's address."),
               as_json: bool = JSON_OPTION) -> None:
     """Add a staff member; the password (12 characters or more) is prompted, or read from standard input."""
-    from operations.staff import add_staff
-
     added = run_async(add_staff(email, _read_password()))
     if as_json:
         return print_json(added)
@@ -39,8 +38,6 @@ def staff_add(email: str = typer.Argument(..., metavar="EMAIL", help="The staff 
 @app.command("list")
 def staff_list(as_json: bool = JSON_OPTION) -> None:
     """Every staff member, oldest first."""
-    from operations.staff import list_staff
-
     staff = run_async(list_staff())
     if as_json:
         return print_json([member.as_json() for member in staff])
@@ -53,8 +50,6 @@ def staff_list(as_json: bool = JSON_OPTION) -> None:
 def staff_remove(email: str = typer.Argument(..., metavar="EMAIL", help="The staff member's address."),
                  as_json: bool = JSON_OPTION) -> None:
     """Remove a staff member; their sessions end at once."""
-    from operations.staff import remove_staff
-
     removed = run_async(remove_staff(email))
     if as_json:
         return print_json(removed)

@@ -14,12 +14,14 @@ the click recorded (docs/clicks.md).
 - `m` names the member; missing, malformed or unknown, the link still redirects (a forwarded
   email) and the click is kept without a member.
 - A mail scanner's prefetch is kept, marked and left out of the readers' figures: a known scanner's
-  user agent or network (PRESSROOM_CLICK_SCANNER_NETWORKS) when the request comes; one member's
-  clicks on several links of one email within BURST_SECONDS of each other, or within that of the
-  email's delivery to them, when it is committed.
+  user agent or network (PRESSROOM_CLICK_SCANNER_NETWORKS) when the request comes; a click within
+  BURST_SECONDS of the email's delivery to the member, when it is committed; one member's clicks on
+  several links of one email within BURST_SECONDS of each other, when they settle (off the reader's
+  path: a click's commit is one statement).
 - A reader's click counts as an open when their open was not seen (images blocked) and moves the
-  member's last-seen time, once it is old enough that no burst can claim it (SETTLE_AFTER_SECONDS;
-  the waiting clicks are a table, so a server killed meanwhile loses none: the next one settles them).
+  member's last-seen time, once it is old enough that every click of its burst is stored
+  (SETTLE_AFTER_SECONDS): its burst marked first, then settled. The waiting clicks are a table, so
+  a server killed meanwhile loses none: the next one marks and settles them.
 - Recording the click is the only thing a GET changes, as on the reference platform; HEAD answers
   the same redirect and records nothing.
 """
@@ -41,8 +43,8 @@ from aiohttp import web
 from temporalio.common import MetricMeter
 
 from frontdoor.deadlines import client_address
+from frontdoor.plain import canonical_uuid, page
 from frontdoor.receiver import database_unavailable
-from frontdoor.server import _page, canonical_uuid
 from pressroom import tracing
 from pressroom.email_rendering import REDIRECT_PATH
 from pressroom.settings import Settings
@@ -58,6 +60,7 @@ COMMITS_IN_FLIGHT = 8  # of the pool's 20 connections; the database groups their
 MAX_QUEUED = 100_000  # clicks held while the database does not take them; past that, not recorded
 RETRY_SECONDS = (0.1, 0.5, 1.0, 2.0, 5.0)  # between tries of a group the database did not take
 CACHED_TARGETS = 100_000
+CACHED_AGENTS = 10_000
 BURST_SECONDS = 2  # "every link followed within a couple of seconds": no reader clicks that fast
 # A reader's click settles (its open, the member seen) once a burst's later clicks would have been
 # committed: the burst's span, and room for a slow commit.
@@ -114,16 +117,19 @@ WHERE c.id = k.id AND (
       AND o.created_at BETWEEN k.created_at - interval '{BURST_SECONDS} s'
                            AND k.created_at + interval '{BURST_SECONDS} s') >= k.links_needed"""
 
-# The readers' clicks old enough that no burst can claim them any more: an open when their open was
-# not seen (images blocked), recounted by analytics; the member seen, at most once a day. Several
+# The readers' clicks old enough that every click of a burst they may belong to is stored. Several
 # front doors may settle at once: each takes rows the others have not locked.
-_SETTLE = f"""
+_DUE = f"""
+SELECT coalesce(array_agg(click_id), '{{}}') FROM (
+    SELECT click_id FROM members_click_events_unsettled
+    WHERE created_at < now() - interval '{SETTLE_AFTER_SECONDS} s'
+    ORDER BY created_at LIMIT {GROUP_LIMIT * 10} FOR UPDATE SKIP LOCKED) due"""
+
+# The due clicks, their bursts marked first: a reader's click counts as an open when their open was
+# not seen (images blocked), recounted by analytics; the member seen, at most once a day.
+_SETTLE = """
 WITH due AS (
-    DELETE FROM members_click_events_unsettled WHERE click_id IN (
-        SELECT click_id FROM members_click_events_unsettled
-        WHERE created_at < now() - interval '{SETTLE_AFTER_SECONDS} s'
-        ORDER BY created_at LIMIT {GROUP_LIMIT * 10} FOR UPDATE SKIP LOCKED)
-    RETURNING click_id
+    DELETE FROM members_click_events_unsettled WHERE click_id = ANY($1::text[]) RETURNING click_id
 ), reader AS (
     SELECT c.member_id, r.post_id, min(c.created_at) AS first, max(c.created_at) AS last
     FROM due JOIN members_click_events c ON c.id = due.click_id JOIN redirects r ON r.id = c.redirect_id
@@ -172,20 +178,21 @@ class ClickLog:
         if len(self.waiting) >= MAX_QUEUED:
             self.dropped += 1  # the reader is still redirected; memory stays bounded in a long outage
             return False
-        future = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        future = loop.create_future()
         self.waiting.append((click, future))
         if self.committing < COMMITS_IN_FLIGHT:
             self.committing += 1
             task = asyncio.create_task(self._commit_waiting())
             self.tasks.add(task)
             task.add_done_callback(self.tasks.discard)
-        try:
-            async with asyncio.timeout(self.wait_seconds):
-                await asyncio.shield(future)  # on time out, the click stays queued
-            return True
-        except TimeoutError:
+        # One timer a click (no timeout scope, no shield): given up on, the click stays queued.
+        late = loop.call_later(self.wait_seconds, _give_up, future)
+        committed = await future
+        late.cancel()
+        if not committed:
             self.late += 1
-            return False
+        return committed
 
     async def _commit_waiting(self) -> None:
         tries = 0
@@ -206,7 +213,7 @@ class ClickLog:
                     continue
                 for _, future in group:
                     if not future.done():
-                        future.set_result(None)
+                        future.set_result(True)
         finally:
             self.committing -= 1
 
@@ -224,21 +231,26 @@ class ClickLog:
         self.committed += len(group)
 
     async def _store(self, group: Sequence[Click]) -> None:
-        """Two statements, each its own commit (two round trips, not four): the clicks are durable
-        after the first; a burst the second would have marked and a kill came between is marked
-        by its next click, or stays counted as a reader's."""
-        ids = [c.id for c in group]
-        async with self.pool.acquire() as conn:
-            await conn.execute(_STORE, ids, [c.redirect for c in group], [c.member_uuid for c in group],
-                               [c.at for c in group], [c.scanner for c in group])
-            await conn.execute(_MARK_BURSTS, ids)
+        """One statement and its commit: the reader waits for nothing else (bursts are marked as
+        the clicks settle)."""
+        await self.pool.execute(_STORE, [c.id for c in group], [c.redirect for c in group],
+                                [c.member_uuid for c in group], [c.at for c in group], [c.scanner for c in group])
 
     async def settle(self) -> int:
         """The readers' clicks old enough to be sure of, settled; how many."""
         settled = 0
-        while (done := await self.pool.fetchval(_SETTLE)) > 0:
+        while (done := await self._settle_due()) > 0:
             settled += done
         return settled
+
+    async def _settle_due(self) -> int:
+        """One transaction: the due clicks' bursts marked, then the readers' among them settled."""
+        async with self.pool.acquire() as conn, conn.transaction():
+            due = await conn.fetchval(_DUE)
+            if not due:
+                return 0
+            await conn.execute(_MARK_BURSTS, due)
+            return await conn.fetchval(_SETTLE, due)
 
     async def settle_forever(self) -> None:
         while True:
@@ -254,6 +266,11 @@ class ClickLog:
             await asyncio.wait(list(self.tasks), timeout=seconds)
 
 
+def _give_up(future: asyncio.Future) -> None:
+    if not future.done():
+        future.set_result(False)
+
+
 class Targets:
     """Redirect path → target, read once: a redirect never changes once made."""
 
@@ -261,10 +278,15 @@ class Targets:
         self.pool, self.size = pool, size
         self._cache: OrderedDict[str, str] = OrderedDict()
 
-    async def get(self, path: str) -> str | None:
+    def cached(self, path: str) -> str | None:
         target = self._cache.get(path)
         if target is not None:
             self._cache.move_to_end(path)
+        return target
+
+    async def get(self, path: str) -> str | None:
+        target = self.cached(path)
+        if target is not None:
             return target
         target = await self.pool.fetchval(_TARGET, path)
         if target is not None:  # unknown paths are not kept: anyone can ask for any number of them
@@ -287,6 +309,16 @@ class Redirects:
         meter = runtime.metric_meter if runtime is not None else MetricMeter.noop
         self.requests = meter.create_counter("pressroom_click_requests", "tracked link requests by outcome")
         self._settling: asyncio.Task | None = None
+        self._agents: dict[str, bool] = {}
+
+    def _scanner_agent(self, agent: str) -> bool:
+        """The user agents' verdicts kept: readers of one email send a few agents, over and over."""
+        known = self._agents.get(agent)
+        if known is None:
+            if len(self._agents) >= CACHED_AGENTS:  # anyone can send any agent: bounded
+                self._agents.clear()
+            known = self._agents[agent] = bool(_SCANNER_AGENTS.search(agent))
+        return known
 
     def routes(self) -> list:
 
@@ -294,7 +326,7 @@ class Redirects:
 
     def scanner(self, request: web.Request) -> str | None:
         """Why the request is a scanner's, as far as the request itself says."""
-        if _SCANNER_AGENTS.search(request.headers.get("User-Agent", "")):
+        if self._scanner_agent(request.headers.get("User-Agent", "")):
             return "user-agent"
         if self.networks:
             try:
@@ -314,13 +346,15 @@ class Redirects:
                 return self._unknown(span)
             path = REDIRECT_PATH + slug
             try:
-                async with asyncio.timeout(self.wait_seconds):  # a stalled database answers 503, not never
-                    target = await self.targets.get(path)
+                target = self.targets.cached(path)
+                if target is None:
+                    async with asyncio.timeout(self.wait_seconds):  # a stalled database answers 503, not never
+                        target = await self.targets.get(path)
             except Exception as error:
                 if not database_unavailable(error):
                     raise
                 self._count("unavailable")
-                return _page("Try again", "<p>This link cannot be followed right now. Please try again in a "
+                return page("Try again", "<p>This link cannot be followed right now. Please try again in a "
                                           "few minutes.</p>", status=503)
             if target is None:
                 return self._unknown(span)
@@ -336,7 +370,7 @@ class Redirects:
     def _unknown(self, span) -> web.Response:
         span.set_attribute("http.response.status_code", 404)
         self._count("unknown")
-        return _page("Link not found", "<p>This link is not valid. Use the link in the email you received.</p>",
+        return page("Link not found", "<p>This link is not valid. Use the link in the email you received.</p>",
                      status=404)
 
     def _count(self, outcome: str) -> None:

@@ -29,7 +29,6 @@ import hmac
 import html
 import logging
 import re
-import uuid as uuid_module
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, urlencode
@@ -41,8 +40,10 @@ from temporalio.common import MetricMeter
 from frontdoor.admin_api import MAX_BODY_BYTES as ADMIN_MAX_BODY
 from frontdoor.admin_api import AdminApi
 from frontdoor.deadlines import BodyTooLarge, BodyTooSlow, Connections, read_body
-from frontdoor.pages import Pages
+from frontdoor.pages import Pages, views
+from frontdoor.plain import canonical_uuid, page
 from frontdoor.receiver import REFUSALS_FLUSH_SECONDS, Receiver, database_unavailable, flush_refusals, metrics_runtime
+from frontdoor.redirects import Redirects
 from operations.webhooks import LINK_SOURCE
 from pressroom import database, tracing
 from pressroom.email_rendering import member_key
@@ -89,17 +90,6 @@ def mask_address(address: str) -> str:
     return f"{local[:1]}•••@{shown_domain}"
 
 
-def canonical_uuid(value: str | None) -> str | None:
-    """The uuid as the reference platform writes it (lowercase, hyphenated), or None."""
-    if not value or len(value) != 36:
-        return None
-    try:
-        parsed = str(uuid_module.UUID(value))
-    except ValueError:
-        return None
-    return parsed if parsed == value.lower() else None
-
-
 class Unsubscribe:
     """GET shows, POST leaves: the members' links."""
 
@@ -131,7 +121,7 @@ class Unsubscribe:
                 held = self._unavailable.due()
                 if held is not None:
                     log.error("unsubscribe link not handled (503): %s%s", type(error).__name__, since(held))
-                return _page("Try again", "<p>This cannot be done right now. Please try again in a few "
+                return page("Try again", "<p>This cannot be done right now. Please try again in a few "
                                           "minutes.</p>", status=503)
         return answer
 
@@ -167,7 +157,7 @@ class Unsubscribe:
     def _refused(self, reason: str) -> web.Response:
         kind = self.refusals.refused(reason, 404)
         self.requests.with_additional_attributes({"outcome": "refused", "reason": kind}).add(1)
-        return _page("Link not valid", "<p>This unsubscribe link is not valid. Use the link in the latest email "
+        return page("Link not valid", "<p>This unsubscribe link is not valid. Use the link in the latest email "
                      "you received, or write to the sender.</p>", status=404)
 
     async def page(self, request: web.Request) -> web.Response:
@@ -194,7 +184,7 @@ class Unsubscribe:
             state = f"<p>Stop sending newsletters to {address}?</p>"
             buttons = ""
         buttons += '<button type="submit" name="scope" value="all">Unsubscribe from all newsletters</button>'
-        return _page("Unsubscribe", f'{state}<form method="post" action="{action}">{buttons}</form>')
+        return page("Unsubscribe", f'{state}<form method="post" action="{action}">{buttons}</form>')
 
     async def leave(self, request: web.Request) -> web.Response:
         """RFC 8058's one-click POST, or the page's button: the member leaves; 200 again on a repeat."""
@@ -220,7 +210,7 @@ class Unsubscribe:
             span.set_attribute("http.response.status_code", 200)
         self.requests.with_additional_attributes({"outcome": "left" if removed else "already"}).add(1)
         what = "any newsletter" if every else f"<strong>{html.escape(row['newsletter_name'])}</strong>"
-        return _page("Unsubscribed", f"<p>{html.escape(mask_address(row['email']))} will not receive {what} "
+        return page("Unsubscribed", f"<p>{html.escape(mask_address(row['email']))} will not receive {what} "
                                      "any more.</p>")
 
 
@@ -249,21 +239,6 @@ def _span(method: str):
                         kind=SpanKind.SERVER)
 
 
-def _page(title: str, body: str, status: int = 200) -> web.Response:
-
-    text = (f'<!doctype html><html lang="en"><head><meta charset="utf-8">'
-            f'<meta name="viewport" content="width=device-width, initial-scale=1">'
-            f'<meta name="robots" content="noindex"><title>{title}</title>'
-            f'<style>body{{font-family:system-ui,sans-serif;max-width:32rem;margin:4rem auto;padding:0 1rem}}'
-            f'button{{margin:.25rem 0;padding:.5rem 1rem}}</style></head>'
-            f'<body><main><h1>{title}</h1>{body}</main></body></html>')
-    return web.Response(status=status, text=text, content_type="text/html",
-                        headers={"Cache-Control": "no-store", "Referrer-Policy": "no-referrer",
-                                 "X-Frame-Options": "DENY",
-                                 "Content-Security-Policy": "default-src 'none'; style-src 'unsafe-inline'; "
-                                                            "form-action 'self'"})
-
-
 class FrontDoor:
     """The server's parts: the members' links, the provider's webhooks, health, and the guard."""
 
@@ -273,9 +248,6 @@ class FrontDoor:
         throttle("aiohttp.server")
         self.pool = pool
         self.unsubscribe = Unsubscribe(pool, settings, runtime)
-        # Imported here: frontdoor/redirects.py imports this module's page helpers (a circle to untangle).
-        from frontdoor.redirects import Redirects  # noqa: PLC0415 (the circle above)
-
         self.redirects = Redirects(pool, settings, runtime)
         self.receiver = Receiver(pool, settings, runtime)
         self.pages = Pages(pool, settings)
@@ -290,7 +262,7 @@ class FrontDoor:
         # Each handler holds its own body to its own limit (read_body); this is the largest of them.
         app = web.Application(client_max_size=max(self.receiver.max_body, ADMIN_MAX_BODY),
                               middlewares=[self.connections.middleware()])
-        app.add_routes([*self.unsubscribe.routes(), *self.receiver.routes(), *self.pages.routes(),
+        app.add_routes([*self.unsubscribe.routes(), *self.receiver.routes(), *views.routes(self.pages),
                         web.get(HEALTH_PATH, self.health), *self.redirects.routes(), *self.admin_api.routes()])
         return app
 

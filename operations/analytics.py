@@ -3,27 +3,37 @@
 from __future__ import annotations
 
 import asyncio
-from datetime import UTC, timedelta
+import json
+import uuid
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from activities.analytics.models import SCHEDULE_ID, FetchEmailAnalyticsInput
+from temporalio.client import (
+    Schedule,
+    ScheduleActionStartWorkflow,
+    ScheduleIntervalSpec,
+    ScheduleOverlapPolicy,
+    SchedulePolicy,
+    ScheduleSpec,
+)
+from temporalio.service import RPCError, RPCStatusCode
+
+from activities.analytics.models import BACKFILL_PREFIX, PHASE_JOBS, RUNS_JOB, SCHEDULE_ID, FetchEmailAnalyticsInput
 from operations.common import temporal_client
+from operations.waiting import watching_for_worker
+from pressroom import database
+from pressroom.errors import BadInput, NotFound, PressroomError, shorten
+from pressroom.inputs import past_time
+from pressroom.logs import ADDRESS
 from pressroom.settings import Settings, get_settings
+from pressroom.temporal import create_or_update_schedule
+from workflows.analytics import FetchEmailAnalyticsWorkflow
 
 if TYPE_CHECKING:
     from temporalio.client import Client
 
 
 def build_schedule(settings: Settings):
-    from temporalio.client import (
-        Schedule,
-        ScheduleActionStartWorkflow,
-        ScheduleIntervalSpec,
-        ScheduleOverlapPolicy,
-        SchedulePolicy,
-        ScheduleSpec,
-    )
-
     interval = timedelta(seconds=settings.analytics_interval_seconds)
     return Schedule(
         action=ScheduleActionStartWorkflow("FetchEmailAnalyticsWorkflow", FetchEmailAnalyticsInput(),
@@ -40,8 +50,6 @@ def build_schedule(settings: Settings):
 async def ensure_schedule(client: Client, settings: Settings, *, move: bool = False) -> str:
     """Create the schedule, or update it to the current settings keeping its paused state; one on
     another task queue is left there unless `move` (create_or_update_schedule)."""
-    from pressroom.temporal import create_or_update_schedule
-
     return await create_or_update_schedule(client, SCHEDULE_ID, build_schedule(settings), move=move)
 
 
@@ -53,10 +61,6 @@ async def analytics_schedule(settings: Settings | None = None, client=None) -> s
 
 
 async def _analytics_handle(settings: Settings | None, client):
-    from temporalio.service import RPCError, RPCStatusCode
-
-    from pressroom.errors import NotFound
-
     client = client or await temporal_client(settings)
     handle = client.get_schedule_handle(SCHEDULE_ID)
     try:
@@ -77,10 +81,6 @@ async def analytics_trigger(settings: Settings | None = None, client=None) -> No
 async def analytics_run(*, wait: bool, settings: Settings | None = None, client=None, say=lambda message: None):
     """Trigger one run; with `wait`, follow it (or the run already going, which the overlap policy
     keeps alone) to its end and answer its result, saying when no worker polls its task queue."""
-    from operations.waiting import watching_for_worker
-    from pressroom.errors import PressroomError
-    from workflows.analytics import FetchEmailAnalyticsWorkflow
-
     settings = settings or get_settings()
     client = client or await temporal_client(settings)
     handle, before = await _analytics_handle(settings, client)
@@ -117,14 +117,6 @@ async def analytics_pause(paused: bool, settings: Settings | None = None, client
 
 async def analytics_backfill(begin: str, end: str, settings: Settings | None = None) -> str:
     """Record a backfill request that the next run reads; answers its job name."""
-    import json
-    import uuid
-
-    from activities.analytics.models import BACKFILL_PREFIX
-    from pressroom import database
-    from pressroom.errors import BadInput, shorten
-    from pressroom.inputs import past_time
-
     # A window in the future has no events yet: the run would mark it finished, empty.
     start, stop = past_time(begin, "--from"), past_time(end, "--to")
     if start >= stop:
@@ -142,13 +134,6 @@ async def analytics_backfill(begin: str, end: str, settings: Settings | None = N
 
 async def analytics_status(settings: Settings | None = None, client=None) -> dict:
     """The schedule's state, its recent actions, each cursor with its lag, and the last runs."""
-    import json
-    from datetime import datetime
-
-    from activities.analytics.models import PHASE_JOBS, RUNS_JOB
-    from pressroom import database
-    from pressroom.errors import NotFound
-
     settings = settings or get_settings()
     now = datetime.now(UTC)
     try:
@@ -197,9 +182,6 @@ async def _rejected_counts(pool) -> dict:
 async def rejected_events(settings: Settings | None = None, limit: int = 50) -> dict:
     """The delivery events set aside, newest first: when, from where, the event's id and why; never
     the event itself (it holds an address: read it in the database, `delivery_events_rejected.event`)."""
-    from pressroom import database
-    from pressroom.logs import ADDRESS
-
     settings = settings or get_settings()
     pool = await database.connect(settings.require_database(), max_size=1)
     try:

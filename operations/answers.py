@@ -8,6 +8,8 @@ offset as ISO 8601 (`2026-11-25T15:34:10.123456+00:00`), as `--json` has always 
 
 from __future__ import annotations
 
+import types
+import typing
 from datetime import UTC, datetime
 from typing import Annotated, Generic, TypeVar
 
@@ -24,7 +26,8 @@ Moment = Annotated[datetime, PlainSerializer(_iso, return_type=str, when_used="j
 
 
 class Answer(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # defer_build: each schema is built at its first use, so a command pays only for what it prints.
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
     def as_json(self) -> dict:
         """The `--json` document."""
@@ -385,9 +388,6 @@ DOCUMENTED: dict[str, tuple[type[BaseModel], str]] = {  # command: (model, what 
 
 def _kind(annotation: object) -> str:
     """A field's type as the JSON reader sees it."""
-    import types
-    import typing
-
     origin, args = typing.get_origin(annotation), typing.get_args(annotation)
     if origin is Annotated:
         return _kind(args[0])
@@ -405,8 +405,6 @@ def _kind(annotation: object) -> str:
 
 
 def _models_in(model: type[BaseModel], seen: dict[str, type[BaseModel]]) -> None:
-    import typing
-
     seen.setdefault(model.__name__, model)
     for field in model.model_fields.values():
         stack = [field.annotation]

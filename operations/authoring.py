@@ -12,16 +12,29 @@ raw HTML escaped (markdown-it-py) before the same sanitiser.
 
 from __future__ import annotations
 
+import asyncio
 import re
 import secrets
+import time
+import unicodedata
 from datetime import UTC, datetime
 from typing import Any, Literal
 
+import asyncpg
+import nh3
+from markdown_it import MarkdownIt
 from pydantic import BaseModel
 
 from activities.outbox import site_events
-from pressroom import tracing
+from operations.common import temporal_client
+from operations.newsletter import start_newsletter
+from operations.posts import change_post, tell_post_workflow
+from pressroom import database, tracing
+from pressroom.email_rendering import html_to_text
 from pressroom.errors import BadInput, NotFound, PressroomError
+from pressroom.inputs import email_address, entity_id, free_text
+from pressroom.inputs import slug as slug_input
+from pressroom.recipient_filter import FilterError, parse
 from pressroom.settings import Settings, get_settings
 
 POST_STATUSES = ("draft", "scheduled", "published")
@@ -113,9 +126,6 @@ _MARKER = re.compile(r"<!--\s*members-only\s*-->", re.IGNORECASE)
 
 def post_html(html: str | None = None, markdown: str | None = None) -> str:
     """The post's HTML from the author's HTML or Markdown, sanitised; the members-only marker kept."""
-    import nh3
-    from markdown_it import MarkdownIt
-
     if (html is None) == (markdown is None):
         raise BadInput("give the post's content as HTML or as Markdown, one of the two")
     source = html if html is not None else markdown
@@ -133,22 +143,16 @@ def post_html(html: str | None = None, markdown: str | None = None) -> str:
 
 
 def post_text(html: str) -> str:
-    from pressroom.email_rendering import html_to_text
-
     return html_to_text(html)
 
 
 def slug_of(text: str) -> str:
     """A slug from a title, as the reference platform makes one: lowercase words joined by hyphens."""
-    import unicodedata
-
     plain = unicodedata.normalize("NFKD", text).encode("ascii", "ignore").decode()
     return re.sub(r"[^a-z0-9]+", "-", plain.lower()).strip("-")[:180] or "untitled"
 
 
 def _title(value: str | None) -> str:
-    from pressroom.inputs import free_text
-
     title = free_text(value, "title", 255)
     if title is None:
         raise BadInput("a post needs a title")
@@ -156,8 +160,6 @@ def _title(value: str | None) -> str:
 
 
 def _segment(value: str | None) -> str:
-    from pressroom.recipient_filter import FilterError, parse
-
     text = (value or "all").strip()
     try:
         parse(text)
@@ -180,8 +182,6 @@ _NEWSLETTER = ("SELECT id, uuid::text AS uuid, name, slug, sender_name, sender_e
 
 def _newsletter_fields(name: str | None, sender_name: str | None, sender_email: str | None,
                        sender_reply_to: str | None, status: str | None) -> dict[str, Any]:
-    from pressroom.inputs import email_address, free_text
-
     fields: dict[str, Any] = {}
     if name is not None:
         fields["name"] = free_text(name, "name")
@@ -205,11 +205,6 @@ async def add_newsletter(name: str, *, slug: str | None = None, sender_name: str
                          sender_email: str | None = None, sender_reply_to: str | None = None,
                          subscribe_on_signup: bool = True, settings: Settings | None = None) -> Newsletter:
     """A newsletter; its slug from its name unless given (a taken slug is refused)."""
-    import asyncpg
-
-    from pressroom import database
-    from pressroom.inputs import slug as slug_input
-
     fields = _newsletter_fields(name, sender_name, sender_email, sender_reply_to, None)
     fields["slug"] = slug_input(slug, "newsletter slug") if slug else slug_of(fields["name"])
     fields["subscribe_on_signup"] = subscribe_on_signup
@@ -231,9 +226,6 @@ async def edit_newsletter(newsletter: str, *, name: str | None = None, sender_na
                           status: str | None = None, subscribe_on_signup: bool | None = None,
                           settings: Settings | None = None) -> Newsletter:
     """Change a newsletter (by id or slug); only the fields given."""
-    from pressroom import database
-    from pressroom.inputs import entity_id
-
     entity_id(newsletter, "newsletter")
     fields = _newsletter_fields(name, sender_name, sender_email, sender_reply_to, status)
     if subscribe_on_signup is not None:
@@ -253,8 +245,6 @@ async def edit_newsletter(newsletter: str, *, name: str | None = None, sender_na
 async def opt_in_existing(newsletter_id: str, *, settings: Settings | None = None) -> int:
     """Subscribe to the newsletter every member subscribed to another one (the reference's
     `opt_in_existing`); how many joined."""
-    from pressroom import database
-
     settings = settings or get_settings()
     async with database.connection(settings.require_database()) as conn:
         done = await conn.execute(
@@ -264,8 +254,6 @@ async def opt_in_existing(newsletter_id: str, *, settings: Settings | None = Non
 
 
 async def list_newsletters(*, settings: Settings | None = None) -> list[Newsletter]:
-    from pressroom import database
-
     settings = settings or get_settings()
     async with database.connection(settings.require_database()) as conn:
         rows = await conn.fetch(f"{_NEWSLETTER} ORDER BY created_at, id")
@@ -313,9 +301,6 @@ async def _newsletter_id(conn, newsletter: str | None) -> str | None:
 
 def _checked(change: PostChange) -> dict[str, Any]:
     """Every input of the change checked before anything is written: {column or key: value}."""
-    from pressroom.inputs import free_text
-    from pressroom.inputs import slug as slug_input
-
     fields: dict[str, Any] = {}
     if change.title is not None:
         fields["title"] = _title(change.title)
@@ -398,8 +383,6 @@ def _publish_at(change: PostChange) -> datetime | None:
 async def add_post(change: PostChange, *, client=None, settings: Settings | None = None) -> Post:
     """A post from HTML or Markdown, with its email when it has a newsletter; scheduled or published
     through its durable timer. Refused whole: a post whose publication cannot be started is removed."""
-    from pressroom import database
-
     change = change.model_copy(update={"title": _title(change.title)})
     fields = _checked(change)
     fields.setdefault("visibility", "public")
@@ -429,10 +412,6 @@ async def edit_post(post: str, change: PostChange, *, client=None, settings: Set
     `posts schedule`/`unschedule` (a draft or scheduled post may be scheduled or published; a
     scheduled one may go back to draft; a published one may go back to draft, unpublished). With `updated_at`, a post
     changed since is refused (UpdateCollision), nothing written."""
-    from operations.posts import change_post
-    from pressroom import database
-    from pressroom.inputs import entity_id
-
     entity_id(post, "post")
     fields = _checked(change)
     settings = settings or get_settings()
@@ -488,23 +467,16 @@ def _to_ms(moment: datetime) -> datetime:
 
 
 async def _client(settings: Settings):
-    from operations.common import temporal_client
-
     return await temporal_client(settings)
 
 
 async def _publish(post_id: str, at: datetime | None, client, settings: Settings, write=None) -> None:
-    from operations.posts import change_post
-
     await change_post(post_id, at, client or await _client(settings), settings, write=write)
 
 
 async def _published_soon(conn, post_id: str, change: PostChange, seconds: float = 10.0) -> None:
     """Published now: the timer publishes at once; wait (bounded) so the answer shows it published.
     Without a worker the post stays scheduled for now and is published when one runs."""
-    import asyncio
-    import time
-
     if change.status != "published":
         return
     deadline = time.monotonic() + seconds
@@ -518,10 +490,6 @@ async def _published_soon(conn, post_id: str, change: PostChange, seconds: float
 async def delete_post(post: str, *, client=None, settings: Settings | None = None) -> str:
     """Delete a post (by id or slug) and its unsent email; its timer stops. A post whose email has
     started sending keeps its record: refused."""
-    from operations.posts import tell_post_workflow
-    from pressroom import database
-    from pressroom.inputs import entity_id
-
     entity_id(post, "post")
     settings = settings or get_settings()
     async with database.connection(settings.require_database()) as conn:
@@ -549,10 +517,6 @@ async def retry_email(email_id: str, *, recipient_filter: str | None = None, sub
                       client=None, settings: Settings | None = None) -> EmailRetry:
     """Correct a failed email (its filter while no batch was written, its subject while none was
     sent) and start its send again, as the reference platform's `POST emails/{id}/retry/`."""
-    from operations.newsletter import start_newsletter
-    from pressroom import database
-    from pressroom.inputs import entity_id, free_text
-
     entity_id(email_id, "email")
     new_filter = _segment(recipient_filter) if recipient_filter is not None else None
     new_subject = free_text(subject, "subject", 300) if subject is not None else None
@@ -583,12 +547,6 @@ async def retry_email(email_id: str, *, recipient_filter: str | None = None, sub
 # --- tiers and labels ----------------------------------------------------------------------------
 
 async def _add_named(table: str, name: str, slug: str | None, extra: dict[str, Any], settings: Settings | None):
-    import asyncpg
-
-    from pressroom import database
-    from pressroom.inputs import free_text
-    from pressroom.inputs import slug as slug_input
-
     checked = free_text(name, "name")
     if checked is None:
         raise BadInput("a name is required")

@@ -11,8 +11,16 @@ import asyncio
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from temporalio.api.operatorservice.v1 import ListSearchAttributesRequest
+from temporalio.service import RPCError, RPCStatusCode
+
 from operations.answers import CheckReport, ServiceCheck
+from pressroom import database
+from pressroom.database import DatabaseUnavailable
+from pressroom.providers.port import ProviderError
+from pressroom.providers.wiring import provider_from_settings, provider_title
 from pressroom.settings import ConfigurationError, Settings
+from pressroom.temporal import SEARCH_ATTRIBUTES, TemporalUnavailable, connect, describe_rpc_error
 
 CHECK_TIMEOUT_SECONDS = 15
 
@@ -27,8 +35,6 @@ class CheckResult:
 
 
 async def check_postgres(settings: Settings) -> CheckResult:
-    from pressroom import database
-
     url = settings.require_database()
     async with database.connection(url) as conn:
         latest = max(version for version, _ in database.migrations())
@@ -43,11 +49,6 @@ async def check_postgres(settings: Settings) -> CheckResult:
 
 
 async def check_temporal(settings: Settings) -> CheckResult:
-    from temporalio.api.operatorservice.v1 import ListSearchAttributesRequest
-    from temporalio.service import RPCError, RPCStatusCode
-
-    from pressroom.temporal import SEARCH_ATTRIBUTES, connect
-
     client = await connect(settings)
     where = f"{settings.temporal_address} namespace {settings.temporal_namespace}"
     try:
@@ -67,8 +68,6 @@ async def check_temporal(settings: Settings) -> CheckResult:
 async def check_provider(settings: Settings) -> CheckResult:
     """The email provider answers with this account's credentials (Mailgun: a one-event query; SES:
     the account's sending quota): each provider says how (`check_account`)."""
-    from pressroom.providers.wiring import provider_from_settings
-
     provider = provider_from_settings(settings)
     try:
         return CheckResult(provider.title, True, await provider.check_account())
@@ -79,13 +78,6 @@ async def check_provider(settings: Settings) -> CheckResult:
 async def run_checks(settings: Settings, more: Sequence[tuple[str, Callable]] = ()) -> list[CheckResult]:
     """Every check, side by side; a failure becomes a result that names its service. `more`: checks
     of what running needs, `(name, check(client, settings))`, made once Temporal answered."""
-    from temporalio.service import RPCError
-
-    from pressroom.database import DatabaseUnavailable
-    from pressroom.providers.port import ProviderError
-    from pressroom.providers.wiring import provider_title
-    from pressroom.temporal import TemporalUnavailable, describe_rpc_error
-
     async def guarded(service: str, check) -> CheckResult:
         try:
             return await asyncio.wait_for(check(settings), CHECK_TIMEOUT_SECONDS)
@@ -104,8 +96,6 @@ async def run_checks(settings: Settings, more: Sequence[tuple[str, Callable]] = 
         unready = " and ".join(result.service for result in results[:2] if not result.ok)
         return results + [CheckResult(name, False, f"not checked: {unready} not ready", checked=False)
                           for name, _ in more]
-    from pressroom.temporal import connect
-
     client = await connect(settings)
     return results + list(await asyncio.gather(*(
         guarded(name, lambda settings, check=check: check(client, settings)) for name, check in more)))

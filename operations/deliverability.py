@@ -15,6 +15,7 @@ from pydantic import BaseModel
 from operations.check import CheckResult
 from pressroom import database
 from pressroom.providers.port import ProviderError
+from pressroom.providers.wiring import provider_from_settings
 from pressroom.settings import Settings
 
 REPUTATION_DAYS = 30
@@ -99,8 +100,6 @@ async def senders_in_use(settings: Settings) -> list[str]:
 async def check_senders(client, settings: Settings) -> CheckResult:
     """Every identity in use verified by the provider (failing otherwise: its sends are refused), and
     each sender's domain publishing DMARC (warned when not, or when DNS does not say)."""
-    from pressroom.providers.wiring import provider_from_settings
-
     senders = await senders_in_use(settings)
     provider = provider_from_settings(settings)
     try:

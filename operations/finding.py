@@ -12,8 +12,10 @@ from datetime import UTC, datetime, timedelta
 
 from activities.posts.publish import NEWSLETTER_NOT_GOING
 from operations.answers import Answer, EmailRow, MemberRow, OutboxRow, Page, PostRow
+from operations.common import parse_moment
+from pressroom import database
 from pressroom.errors import BadInput, NotFound, shorten
-from pressroom.inputs import entity_id
+from pressroom.inputs import entity_id, slug
 from pressroom.settings import Settings, get_settings
 
 DEFAULT_PAGE = 50
@@ -84,8 +86,6 @@ _LISTS: dict[str, tuple[str, str, tuple[str, ...], type[Answer]]] = {  # what: (
 
 def since_time(text: str | None, option: str = "--since", *, now: datetime | None = None) -> datetime | None:
     """`30m`, `24h`, `7d` ago, or an ISO 8601 time with its offset."""
-    from operations.common import parse_moment
-
     if text is None:
         return None
     match = re.fullmatch(r"\s*(\d{1,6})\s*([mhd])\s*", text)
@@ -119,8 +119,6 @@ async def _newsletter_id(conn, newsletter: str | None) -> str | None:
 
 async def _label_and_tier(conn, label: str | None, tier: str | None) -> tuple[str | None, str | None]:
     """--label and --tier as slugs that exist: a typo is named, not answered with an empty list."""
-    from pressroom.inputs import slug
-
     for value, what, table in ((label, "label", "labels"), (tier, "tier", "products")):
         if value is not None and not await conn.fetchval(f"SELECT EXISTS (SELECT 1 FROM {table} WHERE slug = $1)",
                                                          slug(value, what)):
@@ -133,8 +131,6 @@ async def list_page(what: str, *, status: str | None = None, since: str | None =
                     label: str | None = None, tier: str | None = None, settings: Settings | None = None) -> Page:
     """One page of a list, newest first (`next_after`: the id to pass as `after` for the next page,
     None on the last page)."""
-    from pressroom import database
-
     statement, table, states, row_model = _LISTS[what]
     if not 1 <= limit <= LARGEST_PAGE:
         raise BadInput(f"--limit {limit} is not between 1 and {LARGEST_PAGE}")

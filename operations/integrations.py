@@ -12,7 +12,10 @@ from datetime import datetime
 
 from pydantic import BaseModel
 
+from operations.authoring import slug_of
+from pressroom import database
 from pressroom.errors import BadInput, NotFound
+from pressroom.inputs import free_text
 from pressroom.settings import Settings, get_settings
 
 
@@ -31,10 +34,6 @@ class Integration(BaseModel):
 
 async def add_integration(name: str, *, settings: Settings | None = None) -> IntegrationAdded:
     """A custom integration and its admin key, in one transaction; a name in use is refused."""
-    from operations.authoring import slug_of
-    from pressroom import database
-    from pressroom.inputs import free_text
-
     checked = free_text(name, "integration name")
     if checked is None:
         raise BadInput("an integration needs a name")
@@ -55,8 +54,6 @@ async def add_integration(name: str, *, settings: Settings | None = None) -> Int
 
 
 async def list_integrations(*, settings: Settings | None = None) -> list[Integration]:
-    from pressroom import database
-
     settings = settings or get_settings()
     async with database.connection(settings.require_database()) as conn:
         rows = await conn.fetch(
@@ -67,8 +64,6 @@ async def list_integrations(*, settings: Settings | None = None) -> list[Integra
 
 async def remove_integration(name: str, *, settings: Settings | None = None) -> str:
     """The integration (by name or slug) and its keys: tokens signed with them stop working at once."""
-    from pressroom import database
-
     settings = settings or get_settings()
     async with database.connection(settings.require_database()) as conn:
         removed = await conn.fetchval(

@@ -6,9 +6,10 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from activities.sending_limits import send_caps, sending_domain
+from pressroom import database
 from pressroom.errors import NotFound
 from pressroom.providers.port import AccountQuota
-from pressroom.providers.wiring import sending_scope
+from pressroom.providers.wiring import provider_from_settings, sending_scope
 from pressroom.settings import ConfigurationError, Settings, get_settings
 
 if TYPE_CHECKING:
@@ -17,9 +18,6 @@ if TYPE_CHECKING:
 
 async def sending_limits(settings: Settings | None = None) -> list[dict]:
     """Per sending domain; the caps are the configured ones or the account's stated quota (SES), the smaller."""
-    from pressroom import database
-    from pressroom.providers.wiring import provider_from_settings
-
     settings = settings or get_settings()
     try:
         provider = provider_from_settings(settings)
@@ -35,8 +33,6 @@ async def sending_limits(settings: Settings | None = None) -> list[dict]:
 
 
 async def reset_sending_limit(domain: str, settings: Settings | None = None) -> None:
-    from pressroom import database
-
     settings = settings or get_settings()
     async with database.connection(settings.require_database()) as conn:
         if not await reset_learned_limit(conn, domain):

@@ -26,9 +26,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TextIO
 
-from pressroom import tracing
+from activities.newsletter.audience import missing
+from pressroom import database, tracing
 from pressroom.errors import BadInput
+from pressroom.recipient_filter import FilterError, parse
 from pressroom.settings import Settings, get_settings
+from pressroom.store.audience import filter_sql
 
 COLUMNS = ("id", "email", "name", "note", "subscribed_to_emails", "complimentary_plan", "stripe_customer_id",
            "created_at", "deleted_at", "labels", "tiers", "gift_id")
@@ -74,10 +77,6 @@ def _cells(row) -> list[str]:
 async def export_members(file: str | Path = "-", *, recipient_filter: str | None = None,
                          settings: Settings | None = None) -> MembersExported:
     """Write the members (those the filter selects, or all) to FILE ("-": standard output)."""
-    from activities.newsletter.audience import filter_sql, missing
-    from pressroom import database
-    from pressroom.recipient_filter import FilterError, parse
-
     try:
         tree = parse(recipient_filter or "all")
     except FilterError as error:

@@ -10,8 +10,9 @@ aside with its line and why (never its address) and the rest goes in.
 
 The file is streamed: rows are read, checked and written a chunk at a time, in one transaction
 (COPY into a temporary table, then set-based statements match each row to a member by its address
-whatever its case, update those that exist and insert the others), so memory does not grow with
-the file. Labels go into the reference platform's labels and members_labels (found by name or
+whatever its case and update those that exist; the others are COPYed into members with their
+subscriptions), so memory does not grow with the file; the next chunk is read and checked in a
+thread while one is written. Labels go into the reference platform's labels and members_labels (found by name or
 slug, made from the file's names with the reference's slugs; a member keeps labels the file does
 not name). Tiers are the site's: named ones are given, never made. Importing the same file again
 changes nothing. No welcome email unless asked for: a site moving its list here has welcomed them.
@@ -24,16 +25,25 @@ what it does (a Stripe customer's status comes from Stripe), the report says wha
 
 from __future__ import annotations
 
+import asyncio
 import csv
+import os
 import re
 import unicodedata
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import NamedTuple
 
-from pressroom import tracing
-from pressroom.errors import BadInput
+import asyncpg
+from text_unidecode import unidecode
+
+from activities.outbox import enqueue_many
+from operations.members import member_created, restore_suppressions
+from pressroom import database, tracing
+from pressroom.errors import BadInput, PressroomError
+from pressroom.inputs import MAX_LABELS, email_address, free_text, moment
 from pressroom.settings import Settings, get_settings
 
 CHUNK = 20_000  # rows per COPY and per set of statements: a progress step, and bounded memory
@@ -44,6 +54,8 @@ REFERENCE, MAILCHIMP = "the reference platform's export", "a Mailchimp export"
 # The reference's export guards cells against spreadsheet formulas with a leading ' (papaparse's
 # escapeFormulae); reading its file back, the guard goes.
 FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+# A byte that was not UTF-8, as the file is read (errors="surrogateescape").
+_NOT_UTF8 = re.compile("[\udc80-\udcff]")
 
 
 @dataclass
@@ -69,8 +81,7 @@ class ImportReport:
     welcome_queued: int = 0
 
 
-@dataclass(frozen=True)
-class _Row:
+class _Row(NamedTuple):  # a tuple: made once a row, a frozen dataclass's checks cost more than the row's
     line: int
     email: str
     name: str | None
@@ -89,14 +100,15 @@ class _Row:
 class _Format:
     name: str
     used: tuple[str, ...]  # the columns read (lower case)
-    cells: Callable[[dict[str, str]], dict[str, object]]  # the row's cells by column → the reference's terms
+    # The row's cells by column → the reference's terms: its cells, and its labels' names.
+    cells: Callable[[dict[str, str]], tuple[dict[str, str], list[str]]]
 
 
-def _reference_cells(cells: dict[str, str]) -> dict[str, object]:
-    return {**cells, "labels": (cells.get("labels") or "").split(",")}
+def _reference_cells(cells: dict[str, str]) -> tuple[dict[str, str], list[str]]:
+    return cells, (cells.get("labels") or "").split(",")
 
 
-def _mailchimp_cells(cells: dict[str, str]) -> dict[str, object]:
+def _mailchimp_cells(cells: dict[str, str]) -> tuple[dict[str, str], list[str]]:
     """A Mailchimp row in the reference's terms: its TAGS cell is itself a list of quoted tags
     ("a","b, c"); a row of its unsubscribed or cleaned export is not subscribed."""
     name = " ".join(part for part in (cells.get("first name", "").strip(), cells.get("last name", "").strip()) if part)
@@ -105,9 +117,9 @@ def _mailchimp_cells(cells: dict[str, str]) -> dict[str, object]:
     if created and not re.search(r"(Z|[+-]\d\d:?\d\d)$", created):
         created += "+00:00"  # Mailchimp writes its times in UTC, without saying so
     left = bool((cells.get("unsub_time") or "").strip() or (cells.get("clean_time") or "").strip())
-    return {"email": cells.get("email address", ""), "name": name, "note": cells.get("notes", ""),
-            "created_at": created, "subscribed": "false" if left else "",
-            "labels": next(csv.reader([tags]), []) if tags else []}
+    return ({"email": cells.get("email address", ""), "name": name, "note": cells.get("notes", ""),
+             "created_at": created, "subscribed": "false" if left else "", "tags": tags},
+            next(csv.reader([tags]), []) if tags else [])
 
 
 FORMATS = {
@@ -144,8 +156,6 @@ def slugify(text: str) -> str:
     tables), URL-reserved characters and spaces made hyphens, apostrophes dropped, lower case,
     hyphens collapsed and trimmed. `_` stays, `ø` is `o`, `ß` is `ss`, "Editor's Picks" is
     `editors-picks`."""
-    from text_unidecode import unidecode
-
     text = "".join(c for c in text if unicodedata.category(c) not in ("Cc", "Cf", "Co", "Cn"))
     text = unidecode(text.replace("£", "-"))
     text = re.sub(r"[\s.@:/?#\[\]!$&()*+,;=\\%<>|^~\"{}`–—]", "-", text).replace("'", "").lower()
@@ -156,14 +166,10 @@ def _unguarded(value: str) -> str:
     return value[1:] if value[:1] == "'" and value[1:2] and value[1:2] in FORMULA_STARTS else value
 
 
-def _row(line: int, cells: dict[str, object], now: datetime) -> _Row:
+def _row(line: int, cells: tuple[dict[str, str], list[str]], now: datetime) -> _Row:
     """One row checked; BadInput names what is wrong (never the address, the name or the note)."""
-    from pressroom.inputs import MAX_LABELS, email_address, free_text, moment
-
-    text = {key: value for key, value in cells.items() if isinstance(value, str)}
-    labels_cell = cells.get("labels") or []
-    assert isinstance(labels_cell, list)
-    if any("\udc80" <= c <= "\udcff" for value in [*text.values(), *labels_cell] for c in value):
+    text, labels_cell = cells
+    if _NOT_UTF8.search("".join(text.values())):  # the labels' names are read from these cells
         raise BadInput("holds bytes that are not UTF-8")
     if not text.get("email", "").strip():
         raise BadInput("no email")
@@ -173,7 +179,7 @@ def _row(line: int, cells: dict[str, object], now: datetime) -> _Row:
     if note is not None:
         if len(note) > NOTE_LIMIT:
             raise BadInput(f"the note is {len(note):,} characters long; at most {NOTE_LIMIT}")
-        if any(not c.isprintable() and c not in "\n\r\t" for c in note):
+        if not note.isprintable() and any(not c.isprintable() and c not in "\n\r\t" for c in note):
             raise BadInput("the note contains a control or invisible character")
     column = "subscribed_to_emails" if "subscribed_to_emails" in text else "subscribed"
     subscribed = _flag(text.get(column), column)
@@ -207,7 +213,7 @@ def _row(line: int, cells: dict[str, object], now: datetime) -> _Row:
             labels.setdefault(slug, label)
     if len(labels) > MAX_LABELS:
         raise BadInput(f"names {len(labels):,} labels; a member has at most {MAX_LABELS}")
-    return _Row(line, email, name, note, subscribed, status, now if future else created_at,
+    return _Row(line, email, name, note, subscribed, status, now if future or created_at is None else created_at,
                 tuple((label, slug) for slug, label in labels.items()), tiers,
                 default_tier=status == "comped" and not tiers, stripe=stripe, future=future)
 
@@ -258,21 +264,34 @@ def read_rows(path: Path, report: ImportReport, now: datetime) -> Iterator[_Row 
                 yield {"line": line, "reason": str(error)}
 
 
-# The chunk's rows, matched to members by address whatever its case, once (`member_id`); an existing
-# member takes what the row says (an empty cell says nothing); the others are inserted (`added`).
-# Every later statement joins the chunk by member id. `member_import_seen` keeps every address of
-# the file so far (the earlier chunks' are no longer in memory), to refuse a second row of one.
+# The chunk's rows, each with a new member's id made by the client, matched to members by address
+# whatever its case, once (`member_id` becomes the member's, `added` false); an existing member
+# takes what the row says (an empty cell says nothing); the others (`added`) are COPYed into
+# members, their subscriptions with them: a new member's id conflicts with nothing, and COPY writes
+# rows in batches where INSERT … SELECT writes them one by one. Every later statement joins the
+# chunk by member id. `member_import_seen` keeps every address of the file so far (the earlier
+# chunks' are no longer in memory), to refuse a second row of one.
 _STAGE = """CREATE TEMP TABLE member_import (line int, email text, name text, note text, subscribed boolean,
-            status text, created_at timestamptz, tier_ids text[], member_id text,
-            added boolean NOT NULL DEFAULT false) ON COMMIT DROP"""
+            status text, created_at timestamptz, tier_ids text[], member_id text NOT NULL,
+            added boolean NOT NULL DEFAULT true) ON COMMIT DROP"""
 _STAGE_LABELS = """CREATE TEMP TABLE member_import_labels (line int, name text, slug text, label_id text)
                    ON COMMIT DROP"""
 _STAGE_SEEN = "CREATE TEMP TABLE member_import_seen (email text PRIMARY KEY, line int) ON COMMIT DROP"
+# Both look each row's address up by index (LATERAL … LIMIT 1): as a join, the planner hashed the
+# chunk and read every member (or every address seen) for each chunk, a time that grew with the file.
 _SEEN_BEFORE = """
-DELETE FROM member_import i USING member_import_seen s WHERE s.email = lower(i.email)
+DELETE FROM member_import i
+USING member_import c CROSS JOIN LATERAL (
+    SELECT s.line FROM member_import_seen s WHERE s.email = lower(c.email) LIMIT 1) s
+WHERE i.line = c.line
 RETURNING i.line, s.line AS earlier"""
 _SEEN = "INSERT INTO member_import_seen SELECT lower(email), line FROM member_import"
-_MATCH = "UPDATE member_import i SET member_id = m.id FROM members m WHERE lower(m.email) = lower(i.email)"
+_MATCH = """
+UPDATE member_import i SET member_id = m.id, added = false
+FROM member_import c CROSS JOIN LATERAL (
+    SELECT m.id FROM members m WHERE lower(m.email) = lower(c.email) LIMIT 1) m
+WHERE i.line = c.line"""
+_MATCHED = "SELECT line FROM member_import WHERE NOT added"
 # A label is the site's label of that name (any case), or of that slug; otherwise it is new.
 _FIND_LABELS = [
     """UPDATE member_import_labels x SET label_id = l.id FROM labels l
@@ -284,7 +303,7 @@ _TOO_MANY_LABELS = """
 WITH adding AS (
     SELECT i.line, i.member_id, count(*) AS n
     FROM member_import_labels x JOIN member_import i ON i.line = x.line
-    WHERE i.member_id IS NOT NULL AND NOT EXISTS (
+    WHERE NOT i.added AND NOT EXISTS (
         SELECT 1 FROM members_labels ml WHERE ml.member_id = i.member_id AND ml.label_id = x.label_id)
     GROUP BY i.line, i.member_id)
 SELECT a.line FROM adding a
@@ -295,35 +314,28 @@ _UPDATE = """
 UPDATE members m SET name = coalesce(i.name, m.name), note = coalesce(i.note, m.note),
        status = coalesce(i.status, m.status), updated_at = now()
 FROM member_import i
-WHERE m.id = i.member_id
+WHERE m.id = i.member_id AND NOT i.added
   AND (m.name, m.note, m.status) IS DISTINCT FROM (coalesce(i.name, m.name), coalesce(i.note, m.note),
                                                     coalesce(i.status, m.status))
 RETURNING m.id"""
-_INSERT = """
-WITH added AS (
-    INSERT INTO members (email, name, note, status, created_at)
-    SELECT i.email, i.name, i.note, coalesce(i.status, 'free'), coalesce(i.created_at, now())
-    FROM member_import i WHERE i.member_id IS NULL
-    ON CONFLICT (email) DO NOTHING
-    RETURNING id, email)
-UPDATE member_import i SET member_id = added.id, added = true FROM added WHERE i.email = added.email
-RETURNING i.member_id"""
+_NEW_MEMBER_COLUMNS = ["id", "email", "name", "note", "status", "created_at"]
 # Subscriptions: `subscribed` true gives a member the newsletters new members get (subscribe on
 # signup, active) and leaves the others; false takes them off every newsletter; not said, a new
 # member gets the signup newsletters and one that existed keeps hers.
+_SIGNUP_NEWSLETTERS = "SELECT id FROM newsletters WHERE subscribe_on_signup AND status = 'active' ORDER BY id"
 _SUBSCRIBE = """
 INSERT INTO members_newsletters (member_id, newsletter_id)
 SELECT i.member_id, n.id FROM member_import i CROSS JOIN newsletters n
-WHERE n.subscribe_on_signup AND n.status = 'active' AND i.member_id IS NOT NULL
-  AND (i.subscribed OR (i.subscribed IS NULL AND i.added))
+WHERE n.subscribe_on_signup AND n.status = 'active' AND NOT i.added AND i.subscribed
 ON CONFLICT (member_id, newsletter_id) DO NOTHING
 RETURNING member_id"""
 _UNSUBSCRIBE = """
-DELETE FROM members_newsletters mn USING member_import i WHERE NOT i.subscribed AND mn.member_id = i.member_id
+DELETE FROM members_newsletters mn USING member_import i
+WHERE NOT i.added AND NOT i.subscribed AND mn.member_id = i.member_id
 RETURNING mn.member_id"""
 _GIVE_TIERS = """
 INSERT INTO members_products (member_id, product_id)
-SELECT i.member_id, t.id FROM member_import i CROSS JOIN unnest(i.tier_ids) AS t(id) WHERE i.member_id IS NOT NULL
+SELECT i.member_id, t.id FROM member_import i CROSS JOIN unnest(i.tier_ids) AS t(id)
 ON CONFLICT (member_id, product_id) DO NOTHING
 RETURNING member_id"""
 # The chunk's members' addresses as stored (a suppression is matched to a member's address exactly).
@@ -340,7 +352,6 @@ RETURNING id"""
 _GIVE_LABELS = """
 INSERT INTO members_labels (member_id, label_id)
 SELECT i.member_id, x.label_id FROM member_import_labels x JOIN member_import i ON i.line = x.line
-WHERE i.member_id IS NOT NULL
 ON CONFLICT (member_id, label_id) DO NOTHING
 RETURNING member_id"""
 # The reference's default tier: its first active paid tier.
@@ -370,8 +381,6 @@ async def import_members(path: str | Path, *, welcome: bool = False, dry_run: bo
                          progress: Callable[[str, int, int], None] | None = None) -> ImportReport:
     """Import the file (with `dry_run`, check and count everything and write nothing);
     `progress(phase, done, total)` is told how many rows have been read and written."""
-    from pressroom import database
-
     path = Path(path)
     settings = settings or get_settings()
     report = ImportReport(file=str(path), dry_run=dry_run)
@@ -398,28 +407,26 @@ async def _import(conn, first, rows: Iterator[_Row | dict], report: ImportReport
     for statement in (_STAGE, _STAGE_LABELS, _STAGE_SEEN):
         await conn.execute(statement)
     tiers = _Tiers(await conn.fetch("SELECT id, name, slug FROM products"), await conn.fetchval(_DEFAULT_TIER))
-    chunk: list[tuple[_Row, list[str] | None]] = []
-    refused: list[dict] = []
+    signup = [row["id"] for row in await conn.fetch(_SIGNUP_NEWSLETTERS)]
     kept = 0
     welcome = welcome and settings.welcome_emails
-    for item in _chain(first, rows):
-        if isinstance(item, dict):
-            refused.append(item)
-        else:
-            try:
-                chunk.append((item, tiers.ids(item)))
-            except BadInput as error:
-                refused.append({"line": item.line, "reason": str(error)})
-        if len(chunk) >= CHUNK:
-            kept += await _write_chunk(conn, chunk, refused, report, settings, welcome)
-            chunk, refused = [], []
+    chunks = _checked_chunks(_chain(first, rows), tiers)
+    # The next chunk is read and checked in a thread while this one is written: the two take about
+    # as long, and PostgreSQL and this process each have a core. One read at a time, in file order.
+    loop = asyncio.get_running_loop()
+    ahead = loop.run_in_executor(None, next, chunks, None)
+    try:
+        while (chunk := await ahead) is not None:
+            ahead = loop.run_in_executor(None, next, chunks, None)
+            kept += await _write_chunk(conn, chunk, signup, report, settings, welcome)
             if progress:
-                progress("write", report.rows, 0)
+                progress("write", chunk.read, 0)
+    finally:
+        await asyncio.wait([ahead])  # the file is closed only once its reader has stopped
+        if not ahead.cancelled():
+            ahead.exception()  # raised above already, or of no matter once writing failed
     if progress:
         progress("read", report.rows, report.rows)
-    if chunk or refused:
-        kept += await _write_chunk(conn, chunk, refused, report, settings, welcome)
-    if progress:
         progress("write", report.rows, report.rows)
     report.unchanged = kept - report.added - report.updated
 
@@ -430,26 +437,67 @@ def _chain(first, rows: Iterator[_Row | dict]) -> Iterator[_Row | dict]:
     yield from rows
 
 
-async def _write_chunk(conn, chunk: list[tuple[_Row, list[str] | None]], refused: list[dict], report: ImportReport,
-                       settings: Settings, welcome: bool) -> int:
+@dataclass
+class _Chunk:
+    """Up to CHUNK checked rows of the file, each the first of its address in the chunk."""
+
+    rows: list[tuple[_Row, list[str] | None]] = field(default_factory=list)  # with their tier ids
+    ids: list[str] = field(default_factory=list)  # the id each row's member gets if it is new
+    refused: list[dict] = field(default_factory=list)  # {line, reason}: the rows refused meanwhile
+    lines: dict[str, int] = field(default_factory=dict)  # address (lower case) → its line
+    read: int = 0  # rows read so far, this chunk's included
+
+    def add(self, row: _Row, tiers: _Tiers) -> None:
+        try:
+            tier_ids = tiers.ids(row)
+        except BadInput as error:
+            self.refused.append({"line": row.line, "reason": str(error)})
+            return
+        earlier = self.lines.setdefault(row.email.lower(), row.line)
+        if earlier != row.line:
+            self.refused.append({"line": row.line, "reason": f"the same email as line {earlier}"})
+        else:
+            self.rows.append((row, tier_ids))
+
+
+def _checked_chunks(items: Iterator[_Row | dict], tiers: _Tiers) -> Iterator[_Chunk]:
+    """The file's rows, CHUNK kept rows at a time."""
+    chunk, read = _Chunk(), 0
+    for item in items:
+        read += 1
+        if isinstance(item, dict):
+            chunk.refused.append(item)
+        else:
+            chunk.add(item, tiers)
+        if len(chunk.rows) >= CHUNK:
+            chunk.read, chunk.ids = read, _new_ids(len(chunk.rows))
+            yield chunk
+            chunk = _Chunk()
+    if chunk.rows or chunk.refused:
+        chunk.read, chunk.ids = read, _new_ids(len(chunk.rows))
+        yield chunk
+
+
+def _new_ids(n: int) -> list[str]:
+    """n new member ids as gen_random_uuid() makes them (random, version 4), at once: uuid.uuid4()
+    for each costs more than checking the row."""
+    raw = bytearray(os.urandom(16 * n))
+    raw[6::16] = bytes(byte & 0x0F | 0x40 for byte in raw[6::16])  # the version
+    raw[8::16] = bytes(byte & 0x3F | 0x80 for byte in raw[8::16])  # the variant
+    h = raw.hex()
+    return [f"{h[k:k + 8]}-{h[k + 8:k + 12]}-{h[k + 12:k + 16]}-{h[k + 16:k + 20]}-{h[k + 20:k + 32]}"
+            for k in range(0, 32 * n, 32)]
+
+
+async def _write_chunk(conn, chunk: _Chunk, signup: list[str], report: ImportReport, settings: Settings,
+                       welcome: bool) -> int:
     """Write one chunk of checked rows (and queue its new members' welcome emails when asked); its
     refusals (read and found here) join the report in file order. Returns how many rows were kept."""
-    from activities.outbox import enqueue_many
-    from operations.members import member_created, restore_suppressions
-    from pressroom.inputs import MAX_LABELS
-
-    seen: dict[str, int] = {}
-    rows: list[tuple[_Row, list[str] | None]] = []
-    for row, tier_ids in chunk:
-        earlier = seen.setdefault(row.email.lower(), row.line)
-        if earlier != row.line:
-            refused.append({"line": row.line, "reason": f"the same email as line {earlier}"})
-        else:
-            rows.append((row, tier_ids))
+    rows, refused = chunk.rows, chunk.refused
     await conn.copy_records_to_table(
-        "member_import", records=[(r.line, r.email, r.name, r.note, r.subscribed, r.status, r.created_at, tier_ids)
-                                  for r, tier_ids in rows],
-        columns=["line", "email", "name", "note", "subscribed", "status", "created_at", "tier_ids"])
+        "member_import", records=[(r.line, r.email, r.name, r.note, r.subscribed, r.status, r.created_at, tier_ids,
+                                   new_id) for (r, tier_ids), new_id in zip(rows, chunk.ids, strict=True)],
+        columns=["line", "email", "name", "note", "subscribed", "status", "created_at", "tier_ids", "member_id"])
     labels = [(r.line, name, slug) for r, _ in rows for name, slug in r.labels]
     if labels:
         await conn.copy_records_to_table("member_import_labels", records=labels, columns=["line", "name", "slug"])
@@ -459,9 +507,11 @@ async def _write_chunk(conn, chunk: list[tuple[_Row, list[str] | None]], refused
     dropped = {r["line"]: f"the same email as line {r['earlier']}" for r in await conn.fetch(_SEEN_BEFORE)}
     await conn.execute(_SEEN)
     await conn.execute(_MATCH)
+    matched = {r["line"] for r in await conn.fetch(_MATCHED)}
     if labels:
         for statement in _FIND_LABELS:
             await conn.execute(statement)
+    if labels and matched:  # a new member has no labels yet: only one that exists can get too many
         # Statistics of the rows as matched (member ids and label ids filled in): planned with the
         # earlier ones, where every id was NULL, the bound below took a nested loop (25 s a chunk).
         await conn.execute("ANALYZE member_import, member_import_labels")
@@ -472,11 +522,14 @@ async def _write_chunk(conn, chunk: list[tuple[_Row, list[str] | None]], refused
             await conn.execute(statement, list(dropped))
     refused += [{"line": line, "reason": reason} for line, reason in dropped.items()]
     kept_rows = [(r, tier_ids) for r, tier_ids in rows if r.line not in dropped]
+    new = [(r, new_id) for (r, _), new_id in zip(rows, chunk.ids, strict=True)
+           if r.line not in dropped and r.line not in matched]
 
-    updated = await conn.fetch(_UPDATE)
-    ids = [row["member_id"] for row in await conn.fetch(_INSERT)]
-    moved = {row["member_id"] for row in await conn.fetch(_SUBSCRIBE)}
-    if any(r.subscribed is False for r, _ in kept_rows):
+    updated = await conn.fetch(_UPDATE) if matched else []
+    await _add_members(conn, new, signup)
+    ids = [new_id for _, new_id in new]
+    moved = {row["member_id"] for row in await conn.fetch(_SUBSCRIBE)} if matched else set()
+    if matched and any(r.subscribed is False for r, _ in kept_rows):
         moved |= {row["member_id"] for row in await conn.fetch(_UNSUBSCRIBE)}
     if any(tier_ids for _, tier_ids in kept_rows):
         tiered = [row["member_id"] for row in await conn.fetch(_GIVE_TIERS)]
@@ -511,3 +564,19 @@ async def _write_chunk(conn, chunk: list[tuple[_Row, list[str] | None]], refused
     report.refused += sorted(refused, key=lambda r: r["line"])
     await conn.execute("TRUNCATE member_import, member_import_labels")
     return len(kept_rows)
+
+
+async def _add_members(conn, new: list[tuple[_Row, str]], signup: list[str]) -> None:
+    """The chunk's new members, each with the id made for it, and their subscriptions, by COPY.
+    An address matched no member a moment ago; one added since (by a signup) refuses the import
+    whole, in words that do not name it."""
+    try:
+        await conn.copy_records_to_table(
+            "members", columns=_NEW_MEMBER_COLUMNS,
+            records=[(new_id, r.email, r.name, r.note, r.status or "free", r.created_at) for r, new_id in new])
+    except asyncpg.UniqueViolationError:
+        raise PressroomError("a member was added meanwhile with an address of this file: nothing was imported; "
+                             "run the import again") from None
+    await conn.copy_records_to_table(
+        "members_newsletters", columns=["member_id", "newsletter_id"],
+        records=[(new_id, newsletter) for r, new_id in new if r.subscribed is not False for newsletter in signup])

@@ -4,7 +4,7 @@ recipient filter's language (`status:paid+label:vip`), newest first, a page at a
 The walk is `members list`'s: the (created_at, id) index from the newest row, stopping after one
 page, the next page starting after the last row shown; a rare search is answered from the trigram
 index of schema 0071 instead (the planner chooses); the filter is the one an email's audience
-uses (pressroom/recipient_filter.py parsed, activities/newsletter/audience.py's SQL).
+uses (pressroom/recipient_filter.py parsed, pressroom/store/audience.py's SQL).
 """
 
 from __future__ import annotations
@@ -12,13 +12,14 @@ from __future__ import annotations
 import re
 from datetime import UTC, datetime
 
-from activities.newsletter.audience import filter_sql
 from operations.answers import MemberRow, Page
 from operations.finding import DEFAULT_PAGE, LARGEST_PAGE
+from pressroom import database
 from pressroom.errors import BadInput, NotFound
 from pressroom.inputs import entity_id
 from pressroom.recipient_filter import FilterError, parse
 from pressroom.settings import Settings, get_settings
+from pressroom.store.audience import filter_sql
 
 LONGEST_SEARCH = 200
 
@@ -35,8 +36,6 @@ ORDER BY m.created_at DESC, m.id DESC LIMIT $4"""
 async def search_members(text: str | None = None, recipient_filter: str | None = None, *, after: str | None = None,
                          limit: int = DEFAULT_PAGE, settings: Settings | None = None) -> Page[MemberRow]:
     """Members whose address or name holds `text` (any case) and who match the filter."""
-    from pressroom import database
-
     if not 1 <= limit <= LARGEST_PAGE:
         raise BadInput(f"the limit {limit} is not between 1 and {LARGEST_PAGE}")
     text = (text or "").strip().lower() or None

@@ -2,14 +2,26 @@
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import hmac
+import json
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from urllib.parse import quote, quote_plus
 
+from activities.outbox import WELCOME_EMAIL_SLUGS, site_events
 from operations.answers import MemberProfile
 from operations.clicks import member_clicks
-from pressroom import tracing
-from pressroom.errors import BadInput
+from pressroom import database, tracing
+from pressroom.errors import BadInput, NotFound, PressroomError
+from pressroom.inputs import MAX_LABELS, email_address, entity_id, free_text, slug
+from pressroom.providers.port import ProviderError
+from pressroom.providers.wiring import provider_from_settings
 from pressroom.settings import Settings, get_settings
+from pressroom.store.members import leave
+from pressroom.store.outbox import enqueue
 
 
 @dataclass(frozen=True)
@@ -45,8 +57,6 @@ async def give_labels_and_tiers(conn, member_id: str, labels: list[str], tiers: 
 
 
 def _slugs(values, what: str) -> list[str]:
-    from pressroom.inputs import MAX_LABELS, slug
-
     slugs = list(dict.fromkeys(slug(v, what) for v in values or ()))
     if len(slugs) > MAX_LABELS:
         raise BadInput(f"{len(slugs):,} {what}s given; a member has at most {MAX_LABELS}")
@@ -61,14 +71,8 @@ async def add_member(email: str, name: str | None = None, *, status: str = "free
     `newsletters` (ids or slugs) subscribes them to those; None, to every newsletter that subscribes
     new members on signup."""
 
-    from activities.outbox import WELCOME_EMAIL_SLUGS, site_events
-    from pressroom import database
-    from pressroom.store.outbox import enqueue
-
     if status not in WELCOME_EMAIL_SLUGS:
         raise BadInput(f"member status {status!r} is not one of {', '.join(WELCOME_EMAIL_SLUGS)}")
-    from pressroom.inputs import email_address, free_text
-
     email, name, note = email_address(email), free_text(name, "name"), free_text(note, "note", 2000)
     labels, tiers = _slugs(labels, "label"), _slugs(tiers, "tier")
     settings = settings or get_settings()
@@ -153,8 +157,6 @@ FROM members_products mp JOIN products p ON p.id = mp.product_id WHERE mp.member
 def address_as_stored(address: str) -> str:
     """An address given to find a member, in the form members are stored in (a punycode domain in
     Unicode, as `members add` and the import store it); as given when it is no valid address."""
-    from pressroom.inputs import email_address
-
     try:
         return email_address(address)
     except BadInput:
@@ -179,10 +181,6 @@ def email_outcome(row) -> str:
 async def member_profile(member: str, *, emails: int = 10, settings: Settings | None = None) -> MemberProfile:
     """A member by id or address: status, note, subscriptions, suppression (and why), the outbox
     entries about them, and their last `emails` emails with what became of each (0: none read)."""
-    from pressroom import database
-    from pressroom.errors import NotFound
-    from pressroom.inputs import entity_id
-
     by_address = "@" in member
     if not by_address:
         entity_id(member, "member")
@@ -236,11 +234,6 @@ async def resubscribe_member(member: str, *, settings: Settings | None = None) -
     provider writes nothing.
     Safe to repeat. Which newsletters they receive stays the site's to say (members_newsletters).
     """
-    from pressroom import database
-    from pressroom.errors import PressroomError
-    from pressroom.providers.port import ProviderError
-    from pressroom.providers.wiring import provider_from_settings
-
     settings = settings or get_settings()
     async with database.connection(settings.require_database()) as conn:
         row = await _member_row(conn, member)  # by id or address, as `members show`
@@ -273,11 +266,6 @@ async def unsubscribe_member(member: str, newsletter: str | None = None, *,
     """Unsubscribe a member (by id or address) from a newsletter (by id or slug), or from every one:
     the path a member's link and a provider's unsubscribe event take, recorded as the operator's.
     Safe to repeat."""
-    from pressroom import database
-    from pressroom.errors import NotFound
-    from pressroom.inputs import entity_id
-    from pressroom.store.members import leave
-
     if newsletter is not None:
         entity_id(newsletter, "newsletter")
     settings = settings or get_settings()
@@ -296,9 +284,6 @@ async def unsubscribe_member(member: str, newsletter: str | None = None, *,
 
 async def _member_row(conn, member: str, *, lock: bool = False):
     """A member named by id or address (`members show` takes either), or NotFound in one line."""
-    from pressroom.errors import NotFound
-    from pressroom.inputs import entity_id
-
     by_address = "@" in member
     if not by_address:
         entity_id(member, "member")
@@ -314,9 +299,6 @@ async def _member_row(conn, member: str, *, lock: bool = False):
 
 async def _newsletter_ids(conn, names: list[str], option: str) -> dict[str, str]:
     """Newsletters named by id or slug: {name as given: id}; the first one unknown refused."""
-    from pressroom.errors import NotFound
-    from pressroom.inputs import entity_id
-
     for name in names:
         entity_id(name, "newsletter")
     rows = await conn.fetch("SELECT n.name AS given, (SELECT id FROM newsletters WHERE id = n.name OR slug = n.name "
@@ -348,10 +330,6 @@ async def update_member(member: str, *, name: str | None = None, status: str | N
     so is leaving one they are not on, and the same for labels (one the site has not got is made, as
     `members add --label` makes it): safe to repeat.
     """
-    from activities.outbox import WELCOME_EMAIL_SLUGS, site_events
-    from pressroom import database
-    from pressroom.inputs import MAX_LABELS, free_text
-
     if status is not None and status not in WELCOME_EMAIL_SLUGS:
         raise BadInput(f"--status {status!r} is not one of {', '.join(WELCOME_EMAIL_SLUGS)}")
     both = set(newsletters) & set(no_newsletters)
@@ -428,9 +406,6 @@ ADDRESS_HASH_PREFIX = "hmac-sha256:"
 
 def address_hash(address: str, key: str) -> str:
     """The keyed hash a suppression keeps of a deleted member's address (case folded, as members are found)."""
-    import hashlib
-    import hmac
-
     return ADDRESS_HASH_PREFIX + hmac.new(key.encode(), address.strip().lower().encode(), hashlib.sha256).hexdigest()
 
 
@@ -499,9 +474,6 @@ _SCRUBBED_EVENTS = "UPDATE {table} t SET event = s.event FROM unnest($1::bigint[
 
 def _forms(value: str) -> list[str]:
     """`value` as it may be stored: plain, percent-encoded, base64 (standard, URL-safe, unpadded)."""
-    import base64
-    from urllib.parse import quote, quote_plus
-
     forms = {value, quote(value, safe=""), quote(value), quote_plus(value)}
     raw = value.encode()
     forms |= {base64.b64encode(raw).decode(), base64.urlsafe_b64encode(raw).decode(),
@@ -512,9 +484,6 @@ def _forms(value: str) -> list[str]:
 def _scrubbed(text: str, address: str, name: str | None) -> str:
     """A stored event without the member's address or name in any of their forms: its JSON decoded
     (a JSON text inside a string too), scrubbed, encoded again; a text that is not JSON as it is."""
-    import json
-    import re
-
     patterns = [(re.compile("|".join(re.escape(f) for f in _forms(address)), re.IGNORECASE), "<address>")]
     if name:
         # Whole words only: a short name must not eat the event's other words.
@@ -567,10 +536,6 @@ async def delete_member(member: str, *, settings: Settings | None = None) -> Mem
     Refused, writing nothing, while a batch holding the member may be at the provider (its send
     uncertain): its look-up needs the address. Deleting again finds no member.
     """
-    from activities.outbox import site_events
-    from pressroom import database
-    from pressroom.errors import PressroomError
-
     settings = settings or get_settings()
     # Refused before anything is read: without the key the suppression would go with the address.
     key = settings.require_address_hash_key()

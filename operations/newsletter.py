@@ -5,19 +5,49 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
+import getpass
+import time
+import uuid
 from dataclasses import dataclass
 from datetime import UTC, timedelta
 
 from pydantic import BaseModel
+from temporalio.client import WorkflowExecutionStatus, WorkflowFailureError
+from temporalio.common import WorkflowIDConflictPolicy
+from temporalio.exceptions import WorkflowAlreadyStartedError
+from temporalio.service import RPCError, RPCStatusCode
 
+from activities.email_content import load_email, load_member_values
+from activities.newsletter.audience import entitled
 from activities.newsletter.counts import batch_counts
 from activities.newsletter.lock import ARCHIVED_NEWSLETTER
 from operations.answers import NewsletterStatus
-from operations.common import temporal_client
+from operations.common import running, temporal_client
 from operations.finding import SHOWN_ERROR, SHOWN_STATUS
-from pressroom import tracing
+from operations.members import _member_row
+from operations.waiting import (
+    QUERY_TIMEOUT,
+    as_words,
+    has_worker,
+    is_unanswered,
+    no_answer_message,
+    open_timer,
+    status_query_seconds,
+    watching_for_worker,
+)
+from pressroom import database, tracing
+from pressroom.email_rendering import SEGMENT_NAMES, ContentError, member_values, render, segment_for
 from pressroom.errors import BadInput, NotFound, PressroomError, cause_of
+from pressroom.inputs import email_address, entity_id
+from pressroom.providers.port import Message, ProviderError
+from pressroom.providers.wiring import provider_from_settings
+from pressroom.readable import when
+from pressroom.recipient_filter import FilterError, parse
 from pressroom.settings import Settings, get_settings
+from pressroom.temporal import TemporalUnavailable, describe_rpc_error
+from workflows.newsletter import SendNewsletterWorkflow
+from workflows.newsletter_models import CancelSendInput, ResumePausedInput, SendNewsletterInput, newsletter_workflow_id
 
 
 @dataclass(frozen=True)
@@ -31,16 +61,6 @@ class NewsletterStart:
 @tracing.traced("pressroom newsletter send", "email_id")
 async def start_newsletter(email_id: str, *, client=None, settings: Settings | None = None) -> NewsletterStart:
     """Start the send of an email, or find the run that already sends or sent it."""
-    from temporalio.client import WorkflowExecutionStatus
-    from temporalio.common import WorkflowIDConflictPolicy
-    from temporalio.exceptions import WorkflowAlreadyStartedError
-    from temporalio.service import RPCError
-
-    from pressroom import database
-    from pressroom.inputs import entity_id
-    from workflows.newsletter import SendNewsletterWorkflow
-    from workflows.newsletter_models import SendNewsletterInput, newsletter_workflow_id
-
     entity_id(email_id, "email")
     settings = settings or get_settings()
     settings.require_members_link_secret()  # each reader's unsubscribe link is signed with it
@@ -92,8 +112,6 @@ async def start_newsletter(email_id: str, *, client=None, settings: Settings | N
 
 def _check_filter(email_id: str, recipient_filter: str | None) -> None:
     """A filter outside the grammar or its bounds is refused here, before a run is started for it."""
-    from pressroom.recipient_filter import FilterError, parse
-
     try:
         parse(recipient_filter)
     except FilterError as error:
@@ -111,8 +129,6 @@ class NewsletterCancel:
 
 def operator_name() -> str:
     """Who cancels, when not told: the operator's login on this machine."""
-    import getpass
-
     try:
         return getpass.getuser()
     except Exception:
@@ -128,14 +144,6 @@ async def cancel_newsletter(email_id: str, *, by: str | None = None, wait: bool 
     the email `cancelled` with who and when (batches already accepted stay accepted and counted).
     An email no run is sending is recorded cancelled here. `wait` follows the run until it has.
     """
-    from temporalio.client import WorkflowExecutionStatus
-    from temporalio.service import RPCError, RPCStatusCode
-
-    from pressroom import database
-    from pressroom.inputs import entity_id
-    from workflows.newsletter import SendNewsletterWorkflow
-    from workflows.newsletter_models import CancelSendInput, newsletter_workflow_id
-
     entity_id(email_id, "email")
     by = _operator(by)
     settings = settings or get_settings()
@@ -150,17 +158,11 @@ async def cancel_newsletter(email_id: str, *, by: str | None = None, wait: bool 
             if email["status"] == "cancelled":
                 return NewsletterCancel(email_id, "cancelled", email["cancelled_by"], email["cancelled_at"],
                                         f"email {email_id} was cancelled by {email['cancelled_by']} at "
-                                        f"{_utc(email['cancelled_at'])}")
+                                        f"{when(email['cancelled_at'])}")
             if email["status"] == "submitted":
                 raise BadInput(f"email {email_id} was already sent to every recipient; there is nothing to cancel")
             handle = client.get_workflow_handle_for(SendNewsletterWorkflow.run, workflow_id)
-            try:
-                running = (await handle.describe()).status == WorkflowExecutionStatus.RUNNING
-            except RPCError as error:
-                if error.status != RPCStatusCode.NOT_FOUND:
-                    raise
-                running = False
-            if running:
+            if await running(handle):
                 await handle.signal(SendNewsletterWorkflow.cancel, CancelSendInput(by=by))
                 if wait:
                     return await _cancelled_by_run(conn, email_id, handle)
@@ -192,14 +194,6 @@ async def resume_newsletter(email_id: str, *, by: str | None = None, client=None
                             settings: Settings | None = None) -> NewsletterResumed:
     """Go on with a send that paused itself for its early bounce or complaint rate; it is not paused
     for them again. Safe to repeat; an email that is not paused is left as it is."""
-    from temporalio.client import WorkflowExecutionStatus
-    from temporalio.service import RPCError, RPCStatusCode
-
-    from pressroom import database
-    from pressroom.inputs import entity_id
-    from workflows.newsletter import SendNewsletterWorkflow
-    from workflows.newsletter_models import ResumePausedInput, newsletter_workflow_id
-
     entity_id(email_id, "email")
     by = _operator(by)
     settings = settings or get_settings()
@@ -212,13 +206,7 @@ async def resume_newsletter(email_id: str, *, by: str | None = None, client=None
                                  message=f"email {email_id} is {email['status']}, not paused: nothing to resume")
     client = client or await temporal_client(settings)
     handle = client.get_workflow_handle_for(SendNewsletterWorkflow.run, newsletter_workflow_id(email_id))
-    try:
-        running = (await handle.describe()).status == WorkflowExecutionStatus.RUNNING
-    except RPCError as error:
-        if error.status != RPCStatusCode.NOT_FOUND:
-            raise
-        running = False
-    if not running:
+    if not await running(handle):
         raise PressroomError(f"email {email_id} says it is paused but no run is sending it; "
                              f"`pressroom newsletter status {email_id}` says what happened")
     await handle.signal(SendNewsletterWorkflow.resume_paused, ResumePausedInput(by=by))
@@ -237,17 +225,11 @@ def _operator(by: str | None) -> str:
 
 async def _cancelled_by_run(conn, email_id: str, handle) -> NewsletterCancel:
     """Wait for the run to end after a cancel; what it recorded."""
-    from temporalio.client import WorkflowFailureError
-
     with contextlib.suppress(WorkflowFailureError):  # the row says how it ended
         await handle.result()
     row = await conn.fetchrow("SELECT status, cancelled_by, cancelled_at, error FROM emails WHERE id = $1", email_id)
     return NewsletterCancel(email_id, row["status"], row["cancelled_by"], row["cancelled_at"],
                             row["error"] or f"email {email_id} is {row['status']}")
-
-
-def _utc(moment) -> str:
-    return moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC") if moment else "-"
 
 
 def not_published_yet(email_id: str, email) -> str:
@@ -259,7 +241,7 @@ def not_published_yet(email_id: str, email) -> str:
         return (f"email {email_id} is not sent: its post {post} is a draft; it goes out when the post is published "
                 f"(`pressroom posts schedule {post} --at …`)")
     if email["post_status"] == "scheduled":
-        due = email["published_at"].astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+        due = when(email["published_at"])
         return (f"email {email_id} is not sent: its post {post} is scheduled for {due}; "
                 "it goes out when the post is published")
     return ""
@@ -268,8 +250,6 @@ def not_published_yet(email_id: str, email) -> str:
 def progress_words(progress, *, counts: bool = True) -> str:
     """A running send's progress and what it waits for, in the words of its Web UI details; without
     `counts`, beside a line that counts the batches already (one count on the screen, not two)."""
-    from operations.waiting import as_words
-
     p = progress
     details = (f"{p.status}: {p.batches_sent}/{p.batches_total} batches sent, {p.batches_failed} failed; "
                f"{p.recipients_sent:,}/{p.recipients_total:,} recipients") if counts else p.status
@@ -282,11 +262,6 @@ def progress_words(progress, *, counts: bool = True) -> str:
 async def _ask_progress(handle):
     """The run's progress, or None when no worker answered within QUERY_TIMEOUT; another refusal
     (between two runs of a continue-as-new, before the first task) raises."""
-    from temporalio.service import RPCError
-
-    from operations.waiting import QUERY_TIMEOUT, is_unanswered
-    from workflows.newsletter import SendNewsletterWorkflow
-
     try:
         return await handle.query(SendNewsletterWorkflow.progress, rpc_timeout=QUERY_TIMEOUT)
     except RPCError as error:
@@ -303,12 +278,6 @@ async def follow_newsletter(workflow_id: str, *, client=None, on_progress=None, 
     `say`) when no worker polls its task queue or none answers, and keeps waiting; `on_waiting`
     gets what the run waits for, in words (None while it just sends).
     """
-    from temporalio.client import WorkflowExecutionStatus, WorkflowFailureError
-    from temporalio.service import RPCError, RPCStatusCode
-
-    from operations.waiting import no_answer_message, open_timer, watching_for_worker
-    from workflows.newsletter import SendNewsletterWorkflow
-
     client = client or await temporal_client()
     handle = client.get_workflow_handle_for(SendNewsletterWorkflow.run, workflow_id)
     try:
@@ -364,9 +333,6 @@ async def newsletter_status(email_id: str, *, client=None, settings: Settings | 
     when the command's process started): the budget counts from then; without it (a long-lived
     caller), the queries' own bound.
     """
-    from pressroom import database
-    from workflows.newsletter_models import newsletter_workflow_id
-
     settings = settings or get_settings()
     async with database.connection(settings.require_database()) as conn:
         email = await conn.fetchrow(f"SELECT {SHOWN_STATUS} AS status, {SHOWN_ERROR} AS error, submitted_at, "
@@ -391,14 +357,6 @@ async def newsletter_status(email_id: str, *, client=None, settings: Settings | 
 async def _run_view(workflow_id: str, client, settings: Settings, command_started: float | None = None):
     """(run, progress, waiting_for, temporal) within the status budget in all: `temporal` is None when
     Temporal answered, else why it could not be read (then the run is unknown: None)."""
-    import time
-
-    from temporalio.service import RPCError, RPCStatusCode
-
-    from operations.waiting import has_worker, open_timer, status_query_seconds
-    from pressroom.temporal import TemporalUnavailable, describe_rpc_error
-    from workflows.newsletter import SendNewsletterWorkflow
-
     bound = status_query_seconds(None if command_started is None else time.monotonic() - command_started)
     deadline = time.monotonic() + bound
 
@@ -494,12 +452,6 @@ async def _render_for(conn, email_id: str, *, member_id: str | None, segment: st
                       settings: Settings, track_clicks: bool = True):
     """(loaded email, rendering, reader's values, reader in words): what a member or a stand-in gets;
     links untracked when not `track_clicks` (a test copy's clicks count nowhere)."""
-    import dataclasses
-
-    from activities.email_content import load_email, load_member_values
-    from activities.newsletter.audience import entitled
-    from pressroom.email_rendering import SEGMENT_NAMES, ContentError, member_values, render, segment_for
-
     if member_id is not None and segment is not None:
         raise BadInput("give --member or --segment, not both")
     if segment is not None and segment not in SEGMENT_NAMES:
@@ -539,9 +491,6 @@ async def _render_for(conn, email_id: str, *, member_id: str | None, segment: st
 async def preview_email(email_id: str, *, member_id: str | None = None, segment: str | None = None,
                         settings: Settings | None = None) -> EmailPreview:
     """What a member (or a stand-in reader of a segment, paid by default) receives; nothing is sent."""
-    from operations.members import _member_row
-    from pressroom import database
-
     settings = settings or get_settings()
     async with database.connection(settings.require_database()) as conn:
         if member_id is not None:  # by id or address, as `members show`
@@ -559,13 +508,6 @@ async def send_test_email(email_id: str, to: str, *, segment: str | None = None,
     The copy is personalised as the member with that address when there is one, else as a reader with
     no name; it carries no email id, so analytics never counts its events.
     """
-    import uuid
-
-    from pressroom import database
-    from pressroom.inputs import email_address
-    from pressroom.providers.port import Message, ProviderError
-    from pressroom.providers.wiring import provider_from_settings
-
     to = email_address(to)
     settings = settings or get_settings()
     async with database.connection(settings.require_database()) as conn:

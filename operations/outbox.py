@@ -6,13 +6,18 @@ import asyncio
 from dataclasses import dataclass
 from datetime import timedelta
 
+from temporalio.client import WorkflowFailureError
+from temporalio.common import WorkflowIDConflictPolicy
+
 from activities.outbox import outbox_workflow_id
 from activities.outbox.models import RelayInput
 from activities.watchdog import run_closed
 from operations.answers import OutboxStatus
 from operations.common import temporal_client
 from operations.site_webhooks import outbox_by_webhook
+from pressroom import database
 from pressroom.errors import BadInput, NotFound, PressroomError
+from pressroom.inputs import email_address, entity_id
 from pressroom.settings import Settings, get_settings
 from pressroom.store.outbox import NOTIFY_CHANNEL
 from workflows.outbox import RELAY_WORKFLOW_ID, OutboxRelayWorkflow
@@ -28,8 +33,6 @@ async def delivery_closed_as(client, workflow_id: str, rpc_timeout: timedelta | 
 
 async def ensure_relay(client, settings) -> None:
     """The relay workflow runs (one per namespace and task queue); an existing run is kept."""
-    from temporalio.common import WorkflowIDConflictPolicy
-
     await client.start_workflow(OutboxRelayWorkflow.run, RelayInput(),
                                 id=f"{RELAY_WORKFLOW_ID}-{settings.task_queue}", task_queue=settings.task_queue,
                                 id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
@@ -37,8 +40,6 @@ async def ensure_relay(client, settings) -> None:
 
 
 async def outbox_status(settings: Settings | None = None) -> OutboxStatus:
-    from pressroom import database
-
     settings = settings or get_settings()
     async with database.connection(settings.require_database()) as conn:
         counts = {r["status"]: r["n"] for r in await conn.fetch(
@@ -75,9 +76,6 @@ ORDER BY o.id = $1 DESC, o.idempotency_key IN ($1, $2) DESC, o.created_at DESC, 
 async def outbox_entry(name: str, settings: Settings | None = None) -> dict:
     """One entry, found by its id, idempotency key, workflow id (outbox-KEY), or the member's id or
     address (their newest entry)."""
-    from pressroom import database
-    from pressroom.inputs import email_address, entity_id
-
     address = email_address(name) if "@" in name else None
     if address is None:
         entity_id(name, "outbox entry")
@@ -110,9 +108,6 @@ async def requeue_outbox_entry(outbox_id: str, *, client=None, settings: Setting
     key): requeued inside that moment, the entry would be claimed by the closing run and wait in
     `sending` for ever. A run still open after `wait_seconds` is refused, and nothing is written.
     """
-    from pressroom import database
-    from pressroom.inputs import entity_id
-
     entity_id(outbox_id, "outbox entry")
     settings = settings or get_settings()
     async with database.connection(settings.require_database()) as conn:
@@ -171,9 +166,6 @@ async def requeue_outbox_entries(state: str = "aborted", reason: str | None = No
     """Every entry in `state` (aborted or skipped), with the error or skip code `reason` if given,
     requeued as `requeue_outbox_entry` requeues one; each on its own, so one whose delivery is
     still running is named and the others go ahead."""
-    from pressroom import database
-    from pressroom.inputs import entity_id
-
     if state not in REQUEUE_STATES:
         raise BadInput(f"--state {state!r} is not one of {', '.join(REQUEUE_STATES)}")
     if reason is not None:
@@ -196,8 +188,6 @@ async def requeue_outbox_entries(state: str = "aborted", reason: str | None = No
 
 async def _delivery_closed(client, outbox_id: str, idempotency_key: str, wait_seconds: float) -> None:
     """Returns once the entry's delivery run has closed (or none exists), waiting up to `wait_seconds`."""
-    from temporalio.client import WorkflowFailureError
-
     handle = client.get_workflow_handle(outbox_workflow_id(idempotency_key))
     if await delivery_closed_as(client, handle.id) is not None:
         return

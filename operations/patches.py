@@ -15,6 +15,8 @@ import json
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from pressroom.errors import BadInput, PressroomError
+from pressroom.inputs import entity_id
 from workflows import newsletter, newsletter_sending, outbox, posts
 
 
@@ -115,9 +117,6 @@ async def check_patches(client, *, task_queue: str | None = None, limit: int = 1
 
     Only runs on `task_queue` when given. Reads at most `limit` open runs per workflow type (each
     run's history once); more raises, since a partial answer could say a patch may go when it may not."""
-    from pressroom.errors import BadInput, PressroomError
-    from pressroom.inputs import entity_id
-
     if task_queue is not None:
         entity_id(task_queue, "task queue")
         if any(quote in task_queue for quote in "\"'\\"):  # it goes into a visibility query's string

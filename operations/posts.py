@@ -5,22 +5,33 @@ from __future__ import annotations
 import contextlib
 from datetime import timedelta
 
+from temporalio.client import (
+    Schedule,
+    ScheduleActionStartWorkflow,
+    ScheduleIntervalSpec,
+    ScheduleOverlapPolicy,
+    SchedulePolicy,
+    ScheduleSpec,
+    WorkflowExecutionStatus,
+)
+from temporalio.service import RPCError, RPCStatusCode
+
 from activities.outbox import site_events
+from activities.posts.models import publish_workflow_id
 from activities.posts.publish import NEWSLETTER_NOT_GOING
 from activities.posts.schedule import reconcile_scheduled_posts, start_or_move_publication, stop_publication
 from operations.common import run_summary, temporal_client
-from pressroom import tracing
+from pressroom import database, tracing
 from pressroom.errors import BadInput, NotFound, PressroomError
-from pressroom.inputs import entity_id
+from pressroom.inputs import entity_id, publish_time
 from pressroom.settings import Settings, get_settings
+from pressroom.temporal import PUBLISH_AT, create_or_update_schedule, describe_rpc_error
 
 
 @tracing.traced("pressroom posts schedule", "post_id")
 async def schedule_post(post_id: str, at: str, *, client=None, settings: Settings | None = None):
     """Mark the post scheduled for `at` and start or move its workflow, both or neither; a past time
     publishes at once."""
-    from pressroom.inputs import publish_time
-
     entity_id(post_id, "post")
     publish_at = publish_time(at)
     settings = settings or get_settings()
@@ -44,11 +55,6 @@ async def change_post(post_id: str, publish_at, client, settings: Settings, writ
     rolls the row back. Should the commit fail once the workflow was told, the workflow is put
     back as the row still is. Either way the error says what happened, in one line.
     """
-    from temporalio.service import RPCError
-
-    from pressroom import database
-    from pressroom.temporal import describe_rpc_error
-
     async with database.connection(settings.require_database()) as conn:
         transaction = conn.transaction()
         await transaction.start()
@@ -99,8 +105,6 @@ async def tell_post_workflow(client, settings: Settings, post_id: str, publish_a
 
 
 async def reconcile_posts(*, client=None, settings: Settings | None = None):
-    from pressroom import database
-
     settings = settings or get_settings()
     pool = await database.connect(settings.require_database(), max_size=2)
     try:
@@ -115,17 +119,6 @@ RECONCILE_EVERY = timedelta(minutes=10)
 
 async def ensure_reconcile_schedule(client, settings) -> str:
     """The periodic reconcile (catches posts scheduled by other writers of the database)."""
-    from temporalio.client import (
-        Schedule,
-        ScheduleActionStartWorkflow,
-        ScheduleIntervalSpec,
-        ScheduleOverlapPolicy,
-        SchedulePolicy,
-        ScheduleSpec,
-    )
-
-    from pressroom.temporal import create_or_update_schedule
-
     schedule = Schedule(
         action=ScheduleActionStartWorkflow("ReconcilePostsWorkflow", id=RECONCILE_SCHEDULE_ID,
                                            task_queue=settings.task_queue),
@@ -146,13 +139,6 @@ async def reconcile_at_worker_start(client, settings) -> str:
 async def posts_status(post_id: str | None = None, *, client=None, settings: Settings | None = None) -> dict:
     """Without a post: counts by state, the next posts due and how many are overdue. With one: its
     row and its workflow, with the time its timer waits for."""
-    from temporalio.client import WorkflowExecutionStatus
-    from temporalio.service import RPCError, RPCStatusCode
-
-    from activities.posts.models import publish_workflow_id
-    from pressroom import database
-    from pressroom.temporal import PUBLISH_AT
-
     settings = settings or get_settings()
     async with database.connection(settings.require_database()) as conn:
         if post_id is None:

@@ -7,11 +7,16 @@ creates the schedules and starts the relay and the inbox's workflow when it star
 
 from __future__ import annotations
 
+from temporalio.service import RPCError, RPCStatusCode
+
 from activities.analytics.models import SCHEDULE_ID as ANALYTICS_SCHEDULE_ID
 from activities.webhooks import INBOX_WORKFLOW_ID
 from operations.check import CheckResult
+from operations.common import running
 from operations.deliverability import check_reputation, check_senders
 from operations.posts import RECONCILE_SCHEDULE_ID
+from operations.waiting import answers, fresh_pollers, has_worker, no_answer_message
+from pressroom import database
 from pressroom.settings import Settings
 from workflows.outbox import RELAY_WORKFLOW_ID
 
@@ -24,8 +29,6 @@ async def check_workers(client, settings: Settings) -> CheckResult:
     """Workers listed as polling the queue, and one of them answering: Temporal lists a worker for
     up to a minute after it died (its last poll lingers), so the outbox relay, which runs on the
     queue for as long as a worker does, is asked a query: no answer within seconds means no worker."""
-    from operations.waiting import answers, fresh_pollers, no_answer_message
-
     queue = settings.task_queue
     workflows = await fresh_pollers(client, queue)
     activities = await fresh_pollers(client, queue, activities=True)
@@ -44,10 +47,6 @@ async def check_workers(client, settings: Settings) -> CheckResult:
 async def check_schedules(client, settings: Settings) -> CheckResult:
     """Present, not paused, and on a task queue a worker polls: a schedule on another queue than this
     configuration's (made by a worker started elsewhere, never moved by one) is named with its queue."""
-    from temporalio.service import RPCError, RPCStatusCode
-
-    from operations.waiting import has_worker
-
     missing, paused, elsewhere, unpolled = [], [], [], []
     for schedule_id in (ANALYTICS_SCHEDULE_ID, RECONCILE_SCHEDULE_ID):
         try:
@@ -79,35 +78,21 @@ async def check_schedules(client, settings: Settings) -> CheckResult:
     return CheckResult("Schedules", True, f"{ANALYTICS_SCHEDULE_ID} and {RECONCILE_SCHEDULE_ID} present")
 
 
-async def _running(client, workflow_id: str) -> bool:
-    from temporalio.client import WorkflowExecutionStatus
-    from temporalio.service import RPCError, RPCStatusCode
-
-    try:
-        return (await client.get_workflow_handle(workflow_id).describe()).status == WorkflowExecutionStatus.RUNNING
-    except RPCError as error:
-        if error.status != RPCStatusCode.NOT_FOUND:
-            raise
-        return False
-
-
 async def check_relay(client, settings: Settings) -> CheckResult:
     workflow_id = f"{RELAY_WORKFLOW_ID}-{settings.task_queue}"
-    if not await _running(client, workflow_id):
+    if not await running(client.get_workflow_handle(workflow_id)):
         return CheckResult("Outbox relay", False, f"{workflow_id} is not running; a `pressroom worker` starts it")
     return CheckResult("Outbox relay", True, f"{workflow_id} running")
 
 
 async def check_inbox(client, settings: Settings) -> CheckResult:
-    from pressroom import database
-
     workflow_id = f"{INBOX_WORKFLOW_ID}-{settings.task_queue}"
     async with database.connection(settings.require_database()) as conn:
         inbox = await conn.fetchrow("SELECT count(*) AS depth, extract(epoch FROM now() - min(received_at)) AS age "
                                     "FROM webhook_inbox")
     waiting = (f"{inbox['depth']:,} pushed event{'s' if inbox['depth'] != 1 else ''} waiting, the oldest for "
                f"{float(inbox['age']):.0f} s" if inbox["depth"] else "empty")
-    if not await _running(client, workflow_id):
+    if not await running(client.get_workflow_handle(workflow_id)):
         return CheckResult("Webhook inbox", False, f"{waiting}; {workflow_id} is not running to apply them "
                                                    "(a `pressroom worker` starts it)")
     if inbox["depth"] and float(inbox["age"]) > INBOX_STALE_SECONDS:

@@ -9,8 +9,10 @@ recount. An email whose batches were written before 0029 is counted as it was th
 from __future__ import annotations
 
 import json
+from collections import OrderedDict
 from datetime import UTC, datetime, timedelta
 
+from activities.newsletter.batches import SEGMENT_NAMES
 from activities.newsletter.left_out import (
     LEFT_OUT_COUNTS,
     LEFT_OUT_JOINS,
@@ -20,7 +22,8 @@ from activities.newsletter.left_out import (
 )
 from operations.answers import EmailReport, LeftOutRow, Page
 from operations.clicks import email_clicks
-from operations.finding import SHOWN_ERROR, SHOWN_STATUS
+from operations.finding import LARGEST_PAGE, SHOWN_ERROR, SHOWN_STATUS
+from pressroom import database
 from pressroom.errors import BadInput, NotFound
 from pressroom.inputs import entity_id
 from pressroom.settings import Settings, get_settings
@@ -28,11 +31,29 @@ from pressroom.settings import Settings, get_settings
 # The figures of the whole email: recipients counted from the email's own index entries; delivered
 # and opened as analytics last aggregated them (the figures `newsletter list` shows); recipients of
 # batches not (yet) accepted, from those batches alone.
-_FIGURES = """
+_RECIPIENTS = """
 SELECT (SELECT count(*) FROM email_recipients WHERE email_id = $1) AS recipients,
        (SELECT count(*) FROM email_recipients er JOIN email_batches b ON b.id = er.batch_id
-        WHERE b.email_id = $1 AND b.status <> 'submitted') AS not_sent,
-       e.delivered_count AS delivered, e.opened_count AS opened
+        WHERE b.email_id = $1 AND b.status <> 'submitted') AS not_sent"""
+# Delivered and opened as analytics last aggregated them, whether the email was sent by segment,
+# and its complaints: one round trip.
+_EMAIL_COUNTS = """
+SELECT e.delivered_count AS delivered, e.opened_count AS opened,
+       EXISTS (SELECT 1 FROM email_batches b WHERE b.email_id = e.id AND b.member_segment IS NOT NULL) AS segmented,
+       (SELECT count(*) FROM email_spam_complaint_events c WHERE c.email_id = e.id) AS complained
+FROM emails e WHERE e.id = $1"""
+
+# What tells that an email's recipient rows are as they were: its batches, all written (no chunked
+# creation under way) and all submitted (then no recipient is added or removed: a deleted member
+# leaves only unsent batches), and for its opens
+# the analytics recount's last write (`updated_at`) with no change applied since (an applied open
+# marks the email dirty in the same statement, until the next recount).
+_STILL = """
+SELECT e.created_at, e.updated_at,
+       (SELECT count(*) FROM email_batches b WHERE b.email_id = e.id) AS batches,
+       (SELECT count(*) FROM email_batches b WHERE b.email_id = e.id AND b.status = 'submitted') AS submitted,
+       EXISTS (SELECT 1 FROM email_batch_creation c WHERE c.email_id = e.id) AS creating,
+       EXISTS (SELECT 1 FROM email_analytics_dirty_emails d WHERE d.email_id = e.id) AS dirty
 FROM emails e WHERE e.id = $1"""
 
 # The recipients who left the email's newsletter through it (its link, or the provider's
@@ -52,7 +73,6 @@ _LEFT_THROUGH = """
 SELECT source, count(DISTINCT member_id) AS n FROM members_subscribe_events
 WHERE email_id = $1 AND NOT subscribed GROUP BY source"""
 
-_SEGMENTED = "SELECT EXISTS (SELECT 1 FROM email_batches WHERE email_id = $1 AND member_segment IS NOT NULL)"
 
 # Per segment, for a segmented email only: recipients and what analytics recorded for each; who
 # unsubscribed as `_UNSUBSCRIBED` (or, before 0029, `_UNSUBSCRIBED_BEFORE_0029`) counts them.
@@ -67,18 +87,21 @@ LEFT JOIN members_newsletters mn ON mn.member_id = er.member_id AND mn.newslette
 WHERE er.email_id = $1
 GROUP BY b.member_segment ORDER BY b.member_segment NULLS FIRST"""
 
+# The failures by severity and the reasons they failed for, most frequent first, in one pass over
+# the email's failures; an address in a provider's message is replaced so that one reason groups
+# and no address is shown.
 _FAILURES = """
-SELECT severity, count(*) AS n FROM email_recipient_failures WHERE email_id = $1 GROUP BY severity"""
+WITH reason AS (
+    SELECT severity, code, enhanced_code,
+           CASE WHEN strpos(message, '@') > 0
+                THEN regexp_replace(message, '[^\\s<>"'']+@[^\\s<>"'']+', '<address>', 'g') ELSE message END AS message,
+           count(*) AS n
+    FROM email_recipient_failures WHERE email_id = $1 GROUP BY 1, 2, 3, 4)
+SELECT coalesce((SELECT json_object_agg(severity, n) FROM (SELECT severity, sum(n) AS n FROM reason GROUP BY 1) s),
+                '{}') AS by_severity,
+       coalesce((SELECT json_agg(top) FROM (SELECT * FROM reason ORDER BY n DESC, severity, code LIMIT $2) top),
+                '[]') AS top"""
 
-# The reasons recipients failed, most frequent first; an address in a provider's message is
-# replaced so that one reason groups and no address is shown.
-_TOP_REASONS = """
-SELECT severity, code, enhanced_code,
-       regexp_replace(message, '[^\\s<>"'']+@[^\\s<>"'']+', '<address>', 'g') AS message, count(*) AS n
-FROM email_recipient_failures WHERE email_id = $1
-GROUP BY 1, 2, 3, 4 ORDER BY n DESC, severity, code LIMIT $2"""
-
-_COMPLAINTS = "SELECT count(*) FROM email_spam_complaint_events WHERE email_id = $1"
 
 # The members left out of an email, with why (activities/newsletter/left_out.py): members as they
 # are now (the report's counts are those recorded when the batches were written, and counted here
@@ -110,8 +133,6 @@ _WIDTHS = [timedelta(seconds=s) for s in (1, 5, 10, 30, 60, 300, 600, 1800, 3600
 
 def segment_name(segment: str | None) -> str:
     """As batch ids name it: free, paid, free-tiers, paid-tiers (of a tiers post's tiers), or all."""
-    from activities.newsletter.batches import SEGMENT_NAMES
-
     return SEGMENT_NAMES.get(segment or "", segment or "all")
 
 
@@ -130,6 +151,54 @@ async def _email(conn, email_id: str):
     if email is None:
         raise NotFound(f"email {email_id} does not exist (`pressroom newsletter list` shows the emails)")
     return email
+
+
+# An email's whole-recipient figures (a pass over up to a million rows each) kept by the process
+# that read them, for as long as `_STILL` says the rows are unchanged: the dashboard's server
+# reads an email's report again and again. Bounded: the oldest email goes first.
+_MEMO: OrderedDict[tuple[str, str, str], tuple[tuple, dict]] = OrderedDict()
+_MEMO_SIZE = 512
+
+
+def _remembered(key: tuple[str, str, str], still: tuple) -> dict | None:
+    kept = _MEMO.get(key)
+    if kept is None or kept[0] != still:
+        return None
+    _MEMO.move_to_end(key)
+    return kept[1]
+
+
+def _remember(key: tuple[str, str, str], still: tuple, value: dict) -> None:
+    _MEMO[key] = (still, value)
+    _MEMO.move_to_end(key)
+    while len(_MEMO) > _MEMO_SIZE:
+        _MEMO.popitem(last=False)
+
+
+async def _recipients(conn, database: str, email_id: str, before) -> dict:
+    """Recipients and those not sent: counted, or as counted before once every batch was submitted."""
+    done = before["batches"] > 0 and before["submitted"] == before["batches"] and not before["creating"]
+    still = (before["created_at"], before["batches"])
+    key = (database, email_id, "recipients")
+    if done and (kept := _remembered(key, still)) is not None:
+        return kept
+    counted = dict(await conn.fetchrow(_RECIPIENTS, email_id))
+    if done and await conn.fetchrow(_STILL, email_id) == before:
+        _remember(key, still, counted)
+    return counted
+
+
+async def _opens_memoised(conn, database: str, email, before) -> dict:
+    """`_opens`, or as it was read since the last recount when no open was applied after it."""
+    still = (before["created_at"], before["updated_at"], before["batches"], before["submitted"],
+             email["first_opened_at"], email["last_opened_at"])
+    key = (database, email["id"], "opens")
+    if not before["dirty"] and (kept := _remembered(key, still)) is not None:
+        return kept
+    opens = await _opens(conn, email)
+    if not before["dirty"] and await conn.fetchrow(_STILL, email["id"]) == before:
+        _remember(key, still, opens)
+    return opens
 
 
 async def _opens(conn, email) -> dict:
@@ -153,12 +222,12 @@ async def _opens(conn, email) -> dict:
 async def newsletter_report(email_id: str, *, reasons: int = 5, settings: Settings | None = None) -> EmailReport:
     """Recipients, delivered, opened, failed, unsubscribed, complained with rates (per segment too),
     the top failure reasons, who was left out and why, the opens over time, and the clicks."""
-    from pressroom import database
-
     settings = settings or get_settings()
     async with database.connection(settings.require_database()) as conn:
         email = await _email(conn, email_id)
-        figures = dict(await conn.fetchrow(_FIGURES, email_id))
+        before = await conn.fetchrow(_STILL, email_id)
+        figures = dict(await conn.fetchrow(_EMAIL_COUNTS, email_id))
+        figures.update(await _recipients(conn, settings.require_database(), email_id, before))
         recorded = email["left_out"] is not None  # batches written since 0029
         figures["unsubscribed"] = await conn.fetchval(_UNSUBSCRIBED if recorded else _UNSUBSCRIBED_BEFORE_0029,
                                                       email_id, email["newsletter_id"])
@@ -166,17 +235,17 @@ async def newsletter_report(email_id: str, *, reasons: int = 5, settings: Settin
         outcomes = _OUTCOMES.format(unsubscribed=f"er.member_id IN ({_LEFT_THROUGH_EMAIL})" if recorded
                                     else "mn.id IS NULL")
         segments = ([dict(r) for r in await conn.fetch(outcomes, email_id, email["newsletter_id"])]
-                    if await conn.fetchval(_SEGMENTED, email_id) else [])
-        failures = {r["severity"]: r["n"] for r in await conn.fetch(_FAILURES, email_id)}
-        top = [dict(r) for r in await conn.fetch(_TOP_REASONS, email_id, reasons)]
-        complained = await conn.fetchval(_COMPLAINTS, email_id)
+                    if figures["segmented"] else [])
+        failed = await conn.fetchrow(_FAILURES, email_id, reasons)
+        failures, top = json.loads(failed["by_severity"]), json.loads(failed["top"])
+        complained = figures["complained"]
         if recorded:
             left_out = json.loads(email["left_out"])
         else:
             counts, values = with_filter(LEFT_OUT_COUNTS, email, as_of=datetime.now(UTC))
             left_out = {r["reason"]: r["n"] for r in await conn.fetch(
                 counts, email_id, email["newsletter_id"], email["created_at"], values)}
-        opens = await _opens(conn, email)
+        opens = await _opens_memoised(conn, settings.require_database(), email, before)
         clicks = await email_clicks(conn, email["post_id"], figures["delivered"])
     permanent, temporary = failures.get("permanent", 0), failures.get("temporary", 0)
     figures = {"recipients": figures["recipients"], "sent": figures["recipients"] - figures["not_sent"],
@@ -212,9 +281,6 @@ async def newsletter_report(email_id: str, *, reasons: int = 5, settings: Settin
 async def left_out_members(email_id: str, *, reason: str | None = None, after: str | None = None, limit: int = 50,
                            settings: Settings | None = None) -> Page[LeftOutRow]:
     """The members left out of an email, newest first, with why: `{items, next_after}` as every list."""
-    from operations.finding import LARGEST_PAGE
-    from pressroom import database
-
     if reason is not None and reason not in LEFT_OUT_REASONS:
         raise BadInput(f"--reason {reason!r} is not one of {', '.join(LEFT_OUT_REASONS)}")
     if not 1 <= limit <= LARGEST_PAGE:
@@ -243,8 +309,6 @@ WHERE b.email_id = ANY($1::text[]) AND b.status <> 'submitted' GROUP BY b.email_
 async def sent_counts(email_ids: list[str], *, settings: Settings | None = None) -> dict[str, int]:
     """Recipients accepted by the provider, per email (the report's `sent`), for a page of emails:
     the email's recipients less those of its batches not accepted, which alone are counted."""
-    from pressroom import database
-
     settings = settings or get_settings()
     async with database.connection(settings.require_database()) as conn:
         recipients = {r["id"]: r["email_count"] for r in await conn.fetch(

@@ -7,6 +7,7 @@ Not to be confused with operations/webhooks.py: the email provider's events push
 
 from __future__ import annotations
 
+import json
 from datetime import datetime
 from typing import Any
 
@@ -122,8 +123,6 @@ async def edit_webhook(webhook_id: str, *, event: str | None = None, target_url:
 
 async def delete_webhook(webhook_id: str, *, settings: Settings | None = None) -> int:
     """The webhook goes; its entries not yet delivered are skipped, their bodies cleared. Returns how many."""
-    import json
-
     settings = settings or get_settings()
     entity_id(webhook_id, "webhook")
     async with database.connection(settings.require_database()) as conn, conn.transaction():

@@ -17,6 +17,7 @@ from argon2 import PasswordHasher
 from argon2.exceptions import InvalidHashError, VerificationError
 
 from operations.answers import Answer, Moment
+from pressroom import database
 from pressroom.errors import BadInput, NotFound
 from pressroom.inputs import email_address
 from pressroom.settings import Settings, get_settings
@@ -58,8 +59,6 @@ def _password(password: str) -> str:
 
 async def add_staff(email: str, password: str, *, settings: Settings | None = None) -> StaffMember:
     """A new staff member; an address that is already staff's is refused."""
-    from pressroom import database
-
     email, password = email_address(email), _password(password)
     settings = settings or get_settings()
     async with database.connection(settings.require_database()) as conn:
@@ -74,8 +73,6 @@ async def add_staff(email: str, password: str, *, settings: Settings | None = No
 
 
 async def list_staff(*, settings: Settings | None = None) -> list[StaffMember]:
-    from pressroom import database
-
     settings = settings or get_settings()
     async with database.connection(settings.require_database()) as conn:
         rows = await conn.fetch("SELECT id AS staff_id, email, created_at FROM staff ORDER BY created_at, id")
@@ -84,8 +81,6 @@ async def list_staff(*, settings: Settings | None = None) -> list[StaffMember]:
 
 async def remove_staff(email: str, *, settings: Settings | None = None) -> StaffMember:
     """Remove a staff member and end every session of theirs."""
-    from pressroom import database
-
     settings = settings or get_settings()
     async with database.connection(settings.require_database()) as conn:
         row = await conn.fetchrow("DELETE FROM staff WHERE lower(email) = lower($1) "

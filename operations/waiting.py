@@ -7,18 +7,24 @@ who polls the queue (DescribeTaskQueue) and say so within seconds, then keep wai
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
 
+from temporalio.api.common.v1 import WorkflowExecution
+from temporalio.api.enums.v1 import EventType, TaskQueueKind, TaskQueueType
+from temporalio.api.sdk.v1 import WorkflowMetadata
+from temporalio.api.taskqueue.v1 import TaskQueue
+from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest, GetWorkflowExecutionHistoryReverseRequest
 from temporalio.client import Client
-from temporalio.service import RPCError
+from temporalio.service import RPCError, RPCStatusCode
+
+from pressroom.settings import get_settings
 
 
 def seen_within() -> timedelta:
     """How recent a worker's last poll must be for it to count as there (PRESSROOM_WORKER_SEEN_WITHIN_SECONDS)."""
-    from pressroom.settings import get_settings
-
     return timedelta(seconds=get_settings().worker_seen_within_seconds)
 
 
@@ -35,10 +41,6 @@ async def has_worker(client: Client, task_queue: str) -> bool | None:
 async def fresh_pollers(client: Client, task_queue: str, *, activities: bool = False) -> list[str] | None:
     """The identities of the workers that polled the queue lately, for workflow tasks (or activity
     tasks); None when Temporal cannot say."""
-    from temporalio.api.enums.v1 import TaskQueueKind, TaskQueueType
-    from temporalio.api.taskqueue.v1 import TaskQueue
-    from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
-
     try:
         response = await client.workflow_service.describe_task_queue(DescribeTaskQueueRequest(
             namespace=client.namespace,
@@ -96,8 +98,6 @@ async def watching_for_worker(client: Client, task_queue: str, say: Callable[[st
 async def answers(client: Client, workflow_id: str) -> bool | None:
     """Does a worker answer the run's built-in metadata query within QUERY_TIMEOUT? None: the run
     refused it (closed, or before its first task), which says nothing about workers."""
-    from temporalio.api.sdk.v1 import WorkflowMetadata
-
     try:
         await client.get_workflow_handle(workflow_id).query("__temporal_workflow_metadata",
                                                             result_type=WorkflowMetadata, rpc_timeout=QUERY_TIMEOUT)
@@ -131,8 +131,6 @@ STATUS_LEAST_SECONDS = 1.0
 
 def process_age_seconds() -> float:
     """Seconds since this process started (Linux's /proc); 0.0 where that cannot be read."""
-    import os
-
     try:
         with open("/proc/self/stat") as stat:
             started_ticks = int(stat.read().rsplit(")", 1)[1].split()[19])  # field 22, starttime
@@ -154,8 +152,6 @@ def status_query_seconds(age: float | None) -> float:
 def is_unanswered(error: BaseException) -> bool:
     """A query that nobody answered in time, or that Temporal would not pass on because no worker
     polled lately (as against one refused by the run, or a run not there)."""
-    from temporalio.service import RPCStatusCode
-
     if not isinstance(error, RPCError):
         return False
     return error.status in (RPCStatusCode.CANCELLED, RPCStatusCode.DEADLINE_EXCEEDED) or (
@@ -176,10 +172,6 @@ HISTORY_TAIL = 200
 async def open_timer(client: Client, workflow_id: str, run_id: str | None = None) -> str | None:
     """What the run waits for on a timer, in the words of the timer's summary (as the Web UI shows
     it) and until when; read from the end of its history, so no worker is needed. None: no timer."""
-    from temporalio.api.common.v1 import WorkflowExecution
-    from temporalio.api.enums.v1 import EventType
-    from temporalio.api.workflowservice.v1 import GetWorkflowExecutionHistoryReverseRequest
-
     try:
         response = await client.workflow_service.get_workflow_execution_history_reverse(
             GetWorkflowExecutionHistoryReverseRequest(

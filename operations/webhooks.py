@@ -5,8 +5,17 @@ The receiver that takes the pushes is frontdoor/receiver.py, served by `pressroo
 
 from __future__ import annotations
 
+import ipaddress
+from urllib.parse import urlsplit
+
+from temporalio.common import WorkflowIDConflictPolicy
+
 from activities.webhooks import INBOX_WORKFLOW_ID, InboxInput
+from pressroom import database
+from pressroom.errors import BadInput
+from pressroom.providers.wiring import provider_from_settings, push_path
 from pressroom.settings import Settings, get_settings
+from workflows.webhooks import WebhookInboxWorkflow
 
 LINK_SOURCE = "unsubscribe-link"  # the members' links' refusals, counted beside the provider's in webhook_refusals
 
@@ -15,10 +24,6 @@ LINK_SOURCE = "unsubscribe-link"  # the members' links' refusals, counted beside
 
 async def ensure_inbox_applier(client, settings: Settings) -> None:
     """The inbox workflow runs (one per namespace and task queue); an existing run is kept."""
-    from temporalio.common import WorkflowIDConflictPolicy
-
-    from workflows.webhooks import WebhookInboxWorkflow
-
     await client.start_workflow(WebhookInboxWorkflow.run, InboxInput(),
                                 id=f"{INBOX_WORKFLOW_ID}-{settings.task_queue}", task_queue=settings.task_queue,
                                 id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
@@ -32,11 +37,6 @@ def webhook_url(url: str, path: str = "/webhooks/<provider>") -> str:
     (plain http only to this machine), a host, no credentials, no spaces, at most 2,000 characters.
     The signature does not cover the event: over plain http anyone on the way could read an
     envelope and use it for another event first."""
-    import ipaddress
-    from urllib.parse import urlsplit
-
-    from pressroom.errors import BadInput
-
     parts = urlsplit(url) if isinstance(url, str) and len(url) <= 2000 and url.isprintable() and " " not in url \
         else None
     try:
@@ -61,8 +61,6 @@ def webhook_url(url: str, path: str = "/webhooks/<provider>") -> str:
 
 async def webhooks_setup(url: str, settings: Settings | None = None) -> dict[str, str]:
     """Register `url` for every kind Pressroom applies; answers kind → created / added / unchanged."""
-    from pressroom.providers.wiring import provider_from_settings, push_path
-
     settings = settings or get_settings()
     url = webhook_url(url, push_path(settings))
     provider = provider_from_settings(settings)
@@ -75,8 +73,6 @@ async def webhooks_setup(url: str, settings: Settings | None = None) -> dict[str
 async def webhooks_status(settings: Settings | None = None) -> dict:
     """The last event received and applied per kind, the inbox's depth and age, refusals by reason,
     and the pushed events set aside."""
-    from pressroom import database
-
     settings = settings or get_settings()
     async with database.connection(settings.require_database()) as conn:
         kinds = await conn.fetch("SELECT kind, applied, last_received_at, last_applied_at FROM webhook_kinds "

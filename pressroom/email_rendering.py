@@ -153,14 +153,6 @@ def _link_tail(newsletter_uuid: str | None, email_id: str | None) -> str:
     return f"&{urlencode(query)}" if query else ""
 
 
-def unsubscribe_url(site_url: str, member_uuid: str, secret: str, *, newsletter_uuid: str | None = None,
-                    email_id: str | None = None) -> str:
-    """`{site}/unsubscribe/?uuid=…&key=…&newsletter=…`, the reference platform's link (a site holding
-    the same secret answers it); `email` names the email it came from, which such a site ignores."""
-    return (f"{site_url.rstrip('/')}/unsubscribe/?uuid={quote_plus(member_uuid)}&key={member_key(secret, member_uuid)}"
-            f"{_link_tail(newsletter_uuid, email_id)}")
-
-
 class MemberValues:
     """`member_values` for the members of one email: what they share (the site, the key's secret, the
     link's tail) prepared once, and each member's link key computed once (a send does this for every

@@ -54,7 +54,7 @@ def email_address(value: str, what: str | None = None) -> str:
     if len(text) > MAX_TEXT:
         named = what or f"the address {shorten(text, 40)!r}"
         raise BadInput(f"{named} is {len(text):,} characters long; at most {MAX_TEXT}")
-    if what and any(not c.isprintable() for c in text):
+    if what and not text.isprintable():
         raise BadInput(f"{what} holds a line break or control character")
     try:
         return _normalised_address(text)
@@ -70,8 +70,10 @@ def email_address(value: str, what: str | None = None) -> str:
 @functools.cache
 def _email_checks():
 
-    # Built once: building the adapter costs more than a check.
-    return re.compile(PLAIN_ADDRESS), tuple(SPECIAL_USE_DOMAIN_NAMES), TypeAdapter(EmailStr)
+    # Built once: building the adapter costs more than a check. A special-use domain is one of the
+    # names or ends in "." and one of them.
+    special = "|".join(re.escape(name) for name in SPECIAL_USE_DOMAIN_NAMES)
+    return re.compile(PLAIN_ADDRESS), re.compile(rf"(?:^|\.)(?:{special})\Z"), TypeAdapter(EmailStr)
 
 
 def _normalised_address(text: str) -> str:
@@ -90,7 +92,7 @@ def _normalised_address(text: str) -> str:
         # A punycode label ("xn--") is left to email-validator, which gives the domain in Unicode:
         # `idn@xn--exmple-cua.com` and `idn@exämple.com` are one mailbox and one member.
         if "xn--" not in domain and len(local) <= 64 and len(domain) <= PLAIN_DOMAIN_LENGTH and \
-                not any(domain == name or domain.endswith("." + name) for name in special):
+                not special.search(domain):
             return f"{local}@{domain}"
     try:
         return adapter.validate_python(text)
@@ -165,7 +167,7 @@ def free_text(value: str | None, what: str, limit: int = MAX_TEXT) -> str | None
     text = value.strip()
     if len(text) > limit:
         raise BadInput(f"the {what} is {len(text):,} characters long; at most {limit}")
-    at = next((i for i, c in enumerate(text) if _unprintable(c)), None)
+    at = None if text.isprintable() else next((i for i, c in enumerate(text) if _unprintable(c)), None)
     if at is not None:
         # Not repeated in the error: a name is personal data, and this one may hide what it holds.
         raise BadInput(f"the {what} contains a control or invisible character (U+{ord(text[at]):04X}, "
@@ -175,24 +177,26 @@ def free_text(value: str | None, what: str, limit: int = MAX_TEXT) -> str | None
 
 def moment(text: str, option: str, *, latest: datetime | None = None, latest_words: str = "") -> datetime:
     """An ISO 8601 time with its offset, in this century and not after `latest`."""
-    shown = shorten(text.strip(), 40)
+
+    def refused(why: str) -> BadInput:  # the value shortened only when refused: an import checks millions
+        return BadInput(f"{option} {shorten(text.strip(), 40)!r} {why}")
+
     try:
         value = datetime.fromisoformat(text.strip())
     except ValueError:
-        raise BadInput(f"{option} {shown!r} is not an ISO 8601 time (such as 2026-11-01T00:00:00+00:00)") from None
+        raise refused("is not an ISO 8601 time (such as 2026-11-01T00:00:00+00:00)") from None
     if value.tzinfo is None:
-        raise BadInput(f"{option} {shown!r} needs a UTC offset (such as +00:00 or Z)")
+        raise refused("needs a UTC offset (such as +00:00 or Z)")
     try:
         utc = value.astimezone(UTC)
     except OverflowError:  # year 1 with a positive offset is before the first representable instant
         utc = None
     if utc is None or utc < EARLIEST:
-        raise BadInput(f"{option} {shown!r} is before {EARLIEST.date().isoformat()}")
+        raise refused(f"is before {EARLIEST.date().isoformat()}")
     if utc >= LATEST:
-        raise BadInput(f"{option} {shown!r} is after 2099")
+        raise refused("is after 2099")
     if latest is not None and utc > latest:
-        raise BadInput(f"{option} {shown!r} is {latest_words or 'too late'} "
-                       f"(after {latest.isoformat(timespec='seconds')})")
+        raise refused(f"is {latest_words or 'too late'} (after {latest.isoformat(timespec='seconds')})")
     return value
 
 

@@ -20,7 +20,7 @@ quotes are not part of the reference's language (its lexer refuses them), and so
 
 A hand-written tokenizer and recursive-descent parser: anything outside the grammar is refused
 with the position and the text that does not fit, never guessed. Pure: no I/O. What a tree means
-in SQL is activities/newsletter/audience.py's.
+in SQL is pressroom/store/audience.py's.
 """
 
 from __future__ import annotations

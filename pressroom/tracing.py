@@ -10,6 +10,9 @@ Configured by the standard variables: tracing is on when `OTEL_EXPORTER_OTLP_END
 OTLP/HTTP, and off otherwise or with `OTEL_SDK_DISABLED=true`. `OTEL_SERVICE_NAME`,
 `OTEL_RESOURCE_ATTRIBUTES`, `OTEL_EXPORTER_OTLP_HEADERS` and the sampler variables apply as
 everywhere else. Span attributes carry ids, never a member's address or a key.
+
+This module needs only OpenTelemetry's API; the SDK and the exporter (pressroom/tracing_export.py)
+are loaded only when tracing is on, so a command with tracing off never pays for them.
 """
 
 from __future__ import annotations
@@ -21,11 +24,13 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
+import asyncpg
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.propagate import get_global_textmap
 
-_tracer: trace.Tracer | None = None  # set by configure(); None: tracing is off
+_tracer: trace.Tracer | None = None  # set by use(); None: tracing is off
+_interceptors: list = []
 
 
 def wanted(environ: Mapping[str, str] = os.environ) -> bool:
@@ -39,41 +44,16 @@ def wanted(environ: Mapping[str, str] = os.environ) -> bool:
                 or "otlp" in exporters.split(","))
 
 
-def configure_from_environment() -> bool:
-    """Export traces over OTLP/HTTP when the OTEL_* variables ask for it; answers whether they do."""
-    if _tracer is not None:
-        return True
-    if not wanted():
-        return False
-    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-    from opentelemetry.sdk.trace.export import BatchSpanProcessor
-
-    provider = configure(BatchSpanProcessor(OTLPSpanExporter()))
-    trace.set_tracer_provider(provider)  # for any library instrumentation an operator adds
-    return True
-
-
-def configure(processor) -> Any:
-    """Record spans through `processor` (tests pass a SimpleSpanProcessor of an in-memory exporter).
-
-    Returns the TracerProvider; it flushes at interpreter exit.
-    """
-    global _tracer
-    from opentelemetry.sdk.resources import SERVICE_NAME, Resource
-    from opentelemetry.sdk.trace import TracerProvider
-
-    resource = Resource.create({})
-    if str(resource.attributes.get(SERVICE_NAME, "")).startswith("unknown_service"):
-        resource = resource.merge(Resource({SERVICE_NAME: "pressroom"}))
-    provider = TracerProvider(resource=resource)
-    provider.add_span_processor(processor)
-    _tracer = provider.get_tracer("pressroom")
-    return provider
+def use(tracer: trace.Tracer, interceptors: list) -> None:
+    """Tracing on: spans go to `tracer`, and Temporal clients carry `interceptors`
+    (pressroom/tracing_export.py makes both when the OTEL_* variables ask for traces)."""
+    global _tracer, _interceptors
+    _tracer, _interceptors = tracer, interceptors
 
 
 def disable() -> None:
-    global _tracer
-    _tracer = None
+    global _tracer, _interceptors
+    _tracer, _interceptors = None, []
 
 
 def enabled() -> bool:
@@ -83,11 +63,7 @@ def enabled() -> bool:
 def interceptors() -> list:
     """The Temporal client interceptors: the tracing interceptor when tracing is on (a worker built
     on the client inherits it)."""
-    if _tracer is None:
-        return []
-    from temporalio.contrib.opentelemetry import TracingInterceptor
-
-    return [TracingInterceptor(_tracer)]
+    return list(_interceptors)
 
 
 @contextmanager
@@ -165,8 +141,6 @@ def _statement_attributes(query: str) -> dict[str, str]:
 
 def traced_connection_class():
     """An asyncpg Connection whose statements are spans, for pools made while tracing is on."""
-    import asyncpg
-
     class TracedConnection(asyncpg.Connection):
         async def execute(self, query: str, *args: Any, **kwargs: Any):
             if args:  # a prepared statement: _execute makes its span

@@ -30,9 +30,9 @@ ROOT = Path(__file__).resolve().parents[1]
 SERVER = r"""
 import gc, json, os, pkgutil, importlib, select, signal, socket, sys
 import starter
-for name in starter.GROUPS + starter.TOP_LEVEL:
-    starter._group(name)
-# What the commands import lazily; no Temporal runtime, event loop or connection exists yet.
+for name in starter.COMMANDS:
+    starter.load(name)
+# What a command imports once it runs; no Temporal runtime, event loop or connection exists yet.
 for package in ("commands", "operations", "pressroom"):
     for module in pkgutil.walk_packages([package], prefix=package + "."):
         importlib.import_module(module.name)

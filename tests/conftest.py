@@ -7,8 +7,10 @@ start once per session on free ports; each test gets a clean database and its ow
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import shutil
+import sys
 import tempfile
 import uuid
 from collections.abc import AsyncIterator
@@ -27,6 +29,12 @@ SESSION_TMP = tempfile.mkdtemp(prefix="pressroom-tests-")
 os.chmod(SESSION_TMP, 0o711)
 os.environ["TMPDIR"] = tempfile.tempdir = SESSION_TMP
 atexit.register(shutil.rmtree, SESSION_TMP, ignore_errors=True)
+# Bytecode is cached for the session, in that folder, even where PYTHONDONTWRITEBYTECODE is set: every
+# worker, command and script the suite starts (and every workflow sandbox) compiles the project once,
+# not once per process.
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+sys.dont_write_bytecode = False
+os.environ["PYTHONPYCACHEPREFIX"] = sys.pycache_prefix = os.path.join(SESSION_TMP, "bytecode")
 # Tests never read a developer's running stack or environment: each value comes from a fixture.
 os.environ["PRESSROOM_HOME"] = tempfile.mkdtemp(prefix="pressroom-test-home-")
 for variable in ("DATABASE_URL", "TEMPORAL_ADDRESS", "MAILGUN_API_KEY", "MAILGUN_DOMAIN", "MAILGUN_BASE_URL",
@@ -170,6 +178,26 @@ async def dev_env() -> AsyncIterator[WorkflowEnvironment]:
     await env.shutdown()
 
 
+@pytest.fixture
+async def schedules_removed_after(dev_env):
+    """A `pressroom worker` creates the namespace's schedules at start, on its own task queue, and
+    leaves one another worker made on another queue where it is: the test starts with none (an
+    earlier test's, on a queue nobody polls any more, would fail `check`), and later tests expect none."""
+    from temporalio.service import RPCError
+
+    from activities.analytics.models import SCHEDULE_ID
+    from operations.posts import RECONCILE_SCHEDULE_ID
+
+    async def remove() -> None:
+        for schedule_id in (SCHEDULE_ID, RECONCILE_SCHEDULE_ID):
+            with contextlib.suppress(RPCError):  # not created
+                await dev_env.client.get_schedule_handle(schedule_id).delete()
+
+    await remove()
+    yield
+    await remove()
+
+
 TEST_LINK_SECRET = "test-members-link-secret"  # the members secret of every test's settings
 TEST_ADDRESS_HASH_KEY = "test-address-hash-key-0123456789"  # as the development stack, every test's settings have one
 
@@ -230,7 +258,12 @@ def webhook_settings(postgres_url, mailgun, db) -> Settings:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items) -> None:
-    """A crash or fault test is slow as well: `-m "not slow"` leaves every one of them out."""
+    """A crash or fault test is slow as well: `-m "not slow"` leaves every one of them out.
+
+    The slow tests run first (in their order, as the rest keep theirs): pytest-xdist's workers then
+    share out the short ones at the end, instead of one worker finishing a minute-long test alone.
+    """
     for item in items:
         if item.get_closest_marker("crash") or item.get_closest_marker("fault"):
             item.add_marker(pytest.mark.slow)
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)

@@ -1,10 +1,8 @@
 """Who an email goes to, as SQL the lock (is there anyone?) and batch creation share.
 
-The recipient filter's tree (pressroom/recipient_filter.py) becomes one predicate over `m`, the
-members row. Its shape comes from the grammar only; every value the author wrote (a status, a label
-or tier slug) travels in one bound text array, $2, so no filter text is ever part of the SQL. Each
-label or tier term is an uncorrelated `m.id IN (...)`: PostgreSQL hashes it once per query and
-probes it per member, however the terms are combined.
+The recipient filter becomes one predicate over `m`, the members row (pressroom/store/audience.py,
+which the members search and the Admin API read too); here it meets the newsletter's subscribers,
+the suppressions and the email's segments. The filter's values travel in one bound text array, $2.
 """
 
 from __future__ import annotations
@@ -14,13 +12,11 @@ from datetime import datetime
 
 from pressroom.email_rendering import SEGMENT_STATUSES, TIERS_SUFFIX
 from pressroom.errors import shorten
-from pressroom.recipient_filter import And, Everyone, Node, Or, Term, parse, slugs
+from pressroom.recipient_filter import Node, parse, slugs
+from pressroom.store.audience import AS_OF, POST, filter_sql
 
 PREDICATE = "/* the recipient filter */ TRUE"  # where an audience's predicate goes in the SQL below
 SEGMENT = "/* the member's segment */ NULL::text"  # where its segment expression goes
-# The values array's first two: the moment tier expiry is judged at, and the email's post.
-AS_OF = "(${param}::text[])[1]::timestamptz"
-POST = "(${param}::text[])[2]"
 
 # The email's audience: subscribers of its newsletter whom the filter selects, who may receive
 # email, are not suppressed, and existed when the email was made. $1 newsletter, $2 the filter's
@@ -50,11 +46,6 @@ AUDIENCE_BY_SEGMENT = f"""
 NOT_SKIPPED = ("AND NOT EXISTS (SELECT 1 FROM email_skipped_recipients x "
                "WHERE x.email_id = ${param} AND x.member_id = m.id)")
 
-_LABELLED = ("m.id IN (SELECT ml.member_id FROM members_labels ml JOIN labels l ON l.id = ml.label_id "
-             "WHERE l.slug = ANY({values}))")
-# A tier counts while its expiry has not passed at the audience's moment.
-_OF_TIER = ("m.id IN (SELECT mp.member_id FROM members_products mp JOIN products p ON p.id = mp.product_id "
-            f"WHERE p.slug = ANY({{values}}) AND (mp.expiry_at IS NULL OR mp.expiry_at > {AS_OF}))")
 _ENTITLED = ("m.id IN (SELECT mp.member_id FROM members_products mp JOIN posts_products pp "
              f"ON pp.product_id = mp.product_id WHERE pp.post_id = {POST} "
              f"AND (mp.expiry_at IS NULL OR mp.expiry_at > {AS_OF}))")
@@ -92,31 +83,6 @@ def audience(email, *, as_of: datetime, tiers: bool) -> Audience:
     predicate, values = filter_sql(tree, as_of=as_of, post_id=email["post_id"], param=2)
     return Audience(tree=tree, newsletter_id=email["newsletter_id"], values=values, created_at=email["created_at"],
                     predicate=predicate, segment=_BY_STATUS_AND_TIER if tiers else _BY_STATUS)
-
-
-def filter_sql(recipient_filter: str | Node, *, as_of: datetime, post_id: str | None,
-               param: int) -> tuple[str, list[str]]:
-    """(the filter, as text or its parsed tree, as a predicate over `m`, the values it reads from the
-    text array ${param}); a filter outside the grammar raises FilterError."""
-    tree = recipient_filter if isinstance(recipient_filter, Node) else parse(recipient_filter)
-    values = [as_of.isoformat(), post_id or ""]
-    return _predicate(tree, values, param), values
-
-
-def _predicate(tree: Node, values: list[str], param: int) -> str:
-    """The tree as SQL; each term's values appended to `values` and read as a slice of the array."""
-    if isinstance(tree, Everyone):
-        return "TRUE"
-    if isinstance(tree, (And, Or)):
-        joiner = " AND " if isinstance(tree, And) else " OR "
-        return "(" + joiner.join(_predicate(part, values, param) for part in tree.parts) + ")"
-    assert isinstance(tree, Term)
-    first = len(values) + 1
-    values.extend(tree.values)
-    chosen = f"(${param}::text[])[{first}:{len(values)}]"
-    sql = {"status": f"m.status = ANY({chosen})", "label": _LABELLED.format(values=chosen),
-           "tier": _OF_TIER.format(values=chosen, param=param)}[tree.key]
-    return f"NOT ({sql})" if tree.negated else f"({sql})"
 
 
 async def missing(conn, tree: Node) -> str:

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from activities.newsletter.audience import PREDICATE, filter_sql
+from activities.newsletter.audience import PREDICATE
 from pressroom.recipient_filter import FilterError
+from pressroom.store.audience import filter_sql
 
 LEFT_OUT_REASONS = ("suppressed-bounce", "suppressed-complaint", "disabled", "not-subscribed", "not-in-filter",
                     "unusable-address", "other")

@@ -20,6 +20,7 @@ from temporalio.common import MetricMeter
 from frontdoor.admin_api import resources
 from frontdoor.admin_api.auth import Caller, Slowdown, authenticate
 from frontdoor.admin_api.envelope import ApiError, dumps, invalid, unsupported
+from frontdoor.admin_api.recent import MemberReads
 from frontdoor.deadlines import BodyTooLarge, BodyTooSlow, client_address, read_body
 from operations import authoring, site_webhooks
 from operations.members import delete_member
@@ -49,6 +50,7 @@ class AdminApi:
 
         self.pool, self.settings = pool, settings
         self.slowdown = Slowdown()
+        self.member_reads = MemberReads()
         self.refusals = Refusals(log, "admin api request")
         meter = runtime.metric_meter if runtime is not None else MetricMeter.noop
         self.requests = meter.create_counter("pressroom_admin_api_requests", "Admin API requests by outcome")
@@ -246,7 +248,7 @@ class AdminApi:
 
     async def browse_members(self, request: web.Request) -> tuple[int, Any]:
         async with self.pool.acquire() as conn:
-            return 200, await resources.browse_members(conn, request.query)
+            return 200, await resources.browse_members(conn, request.query, self.member_reads)
 
     async def read_member(self, request: web.Request, id: str) -> tuple[int, Any]:
         async with self.pool.acquire() as conn:
@@ -254,14 +256,20 @@ class AdminApi:
 
     async def add_member(self, request: web.Request) -> tuple[int, Any]:
         item = resources.item_of(await self._body(request), "members")
-        member_id = await resources.add_member(item, self.settings)
+        try:
+            member_id = await resources.add_member(item, self.settings)
+        finally:
+            self.member_reads.forget()
         async with self.pool.acquire() as conn:
             return 201, await resources.read_member(conn, member_id)
 
     async def edit_member(self, request: web.Request, id: str) -> tuple[int, Any]:
         item = resources.item_of(await self._body(request), "members")
         async with self.pool.acquire() as conn:
-            await resources.edit_member(conn, id, item, self.settings)
+            try:
+                await resources.edit_member(conn, id, item, self.settings)
+            finally:
+                self.member_reads.forget()
             return 200, await resources.read_member(conn, id)
 
     async def delete_member(self, request: web.Request, id: str) -> tuple[int, Any]:
@@ -269,7 +277,10 @@ class AdminApi:
         async with self.pool.acquire() as conn:
             if not await conn.fetchval("SELECT EXISTS (SELECT 1 FROM members WHERE id = $1)", id):
                 raise resources.not_found("member")
-        await delete_member(id, settings=self.settings)
+        try:
+            await delete_member(id, settings=self.settings)
+        finally:
+            self.member_reads.forget()
         return 204, None
 
     async def browse_tiers(self, request: web.Request) -> tuple[int, Any]:

@@ -10,11 +10,12 @@ import re
 from datetime import UTC, datetime
 from typing import Any
 
-from activities.newsletter.audience import filter_sql
 from frontdoor.admin_api.envelope import Browse, browse_options, invalid, iso, not_found, project, simple_filter
+from frontdoor.admin_api.recent import MemberReads
 from operations import authoring, members
-from pressroom.recipient_filter import FilterError
+from pressroom.recipient_filter import FilterError, Node, Term, parse
 from pressroom.settings import Settings
+from pressroom.store.audience import filter_sql
 
 # Fields a client may send back as it read them: never written, never refused.
 _READ_ONLY = {"id", "uuid", "url", "created_at", "published_by", "comment_id", "excerpt", "email", "newsletter",
@@ -267,15 +268,17 @@ def keyset(text: str | None) -> tuple[str | None, list[tuple[str, datetime]]]:
     return rest or None, [(op, moment) for op, moment in bounds if moment is not None]
 
 
-async def browse_members(conn, query) -> dict:
+async def browse_members(conn, query, reads: MemberReads) -> dict:
     """Members by the recipient filter language (status, label, tier), created_at bounds (keyset)
-    and `search` (address or name)."""
+    and `search` (address or name). The filter's total and where each page began are reused for
+    a few seconds (frontdoor/admin_api/recent.py): paging through a million members counts once."""
 
     options = browse_options(query, orderable=_MEMBER_ORDER, default_order="created_at desc",
                              includes=MEMBER_INCLUDES, known_fields=MEMBER_FIELDS)
     audience, bounds = keyset(options.filter)
     try:
-        predicate, values = filter_sql(audience or "all", as_of=datetime.now(UTC), post_id=None, param=1)
+        tree = parse(audience or "all")
+        predicate, values = filter_sql(tree, as_of=datetime.now(UTC), post_id=None, param=1)
     except FilterError as error:
         raise invalid(f"filter: {error}", property="filter",
                       context="members filter by status, label and tier, in the recipient filter language") from None
@@ -288,14 +291,75 @@ async def browse_members(conn, query) -> dict:
     for op, moment in bounds:
         args.append(moment)
         where += f" AND m.created_at {op} ${len(args)}"
-    total = await conn.fetchval(f"SELECT count(*) FROM members m {where}", *args)
-    # The page's rows are chosen first, their labels, newsletters and tiers read for them alone: a
-    # row skipped by OFFSET costs no subquery.
-    order = _order_sql(options)
-    chosen = f"SELECT m.* FROM members m {where} {order} {_page_sql(options, len(args))}"
-    rows = await conn.fetch(MEMBER_QUERY.replace("FROM members m", f"FROM ({chosen}) m") + f" {order}", *args,
-                            *_page_values(options))
+    generation = reads.generation
+    selection = (str(tree), tuple(bounds), search)
+    total = reads.totals.get(selection)
+    if total is None:
+        total = await _count_members(conn, tree, bounds, search, where, args)
+        if reads.generation == generation:
+            reads.totals.put(selection, total)
+    rows = await _members_page(conn, options, where, args, reads, (selection, generation))
     return {"members": [project(member_json(r), options.fields) for r in rows], "meta": options.pagination(total)}
+
+
+# The members with one label, counted from the labels' index alone (each member has a label once;
+# several labels' members are counted each once): what `label:x` (or `label:[x,y]`) selects, as
+# every members_labels row names an existing member.
+_LABELLED = """
+SELECT count(*) FROM members_labels ml JOIN labels l ON l.id = ml.label_id WHERE l.slug = $1"""
+_LABELLED_ANY = """
+SELECT count(DISTINCT ml.member_id) FROM members_labels ml JOIN labels l ON l.id = ml.label_id
+WHERE l.slug = ANY($1::text[])"""
+
+
+async def _count_members(conn, tree: Node, bounds: list, search: str | None, where: str, args: list[Any]) -> int:
+    """The filter's total: a filter of labels alone counted from the labels' side."""
+    labels = _labels_alone(tree) if not bounds and not search else None
+    if labels is None:
+        return await conn.fetchval(f"SELECT count(*) FROM members m {where}", *args)
+    return await (conn.fetchval(_LABELLED, labels[0]) if len(labels) == 1 else conn.fetchval(_LABELLED_ANY, labels))
+
+
+def _labels_alone(tree: Node) -> list[str] | None:
+    """The slugs of a filter that is one `label:` term (any of them), else None."""
+    return list(tree.values) if isinstance(tree, Term) and tree.key == "label" and not tree.negated else None
+
+
+async def _members_page(conn, options: Browse, where: str, args: list[Any], reads: MemberReads, seen) -> list:
+    """The page's rows, chosen first and their labels, newsletters and tiers read for them alone.
+    In created_at order, a page whose first row a recent answer saw (this page asked again, or the
+    one after the page before) is read from that row by the index rather than by OFFSET."""
+    order = _order_sql(options)
+    way = _created_at_way(options)
+    if way is None:
+        chosen = f"SELECT m.* FROM members m {where} {order} {_page_sql(options, len(args))}"
+        return await conn.fetch(MEMBER_QUERY.replace("FROM members m", f"FROM ({chosen}) m") + f" {order}", *args,
+                                *_page_values(options))
+    selection, generation = seen
+    assert options.limit is not None
+    starts = (selection, way, options.limit)
+    start = reads.page_starts.get((*starts, options.page))
+    bound, values = "", [options.limit + 1, options.offset]
+    if start is not None:  # from that row on: created_at the index's bound, the id breaking ties (1 DESC)
+        n = len(args)
+        bound = (f" AND m.created_at {way}= ${n + 3} AND (m.created_at {way} ${n + 3} OR m.id <= ${n + 4})")
+        values = [options.limit + 1, 0, *start]
+    chosen = f"SELECT m.* FROM members m {where}{bound} {order} {_page_sql(options, len(args))}"
+    rows = await conn.fetch(MEMBER_QUERY.replace("FROM members m", f"FROM ({chosen}) m") + f" {order}", *args,
+                            *values)
+    if reads.generation == generation:
+        for page, row in ((options.page, rows[:1]), (options.page + 1, rows[options.limit:])):
+            if row:
+                reads.page_starts.put((*starts, page), (row[0]["created_at"], row[0]["id"]))
+    return rows[:options.limit]
+
+
+def _created_at_way(options: Browse) -> str | None:
+    """`<` for created_at desc, `>` for asc (ties by id descending, as _order_sql ends); None for
+    any other order or for `limit=all`."""
+    if options.limit is None or [column for column, _ in options.order] != ["m.created_at"]:
+        return None
+    return "<" if options.order[0][1] == "DESC" else ">"
 
 
 async def read_member(conn, member_id: str) -> dict:

@@ -30,11 +30,13 @@ from urllib.parse import parse_qs, urlencode
 from aiohttp import web
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 
-from frontdoor.deadlines import client_address
+from frontdoor.deadlines import BodyTooLarge, BodyTooSlow, client_address, read_body
 from operations.answers import Answer
+from operations.common import temporal_client
 from operations.staff import Session, session_of, sign_in, sign_out
 from pressroom import database
 from pressroom.errors import PressroomError
+from pressroom.readable import when
 from pressroom.settings import Settings
 
 if TYPE_CHECKING:
@@ -117,7 +119,7 @@ def _loopback(request: web.Request) -> bool:
 
 
 class Pages:
-    """The dashboard's routes; `routes()` is all the server registers."""
+    """What every page does (render, sign in and out, guard); the routes are views.py's."""
 
     def __init__(self, pool: asyncpg.Pool, settings: Settings) -> None:
         self.pool = pool
@@ -126,14 +128,9 @@ class Pages:
         self._client: Any = None
         self.templates = Environment(loader=FileSystemLoader(_HERE / "templates"),
                                      autoescape=select_autoescape(default=True, default_for_string=True))
-        self.templates.filters["when"] = _when
+        self.templates.filters["when"] = when
         self.templates.filters["figure"] = _figure
         self.templates.filters["rate"] = _rate
-
-    def routes(self) -> list[web.RouteDef]:
-        from frontdoor.pages import views
-
-        return views.routes(self)
 
     # --- what every page does ---------------------------------------------------------------------
 
@@ -154,8 +151,6 @@ class Pages:
 
     async def form(self, request: web.Request) -> dict[str, str]:
         """The POSTed form's fields (one value each), within the size and time limits."""
-        from frontdoor.deadlines import BodyTooLarge, BodyTooSlow, read_body
-
         try:
             body = await read_body(request, MAX_FORM_BYTES, self.settings.serve_body_timeout_seconds)
             fields = parse_qs(body.decode("utf-8"), max_num_fields=20, strict_parsing=False)
@@ -231,8 +226,6 @@ class Pages:
 
     async def temporal(self) -> Any:
         """One Temporal client for the server's life, made at first need."""
-        from operations.common import temporal_client
-
         if self._client is None:
             self._client = await temporal_client(self.settings)
         return self._client
@@ -248,12 +241,6 @@ def _next(value: str | None) -> str:
     if value and value.startswith(f"{ROOT}/") and not value.startswith("//") and "\\" not in value:
         return value
     return f"{ROOT}/newsletters"
-
-
-def _when(moment) -> str:
-    from commands import when
-
-    return when(moment)
 
 
 def _figure(value) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from operations.answers import OpensOverTime
+from pressroom.readable import when
 
 WIDTH, HEIGHT = 600, 160
 
@@ -34,8 +35,6 @@ def _unit(seconds: int) -> str:
 
 def opens_chart(opens: OpensOverTime) -> Chart | None:
     """One bar per bucket of the report's opens over time, scaled to the largest; None without opens."""
-    from commands import when
-
     if not opens.buckets or opens.bucket_seconds is None:
         return None
     top = max(bucket.opens for bucket in opens.buckets) or 1

@@ -7,14 +7,24 @@ from typing import TYPE_CHECKING
 
 from aiohttp import web
 
-from frontdoor.pages import ROOT, SIGNED, Pages, redirect
+from frontdoor.pages import _HERE, HEADERS, ROOT, SIGNED, Pages, redirect
 from frontdoor.pages.charts import opens_chart
+from operations.check import check_report, run_checks
+from operations.finding import list_page
+from operations.member_search import search_members
+from operations.members import delete_member, member_profile, resubscribe_member, unsubscribe_member
+from operations.newsletter import cancel_newsletter, newsletter_status, start_newsletter
+from operations.outbox import outbox_status
+from operations.readiness import RUNNING_CHECKS
+from operations.reports import newsletter_report, sent_counts
+from pressroom.errors import BadInput
 
 if TYPE_CHECKING:
     from operations.answers import EmailReport
 
 
 def routes(pages: Pages) -> list[web.RouteDef]:
+    """The dashboard's routes: all the server registers for it."""
     staff = pages.staff_only
     return [
         web.get(f"{ROOT}", _to_newsletters),
@@ -45,8 +55,6 @@ async def _to_newsletters(request: web.Request) -> web.Response:
 
 
 async def _static(request: web.Request) -> web.Response:
-    from frontdoor.pages import _HERE, HEADERS
-
     name = request.match_info["name"]
     kind = "text/css" if name.endswith(".css") else "text/javascript"
     return web.Response(text=(_HERE / "static" / name).read_text(), content_type=kind,
@@ -56,18 +64,12 @@ async def _static(request: web.Request) -> web.Response:
 # --- newsletters and an email ----------------------------------------------------------------------
 
 async def newsletters(pages: Pages, request: web.Request) -> web.Response:
-    from operations.finding import list_page
-    from operations.reports import sent_counts
-
     page = await list_page("email", after=request.query.get("after") or None, settings=pages.settings)
     sent = await sent_counts([row.email_id for row in page.items], settings=pages.settings)
     return pages.render(request, "newsletters.html", page=page, sent=sent)
 
 
 async def report(pages: Pages, request: web.Request) -> web.Response:
-    from operations.finding import list_page
-    from operations.reports import newsletter_report
-
     email_id = request.match_info["email_id"]
     answer: EmailReport = await newsletter_report(email_id, settings=pages.settings)
     earlier = []
@@ -81,8 +83,6 @@ async def report(pages: Pages, request: web.Request) -> web.Response:
 
 async def status_json(pages: Pages, request: web.Request) -> web.Response:
     """What `newsletter status --json` says: the report page's script polls it while an email sends."""
-    from operations.newsletter import newsletter_status
-
     status = await newsletter_status(request.match_info["email_id"], client=await _client(pages),
                                      settings=pages.settings)
     return pages.json(status)
@@ -104,8 +104,6 @@ async def confirm_cancel(pages: Pages, request: web.Request) -> web.Response:
 
 
 async def cancel(pages: Pages, request: web.Request) -> web.Response:
-    from operations.newsletter import cancel_newsletter
-
     email_id = request.match_info["email_id"]
     signed = request[SIGNED]
     # Recorded by the staff member's id: an address never goes into a run's history.
@@ -122,8 +120,6 @@ async def confirm_send(pages: Pages, request: web.Request) -> web.Response:
 
 
 async def send(pages: Pages, request: web.Request) -> web.Response:
-    from operations.newsletter import start_newsletter
-
     email_id = request.match_info["email_id"]
     await start_newsletter(email_id, client=await pages.temporal(), settings=pages.settings)
     return redirect(f"{ROOT}/emails/{email_id}")
@@ -132,9 +128,6 @@ async def send(pages: Pages, request: web.Request) -> web.Response:
 # --- members ---------------------------------------------------------------------------------------
 
 async def members(pages: Pages, request: web.Request) -> web.Response:
-    from operations.member_search import search_members
-    from pressroom.errors import BadInput
-
     text, recipient_filter = request.query.get("q", ""), request.query.get("filter", "")
     problem, page = None, None
     try:
@@ -146,8 +139,6 @@ async def members(pages: Pages, request: web.Request) -> web.Response:
 
 
 async def member(pages: Pages, request: web.Request) -> web.Response:
-    from operations.members import member_profile
-
     profile = await member_profile(request.match_info["member_id"], emails=20, settings=pages.settings)
     return pages.render(request, "member.html", member=profile, done=request.query.get("done"))
 
@@ -173,8 +164,6 @@ async def confirm_member_action(pages: Pages, request: web.Request) -> web.Respo
 
 
 async def member_action(pages: Pages, request: web.Request) -> web.Response:
-    from operations.members import delete_member, resubscribe_member, unsubscribe_member
-
     member_id, action = request.match_info["member_id"], request.match_info["action"]
     if action == "delete":
         await delete_member(member_id, settings=pages.settings)
@@ -193,10 +182,6 @@ SELECT provider AS source, reason, count AS n, last_at FROM webhook_refusals ORD
 
 
 async def health(pages: Pages, request: web.Request) -> web.Response:
-    from operations.check import check_report, run_checks
-    from operations.outbox import outbox_status
-    from operations.readiness import RUNNING_CHECKS
-
     checks = check_report(await run_checks(pages.settings, RUNNING_CHECKS))  # what `pressroom check` says
     outbox = await outbox_status(pages.settings)
     refusals = await _refusals(pages)

@@ -47,6 +47,7 @@ async def node(folder: Path, *args: str) -> dict:
     return json.loads(out)
 
 
+@pytest.mark.slow  # npm installs the client, then a post is scheduled, published and sent
 async def test_the_reference_client_authors_publishes_and_sends(client_folder, dev_env, api_settings, admin_key, db,
                                                                 mailgun):
     settings = api_settings.model_copy(update={"temporal_address": dev_env.client.service_client.config.target_host,

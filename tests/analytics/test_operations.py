@@ -79,6 +79,7 @@ async def test_a_retry_resumes_from_the_heartbeated_page_without_double_counting
     assert emails["e0"] == (4500, 0, 0)
 
 
+@pytest.mark.usefixtures("schedules_removed_after")  # an earlier test's `pressroom worker` made one
 async def test_the_schedule_is_created_once_and_keeps_its_paused_state(dev_env, db, mailgun, analytics_settings):
     client = dev_env.client
     try:

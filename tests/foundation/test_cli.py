@@ -1,10 +1,13 @@
 """The command line as a person runs it: a real process, one clear line for bad input."""
 
+import importlib
 import os
 import subprocess
+import sys
 
 import httpx
 import pytest
+import typer
 
 from devstack.servers import free_port
 from tests import command_line
@@ -58,6 +61,33 @@ def test_every_command_has_help():
     for command, result in zip(commands, pressroom_each(*commands), strict=True):
         assert result.returncode == 0, (command, result.stderr)
         assert "Usage" in result.stdout
+
+
+def test_the_listed_line_of_each_command_is_its_own_help_and_every_command_is_listed():
+    """`pressroom --help` reads starter.COMMANDS without importing the commands: each line there is
+    the first paragraph of the command's own help, and each module's commands are all listed."""
+    import starter
+
+    for name, (module, line) in starter.COMMANDS.items():
+        command = starter.load(name)
+        assert " ".join(command.help.split("\n\n")[0].split()) == line, name
+        assert module == command.callback.__module__ if command.callback else True
+    modules = {module for module, _ in starter.COMMANDS.values()}
+    for module in modules:
+        app = typer.main.get_group(importlib.import_module(module).app)
+        if not app.help:  # a module of top-level commands (not a job's group): each is listed itself
+            assert set(app.commands) <= set(starter.COMMANDS), module
+
+
+def test_version_and_the_command_list_import_no_command_module():
+    probe = ("import sys, starter\n"
+             "for args in (['--version'], ['--help']):\n"
+             "    try:\n        starter.app(args=args, prog_name='pressroom', standalone_mode=False)\n"
+             "    except BaseException:\n        pass\n"
+             "print(sorted(m for m in sys.modules if m.startswith(('commands.', 'operations', 'pressroom.settings'))))")
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True,
+                            cwd=command_line.ROOT)
+    assert result.stdout.splitlines()[-1] == "[]", result.stdout.splitlines()[-1]
 
 
 def test_malformed_database_url_names_the_variable():

@@ -64,7 +64,7 @@ def test_a_command_refused_by_temporal_also_leaves_only_the_main_thread(dev_env,
 FORKED_COMMANDS = """
 import gc, json, os, sys, tempfile, starter
 count, at_once, args = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3:]
-starter._group("operate")
+starter.load("check")
 # What the command imports (no runtime exists yet); anything missing is imported by each child.
 import commands.failures, pressroom.codec, pressroom.logs, pressroom.temporal, temporalio.client, temporalio.envconfig
 gc.freeze()  # the children's collections (close_runtime's) skip, and so do not copy, what they share

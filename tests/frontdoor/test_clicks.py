@@ -230,12 +230,13 @@ async def test_a_scanners_burst_is_set_apart(db, mailgun, time_skipping_env, doo
         assert (await http.get(link, headers={"User-Agent": "Mozilla/5.0 (compatible; Barracuda Sentinel)"})
                 ).status_code == 302
 
+    # A burst is marked as its clicks settle, before any of them could count as a reader's.
+    await settled(db)
     stored = await clicks(db, sent.post_id)
     other, free = sent.members["other"]["id"], sent.members["free"]["id"]
     assert {(m, s) for m, _, s in stored} == {(other, "burst"), (free, "user-agent")}
     assert len(stored) == 6
     # Not readers: no open, not seen.
-    await settled(db)
     assert await db.fetchval("SELECT count(opened_at) FROM email_recipients WHERE email_id = $1", sent.email_id) == 0
     assert await db.fetchval("SELECT count(last_seen_at) FROM members WHERE id = ANY($1)", [other, free]) == 0
 

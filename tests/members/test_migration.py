@@ -107,7 +107,7 @@ async def test_the_reference_export_comes_in_as_its_importer_brings_it(settings,
 
 
 async def test_a_label_filter_written_on_the_reference_names_the_imported_label(settings, db, tmp_path):
-    from activities.newsletter.audience import filter_sql
+    from pressroom.store.audience import filter_sql
 
     file = write_rows(tmp_path / "export.csv", [row("ada@example.com", labels="Editor's Picks"),
                                                 row("bob@example.com", labels="Other")])

@@ -107,7 +107,8 @@ async def test_a_send_terminated_timed_out_or_cancelled_fails_the_email_and_send
     settings = newsletter_settings(batch_size=2, send_concurrency=1, orphan_check_seconds=CHECK_SEC)
     async with running_worker(dev_env.client, settings):
         await ensure_relay(dev_env.client, settings)  # the watchdog runs beside it
-        options = {"execution_timeout": timedelta(seconds=4)} if how == "timed out" else {}
+        # Long enough for a batch to go out on a busy machine, shorter than the four 3 s batches.
+        options = {"execution_timeout": timedelta(seconds=8)} if how == "timed out" else {}
         seeded, handle = await sending_slowly(db, mailgun, dev_env, settings, **options)
         if how == "terminated":
             await handle.terminate(reason="an operator stops it")

@@ -25,6 +25,7 @@ async def ses(postgres_url, mailgun, db, monkeypatch, tmp_path):
         yield stack
 
 
+@pytest.mark.slow
 async def test_each_member_gets_one_message_with_their_own_values_and_headers_even_when_answers_are_lost(
         db, ses, time_skipping_env):
     seeded = await seed_email(db, members=120)

@@ -123,8 +123,9 @@ async def _email(conn, email_id: str):
 def _with_filter(statement: str, email) -> tuple[str, list[str]]:
     """The statement with the email's recipient filter as its not-in-filter test, reading its values
     from $4 (tiers as they are now); a filter that cannot be parsed leaves nobody out for it."""
-    from activities.newsletter.audience import PREDICATE, filter_sql
+    from activities.newsletter.audience import PREDICATE
     from pressroom.recipient_filter import FilterError
+    from pressroom.store.audience import filter_sql
 
     try:
         predicate, values = filter_sql(email["recipient_filter"], as_of=datetime.now(UTC), post_id=email["post_id"],

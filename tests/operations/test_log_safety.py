@@ -18,7 +18,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from temporalio.client import Client
 from temporalio.worker import Worker
 
-from pressroom import logs, tracing
+from pressroom import logs, tracing, tracing_export
 from pressroom.temporal import data_converter
 from tests.operations.logging_workflow import LoggingWorkflow
 
@@ -103,7 +103,7 @@ def test_library_lines_wait_for_warning_unless_asked(root_logging, capsys):
 @pytest.mark.parametrize("log_format", ["text", "json"])
 async def test_workflow_log_lines_survive_the_sandbox(root_logging, capsys, time_skipping_env, log_format, traced):
     if traced:
-        tracing.configure(SimpleSpanProcessor(InMemorySpanExporter()))
+        tracing_export.configure(SimpleSpanProcessor(InMemorySpanExporter()))
     try:
         logs.configure(secrets=[KEY], log_format=log_format)
         client = await Client.connect(time_skipping_env.client.service_client.config.target_host,

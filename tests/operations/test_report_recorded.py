@@ -116,3 +116,35 @@ async def test_the_recorded_report_answers_as_the_one_computed_from_the_rows(db,
     await db.execute("UPDATE emails SET left_out = NULL, first_opened_at = NULL, last_opened_at = NULL "
                      "WHERE id = $1", e)
     assert as_computed(await newsletter_report(e, settings=settings)) == await report_before_0029(e, settings=settings)
+
+
+async def test_a_report_read_again_answers_as_its_rows_do_after_each_change(db, postgres_url, mailgun):
+    """The whole-recipient figures a process keeps (operations/reports.py, `_MEMO`) are never used
+    past a change: an open applied (before and after its recount), a batch no longer submitted."""
+    settings = make_settings(postgres_url, mailgun, batch_size=4)
+    e = (await seed_email(db, members=12)).email_id
+    activities = BatchCreationActivities(Dependencies(settings=settings, pool=db, provider=None, temporal=None))
+    await ActivityEnvironment().run(activities.create_batches, CreateBatchesInput(email_id=e, retry_failed=False))
+    await db.execute("UPDATE email_batches SET status = 'submitted', provider_id = id || '@mg' WHERE email_id = $1", e)
+    recipients = [r["member_email"] for r in await db.fetch(
+        "SELECT member_email FROM email_recipients WHERE email_id = $1 ORDER BY member_id", e)]
+    assert len(recipients) == 12
+    t0 = time.time() - 3600
+    await apply(db, [event(e, "delivered", a, t0, 100 + n) for n, a in enumerate(recipients)]
+                + [event(e, "opened", a, t0 + 60 * n, n) for n, a in enumerate(recipients[:5])])
+
+    async def read() -> dict:
+        report = as_computed(await newsletter_report(e, settings=settings))
+        assert report == await report_before_0029(e, settings=settings)
+        return report
+
+    first = await read()
+    assert (first["sent"], sum(b["opens"] for b in first["opens_over_time"]["buckets"])) == (12, 5)
+    assert await read() == first  # kept: nothing changed
+    await apply(db, [event(e, "opened", recipients[6], t0 + 90, 6)], recount=False)
+    assert sum(b["opens"] for b in (await read())["opens_over_time"]["buckets"]) == 6
+    await apply(db, [], recount=True)
+    assert (await read())["opened"] == 6
+    await db.execute("UPDATE email_batches SET status = 'failed' WHERE id = (SELECT min(id) FROM email_batches "
+                     "WHERE email_id = $1)", e)
+    assert (await read())["sent"] == 8

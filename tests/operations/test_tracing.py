@@ -17,7 +17,7 @@ from operations.members import add_member
 from operations.newsletter import start_newsletter
 from operations.outbox import ensure_relay
 from operations.posts import schedule_post
-from pressroom import tracing
+from pressroom import tracing, tracing_export
 from pressroom.temporal import connect
 from tests.conftest import SIMULATOR_KEY, make_settings
 from tests.newsletter.conftest import seed_email
@@ -36,7 +36,7 @@ ADDRESS = re.compile(r"[\w.+-]+@[\w-]+(?:\.[\w-]+)+")
 def spans():
     """Tracing on for this test, into memory; off again afterwards."""
     exporter = InMemorySpanExporter()
-    tracing.configure(SimpleSpanProcessor(exporter))
+    tracing_export.configure(SimpleSpanProcessor(exporter))
     yield exporter
     tracing.disable()
 

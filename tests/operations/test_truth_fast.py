@@ -192,3 +192,42 @@ async def test_status_against_a_temporal_that_never_answers_is_bounded(settings,
     assert answer.status == "pending" and answer.run is None
     assert answer.temporal == (f"Temporal at 127.0.0.1:{port} did not answer within 3 s; "
                                   "shown is what PostgreSQL holds")
+
+
+@pytest.mark.crash
+async def test_status_of_a_send_whose_worker_was_killed_mid_send_answers_with_the_databases_figures(
+        dev_env, settings, db, mailgun, schedules_removed_after):
+    """SIGKILL while a batch is in flight at the provider: Temporal still lists the worker as polling
+    and nothing answers the run's query; status answers anyway, with PostgreSQL's figures, and says
+    the worker does not answer (how long it took: printed; bench/commands.py measures it)."""
+    seeded = await seed_email(db, members=30)
+    env = cli_env(settings, dev_env)
+    mailgun.set_faults(latency_ms=3000)  # each batch is in flight for 3 s
+    worker = start_worker(settings, dev_env, PRESSROOM_BATCH_SIZE="10")
+    try:
+        code, _, err = await cli("newsletter", "send", seeded.email_id, env=env)
+        assert code == 0, err
+
+        async def in_flight() -> bool:
+            return await db.fetchval("SELECT count(*) FROM email_batches WHERE email_id = $1 AND status = 'submitting'",
+                                     seeded.email_id) > 0
+        await wait_until(in_flight, 90, worker)
+    finally:
+        worker.kill()  # mid-send, no goodbye to Temporal
+        worker.wait()
+    figures = await db.fetchrow(
+        "SELECT count(*) AS total, count(*) FILTER (WHERE status = 'submitted') AS submitted, "
+        "count(*) FILTER (WHERE status = 'failed') AS failed, "
+        "(SELECT count(*) FROM email_recipients WHERE email_id = $1) AS recipients "
+        "FROM email_batches WHERE email_id = $1", seeded.email_id)
+    began = time.monotonic()
+    answer = await status_of(seeded.email_id, env)
+    print(f"\n`newsletter status --json` after kill -9 mid-send: {time.monotonic() - began:.1f} s (process start "
+          "included)")
+    assert answer["batches"] == {"total": figures["total"], "submitted": figures["submitted"],
+                                 "failed": figures["failed"]}
+    assert answer["recipients"] == figures["recipients"] == 30 and figures["total"] == 3
+    assert answer["status"] == "submitting" and answer["temporal"] is None
+    assert answer["run"]["status"] == "running" and answer["progress"] is None
+    assert answer["run"]["worker_answering"] is False, answer["run"]
+    assert answer["waiting_for"].startswith("no worker is answering"), answer

@@ -36,7 +36,7 @@ def start_worker(settings, dev_env, **extra_env: str) -> subprocess.Popen:
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
 
 
-async def read_log_until(worker: subprocess.Popen, message: str, timeout: float = 60) -> list[dict]:
+async def read_log_until(worker: subprocess.Popen, message: str, timeout: float = 120) -> list[dict]:
     """JSON log entries up to and including the first whose message starts with `message`."""
     loop = asyncio.get_running_loop()
     entries: list[dict] = []
@@ -62,7 +62,7 @@ async def relay_running(dev_env, settings) -> None:
     async def started() -> bool:
         pending = (await handle.describe()).raw_description.pending_activities
         return any(a.state == PendingActivityState.PENDING_ACTIVITY_STATE_STARTED for a in pending)
-    await wait_until(started, 30)
+    await wait_until(started, 90)
 
 
 async def stop(worker: subprocess.Popen) -> tuple[float, list[dict]]:
@@ -109,7 +109,7 @@ async def test_a_batch_in_flight_finishes_before_the_worker_stops(dev_env, setti
         async def in_flight() -> bool:
             return await db.fetchval("SELECT count(*) FROM email_batches WHERE email_id = $1 AND status = 'submitting'",
                                      seeded.email_id) == 1
-        await wait_until(in_flight, 30)
+        await wait_until(in_flight, 90)
         elapsed, logged = await stop(worker)
     finally:
         worker.kill()

@@ -86,10 +86,10 @@ async def test_the_receiver_is_traced_and_counted_without_addresses(db, webhook_
     from pressroom.providers.mailgun import MailgunPush
 
     PATH = MailgunPush.path
-    from pressroom import database, tracing
+    from pressroom import database, tracing, tracing_export
 
     exporter = InMemorySpanExporter()
-    tracing.configure(SimpleSpanProcessor(exporter))
+    tracing_export.configure(SimpleSpanProcessor(exporter))
     metrics_port = free_port()
     pool = await database.connect(webhook_settings.database_url, max_size=2)
     receiver = Receiver(pool, webhook_settings, metrics_runtime(webhook_settings.model_copy(
