@@ -209,7 +209,7 @@ async def _wait_for_opens(email_id: str, settings, seconds: float = 60) -> None:
         await asyncio.sleep(0.5)
 
 
-async def _wait_for_clicks(email_id: str, settings, seconds: float = 30) -> None:
+async def _wait_for_clicks(email_id: str, settings, seconds: float = 60) -> None:
     """The readers follow their links seconds after delivery, and a click counts once no scanner's
     burst can claim it: wait for the first to count, so the report shows them."""
     deadline = time.monotonic() + seconds

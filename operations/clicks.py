@@ -2,8 +2,9 @@
 (frontdoor/redirects.py records them; docs/clicks.md).
 
 Readers' figures leave out what was taken for a mail scanner (`members_click_events.scanner`),
-which is counted apart, by why; a click whose link named no member (a forwarded email) counts for
-its link, never as a member who clicked.
+which is counted apart, by why, and a member's click not yet judged (it settles within seconds);
+a click whose link named no member (a forwarded email) counts for its link, never as a member who
+clicked.
 """
 
 from __future__ import annotations
@@ -12,9 +13,14 @@ from operations.answers import EmailClicks, MemberClick, TopLink  # noqa: F401 (
 
 TOP_LINKS = 10
 
-_EMAIL_CLICKS = """
-SELECT count(DISTINCT c.member_id) FILTER (WHERE c.scanner IS NULL) AS clicked,
-       count(*) FILTER (WHERE c.scanner IS NULL) AS clicks,
+# A reader's click: not a scanner's, and judged (a member's click is told apart from a scanner's
+# burst once it settles, a few seconds after it came: frontdoor/redirects.py).
+_READER = ("c.scanner IS NULL AND NOT EXISTS (SELECT 1 FROM members_click_events_unsettled u "
+           "WHERE u.click_id = c.id)")
+
+_EMAIL_CLICKS = f"""
+SELECT count(DISTINCT c.member_id) FILTER (WHERE {_READER}) AS clicked,
+       count(*) FILTER (WHERE {_READER}) AS clicks,
        count(*) FILTER (WHERE c.scanner IS NULL AND c.member_id IS NULL) AS without_member
 FROM redirects r JOIN members_click_events c ON c.redirect_id = r.id
 WHERE r.post_id = $1"""
@@ -23,9 +29,9 @@ _SET_APART = """
 SELECT c.scanner, count(*) AS n FROM redirects r JOIN members_click_events c ON c.redirect_id = r.id
 WHERE r.post_id = $1 AND c.scanner IS NOT NULL GROUP BY c.scanner"""
 
-_TOP_LINKS = """
+_TOP_LINKS = f"""
 SELECT r."to" AS target, count(DISTINCT c.member_id) AS clickers, count(*) AS clicks
-FROM redirects r JOIN members_click_events c ON c.redirect_id = r.id AND c.scanner IS NULL
+FROM redirects r JOIN members_click_events c ON c.redirect_id = r.id AND {_READER}
 WHERE r.post_id = $1
 GROUP BY r.id, r."to" ORDER BY clickers DESC, clicks DESC, target LIMIT $2"""
 

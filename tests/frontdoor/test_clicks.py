@@ -260,6 +260,7 @@ async def test_the_simulators_readers_and_scanners_show_in_the_report_and_cli(db
     assert counts["answered_302"] == sum(v for k, v in counts.items() if k.startswith("answered_"))
     readers = counts["answered_302"] - 8 * 5  # each scanner fetched the copy's five distinct links
 
+    await settled(db)  # each member's clicks judged: a reader's, or a scanner's burst
     env = cli_env(settings, dev_env)
     report = await json_of("newsletter", "report", sent.email_id, env=env)
     c = report["clicks"]
