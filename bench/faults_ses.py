@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import atexit
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -89,6 +91,7 @@ async def run(members: int, cases: list[str] | None = None) -> None:
     async with bench_servers() as servers, running_ses_simulator() as ses:
         ses.identities["example.com"] = True  # the seeded newsletters' sender, news@example.com, is verified
         folder = Path(tempfile.mkdtemp(prefix="pressroom-ses-faults-"))
+        atexit.register(shutil.rmtree, folder, ignore_errors=True)  # the stand-in's certificate, gone with the run
         (folder / "sns.pem").write_bytes(ses.certificate_pem)
         environment = {"AWS_REGION": ses.region, "AWS_ACCESS_KEY_ID": ses.access_key_id,
                        "AWS_SECRET_ACCESS_KEY": ses.secret_access_key, "PRESSROOM_SES_DOMAIN": ses.domain,
