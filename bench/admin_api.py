@@ -21,7 +21,6 @@ import argparse
 import asyncio
 import os
 import shutil
-import signal
 import statistics
 import subprocess
 import sys
@@ -35,6 +34,7 @@ sys.path.insert(0, str(ROOT))
 import aiohttp
 import jwt
 
+from bench.processes import stop_server
 from bench.servers import SIMULATOR_DOMAIN, SIMULATOR_KEY, bench_servers
 from bench.unsubscribe import percentile, wait_for_port
 from devstack.servers import Postgres, free_port
@@ -138,12 +138,7 @@ async def main(members: int, repeat: int) -> None:
             line("raw: the filter's total counted over the members", count)
         await pool.close()
     finally:
-        if server is not None and server.poll() is None:
-            server.send_signal(signal.SIGTERM)
-            try:
-                server.wait(30)
-            except subprocess.TimeoutExpired:
-                server.kill()
+        stop_server(server)
         postgres.stop()
         shutil.rmtree(folder, ignore_errors=True)
 

@@ -37,6 +37,7 @@ sys.path.insert(0, str(ROOT))
 import aiohttp
 import psutil
 
+from bench.processes import stop_server
 from bench.unsubscribe import bounded, report, wait_for_port
 from devstack.link_followers import BROWSER
 from devstack.servers import Postgres, free_port
@@ -155,12 +156,7 @@ async def main(args: argparse.Namespace) -> None:
             server = None
         await pool.close()
     finally:
-        if server is not None and server.poll() is None:
-            server.send_signal(signal.SIGTERM)
-            try:
-                server.wait(30)
-            except subprocess.TimeoutExpired:
-                server.kill()
+        stop_server(server)
         postgres.stop()
         shutil.rmtree(folder, ignore_errors=True)
 

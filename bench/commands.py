@@ -34,6 +34,7 @@ sys.path.insert(0, str(ROOT))
 
 import httpx
 
+from bench.newsletter import SEED
 from bench.servers import SIMULATOR_DOMAIN, SIMULATOR_KEY, bench_servers
 from pressroom import database
 from pressroom.settings import load_settings
@@ -41,17 +42,6 @@ from pressroom.settings import load_settings
 PRESSROOM = [sys.executable, "-m", "starter"]
 MEMBERS = 200
 
-SEED = f"""
-INSERT INTO newsletters (id, name, slug, sender_email) VALUES ('nl1', 'Weekly', 'weekly', 'news@example.com');
-INSERT INTO members (id, email, name, created_at)
-SELECT 'm-' || n, 'member' || n || '@example.com', 'Member ' || n, now() - interval '1 hour'
-FROM generate_series(1, {MEMBERS}) n;
-INSERT INTO members_newsletters (member_id, newsletter_id) SELECT id, 'nl1' FROM members;
-INSERT INTO posts (id, title, slug, html, newsletter_id, status, published_at)
-VALUES ('p1', 'Bench', 'bench', '<p>Hello</p>', 'nl1', 'published', now());
-INSERT INTO emails (id, post_id, newsletter_id, subject, html, plaintext) VALUES
-    ('e1', 'p1', 'nl1', 'Bench issue', '<p>Hello %recipient.name%</p>', 'Hello');
-"""
 
 
 def load() -> str:
@@ -98,7 +88,7 @@ async def status_after_kill(runs: int) -> None:
                "MAILGUN_BASE_URL": base_url, "MAILGUN_API_KEY": SIMULATOR_KEY, "MAILGUN_DOMAIN": SIMULATOR_DOMAIN,
                "PRESSROOM_MEMBERS_LINK_SECRET": "bench-link-secret", "PRESSROOM_BATCH_SIZE": "10"}
         pool = await database.connect(settings.require_database(), max_size=2)
-        await pool.execute(SEED)
+        await pool.execute(SEED.format(members=MEMBERS, tag="c"))  # the send bench's site, smaller
         worker = subprocess.Popen([*PRESSROOM, "worker"], cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
                                   stderr=subprocess.DEVNULL)
         try:

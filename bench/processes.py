@@ -7,6 +7,8 @@ processes spent (this process, the Temporal server and PostgreSQL it started) mo
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
 from collections import Counter
 from pathlib import Path
 
@@ -64,3 +66,16 @@ def rss_mb(pid: int) -> float:
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) / 1024
     raise LookupError(f"no VmRSS for process {pid}")
+
+
+def stop_server(server: subprocess.Popen | None) -> None:
+    """A server the bench started, stopped as an operator would (SIGTERM, then SIGKILL after 30 s)
+    and reaped."""
+    if server is None or server.poll() is not None:
+        return
+    server.send_signal(signal.SIGTERM)
+    try:
+        server.wait(30)
+    except subprocess.TimeoutExpired:
+        server.kill()
+        server.wait()

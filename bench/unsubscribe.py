@@ -18,7 +18,6 @@ import hashlib
 import hmac
 import os
 import shutil
-import signal
 import statistics
 import subprocess
 import sys
@@ -35,6 +34,7 @@ import socket
 import aiohttp
 import psutil
 
+from bench.processes import stop_server
 from devstack.servers import Postgres, free_port
 from pressroom import database
 
@@ -166,12 +166,7 @@ async def main(members: int, concurrency: int, idle: int) -> None:
         for _, writer in sockets:
             writer.close()
     finally:
-        if server is not None and server.poll() is None:
-            server.send_signal(signal.SIGTERM)
-            try:
-                server.wait(30)
-            except subprocess.TimeoutExpired:
-                server.kill()
+        stop_server(server)
         postgres.stop()
         shutil.rmtree(folder, ignore_errors=True)
 
