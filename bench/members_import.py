@@ -17,9 +17,10 @@ PostgreSQL during each, and the process's peak resident memory before and after 
 (the file is streamed, so what the import adds stays about a chunk's worth whatever its size).
 `--welcome` queues each new member's welcome email (the outbox is then copied too); `--hash-key`
 sets PRESSROOM_ADDRESS_HASH_KEY, so that every row is looked up among the suppressions deleted
-members left.
+members left; `--statements` loads pg_stat_statements and prints the first import's costliest
+statements.
 
-    .venv/bin/python bench/members_import.py --rows 100000,1000000 [--welcome] [--hash-key]
+    .venv/bin/python bench/members_import.py --rows 100000,1000000 [--welcome] [--hash-key] [--statements]
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.newsletter import preload_statement_statistics, print_statements
 from bench.processes import cpu_seconds_by_family
 from devstack.servers import Postgres, free_port
 from operations.member_import import import_members
@@ -137,7 +139,7 @@ async def raw_copy(conn, rows: dict[str, bytes]) -> None:
             await conn.copy_to_table(table, schema_name=TWINS, source=io.BytesIO(data), format="binary")
 
 
-async def one_size(rows: int, welcome: bool, hash_key: bool, again: bool) -> tuple[float, float]:
+async def one_size(rows: int, welcome: bool, hash_key: bool, again: bool, statements: bool) -> tuple[float, float]:
     folder = Path(tempfile.mkdtemp(prefix="pressroom-bench-import-"))
     postgres = Postgres(folder / "postgres", free_port())
     postgres.start(durable=False)
@@ -152,9 +154,14 @@ async def one_size(rows: int, welcome: bool, hash_key: bool, again: bool) -> tup
             write_file(file, rows)
             print(f"{rows:,} rows, {file.stat().st_size / 1e6:.1f} MB:", flush=True)
             print(f"  peak RSS before the import: {peak_rss_mb():,.0f} MB", flush=True)
+            if statements:
+                await conn.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+                await conn.execute("SELECT pg_stat_statements_reset()")
             first, import_seconds, import_cpu = await timed("members import (an empty site)", rows,
                                                 lambda: import_members(file, welcome=welcome, settings=settings))
             print(f"  peak RSS after the first import: {peak_rss_mb():,.0f} MB", flush=True)
+            if statements:
+                await print_statements(conn)
             tables = [t for t in WRITTEN if t != "outbox" or welcome]
             shapes = await make_twins(conn, tables)
             stored = await stored_rows(conn, tables)
@@ -182,8 +189,10 @@ async def one_size(rows: int, welcome: bool, hash_key: bool, again: bool) -> tup
         shutil.rmtree(folder, ignore_errors=True)
 
 
-async def main(sizes: list[int], welcome: bool, hash_key: bool, again: bool) -> None:
-    results = {rows: await one_size(rows, welcome, hash_key, again) for rows in sizes}
+async def main(sizes: list[int], welcome: bool, hash_key: bool, again: bool, statements: bool) -> None:
+    if statements:
+        preload_statement_statistics()
+    results = {rows: await one_size(rows, welcome, hash_key, again, statements) for rows in sizes}
     print("import rate / raw COPY rate: " + "; ".join(
         f"{rows:,} rows {copy / took:.2f}x" for rows, (took, copy) in results.items()))
 
@@ -194,7 +203,9 @@ if __name__ == "__main__":
     parser.add_argument("--welcome", action="store_true", help="queue the new members' welcome emails")
     parser.add_argument("--hash-key", action="store_true", help="look every row up among deleted members' "
                                                                 "suppressions")
+    parser.add_argument("--statements", action="store_true",
+                        help="load pg_stat_statements and print the first import's costliest statements")
     parser.add_argument("--no-again", dest="again", action="store_false", help="skip the second import")
     arguments = parser.parse_args()
     asyncio.run(main([int(size) for size in arguments.rows.split(",")], arguments.welcome, arguments.hash_key,
-                     arguments.again))
+                     arguments.again, arguments.statements))

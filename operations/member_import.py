@@ -39,8 +39,7 @@ from typing import NamedTuple
 import asyncpg
 from text_unidecode import unidecode
 
-from activities.outbox import enqueue_many
-from operations.members import member_created, restore_suppressions
+from operations.members import restore_suppressions, welcome_added_members
 from pressroom import database, tracing
 from pressroom.errors import BadInput, PressroomError
 from pressroom.inputs import MAX_LABELS, email_address, free_text, moment
@@ -340,9 +339,11 @@ ON CONFLICT (member_id, product_id) DO NOTHING
 RETURNING member_id"""
 # The chunk's members' addresses as stored (a suppression is matched to a member's address exactly).
 _STORED = "SELECT m.email FROM member_import i JOIN members m ON m.id = i.member_id"
-_NOT_SUPPRESSED = """
-SELECT m.id FROM members m
-WHERE m.id = ANY($1::text[]) AND NOT EXISTS (SELECT 1 FROM suppressions s WHERE s.email = m.email) ORDER BY m.id"""
+# The chunk's new members, but those whose address a bounce or a complaint suppressed (a deleted
+# member's, come back): the address staged is the address stored.
+_ADDED_NOT_SUPPRESSED = """
+SELECT i.member_id FROM member_import i
+WHERE i.added AND NOT EXISTS (SELECT 1 FROM suppressions s WHERE s.email = i.email) ORDER BY i.line"""
 # A label the site does not have is made with the file's name for it (the first row's spelling).
 _MAKE_LABELS = """
 INSERT INTO labels (name, slug)
@@ -548,10 +549,8 @@ async def _write_chunk(conn, chunk: _Chunk, signup: list[str], report: ImportRep
     report.added += len(ids)
     report.updated += len(changed - set(ids))
     if welcome and ids:
-        # Never an address a bounce or a complaint suppressed (a deleted member's, come back).
-        welcomed = [row["id"] for row in await conn.fetch(_NOT_SUPPRESSED, ids)]
-        report.welcome_queued += await enqueue_many(conn, "MemberCreatedEvent",
-                                                    [member_created(member_id) for member_id in welcomed])
+        welcomed = [row["member_id"] for row in await conn.fetch(_ADDED_NOT_SUPPRESSED)]
+        report.welcome_queued += await welcome_added_members(conn, welcomed)
     for r, tier_ids in kept_rows:
         report.created_in_future += r.future
         report.comped_default_tier += r.default_tier and tier_ids is not None

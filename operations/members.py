@@ -21,7 +21,7 @@ from pressroom.providers.port import ProviderError
 from pressroom.providers.wiring import provider_from_settings
 from pressroom.settings import Settings, get_settings
 from pressroom.store.members import leave
-from pressroom.store.outbox import enqueue
+from pressroom.store.outbox import enqueue, enqueue_for_new_ids
 
 
 @dataclass(frozen=True)
@@ -101,15 +101,24 @@ async def add_member(email: str, name: str | None = None, *, status: str = "free
         # complaint suppressed (a deleted member's, come back).
         suppressed = await conn.fetchval("SELECT 1 FROM suppressions WHERE email = $1", email)
         if settings.welcome_emails and not suppressed:
-            key = await enqueue(conn, "MemberCreatedEvent", *member_created(member_id))
+            key = await enqueue(conn, MEMBER_CREATED, *member_created(member_id))
         await site_events.emit(conn, "member.added", member_id)
     return MemberAdded(member_id, key)
+
+
+MEMBER_CREATED, _CREATED_FIELD, _CREATED_KEY = "MemberCreatedEvent", "member_id", "member-created-"
 
 
 def member_created(member_id: str) -> tuple[dict, str]:
     """A new member's MemberCreatedEvent, (payload, idempotency key), as `members add` and `members
     import --welcome` enqueue it: the same member is welcomed once, whichever added them."""
-    return {"member_id": member_id}, f"member-created-{member_id}"
+    return {_CREATED_FIELD: member_id}, _CREATED_KEY + member_id
+
+
+async def welcome_added_members(conn, member_ids: list[str]) -> int:
+    """member_created's entries for members added in this transaction (`members import --welcome`),
+    thousands in one statement; returns how many were queued."""
+    return await enqueue_for_new_ids(conn, MEMBER_CREATED, _CREATED_FIELD, _CREATED_KEY, member_ids)
 
 
 # A member's last emails and what became of each: sent (its batch), delivered, opened, failed (the
