@@ -32,7 +32,8 @@ _INSERT = """
 INSERT INTO outbox (event_type, payload, idempotency_key, payload_digest, trace_context, webhook_id, webhook_seq)
 SELECT $1, e.payload, e.key, e.digest, $6::jsonb, e.webhook_id,
        CASE WHEN e.webhook_id IS NOT NULL THEN nextval('outbox_webhook_seq') END
-FROM unnest($2::jsonb[], $3::text[], $4::text[], $5::text[]) WITH ORDINALITY AS e(payload, key, digest, webhook_id, place)
+FROM unnest($2::jsonb[], $3::text[], $4::text[], $5::text[])
+     WITH ORDINALITY AS e(payload, key, digest, webhook_id, place)
 ORDER BY e.place
 ON CONFLICT (idempotency_key) DO NOTHING
 RETURNING idempotency_key"""

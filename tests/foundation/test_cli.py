@@ -2,12 +2,15 @@
 
 import importlib
 import os
+import re
 import subprocess
 import sys
 
 import httpx
 import pytest
 import typer
+from typer._click.core import Context
+from typer.core import TyperGroup
 
 from devstack.servers import free_port
 from tests import command_line
@@ -64,14 +67,18 @@ def test_every_command_has_help():
 
 
 def test_the_listed_line_of_each_command_is_its_own_help_and_every_command_is_listed():
-    """`pressroom --help` reads starter.COMMANDS without importing the commands: each line there is
-    the first paragraph of the command's own help, and each module's commands are all listed."""
+    """`pressroom --help` and a group's `--help` read starter.COMMANDS without importing the commands:
+    each line there is the first paragraph of the command's own help, and every command of a module
+    or a group is listed, in the group's order."""
     import starter
 
-    for name, (module, line) in starter.COMMANDS.items():
-        command = starter.load(name)
-        assert " ".join(command.help.split("\n\n")[0].split()) == line, name
+    for path, (module, line) in starter.COMMANDS.items():
+        command = starter.load(path)
+        assert " ".join(command.help.split("\n\n")[0].split()) == line, path
         assert module == command.callback.__module__ if command.callback else True
+        if isinstance(command, TyperGroup):
+            assert command.no_args_is_help, path  # as its listed stand-in
+            assert list(command.commands) == starter.ListedCommands(path=path).list_commands(None), path
     modules = {module for module, _ in starter.COMMANDS.values()}
     for module in modules:
         app = typer.main.get_group(importlib.import_module(module).app)
@@ -79,14 +86,49 @@ def test_the_listed_line_of_each_command_is_its_own_help_and_every_command_is_li
             assert set(app.commands) <= set(starter.COMMANDS), module
 
 
-def test_version_and_the_command_list_import_no_command_module():
+def help_shown(root: TyperGroup, path: str, capsys) -> str:
+    """`pressroom PATH --help` as `root` shows it, the commands found as `root` finds them."""
+    ctx, command = Context(root, info_name="pressroom"), root
+    for word in path.split():
+        command = command.get_command(ctx, word)
+        ctx = Context(command, info_name=word, parent=ctx)
+    capsys.readouterr()
+    command.get_help(ctx)  # rich prints it
+    return capsys.readouterr().out
+
+
+def words(shown: str) -> str:
+    """Help's words in order: the line breaks of a docstring (kept by rich) and the boxes left out."""
+    return " ".join(re.sub("[│╭╮╰╯─]", " ", shown).split())
+
+
+def test_a_group_listed_shows_the_help_the_group_itself_shows(capsys):
+    """Each group's `--help` from the list, beside the same help rendered by the group loaded."""
+    import starter
+
+    groups = [path for path in starter.COMMANDS if any(other.startswith(f"{path} ") for other in starter.COMMANDS)]
+    listed = typer.main.get_command(starter.app)
+    loaded = typer.core.TyperGroup(name="pressroom", commands={path: starter.load(path) for path in groups
+                                                               if " " not in path})
+    for path in groups:
+        shown = help_shown(listed, path, capsys)
+        assert f"Usage: pressroom {path} [OPTIONS] COMMAND" in shown, path
+        assert words(shown) == words(help_shown(loaded, path, capsys)), path
+
+
+def test_version_the_command_list_and_each_groups_list_import_no_command_module():
+    import starter
+
+    groups = [path.split() for path in starter.COMMANDS if any(other.startswith(f"{path} ")
+                                                               for other in starter.COMMANDS)]
     probe = ("import sys, starter\n"
-             "for args in (['--version'], ['--help']):\n"
+             f"for args in [['--version'], ['--help'], *({groups!r})] + [[*group, '--help'] for group in {groups!r}]:\n"
              "    try:\n        starter.app(args=args, prog_name='pressroom', standalone_mode=False)\n"
              "    except BaseException:\n        pass\n"
              "print(sorted(m for m in sys.modules if m.startswith(('commands.', 'operations', 'pressroom.settings'))))")
     result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True,
                             cwd=command_line.ROOT)
+    assert len(groups) > 10 and result.stdout.count("Usage") == 2 * len(groups) + 1
     assert result.stdout.splitlines()[-1] == "[]", result.stdout.splitlines()[-1]
 
 
