@@ -134,12 +134,13 @@ async def status_after_kill(runs: int) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--runs", type=int, default=10, help="fresh processes per start figure")
+    parser.add_argument("--runs", type=int, default=10, help="fresh processes per start figure (0: none)")
     parser.add_argument("--status-runs", type=int, default=5,
                         help="`newsletter status` runs after the kill (0: none, and no servers started)")
     args = parser.parse_args()
     print(f"load at start: {load()}")
-    start_times(args.runs)
+    if args.runs:
+        start_times(args.runs)
     if args.status_runs:
         asyncio.run(status_after_kill(args.status_runs))
     print(f"load at end: {load()}")
