@@ -44,7 +44,8 @@ with workflow.unsafe.imports_passed_through():
     from workflows.policies import DATABASE_RETRY
 
 
-# Long activities heartbeat; a worker that dies is noticed this fast and its work retried elsewhere.
+# Long activities heartbeat; a worker that dies is noticed within the plan's heartbeat timeout and its
+# work retried elsewhere. Plans stored without one (runs started before the setting) keep this.
 HEARTBEAT_TIMEOUT = timedelta(seconds=15)
 # Runs started before this patch waited out an outage on a doubling timer; later runs look for the
 # provider's return with an authenticated read and send again within one look of it.
@@ -54,6 +55,11 @@ PROVIDER_PROBE_PATCH = "probe-provider-return"
 GROUP_SHARE_OF_SENDERS = 2
 # A look for the provider's return lasts at most this long; the run then looks again.
 PROBE_ACTIVITY = timedelta(minutes=10)
+
+
+def heartbeat_timeout(plan: SendPlan) -> timedelta:
+    """How long the send's long activities may go without a heartbeat (`send_heartbeat_seconds`)."""
+    return timedelta(seconds=plan.heartbeat_seconds) if plan.heartbeat_seconds else HEARTBEAT_TIMEOUT
 
 
 def provider_retry(plan: SendPlan, not_retried: list[str]) -> RetryPolicy:
@@ -105,7 +111,7 @@ class BatchSending:
                     sent = await workflow.execute_activity_method(
                         BatchSendActivities.send_batch,
                         SendBatchInput(batch_id=batch_id, delivery_time=self._delivery_time(number, resume)),
-                        start_to_close_timeout=timedelta(minutes=2), heartbeat_timeout=HEARTBEAT_TIMEOUT,
+                        start_to_close_timeout=timedelta(minutes=2), heartbeat_timeout=heartbeat_timeout(plan),
                         retry_policy=retry, summary=f"batch {number + 1} of {self._progress.batches_total}")
                 except ActivityError as error:
                     cause = cause_of(error)
@@ -176,7 +182,7 @@ class BatchSending:
             try:
                 answer: BatchesSent = await workflow.execute_activity_method(
                     BatchSendActivities.send_batches, SendBatchesInput(batches=batches),
-                    start_to_close_timeout=timedelta(minutes=2), heartbeat_timeout=HEARTBEAT_TIMEOUT,
+                    start_to_close_timeout=timedelta(minutes=2), heartbeat_timeout=heartbeat_timeout(resume.plan),
                     # Not retried whole: each batch left unsettled by a failed call is sent on its own.
                     retry_policy=RetryPolicy(maximum_attempts=1),
                     summary=f"batches {group[0][1] + 1}-{group[-1][1] + 1}")
@@ -236,7 +242,7 @@ class BatchSending:
         retry = provider_retry(plan, [*NOT_RETRIED, RECIPIENT_LIMIT_EXCEEDED, SENDING_LIMIT_REACHED])
         return await workflow.execute_activity_method(
             BatchSendActivities.send_batch, batch, start_to_close_timeout=timedelta(minutes=2),
-            heartbeat_timeout=HEARTBEAT_TIMEOUT, retry_policy=retry, summary=f"batch {batch.batch_id}")
+            heartbeat_timeout=heartbeat_timeout(plan), retry_policy=retry, summary=f"batch {batch.batch_id}")
 
     async def _confirm_aside(self, batch: SendBatchInput, number: int, sent: BatchSent, resume: Resume) -> None:
         """Confirm an uncertain batch on its own timers; what it ends in (sent, failed, split into
@@ -359,7 +365,7 @@ class BatchSending:
                 ReputationActivities.probe_provider,
                 ProbeProviderInput(every_seconds=plan.provider_probe_seconds, at_least_seconds=at_least,
                                    at_most_seconds=PROBE_ACTIVITY.total_seconds() - 30),
-                start_to_close_timeout=PROBE_ACTIVITY, heartbeat_timeout=HEARTBEAT_TIMEOUT,
+                start_to_close_timeout=PROBE_ACTIVITY, heartbeat_timeout=heartbeat_timeout(plan),
                 retry_policy=DATABASE_RETRY, summary=f"look for {self._provider}'s return")
             if look.back:
                 return

@@ -246,6 +246,29 @@ async def test_an_outage_is_waited_out_by_looking_for_the_provider_and_the_batch
         "no blind sleep: the look for the provider's return is the wait"
 
 
+@pytest.mark.parametrize("heartbeat_seconds, expected", [(None, 15.0), (7.0, 7.0)])
+async def test_the_sends_long_activities_are_watched_by_the_plans_heartbeat_timeout(env, heartbeat_seconds, expected):
+    """How soon a dead worker's batches are retried elsewhere is the plan's `send_heartbeat_seconds`;
+    plans stored before it was a setting (none in them) keep 15 s. Written, sent in a group and alone,
+    and looked for the provider's return: each long activity has it."""
+    fake = FakeSending(4, lock=EmailLock(acquired=True, plan=plan(
+        concurrency=4, provider_retries=0, heartbeat_seconds=heartbeat_seconds)),
+        failures={"b0000": send_failure("ProviderUnavailable", "Mailgun could not be reached",
+                                        UnavailableDetails(outage=True))}, failing_attempts=1)
+    email_id = f"e-{uuid.uuid4().hex[:8]}"
+    outcome, _ = await send(env, fake, email_id=email_id)
+    assert outcome.status == "submitted" and fake.probes
+    history = await env.client.get_workflow_handle(newsletter_workflow_id(email_id)).fetch_history()
+    timeouts: dict[str, set[float]] = {}
+    for event in history.events:
+        if event.HasField("activity_task_scheduled_event_attributes"):
+            scheduled = event.activity_task_scheduled_event_attributes
+            timeouts.setdefault(scheduled.activity_type.name, set()).add(scheduled.heartbeat_timeout.ToTimedelta()
+                                                                         .total_seconds())
+    long_ones = {"create_batches", "send_batches", "send_batch", "probe_provider"}
+    assert {name: timeouts[name] for name in long_ones} == {name: {expected} for name in long_ones}
+
+
 @pytest.mark.parametrize("uncertain", [
     send_failure("ProviderUnavailable", "Mailgun failed the batch (503)", UnavailableDetails(status_code=503)),
     ApplicationError("Mailgun failed the batch (503)", 503, type="MailgunUnavailable")], ids=["details", "stored"])
