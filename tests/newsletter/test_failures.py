@@ -261,6 +261,12 @@ async def test_a_worker_killed_while_creating_batches_and_while_sending(db, mail
         worker.terminate()  # whatever happened: no worker of this test outlives it
         worker.wait()
     assert outcome.status == "submitted" and outcome.counts.batches_submitted == 40
+    # The workers' heartbeat setting reached the run through its plan: each kill was noticed in 5 s.
+    history = await client.get_workflow_handle(start.workflow_id, run_id=start.run_id).fetch_history()
+    assert {event.activity_task_scheduled_event_attributes.heartbeat_timeout.ToTimedelta().total_seconds()
+            for event in history.events if event.HasField("activity_task_scheduled_event_attributes")
+            and event.activity_task_scheduled_event_attributes.activity_type.name in ("create_batches", "send_batch")
+            } == {float(KILLED_WORKER_SETTINGS["PRESSROOM_SEND_HEARTBEAT_SECONDS"])}
     counts = delivered(mailgun, seeded.email_id)
     assert len(counts) == 20_000 and set(counts.values()) == {1}
     assert await db.fetchval("SELECT count(*) FROM (SELECT member_id FROM email_recipients WHERE email_id = $1 "
