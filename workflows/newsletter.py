@@ -159,7 +159,8 @@ class SendNewsletterWorkflow(BatchSending):
             self._cancel.model_copy(update={"email_id": input.email_id})
         outcome = await workflow.execute_activity_method(
             EmailFinishActivities.finish_email, finish,
-            start_to_close_timeout=timedelta(seconds=60), retry_policy=DATABASE_RETRY)
+            start_to_close_timeout=timedelta(seconds=60), heartbeat_timeout=heartbeat_timeout(resume.plan),
+            retry_policy=DATABASE_RETRY)
         if outcome.counts:
             self._progress = self._from_counts(input.email_id, outcome.counts)
         self._show(status=outcome.status, message=outcome.message)
@@ -227,7 +228,8 @@ class SendNewsletterWorkflow(BatchSending):
             chunks = self._chunks
             batch_ids = await workflow.execute_activity_method(
                 BatchSendActivities.list_unsent_batches, ListUnsentBatchesInput(email_id=email_id, limit=BATCH_PAGE),
-                start_to_close_timeout=timedelta(seconds=60), retry_policy=DATABASE_RETRY)
+                start_to_close_timeout=timedelta(seconds=60), heartbeat_timeout=heartbeat_timeout(resume.plan),
+                retry_policy=DATABASE_RETRY)
             if self._cancel is not None:
                 batch_ids = []  # cancelled: nothing more is sent (a chunk being written ends the creation)
             if not batch_ids:

@@ -116,7 +116,7 @@ class BatchSending:
                 except ActivityError as error:
                     cause = cause_of(error)
                     await self._batch_failed(batch_id, read_send_failure(cause.type, cause.details).status_code,
-                                             str(cause))
+                                             str(cause), plan)
                 else:
                     self._batch_sent(sent)
 
@@ -138,7 +138,7 @@ class BatchSending:
 
         async def sender() -> None:
             while queue and self._cancel is None:
-                await self._hold_while_paused()
+                await self._hold_while_paused(plan)
                 if not queue or self._cancel is not None:
                     break
                 batch_id, number = queue.popleft()
@@ -163,7 +163,7 @@ class BatchSending:
         groups: list[asyncio.Task] = []
         while queue and self._cancel is None:
             await workflow.wait_condition(lambda: slots.free > 0 or self._cancel is not None)
-            await self._hold_while_paused()
+            await self._hold_while_paused(plan)
             if self._cancel is not None:
                 break
             group = [queue.popleft() for _ in range(min(slots.free, largest, len(queue)))]
@@ -211,7 +211,8 @@ class BatchSending:
         while plan.send_caps:
             admission = await workflow.execute_activity_method(
                 SendingLimitsActivities.admit_batch, AdmitBatchInput(batch_id=batch_id, at=workflow.now()),
-                start_to_close_timeout=timedelta(seconds=60), retry_policy=DATABASE_RETRY)
+                start_to_close_timeout=timedelta(seconds=60), heartbeat_timeout=heartbeat_timeout(plan),
+                retry_policy=DATABASE_RETRY)
             if admission.split_into:
                 self._progress.batches_total += len(admission.split_into) - 1
                 self._show()
@@ -293,12 +294,13 @@ class BatchSending:
                 SplitRefusedBatchInput(batch_id=batch_id, status_code=failure.status_code, message=message,
                                        refused_size=failure.details.refused_size,
                                        stated_limit=failure.details.stated_limit),
-                start_to_close_timeout=timedelta(seconds=60), retry_policy=DATABASE_RETRY)
+                start_to_close_timeout=timedelta(seconds=60), heartbeat_timeout=heartbeat_timeout(plan),
+                retry_policy=DATABASE_RETRY)
             if pieces:
                 self._progress.batches_total += len(pieces) - 1
                 self._show()
                 return pieces
-        await self._batch_failed(batch_id, failure.status_code, message)
+        await self._batch_failed(batch_id, failure.status_code, message, plan)
         return []
 
     def _delivery_time(self, number: int, resume: Resume, *, at_most_end: bool = False) -> datetime | None:
@@ -311,11 +313,12 @@ class BatchSending:
             share = min(1.0, share)
         return datetime.fromtimestamp(resume.started_at + plan.delivery_window_seconds * share, UTC)
 
-    async def _batch_failed(self, batch_id: str, status_code: int | None, message: str) -> None:
+    async def _batch_failed(self, batch_id: str, status_code: int | None, message: str, plan: SendPlan) -> None:
         await workflow.execute_activity_method(
             BatchSendActivities.fail_batch,
             FailBatchInput(batch_id=batch_id, status_code=status_code, message=message),
-            start_to_close_timeout=timedelta(seconds=60), retry_policy=DATABASE_RETRY)
+            start_to_close_timeout=timedelta(seconds=60), heartbeat_timeout=heartbeat_timeout(plan),
+            retry_policy=DATABASE_RETRY)
         self._progress.batches_failed += 1
         self._show()
 
@@ -371,12 +374,12 @@ class BatchSending:
                 return
             at_least = 0.0
 
-    async def _hold_while_paused(self) -> None:
+    async def _hold_while_paused(self, plan: SendPlan) -> None:
         if self._paused is not None:
             await workflow.wait_condition(lambda: self._paused is None or self._cancel is not None)
         if self._pause_to_clear and self._cancel is None:
             self._pause_to_clear = False
-            await self._record_pause("")
+            await self._record_pause("", plan)
 
     async def _watch_reputation(self, plan: SendPlan) -> None:
         """Every `reputation_check_seconds` at most, read the email's early answers; pause the send
@@ -393,21 +396,22 @@ class BatchSending:
             email_id = self._progress.email_id
             figures = await workflow.execute_activity_method(
                 ReputationActivities.read_reputation, ReadReputationInput(email_id=email_id),
-                start_to_close_timeout=timedelta(seconds=60), retry_policy=DATABASE_RETRY,
-                summary="read the early bounce and complaint rates")
+                start_to_close_timeout=timedelta(seconds=60), heartbeat_timeout=heartbeat_timeout(plan),
+                retry_policy=DATABASE_RETRY, summary="read the early bounce and complaint rates")
             self._reputation.last_look = workflow.now()
             if figures.pause_reason and self._reputation.watching and self._cancel is None:
                 self._paused = figures.pause_reason
-                await self._record_pause(figures.pause_reason)
+                await self._record_pause(figures.pause_reason, plan)
                 self._show(status="paused", message=f"paused: {figures.pause_reason}; "
                                                     f"`pressroom newsletter resume {email_id}` or `cancel`")
         finally:
             self._reputation.looking = False
 
-    async def _record_pause(self, reason: str) -> None:
+    async def _record_pause(self, reason: str, plan: SendPlan) -> None:
         await workflow.execute_activity_method(
             ReputationActivities.record_pause, RecordPauseInput(email_id=self._progress.email_id, reason=reason),
-            start_to_close_timeout=timedelta(seconds=60), retry_policy=DATABASE_RETRY)
+            start_to_close_timeout=timedelta(seconds=60), heartbeat_timeout=heartbeat_timeout(plan),
+            retry_policy=DATABASE_RETRY)
 
     def _batch_sent(self, sent: BatchSent) -> None:
         if self._outage is not None:  # the provider is back

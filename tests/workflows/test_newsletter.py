@@ -248,9 +248,10 @@ async def test_an_outage_is_waited_out_by_looking_for_the_provider_and_the_batch
 
 @pytest.mark.parametrize("heartbeat_seconds, expected", [(None, 15.0), (7.0, 7.0)])
 async def test_the_sends_long_activities_are_watched_by_the_plans_heartbeat_timeout(env, heartbeat_seconds, expected):
-    """How soon a dead worker's batches are retried elsewhere is the plan's `send_heartbeat_seconds`;
-    plans stored before it was a setting (none in them) keep 15 s. Written, sent in a group and alone,
-    and looked for the provider's return: each long activity has it."""
+    """How soon a dead worker's steps are retried elsewhere is the plan's `send_heartbeat_seconds`;
+    plans stored before it was a setting (none in them) keep 15 s. Every step after the lock has it:
+    the long ones (written, sent in a group and alone, the provider looked for) and the short ones,
+    which a killed worker would otherwise hold for their whole start-to-close timeout."""
     fake = FakeSending(4, lock=EmailLock(acquired=True, plan=plan(
         concurrency=4, provider_retries=0, heartbeat_seconds=heartbeat_seconds)),
         failures={"b0000": send_failure("ProviderUnavailable", "Mailgun could not be reached",
@@ -265,8 +266,10 @@ async def test_the_sends_long_activities_are_watched_by_the_plans_heartbeat_time
             scheduled = event.activity_task_scheduled_event_attributes
             timeouts.setdefault(scheduled.activity_type.name, set()).add(scheduled.heartbeat_timeout.ToTimedelta()
                                                                          .total_seconds())
-    long_ones = {"create_batches", "send_batches", "send_batch", "probe_provider"}
-    assert {name: timeouts[name] for name in long_ones} == {name: {expected} for name in long_ones}
+    assert timeouts.pop("lock_email") == {0.0}  # before the plan: its own start-to-close timeout
+    assert timeouts == {name: {expected} for name in ["create_batches", "list_unsent_batches", "send_batches",
+                                                      "send_batch", "probe_provider", "read_reputation",
+                                                      "finish_email"]}
 
 
 @pytest.mark.parametrize("uncertain", [
