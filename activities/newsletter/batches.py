@@ -211,9 +211,6 @@ class BatchCreationActivities:
         id and reason, and count them on it, in the caller's transaction (with the plan, so every
         chunk leaves out the same members); one bad row never fails the batch it would have joined.
         Returns how many members are left, by segment."""
-        # One process for this pass: in parallel each worker builds its own hash of the subscriptions,
-        # CPU the send's own writes need more (they share the cores), for a count done once a send.
-        await conn.execute("SET LOCAL max_parallel_workers_per_gather = 0")
         segments = await conn.fetch(chosen.sql(AUDIENCE_BY_SEGMENT), *chosen.params, PLAIN_ADDRESS,
                                     list(SPECIAL_USE_DOMAINS), PLAIN_DOMAIN_LENGTH)
         unplain = [member for segment in segments for member in segment["unplain"]]
