@@ -1,9 +1,10 @@
 """Fault matrix through SES: does every member get each email exactly once? (not a test)
 
-`bench/faults.py --provider ses` runs this. PostgreSQL and a Temporal dev server of its own; in
-this process the SES stand-in and the webhook receiver (PRESSROOM_EMAIL_PROVIDER=ses), subscribed
-to the stand-in's topic, its notifications pushed as they become visible; workers as processes of
-their own, one per row:
+    .venv/bin/python bench/faults_ses.py --members 300 [--case "lost answers"] [--adversary "events 45 s late"]
+
+PostgreSQL and a Temporal dev server of its own; in this process the SES stand-in and the webhook
+receiver (PRESSROOM_EMAIL_PROVIDER=ses), subscribed to the stand-in's topic, its notifications
+pushed as they become visible; workers as processes of their own, one per row:
 
     {throttling + 5xx before and after accepting, lost answers, kill -9 of the worker mid-send,
      destinations throttled one by one in accepted calls (sent again in new batches)}
@@ -21,9 +22,10 @@ it must still exceed the notifications' worst lateness, or a row measures the st
 the send: a batch not found within the window is sent again, as designed. That lateness is the
 stand-in's delay plus its push lag: it pushes one notification at a time (a Send and a Delivery
 per copy, 600 for a row of 300 members, twice that doubled), each signed and received in this one
-process, ~12 ms a push at load 7 and 2-4 times that at load 20, so the last Send of a row is stored
-10-30 s after it became visible. The window here is the delay plus PUSH_LAG_ALLOWANCE; a row whose
-latest notification came later than the window is named at the end (it does not measure the send).
+process, 12-19 ms a push at load 7 and more as the load grows, so the last Send of a row is stored
+seconds to tens of seconds after it became visible (bench/NOTES-round-five-send.md, "Exactly
+once"). The window here is the delay plus PUSH_LAG_ALLOWANCE; a row whose latest notification came
+later than the window is named at the end (it does not measure the send).
 """
 
 from __future__ import annotations
