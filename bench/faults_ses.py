@@ -130,7 +130,7 @@ class SesMatrix(Matrix):
         while self.ses.unpushed(email_id) and asyncio.get_running_loop().time() < deadline:
             await asyncio.sleep(0.2)
         if left := self.ses.unpushed(email_id):
-            print(f"({left} Send notifications of {email_id} not pushed after {timeout:.0f} s: the next row's "
+            print(f"({left} Send notifications of {email_id} not pushed after {timeout:.0f} s: the row's "
                   "lateness counts only those stored)", flush=True)
 
 
