@@ -57,7 +57,7 @@ from pressroom.providers.ses.settings import ses_settings
 from pressroom.settings import load_settings
 
 # How far past its delay the stand-in's serial pushes may reach the receiver on a loaded machine
-# (measured at 300 members: up to 24 s at load 15-23), and the window that covers both.
+# (measured at 300 members: up to 32 s at load 15-25), and the window that covers both.
 PUSH_LAG_ALLOWANCE = 45
 CONFIRM_WINDOW_SECONDS = LATE_SECONDS + PUSH_LAG_ALLOWANCE
 # The latest of an email's Send notifications stored by the receiver, in seconds after its copy was accepted.
