@@ -109,6 +109,7 @@ def build_worker(client: Client, deps: Dependencies, *, task_queue: str | None =
         # On SIGTERM in-flight activities get this long to finish before they are handed back.
         graceful_shutdown_timeout=timedelta(seconds=20),
         max_concurrent_activities=deps.settings.worker_max_activities,
+        sticky_queue_schedule_to_start_timeout=timedelta(seconds=deps.settings.worker_sticky_seconds),
         **options,
     )
 
@@ -125,6 +126,7 @@ def build_webhooks_worker(client: Client, deps: Dependencies, *, task_queue: str
         activities=[delivery.handle_entry, delivery.complete_entry, delivery.abort_entry],
         graceful_shutdown_timeout=timedelta(seconds=20),
         max_concurrent_activities=deps.settings.worker_max_activities,
+        sticky_queue_schedule_to_start_timeout=timedelta(seconds=deps.settings.worker_sticky_seconds),
         **options,
     )
 

@@ -12,7 +12,8 @@ from typing import Any
 import asyncpg
 from temporalio import activity
 
-# A first beat this late still comes well inside the heartbeat timeouts that use it (15 s).
+# A first beat this late still comes well inside the heartbeat timeouts that use it (the send's: 5 s at
+# the shortest, `send_heartbeat_seconds`).
 FIRST_HEARTBEAT_SECONDS = 2.0
 
 

@@ -24,6 +24,7 @@ from pydantic import BaseModel
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from activities.heartbeat import FIRST_HEARTBEAT_SECONDS, heartbeating
 from pressroom.providers.port import AccountQuota
 from pressroom.providers.wiring import sending_scope
 
@@ -170,7 +171,7 @@ class SendingLimitsActivities:
         Safe to repeat: the size only ever shrinks, and a retired batch answers with its pieces.
         An empty answer means it cannot be split (one recipient): the caller fails it instead.
         """
-        async with self.pool.acquire() as conn, conn.transaction():
+        async with heartbeating(first_after=FIRST_HEARTBEAT_SECONDS), self.pool.acquire() as conn, conn.transaction():
             batch = await conn.fetchrow(
                 "SELECT b.fallback_sending_domain, b.status, (SELECT count(*) FROM email_recipients "
                 "WHERE batch_id = b.id) AS n FROM email_batches b WHERE b.id = $1", input.batch_id)
@@ -204,7 +205,7 @@ class SendingLimitsActivities:
         Safe to repeat: a reservation is one row per batch, and a retired batch answers with its pieces.
         """
         at = input.at.astimezone(UTC)
-        async with self.pool.acquire() as conn, conn.transaction():
+        async with heartbeating(first_after=FIRST_HEARTBEAT_SECONDS), self.pool.acquire() as conn, conn.transaction():
             batch = await conn.fetchrow(
                 "SELECT b.email_id, b.status, b.fallback_sending_domain, (SELECT count(*) FROM email_recipients "
                 "WHERE batch_id = b.id) AS n FROM email_batches b WHERE b.id = $1 FOR UPDATE", input.batch_id)

@@ -109,6 +109,8 @@ class _Notification:
     visible_at: float
     unsigned: dict[str, Any]
     signer: Any
+    kind: str = ""
+    tags: dict[str, str] = field(default_factory=dict)  # the copy's, to find an email's notifications
     taken_by: set[str] = field(default_factory=set)  # the endpoints that answered 2xx
     _body: dict[str, Any] | None = None
 
@@ -225,6 +227,12 @@ class SesSimulator:
         now = self.now()
         return [n.body for n in self._notifications if not visible_only or n.visible_at <= now]
 
+    def unpushed(self, email_id: str, kind: str = "Send") -> int:
+        """How many `kind` events of the email's copies some confirmed subscriber has not taken yet."""
+        endpoints = [endpoint for endpoint, s in self.subscriptions.items() if s["confirmed"]]
+        return sum(1 for n in self._notifications
+                   if n.kind == kind and n.tags.get("email-id") == email_id and not n.taken_by.issuperset(endpoints))
+
     def add_event(self, kind: str, copy: Delivered, **detail: Any) -> None:
         """An SES event of `kind` (Send, Delivery, Bounce, Complaint, Open, Reject, Rendering Failure)
         for one copy, now."""
@@ -253,7 +261,8 @@ class SesSimulator:
         else:
             event["send"] = {}
         notification = _Notification(moment + self.faults.events_delay,
-                                     self._unsigned("Notification", json.dumps(event), subject=None), self._sign_body)
+                                     self._unsigned("Notification", json.dumps(event), subject=None), self._sign_body,
+                                     kind, copy.tags)
         self._notifications.append(notification)
 
     # --- signing ---

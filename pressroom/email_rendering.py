@@ -122,10 +122,15 @@ class Rendered:
         """Whether a placeholder of the message shows this value of the reader's (see REPLACEMENTS)."""
         return any(used == replacement for used, _, _ in self.variables.values())
 
+    @cached_property
+    def _placeholders(self) -> tuple[tuple[str, str, str, bool], ...]:
+        """`variables` flattened once: a send walks them for every reader."""
+        return tuple((name, *spec) for name, spec in self.variables.items())
+
     def recipient_variables(self, values: Mapping[str, str]) -> dict[str, str]:
         """One reader's value of every placeholder, from their values (see `member_values`)."""
         out = {}
-        for name, (replacement, fallback, escaped) in self.variables.items():
+        for name, replacement, fallback, escaped in self._placeholders:
             value = values.get(replacement) or fallback
             out[name] = html_lib.escape(value, quote=True) if escaped and _SPECIAL.search(value) else value
         return out
@@ -166,12 +171,18 @@ class MemberValues:
         self._manage = f"{self._site}/#/portal/account"
 
     def __call__(self, *, name: str | None, email: str, uuid: str, status: str) -> dict[str, str]:
-        name = " ".join((name or "").split())  # a line break in a stored name must not reach a header
+        words = (name or "").split()  # a line break in a stored name must not reach a header
         key = hmac.digest(self._secret, uuid.encode(), "sha256").hex()
-        return {"first_name": name.split()[0] if name else "", "name": name, "email": email, "uuid": uuid,
+        return {"first_name": words[0] if words else "", "name": " ".join(words), "email": email, "uuid": uuid,
                 "key": key, "status": status,
-                "unsubscribe_url": f"{self._site}/unsubscribe/?uuid={quote_plus(uuid)}&key={key}{self._tail}",
+                "unsubscribe_url": f"{self._site}/unsubscribe/?uuid={_query_value(uuid)}&key={key}{self._tail}",
                 "manage_account_url": self._manage}
+
+
+def _query_value(text: str) -> str:
+    """`quote_plus(text)`, without its cost for a uuid as the database writes it (letters, digits
+    and hyphens, which it leaves as they are): done for every recipient of a send."""
+    return text if text.isascii() and text.replace("-", "").isalnum() else quote_plus(text)
 
 
 def member_values(*, name: str | None, email: str, uuid: str, status: str, site_url: str, link_secret: str,

@@ -121,6 +121,12 @@ class Settings(BaseSettings):
     send_confirm_window_seconds: float = Field(default=30 * 60, ge=0,
                                                validation_alias="PRESSROOM_SEND_CONFIRM_WINDOW_SECONDS")
     send_confirm_poll_seconds: float = Field(default=60.0, gt=0, validation_alias="PRESSROOM_SEND_CONFIRM_POLL_SECONDS")
+    # How soon a worker that dies mid-send (writing batches, sending them, looking for the provider's
+    # return) is noticed and its activity retried elsewhere. Its activities beat after 2 s and every
+    # 2 s, and Temporal forwards a beat at most every 80% of the timeout: from 5 s a beat late by
+    # a loaded machine still comes in time.
+    send_heartbeat_seconds: float = Field(default=15.0, ge=5, le=60,
+                                          validation_alias="PRESSROOM_SEND_HEARTBEAT_SECONDS")
     # A live worker polls again at least every long poll (Temporal's matching.longPollExpirationInterval,
     # a minute by default); Temporal keeps listing a worker that stopped for minutes, so a worker
     # whose last poll is older than this is taken for gone.
@@ -285,6 +291,10 @@ class Settings(BaseSettings):
     # --- worker ---
     # Publish activities mostly sleep out their last seconds; many may wait at once when posts share a time.
     worker_max_activities: int = Field(default=1000, ge=1, validation_alias="PRESSROOM_WORKER_MAX_ACTIVITIES")
+    # A run's next workflow task first waits this long for the worker that holds the run in its cache,
+    # then goes to any worker (which replays its history): how soon a killed worker's runs go on.
+    # Temporal's SDK default; a live worker that is slower than this only costs a replay elsewhere.
+    worker_sticky_seconds: float = Field(default=10.0, ge=1, le=60, validation_alias="PRESSROOM_WORKER_STICKY_SECONDS")
     metrics_port: int = Field(default=0, ge=0, le=65535, validation_alias="PRESSROOM_METRICS_PORT")
     metrics_host: str = Field(default="127.0.0.1", validation_alias="PRESSROOM_METRICS_HOST")
     encryption_key: SecretStr = Field(default=SecretStr(""), validation_alias="PRESSROOM_ENCRYPTION_KEY")

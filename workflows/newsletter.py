@@ -31,6 +31,7 @@ with workflow.unsafe.imports_passed_through():
         ListUnsentBatchesInput,
         LockEmailInput,
         SendBatchInput,
+        SendPlan,
     )
     from activities.newsletter.send import BatchSendActivities
     from pressroom.errors import cause_of
@@ -48,7 +49,7 @@ from workflows.newsletter_models import (
     SendNewsletterInput,
     newsletter_workflow_id,
 )
-from workflows.newsletter_sending import HEARTBEAT_TIMEOUT, BatchSending
+from workflows.newsletter_sending import BatchSending, heartbeat_timeout
 
 DATABASE_TIMEOUT = timedelta(minutes=30)
 BATCH_PAGE = 100  # batch ids fetched per page: a history holds a few pages at most
@@ -158,7 +159,8 @@ class SendNewsletterWorkflow(BatchSending):
             self._cancel.model_copy(update={"email_id": input.email_id})
         outcome = await workflow.execute_activity_method(
             EmailFinishActivities.finish_email, finish,
-            start_to_close_timeout=timedelta(seconds=60), retry_policy=DATABASE_RETRY)
+            start_to_close_timeout=timedelta(seconds=60), heartbeat_timeout=heartbeat_timeout(resume.plan),
+            retry_policy=DATABASE_RETRY)
         if outcome.counts:
             self._progress = self._from_counts(input.email_id, outcome.counts)
         self._show(status=outcome.status, message=outcome.message)
@@ -184,14 +186,15 @@ class SendNewsletterWorkflow(BatchSending):
             return await self._cancelled_before_any_batch(email_id)
         if lock.post_id:
             workflow.upsert_search_attributes([POST_ID.value_set(lock.post_id)])
+        assert lock.plan is not None  # an acquired lock always carries the plan
         chunked = workflow.patched(PIPELINED_BATCHES_PATCH)
-        counts = await self._create_batches(email_id, retry_failed=True, chunked=chunked)
+        counts = await self._create_batches(email_id, lock.plan, retry_failed=True, chunked=chunked)
         resume = Resume(plan=lock.plan, progress=self._from_counts(email_id, counts),
                         started_at=workflow.now().timestamp(), dispatched=0)
         if not counts.creating:
             return resume, None
         self._creating = True
-        return resume, asyncio.create_task(self._create_the_rest(email_id))
+        return resume, asyncio.create_task(self._create_the_rest(email_id, resume.plan))
 
     async def _lock(self, email_id: str) -> EmailLock:
         """The lock activity; an operator's cancel stops it while it is being retried."""
@@ -225,7 +228,8 @@ class SendNewsletterWorkflow(BatchSending):
             chunks = self._chunks
             batch_ids = await workflow.execute_activity_method(
                 BatchSendActivities.list_unsent_batches, ListUnsentBatchesInput(email_id=email_id, limit=BATCH_PAGE),
-                start_to_close_timeout=timedelta(seconds=60), retry_policy=DATABASE_RETRY)
+                start_to_close_timeout=timedelta(seconds=60), heartbeat_timeout=heartbeat_timeout(resume.plan),
+                retry_policy=DATABASE_RETRY)
             if self._cancel is not None:
                 batch_ids = []  # cancelled: nothing more is sent (a chunk being written ends the creation)
             if not batch_ids:
@@ -247,18 +251,18 @@ class SendNewsletterWorkflow(BatchSending):
                 resume.progress = self._progress
                 workflow.continue_as_new(SendNewsletterInput(email_id=email_id, resume=resume))
 
-    async def _create_batches(self, email_id: str, *, retry_failed: bool, chunked: bool) -> BatchCounts:
+    async def _create_batches(self, email_id: str, plan: SendPlan, *, retry_failed: bool, chunked: bool) -> BatchCounts:
         return await workflow.execute_activity_method(
             BatchCreationActivities.create_batches,
             CreateBatchesInput(email_id=email_id, retry_failed=retry_failed, chunked=chunked),
-            start_to_close_timeout=DATABASE_TIMEOUT, heartbeat_timeout=HEARTBEAT_TIMEOUT,
+            start_to_close_timeout=DATABASE_TIMEOUT, heartbeat_timeout=heartbeat_timeout(plan),
             retry_policy=DATABASE_RETRY, summary="create batches")
 
-    async def _create_the_rest(self, email_id: str) -> None:
+    async def _create_the_rest(self, email_id: str, plan: SendPlan) -> None:
         """Write the remaining chunks one after another while the send loop sends what exists."""
         try:
             while True:
-                counts = await self._create_batches(email_id, retry_failed=False, chunked=True)
+                counts = await self._create_batches(email_id, plan, retry_failed=False, chunked=True)
                 self._chunks += 1
                 if self._cancel is not None:
                     return  # cancelled: the batches not written are not needed

@@ -44,7 +44,8 @@ with workflow.unsafe.imports_passed_through():
     from workflows.policies import DATABASE_RETRY
 
 
-# Long activities heartbeat; a worker that dies is noticed this fast and its work retried elsewhere.
+# Long activities heartbeat; a worker that dies is noticed within the plan's heartbeat timeout and its
+# work retried elsewhere. Plans stored without one (runs started before the setting) keep this.
 HEARTBEAT_TIMEOUT = timedelta(seconds=15)
 # Runs started before this patch waited out an outage on a doubling timer; later runs look for the
 # provider's return with an authenticated read and send again within one look of it.
@@ -54,6 +55,11 @@ PROVIDER_PROBE_PATCH = "probe-provider-return"
 GROUP_SHARE_OF_SENDERS = 2
 # A look for the provider's return lasts at most this long; the run then looks again.
 PROBE_ACTIVITY = timedelta(minutes=10)
+
+
+def heartbeat_timeout(plan: SendPlan) -> timedelta:
+    """How long the send's long activities may go without a heartbeat (`send_heartbeat_seconds`)."""
+    return timedelta(seconds=plan.heartbeat_seconds) if plan.heartbeat_seconds else HEARTBEAT_TIMEOUT
 
 
 def provider_retry(plan: SendPlan, not_retried: list[str]) -> RetryPolicy:
@@ -105,12 +111,12 @@ class BatchSending:
                     sent = await workflow.execute_activity_method(
                         BatchSendActivities.send_batch,
                         SendBatchInput(batch_id=batch_id, delivery_time=self._delivery_time(number, resume)),
-                        start_to_close_timeout=timedelta(minutes=2), heartbeat_timeout=HEARTBEAT_TIMEOUT,
+                        start_to_close_timeout=timedelta(minutes=2), heartbeat_timeout=heartbeat_timeout(plan),
                         retry_policy=retry, summary=f"batch {number + 1} of {self._progress.batches_total}")
                 except ActivityError as error:
                     cause = cause_of(error)
                     await self._batch_failed(batch_id, read_send_failure(cause.type, cause.details).status_code,
-                                             str(cause))
+                                             str(cause), plan)
                 else:
                     self._batch_sent(sent)
 
@@ -132,7 +138,7 @@ class BatchSending:
 
         async def sender() -> None:
             while queue and self._cancel is None:
-                await self._hold_while_paused()
+                await self._hold_while_paused(plan)
                 if not queue or self._cancel is not None:
                     break
                 batch_id, number = queue.popleft()
@@ -157,7 +163,7 @@ class BatchSending:
         groups: list[asyncio.Task] = []
         while queue and self._cancel is None:
             await workflow.wait_condition(lambda: slots.free > 0 or self._cancel is not None)
-            await self._hold_while_paused()
+            await self._hold_while_paused(plan)
             if self._cancel is not None:
                 break
             group = [queue.popleft() for _ in range(min(slots.free, largest, len(queue)))]
@@ -176,7 +182,7 @@ class BatchSending:
             try:
                 answer: BatchesSent = await workflow.execute_activity_method(
                     BatchSendActivities.send_batches, SendBatchesInput(batches=batches),
-                    start_to_close_timeout=timedelta(minutes=2), heartbeat_timeout=HEARTBEAT_TIMEOUT,
+                    start_to_close_timeout=timedelta(minutes=2), heartbeat_timeout=heartbeat_timeout(resume.plan),
                     # Not retried whole: each batch left unsettled by a failed call is sent on its own.
                     retry_policy=RetryPolicy(maximum_attempts=1),
                     summary=f"batches {group[0][1] + 1}-{group[-1][1] + 1}")
@@ -205,7 +211,8 @@ class BatchSending:
         while plan.send_caps:
             admission = await workflow.execute_activity_method(
                 SendingLimitsActivities.admit_batch, AdmitBatchInput(batch_id=batch_id, at=workflow.now()),
-                start_to_close_timeout=timedelta(seconds=60), retry_policy=DATABASE_RETRY)
+                start_to_close_timeout=timedelta(seconds=60), heartbeat_timeout=heartbeat_timeout(plan),
+                retry_policy=DATABASE_RETRY)
             if admission.split_into:
                 self._progress.batches_total += len(admission.split_into) - 1
                 self._show()
@@ -236,7 +243,7 @@ class BatchSending:
         retry = provider_retry(plan, [*NOT_RETRIED, RECIPIENT_LIMIT_EXCEEDED, SENDING_LIMIT_REACHED])
         return await workflow.execute_activity_method(
             BatchSendActivities.send_batch, batch, start_to_close_timeout=timedelta(minutes=2),
-            heartbeat_timeout=HEARTBEAT_TIMEOUT, retry_policy=retry, summary=f"batch {batch.batch_id}")
+            heartbeat_timeout=heartbeat_timeout(plan), retry_policy=retry, summary=f"batch {batch.batch_id}")
 
     async def _confirm_aside(self, batch: SendBatchInput, number: int, sent: BatchSent, resume: Resume) -> None:
         """Confirm an uncertain batch on its own timers; what it ends in (sent, failed, split into
@@ -287,12 +294,13 @@ class BatchSending:
                 SplitRefusedBatchInput(batch_id=batch_id, status_code=failure.status_code, message=message,
                                        refused_size=failure.details.refused_size,
                                        stated_limit=failure.details.stated_limit),
-                start_to_close_timeout=timedelta(seconds=60), retry_policy=DATABASE_RETRY)
+                start_to_close_timeout=timedelta(seconds=60), heartbeat_timeout=heartbeat_timeout(plan),
+                retry_policy=DATABASE_RETRY)
             if pieces:
                 self._progress.batches_total += len(pieces) - 1
                 self._show()
                 return pieces
-        await self._batch_failed(batch_id, failure.status_code, message)
+        await self._batch_failed(batch_id, failure.status_code, message, plan)
         return []
 
     def _delivery_time(self, number: int, resume: Resume, *, at_most_end: bool = False) -> datetime | None:
@@ -305,11 +313,12 @@ class BatchSending:
             share = min(1.0, share)
         return datetime.fromtimestamp(resume.started_at + plan.delivery_window_seconds * share, UTC)
 
-    async def _batch_failed(self, batch_id: str, status_code: int | None, message: str) -> None:
+    async def _batch_failed(self, batch_id: str, status_code: int | None, message: str, plan: SendPlan) -> None:
         await workflow.execute_activity_method(
             BatchSendActivities.fail_batch,
             FailBatchInput(batch_id=batch_id, status_code=status_code, message=message),
-            start_to_close_timeout=timedelta(seconds=60), retry_policy=DATABASE_RETRY)
+            start_to_close_timeout=timedelta(seconds=60), heartbeat_timeout=heartbeat_timeout(plan),
+            retry_policy=DATABASE_RETRY)
         self._progress.batches_failed += 1
         self._show()
 
@@ -359,18 +368,18 @@ class BatchSending:
                 ReputationActivities.probe_provider,
                 ProbeProviderInput(every_seconds=plan.provider_probe_seconds, at_least_seconds=at_least,
                                    at_most_seconds=PROBE_ACTIVITY.total_seconds() - 30),
-                start_to_close_timeout=PROBE_ACTIVITY, heartbeat_timeout=HEARTBEAT_TIMEOUT,
+                start_to_close_timeout=PROBE_ACTIVITY, heartbeat_timeout=heartbeat_timeout(plan),
                 retry_policy=DATABASE_RETRY, summary=f"look for {self._provider}'s return")
             if look.back:
                 return
             at_least = 0.0
 
-    async def _hold_while_paused(self) -> None:
+    async def _hold_while_paused(self, plan: SendPlan) -> None:
         if self._paused is not None:
             await workflow.wait_condition(lambda: self._paused is None or self._cancel is not None)
         if self._pause_to_clear and self._cancel is None:
             self._pause_to_clear = False
-            await self._record_pause("")
+            await self._record_pause("", plan)
 
     async def _watch_reputation(self, plan: SendPlan) -> None:
         """Every `reputation_check_seconds` at most, read the email's early answers; pause the send
@@ -387,21 +396,22 @@ class BatchSending:
             email_id = self._progress.email_id
             figures = await workflow.execute_activity_method(
                 ReputationActivities.read_reputation, ReadReputationInput(email_id=email_id),
-                start_to_close_timeout=timedelta(seconds=60), retry_policy=DATABASE_RETRY,
-                summary="read the early bounce and complaint rates")
+                start_to_close_timeout=timedelta(seconds=60), heartbeat_timeout=heartbeat_timeout(plan),
+                retry_policy=DATABASE_RETRY, summary="read the early bounce and complaint rates")
             self._reputation.last_look = workflow.now()
             if figures.pause_reason and self._reputation.watching and self._cancel is None:
                 self._paused = figures.pause_reason
-                await self._record_pause(figures.pause_reason)
+                await self._record_pause(figures.pause_reason, plan)
                 self._show(status="paused", message=f"paused: {figures.pause_reason}; "
                                                     f"`pressroom newsletter resume {email_id}` or `cancel`")
         finally:
             self._reputation.looking = False
 
-    async def _record_pause(self, reason: str) -> None:
+    async def _record_pause(self, reason: str, plan: SendPlan) -> None:
         await workflow.execute_activity_method(
             ReputationActivities.record_pause, RecordPauseInput(email_id=self._progress.email_id, reason=reason),
-            start_to_close_timeout=timedelta(seconds=60), retry_policy=DATABASE_RETRY)
+            start_to_close_timeout=timedelta(seconds=60), heartbeat_timeout=heartbeat_timeout(plan),
+            retry_policy=DATABASE_RETRY)
 
     def _batch_sent(self, sent: BatchSent) -> None:
         if self._outage is not None:  # the provider is back

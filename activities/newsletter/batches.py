@@ -67,7 +67,7 @@ class BatchCreationActivities:
         """Every recipient in exactly one batch; existing batches are reused. Written in one
         transaction, or chunked: one chunk per call, each in its own (see `_create_chunk`)."""
         # A chunk is usually written within the first wait: it then costs the engine no heartbeat
-        # request (the workflow's heartbeat timeout is 15 s; a long chunk or plan still beats).
+        # request (the send's heartbeat timeout is 5 s at the shortest; a long chunk or plan still beats).
         async with heartbeating(first_after=FIRST_HEARTBEAT_SECONDS), self.pool.acquire() as conn, \
                 conn.transaction():
             email = await conn.fetchrow(

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from temporalio import activity
 
+from activities.heartbeat import FIRST_HEARTBEAT_SECONDS, heartbeating
 from activities.newsletter.counts import batch_counts
 from activities.newsletter.lock import is_run_id, lock_holder, unpublished
 from activities.newsletter.models import EmailOutcome, FinishEmailInput
@@ -43,7 +44,7 @@ class EmailFinishActivities:
     async def finish_email(self, input: FinishEmailInput) -> EmailOutcome:
         """submitted when every batch is; cancelled when an operator stopped it; failed otherwise, the
         message saying how many batches failed. Safe to repeat: it writes what the batches say."""
-        async with self.pool.acquire() as conn, conn.transaction():
+        async with heartbeating(first_after=FIRST_HEARTBEAT_SECONDS), self.pool.acquire() as conn, conn.transaction():
             counts = await batch_counts(conn, input.email_id)
             # A cancel during a chunked creation leaves recipients with no batch: not all sent.
             written = input.cancelled_by is None or await conn.fetchval(

@@ -75,7 +75,8 @@ class EmailLockActivities:
                         outage_first_wait_seconds=s.provider_outage_first_wait_seconds,
                         outage_max_wait_seconds=s.provider_outage_max_wait_seconds, provider_title=self.provider_title,
                         provider_probe_seconds=s.provider_probe_seconds,
-                        reputation_check_seconds=s.reputation_check_seconds)
+                        reputation_check_seconds=s.reputation_check_seconds,
+                        heartbeat_seconds=s.send_heartbeat_seconds)
 
     @activity.defn
     async def lock_email(self, input: LockEmailInput) -> EmailLock:

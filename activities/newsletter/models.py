@@ -35,6 +35,8 @@ class SendPlan(BaseModel):
     provider_probe_seconds: float = 20.0
     # How often, at most, the email's early hard-bounce and complaint rates are read while it sends.
     reputation_check_seconds: float = 30.0
+    # The heartbeat timeout of the send's long activities; plans stored without it had 15 s.
+    heartbeat_seconds: float | None = None
 
 
 class EmailLock(BaseModel):

@@ -8,6 +8,7 @@ import time
 
 from temporalio import activity
 
+from activities.heartbeat import FIRST_HEARTBEAT_SECONDS, heartbeating
 from activities.newsletter.models import (
     EmailReputation,
     ProbeProviderInput,
@@ -55,7 +56,8 @@ class ReputationActivities:
     @activity.defn
     async def read_reputation(self, input: ReadReputationInput) -> EmailReputation:
         """The email's early answers and whether to pause. Safe to repeat: it only reads."""
-        row = await self.pool.fetchrow(EARLY_ANSWERS, input.email_id)
+        async with heartbeating(first_after=FIRST_HEARTBEAT_SECONDS):  # watched by the send's heartbeat timeout
+            row = await self.pool.fetchrow(EARLY_ANSWERS, input.email_id)
         answered = row["delivered"] + row["hard_bounced"]
         s = self.settings
         reason = pause_reason(answered, row["hard_bounced"], row["complained"], min_answered=s.pause_min_answered,
@@ -67,7 +69,8 @@ class ReputationActivities:
     @activity.defn
     async def record_pause(self, input: RecordPauseInput) -> None:
         """The email's row says it is paused and why (or no longer). Safe to repeat: it sets, not adds."""
-        await self.pool.execute(RECORD_PAUSE, input.email_id, input.reason)
+        async with heartbeating(first_after=FIRST_HEARTBEAT_SECONDS):
+            await self.pool.execute(RECORD_PAUSE, input.email_id, input.reason)
 
     @activity.defn
     async def probe_provider(self, input: ProbeProviderInput) -> ProviderBack:

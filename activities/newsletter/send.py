@@ -96,9 +96,10 @@ class BatchSendActivities:
     @activity.defn
     async def list_unsent_batches(self, input: ListUnsentBatchesInput) -> list[str]:
         """The next batch ids still to send (pending, or interrupted mid-send), in order."""
-        rows = await self.pool.fetch(
-            "SELECT id FROM email_batches WHERE email_id = $1 AND status IN ('pending', 'submitting') "
-            "ORDER BY id LIMIT $2", input.email_id, input.limit)
+        async with heartbeating(first_after=FIRST_HEARTBEAT_SECONDS):  # watched by the send's heartbeat timeout
+            rows = await self.pool.fetch(
+                "SELECT id FROM email_batches WHERE email_id = $1 AND status IN ('pending', 'submitting') "
+                "ORDER BY id LIMIT $2", input.email_id, input.limit)
         return [row["id"] for row in rows]
 
     @activity.defn
@@ -304,7 +305,7 @@ class BatchSendActivities:
     @activity.defn
     async def fail_batch(self, input: FailBatchInput) -> None:
         """Record why a batch failed; its recipients were processed (tried) all the same."""
-        async with self.pool.acquire() as conn, conn.transaction():
+        async with heartbeating(first_after=FIRST_HEARTBEAT_SECONDS), self.pool.acquire() as conn, conn.transaction():
             # The provider's last answer to the batch (`_record_outcome`) stays its status and
             # message; why the tries stopped is kept beside it, in error_data.
             await conn.execute(

@@ -177,6 +177,14 @@ async def test_history_stays_bounded_with_continue_as_new_and_replays(db, mailgu
     await replayer.replay_workflow(await dev_env.client.get_workflow_handle(start.workflow_id).fetch_history())
 
 
+# A killed worker is noticed sooner than by default, so that its tests do not sit out Temporal's
+# timeouts: its send activities are retried after a 5 s heartbeat timeout (15 s by default) and its
+# runs' next tasks go to another worker after 3 s (10 s). Safe at load 20 on two cores: a live worker
+# beats every 2 s and Temporal forwards a beat every 4 s (80% of the timeout); and either expiring on
+# a live worker costs time (a batch looked up, a history replayed elsewhere), never correctness.
+KILLED_WORKER_SETTINGS = {"PRESSROOM_SEND_HEARTBEAT_SECONDS": "5", "PRESSROOM_WORKER_STICKY_SECONDS": "3"}
+
+
 def spawn_worker(settings, dev_env, **extra_env: str) -> subprocess.Popen:
     """A worker in its own process (so a test can SIGKILL it); its log goes to a file that `wait_until` shows."""
     env = {**os.environ, "DATABASE_URL": settings.database_url,
@@ -187,7 +195,8 @@ def spawn_worker(settings, dev_env, **extra_env: str) -> subprocess.Popen:
            "PRESSROOM_BATCH_SIZE": str(settings.batch_size), "PRESSROOM_SEND_CONCURRENCY": "2",
            "PRESSROOM_PROVIDER_RETRY_SECONDS": "0.5",
            "PRESSROOM_SEND_CONFIRM_WINDOW_SECONDS": str(settings.send_confirm_window_seconds),
-           "PRESSROOM_SEND_CONFIRM_POLL_SECONDS": str(settings.send_confirm_poll_seconds), **extra_env}
+           "PRESSROOM_SEND_CONFIRM_POLL_SECONDS": str(settings.send_confirm_poll_seconds), **KILLED_WORKER_SETTINGS,
+           **extra_env}
     with tempfile.NamedTemporaryFile(prefix="pressroom-worker-", suffix=".log", delete=False) as log:
         worker = subprocess.Popen([sys.executable, "-m", "worker"], cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
                                   stderr=log)
@@ -252,6 +261,12 @@ async def test_a_worker_killed_while_creating_batches_and_while_sending(db, mail
         worker.terminate()  # whatever happened: no worker of this test outlives it
         worker.wait()
     assert outcome.status == "submitted" and outcome.counts.batches_submitted == 40
+    # The workers' heartbeat setting reached the run through its plan: each kill was noticed in 5 s.
+    history = await client.get_workflow_handle(start.workflow_id, run_id=start.run_id).fetch_history()
+    assert {event.activity_task_scheduled_event_attributes.heartbeat_timeout.ToTimedelta().total_seconds()
+            for event in history.events if event.HasField("activity_task_scheduled_event_attributes")
+            and event.activity_task_scheduled_event_attributes.activity_type.name in ("create_batches", "send_batch")
+            } == {float(KILLED_WORKER_SETTINGS["PRESSROOM_SEND_HEARTBEAT_SECONDS"])}
     counts = delivered(mailgun, seeded.email_id)
     assert len(counts) == 20_000 and set(counts.values()) == {1}
     assert await db.fetchval("SELECT count(*) FROM (SELECT member_id FROM email_recipients WHERE email_id = $1 "

@@ -318,7 +318,10 @@ def test_a_batchs_values_are_each_members_own_and_the_reference_link():
     from pressroom.email_rendering import MemberValues
 
     members = [("Ann <Lee>", "ann@example.com", "u-ann", "paid"), (None, "x@example.com", "u-x", "free"),
-               ("  Zoë \n Ünal ", "z@example.com", "0190a8e2-7c1d-7000-8000-000000000001", "comped")]
+               ("  Zoë \n Ünal ", "z@example.com", "0190a8e2-7c1d-7000-8000-000000000001", "comped"),
+               # Uuids a link must quote (the database's own need nothing quoted): spaces, '+', '&', non-ASCII.
+               ("Q", "q@example.com", "odd uuid+1&x=2", "free"), ("R", "r@example.com", "ünï-1", "free"),
+               ("S", "s@example.com", "ABC_def.~-9", "free")]
     for site, newsletter, email_id in (("https://site.test/", "n-1", "e1"), ("https://site.test", None, "e 1&x"),
                                        ("https://site.test", "", None)):
         batch = MemberValues(site_url=site, link_secret=LINK_SECRET, newsletter_uuid=newsletter, email_id=email_id)

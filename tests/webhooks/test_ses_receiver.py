@@ -81,6 +81,22 @@ async def test_a_lost_answer_is_confirmed_from_the_received_send_events(ses: Ses
                                           begin=begin, end=end) is None
 
 
+async def test_the_stand_in_tells_how_many_of_an_emails_send_events_are_not_pushed_yet(ses: SesStack):
+    """What bench/faults_ses.py waits on before it reads a row's lateness from the kept acceptances."""
+    await subscribed(ses)
+    ses.simulator.set_faults(events_delay=3600)  # not visible, so not pushed
+    await ses.client.send(newsletter(ses.client), readers(3), mark={"email-id": "e1", "pressroom-batch": "b1"})
+    ses.simulator.set_faults(events_delay=0)
+    await ses.client.send(newsletter(ses.client), readers(2), mark={"email-id": "e2", "pressroom-batch": "b2"})
+    assert (ses.simulator.unpushed("e1"), ses.simulator.unpushed("e2"), ses.simulator.unpushed("e3")) == (3, 2, 0)
+    assert ses.simulator.unpushed("e2", kind="Delivery") == 2
+    await ses.simulator.push_to_subscribers()
+    assert (ses.simulator.unpushed("e1"), ses.simulator.unpushed("e2")) == (3, 0)
+    lateness = await ses.pool.fetch("SELECT extract(epoch FROM received_at - accepted_at)::float8 AS late "
+                                    "FROM provider_acceptances WHERE marks @> '{\"email-id\": \"e2\"}'")
+    assert len(lateness) == 2 and all(0 <= row["late"] < 60 for row in lateness)
+
+
 async def test_forged_foreign_or_unsigned_messages_are_refused_and_counted(ses: SesStack):
     await subscribed(ses)
     await ses.client.send(newsletter(ses.client), readers(1), mark={"pressroom-batch": "b2"})

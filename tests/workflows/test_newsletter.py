@@ -246,6 +246,33 @@ async def test_an_outage_is_waited_out_by_looking_for_the_provider_and_the_batch
         "no blind sleep: the look for the provider's return is the wait"
 
 
+@pytest.mark.parametrize("heartbeat_seconds, expected", [(None, 15.0), (7.0, 7.0)])
+async def test_every_step_after_the_lock_is_watched_by_the_plans_heartbeat_timeout(env, heartbeat_seconds, expected):
+    """How soon a dead worker's steps are retried elsewhere is the plan's `send_heartbeat_seconds`;
+    plans stored before it was a setting (none in them) keep 15 s. Every step after the lock has it:
+    the long ones (written, sent in a group and alone, the provider looked for) and the short ones,
+    which a killed worker would otherwise hold for their whole start-to-close timeout."""
+    fake = FakeSending(4, lock=EmailLock(acquired=True, plan=plan(
+        concurrency=4, provider_retries=0, heartbeat_seconds=heartbeat_seconds)),
+        failures={"b0000": send_failure("ProviderUnavailable", "Mailgun could not be reached",
+                                        UnavailableDetails(outage=True))}, failing_attempts=1)
+    fake.overlap = 1  # no batch waits for others to be in flight: concurrency is not what this reads
+    email_id = f"e-{uuid.uuid4().hex[:8]}"
+    outcome, _ = await send(env, fake, email_id=email_id)
+    assert outcome.status == "submitted" and fake.probes
+    history = await env.client.get_workflow_handle(newsletter_workflow_id(email_id)).fetch_history()
+    timeouts: dict[str, set[float]] = {}
+    for event in history.events:
+        if event.HasField("activity_task_scheduled_event_attributes"):
+            scheduled = event.activity_task_scheduled_event_attributes
+            timeouts.setdefault(scheduled.activity_type.name, set()).add(scheduled.heartbeat_timeout.ToTimedelta()
+                                                                         .total_seconds())
+    assert timeouts.pop("lock_email") == {0.0}  # before the plan: its own start-to-close timeout
+    assert timeouts == {name: {expected} for name in ["create_batches", "list_unsent_batches", "send_batches",
+                                                      "send_batch", "probe_provider", "read_reputation",
+                                                      "finish_email"]}
+
+
 @pytest.mark.parametrize("uncertain", [
     send_failure("ProviderUnavailable", "Mailgun failed the batch (503)", UnavailableDetails(status_code=503)),
     ApplicationError("Mailgun failed the batch (503)", 503, type="MailgunUnavailable")], ids=["details", "stored"])

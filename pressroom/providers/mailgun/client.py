@@ -208,7 +208,9 @@ class MailgunClient(DomainScopedClient):
         message, so every recipient shares its id."""
         assert isinstance(message, MessageFields)  # what this provider's prepare() made
         own_headers = {**({"Message-Id": f"<{message_id}>"} if message_id else {}), **headers}
-        variables = {address: dict(values) for address, values in recipients.items()}
+        # Copied only when not a dict already (the JSON encoder takes dicts): a send's are.
+        variables = {address: values if type(values) is dict else dict(values)
+                     for address, values in recipients.items()}
         provider_id = await self.send_fields(message, to=list(recipients), recipient_variables=variables,
                                       variables=mark, headers=own_headers, delivery_time=delivery_time)
         return SendResult.whole(provider_id, list(recipients))
