@@ -59,10 +59,11 @@ def test_a_command_refused_by_temporal_also_leaves_only_the_main_thread(dev_env,
 
 
 # Each command runs in a child forked from one interpreter that has already imported the CLI: the
-# child runs the command and then finalises exactly as `python -m starter` does (SystemExit at the
-# top level), which is where the abort happens; the imports, paid once, were most of each run's cost.
+# child runs the command, counts the threads it left (as AFTER_COMMAND does) and then finalises
+# exactly as `python -m starter` does (SystemExit at the top level), which is where the abort
+# happens; the imports, paid once, were most of each run's cost.
 FORKED_COMMANDS = """
-import gc, json, os, sys, tempfile, starter
+import gc, json, os, sys, tempfile, time, starter
 count, at_once, args = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3:]
 starter.load("check")
 # What the command imports (no runtime exists yet); anything missing is imported by each child.
@@ -78,12 +79,19 @@ while started < count or running:
                 os.dup2(os.open(f"{folder}/{name}-{started}", os.O_WRONLY | os.O_CREAT, 0o600), fd)
             sys.stdout = open(1, "w", closefd=False)
             sys.stderr = open(2, "w", closefd=False)
-            starter.main(args)
+            status = starter.run_command(args)
+            deadline = time.monotonic() + 20
+            while len(os.listdir("/proc/self/task")) > 1 and time.monotonic() < deadline:
+                time.sleep(0.05)
+            with open(f"{folder}/threads-{started}", "w") as threads:
+                threads.write(str(len(os.listdir("/proc/self/task"))))
+            sys.exit(status)
         running[pid] = started
         started += 1
     pid, status = os.wait()
     number = running.pop(pid)
     results[number] = {"status": os.waitstatus_to_exitcode(status),
+                       "threads": int(open(f"{folder}/threads-{number}").read() or 0),
                        "stdout": open(f"{folder}/out-{number}").read(),
                        "stderr": open(f"{folder}/err-{number}").read()}
 print(json.dumps([results[n] for n in range(count)]))
@@ -91,11 +99,15 @@ print(json.dumps([results[n] for n in range(count)]))
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(1200)  # 500 commands one after another: minutes on a busy machine
+@pytest.mark.timeout(1200)  # PRESSROOM_EXIT_TEST_COMMANDS=500 one after another: minutes on a busy machine
 def test_many_commands_four_at_a_time_all_exit_cleanly(dev_env):
-    """500 commands (PRESSROOM_EXIT_TEST_COMMANDS), four at a time, each reaching Temporal and then
-    finalising its interpreter: every one exits 0 with its line, none aborts at exit."""
-    count = int(os.environ.get("PRESSROOM_EXIT_TEST_COMMANDS", "500"))
+    """40 commands (PRESSROOM_EXIT_TEST_COMMANDS for a longer run), four at a time, each reaching
+    Temporal, leaving only its main thread and then finalising its interpreter: every one exits 0
+    with its line, none aborts at exit.
+
+    The thread count is what catches a runtime left running: with close_runtime and the safety net
+    both removed, 500 such commands all still exited 0, while every one left two Tokio threads."""
+    count = int(os.environ.get("PRESSROOM_EXIT_TEST_COMMANDS", "40"))
     forked = subprocess.run([sys.executable, "-c", FORKED_COMMANDS, str(count), "4", "temporal", "setup"],
                             cwd=ROOT, capture_output=True, text=True, timeout=1100,
                             env={**os.environ, **temporal_env(dev_env)})
@@ -114,6 +126,8 @@ def test_many_commands_four_at_a_time_all_exit_cleanly(dev_env):
     crashed = [r["stderr"] for r in results if r["status"] != 0]
     assert not crashed, f"{len(crashed)} of {count} failed; first: {crashed[0][-500:]}"
     assert all("every search attribute is already registered" in r["stdout"] for r in results)
+    left = [r["threads"] for r in results if r["threads"] != 1]
+    assert not left, f"{len(left)} of {count} commands left threads running: {left[:10]}"
 
 
 def test_a_thread_left_running_ends_the_command_without_finalising_and_keeps_its_status():
