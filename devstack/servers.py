@@ -339,17 +339,30 @@ def temporal_dev_server_args(*, port: int, ui_port: int, db_file: Path | None,
     return args
 
 
+TEMPORAL_START_ATTEMPTS = 3
+
+
 def start_temporal_dev_server(*, port: int, ui_port: int, db_file: Path, log: Path,
                               search_attributes: dict[str, str], codec_endpoint: str = "",
                               detach: bool = False) -> subprocess.Popen:
-    require_free_port(port, "the Temporal frontend")
-    require_free_port(ui_port, "the Temporal Web UI")
-    process = _spawn(temporal_dev_server_args(port=port, ui_port=ui_port, db_file=db_file,
-                                              search_attributes=search_attributes, codec_endpoint=codec_endpoint),
-                     log, detach=detach)
-    wait_for_port(port, "the Temporal dev server", process, log)
-    wait_for_port(ui_port, "the Temporal Web UI", process, log)
-    return process
+    args = temporal_dev_server_args(port=port, ui_port=ui_port, db_file=db_file,
+                                    search_attributes=search_attributes, codec_endpoint=codec_endpoint)
+    # The server also binds ports of its own choosing (its internal services', picked free a moment
+    # before): another program may take one first. Ours being free, it is started again.
+    for attempt in range(1, TEMPORAL_START_ATTEMPTS + 1):
+        require_free_port(port, "the Temporal frontend")
+        require_free_port(ui_port, "the Temporal Web UI")
+        process = _spawn(args, log, detach=detach)
+        try:
+            wait_for_port(port, "the Temporal dev server", process, log)
+            wait_for_port(ui_port, "the Temporal Web UI", process, log)
+            return process
+        except DevStackError as error:
+            if attempt == TEMPORAL_START_ATTEMPTS or "address already in use" not in str(error):
+                raise
+            process.kill()  # it has exited (wait_for_port saw it): this reaps it
+            process.wait()
+    raise AssertionError("unreachable")
 
 
 def start_simulator(*, port: int, api_key: str, domain: str, log: Path, detach: bool = False,

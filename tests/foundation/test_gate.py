@@ -32,7 +32,7 @@ def gate(tree: Path) -> subprocess.CompletedProcess:
 
 def test_ci_runs_the_gate_before_the_tests():
     steps = (ROOT / ".ci" / "run").read_text().splitlines()
-    assert steps.index(".ci/gate") < steps.index(".venv/bin/pytest -n 2")
+    assert steps.index(".ci/gate") < steps.index(".venv/bin/pytest -n 3")
 
 
 @pytest.mark.slow
