@@ -263,59 +263,53 @@ def read_rows(path: Path, report: ImportReport, now: datetime) -> Iterator[_Row 
                 yield {"line": line, "reason": str(error)}
 
 
-# The chunk's rows, each with a new member's id made by the client, matched to members by address
-# whatever its case, once (`member_id` becomes the member's, `added` false); an existing member
-# takes what the row says (an empty cell says nothing); the others (`added`) are COPYed into
-# members, their subscriptions with them: a new member's id conflicts with nothing, and COPY writes
-# rows in batches where INSERT … SELECT writes them one by one. Every later statement joins the
-# chunk by member id. `member_import_seen` keeps every address of the file so far (the earlier
-# chunks' are no longer in memory), to refuse a second row of one.
-_STAGE = """CREATE TEMP TABLE member_import (line int, email text, name text, note text, subscribed boolean,
-            status text, created_at timestamptz, tier_ids text[], member_id text NOT NULL,
-            added boolean NOT NULL DEFAULT true) ON COMMIT DROP"""
-_STAGE_LABELS = """CREATE TEMP TABLE member_import_labels (line int, name text, slug text, label_id text)
-                   ON COMMIT DROP"""
+# The chunk's rows are matched to members by address whatever its case, each by index (LATERAL …
+# LIMIT 1: as a join, the planner read every member for each chunk), and sent as arrays: only the
+# rows that matched are written by statements (each member's changes, set-based, by id); the others,
+# the new members, are COPYed into members with their subscriptions and labels (ids made by the
+# client, so they conflict with nothing, and COPY writes rows in batches). `member_import_seen`
+# keeps every address of the file so far (the earlier chunks' are no longer in memory), to refuse a
+# second row of one: only a row that matched can be one, since an earlier line's member exists by
+# the next chunk, so the address is looked up there only for those.
 _STAGE_SEEN = "CREATE TEMP TABLE member_import_seen (email text PRIMARY KEY, line int) ON COMMIT DROP"
-# Both look each row's address up by index (LATERAL … LIMIT 1): as a join, the planner hashed the
-# chunk and read every member (or every address seen) for each chunk, a time that grew with the file.
-_SEEN_BEFORE = """
-DELETE FROM member_import i
-USING member_import c CROSS JOIN LATERAL (
-    SELECT s.line FROM member_import_seen s WHERE s.email = lower(c.email) LIMIT 1) s
-WHERE i.line = c.line
-RETURNING i.line, s.line AS earlier"""
-_SEEN = "INSERT INTO member_import_seen SELECT lower(email), line FROM member_import"
 _MATCH = """
-UPDATE member_import i SET member_id = m.id, added = false
-FROM member_import c CROSS JOIN LATERAL (
-    SELECT m.id FROM members m WHERE lower(m.email) = lower(c.email) LIMIT 1) m
-WHERE i.line = c.line"""
-_MATCHED = "SELECT line FROM member_import WHERE NOT added"
-# A label is the site's label of that name (any case), or of that slug; otherwise it is new.
-_FIND_LABELS = [
-    """UPDATE member_import_labels x SET label_id = l.id FROM labels l
-       WHERE x.label_id IS NULL AND lower(l.name) = lower(x.name)""",
-    "UPDATE member_import_labels x SET label_id = l.id FROM labels l WHERE x.label_id IS NULL AND l.slug = x.slug"]
-# Rows that would leave their (existing) member with more than $1 labels: the labels the row adds
-# (new ones, and the site's that the member has not got), over what the member has.
+SELECT c.line, m.id AS member_id, s.line AS earlier
+FROM unnest($1::int[], $2::text[]) AS c(line, email)
+CROSS JOIN LATERAL (SELECT m.id FROM members m WHERE lower(m.email) = lower(c.email) LIMIT 1) m
+LEFT JOIN LATERAL (SELECT s.line FROM member_import_seen s WHERE s.email = lower(c.email) LIMIT 1) s ON true"""
+_SEEN = """INSERT INTO member_import_seen SELECT lower(s.email), s.line
+           FROM unnest($1::text[], $2::int[]) AS s(email, line)"""
+# A label is the site's label of that name (any case), or of that slug; otherwise (NULL) it is new.
+_FIND_LABELS = """
+SELECT p.name, p.slug, coalesce((SELECT l.id FROM labels l WHERE lower(l.name) = lower(p.name) LIMIT 1),
+                                (SELECT l.id FROM labels l WHERE l.slug = p.slug)) AS id
+FROM unnest($1::text[], $2::text[]) AS p(name, slug)"""
+# A label the site does not have is made with the file's name for it (the first row's spelling).
+_MAKE_LABELS = """
+INSERT INTO labels (name, slug) SELECT * FROM unnest($1::text[], $2::text[])
+ON CONFLICT (slug) DO NOTHING
+RETURNING id"""
+_LABELS_BY_SLUG = "SELECT slug, id FROM labels WHERE slug = ANY($1::text[])"
+# Rows (line, member, label; NULL: a label yet to be made) that would leave their (existing) member
+# with more than $4 labels: the labels the row adds (new ones, and the site's that the member has
+# not got), over what the member has.
 _TOO_MANY_LABELS = """
 WITH adding AS (
-    SELECT i.line, i.member_id, count(*) AS n
-    FROM member_import_labels x JOIN member_import i ON i.line = x.line
-    WHERE NOT i.added AND NOT EXISTS (
-        SELECT 1 FROM members_labels ml WHERE ml.member_id = i.member_id AND ml.label_id = x.label_id)
-    GROUP BY i.line, i.member_id)
+    SELECT x.line, x.member_id, count(*) AS n
+    FROM unnest($1::int[], $2::text[], $3::text[]) AS x(line, member_id, label_id)
+    WHERE NOT EXISTS (
+        SELECT 1 FROM members_labels ml WHERE ml.member_id = x.member_id AND ml.label_id = x.label_id)
+    GROUP BY x.line, x.member_id)
 SELECT a.line FROM adding a
-WHERE a.n + (SELECT count(*) FROM members_labels ml WHERE ml.member_id = a.member_id) > $1"""
-_DROP_LINES = ["DELETE FROM member_import WHERE line = ANY($1::int[])",
-               "DELETE FROM member_import_labels WHERE line = ANY($1::int[])"]
+WHERE a.n + (SELECT count(*) FROM members_labels ml WHERE ml.member_id = a.member_id) > $4"""
+# An existing member takes what the row says (NULL: the cell said nothing).
 _UPDATE = """
-UPDATE members m SET name = coalesce(i.name, m.name), note = coalesce(i.note, m.note),
-       status = coalesce(i.status, m.status), updated_at = now()
-FROM member_import i
-WHERE m.id = i.member_id AND NOT i.added
-  AND (m.name, m.note, m.status) IS DISTINCT FROM (coalesce(i.name, m.name), coalesce(i.note, m.note),
-                                                    coalesce(i.status, m.status))
+UPDATE members m SET name = coalesce(u.name, m.name), note = coalesce(u.note, m.note),
+       status = coalesce(u.status, m.status), updated_at = now()
+FROM unnest($1::text[], $2::text[], $3::text[], $4::text[]) AS u(member_id, name, note, status)
+WHERE m.id = u.member_id
+  AND (m.name, m.note, m.status) IS DISTINCT FROM (coalesce(u.name, m.name), coalesce(u.note, m.note),
+                                                    coalesce(u.status, m.status))
 RETURNING m.id"""
 _NEW_MEMBER_COLUMNS = ["id", "email", "name", "note", "status", "created_at"]
 # Subscriptions: `subscribed` true gives a member the newsletters new members get (subscribe on
@@ -324,37 +318,29 @@ _NEW_MEMBER_COLUMNS = ["id", "email", "name", "note", "status", "created_at"]
 _SIGNUP_NEWSLETTERS = "SELECT id FROM newsletters WHERE subscribe_on_signup AND status = 'active' ORDER BY id"
 _SUBSCRIBE = """
 INSERT INTO members_newsletters (member_id, newsletter_id)
-SELECT i.member_id, n.id FROM member_import i CROSS JOIN newsletters n
-WHERE n.subscribe_on_signup AND n.status = 'active' AND NOT i.added AND i.subscribed
+SELECT u.member_id, n.id FROM unnest($1::text[]) AS u(member_id) CROSS JOIN unnest($2::text[]) AS n(id)
 ON CONFLICT (member_id, newsletter_id) DO NOTHING
 RETURNING member_id"""
 _UNSUBSCRIBE = """
-DELETE FROM members_newsletters mn USING member_import i
-WHERE NOT i.added AND NOT i.subscribed AND mn.member_id = i.member_id
+DELETE FROM members_newsletters mn USING unnest($1::text[]) AS u(member_id)
+WHERE mn.member_id = u.member_id
 RETURNING mn.member_id"""
+# (member, tier) and (member, label) given to the chunk's existing members (and its new members' tiers).
 _GIVE_TIERS = """
-INSERT INTO members_products (member_id, product_id)
-SELECT i.member_id, t.id FROM member_import i CROSS JOIN unnest(i.tier_ids) AS t(id)
+INSERT INTO members_products (member_id, product_id) SELECT * FROM unnest($1::text[], $2::text[])
 ON CONFLICT (member_id, product_id) DO NOTHING
 RETURNING member_id"""
-# The chunk's members' addresses as stored (a suppression is matched to a member's address exactly).
-_STORED = "SELECT m.email FROM member_import i JOIN members m ON m.id = i.member_id"
-# The chunk's new members, but those whose address a bounce or a complaint suppressed (a deleted
-# member's, come back): the address staged is the address stored.
-_ADDED_NOT_SUPPRESSED = """
-SELECT i.member_id FROM member_import i
-WHERE i.added AND NOT EXISTS (SELECT 1 FROM suppressions s WHERE s.email = i.email) ORDER BY i.line"""
-# A label the site does not have is made with the file's name for it (the first row's spelling).
-_MAKE_LABELS = """
-INSERT INTO labels (name, slug)
-SELECT DISTINCT ON (slug) name, slug FROM member_import_labels WHERE label_id IS NULL ORDER BY slug, line
-ON CONFLICT (slug) DO NOTHING
-RETURNING id"""
 _GIVE_LABELS = """
-INSERT INTO members_labels (member_id, label_id)
-SELECT i.member_id, x.label_id FROM member_import_labels x JOIN member_import i ON i.line = x.line
+INSERT INTO members_labels (member_id, label_id) SELECT * FROM unnest($1::text[], $2::text[])
 ON CONFLICT (member_id, label_id) DO NOTHING
 RETURNING member_id"""
+# The existing members' addresses as stored (a suppression is matched to a member's address exactly).
+_STORED = "SELECT email FROM members WHERE id = ANY($1::text[])"
+# The chunk's new members (id, address as stored), but those whose address a bounce or a complaint
+# suppressed (a deleted member's, come back), in file order.
+_NOT_SUPPRESSED = """
+SELECT n.member_id FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS n(member_id, email, place)
+WHERE NOT EXISTS (SELECT 1 FROM suppressions s WHERE s.email = n.email) ORDER BY n.place"""
 # The reference's default tier: its first active paid tier.
 _DEFAULT_TIER = "SELECT id FROM products WHERE type = 'paid' AND active ORDER BY created_at, id LIMIT 1"
 
@@ -405,8 +391,7 @@ async def import_members(path: str | Path, *, welcome: bool = False, dry_run: bo
 
 async def _import(conn, first, rows: Iterator[_Row | dict], report: ImportReport, *, welcome: bool,
                   settings: Settings, progress: Callable[[str, int, int], None] | None) -> None:
-    for statement in (_STAGE, _STAGE_LABELS, _STAGE_SEEN):
-        await conn.execute(statement)
+    await conn.execute(_STAGE_SEEN)
     tiers = _Tiers(await conn.fetch("SELECT id, name, slug FROM products"), await conn.fetchval(_DEFAULT_TIER))
     signup = [row["id"] for row in await conn.fetch(_SIGNUP_NEWSLETTERS)]
     kept = 0
@@ -494,64 +479,45 @@ async def _write_chunk(conn, chunk: _Chunk, signup: list[str], report: ImportRep
                        welcome: bool) -> int:
     """Write one chunk of checked rows (and queue its new members' welcome emails when asked); its
     refusals (read and found here) join the report in file order. Returns how many rows were kept."""
-    rows, refused = chunk.rows, chunk.refused
-    await conn.copy_records_to_table(
-        "member_import", records=[(r.line, r.email, r.name, r.note, r.subscribed, r.status, r.created_at, tier_ids,
-                                   new_id) for (r, tier_ids), new_id in zip(rows, chunk.ids, strict=True)],
-        columns=["line", "email", "name", "note", "subscribed", "status", "created_at", "tier_ids", "member_id"])
-    labels = [(r.line, name, slug) for r, _ in rows for name, slug in r.labels]
-    if labels:
-        await conn.copy_records_to_table("member_import_labels", records=labels, columns=["line", "name", "slug"])
-    # Without statistics the planner takes the temporary tables for a few rows, and joins each
-    # statement below by nested loops.
-    await conn.execute("ANALYZE member_import, member_import_labels")
-    dropped = {r["line"]: f"the same email as line {r['earlier']}" for r in await conn.fetch(_SEEN_BEFORE)}
-    await conn.execute(_SEEN)
-    await conn.execute(_MATCH)
-    matched = {r["line"] for r in await conn.fetch(_MATCHED)}
-    if labels:
-        for statement in _FIND_LABELS:
-            await conn.execute(statement)
-    if labels and matched:  # a new member has no labels yet: only one that exists can get too many
-        # Statistics of the rows as matched (member ids and label ids filled in): planned with the
-        # earlier ones, where every id was NULL, the bound below took a nested loop (25 s a chunk).
-        await conn.execute("ANALYZE member_import, member_import_labels")
-        for r in await conn.fetch(_TOO_MANY_LABELS, MAX_LABELS):
-            dropped[r["line"]] = f"would give the member more than {MAX_LABELS} labels"
-    if dropped:
-        for statement in _DROP_LINES:
-            await conn.execute(statement, list(dropped))
-    refused += [{"line": line, "reason": reason} for line, reason in dropped.items()]
-    kept_rows = [(r, tier_ids) for r, tier_ids in rows if r.line not in dropped]
-    new = [(r, new_id) for (r, _), new_id in zip(rows, chunk.ids, strict=True)
-           if r.line not in dropped and r.line not in matched]
+    rows = chunk.rows
+    matches = await conn.fetch(_MATCH, [r.line for r, _ in rows], [r.email for r, _ in rows])
+    dropped = {m["line"]: f"the same email as line {m['earlier']}" for m in matches if m["earlier"] is not None}
+    member_of = {m["line"]: m["member_id"] for m in matches if m["earlier"] is None}  # line → existing member
+    seen = [r for r, _ in rows if r.line not in dropped]
+    await conn.execute(_SEEN, [r.email for r in seen], [r.line for r in seen])
+    label_of = await _find_labels(conn, seen)
+    dropped |= await _too_many_labels(conn, [(r, member_of[r.line]) for r in seen if r.line in member_of], label_of)
 
-    updated = await conn.fetch(_UPDATE) if matched else []
-    await _add_members(conn, new, signup)
+    kept = [(r, tier_ids) for r, tier_ids in rows if r.line not in dropped]
+    existing = [(r, member_of[r.line]) for r, _ in kept if r.line in member_of]
+    new = [(r, new_id) for (r, _), new_id in zip(rows, chunk.ids, strict=True)
+           if r.line not in dropped and r.line not in member_of]
     ids = [new_id for _, new_id in new]
-    moved = {row["member_id"] for row in await conn.fetch(_SUBSCRIBE)} if matched else set()
-    if matched and any(r.subscribed is False for r, _ in kept_rows):
-        moved |= {row["member_id"] for row in await conn.fetch(_UNSUBSCRIBE)}
-    if any(tier_ids for _, tier_ids in kept_rows):
-        tiered = [row["member_id"] for row in await conn.fetch(_GIVE_TIERS)]
+    report.labels_made += await _make_labels(conn, [r for r, _ in kept], label_of)
+    changed = await _change_members(conn, existing, signup)
+    await _add_members(conn, new, signup)
+    report.labels_given += await _label_new_members(conn, new, label_of)
+    labelled = [(member, label_of[pair]) for r, member in existing for pair in r.labels]
+    given = await conn.fetch(_GIVE_LABELS, *_columns(labelled)) if labelled else []
+    report.labels_given += len(given)
+    changed |= {row["member_id"] for row in given}
+    member_of |= dict(zip((r.line for r, _ in new), ids, strict=True))
+    tiers = [(member_of[r.line], tier) for r, tier_ids in kept for tier in tier_ids or ()]
+    if tiers:
+        tiered = [row["member_id"] for row in await conn.fetch(_GIVE_TIERS, *_columns(tiers))]
         report.tiers_given += len(tiered)
-        moved |= set(tiered)
+        changed |= set(tiered)
     if settings.address_hash_key.get_secret_value():  # the suppressions of deleted members whose address comes back
-        stored = [row["email"] for row in await conn.fetch(_STORED)]
+        stored = [r.email for r, _ in new]
+        if existing:
+            stored += [row["email"] for row in await conn.fetch(_STORED, [member for _, member in existing])]
         report.suppressions_restored += await restore_suppressions(conn, stored, settings)
-    if labels:
-        report.labels_made += len(await conn.fetch(_MAKE_LABELS))
-        await conn.execute(_FIND_LABELS[1])
-        labelled = [row["member_id"] for row in await conn.fetch(_GIVE_LABELS)]
-        report.labels_given += len(labelled)
-        moved |= set(labelled)
-    changed = {row["id"] for row in updated} | moved
     report.added += len(ids)
     report.updated += len(changed - set(ids))
     if welcome and ids:
-        welcomed = [row["member_id"] for row in await conn.fetch(_ADDED_NOT_SUPPRESSED)]
+        welcomed = [row["member_id"] for row in await conn.fetch(_NOT_SUPPRESSED, ids, [r.email for r, _ in new])]
         report.welcome_queued += await welcome_added_members(conn, welcomed)
-    for r, tier_ids in kept_rows:
+    for r, tier_ids in kept:
         report.created_in_future += r.future
         report.comped_default_tier += r.default_tier and tier_ids is not None
         report.comped_without_tier += r.default_tier and tier_ids is None
@@ -560,9 +526,66 @@ async def _write_chunk(conn, chunk: _Chunk, signup: list[str], report: ImportRep
                 report.paid_stripe += 1
             else:
                 report.stripe_without_tier.append(r.line)
+    refused = chunk.refused + [{"line": line, "reason": reason} for line, reason in dropped.items()]
     report.refused += sorted(refused, key=lambda r: r["line"])
-    await conn.execute("TRUNCATE member_import, member_import_labels")
-    return len(kept_rows)
+    return len(kept)
+
+
+def _columns(rows: list[tuple]) -> list[list]:
+    """Tuples (at least one) as the arrays of their columns, for unnest: [(a, 1), (b, 2)] → [[a, b], [1, 2]]."""
+    return [list(column) for column in zip(*rows, strict=True)]
+
+
+async def _find_labels(conn, rows: list[_Row]) -> dict[tuple[str, str], str | None]:
+    """The site's label for each (name, slug) the rows name; None for one it does not have yet."""
+    pairs = list(dict.fromkeys(pair for r in rows for pair in r.labels))
+    if not pairs:
+        return {}
+    return {(x["name"], x["slug"]): x["id"] for x in await conn.fetch(_FIND_LABELS, *_columns(pairs))}
+
+
+async def _too_many_labels(conn, existing: list[tuple[_Row, str]],
+                           label_of: dict[tuple[str, str], str | None]) -> dict[int, str]:
+    """Rows that would give their member (one that exists: a new member has no labels yet) more than
+    MAX_LABELS labels, by line, with the reason."""
+    adding = [(r.line, member, label_of[pair]) for r, member in existing for pair in r.labels]
+    if not adding:
+        return {}
+    return {x["line"]: f"would give the member more than {MAX_LABELS} labels"
+            for x in await conn.fetch(_TOO_MANY_LABELS, *_columns(adding), MAX_LABELS)}
+
+
+async def _make_labels(conn, kept: list[_Row], label_of: dict[tuple[str, str], str | None]) -> int:
+    """The labels the kept rows name and the site does not have, made (named as their first row
+    spells them) and put in `label_of`. Returns how many were made."""
+    missing: dict[str, str] = {}  # slug → name
+    for r in kept:
+        for name, slug in r.labels:
+            if label_of[(name, slug)] is None:
+                missing.setdefault(slug, name)
+    if not missing:
+        return 0
+    made = await conn.fetch(_MAKE_LABELS, list(missing.values()), list(missing))
+    by_slug = {x["slug"]: x["id"] for x in await conn.fetch(_LABELS_BY_SLUG, list(missing))}
+    for (name, slug), label in label_of.items():
+        if label is None:
+            label_of[(name, slug)] = by_slug.get(slug)  # None only for a dropped row's label
+    return len(made)
+
+
+async def _change_members(conn, existing: list[tuple[_Row, str]], signup: list[str]) -> set[str]:
+    """What the rows say of the members that exist (each row with its member): name, note, status
+    and subscriptions. Returns the members changed."""
+    said = [(member, r.name, r.note, r.status) for r, member in existing
+            if r.name is not None or r.note is not None or r.status is not None]
+    changed = {row["id"] for row in await conn.fetch(_UPDATE, *_columns(said))} if said else set()
+    subscribing = [member for r, member in existing if r.subscribed]
+    if subscribing and signup:
+        changed |= {row["member_id"] for row in await conn.fetch(_SUBSCRIBE, subscribing, signup)}
+    leaving = [member for r, member in existing if r.subscribed is False]
+    if leaving:
+        changed |= {row["member_id"] for row in await conn.fetch(_UNSUBSCRIBE, leaving)}
+    return changed
 
 
 async def _add_members(conn, new: list[tuple[_Row, str]], signup: list[str]) -> None:
@@ -579,3 +602,13 @@ async def _add_members(conn, new: list[tuple[_Row, str]], signup: list[str]) -> 
     await conn.copy_records_to_table(
         "members_newsletters", columns=["member_id", "newsletter_id"],
         records=[(new_id, newsletter) for r, new_id in new if r.subscribed is not False for newsletter in signup])
+
+
+async def _label_new_members(conn, new: list[tuple[_Row, str]], label_of: dict[tuple[str, str], str | None]) -> int:
+    """The new members' labels, by COPY (a new member has none to conflict with; two names of a row
+    can be one label). Returns how many were given."""
+    records = [(new_id, label) for r, new_id in new
+               for label in dict.fromkeys(label_of[pair] for pair in r.labels)]
+    if records:
+        await conn.copy_records_to_table("members_labels", columns=["member_id", "label_id"], records=records)
+    return len(records)
