@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import csv
+import functools
 import os
 import re
 import unicodedata
@@ -188,8 +189,7 @@ def _row(line: int, cells: tuple[dict[str, str], list[str]], now: datetime) -> _
     comped = _flag(text.get("complimentary_plan"), "complimentary_plan")
     stripe = bool((text.get("stripe_customer_id") or "").strip())
     import_tier = (text.get("import_tier") or "").strip()
-    tiers = tuple(dict.fromkeys(t.strip() for t in ([import_tier] if import_tier else
-                                                      (text.get("tiers") or "").split(",")) if t.strip()))
+    tiers = (import_tier,) if import_tier else _names(text.get("tiers") or "")
     if import_tier and not (comped or stripe or status in ("paid", "comped")):
         raise BadInput("a free member cannot be imported with a tier (import_tier), as in the reference")
     if status is None:
@@ -202,8 +202,23 @@ def _row(line: int, cells: tuple[dict[str, str], list[str]], now: datetime) -> _
     created = (text.get("created_at") or "").strip()
     created_at = moment(created, "created_at") if created else None
     future = created_at is not None and created_at > now
+    return _Row(line, email, name, note, subscribed, status, now if future or created_at is None else created_at,
+                _labels(tuple(labels_cell)) if any(labels_cell) else (), tiers,
+                default_tier=status == "comped" and not tiers, stripe=stripe, future=future)
+
+
+@functools.lru_cache(maxsize=1024)
+def _names(cell: str) -> tuple[str, ...]:
+    """The names of a comma-separated cell (tiers), each once; a file repeats a few cells."""
+    return tuple(dict.fromkeys(name.strip() for name in cell.split(",") if name.strip()))
+
+
+@functools.lru_cache(maxsize=1024)
+def _labels(names: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
+    """A row's labels, each (name as written, slug) once by slug; checked once for each list of names
+    (a file repeats a few)."""
     labels: dict[str, str] = {}
-    for label in labels_cell:
+    for label in names:
         if label.strip():
             label = free_text(label, "label") or ""
             slug = slugify(label)[:191]
@@ -212,9 +227,7 @@ def _row(line: int, cells: tuple[dict[str, str], list[str]], now: datetime) -> _
             labels.setdefault(slug, label)
     if len(labels) > MAX_LABELS:
         raise BadInput(f"names {len(labels):,} labels; a member has at most {MAX_LABELS}")
-    return _Row(line, email, name, note, subscribed, status, now if future or created_at is None else created_at,
-                tuple((label, slug) for slug, label in labels.items()), tiers,
-                default_tier=status == "comped" and not tiers, stripe=stripe, future=future)
+    return tuple((label, slug) for slug, label in labels.items())
 
 
 def read_rows(path: Path, report: ImportReport, now: datetime) -> Iterator[_Row | dict]:
@@ -251,7 +264,7 @@ def read_rows(path: Path, report: ImportReport, now: datetime) -> Iterator[_Row 
                 report.rows += 1
                 yield {"line": line, "reason": f"not CSV ({error})"}
                 continue
-            if not any(cell.strip() for cell in cells):
+            if not "".join(cells).strip():
                 continue  # a blank line, as spreadsheets leave at the end
             report.rows += 1
             if len(cells) != len(columns):
