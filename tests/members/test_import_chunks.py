@@ -148,3 +148,50 @@ def test_new_member_ids_are_random_version_4_uuids_as_the_database_makes_them():
     assert all(str(uuid.UUID(i)) == i and uuid.UUID(i).version == 4 and uuid.UUID(i).variant == uuid.RFC_4122
                for i in ids)
     assert member_import._new_ids(0) == []
+
+
+async def test_existing_members_are_matched_across_chunks_and_a_re_import_changes_nothing(
+        settings, db, tmp_path, small_chunks):
+    """Rows of existing and new members mixed over several chunks: existing ones take what the row
+    says, a repeated address is refused by line whichever chunk first named it, a row naming one
+    label or tier twice (its name and its slug) gives it once, a label only a refused row names is
+    not made; the same file again adds, changes and makes nothing."""
+    await db.execute("INSERT INTO newsletters (name, slug) VALUES ('Weekly', 'weekly')")
+    await db.execute("INSERT INTO products (name, slug, type) VALUES ('Gold', 'gold', 'paid')")
+    await db.execute("INSERT INTO labels (name, slug) VALUES ('Editor''s Picks', 'editor-s-picks')")
+    crowded = await db.fetchval("INSERT INTO members (email, name) VALUES ('crowded@example.com', 'C') RETURNING id")
+    await db.execute("INSERT INTO labels (name, slug) SELECT 'c' || n, 'c' || n FROM generate_series(1, 100) n")
+    await db.execute("INSERT INTO members_labels (member_id, label_id) SELECT $1, id FROM labels "
+                     "WHERE slug LIKE 'c%'", crowded)
+    await db.execute("INSERT INTO members (email, name) VALUES ('old1@example.com', 'Old One'), "
+                     "('old2@example.com', 'Old Two')")
+    file = write_rows(tmp_path / "m.csv", [
+        row("new1@example.com", labels="Editor's Picks,editor-s-picks"),  # line 2: one label, named twice
+        row("OLD1@example.com", name="Old One Renamed", labels="vip"),  # line 3: an existing member
+        row("new2@example.com", tiers="Gold,gold"),  # line 4: one tier, named twice
+        row("crowded@example.com", labels="only-here"),  # line 5 (chunk 2): 101 labels, refused
+        row("old2@example.com", subscribed_to_emails="false"),  # line 6: existing, leaves every newsletter
+        row("new1@EXAMPLE.com", name="again"),  # line 7: a new member of chunk 1 again
+        row("old1@example.com", name="again"),  # line 8 (chunk 3): an existing member of chunk 1 again
+        row("new3@example.com", labels="vip"),  # line 9
+    ])
+
+    report = await import_members(file, settings=settings)
+    assert report.refused == [{"line": 5, "reason": "would give the member more than 100 labels"},
+                              {"line": 7, "reason": "the same email as line 2"},
+                              {"line": 8, "reason": "the same email as line 3"}]
+    assert (report.added, report.updated, report.unchanged) == (3, 1, 1)
+    assert (report.labels_made, report.labels_given, report.tiers_given) == (1, 3, 1)
+    members = await stored(db)
+    assert members["new1@example.com"] == (None, ["weekly"], ["editor-s-picks"])
+    assert members["old1@example.com"] == ("Old One Renamed", [], ["vip"])
+    assert members["old2@example.com"] == ("Old Two", [], [])
+    assert members["new3@example.com"] == (None, ["weekly"], ["vip"])
+    assert await db.fetchval("SELECT count(*) FROM labels WHERE slug = 'only-here'") == 0
+    assert await db.fetchval("SELECT count(*) FROM members_products") == 1
+
+    again = await import_members(file, settings=settings)
+    assert [r["line"] for r in again.refused] == [5, 7, 8]
+    assert (again.added, again.updated, again.unchanged) == (0, 0, 5)
+    assert (again.labels_made, again.labels_given, again.tiers_given) == (0, 0, 0)
+    assert await stored(db) == members
