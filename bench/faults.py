@@ -240,8 +240,9 @@ def print_row(row: Row) -> None:
 
 def print_flaky_against_clean(rows: list[Row]) -> None:
     """A flaky provider's uncertain batches wait for their confirmation aside, on the run's timers,
-    while the senders go on: the send takes about one confirm window longer than without faults,
-    not one window per uncertain batch."""
+    while the senders go on: the send takes one confirm window longer for each round in which a
+    batch sent again is answered 5xx again (a 5xx before storing is only known unsent when the
+    window closes), not a window per uncertain batch holding a sender."""
     clean = next(r for r in rows if r.case == "no faults")
     flaky = next(r for r in rows if r.case == "500+429" and r.adversary == "faithful")
     print(f"flaky provider (20% 500, 10% 429): {flaky.seconds:.1f} s against {clean.seconds:.1f} s without faults "
