@@ -9,10 +9,10 @@ addresses as `members add` checks them, pressroom.inputs.email_address), a refus
 aside with its line and why (never its address) and the rest goes in.
 
 The file is streamed: rows are read, checked and written a chunk at a time, in one transaction
-(COPY into a temporary table, then set-based statements match each row to a member by its address
-whatever its case and update those that exist; the others are COPYed into members with their
-subscriptions), so memory does not grow with the file; the next chunk is read and checked in a
-thread while one is written. Labels go into the reference platform's labels and members_labels (found by name or
+(one statement matches the chunk's addresses, whatever their case, to members; set-based statements
+update those that exist; the others are COPYed into members with their subscriptions and labels),
+so memory does not grow with the file; the next chunk is read and checked in a thread while one
+is written. Labels go into the reference platform's labels and members_labels (found by name or
 slug, made from the file's names with the reference's slugs; a member keeps labels the file does
 not name). Tiers are the site's: named ones are given, never made. Importing the same file again
 changes nothing. No welcome email unless asked for: a site moving its list here has welcomed them.

@@ -195,3 +195,27 @@ async def test_existing_members_are_matched_across_chunks_and_a_re_import_change
     assert (again.added, again.updated, again.unchanged) == (0, 0, 5)
     assert (again.labels_made, again.labels_given, again.tiers_given) == (0, 0, 0)
     assert await stored(db) == members
+
+
+async def test_an_import_on_a_lent_connection_that_had_a_temporary_table_goes_in_and_leaves_no_setting(
+        settings, db, tmp_path, small_chunks):
+    """The import asks its own connection for larger temporary buffers, which a session can take only
+    before its first temporary table: on a lent connection that had one, it goes in without them."""
+    from pressroom import database
+
+    file = write_rows(tmp_path / "m.csv", [row(f"m{n}@example.com") for n in range(5)])
+    pool = await database.connect(settings.database_url, min_size=1, max_size=1)
+    try:
+        async with pool.acquire() as conn:
+            await conn.execute("CREATE TEMP TABLE earlier (a int)")
+            await conn.execute("INSERT INTO earlier VALUES (1)")
+            default = await conn.fetchval("SHOW temp_buffers")
+        with database.pool_lent(pool):
+            report = await import_members(file, settings=settings)
+        assert (report.added, report.refused) == (5, [])
+        async with pool.acquire() as conn:
+            assert await conn.fetchval("SHOW temp_buffers") == default
+    finally:
+        await pool.close()
+    fresh = await import_members(write_rows(tmp_path / "n.csv", [row("n@example.com")]), settings=settings)
+    assert fresh.added == 1 and await db.fetchval("SELECT count(*) FROM members") == 6
