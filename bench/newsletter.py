@@ -29,6 +29,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import httpx
+from temporalio import activity
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import WorkflowHandle
 
 from bench.processes import cpu_seconds_by_family
 from bench.servers import SIMULATOR_DOMAIN, SIMULATOR_KEY, bench_servers
@@ -225,11 +228,56 @@ async def print_statements(pool, limit: int = 12) -> None:
     for row in rows:
         print(f"    {row['calls']:6d} calls {row['rows']:8d} rows {row['total_exec_time'] / 1000:6.2f} s "
               f"(+{row['total_plan_time'] / 1000:.2f} s planning)  {row['query'][:110]}")
+    tables = await pool.fetch(
+        "SELECT relname, n_tup_ins, n_tup_upd, n_tup_hot_upd, autovacuum_count, autoanalyze_count "
+        "FROM pg_stat_user_tables WHERE n_tup_ins + n_tup_upd > 0 ORDER BY n_tup_ins + n_tup_upd DESC LIMIT 4")
+    print("  tables written (pg_stat_user_tables, reset at its start): " + "; ".join(
+        f"{t['relname']} {t['n_tup_ins']} inserted, {t['n_tup_upd']} updated ({t['n_tup_hot_upd']} HOT), "
+        f"{t['autovacuum_count']} autovacuums, {t['autoanalyze_count']} autoanalyzes" for t in tables))
+
+
+HEARTBEATS: Counter[str] = Counter()  # by activity, and the follower's queries (--history)
+
+
+def count_heartbeats_and_queries() -> None:
+    """Count the heartbeats the worker in this process sends, by activity, and the queries its
+    clients ask (--history)."""
+    heartbeat, query = activity.heartbeat, WorkflowHandle.query
+
+    def counted(*details) -> None:
+        HEARTBEATS[activity.info().activity_type] += 1
+        heartbeat(*details)
+
+    async def counted_query(self, *args, **kwargs):
+        HEARTBEATS["(queries)"] += 1
+        return await query(self, *args, **kwargs)
+
+    activity.heartbeat = counted
+    WorkflowHandle.query = counted_query  # type: ignore[method-assign]
+
+
+async def print_history(client, workflow_id: str) -> None:
+    """What the send asked of the Temporal server (--history): its history's events by type and its
+    activities by name, over every run of the workflow."""
+    events: Counter[str] = Counter()
+    activities: Counter[str] = Counter()
+    async for event in client.get_workflow_handle(workflow_id).fetch_history_events():
+        events[EventType.Name(event.event_type).removeprefix("EVENT_TYPE_").lower()] += 1
+        if event.HasField("activity_task_scheduled_event_attributes"):
+            activities[event.activity_task_scheduled_event_attributes.activity_type.name] += 1
+    print(f"  the send's history: {sum(events.values())} events; "
+          + ", ".join(f"{name} {n}" for name, n in events.most_common()))
+    print("    activities: " + ", ".join(f"{name} {n}" for name, n in activities.most_common()))
+    queries = HEARTBEATS.pop("(queries)", 0)
+    print("    heartbeats: " + (", ".join(f"{name} {n}" for name, n in HEARTBEATS.most_common()) or "none")
+          + f"; the follower's queries: {queries}")
 
 
 async def main(args: argparse.Namespace) -> None:
     if args.statements:
         preload_statement_statistics()
+    if args.history:
+        count_heartbeats_and_queries()
     async with bench_servers(simulator=True) as servers:
         base_url, env = servers.simulator_url, servers.env
         httpx.post(f"{base_url}/_sim/faults", json={"latency_ms": args.latency_ms})
@@ -253,12 +301,12 @@ async def main(args: argparse.Namespace) -> None:
         baseline = [await raw_send(pool, base_url, args.members, args.concurrency, "raw-before")]
         async with running_worker(env.client, settings):
             if args.statements:
-                await pool.execute("SELECT pg_stat_statements_reset()")
+                await pool.execute("SELECT pg_stat_statements_reset(), pg_stat_reset()")
             before = cpu_seconds_by_family()
             own_before = resource.getrusage(resource.RUSAGE_SELF)
             started = time.perf_counter()
             start = await start_newsletter("e1", client=env.client, settings=settings)
-            # Followed as `newsletter send` follows it (its progress asked every 0.5 s; each ask is a
+            # Followed as `newsletter send` follows it (its progress asked once a second; each ask is a
             # query the server hands to the worker); the end is seen at once either way.
             outcome = await follow_newsletter(start.workflow_id, client=env.client)
             pipeline = time.perf_counter() - started
@@ -270,6 +318,8 @@ async def main(args: argparse.Namespace) -> None:
             worker_cpu = own.ru_utime + own.ru_stime - own_before.ru_utime - own_before.ru_stime
             if args.statements:
                 await print_statements(pool)
+            if args.history:
+                await print_history(env.client, start.workflow_id)
             created, first_send, chunks, inside = await creation_times(env.client, start.workflow_id, start.run_id)
         baseline.append(await raw_send(pool, base_url, args.members, args.concurrency, "raw-after"))
         stats = httpx.get(f"{base_url}/_sim/stats", timeout=300).json()  # a million recipients take it a while
@@ -323,5 +373,7 @@ if __name__ == "__main__":
     parser.add_argument("--concurrency", type=int, default=10)
     parser.add_argument("--statements", action="store_true",
                         help="load pg_stat_statements and print the pipeline's costliest statements")
+    parser.add_argument("--history", action="store_true",
+                        help="print the send's history events by type and its activities by name")
     tune_garbage_collection()  # as the worker process does
     asyncio.run(main(parser.parse_args()))
