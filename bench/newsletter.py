@@ -3,14 +3,18 @@
 Starts its own PostgreSQL, Temporal dev server and Mailgun simulator (a separate process, as
 Mailgun is) with a per-request latency, seeds N members, and times SendNewsletterWorkflow from
 start to "email submitted". Against it, in the same run, the honest baseline: one plain program
-(no Temporal) that does what a send cannot skip, every recipient row COPYed into email_recipients
-with its indexes and every batch posted once to the simulator at the same concurrency, the two
-overlapped; run before the pipeline and again after it. Kept beside it, the older raw figures: the
-same N recipient rows written with COPY, and the same N/1,000 batch requests posted straight to
-the simulator at the same concurrency. It prints recipients per second and the ratio of the
-pipeline to the larger raw figure, and the worker's peak memory. For context it also prints how
-long the same COPY takes into email_recipients itself (the indexes and foreign keys batch creation
-pays), and when the run's batches were all created and its first batch sent.
+(no Temporal, no claims, no status bookkeeping) that does what a send cannot skip, every recipient
+row COPYed into email_recipients with its indexes and every batch posted once to the simulator at
+the same concurrency, the two overlapped, each post THE SAME BYTES the pipeline posts for such a
+batch: the email rendered once by the product's renderer (body, footer, List-Unsubscribe headers,
+tags, tracking), each member's values computed by the product's MemberValues (the link key's HMAC,
+the signed unsubscribe link), the same multipart form (tests/newsletter/test_raw_send_bytes.py
+holds a raw batch's body equal to the send activity's). Beside it, the earlier raw send, whose
+posts carry a one-line body and two values a member (a smaller job). Each raw send runs before the
+pipeline and again after it; the ratio is to the better of the two, with the CPU of every process
+beside it. Kept for context, the older raw figures: the N rows COPYed alone (into a bare table and
+into email_recipients itself), and N/1,000 tiny posts alone; when the run's batches were all created
+and its first batch sent; the worker's peak memory.
 
     .venv/bin/python bench/newsletter.py --members 100000 --latency-ms 200 --concurrency 10
 """

@@ -25,7 +25,7 @@ BODY = ('<p>Hi %%{first_name, "there"}%%, {name} (%recipient.email%)</p>'
         '<a href="%%{manage_account_url}%%">account</a> <a href="{unsubscribe_url}">leave</a></p>')
 
 
-def parts(body: bytes) -> list[tuple[str, str]]:
+def parts(body: bytes) -> list[tuple[bytes, bytes]]:
     """A multipart body's (name, value) pairs in order, for a readable difference when one differs."""
     boundary = body.split(b"\r\n", 1)[0]
     return [tuple(re.match(rb'\r\nContent-Disposition: form-data; name="([^"]*)"\r\n\r\n(.*)\r\n\Z', part, re.S)
@@ -54,23 +54,25 @@ async def test_the_raw_send_posts_the_bytes_the_send_activity_posts_for_a_batch(
                              transport=httpx.MockTransport(mailgun)) as provider:
         sender = BatchSendActivities(Dependencies(settings=settings, pool=db, provider=provider, temporal=None))
         sent = await ActivityEnvironment().run(sender.send_batch, SendBatchInput(batch_id=batch_id))
-        # The raw send's rows are the batch's recipients as the COPY wrote them: address, name, uuid.
+        # The batch's recipients as the bench's raw send holds the rows it COPYs.
         rows = [tuple(row) for row in await db.fetch(
-            "SELECT member_email, member_name, member_uuid::text FROM email_recipients WHERE batch_id = $1 "
-            "ORDER BY id", batch_id)]
+            "SELECT member_email, member_name, member_uuid::text, member_id, batch_id FROM email_recipients "
+            "WHERE batch_id = $1 ORDER BY id", batch_id)]
         message = await raw_message(db, settings, provider, seeded.email_id)
         await post_raw_batch(provider, message, batch_id, rows)
         # One value of one member changed: the comparison sees it.
-        await post_raw_batch(provider, message, batch_id, [(rows[0][0], rows[0][1] + ".", rows[0][2]), *rows[1:]])
+        await post_raw_batch(provider, message, batch_id, [(rows[0][0], rows[0][1] + ".", *rows[0][2:]), *rows[1:]])
 
     assert sent.recipients == len(rows) and len(rows) in (500, 1000)
     pipeline, raw, changed = posted
     names = [name for name, _ in parts(pipeline)]
-    assert names[:4] == [b"from", b"subject", b"html", b"text"] and b"recipient-variables" in names
+    assert names[:4] == [b"from", b"subject", b"html", b"text"]
+    assert {b"o:tag", b"h:List-Unsubscribe", b"h:List-Unsubscribe-Post", b"recipient-variables", b"h:Message-Id",
+            b"v:email-id"} <= set(names)
     variables = json.loads(dict(parts(pipeline))[b"recipient-variables"])
     assert len(variables) == len(rows) and all("/unsubscribe/?uuid=" in values["unsubscribe_url"]
                                           for values in variables.values())
     assert any("Zoë &lt;b&gt;" in value for values in variables.values() for value in values.values())
     assert parts(raw) == parts(pipeline)
-    assert raw == pipeline
+    assert raw == pipeline  # one process, one multipart boundary: byte for byte
     assert changed != pipeline
