@@ -7,10 +7,11 @@ import json
 import re
 
 import httpx
+import pytest
 from temporalio.testing import ActivityEnvironment
 
 from activities.newsletter.batches import BatchCreationActivities
-from activities.newsletter.models import CreateBatchesInput, SendBatchInput
+from activities.newsletter.models import CreateBatchesInput, SendBatchesInput, SendBatchInput
 from activities.newsletter.send import BatchSendActivities
 from bench.newsletter import post_raw_batch, raw_message
 from pressroom.dependencies import Dependencies
@@ -32,7 +33,8 @@ def parts(body: bytes) -> list[tuple[bytes, bytes]]:
                   .groups()) for part in body.split(boundary)[1:-1]]
 
 
-async def test_the_raw_send_posts_the_bytes_the_send_activity_posts_for_a_batch(db, newsletter_settings):
+@pytest.mark.parametrize("grouped", [False, True], ids=["send_batch", "send_batches"])
+async def test_the_raw_send_posts_the_bytes_the_send_activity_posts_for_a_batch(db, newsletter_settings, grouped):
     settings = newsletter_settings()
     seeded = await seed_email(db, members=1500, html=BODY)
     # Names the values must escape where they land in HTML, and non-ASCII ones.
@@ -53,7 +55,13 @@ async def test_the_raw_send_posts_the_bytes_the_send_activity_posts_for_a_batch(
     async with MailgunClient(base_url="https://mailgun.test", api_key="key-test", domain=settings.mailgun_domain,
                              transport=httpx.MockTransport(mailgun)) as provider:
         sender = BatchSendActivities(Dependencies(settings=settings, pool=db, provider=provider, temporal=None))
-        sent = await ActivityEnvironment().run(sender.send_batch, SendBatchInput(batch_id=batch_id))
+        # Alone, or in a group as a send without caps sends its batches.
+        if grouped:
+            group = await ActivityEnvironment().run(sender.send_batches,
+                                                    SendBatchesInput(batches=[SendBatchInput(batch_id=batch_id)]))
+            (sent,) = group.sent
+        else:
+            sent = await ActivityEnvironment().run(sender.send_batch, SendBatchInput(batch_id=batch_id))
         # The batch's recipients as the bench's raw send holds the rows it COPYs.
         rows = [tuple(row) for row in await db.fetch(
             "SELECT member_email, member_name, member_uuid::text, member_id, batch_id FROM email_recipients "
