@@ -259,6 +259,12 @@ def progress_words(progress, *, counts: bool = True) -> str:
     return as_words(f"{details}\n\n{p.message}" if p.message else details)
 
 
+# How often a follower asks a run for its progress: each ask is a query the server hands to the
+# worker (about 10 ms of their CPU together, bench/NOTES-round-five-send.md), and once a second is as
+# often as anyone reads a progress bar. The run's end is seen at once whatever this is.
+FOLLOW_POLL_SECONDS = 1.0
+
+
 async def _ask_progress(handle):
     """The run's progress, or None when no worker answered within QUERY_TIMEOUT; another refusal
     (between two runs of a continue-as-new, before the first task) raises."""
@@ -270,7 +276,8 @@ async def _ask_progress(handle):
         raise
 
 
-async def follow_newsletter(workflow_id: str, *, client=None, on_progress=None, poll_seconds: float = 0.5,
+async def follow_newsletter(workflow_id: str, *, client=None, on_progress=None,
+                            poll_seconds: float = FOLLOW_POLL_SECONDS,
                             say=lambda message: None, on_waiting=lambda words: None):
     """Query the run's progress until it ends; returns its outcome (following continue-as-new).
 

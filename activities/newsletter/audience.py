@@ -32,13 +32,15 @@ RECIPIENTS = f"""
 # The audience ($1-$3 as RECIPIENTS) counted by segment, with the ids of its members whose address
 # is not of the plain shape ($4 and $6, pressroom.inputs.PLAIN_ADDRESS and PLAIN_DOMAIN_LENGTH) or is
 # in a special-use domain ($5): each of those is checked by email-validator before batches are
-# planned. One pass over the audience; most rows are plain.
+# planned. One pass over the audience; most rows are plain. The top-level domain is what follows the
+# last dot, taken without a second regular expression (a third of the statement's time at 100,000):
+# for every address the pattern matches, the same text.
 AUDIENCE_BY_SEGMENT = f"""
     SELECT {SEGMENT} AS segment, count(*) AS n,
            coalesce(array_agg(m.id) FILTER (WHERE NOT (
                m.email ~ $4 AND length(m.email) <= 254 AND strpos(m.email, '@') <= 65
                AND length(m.email) - strpos(m.email, '@') <= $6
-               AND lower(substring(m.email FROM '[^.]+$')) <> ALL($5::text[]))), '{{}}') AS unplain
+               AND lower(reverse(split_part(reverse(m.email), '.', 1))) <> ALL($5::text[]))), '{{}}') AS unplain
     {RECIPIENTS}
     GROUP BY 1
 """

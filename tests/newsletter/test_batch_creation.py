@@ -9,9 +9,11 @@ import json
 import pytest
 from temporalio.testing import ActivityEnvironment
 
+from activities.newsletter.audience import AUDIENCE_BY_SEGMENT, audience
 from activities.newsletter.batches import CHUNK_BATCHES, BatchCreationActivities
 from activities.newsletter.models import CreateBatchesInput
 from pressroom.dependencies import Dependencies
+from pressroom.inputs import PLAIN_ADDRESS, PLAIN_DOMAIN_LENGTH, SPECIAL_USE_DOMAINS, recipient_problem
 
 from .conftest import seed_email
 
@@ -201,3 +203,27 @@ async def test_who_was_left_out_is_judged_when_the_audience_was_taken(db, mailgu
     assert planned.creating
     left_out = await db.fetchval("SELECT left_out FROM emails WHERE id = $1", seeded.email_id)
     assert json.loads(left_out) == {"unusable-address": 1}
+
+
+async def test_the_audience_pass_sends_every_address_outside_the_plain_shape_to_a_closer_look(db):
+    """AUDIENCE_BY_SEGMENT's `unplain`: special-use top-level domains in any case, a name with no dot or
+    ending in one, and text after the domain's last dot that is not letters; never a plain address."""
+    seeded = await seed_email(db, members=3)
+    odd = ["a@news.onion", "b@host.LocalHost", "c@x.Arpa", "d@site.invalid", "e@printer.local", "f@nodot",
+           "g@trailing.example.", "h@digits.example.123", "i@under_score.example", "j@x.onion.example.",
+           "k@a.b.c.onion"]
+    plain = ["l@onion.example", "m@local.example.org", "n@arpa.co", "o@x.test", "p@news.localhost.example"]
+    ids = dict(await db.fetch(
+        """WITH added AS (INSERT INTO members (email, name, created_at)
+                          SELECT a, '', now() - interval '1 hour' FROM unnest($1::text[]) a RETURNING id, email),
+           subscribed AS (INSERT INTO members_newsletters (member_id, newsletter_id) SELECT id, $2 FROM added)
+           SELECT email, id FROM added""", [*odd, *plain], seeded.newsletter_id))
+    email = await db.fetchrow("SELECT newsletter_id, post_id, recipient_filter, now() AS created_at FROM emails "
+                              "WHERE id = $1", seeded.email_id)
+    chosen = audience(email, as_of=email["created_at"], tiers=False)
+    [row] = await db.fetch(chosen.sql(AUDIENCE_BY_SEGMENT), *chosen.params, PLAIN_ADDRESS,
+                           list(SPECIAL_USE_DOMAINS), PLAIN_DOMAIN_LENGTH)
+    assert row["n"] == 3 + len(odd) + len(plain)
+    assert sorted(row["unplain"]) == sorted(ids[address] for address in odd)
+    # email-validator agrees on the plain ones, as the closer look would.
+    assert all(recipient_problem(address) is None for address in plain)
