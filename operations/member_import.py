@@ -48,6 +48,9 @@ from pressroom.inputs import MAX_LABELS, email_address, free_text, moment
 from pressroom.settings import Settings, get_settings
 
 CHUNK = 20_000  # rows per COPY and per set of statements: a progress step, and bounded memory
+# The first chunks are smaller, each twice the last, up to CHUNK: PostgreSQL waits for the first
+# chunk to be read and checked, and the reader keeps ahead of the writer from the second on.
+FIRST_CHUNK = 2_500
 NOTE_LIMIT = 2000  # the reference platform's width of a member's note
 ROWS_SHOWN = 50  # refused rows the text report lists; --json lists them all
 TRUE, FALSE = {"true", "1", "yes", "y", "t"}, {"false", "0", "no", "n", "f"}
@@ -471,18 +474,18 @@ class _Chunk:
 
 
 def _checked_chunks(items: Iterator[_Row | dict], tiers: _Tiers) -> Iterator[_Chunk]:
-    """The file's rows, CHUNK kept rows at a time."""
-    chunk, read = _Chunk(), 0
+    """The file's rows, FIRST_CHUNK kept rows first, then twice as many each time up to CHUNK."""
+    chunk, read, size = _Chunk(), 0, min(FIRST_CHUNK, CHUNK)
     for item in items:
         read += 1
         if isinstance(item, dict):
             chunk.refused.append(item)
         else:
             chunk.add(item, tiers)
-        if len(chunk.rows) >= CHUNK:
+        if len(chunk.rows) >= size:
             chunk.read, chunk.ids = read, _new_ids(len(chunk.rows))
             yield chunk
-            chunk = _Chunk()
+            chunk, size = _Chunk(), min(2 * size, CHUNK)
     if chunk.rows or chunk.refused:
         chunk.read, chunk.ids = read, _new_ids(len(chunk.rows))
         yield chunk
