@@ -123,7 +123,7 @@ class Watchdog:
             for job in jobs:
                 try:
                     after[job.name] = await self.check(job, after.get(job.name))
-                except Exception as error:
+                except Exception as error:  # noqa: BLE001 (one job's failure must not stop the watch over the others)
                     activity.logger.warning("looking for each %s whose run closed failed (%s: %s); "
                                             "looking again in %g s",
                                             job.name, type(error).__name__, error, self.interval)

@@ -41,6 +41,7 @@ import tempfile
 from collections import Counter
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import ClassVar
 
 from aiohttp import web
 
@@ -88,7 +89,7 @@ def print_row(row: SesRow) -> None:
 
 class SesMatrix(Matrix):
     QUEUE = "faults-ses"
-    LOST_ANSWERS = {"lost_answers": 1_000_000}
+    LOST_ANSWERS: ClassVar[dict[str, int]] = {"lost_answers": 1_000_000}
 
     def __init__(self, servers, ses: SesSimulator, members: int, environment: dict[str, str]) -> None:
         self.servers, self.ses, self.members, self.environment = servers, ses, members, environment

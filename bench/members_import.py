@@ -165,7 +165,7 @@ async def one_size(rows: int, welcome: bool, hash_key: bool, again: bool, statem
             tables = [t for t in WRITTEN if t != "outbox" or welcome]
             shapes = await make_twins(conn, tables)
             stored = await stored_rows(conn, tables)
-            counts = {t: await conn.fetchval(f"SELECT count(*) FROM {t}") for t in tables}  # noqa: S608 (our names)
+            counts = {t: await conn.fetchval(f"SELECT count(*) FROM {t}") for t in tables}
             _, copy_seconds, copy_cpu = await timed("raw COPY of the stored rows into indexed twins", rows,
                                           lambda: raw_copy(conn, stored))
             repeated = await timed("members import again (nothing changes)", rows,

@@ -81,7 +81,7 @@ async def welcome_stream(pool, settings, count: int, tag: str) -> list[float]:
     for k in range(count):
         ids.append((await add_member(f"welcome.{tag}.{k}@example.com", settings=settings)).member_id)
         await asyncio.sleep(0.25)
-    while await pool.fetchval("SELECT count(*) FROM outbox WHERE event_type = 'MemberCreatedEvent' "  # noqa: ASYNC110 (polling the database)
+    while await pool.fetchval("SELECT count(*) FROM outbox WHERE event_type = 'MemberCreatedEvent' "
                               "AND payload->>'member_id' = ANY($1::text[]) AND status = 'succeeded'", ids) < count:
         await asyncio.sleep(0.1)
     return [float(row["ms"]) for row in await pool.fetch(WELCOME_LATENCY, ids)]

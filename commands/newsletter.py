@@ -180,7 +180,7 @@ def newsletter_follow(email_id: str = typer.Argument(..., help="The email (email
     """Follow the email's run until it ends; print its outcome."""
     async def work():
         client = await temporal_client()
-        last = {}
+        last: dict[str, str] = {}
 
         def line(text: str) -> None:
             if not as_json and last.get("line") != text:

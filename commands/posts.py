@@ -110,7 +110,7 @@ def _content(html_file, markdown_file) -> tuple[str | None, str | None]:
     """The post's content from --html FILE or --markdown FILE (`-` reads stdin)."""
     def read(path) -> str:
         try:
-            return sys.stdin.read() if str(path) == "-" else open(path, encoding="utf-8").read()  # noqa: SIM115
+            return sys.stdin.read() if str(path) == "-" else open(path, encoding="utf-8").read()
         except (OSError, UnicodeDecodeError) as error:
             raise BadInput(f"cannot read {path}: {type(error).__name__}") from None
 

@@ -91,7 +91,7 @@ def build_app(codec: EncryptionCodec, *, ui_origin: str, token: str = "",
             return await handler(request)
         except web.HTTPException as error:  # 404, 405, 413 …: one line, never aiohttp's page
             return _refusal(error.status, error.reason)
-        except Exception as error:  # never a traceback to the caller, never payload text in the log
+        except Exception as error:  # noqa: BLE001 (never a traceback to the caller, never payload text in the log)
             logger.error("codec server: %s on %s %s", type(error).__name__, request.method, request.path)
             return _refusal(500, "the codec server failed; see its log")
 

@@ -216,7 +216,7 @@ async def flush_refusals(pool: asyncpg.Pool, source: str, refusals) -> None:
         return
     try:
         await pool.execute(_FLUSH_REFUSALS, source, list(counts), list(counts.values()))
-    except Exception:
+    except Exception:  # noqa: BLE001 (the counts are given back and flushed next time)
         refusals.give_back(counts)
 
 

@@ -256,7 +256,7 @@ class ClickLog:
         while True:
             try:
                 await self.settle()
-            except Exception as error:  # tried again next time; the rows wait in the table
+            except Exception as error:  # noqa: BLE001 (tried again next time; the rows wait in the table)
                 log.warning("clicks not settled (%s); tried again", type(error).__name__)
             await asyncio.sleep(SETTLE_EVERY_SECONDS)
 

@@ -9,7 +9,7 @@ clicked.
 
 from __future__ import annotations
 
-from operations.answers import EmailClicks, MemberClick, TopLink  # noqa: F401 (TopLink: the report's rows)
+from operations.answers import EmailClicks, MemberClick, TopLink
 
 TOP_LINKS = 10
 

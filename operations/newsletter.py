@@ -131,7 +131,7 @@ def operator_name() -> str:
     """Who cancels, when not told: the operator's login on this machine."""
     try:
         return getpass.getuser()
-    except Exception:
+    except Exception:  # noqa: BLE001 (getpass raises whatever the platform's lookup raises)
         return "an operator"
 
 
@@ -303,7 +303,7 @@ async def follow_newsletter(workflow_id: str, *, client=None, on_progress=None,
                 while not result.done():
                     try:
                         progress = await _ask_progress(handle)
-                    except Exception:
+                    except Exception:  # noqa: BLE001 (a progress query refused or unanswered is asked again)
                         progress = False  # between two runs of a continue-as-new, or before the first task
                     if progress:
                         if unanswered >= 2:
@@ -403,7 +403,7 @@ async def _run_view(workflow_id: str, client, settings: Settings, command_starte
     async def ask():
         try:
             return await _ask_progress(handle)
-        except Exception:
+        except Exception:  # noqa: BLE001 (a progress query refused or unanswered is no answer)
             return False  # refused (before the first task): neither an answer nor a silence
 
     polling, answer, timer = await asyncio.gather(

@@ -85,12 +85,12 @@ async def change_post(post_id: str, publish_at, client, settings: Settings, writ
             raise
         try:
             await transaction.commit()
-        except Exception as error:
+        except Exception as error:  # noqa: BLE001 (whatever stopped the commit, the workflow is put back)
             back = before["published_at"] if before["status"] == "scheduled" else None
             try:
                 await tell_post_workflow(client, settings, post_id, back)
                 repair = "its workflow was put back"
-            except Exception:
+            except Exception:  # noqa: BLE001 (the repair's failure is reported in the error below)
                 repair = "its workflow could not be put back: run `pressroom posts reconcile`"
             raise PressroomError(f"post {post_id} was not changed (it is still {before['status']}): the database "
                                  f"did not commit ({type(error).__name__}: {error}); {repair}") from None

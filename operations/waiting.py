@@ -104,7 +104,7 @@ async def answers(client: Client, workflow_id: str) -> bool | None:
         return True
     except RPCError as error:
         return False if is_unanswered(error) else None
-    except Exception:
+    except Exception:  # noqa: BLE001 (any other failure means the question has no answer)
         return None
 
 
@@ -206,6 +206,6 @@ async def _summary(client: Client, event) -> str:
         return ""
     try:
         [text] = await client.data_converter.decode([event.user_metadata.summary], [str])
-    except Exception:  # a summary this process cannot decode (another key): the time alone still says it
+    except Exception:  # noqa: BLE001 (a summary this process cannot decode (another key): the time alone still says it)
         return ""
     return str(text)

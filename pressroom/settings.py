@@ -573,7 +573,7 @@ def temporal_profile():
         raise ConfigurationError(f"TEMPORAL_CONFIG_FILE {path!r} cannot be read: no such file")
     try:
         return ClientConfigProfile.load()
-    except Exception as error:  # the SDK core's ConfigError (an unknown profile, a malformed file)
+    except Exception as error:  # noqa: BLE001 (the SDK core's ConfigError (an unknown profile, a malformed file))
         message = " ".join(str(error).split())
         raise ConfigurationError(f"the Temporal client configuration cannot be loaded: {message} "
                                  "(check TEMPORAL_PROFILE and TEMPORAL_CONFIG_FILE)") from None

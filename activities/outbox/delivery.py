@@ -173,7 +173,7 @@ class OutboxDeliveryActivities:
             return EntryResult(result={}, confirm_in_seconds=wait)
         except ApplicationError:
             raise
-        except Exception as error:  # the handler's failure, in its own words, kept for `outbox show`
+        except Exception as error:  # noqa: BLE001 (the handler's failure, in its own words, kept for `outbox show`)
             code = type(error).__name__
             message = str(error)[:ERROR_LIMIT] or code
             backoff = self.settings.outbox_backoff_seconds
@@ -206,7 +206,7 @@ class OutboxDeliveryActivities:
             OPEN_ENTRY_DELETED if self.settings.outbox_delete_on_success else OPEN_ENTRY_SUCCEEDED
         try:
             recorded = await self.pool.fetchval(statement, input.outbox_id, json.dumps(result))
-        except Exception as error:
+        except Exception as error:  # noqa: BLE001 (the handler's work is done; recording it is retried by the delivery)
             activity.logger.warning("outbox entry %s: handled, not yet recorded (%s); the delivery records it",
                                     input.outbox_id, type(error).__name__)
             return EntryResult(result=result)

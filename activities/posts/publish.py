@@ -150,7 +150,7 @@ class PostsActivities:
             return await self._publish_post(input)
         except (asyncio.CancelledError, ApplicationError):
             raise
-        except Exception as error:
+        except Exception as error:  # noqa: BLE001 (any failure becomes the retry the policy describes)
             raise ApplicationError(f"{type(error).__name__}: {error}", type=type(error).__name__,
                                    next_retry_delay=timedelta(seconds=input.retry_seconds)) from None
 

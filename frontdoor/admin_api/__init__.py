@@ -105,7 +105,7 @@ class AdminApi:
             if error.status in (400, 401, 403):
                 self.refusals.refused(error.reason or error.type, error.status)
                 await self.slowdown.wait(client_address(request, self.settings.proxy_addresses))
-        except Exception as error:
+        except Exception as error:  # noqa: BLE001 (every failure gets the reference's error body, never a traceback)
             failure = self._failure(error)
             status, body, outcome = failure.status, failure.body(), failure.type
         self.requests.with_additional_attributes({"outcome": outcome}).add(1)

@@ -91,7 +91,7 @@ async def status_json(pages: Pages, request: web.Request) -> web.Response:
 async def _client(pages: Pages):
     try:
         return await pages.temporal()
-    except Exception:  # Temporal unreachable: the status says so from PostgreSQL's view
+    except Exception:  # noqa: BLE001 (Temporal unreachable: the status says so from PostgreSQL's view)
         return None
 
 

@@ -64,7 +64,7 @@ async def test_the_reference_client_authors_publishes_and_sends(client_folder, d
 async def check_scenario(result: dict, settings, db, mailgun, folder: Path, base: str, key: str) -> None:
     assert result["site"]["url"]
     assert result["tier"]["slug"] == "gold"
-    vip1, vip2, plain, comped = result["members"]
+    vip1, vip2, _plain, comped = result["members"]
     assert [label["slug"] for label in vip1["labels"]] == ["vip"] and vip2["note"] == "met at the fair"
     assert comped["comped"] is True and comped["status"] == "comped"
     assert result["vips"] == 2 and result["vipsMeta"]["pagination"]["total"] == 2

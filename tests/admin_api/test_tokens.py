@@ -86,7 +86,7 @@ async def test_no_token_and_not_a_token_as_the_reference_answers(admin_door, adm
     assert missing.status_code == 403 and error_of(missing)["type"] == "NoPermissionError"
     garbage = await get(admin_door, "Ghost not.a.jwt")
     assert garbage.status_code == 400 and error_of(garbage)["type"] == "BadRequestError"
-    key_id, secret = admin_key.split(":")
+    _key_id, secret = admin_key.split(":")
     no_kid = jwt.encode({"iat": int(time.time()), "exp": int(time.time()) + 300, "aud": "/admin/"},
                         bytes.fromhex(secret), algorithm="HS256")
     answer = await get(admin_door, f"Ghost {no_kid}")

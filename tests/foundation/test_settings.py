@@ -72,7 +72,7 @@ def test_a_deprecated_name_still_works_and_says_which_to_set(monkeypatch, caplog
 
 
 def test_a_missing_database_says_how_to_get_one():
-    with pytest.raises(ConfigurationError, match="DATABASE_URL is not set.*pressroom dev up"):
+    with pytest.raises(ConfigurationError, match=r"DATABASE_URL is not set.*pressroom dev up"):
         load_settings().require_database()
 
 

@@ -82,7 +82,7 @@ def test_the_old_variables_still_work(monkeypatch, pems):
 
 def test_half_a_standard_client_certificate_is_one_line(monkeypatch, pems):
     monkeypatch.setenv("TEMPORAL_TLS_CLIENT_CERT_PATH", str(pems["client.pem"]))
-    with pytest.raises(ConfigurationError, match="^TEMPORAL_TLS_CLIENT_KEY_PATH is not set: mutual TLS needs both"):
+    with pytest.raises(ConfigurationError, match=r"^TEMPORAL_TLS_CLIENT_KEY_PATH is not set: mutual TLS needs both"):
         tls_config(load_settings())
 
 

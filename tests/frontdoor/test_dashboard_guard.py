@@ -53,7 +53,7 @@ async def test_staff_are_added_listed_and_removed_from_the_command_line(db, fron
     assert code == 1 and "already" in said
     code, out, _ = await cli("staff", "list", env=env)
     assert "ed@example.com" in out
-    code, out, err = await cli("staff", "remove", "ed@example.com", env=env)
+    code, out, _err = await cli("staff", "remove", "ed@example.com", env=env)
     assert code == 0 and await db.fetchval("SELECT count(*) FROM staff") == 0
 
 

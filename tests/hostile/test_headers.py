@@ -31,7 +31,7 @@ def test_a_sender_name_with_quotes_and_commas_stays_one_address(name):
 
 @pytest.mark.parametrize("kind", list(HOSTILE_SUBJECTS))
 def test_a_header_with_a_line_break_is_refused_naming_the_field(kind):
-    with pytest.raises(ContentError, match="^email e1: the subject holds a line break or control character$"):
+    with pytest.raises(ContentError, match=r"^email e1: the subject holds a line break or control character$"):
         header_text(HOSTILE_SUBJECTS[kind], "subject", "e1")
     with pytest.raises(ContentError, match="the sender name holds a line break"):
         mailbox("Weekly\r\nBcc: x@evil.example", "news@example.com", "sender", "e1")
@@ -42,7 +42,7 @@ def test_a_header_with_a_line_break_is_refused_naming_the_field(kind):
 @pytest.mark.parametrize("value", ["Pressroom <a@example.com>\r\nBcc: x@evil.example", "Acme, Inc <a@example.com>",
                                    "a@example.com, b@example.com", "no address"])
 def test_the_from_address_setting_is_one_mailbox(value):
-    with pytest.raises(ConfigurationError, match="^PRESSROOM_FROM_ADDRESS is invalid"):
+    with pytest.raises(ConfigurationError, match=r"^PRESSROOM_FROM_ADDRESS is invalid"):
         load_settings(from_address=value)
     assert load_settings(from_address='"Acme, Inc" <a@example.com>').from_address == '"Acme, Inc" <a@example.com>'
 
@@ -53,7 +53,7 @@ async def test_a_subject_with_a_line_break_fails_the_send_before_anything_is_wri
     seeded = await seed_email(db, members=5)
     await db.execute("UPDATE emails SET subject = $2 WHERE id = $1", seeded.email_id, HOSTILE_SUBJECTS["crlf"])
     async with running_worker(dev_env.client, settings):
-        code, out, err = await cli("newsletter", "send", seeded.email_id, "--wait", env=cli_env(settings, dev_env))
+        code, _out, err = await cli("newsletter", "send", seeded.email_id, "--wait", env=cli_env(settings, dev_env))
     assert code == 1 and err.strip().splitlines()[-1].endswith(
         f"email {seeded.email_id}: the subject holds a line break or control character"), err
     assert await db.fetchval("SELECT count(*) FROM email_batches WHERE email_id = $1", seeded.email_id) == 0
@@ -61,7 +61,7 @@ async def test_a_subject_with_a_line_break_fails_the_send_before_anything_is_wri
     email = await db.fetchrow("SELECT status, error FROM emails WHERE id = $1", seeded.email_id)
     assert email["status"] == "failed"
     assert email["error"].endswith("the subject holds a line break or control character")
-    code, out, err = await cli("newsletter", "test", seeded.email_id, "--to", "editor@example.com",
+    code, _out, err = await cli("newsletter", "test", seeded.email_id, "--to", "editor@example.com",
                                env=cli_env(settings, dev_env))
     assert code == 1 and "the subject holds a line break" in err and len(err.strip().splitlines()) == 1
 
@@ -84,6 +84,6 @@ async def test_a_quoted_sender_name_reaches_mailgun_as_one_address(db, mailgun, 
 async def test_newsletter_test_takes_one_valid_address(db, mailgun, dev_env, newsletter_settings, to):
     settings = newsletter_settings()
     seeded = await seed_email(db, members=1)
-    code, out, err = await cli("newsletter", "test", seeded.email_id, "--to", to, env=cli_env(settings, dev_env))
+    code, _out, err = await cli("newsletter", "test", seeded.email_id, "--to", to, env=cli_env(settings, dev_env))
     assert code == 1 and len(err.strip().splitlines()) == 1 and "is not an e-mail address" in err, err
     assert mailgun.messages == []

@@ -38,7 +38,7 @@ def body_as_received(mailgun, address: str) -> tuple[str, str]:
 
 async def test_members_add_with_a_link_in_the_name_gets_a_welcome_without_a_link(db, mailgun, relay, dev_env):
     await db.execute(WELCOME)
-    code, out, err = await cli("members", "add", "bob@hostile.example", "--name", PHISHING_NAME,
+    code, _out, err = await cli("members", "add", "bob@hostile.example", "--name", PHISHING_NAME,
                                env=cli_env(relay, dev_env))
     assert code == 0, err
     key = await db.fetchval("SELECT idempotency_key FROM outbox ORDER BY created_at DESC LIMIT 1")

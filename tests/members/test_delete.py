@@ -156,7 +156,7 @@ async def test_a_member_in_a_send_being_looked_up_is_not_deleted(settings, db):
     member_id = await member_everywhere(db, settings)
     await db.execute("UPDATE email_batches SET status = 'submitting', send_outcome = 'uncertain' "
                      "WHERE status = 'pending'")
-    with pytest.raises(PressroomError, match="was not deleted: a batch of email .* may have reached the provider"):
+    with pytest.raises(PressroomError, match=r"was not deleted: a batch of email .* may have reached the provider"):
         await delete_member(member_id, settings=settings)
     assert await db.fetchval("SELECT count(*) FROM members WHERE id = $1", member_id) == 1
     assert "email_recipient_failures.message" in await found_in_clear(db, ADDRESS)

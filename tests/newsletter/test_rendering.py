@@ -166,7 +166,7 @@ def test_a_placeholder_an_author_wrote_is_escaped_in_html_as_every_replacement_i
     """{{recipient.name}} in a post is the author's, like %recipient.name%: a member's name lands in
     the HTML as text, never as markup."""
     rendered = render(content("public", "<p>Hi {{recipient.name}} and %recipient.name%</p>"), None)
-    subject, html, text = rendered.personalise(NAMED)
+    _subject, html, text = rendered.personalise(NAMED)
     assert html.startswith("<p>Hi Ann &lt;Lee&gt; and Ann &lt;Lee&gt;</p>") and "Hi Ann <Lee> and Ann <Lee>" in text
 
 

@@ -224,7 +224,7 @@ async def test_the_otel_variables_export_one_trace_across_the_command_and_a_work
     worker = start_worker(settings, dev_env, **otel)
     try:
         await read_log_until(worker, "worker started")
-        code, out, err = await cli("newsletter", "send", seeded.email_id, "--wait", env=cli_env(settings, dev_env,
+        code, _out, err = await cli("newsletter", "send", seeded.email_id, "--wait", env=cli_env(settings, dev_env,
                                                                                                 **otel))
         assert code == 0, err
 

@@ -56,7 +56,7 @@ async def test_broken_then_fixed_template_every_queued_member_welcomed_once(db, 
     assert "subject holds a line break or control character" in (waiting.reason or "")
     assert "aborted" not in status.counts and mailgun.messages == []
     env = {**os.environ, "DATABASE_URL": relay.database_url}
-    code, out, err = await cli("outbox", "status", env=env)
+    code, out, _err = await cli("outbox", "status", env=env)
     assert code == 0 and re.search(r"^pending, waiting: [123] \(WELCOME_TEMPLATE\) the automated email", out, re.M)
     # Its delivery holds it: a requeue has nothing to do.
     with pytest.raises(BadInput, match="goes out on its own once what it waits for is fixed"):

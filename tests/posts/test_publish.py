@@ -306,7 +306,7 @@ async def test_a_start_temporal_refuses_leaves_the_post_as_it_was(db, dev_env, p
     settings = make_settings(postgres_url, mailgun)
     post_id = await seed_post(db)
     refusing = await Client.connect(dev_env.client.service_client.config.target_host, namespace="no-such-namespace")
-    with pytest.raises(PressroomError, match="was not changed \\(it is still draft\\).*NOT_FOUND"):
+    with pytest.raises(PressroomError, match=r"was not changed \(it is still draft\).*NOT_FOUND"):
         await schedule_post(post_id, soon(3600), client=refusing, settings=settings)
     row = await db.fetchrow("SELECT status, published_at FROM posts WHERE id = $1", post_id)
     assert row["status"] == "draft" and row["published_at"] is None
@@ -324,7 +324,7 @@ async def test_a_commit_that_fails_after_the_workflow_was_told_puts_the_workflow
     await db.execute("CREATE CONSTRAINT TRIGGER refuse_commit AFTER UPDATE ON posts DEFERRABLE INITIALLY DEFERRED "
                      "FOR EACH ROW EXECUTE FUNCTION refuse_commit()")
     try:
-        with pytest.raises(PressroomError, match="did not commit.*its workflow was put back"):
+        with pytest.raises(PressroomError, match=r"did not commit.*its workflow was put back"):
             await schedule_post(post_id, soon(3600), client=dev_env.client, settings=settings)
     finally:
         await db.execute("DROP TRIGGER refuse_commit ON posts")

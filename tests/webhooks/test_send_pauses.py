@@ -86,7 +86,7 @@ async def test_a_paused_send_cancelled_sends_nobody_more(dev_env, db, mailgun, r
     try:
         async with running_worker(dev_env.client, settings):
             await start_inbox(dev_env, settings)
-            email_id, handle = await paused_send(dev_env, db, mailgun, receiver, settings)
+            email_id, _handle = await paused_send(dev_env, db, mailgun, receiver, settings)
             sent_at_pause = len(delivered(mailgun, email_id))
             cancel = await cancel_newsletter(email_id, by="editor", wait=True, client=dev_env.client,
                                              settings=settings)

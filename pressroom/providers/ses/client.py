@@ -329,8 +329,8 @@ class SesClient(DomainScopedClient):
         SES's own refusals still stop a send)."""
         now = time.monotonic()
         kept = self._quota
-        if kept and now < kept["until"] and (at is None or kept["at"] is not None
-                                             and abs((at - kept["at"]).total_seconds()) < QUOTA_TTL):
+        if kept and now < kept["until"] and (at is None or (kept["at"] is not None
+                                             and abs((at - kept["at"]).total_seconds()) < QUOTA_TTL)):
             quota = kept["quota"]
             if quota.sent_last_24_hours is None or not kept["accepted"]:
                 return quota
