@@ -260,8 +260,8 @@ def progress_words(progress, *, counts: bool = True) -> str:
 
 
 # How often a follower asks a run for its progress: each ask is a query the server hands to the
-# worker (about 10 ms of their CPU together, bench/NOTES-round-five-send.md), and once a second is as
-# often as anyone reads a progress bar. The run's end is seen at once whatever this is.
+# worker and costs both their CPU (bench/README.md), and once a second is as often as anyone reads
+# a progress bar. The run's end is seen at once whatever this is.
 FOLLOW_POLL_SECONDS = 1.0
 
 

@@ -105,8 +105,8 @@ def _normalised_address(text: str) -> str:
 # lengths (the domain at most PLAIN_DOMAIN_LENGTH characters, so no label is longer than DNS allows)
 # and outside the special-use domains below, is taken as a recipient without a closer look
 # (PostgreSQL matches it over a whole audience at once); any other is checked by email-validator.
-# No bounded repetition ({0,61}) in the pattern: PostgreSQL's regex engine spent ten times as long
-# on one as on the rest of the match (100,000 addresses: 2.35 s against 0.24 s with the length).
+# No bounded repetition ({0,61}) in the pattern: PostgreSQL's regex engine spends about ten times as
+# long on one as on the rest of the match.
 PLAIN_ADDRESS = (r"^[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+(\.[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+)*"
                  r"@([A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?\.)+[A-Za-z][A-Za-z]+$")
 PLAIN_DOMAIN_LENGTH = 63
