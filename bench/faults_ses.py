@@ -23,8 +23,8 @@ the send: a batch not found within the window is sent again, as designed. That l
 stand-in's delay plus its push lag: it pushes one notification at a time (a Send and a Delivery
 per copy, 600 for a row of 300 members, twice that doubled), each signed and received in this one
 process, 12-19 ms a push at load 7 and more as the load grows, so the last Send of a row is stored
-seconds to tens of seconds after it became visible (bench/NOTES-round-five-send.md, "Exactly
-once"). The window here is the delay plus PUSH_LAG_ALLOWANCE; a row whose latest notification came
+seconds to tens of seconds after it became visible (`git show a4c9fbd:bench/NOTES-round-five-send.md`,
+"Exactly once"). The window here is the delay plus PUSH_LAG_ALLOWANCE; a row whose latest notification came
 later than the window is named at the end (it does not measure the send).
 """
 
