@@ -362,6 +362,7 @@ class ServiceCheck(Answer):
     service: str
     ok: bool
     warning: bool = False  # ok, but something to act on before it fails (a missing DMARC record)
+    state: str = "ok"  # ok | warn | FAIL | skip: CheckResult.state, the word the CLI and the health page show
     detail: str
 
 
