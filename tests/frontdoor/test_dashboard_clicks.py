@@ -46,3 +46,17 @@ async def test_the_report_and_the_list_show_the_clicks_the_cli_prints(db, front_
                          rf'<td class="n">{link["clicks"]}</td>', report), link
     assert "1 request (1 by user-agent)" in report
     assert shown(listed, "data-click-rate", "e0") == f"{printed['rate']:.1f}%"
+
+
+async def test_the_report_says_a_failure_code_once(db, front_door):
+    await add_staff(EDITOR, PASSWORD, settings=front_door.settings)
+    await seed_newsletter(db, members=2, emails=1)
+    await db.execute("INSERT INTO email_recipient_failures (email_id, member_id, email_recipient_id, code, "
+                     "enhanced_code, message, severity, failed_at, event_id) SELECT 'e0', member_id, id, 452, "
+                     "'4.2.2', '4.2.2 The email account is over quota', 'temporary', now(), 'ev1' "
+                     "FROM email_recipients WHERE member_id = 'm0'")
+    async with httpx.AsyncClient(base_url=front_door.base) as http:
+        await signed_in(http)
+        report = (await http.get("/pressroom/emails/e0")).text
+    assert re.search(r"<span data-failure>([^<]*)</span>", report).group(1) == \
+        "452 4.2.2 The email account is over quota"
