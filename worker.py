@@ -18,7 +18,6 @@ from temporalio.client import Client
 from temporalio.runtime import PrometheusConfig, Runtime
 from temporalio.worker import Worker
 
-from activities.analytics.models import SCHEDULE_ID as ANALYTICS_SCHEDULE_ID
 from activities.analytics.run import AnalyticsActivities
 from activities.newsletter.batches import BatchCreationActivities
 from activities.newsletter.finish import EmailFinishActivities
@@ -31,9 +30,10 @@ from activities.outbox.relay import OutboxRelayActivities
 from activities.posts.publish import PostsActivities
 from activities.sending_limits import SendingLimitsActivities
 from activities.webhooks import WebhookActivities
+from operations.analytics import analytics_schedule_id
 from operations.analytics import ensure_schedule as ensure_analytics_schedule
 from operations.outbox import ensure_relay as ensure_outbox_relay
-from operations.posts import RECONCILE_SCHEDULE_ID, reconcile_at_worker_start
+from operations.posts import reconcile_at_worker_start, reconcile_schedule_id
 from operations.webhooks import ensure_inbox_applier
 from pressroom import database, logs, tracing_export
 from pressroom.dependencies import Dependencies
@@ -166,8 +166,9 @@ async def run(settings: Settings | None = None) -> None:
         loop.add_signal_handler(sig, stop.set)
     async with running_worker(client, settings):
         # The schedules exist, at current settings; one running on another task queue stays there.
-        for schedule_id, outcome in ((ANALYTICS_SCHEDULE_ID, await ensure_analytics_schedule(client, settings)),
-                                     (RECONCILE_SCHEDULE_ID, await reconcile_at_worker_start(client, settings))):
+        analytics, reconcile = analytics_schedule_id(settings), reconcile_schedule_id(settings)
+        for schedule_id, outcome in ((analytics, await ensure_analytics_schedule(client, settings)),
+                                     (reconcile, await reconcile_at_worker_start(client, settings))):
             if outcome.startswith("left on"):
                 log.warning("schedule %s %s, not moved to this worker's %s (`pressroom check` says whether a "
                             "worker polls it)", schedule_id, outcome, settings.task_queue)

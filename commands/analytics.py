@@ -15,11 +15,13 @@ from operations.analytics import (
     analytics_pause,
     analytics_run,
     analytics_schedule,
+    analytics_schedule_id,
     analytics_status,
     rejected_events,
 )
 from pressroom.errors import PressroomError, cause_of
 from pressroom.readable import when
+from pressroom.settings import get_settings
 
 app = typer.Typer(help="Email analytics: the schedule that fetches Mailgun events into statistics.",
                             no_args_is_help=True)
@@ -27,9 +29,10 @@ app = typer.Typer(help="Email analytics: the schedule that fetches Mailgun event
 
 @app.command("schedule")
 def analytics_schedule_command() -> None:
-    """Create or update the schedule `email-analytics` (safe to run again)."""
+    """Create or update this site's analytics schedule, `email-analytics` on the default task queue (safe to run
+    again)."""
     outcome = run_async(analytics_schedule())
-    console.print(f"schedule email-analytics {outcome}")
+    console.print(f"schedule {analytics_schedule_id(get_settings())} {outcome}", highlight=False)
 
 
 @app.command("run")
@@ -59,14 +62,14 @@ def analytics_run_command(wait: bool = typer.Option(False, "--wait", help="Follo
 def analytics_pause_command() -> None:
     """Pause the schedule (runs in progress finish)."""
     run_async(analytics_pause(True))
-    console.print("schedule email-analytics paused")
+    console.print(f"schedule {analytics_schedule_id(get_settings())} paused", highlight=False)
 
 
 @app.command("unpause")
 def analytics_unpause_command() -> None:
     """Resume the schedule."""
     run_async(analytics_pause(False))
-    console.print("schedule email-analytics unpaused")
+    console.print(f"schedule {analytics_schedule_id(get_settings())} unpaused", highlight=False)
 
 
 @app.command("backfill")
@@ -103,10 +106,10 @@ def analytics_status_command(as_json: bool = JSON_OPTION) -> None:
 def print_analytics_status(status: dict, console: Console = console) -> None:
     """`analytics status` as lines: schedule, next run, cursors with lag, backfills, the last runs."""
     if not status["exists"]:
-        console.print("schedule email-analytics: not created yet (a `pressroom worker` creates it when it starts; "
-                      "`pressroom analytics schedule` creates it now)", highlight=False)
+        console.print(f"schedule {status['schedule_id']}: not created yet (a `pressroom worker` creates it when "
+                      "it starts; `pressroom analytics schedule` creates it now)", highlight=False)
     else:
-        console.print(f"schedule email-analytics: {'paused' if status['paused'] else 'active'}"
+        console.print(f"schedule {status['schedule_id']}: {'paused' if status['paused'] else 'active'}"
                       f"{' (' + status['note'] + ')' if status['note'] else ''}", highlight=False)
     if status["paused"]:
         console.print("next run: none while paused (`pressroom analytics unpause` resumes it)", highlight=False)

@@ -268,11 +268,8 @@ def newsletter_report_command(email_id: str = typer.Argument(..., help="The emai
 
 
 def failure_words(failure: FailureReason) -> str:
-    """A failure's codes and message, each said once: a provider's message often begins with its
-    enhanced code ("4.2.2 The email account …"), which is then not repeated before it."""
-    message = failure.message or ""
-    codes = [str(c) for c in (failure.code, failure.enhanced_code) if c and not message.startswith(str(c))]
-    return " ".join(codes + [message]).strip()
+    """A failure's codes and message, each code said once (FailureReason.words)."""
+    return failure.words()
 
 
 def print_report(r: EmailReport) -> None:

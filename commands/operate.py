@@ -29,6 +29,10 @@ def migrate() -> None:
     console.print(f"applied {', '.join(applied)}" if applied else "the schema is up to date")
 
 
+CHECK_MARKS = {"ok": "[green]ok  [/green]", "warn": "[yellow]warn[/yellow]", "FAIL": "[red]FAIL[/red]",
+               "skip": "[yellow]skip[/yellow]"}
+
+
 @app.command()
 def check(as_json: bool = JSON_OPTION) -> None:
     """Reach PostgreSQL, Temporal and Mailgun, then check what running needs: workers polling the task
@@ -37,8 +41,7 @@ def check(as_json: bool = JSON_OPTION) -> None:
     if as_json:
         print_json(check_report(results))
     for result in results if not as_json else ():
-        mark = ("[yellow]warn[/yellow]" if result.warning else "[green]ok  [/green]") if result.ok \
-            else "[red]FAIL[/red]" if result.checked else "[yellow]skip[/yellow]"
+        mark = CHECK_MARKS[result.state]
         console.print(f"{mark} {result.service}: {result.detail}", highlight=False, soft_wrap=True)
     failed = [result.service for result in results if not result.ok and result.checked]
     if failed:

@@ -26,18 +26,23 @@ from pressroom.errors import BadInput, NotFound, PressroomError, shorten
 from pressroom.inputs import past_time
 from pressroom.logs import ADDRESS
 from pressroom.settings import Settings, get_settings
-from pressroom.temporal import create_or_update_schedule
+from pressroom.temporal import adopt_legacy_schedule, create_or_update_schedule, site_schedule_id
 from workflows.analytics import FetchEmailAnalyticsWorkflow
 
 if TYPE_CHECKING:
     from temporalio.client import Client
 
 
+def analytics_schedule_id(settings: Settings) -> str:
+    """This site's analytics schedule: `email-analytics` on the default task queue (site_schedule_id)."""
+    return site_schedule_id(SCHEDULE_ID, settings.task_queue)
+
+
 def build_schedule(settings: Settings):
     interval = timedelta(seconds=settings.analytics_interval_seconds)
     return Schedule(
         action=ScheduleActionStartWorkflow("FetchEmailAnalyticsWorkflow", FetchEmailAnalyticsInput(),
-                                           id=SCHEDULE_ID, task_queue=settings.task_queue),
+                                           id=analytics_schedule_id(settings), task_queue=settings.task_queue),
         # Jitter spreads the runs of many installations: no spike on the minute.
         spec=ScheduleSpec(intervals=[ScheduleIntervalSpec(every=interval)], jitter=min(interval / 5,
                                                                                          timedelta(minutes=1))),
@@ -50,24 +55,29 @@ def build_schedule(settings: Settings):
 async def ensure_schedule(client: Client, settings: Settings, *, move: bool = False) -> str:
     """Create the schedule, or update it to the current settings keeping its paused state; one on
     another task queue is left there unless `move` (create_or_update_schedule)."""
-    return await create_or_update_schedule(client, SCHEDULE_ID, build_schedule(settings), move=move)
+    schedule_id = analytics_schedule_id(settings)
+    outcome = await create_or_update_schedule(client, schedule_id, build_schedule(settings), move=move)
+    await adopt_legacy_schedule(client, SCHEDULE_ID, schedule_id, settings.task_queue)
+    return outcome
 
 
 async def analytics_schedule(settings: Settings | None = None, client=None) -> str:
-    """Create or update the `email-analytics` schedule, onto this task queue (the operator's explicit
-    word moves it); answers "created" or "updated"."""
+    """Create or update this site's analytics schedule (analytics_schedule_id), onto this task queue (the
+    operator's explicit word moves it); answers "created" or "updated"."""
     settings = settings or get_settings()
     return await ensure_schedule(client or await temporal_client(settings), settings, move=True)
 
 
 async def _analytics_handle(settings: Settings | None, client):
+    settings = settings or get_settings()
     client = client or await temporal_client(settings)
-    handle = client.get_schedule_handle(SCHEDULE_ID)
+    schedule_id = analytics_schedule_id(settings)
+    handle = client.get_schedule_handle(schedule_id)
     try:
         return handle, await handle.describe()
     except RPCError as error:
         if error.status == RPCStatusCode.NOT_FOUND:
-            raise NotFound(f"schedule {SCHEDULE_ID} does not exist (create it with `pressroom analytics schedule`)") \
+            raise NotFound(f"schedule {schedule_id} does not exist (create it with `pressroom analytics schedule`)") \
                 from None
         raise
 
@@ -97,7 +107,7 @@ async def analytics_run(*, wait: bool, settings: Settings | None = None, client=
             break
         await asyncio.sleep(0.1)
     else:
-        raise PressroomError(f"schedule {SCHEDULE_ID} took no action on the trigger")
+        raise PressroomError(f"schedule {handle.id} took no action on the trigger")
     say(f"following {workflow_id}" + ("" if fresh else " (a run was already going; the trigger was skipped)"))
     run = client.get_workflow_handle_for(FetchEmailAnalyticsWorkflow.run, workflow_id)
     description = await run.describe()
@@ -149,7 +159,7 @@ async def analytics_status(settings: Settings | None = None, client=None) -> dic
                   "recent": [{"at": a.started_at.isoformat(), "workflow_id": a.action.workflow_id}
                              for a in description.info.recent_actions[-5:]],
                   "running": [a.workflow_id for a in description.info.running_actions]}
-    status.update({"cursors": {}, "runs": [], "backfills": []})
+    status.update({"schedule_id": analytics_schedule_id(settings), "cursors": {}, "runs": [], "backfills": []})
     pool = await database.connect(settings.require_database(), max_size=1)
     try:
         status["rejected"] = await _rejected_counts(pool)

@@ -188,6 +188,15 @@ class FailureReason(Answer):
     message: str | None
     n: int
 
+    def words(self) -> str:
+        """Its codes and message, each code said once, as the CLI and the dashboard show it: a
+        provider's message often begins with the codes ("452 4.2.2 The email account …")."""
+        codes = [str(c) for c in (self.code, self.enhanced_code) if c]
+        rest = (self.message or "").split()
+        while rest and rest[0] in codes:
+            rest.pop(0)
+        return " ".join(codes + rest)
+
 
 class OpensBucket(Answer):
     at: Moment
@@ -362,6 +371,7 @@ class ServiceCheck(Answer):
     service: str
     ok: bool
     warning: bool = False  # ok, but something to act on before it fails (a missing DMARC record)
+    state: str = "ok"  # ok | warn | FAIL | skip: CheckResult.state, the word the CLI and the health page show
     detail: str
 
 

@@ -33,6 +33,15 @@ class CheckResult:
     checked: bool = True  # False: not checked, since what it needs is not ready
     warning: bool = False  # ok, but something to act on before it fails (a missing DMARC record)
 
+    @property
+    def state(self) -> str:
+        """The one word `pressroom check` and the dashboard's health page both show."""
+        if not self.checked:
+            return "skip"
+        if not self.ok:
+            return "FAIL"
+        return "warn" if self.warning else "ok"
+
 
 async def check_postgres(settings: Settings) -> CheckResult:
     url = settings.require_database()
@@ -104,5 +113,6 @@ async def run_checks(settings: Settings, more: Sequence[tuple[str, Callable]] = 
 def check_report(results: Sequence[CheckResult]) -> CheckReport:
     """The checks as `check --json` and the health page show them."""
     return CheckReport(ok=all(r.ok for r in results),
-                       services=[ServiceCheck(service=r.service, ok=r.ok, warning=r.warning, detail=r.detail)
+                       services=[ServiceCheck(service=r.service, ok=r.ok, warning=r.warning, state=r.state,
+                                                detail=r.detail)
                                  for r in results])

@@ -25,6 +25,11 @@ SELECT count(DISTINCT c.member_id) FILTER (WHERE {_READER}) AS clicked,
 FROM redirects r JOIN members_click_events c ON c.redirect_id = r.id
 WHERE r.post_id = $1"""
 
+_CLICKED_BY_POST = f"""
+SELECT r.post_id, count(DISTINCT c.member_id) FILTER (WHERE {_READER}) AS clicked
+FROM redirects r JOIN members_click_events c ON c.redirect_id = r.id
+WHERE r.post_id = ANY($1::text[]) GROUP BY r.post_id"""
+
 _SET_APART = """
 SELECT c.scanner, count(*) AS n FROM redirects r JOIN members_click_events c ON c.redirect_id = r.id
 WHERE r.post_id = $1 AND c.scanner IS NOT NULL GROUP BY c.scanner"""
@@ -49,8 +54,18 @@ async def email_clicks(conn, post_id: str, delivered: int, *, top: int = TOP_LIN
     set_apart = {r["scanner"]: r["n"] for r in await conn.fetch(_SET_APART, post_id)}
     links = [TopLink(**dict(r)) for r in await conn.fetch(_TOP_LINKS, post_id, top)]
     return EmailClicks(clicked=figures["clicked"], clicks=figures["clicks"], without_member=figures["without_member"],
-                       rate=round(100.0 * figures["clicked"] / delivered, 1) if delivered else None,
+                       rate=click_rate(figures["clicked"], delivered),
                        set_apart=sum(set_apart.values()), set_apart_by=set_apart, top_links=links)
+
+
+def click_rate(clicked: int, delivered: int) -> float | None:
+    """Members who clicked over delivered, percent: the report's and the list's alike."""
+    return round(100.0 * clicked / delivered, 1) if delivered else None
+
+
+async def clicked_by_post(conn, post_ids: list[str]) -> dict[str, int]:
+    """Members who clicked, per post, for a page of emails (email_clicks's `clicked`)."""
+    return {r["post_id"]: r["clicked"] for r in await conn.fetch(_CLICKED_BY_POST, post_ids)}
 
 
 async def member_clicks(conn, member_id: str, limit: int = 20) -> list[MemberClick]:

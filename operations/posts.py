@@ -25,7 +25,13 @@ from pressroom import database, tracing
 from pressroom.errors import BadInput, NotFound, PressroomError
 from pressroom.inputs import entity_id, publish_time
 from pressroom.settings import Settings, get_settings
-from pressroom.temporal import PUBLISH_AT, create_or_update_schedule, describe_rpc_error
+from pressroom.temporal import (
+    PUBLISH_AT,
+    adopt_legacy_schedule,
+    create_or_update_schedule,
+    describe_rpc_error,
+    site_schedule_id,
+)
 
 
 @tracing.traced("pressroom posts schedule", "post_id")
@@ -113,26 +119,33 @@ async def reconcile_posts(*, client=None, settings: Settings | None = None):
         await pool.close()
 
 
-RECONCILE_SCHEDULE_ID = "posts-reconcile"
+RECONCILE_SCHEDULE_ID = "posts-reconcile"  # the default task queue's (site_schedule_id)
 RECONCILE_EVERY = timedelta(minutes=10)
+
+
+def reconcile_schedule_id(settings: Settings) -> str:
+    return site_schedule_id(RECONCILE_SCHEDULE_ID, settings.task_queue)
 
 
 async def ensure_reconcile_schedule(client, settings) -> str:
     """The periodic reconcile (catches posts scheduled by other writers of the database)."""
+    schedule_id = reconcile_schedule_id(settings)
     schedule = Schedule(
-        action=ScheduleActionStartWorkflow("ReconcilePostsWorkflow", id=RECONCILE_SCHEDULE_ID,
+        action=ScheduleActionStartWorkflow("ReconcilePostsWorkflow", id=schedule_id,
                                            task_queue=settings.task_queue),
         spec=ScheduleSpec(intervals=[ScheduleIntervalSpec(every=RECONCILE_EVERY)]),
         policy=SchedulePolicy(overlap=ScheduleOverlapPolicy.SKIP))
     # A worker on another task queue leaves it where it runs (create_or_update_schedule).
-    return await create_or_update_schedule(client, RECONCILE_SCHEDULE_ID, schedule, move=False)
+    outcome = await create_or_update_schedule(client, schedule_id, schedule, move=False)
+    await adopt_legacy_schedule(client, RECONCILE_SCHEDULE_ID, schedule_id, settings.task_queue)
+    return outcome
 
 
 async def reconcile_at_worker_start(client, settings) -> str:
     """Ensure the schedule and run it once now: posts scheduled while no worker ran get their timers.
     Answers what became of the schedule (created, updated, left on its own task queue)."""
     outcome = await ensure_reconcile_schedule(client, settings)
-    await client.get_schedule_handle(RECONCILE_SCHEDULE_ID).trigger()
+    await client.get_schedule_handle(reconcile_schedule_id(settings)).trigger()
     return outcome
 
 

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 from temporalio.service import RPCError, RPCStatusCode
 
-from activities.analytics.models import SCHEDULE_ID as ANALYTICS_SCHEDULE_ID
 from activities.webhooks import INBOX_WORKFLOW_ID
+from operations.analytics import analytics_schedule_id
 from operations.check import CheckResult
 from operations.common import running
 from operations.deliverability import check_reputation, check_senders
-from operations.posts import RECONCILE_SCHEDULE_ID
-from operations.waiting import answers, fresh_pollers, has_worker, no_answer_message
+from operations.posts import reconcile_schedule_id
+from operations.waiting import answers, fresh_pollers, no_answer_message
 from pressroom import database
 from pressroom.settings import Settings
 from workflows.outbox import RELAY_WORKFLOW_ID
@@ -45,10 +45,12 @@ async def check_workers(client, settings: Settings) -> CheckResult:
 
 
 async def check_schedules(client, settings: Settings) -> CheckResult:
-    """Present, not paused, and on a task queue a worker polls: a schedule on another queue than this
-    configuration's (made by a worker started elsewhere, never moved by one) is named with its queue."""
-    missing, paused, elsewhere, unpolled = [], [], [], []
-    for schedule_id in (ANALYTICS_SCHEDULE_ID, RECONCILE_SCHEDULE_ID):
+    """This site's schedules (ids naming its task queue, site_schedule_id) present, not paused, and on
+    its task queue: one on another queue runs another site's work, or this site's on a queue its
+    workers do not poll, and this site's never runs."""
+    ids = (analytics_schedule_id(settings), reconcile_schedule_id(settings))
+    missing, paused, elsewhere = [], [], []
+    for schedule_id in ids:
         try:
             description = await client.get_schedule_handle(schedule_id).describe()
         except RPCError as error:
@@ -61,21 +63,16 @@ async def check_schedules(client, settings: Settings) -> CheckResult:
         queue = getattr(description.schedule.action, "task_queue", settings.task_queue)
         if queue != settings.task_queue:
             elsewhere.append(f"{schedule_id} runs on task queue {queue}")
-            if not await has_worker(client, queue):
-                unpolled.append(queue)
     if missing:
         return CheckResult("Schedules", False, f"{', '.join(missing)} missing; a `pressroom worker` creates "
                                                "them when it starts")
     if paused:
         return CheckResult("Schedules", False, f"{', '.join(paused)} paused: nothing runs on them")
     if elsewhere:
-        moved = (f"not {settings.task_queue}; `pressroom analytics schedule` moves {ANALYTICS_SCHEDULE_ID} here, "
-                 f"and a worker here makes {RECONCILE_SCHEDULE_ID} again once it is deleted")
-        if unpolled:
-            return CheckResult("Schedules", False, f"{'; '.join(elsewhere)}, which no worker polls: nothing runs "
-                                                   f"them ({moved})")
-        return CheckResult("Schedules", True, f"{'; '.join(elsewhere)} ({moved})")
-    return CheckResult("Schedules", True, f"{ANALYTICS_SCHEDULE_ID} and {RECONCILE_SCHEDULE_ID} present")
+        return CheckResult("Schedules", False, f"{'; '.join(elsewhere)}, not {settings.task_queue}: this site's "
+                                               f"work does not run on them (`pressroom analytics schedule` moves "
+                                               f"{ids[0]} here; delete {ids[1]} and a worker here makes it again)")
+    return CheckResult("Schedules", True, f"{ids[0]} and {ids[1]} present on task queue {settings.task_queue}")
 
 
 async def check_relay(client, settings: Settings) -> CheckResult:

@@ -20,8 +20,8 @@ from activities.newsletter.left_out import (
     LEFT_OUT_REASONS,
     with_filter,
 )
-from operations.answers import EmailReport, LeftOutRow, Page
-from operations.clicks import email_clicks
+from operations.answers import EmailReport, EmailRow, LeftOutRow, Page
+from operations.clicks import click_rate, clicked_by_post, email_clicks
 from operations.finding import LARGEST_PAGE, SHOWN_ERROR, SHOWN_STATUS
 from pressroom import database
 from pressroom.errors import BadInput, NotFound
@@ -304,6 +304,14 @@ async def left_out_members(email_id: str, *, reason: str | None = None, after: s
 _NOT_SENT = """
 SELECT b.email_id, count(*) AS n FROM email_batches b JOIN email_recipients er ON er.batch_id = b.id
 WHERE b.email_id = ANY($1::text[]) AND b.status <> 'submitted' GROUP BY b.email_id"""
+
+
+async def click_rates(rows: list[EmailRow], *, settings: Settings | None = None) -> dict[str, float | None]:
+    """The report's click rate (members who clicked over delivered), per email, for a page of emails."""
+    settings = settings or get_settings()
+    async with database.connection(settings.require_database()) as conn:
+        clicked = await clicked_by_post(conn, [row.post_id for row in rows if row.post_id])
+    return {row.email_id: click_rate(clicked.get(row.post_id or "", 0), row.delivered) for row in rows}
 
 
 async def sent_counts(email_ids: list[str], *, settings: Settings | None = None) -> dict[str, int]:

@@ -211,6 +211,40 @@ async def register_search_attributes(client: Client) -> list[str]:
     return sorted(missing)
 
 
+# The task queue a configuration uses when PRESSROOM_TASK_QUEUE is unset.
+DEFAULT_TASK_QUEUE: str = Settings.model_fields["task_queue"].default
+
+
+def site_schedule_id(base: str, task_queue: str) -> str:
+    """The id of one site's schedule `base`: a namespace may hold several sites, each polling its own
+    task queue, and a fixed id would give the second site the first one's schedule. The default
+    queue's keeps the bare id, so that a deployment on it keeps the schedule it has."""
+    return base if task_queue == DEFAULT_TASK_QUEUE else f"{base}-{task_queue}"
+
+
+async def adopt_legacy_schedule(client: Client, legacy_id: str, schedule_id: str, task_queue: str) -> bool:
+    """A site on its own task queue had, before ids named the queue, the bare `legacy_id` running on
+    that queue: its paused state passes to `schedule_id` and the bare one is deleted, so that the
+    site's work runs from one schedule, not two. One on another queue is another site's: left alone.
+    Called once `schedule_id` exists; answers whether one was adopted."""
+    if schedule_id == legacy_id:
+        return False
+    handle = client.get_schedule_handle(legacy_id)
+    try:
+        legacy = await handle.describe()
+    except RPCError as error:
+        if error.status == RPCStatusCode.NOT_FOUND:
+            return False
+        raise
+    if getattr(legacy.schedule.action, "task_queue", None) != task_queue:
+        return False
+    state = legacy.schedule.state
+    if state.paused:  # `schedule_id` exists by now (made just before, by the same worker start)
+        await client.get_schedule_handle(schedule_id).pause(note=state.note or "paused under its former id")
+    await handle.delete()
+    return True
+
+
 async def create_or_update_schedule(client: Client, schedule_id: str, schedule, *, move: bool = True) -> str:
     """Create a schedule, or update it to `schedule` keeping its paused state: "created" | "updated".
 

@@ -24,11 +24,13 @@ _READ_ONLY = {"id", "uuid", "url", "created_at", "published_by", "comment_id", "
               "last_seen_at", "email_suppression", "attribution", "frontend", "sort_order"}
 
 
-def _unsupported_fields(item: dict, writable: set[str], what: str) -> None:
+def _unsupported_fields(item: dict, writable: set[str], what: str, *,
+                        refused_apart: frozenset[str] = frozenset()) -> None:
     """A field Pressroom does not keep, given a value, is refused by name (never dropped silently);
-    given empty (as a client sends back what it read), it is let through."""
+    given empty (as a client sends back what it read), it is let through. `refused_apart`: fields the
+    caller refuses itself with a reason of their own, left out of the fields listed as written."""
     for key, value in item.items():
-        if key in writable or key in _READ_ONLY or value in (None, False, "", [], {}):
+        if key in writable or key in refused_apart or key in _READ_ONLY or value in (None, False, "", [], {}):
             continue
         raise invalid(f"{what}.{key} is not supported by Pressroom", property=key,
                       context=f"{what} fields Pressroom writes: {', '.join(sorted(writable))}")
@@ -136,7 +138,7 @@ def _page_values(options: Browse) -> list[int]:
 
 async def post_change(conn, item: dict, query, *, adding: bool) -> authoring.PostChange:
     """The reference's post body and query (`source`, `newsletter`, `email_segment`) as a change."""
-    _unsupported_fields(item, _POST_WRITABLE | {"lexical", "mobiledoc"}, "posts")
+    _unsupported_fields(item, _POST_WRITABLE, "posts", refused_apart=frozenset({"lexical", "mobiledoc"}))
     for kind in ("lexical", "mobiledoc"):
         if item.get(kind):
             raise invalid(f"posts.{kind} is not supported by Pressroom", property=kind,

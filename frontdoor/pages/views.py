@@ -16,7 +16,7 @@ from operations.members import delete_member, member_profile, resubscribe_member
 from operations.newsletter import cancel_newsletter, newsletter_status, start_newsletter
 from operations.outbox import outbox_status
 from operations.readiness import RUNNING_CHECKS
-from operations.reports import newsletter_report, sent_counts
+from operations.reports import click_rates, newsletter_report, sent_counts
 from pressroom.errors import BadInput
 
 if TYPE_CHECKING:
@@ -66,7 +66,8 @@ async def _static(request: web.Request) -> web.Response:
 async def newsletters(pages: Pages, request: web.Request) -> web.Response:
     page = await list_page("email", after=request.query.get("after") or None, settings=pages.settings)
     sent = await sent_counts([row.email_id for row in page.items], settings=pages.settings)
-    return pages.render(request, "newsletters.html", page=page, sent=sent)
+    clicks = await click_rates(page.items, settings=pages.settings)
+    return pages.render(request, "newsletters.html", page=page, sent=sent, clicks=clicks)
 
 
 async def report(pages: Pages, request: web.Request) -> web.Response:

@@ -58,6 +58,10 @@ async def test_what_pressroom_does_not_keep_is_refused_by_name(api):
         assert refused.status_code == 422, (words, refused.text)
         error = error_of(refused)
         assert error["type"] == "ValidationError" and words in error["message"], (words, error)
+    # The fields listed as written are those Pressroom writes: not the ones it refuses (lexical, mobiledoc).
+    listed = error_of(await api.post("posts/", json={"posts": [{"title": "t", "tags": [{"name": "news"}]}]}))
+    assert listed["context"].startswith("posts fields Pressroom writes: "), listed
+    assert "lexical" not in listed["context"] and "mobiledoc" not in listed["context"], listed
     not_json = await api.post("posts/", content=b"{not json", headers={"Content-Type": "application/json"})
     assert not_json.status_code == 422 and error_of(not_json)["message"] == "the body is not JSON"
     too_big = await api.post("posts/", content=b"x" * (5 * 1024 * 1024), headers={"Content-Type": "application/json"})

@@ -15,12 +15,13 @@ from temporalio.client import ScheduleOverlapPolicy
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
-from activities.analytics.models import SCHEDULE_ID, AggregateInput, FetchPhaseInput
+from activities.analytics.models import AggregateInput, FetchPhaseInput
 from commands.analytics import print_analytics_status
 from operations.analytics import (
     analytics_backfill,
     analytics_pause,
     analytics_schedule,
+    analytics_schedule_id,
     analytics_status,
     analytics_trigger,
 )
@@ -85,7 +86,7 @@ async def test_the_schedule_is_created_once_and_keeps_its_paused_state(dev_env, 
     try:
         assert await analytics_schedule(analytics_settings, client) == "created"
         assert await analytics_schedule(analytics_settings, client) == "updated"
-        description = await client.get_schedule_handle(SCHEDULE_ID).describe()
+        description = await client.get_schedule_handle(analytics_schedule_id(analytics_settings)).describe()
         assert description.schedule.spec.intervals[0].every == timedelta(seconds=300)
         assert description.schedule.spec.jitter == timedelta(seconds=60)
         assert description.schedule.policy.overlap == ScheduleOverlapPolicy.SKIP
@@ -118,10 +119,11 @@ async def test_the_schedule_is_created_once_and_keeps_its_paused_state(dev_env, 
         out = Console(file=io.StringIO(), width=200)
         print_analytics_status(status, out)
         text = out.file.getvalue()
-        assert "schedule email-analytics: active" in text and "cursor email-analytics-latest:" in text
+        assert f"schedule {analytics_schedule_id(analytics_settings)}: active" in text
+        assert "cursor email-analytics-latest:" in text
         assert "lag" in text and "2 events: delivered 1, opened 1" in text
     finally:
-        await client.get_schedule_handle(SCHEDULE_ID).delete()
+        await client.get_schedule_handle(analytics_schedule_id(analytics_settings)).delete()
 
 
 async def test_a_backfill_rereads_an_old_range(dev_env, db, mailgun, client, analytics_settings):

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import json
 
-from activities.analytics.models import SCHEDULE_ID
-from operations.analytics import analytics_pause, analytics_schedule
+from operations.analytics import analytics_pause, analytics_schedule, analytics_schedule_id
 from tests.operations.test_waiting import cli, cli_env
 from worker import running_worker
 
@@ -41,7 +40,7 @@ async def test_run_wait_follows_the_run_and_prints_what_it_fetched_and_applied(d
                                                 "pages", "seconds", "capped", "cursor", "lag_seconds"}
             assert sum(p["events"] for p in result["phases"]) == 0  # the first run read them all
     finally:
-        await client.get_schedule_handle(SCHEDULE_ID).delete()
+        await client.get_schedule_handle(analytics_schedule_id(analytics_settings)).delete()
     assert await db.fetchval("SELECT count(opened_at) FROM email_recipients") == 2
 
 
@@ -67,7 +66,7 @@ async def test_run_wait_without_a_worker_says_so(dev_env, db, mailgun, analytics
     finally:
         if process.returncode is None:
             process.kill()
-        await client.get_schedule_handle(SCHEDULE_ID).delete()
+        await client.get_schedule_handle(analytics_schedule_id(analytics_settings)).delete()
 
 
 async def test_a_paused_schedule_says_paused(dev_env, db, mailgun, analytics_settings):
@@ -78,12 +77,12 @@ async def test_a_paused_schedule_says_paused(dev_env, db, mailgun, analytics_set
         await analytics_pause(True, analytics_settings, client)
         code, out, err = await cli("analytics", "status", env=env)
         assert code == 0, err
-        assert "schedule email-analytics: paused" in out
+        assert f"schedule {analytics_schedule_id(analytics_settings)}: paused" in out
         assert "next run: none while paused" in out and "next run: 2" not in out
         code, out, err = await cli("analytics", "status", "--json", env=env)
         status = json.loads(out)
-        assert set(status) == {"exists", "paused", "note", "next", "recent", "running", "cursors", "runs", "backfills",
-                               "rejected"}
+        assert set(status) == {"exists", "schedule_id", "paused", "note", "next", "recent", "running", "cursors",
+                               "runs", "backfills", "rejected"}
         assert status["rejected"] == {"total": 0, "by_reason": {}, "last_at": None}
         assert status["paused"] is True and status["next"] == []
 
@@ -91,7 +90,7 @@ async def test_a_paused_schedule_says_paused(dev_env, db, mailgun, analytics_set
         status = json.loads((await cli("analytics", "status", "--json", env=env))[1])
         assert status["paused"] is False and len(status["next"]) >= 1
     finally:
-        await client.get_schedule_handle(SCHEDULE_ID).delete()
+        await client.get_schedule_handle(analytics_schedule_id(analytics_settings)).delete()
 
 
 async def test_status_before_the_schedule_exists_says_so(dev_env, db, analytics_settings):
@@ -99,7 +98,7 @@ async def test_status_before_the_schedule_exists_says_so(dev_env, db, analytics_
     env = cli_env(analytics_settings, dev_env)
     code, out, err = await cli("analytics", "status", env=env)
     assert code == 0, err
-    assert "schedule email-analytics: not created yet" in out
+    assert f"schedule {analytics_schedule_id(analytics_settings)}: not created yet" in out
     code, out, err = await cli("analytics", "status", "--json", env=env)
     assert code == 0, err
     status = json.loads(out)

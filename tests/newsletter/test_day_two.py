@@ -32,6 +32,9 @@ def test_a_failure_code_is_said_once():
     assert failure_words(failure.model_copy(update={"message": "Mailbox full"})) == "452 4.2.2 Mailbox full"
     assert failure_words(failure.model_copy(update={"code": None, "enhanced_code": None, "message": "Not delivering"})
                          ) == "Not delivering"
+    # Both codes at the message's start, as Mailgun words it: each once, on the dashboard as in the CLI.
+    both = failure.model_copy(update={"message": "452 4.2.2 The email account is over quota"})
+    assert failure_words(both) == both.words() == "452 4.2.2 The email account is over quota"
 
 
 class Described:

@@ -48,7 +48,7 @@ async def test_check_and_limits_show_answer_in_json(dev_env, settings, db, mailg
     assert code == 1 and checked["ok"] is False, err
     ok = {s["service"]: s["ok"] for s in checked["services"]}
     assert ok["PostgreSQL"] and ok["Temporal"] and ok["Mailgun"] and ok["Workers"] is False
-    assert all(set(s) == {"service", "ok", "warning", "detail"} for s in checked["services"])
+    assert all(set(s) == {"service", "ok", "warning", "state", "detail"} for s in checked["services"])
     code, out, err = await cli("limits", "show", "--json", env=env)
     assert code == 0, err
     [domain] = json.loads(out)["domains"]
