@@ -32,6 +32,7 @@ from operations.newsletter import start_newsletter
 from operations.posts import change_post, tell_post_workflow
 from pressroom import database, tracing
 from pressroom.email_rendering import html_to_text
+from pressroom.email_template import DESIGN_COLUMNS
 from pressroom.errors import BadInput, NotFound, PressroomError
 from pressroom.inputs import email_address, entity_id, free_text
 from pressroom.inputs import slug as slug_input
@@ -208,7 +209,7 @@ DESIGN_CHOICES: dict[str, tuple[str | None, ...]] = {
 }
 _COLOURS = frozenset({"background_color", "border_color", "title_color", "link_color", "button_color"})
 _HEX = re.compile(r"#[0-9a-fA-F]{6}")
-DESIGN_FIELDS = ("header_image", *DESIGN_SWITCHES, *DESIGN_CHOICES, "footer_content")
+DESIGN_FIELDS = DESIGN_COLUMNS
 MAX_FOOTER_BYTES = 20_000
 
 _NEWSLETTER = ("SELECT id, uuid::text AS uuid, name, slug, sender_name, sender_email, sender_reply_to, status, "
