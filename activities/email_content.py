@@ -6,9 +6,12 @@ source: the email's own HTML snapshot when it has one, else its post's.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
+from urllib.parse import urlsplit
 
 from pressroom.email_rendering import EmailContent, header_text, mailbox, member_values, ref_value
+from pressroom.email_template import DESIGN_COLUMNS, EmailTemplate
 from pressroom.settings import Settings
 
 
@@ -27,7 +30,8 @@ async def load_email(conn, email_id: str, settings: Settings) -> LoadedEmail | N
     row = await conn.fetchrow(
         """SELECT e.subject, coalesce(nullif(e.html, ''), p.html) AS html, p.visibility, p.slug, e.track_opens,
                   coalesce(e.track_clicks, n.track_clicks, $2) AS track_clicks,
-                  n.name, n.uuid::text AS newsletter_uuid, n.sender_name, n.sender_email, n.sender_reply_to
+                  n.name, n.uuid::text AS newsletter_uuid, n.sender_name, n.sender_email, n.sender_reply_to,
+                  p.title, p.status AS post_status, to_jsonb(p) AS post, to_jsonb(n) AS newsletter
            FROM emails e JOIN posts p ON p.id = e.post_id LEFT JOIN newsletters n ON n.id = e.newsletter_id
            WHERE e.id = $1""", email_id, settings.email_track_clicks)
     if row is None:
@@ -43,9 +47,41 @@ async def load_email(conn, email_id: str, settings: Settings) -> LoadedEmail | N
                            visibility=row["visibility"], post_url=f"{site}/{row['slug']}/",
                            upgrade_url=f"{site}/#/portal/account/plans", track_clicks=row["track_clicks"],
                            site_url=site, link_ref=ref_value(row["name"] or "") if settings.outbound_link_tagging
-                           else None)
+                           else None, template=_template(row, site))
     return LoadedEmail(content=content, from_address=from_address, reply_to=reply_to,
                        track_opens=row["track_opens"], newsletter_uuid=row["newsletter_uuid"])
+
+
+def _template(row, site: str) -> EmailTemplate:
+    """The template's parts from the post's and newsletter's rows as they stand: a field the post
+    does not have (a feature image, authors) is absent, not an error."""
+    post = json.loads(row["post"])
+    newsletter = json.loads(row["newsletter"]) if row["newsletter"] else {}
+    return EmailTemplate(
+        site_title=urlsplit(site).hostname or site, post_title=row["title"], site_url=site,
+        # An email-only post (status sent) has no page of its own to view.
+        post_url=f"{site}/{row['slug']}/" if row["post_status"] != "sent" else "",
+        excerpt=_text(post.get("custom_excerpt")), byline=_byline(post.get("authors")),
+        feature_image=_text(post.get("feature_image")), feature_image_alt=_text(post.get("feature_image_alt")),
+        feature_image_caption=_text(post.get("feature_image_caption")), newsletter_name=row["name"] or "",
+        design={k: newsletter[k] for k in DESIGN_COLUMNS if k in newsletter})
+
+
+def _text(value: object) -> str | None:
+    return value if isinstance(value, str) and value.strip() else None
+
+
+def _byline(authors: object) -> str | None:
+    if isinstance(authors, str):  # a JSON text column
+        try:
+            authors = json.loads(authors)
+        except ValueError:
+            return None
+    if not isinstance(authors, list):
+        return None
+    names = [n for n in (a.get("name") if isinstance(a, dict) else a for a in authors)
+             if isinstance(n, str) and n.strip()]
+    return ", ".join(names[:-1]) + f" and {names[-1]}" if len(names) > 1 else (names[0] if names else None)
 
 
 async def load_member_values(conn, member_id: str, loaded: LoadedEmail, settings: Settings) -> tuple[dict, str] | None:

@@ -22,6 +22,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from pressroom.email_rendering import FREE, NOT_FREE, EmailContent, _parse, member_values, render
+from pressroom.email_template import EmailTemplate
 
 PARAGRAPH = ('<p>Hello %%{first_name "there"}%%, some <b>text</b> with '
              '<a href="https://site.test/r?u=%%{uuid}%%">a link</a> and '
@@ -76,6 +77,38 @@ def main() -> None:
         size = len(json.dumps(batch(), separators=(",", ":")))
         print(f"  recipient variables, {args.recipients:,} members: {seconds * 1000:8.1f} ms  "
               f"({size / 1024:,.0f} KiB as sent)")
+
+    # The designed email (pressroom/email_template.py) against the body alone: the same post with 40
+    # images, per segment (rendered once per worker and segment) and per batch (what each batch adds).
+    images = "".join(f'<figure><img src="https://cdn.test/{n}.jpg" alt="image {n}"><figcaption>Picture {n}'
+                     "</figcaption></figure>" for n in range(40))
+    body_only = dataclasses.replace(untracked, html=images + html, track_clicks=True)
+    designed = dataclasses.replace(body_only, template=EmailTemplate(
+        site_title="site.test", post_title="A long read", site_url="https://site.test", post_url="https://site.test/p/",
+        excerpt="What it is about", byline="Ada Lovelace", feature_image="https://cdn.test/feature.jpg",
+        feature_image_caption="The feature", newsletter_name="Weekly",
+        design={"show_excerpt": True, "footer_content": "<p>Thanks for reading.</p>"}))
+    print("the designed email against the body alone (40 images, clicks tracked):")
+    for segment in (FREE, NOT_FREE):
+        plain = best_of(args.runs, lambda: render(body_only, segment))  # noqa: B023 - measured here
+        fancy = best_of(args.runs, lambda: render(designed, segment))  # noqa: B023 - measured here
+        size = render(designed, segment).size
+        print(f"  per segment {segment:<13} body {plain * 1000:7.1f} ms, template {fancy * 1000:7.1f} ms: "
+              f"x{fancy / plain:.2f}  ({size:,} bytes)")
+    for name, content in (("body", body_only), ("template", designed)):
+        rendered = render(content, NOT_FREE)
+
+        def one_batch() -> None:
+            for m in members:
+                rendered.recipient_variables(member_values(  # noqa: B023 - measured here
+                    **m, site_url="https://site.test", link_secret="bench", email_id="e1"))
+
+        timings = best_of(args.runs, one_batch)
+        if name == "body":
+            body_batch = timings
+        else:
+            print(f"  per batch of {args.recipients:,}: body {body_batch * 1000:7.1f} ms, template "
+                  f"{timings * 1000:7.1f} ms: x{timings / body_batch:.2f} (the template adds no per-reader work)")
 
 
 if __name__ == "__main__":

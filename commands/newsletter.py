@@ -214,7 +214,10 @@ def newsletter_preview(email_id: str = typer.Argument(..., help="The email (emai
                        ) -> None:
     """Print what a member gets (subject, then the HTML or the text); nothing is sent."""
     preview = run_async(preview_email(email_id, member_id=member, segment=segment))
-    print(f"Subject: {preview.subject}\nX-Preview-For: {preview.reader}\n")
+    sizes = ", ".join(f"{segment} {size:,} bytes" for segment, size in preview.sizes.items())
+    print(f"Subject: {preview.subject}\nX-Preview-For: {preview.reader}\nX-Size-Per-Segment: {sizes}\n")
+    if preview.warning:
+        warn(preview.warning)
     print(preview.text if text else preview.html)
 
 

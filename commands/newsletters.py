@@ -47,11 +47,39 @@ def newsletters_edit(newsletter: str = typer.Argument(..., help="The newsletter 
                      reply_to: str = typer.Option(None, "--reply-to"),
                      status: str = typer.Option(None, "--status", metavar="active|archived"),
                      subscribe_on_signup: bool = typer.Option(None, "--subscribe-on-signup/--no-subscribe-on-signup"),
+                     header_image: str = typer.Option(None, "--header-image", help="An http(s) URL; \"\" removes it."),
+                     show_header_icon: bool = typer.Option(None, "--show-header-icon/--no-header-icon"),
+                     show_header_title: bool = typer.Option(None, "--show-header-title/--no-header-title"),
+                     show_header_name: bool = typer.Option(None, "--show-header-name/--no-header-name"),
+                     title_font: str = typer.Option(None, "--title-font", metavar="serif|sans_serif"),
+                     title_alignment: str = typer.Option(None, "--title-alignment", metavar="center|left"),
+                     show_post_title: bool = typer.Option(None, "--show-post-title/--no-post-title"),
+                     show_feature_image: bool = typer.Option(None, "--show-feature-image/--no-feature-image"),
+                     body_font: str = typer.Option(None, "--body-font", metavar="serif|sans_serif"),
+                     show_byline: bool = typer.Option(None, "--show-byline/--no-byline"),
+                     show_excerpt: bool = typer.Option(None, "--show-excerpt/--no-excerpt"),
+                     footer: str = typer.Option(None, "--footer", help="Footer HTML (sanitised); \"\" removes it."),
+                     show_badge: bool = typer.Option(None, "--show-badge/--no-badge"),
+                     background: str = typer.Option(None, "--background-color", metavar="light|dark|#rrggbb"),
+                     border: str = typer.Option(None, "--border-color", metavar="auto|accent|#rrggbb|none"),
+                     title_colour: str = typer.Option(None, "--title-color", metavar="auto|accent|#rrggbb|none"),
+                     link_colour: str = typer.Option(None, "--link-color", metavar="accent|#rrggbb|none"),
+                     button_colour: str = typer.Option(None, "--button-color", metavar="auto|accent|#rrggbb|none"),
                      as_json: bool = JSON_OPTION) -> None:
-    """Change a newsletter; only the options given."""
+    """Change a newsletter; only the options given (its design's too)."""
+    given = {"header_image": header_image, "show_header_icon": show_header_icon,
+             "show_header_title": show_header_title, "show_header_name": show_header_name,
+             "title_font_category": title_font, "title_alignment": title_alignment,
+             "show_post_title_section": show_post_title, "show_feature_image": show_feature_image,
+             "body_font_category": body_font, "show_byline": show_byline, "show_excerpt": show_excerpt,
+             "footer_content": footer, "show_badge": show_badge, "background_color": background,
+             "border_color": border, "title_color": title_colour, "link_color": link_colour,
+             "button_color": button_colour}
+    # "none" is how a shell says a colour goes back to the reference's default (null).
+    design = {k: (None if k.endswith("_color") and v == "none" else v) for k, v in given.items() if v is not None}
     changed = run_async(edit_newsletter(newsletter, name=name, sender_name=sender_name, sender_email=sender_email,
                                         sender_reply_to=reply_to, status=status,
-                                        subscribe_on_signup=subscribe_on_signup))
+                                        subscribe_on_signup=subscribe_on_signup, design=design))
     if as_json:
         return print_json(changed.model_dump())
     console.print(f"newsletter {changed.id} ({changed.slug}) changed", highlight=False)

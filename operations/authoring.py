@@ -19,6 +19,7 @@ import time
 import unicodedata
 from datetime import UTC, datetime
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 import asyncpg
 import nh3
@@ -31,6 +32,7 @@ from operations.newsletter import start_newsletter
 from operations.posts import change_post, tell_post_workflow
 from pressroom import database, tracing
 from pressroom.email_rendering import html_to_text
+from pressroom.email_template import DESIGN_COLUMNS
 from pressroom.errors import BadInput, NotFound, PressroomError
 from pressroom.inputs import email_address, entity_id, free_text
 from pressroom.inputs import slug as slug_input
@@ -58,6 +60,25 @@ class Newsletter(BaseModel):
     subscribe_on_signup: bool
     created_at: datetime
     updated_at: datetime
+    # The design, in the reference's columns (schema/0083_newsletter_design.sql has its defaults).
+    header_image: str | None = None
+    show_header_icon: bool = True
+    show_header_title: bool = True
+    show_header_name: bool = True
+    title_font_category: str = "sans_serif"
+    title_alignment: str = "center"
+    show_post_title_section: bool = True
+    show_feature_image: bool = True
+    body_font_category: str = "sans_serif"
+    show_byline: bool = True
+    show_excerpt: bool = False
+    footer_content: str | None = None
+    show_badge: bool = True
+    background_color: str = "light"
+    border_color: str | None = None
+    title_color: str | None = None
+    link_color: str | None = None
+    button_color: str | None = None
 
 
 class Post(BaseModel):
@@ -176,8 +197,70 @@ def _visibility(value: str) -> str:
 
 # --- newsletters ---------------------------------------------------------------------------------
 
+DESIGN_SWITCHES = ("show_header_icon", "show_header_title", "show_header_name", "show_post_title_section",
+                   "show_feature_image", "show_byline", "show_excerpt", "show_badge")
+# Each choice column and what it takes, as the reference validates them; None: the column may be null.
+FONT_CATEGORIES = ("serif", "sans_serif")
+DESIGN_CHOICES: dict[str, tuple[str | None, ...]] = {
+    "title_font_category": FONT_CATEGORIES, "body_font_category": FONT_CATEGORIES,
+    "title_alignment": ("center", "left"),
+    "background_color": ("light", "dark"), "border_color": (None, "auto", "accent"),
+    "title_color": (None, "auto", "accent"), "link_color": (None, "accent"), "button_color": (None, "accent", "auto"),
+}
+_COLOURS = frozenset({"background_color", "border_color", "title_color", "link_color", "button_color"})
+_HEX = re.compile(r"#[0-9a-fA-F]{6}")
+DESIGN_FIELDS = DESIGN_COLUMNS
+MAX_FOOTER_BYTES = 20_000
+
 _NEWSLETTER = ("SELECT id, uuid::text AS uuid, name, slug, sender_name, sender_email, sender_reply_to, status, "
-               "subscribe_on_signup, created_at, updated_at FROM newsletters")
+               f"subscribe_on_signup, created_at, updated_at, {', '.join(DESIGN_FIELDS)} FROM newsletters")
+
+
+def design_fields(design: dict[str, Any]) -> dict[str, Any]:
+    """A newsletter's design as given (only the fields given), each checked; BadInput names the first wrong one."""
+    fields: dict[str, Any] = {}
+    for name, value in design.items():
+        if name in DESIGN_SWITCHES:
+            if not isinstance(value, bool):
+                raise BadInput(f"newsletter {name} must be true or false")
+            fields[name] = value
+        elif name in DESIGN_CHOICES:
+            allowed = DESIGN_CHOICES[name]
+            if value in allowed:
+                fields[name] = value
+            elif name in _COLOURS and isinstance(value, str) and _HEX.fullmatch(value):
+                fields[name] = value.lower()
+            else:
+                words = ", ".join("null" if a is None else a for a in allowed)
+                raise BadInput(f"newsletter {name} {str(value)[:40]!r} is not one of {words}"
+                               + (" or a colour as #rrggbb" if name in _COLOURS else ""))
+        elif name == "header_image":
+            fields[name] = _image_url(value) if value else None
+        elif name == "footer_content":
+            if value is not None and not isinstance(value, str):
+                raise BadInput("newsletter footer_content must be HTML text")
+            if value and len(value.encode()) > MAX_FOOTER_BYTES:
+                raise BadInput(f"newsletter footer_content is {len(value.encode()):,} bytes; "
+                               f"at most {MAX_FOOTER_BYTES:,}")
+            # The same sanitiser as a post's HTML: the footer goes into every email as it is.
+            fields[name] = post_html(html=value).replace("<!--members-only-->", "") if value and value.strip() \
+                else None
+        else:
+            raise BadInput(f"newsletter design has no field {name!r}")
+    return fields
+
+
+def _image_url(value: Any) -> str:
+    if not isinstance(value, str) or len(value) > 2000:
+        raise BadInput("newsletter header_image must be an http(s) URL")
+    try:
+        parts = urlsplit(value.strip())
+    except ValueError:
+        parts = None
+    if parts is None or parts.scheme not in ("http", "https") or not parts.hostname \
+            or any(c.isspace() or not c.isprintable() for c in value.strip()):
+        raise BadInput(f"newsletter header_image {value[:60]!r} is not an http(s) URL")
+    return value.strip()
 
 
 def _newsletter_fields(name: str | None, sender_name: str | None, sender_email: str | None,
@@ -203,9 +286,11 @@ def _newsletter_fields(name: str | None, sender_name: str | None, sender_email: 
 
 async def add_newsletter(name: str, *, slug: str | None = None, sender_name: str | None = None,
                          sender_email: str | None = None, sender_reply_to: str | None = None,
-                         subscribe_on_signup: bool = True, settings: Settings | None = None) -> Newsletter:
+                         subscribe_on_signup: bool = True, design: dict[str, Any] | None = None,
+                         settings: Settings | None = None) -> Newsletter:
     """A newsletter; its slug from its name unless given (a taken slug is refused)."""
     fields = _newsletter_fields(name, sender_name, sender_email, sender_reply_to, None)
+    fields.update(design_fields(design or {}))
     fields["slug"] = slug_input(slug, "newsletter slug") if slug else slug_of(fields["name"])
     fields["subscribe_on_signup"] = subscribe_on_signup
     settings = settings or get_settings()
@@ -224,10 +309,11 @@ async def add_newsletter(name: str, *, slug: str | None = None, sender_name: str
 async def edit_newsletter(newsletter: str, *, name: str | None = None, sender_name: str | None = None,
                           sender_email: str | None = None, sender_reply_to: str | None = None,
                           status: str | None = None, subscribe_on_signup: bool | None = None,
-                          settings: Settings | None = None) -> Newsletter:
-    """Change a newsletter (by id or slug); only the fields given."""
+                          design: dict[str, Any] | None = None, settings: Settings | None = None) -> Newsletter:
+    """Change a newsletter (by id or slug); only the fields given (of its design too)."""
     entity_id(newsletter, "newsletter")
     fields = _newsletter_fields(name, sender_name, sender_email, sender_reply_to, status)
+    fields.update(design_fields(design or {}))
     if subscribe_on_signup is not None:
         fields["subscribe_on_signup"] = subscribe_on_signup
     settings = settings or get_settings()

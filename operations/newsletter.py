@@ -9,7 +9,8 @@ import dataclasses
 import getpass
 import time
 import uuid
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from datetime import UTC, timedelta
 
 from pydantic import BaseModel
@@ -37,7 +38,15 @@ from operations.waiting import (
     watching_for_worker,
 )
 from pressroom import database, tracing
-from pressroom.email_rendering import SEGMENT_NAMES, ContentError, member_values, render, segment_for
+from pressroom.email_rendering import (
+    SEGMENT_NAMES,
+    ContentError,
+    clip_warning,
+    member_values,
+    render,
+    segment_for,
+    segment_sizes,
+)
 from pressroom.errors import BadInput, NotFound, PressroomError, cause_of
 from pressroom.inputs import email_address, entity_id
 from pressroom.providers.port import Message, ProviderError
@@ -450,6 +459,8 @@ class EmailPreview:
     html: str
     text: str
     reader: str  # who the preview is for, in words
+    sizes: Mapping[str, int] = field(default_factory=dict)  # each segment's HTML in bytes
+    warning: str | None = None  # why Gmail would clip it, when it would
 
 
 STAND_IN_UUID = "00000000-0000-0000-0000-000000000000"  # a reader who is no member: fallbacks show
@@ -502,10 +513,12 @@ async def preview_email(email_id: str, *, member_id: str | None = None, segment:
     async with database.connection(settings.require_database()) as conn:
         if member_id is not None:  # by id or address, as `members show`
             member_id = (await _member_row(conn, member_id))["id"]
-        _, rendered, values, reader = await _render_for(conn, email_id, member_id=member_id, segment=segment,
-                                                        address=None, settings=settings)
+        loaded, rendered, values, reader = await _render_for(conn, email_id, member_id=member_id, segment=segment,
+                                                             address=None, settings=settings)
     subject, html, text = rendered.personalise(values)
-    return EmailPreview(subject=subject, html=html, text=text, reader=reader)
+    sizes = segment_sizes(loaded.content)  # _render_for rendered one segment: the others render as well
+    return EmailPreview(subject=subject, html=html, text=text, reader=reader, sizes=sizes,
+                        warning=clip_warning(email_id, sizes))
 
 
 async def send_test_email(email_id: str, to: str, *, segment: str | None = None,

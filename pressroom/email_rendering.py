@@ -38,6 +38,7 @@ from urllib.parse import SplitResult, parse_qsl, quote, quote_plus, urlencode, u
 from email_validator import EmailNotValidError, validate_email
 from selectolax.lexbor import LexborHTMLParser, LexborNode
 
+from pressroom.email_template import EmailTemplate, plain_parts, wrap
 from pressroom.providers.port import PLACEHOLDER, fill_placeholders, placeholder
 from pressroom.recipient_filter import parse, statuses_only
 
@@ -99,6 +100,7 @@ class EmailContent:
     track_clicks: bool = False
     site_url: str = ""  # where the redirects are answered (`pressroom serve` behind it)
     link_ref: str | None = None  # the outbound `ref` tag's value; None: links untagged
+    template: EmailTemplate | None = None  # the designed email around the body; None: the body alone
 
 
 @dataclass(frozen=True)
@@ -561,9 +563,34 @@ def render(content: EmailContent, segment: str | None) -> Rendered:
     html = (body.inner_html or "") + (_call_to_action(content, links) if cut else "")
     variables.placeholder("unsubscribe_url", "", escaped=True)
     variables.placeholder("manage_account_url", "", escaped=True)
-    html += FOOTER_HTML
-    text = PLACEHOLDER.sub(lambda m: _plain_twin(m, variables), html_to_text(html))
+    if content.template is None:
+        html += FOOTER_HTML
+        plain = html
+    else:
+        plain = plain_parts(content.template, html, FOOTER_HTML)
+        html = wrap(content.template, html, FOOTER_HTML, links)
+    text = PLACEHOLDER.sub(lambda m: _plain_twin(m, variables), html_to_text(plain))
     return Rendered(subject=subject, html=html, text=text, variables=dict(variables.used), links=links.tracked)
+
+
+# Gmail shows a message's first 102 KB and clips the rest behind a link (the footer's unsubscribe link with it).
+GMAIL_CLIP_BYTES = 102 * 1024
+
+
+def segment_sizes(content: EmailContent) -> dict[str, int]:
+    """Each segment's HTML in bytes as sent (placeholders unfilled: a reader's values change it by a few
+    bytes); "all" when every reader gets the same."""
+    return {segment or "all": len(render(content, segment).html.encode()) for segment in segments_of(content)}
+
+
+def clip_warning(email_id: str, sizes: Mapping[str, int]) -> str | None:
+    """Why Gmail would clip the email, in one line, or None when every segment fits."""
+    over = {segment: size for segment, size in sizes.items() if size > GMAIL_CLIP_BYTES}
+    if not over:
+        return None
+    return (f"email {email_id}: Gmail clips a message past {GMAIL_CLIP_BYTES // 1024} KB, and this one is "
+            + ", ".join(f"{size / 1024:,.0f} KB ({segment})" for segment, size in over.items())
+            + ": its footer and unsubscribe link will be hidden behind 'View entire message'")
 
 
 def render_automated(email_id: str, subject: str, html: str, text: str) -> Rendered:

@@ -7,9 +7,11 @@ import asyncio
 from collections.abc import Mapping
 from email.utils import formataddr, parseaddr
 
+from temporalio import activity
+
 from activities.email_content import LoadedEmail, load_email
 from activities.errors import non_retryable
-from pressroom.email_rendering import BodyCache, ContentError, Rendered, render, segments_of
+from pressroom.email_rendering import BodyCache, ContentError, Rendered, clip_warning, render, segment_sizes
 from pressroom.providers.port import EmailProvider, Message, PreparedMessage, placeholder
 from pressroom.settings import Settings
 
@@ -57,10 +59,12 @@ async def check_content(conn, email_id: str, settings: Settings) -> None:
     """Render every segment once before anything is written: bad content is refused up front."""
     content = (await load_for_sending(conn, email_id, settings)).content
     try:
-        for segment in segments_of(content):
-            render(content, segment)
+        sizes = segment_sizes(content)  # every segment rendered: bad content is refused here
     except ContentError as error:
         raise non_retryable("BadContent", str(error)) from None
+    warning = clip_warning(email_id, sizes)
+    if warning:  # a warning, not a refusal: the site may mean it, and most clients show it whole
+        activity.logger.warning(warning)
 
 
 class Messages:

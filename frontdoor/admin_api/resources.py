@@ -13,6 +13,7 @@ from typing import Any
 from frontdoor.admin_api.envelope import Browse, browse_options, invalid, iso, not_found, project, simple_filter
 from frontdoor.admin_api.recent import MemberReads
 from operations import authoring, members
+from pressroom.errors import BadInput
 from pressroom.recipient_filter import FilterError, Node, Term, parse
 from pressroom.settings import Settings
 from pressroom.store.audience import filter_sql
@@ -186,16 +187,18 @@ async def _tier_slugs(conn, tiers: Any) -> list[str]:
 # --- newsletters ---------------------------------------------------------------------------------
 
 NEWSLETTER_FIELDS = ("id", "uuid", "name", "description", "slug", "sender_name", "sender_email", "sender_reply_to",
-                     "status", "visibility", "subscribe_on_signup", "sort_order", "created_at", "updated_at")
+                     "status", "visibility", "subscribe_on_signup", "sort_order", "created_at", "updated_at",
+                     *authoring.DESIGN_FIELDS)
 _NEWSLETTER_WRITABLE = {"name", "slug", "sender_name", "sender_email", "sender_reply_to", "status",
-                        "subscribe_on_signup", "visibility", "description"}
+                        "subscribe_on_signup", "visibility", "description", *authoring.DESIGN_FIELDS}
 
 
 def newsletter_json(n: authoring.Newsletter) -> dict:
     return {"id": n.id, "uuid": n.uuid, "name": n.name, "description": None, "slug": n.slug,
             "sender_name": n.sender_name, "sender_email": n.sender_email, "sender_reply_to": n.sender_reply_to,
             "status": n.status, "visibility": "members", "subscribe_on_signup": n.subscribe_on_signup,
-            "sort_order": 0, "created_at": iso(n.created_at), "updated_at": iso(n.updated_at)}
+            "sort_order": 0, "created_at": iso(n.created_at), "updated_at": iso(n.updated_at),
+            **{name: getattr(n, name) for name in authoring.DESIGN_FIELDS}}
 
 
 def newsletter_fields(item: dict) -> dict[str, Any]:
@@ -208,6 +211,15 @@ def newsletter_fields(item: dict) -> dict[str, Any]:
         if not isinstance(item["subscribe_on_signup"], bool):
             raise invalid("subscribe_on_signup must be true or false", property="subscribe_on_signup")
         fields["subscribe_on_signup"] = item["subscribe_on_signup"]
+    design: dict[str, Any] = {}
+    for name in authoring.DESIGN_FIELDS:
+        if name in item:
+            try:
+                design.update(authoring.design_fields({name: item[name]}))
+            except BadInput as error:
+                raise invalid(str(error), property=name) from None
+    if design:
+        fields["design"] = design
     return fields
 
 

@@ -55,9 +55,12 @@ async function scenario() {
     const bySlug = await api.posts.read({slug: published.slug});
     const invalid = await failure(api.posts.edit({id: draft.id, status: 'sent'}));
     const renamed = await api.members.edit({id: plain.id, name: 'Plain Reader', labels: ['Regular']});
+    const designed = await api.newsletters.edit({id: newsletter.id, title_alignment: 'left',
+        background_color: '#FFEEDD', show_byline: false, footer_content: '<p>Bye<script>x()</script></p>'});
+    const badDesign = await failure(api.newsletters.edit({id: newsletter.id, title_font_category: 'comic'}));
     return {site, newsletter, tier, members: [vip1, vip2, plain, comped], vips: vips.length,
         vipsMeta: vips.meta, searched: searched.map((m) => m.email), draft, collision, published, scheduled,
-        edited, gone, bySlug: bySlug.id, invalid, renamed};
+        edited, gone, bySlug: bySlug.id, invalid, renamed, designed, badDesign};
 }
 
 async function check() {

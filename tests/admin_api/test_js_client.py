@@ -76,6 +76,10 @@ async def check_scenario(result: dict, settings, db, mailgun, folder: Path, base
     assert result["bySlug"] == result["published"]["id"]
     assert result["edited"]["title"] == "For everyone, edited" and result["edited"]["status"] == "scheduled"
     assert [label["slug"] for label in result["renamed"]["labels"]] == ["regular"]
+    designed = result["designed"]
+    assert (designed["title_alignment"], designed["background_color"], designed["show_byline"],
+            designed["footer_content"], designed["show_header_icon"]) == ("left", "#ffeedd", False, "<p>Bye</p>", True)
+    assert result["badDesign"]["type"] == "ValidationError"
     # A member added through the API is welcomed through the outbox, as `members add` does.
     for member in result["members"]:
         assert await db.fetchval("SELECT count(*) FROM outbox WHERE idempotency_key = $1",
