@@ -154,8 +154,8 @@ async def cancel_newsletter(email_id: str, *, by: str | None = None, wait: bool 
     An email no run is sending is recorded cancelled here. `wait` follows the run until it has.
     """
     entity_id(email_id, "email")
-    by = _operator(by)
     settings = settings or get_settings()
+    by = await _operator(by, settings)
     workflow_id = newsletter_workflow_id(email_id)
     client = client or await temporal_client(settings)
     async with database.connection(settings.require_database()) as conn:
@@ -204,8 +204,8 @@ async def resume_newsletter(email_id: str, *, by: str | None = None, client=None
     """Go on with a send that paused itself for its early bounce or complaint rate; it is not paused
     for them again. Safe to repeat; an email that is not paused is left as it is."""
     entity_id(email_id, "email")
-    by = _operator(by)
     settings = settings or get_settings()
+    by = await _operator(by, settings)
     async with database.connection(settings.require_database()) as conn:
         email = await conn.fetchrow("SELECT status, paused_reason FROM emails WHERE id = $1", email_id)
     if email is None:
@@ -224,12 +224,21 @@ async def resume_newsletter(email_id: str, *, by: str | None = None, client=None
                                      "and its rates no longer pause it")
 
 
-def _operator(by: str | None) -> str:
+# Who cancelled or resumed, when given as an address that is no staff member's: the address is not kept.
+UNRECORDED_ADDRESS = "an operator (address not recorded)"
+
+
+async def _operator(by: str | None, settings: Settings) -> str:
+    """Who, as the run's history and the email's row record it: a name as given, or for an address
+    (the run's history never holds one) the staff member's id, as the dashboard records it."""
     by = (by or operator_name()).strip()
-    if not by or len(by) > 200 or not by.isprintable() or "@" in by:
-        # It enters the run's history and details: a name, never an address.
-        raise BadInput("--by must be 1 to 200 printable characters, a name and not an address")
-    return by
+    if not by or len(by) > 200 or not by.isprintable():
+        raise BadInput("--by must be 1 to 200 printable characters")
+    if "@" not in by:
+        return by
+    async with database.connection(settings.require_database()) as conn:
+        staff_id = await conn.fetchval("SELECT id FROM staff WHERE lower(email) = lower($1)", by)
+    return staff_id or UNRECORDED_ADDRESS
 
 
 async def _cancelled_by_run(conn, email_id: str, handle) -> NewsletterCancel:

@@ -116,3 +116,21 @@ async def test_cancel_ends_a_send_waiting_for_tomorrows_cap_now(db, mailgun, dev
     assert sent == 200 == await submitted_batches(db, seeded.email_id) * 100
     assert await db.fetchval("SELECT status FROM emails WHERE id = $1", seeded.email_id) == "cancelled"
     await Replayer(workflows=[SendNewsletterWorkflow], data_converter=data_converter()).replay_workflow(history)
+
+
+async def test_cancel_by_an_address_is_accepted_and_records_no_address(db, mailgun, dev_env, settings, caplog):
+    from operations.newsletter import UNRECORDED_ADDRESS
+    from operations.staff import add_staff
+
+    staff = await add_staff("Editor@Example.com", "correct horse battery", settings=settings)
+    first, second = await seed_email(db, members=2), await seed_email(db, members=2)
+    caplog.set_level("DEBUG")
+    by_staff = await cancel_newsletter(first.email_id, by="editor@example.com", client=dev_env.client,
+                                       settings=settings)
+    by_other = await cancel_newsletter(second.email_id, by="someone@elsewhere.example", client=dev_env.client,
+                                       settings=settings)
+    assert by_staff.status == by_other.status == "cancelled"
+    assert by_staff.by == staff.staff_id and by_other.by == UNRECORDED_ADDRESS  # as the dashboard records a cancel
+    recorded = [r["cancelled_by"] for r in await db.fetch("SELECT cancelled_by FROM emails ORDER BY cancelled_by")]
+    assert all("@" not in (who or "") for who in recorded)
+    assert "@example.com" not in caplog.text.lower() and "elsewhere.example" not in caplog.text
