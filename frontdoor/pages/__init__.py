@@ -33,7 +33,7 @@ from jinja2 import Environment, FileSystemLoader, select_autoescape
 from frontdoor.deadlines import BodyTooLarge, BodyTooSlow, client_address, read_body
 from operations.answers import Answer
 from operations.common import temporal_client
-from operations.staff import Session, session_of, sign_in, sign_out
+from operations.staff import Busy, Session, session_of, sign_in, sign_out
 from pressroom import database
 from pressroom.errors import PressroomError
 from pressroom.readable import when
@@ -205,7 +205,11 @@ class Pages:
         if not self.throttle.allowed(*keys):
             self.throttle.failed(*keys)  # hammering while held back holds back longer
             return await self.sign_in_page(request, refused=True)
-        signed = await sign_in(self.pool, email, form.get("password", ""))
+        try:
+            signed = await sign_in(self.pool, email, form.get("password", ""))
+        except Busy:
+            return web.Response(status=429, text="Too many sign-ins at once; try again in a few seconds.\n",
+                                headers={"Retry-After": "2"})
         if signed is None:
             self.throttle.failed(*keys)
             log.info("sign-in refused")  # no address: who tried is not for the log
