@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import ipaddress
 import logging
 import secrets
 import time
@@ -33,7 +34,7 @@ from jinja2 import Environment, FileSystemLoader, select_autoescape
 from frontdoor.deadlines import BodyTooLarge, BodyTooSlow, client_address, read_body
 from operations.answers import Answer
 from operations.common import temporal_client
-from operations.staff import Session, session_of, sign_in, sign_out
+from operations.staff import Busy, Session, session_of, sign_in, sign_out
 from pressroom import database
 from pressroom.errors import PressroomError
 from pressroom.readable import when
@@ -62,8 +63,21 @@ HEADERS = {
 SIGN_IN_REFUSED = "That address and password do not sign you in. Try again in a minute."
 
 
+def slowing_key(address: str) -> str:
+    """The key failed sign-ins are counted under: the address, or an IPv6 address's /64 (one host
+    is given a whole /64 to choose from)."""
+    try:
+        parsed = ipaddress.ip_address(address)
+    except ValueError:
+        return f"address:{address}"
+    if isinstance(parsed, ipaddress.IPv6Address) and parsed.ipv4_mapped is None:
+        return f"address:{ipaddress.ip_network(f'{parsed}/64', strict=False)}"
+    return f"address:{parsed}"
+
+
 class SignInThrottle:
-    """Failed sign-ins slowed per client address and per account: after FREE failures, each further
+    """Failed sign-ins slowed per client address (an IPv6 client by its /64), never per account, so
+    that an attacker cannot hold the owner out: after FREE failures, each further
     try within the window is refused unanswered for 2^(failures - FREE) seconds (at most MAX_WAIT).
     Kept in the server's memory: one server process guards its own door."""
 
@@ -80,7 +94,8 @@ class SignInThrottle:
             return 0.0
         if count < self.FREE:
             return 0.0
-        return max(0.0, last + min(self.MAX_WAIT, 2.0 ** (count - self.FREE)) - now)
+        # the exponent capped: 2.0 ** 1030 overflows, and 2 ** 9 is already past MAX_WAIT
+        return max(0.0, last + min(self.MAX_WAIT, 2.0 ** min(count - self.FREE, 16)) - now)
 
     def allowed(self, *keys: str) -> bool:
         now = time.monotonic()
@@ -199,13 +214,17 @@ class Pages:
         form = await self.form(request)
         cookie = request.cookies.get(SIGN_IN_COOKIE, "")
         email = form.get("email", "").strip().lower()
-        keys = (f"address:{client_address(request, self.settings.proxy_addresses)}", f"account:{email}")
+        keys = (slowing_key(client_address(request, self.settings.proxy_addresses)),)
         if not cookie or not hmac.compare_digest(form.get("csrf", ""), cookie):
             return await self.sign_in_page(request, refused=True)
         if not self.throttle.allowed(*keys):
             self.throttle.failed(*keys)  # hammering while held back holds back longer
             return await self.sign_in_page(request, refused=True)
-        signed = await sign_in(self.pool, email, form.get("password", ""))
+        try:
+            signed = await sign_in(self.pool, email, form.get("password", ""))
+        except Busy:
+            return web.Response(status=429, text="Too many sign-ins at once; try again in a few seconds.\n",
+                                headers={"Retry-After": "2"})
         if signed is None:
             self.throttle.failed(*keys)
             log.info("sign-in refused")  # no address: who tried is not for the log
