@@ -55,27 +55,26 @@ class BodyTooSlow(Exception):
 
 async def read_body(request: web.Request, max_bytes: int, seconds: float) -> bytes:
     """The request's body, at most `max_bytes`, read within `seconds`; past the deadline the
-    connection is dropped (BodyTooSlow), and nothing more is read from it."""
+    connection is dropped (BodyTooSlow), and nothing more is read from it. A chunked body is held
+    to the same limit as a declared one: reading stops at the first byte past it (BodyTooLarge); the
+    server closes the connection after the answer instead of draining the rest (no lingering)."""
     if request.content_length is not None and request.content_length > max_bytes:
         raise BodyTooLarge
+    body = bytearray()
     try:
         if request.content.is_eof():  # it all came with the head: nothing to wait for, no timer to arm
-            body = await request.read()
+            body += await request.content.read()
         else:
             async with asyncio.timeout(seconds):
-                body = await request.read()
+                while len(body) <= max_bytes and (chunk := await request.content.read(max_bytes + 1 - len(body))):
+                    body += chunk
     except TimeoutError:
         if request.transport is not None:
             request.transport.abort()
         raise BodyTooSlow from None
-    except Exception as error:
-
-        if isinstance(error, web.HTTPRequestEntityTooLarge):
-            raise BodyTooLarge from None
-        raise
     if len(body) > max_bytes:
         raise BodyTooLarge
-    return body
+    return bytes(body)
 
 
 @dataclass

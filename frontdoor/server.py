@@ -277,8 +277,10 @@ class FrontDoor:
     async def start(self, host: str, port: int) -> None:
         """Listen on host:port (guarded connections); returns once listening."""
 
+        # lingering_time=0: a body a handler refused unread (past its route's limit) is not drained
+        # for seconds after the answer; the connection closes instead.
         self._runner = web.AppRunner(self.app(), access_log=None, handle_signals=False,
-                                     keepalive_timeout=self.connections.head_seconds)
+                                     keepalive_timeout=self.connections.head_seconds, lingering_time=0)
         await self._runner.setup()
         server = self._runner.server
         assert server is not None  # made by setup()

@@ -169,7 +169,10 @@ class Pages:
         try:
             body = await read_body(request, MAX_FORM_BYTES, self.settings.serve_body_timeout_seconds)
             fields = parse_qs(body.decode("utf-8"), max_num_fields=20, strict_parsing=False)
-        except (BodyTooLarge, BodyTooSlow, UnicodeDecodeError, ValueError):
+        except BodyTooLarge:
+            raise web.HTTPRequestEntityTooLarge(MAX_FORM_BYTES, MAX_FORM_BYTES + 1, text="the form is too large") \
+                from None
+        except (BodyTooSlow, UnicodeDecodeError, ValueError):
             return {}
         return {name: values[0] for name, values in fields.items()}
 
