@@ -29,7 +29,7 @@ from activities.outbox import site_events
 from operations.common import temporal_client
 from operations.newsletter import start_newsletter
 from operations.posts import change_post, tell_post_workflow
-from pressroom import database, tracing
+from pressroom import database, lexical, tracing
 from pressroom.email_rendering import html_to_text
 from pressroom.errors import BadInput, NotFound, PressroomError
 from pressroom.inputs import email_address, entity_id, free_text
@@ -67,6 +67,7 @@ class Post(BaseModel):
     slug: str
     html: str
     plaintext: str
+    lexical: str | None = None  # as sent
     custom_excerpt: str | None
     status: str
     visibility: str
@@ -87,6 +88,7 @@ class PostChange(BaseModel):
     slug: str | None = None
     html: str | None = None
     markdown: str | None = None
+    lexical: str | None = None  # the reference editor's document, as sent (JSON text)
     custom_excerpt: str | None = None
     status: Literal["draft", "scheduled", "published"] | None = None
     at: datetime | None = None  # publication time, for scheduled
@@ -140,6 +142,15 @@ def post_html(html: str | None = None, markdown: str | None = None) -> str:
     clean = nh3.clean(kept, tags=_TAGS, attributes=_ATTRIBUTES, url_schemes={"http", "https", "mailto"},
                       link_rel="noopener noreferrer")
     return clean.replace(word, "<!--members-only-->")
+
+
+def post_lexical(document: str, post_url: str = "") -> dict[str, str]:
+    """A Lexical post's columns: the document as sent, its web HTML and its email HTML, both
+    sanitised as any post HTML is; a card Pressroom cannot render is refused by name."""
+    if len(document.encode()) > MAX_POST_BYTES:
+        raise BadInput(f"the post is {len(document.encode()):,} bytes; at most {MAX_POST_BYTES:,}")
+    return {"lexical": document, "html": post_html(lexical.render(document, "web", post_url)),
+            "email_html": post_html(lexical.render(document, "email", post_url))}
 
 
 def post_text(html: str) -> str:
@@ -263,7 +274,7 @@ async def list_newsletters(*, settings: Settings | None = None) -> list[Newslett
 # --- posts ---------------------------------------------------------------------------------------
 
 POST_QUERY = """
-SELECT p.id, p.uuid::text AS uuid, p.title, p.slug, p.html, p.plaintext, p.custom_excerpt,
+SELECT p.id, p.uuid::text AS uuid, p.title, p.slug, p.html, p.plaintext, p.lexical, p.custom_excerpt,
        CASE WHEN p.status = 'sent' THEN 'published' ELSE p.status END AS status, p.visibility,
        coalesce((SELECT array_agg(pr.slug ORDER BY pp.sort_order, pr.slug) FROM posts_products pp
                  JOIN products pr ON pr.id = pp.product_id WHERE pp.post_id = p.id), '{}') AS tiers,
@@ -306,9 +317,15 @@ def _checked(change: PostChange) -> dict[str, Any]:
         fields["title"] = _title(change.title)
     if change.slug is not None:
         fields["slug"] = slug_input(change.slug, "post slug")
-    if change.html is not None or change.markdown is not None:
+    if change.lexical is not None:
+        if change.html is not None or change.markdown is not None:
+            raise BadInput("give the post's content as Lexical, HTML or Markdown, one of the three")
+        fields.update(post_lexical(change.lexical))
+        fields["plaintext"] = post_text(fields["email_html"])
+    elif change.html is not None or change.markdown is not None:
         fields["html"] = post_html(change.html, change.markdown)
         fields["plaintext"] = post_text(fields["html"])
+        fields["lexical"], fields["email_html"] = None, ""
     if change.custom_excerpt is not None:
         fields["custom_excerpt"] = free_text(change.custom_excerpt, "excerpt", 300)
     if change.segment is not None:
