@@ -174,6 +174,8 @@ class _Renderer:
         url = _url(n.get("url"))
         title, description = _text(meta.get("title")), _text(meta.get("description"))
         byline = " · ".join(_text(meta.get(k)) for k in ("publisher", "author") if meta.get(k))
+        if meta.get("icon") and self.target == "email":
+            byline = _img(meta.get("icon"), "", 20, 20) + byline
         thumbnail = meta.get("thumbnail")
         if self.target == "email":
             thumb = (f'<td class="kg-bookmark-thumbnail" width="140"><a href="{url}">{_img(thumbnail, "", 140)}'
@@ -205,7 +207,7 @@ class _Renderer:
     def video(self, n: dict) -> str:
         thumbnail = n.get("customThumbnailSrc") or n.get("thumbnailSrc")
         if self.target == "email":
-            link = _url(self.post_url) or _url(n.get("src"))
+            link = _url(n.get("src"))
             picture = _img(thumbnail, "", n.get("width"), n.get("height")) if thumbnail else "Watch the video"
             return (f'<figure class="kg-card kg-video-card"><a class="kg-video-preview" href="{link}">{picture}</a>'
                     f'{_caption(n.get("caption"))}</figure>')
@@ -214,16 +216,22 @@ class _Renderer:
                 f'{_caption(n.get("caption"))}</figure>')
 
     def audio(self, n: dict) -> str:
-        link = _url(self.post_url) if self.target == "email" and self.post_url else _url(n.get("src"))
+        link = _url(n.get("src"))
+        seconds = int(n["duration"]) if isinstance(n.get("duration"), (int, float)) else 0
+        length = f" • {seconds // 60}:{seconds % 60:02d}" if seconds else ""
         return (f'<div class="kg-card kg-audio-card"><a href="{link}">'
-                f'{_text(n.get("title") or "Listen to the audio")}</a></div>')
+                f'{_text(n.get("title") or "Listen to the audio")}</a>'
+                f'<div class="kg-audio-duration">Click to play audio{length}</div></div>')
 
     def file(self, n: dict) -> str:
         title = n.get("fileTitle") or n.get("fileName") or "Download the file"
         caption = (f'<div class="kg-file-card-caption">{_text(n.get("fileCaption"))}</div>'
                    if n.get("fileCaption") else "")
+        size = n["fileSize"] if isinstance(n.get("fileSize"), int) else 0
+        shown = f" • {round(size / 1024)} KB" if size else ""
+        details = f'<div class="kg-file-card-metadata">{_text(n.get("fileName"))}{shown}</div>'
         return (f'<div class="kg-card kg-file-card"><a href="{_url(n.get("src"))}">{_text(title)}</a>'
-                f'{caption}</div>')
+                f'{caption}{details}</div>')
 
     def product(self, n: dict) -> str:
         image = (f'<div class="kg-product-card-image">{_img(n.get("productImageSrc"), "", n.get("productImageWidth"), n.get("productImageHeight"), self.target)}</div>'  # noqa: E501
