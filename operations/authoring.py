@@ -69,6 +69,11 @@ class Post(BaseModel):
     plaintext: str
     lexical: str | None = None  # as sent
     custom_excerpt: str | None
+    feature_image: str | None = None
+    feature_image_alt: str | None = None
+    feature_image_caption: str | None = None  # the editor's HTML, sanitised
+    meta_title: str | None = None
+    meta_description: str | None = None
     status: str
     visibility: str
     tiers: list[str]
@@ -90,6 +95,11 @@ class PostChange(BaseModel):
     markdown: str | None = None
     lexical: str | None = None  # the reference editor's document, as sent (JSON text)
     custom_excerpt: str | None = None
+    feature_image: str | None = None  # "" takes it off, as do the four below
+    feature_image_alt: str | None = None
+    feature_image_caption: str | None = None
+    meta_title: str | None = None
+    meta_description: str | None = None
     status: Literal["draft", "scheduled", "published"] | None = None
     at: datetime | None = None  # publication time, for scheduled
     newsletter: str | None = None  # id or slug; "" takes it off
@@ -275,6 +285,7 @@ async def list_newsletters(*, settings: Settings | None = None) -> list[Newslett
 
 POST_QUERY = """
 SELECT p.id, p.uuid::text AS uuid, p.title, p.slug, p.html, p.plaintext, p.lexical, p.custom_excerpt,
+       p.feature_image, p.feature_image_alt, p.feature_image_caption, p.meta_title, p.meta_description,
        CASE WHEN p.status = 'sent' THEN 'published' ELSE p.status END AS status, p.visibility,
        coalesce((SELECT array_agg(pr.slug ORDER BY pp.sort_order, pr.slug) FROM posts_products pp
                  JOIN products pr ON pr.id = pp.product_id WHERE pp.post_id = p.id), '{}') AS tiers,
@@ -328,6 +339,16 @@ def _checked(change: PostChange) -> dict[str, Any]:
         fields["lexical"], fields["email_html"] = None, ""
     if change.custom_excerpt is not None:
         fields["custom_excerpt"] = free_text(change.custom_excerpt, "excerpt", 300)
+    if change.feature_image is not None:
+        image = change.feature_image.strip()
+        if image and not re.fullmatch(r"https?://[^\s\"'<>]{1,2000}", image):
+            raise BadInput("feature_image must be an http(s) address")
+        fields["feature_image"] = image or None
+    for name, most in (("feature_image_alt", 191), ("meta_title", 300), ("meta_description", 500)):
+        if getattr(change, name) is not None:
+            fields[name] = free_text(getattr(change, name), name.replace("_", " "), most)
+    if change.feature_image_caption is not None:
+        fields["feature_image_caption"] = post_html(html=change.feature_image_caption) or None
     if change.segment is not None:
         fields["email_recipient_filter"] = _segment(change.segment)
     if change.visibility is not None:

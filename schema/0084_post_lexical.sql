@@ -3,3 +3,6 @@
 -- is a linked thumbnail in an email, a toggle is opened). Empty: the email reads posts.html.
 ALTER TABLE posts ADD COLUMN lexical text, ADD COLUMN mobiledoc text,
     ADD COLUMN email_html text NOT NULL DEFAULT '';
+-- The post's picture and its search-engine fields, as the reference keeps them.
+ALTER TABLE posts ADD COLUMN feature_image text, ADD COLUMN feature_image_alt text,
+    ADD COLUMN feature_image_caption text, ADD COLUMN meta_title text, ADD COLUMN meta_description text;

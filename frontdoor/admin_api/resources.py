@@ -81,13 +81,16 @@ _POST_ORDER = {"created_at": "p.created_at", "updated_at": "p.updated_at", "publ
 _POST_FILTER = {"id": "p.id", "slug": "p.slug", "status": "p.status", "visibility": "p.visibility",
                 "newsletter": "n.slug", "uuid": "p.uuid"}
 _POST_WRITABLE = {"title", "slug", "html", "status", "published_at", "visibility", "tiers", "custom_excerpt",
-                  "updated_at", "email_segment"}
+                  "updated_at", "email_segment", "feature_image", "feature_image_alt", "feature_image_caption",
+                  "meta_title", "meta_description"}
+_POST_PICTURE = ("feature_image", "feature_image_alt", "feature_image_caption", "meta_title", "meta_description")
 
 
 def post_json(post: authoring.Post, settings: Settings, formats: set[str]) -> dict:
     item = {
         "id": post.id, "uuid": post.uuid, "title": post.title, "slug": post.slug, "html": post.html,
-        "comment_id": post.id, "feature_image": None, "featured": False, "status": post.status,
+        "comment_id": post.id, **{name: getattr(post, name) for name in _POST_PICTURE}, "featured": False,
+        "status": post.status,
         "visibility": post.visibility, "created_at": iso(post.created_at), "updated_at": iso(post.updated_at),
         "published_at": iso(post.published_at), "custom_excerpt": post.custom_excerpt,
         "excerpt": post.custom_excerpt or post.plaintext[:500], "email_segment": post.email_segment,
@@ -168,7 +171,8 @@ async def post_change(conn, item: dict, query, *, adding: bool) -> authoring.Pos
         return authoring.PostChange(
             title=text_of(item, "title") if adding or "title" in item else None, slug=text_of(item, "slug"),
             html=None if document is not None else (html or "") if (html is not None or adding) else None,
-            lexical=document, custom_excerpt=text_of(item, "custom_excerpt"),
+            lexical=document, **{name: text_of(item, name) for name in _POST_PICTURE},
+            custom_excerpt=text_of(item, "custom_excerpt"),
             status=status, at=_time(item.get("published_at"), "published_at") if status == "scheduled" else None,
             newsletter=newsletter, segment=segment if newsletter or segment else None,
             visibility=text_of(item, "visibility"), tiers=tiers, updated_at=_time(item.get("updated_at"), "updated_at"))

@@ -241,3 +241,18 @@ async def test_an_integrations_webhooks_are_added_edited_and_deleted_through_the
     assert await db.fetchval("SELECT count(*) FROM webhooks") == 0
     gone = await api.delete(f"webhooks/{webhook['id']}/")
     assert gone.status_code == 404 and error_of(gone)["type"] == "NotFoundError"
+
+
+async def test_a_posts_feature_image_and_meta_fields_are_kept_and_answered_back(api):
+    fields = {"feature_image": "https://cdn.example.com/cover.jpg", "feature_image_alt": "A cover",
+              "feature_image_caption": '<a href="https://example.com/">Photo</a><script>x()</script>',
+              "meta_title": "For search", "meta_description": "What search engines show"}
+    post = one(await api.post("posts/", json={"posts": [{"title": "Pictured", **fields}]}), "posts")
+    assert {k: post[k] for k in fields} == {**fields, "feature_image_caption": post["feature_image_caption"]}
+    assert "Photo" in post["feature_image_caption"] and "script" not in post["feature_image_caption"]
+    read = one(await api.get(f"posts/{post['id']}/"), "posts")
+    assert read["feature_image"] == fields["feature_image"] and read["meta_title"] == "For search"
+    off = one(await api.put(f"posts/{post['id']}/", json={"posts": [{"feature_image": ""}]}), "posts")
+    assert off["feature_image"] is None and off["meta_title"] == "For search"
+    refused = await api.post("posts/", json={"posts": [{"title": "x", "feature_image": "javascript:alert(1)"}]})
+    assert refused.status_code == 422 and "feature_image" in error_of(refused)["message"]
