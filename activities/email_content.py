@@ -28,7 +28,8 @@ async def load_email(conn, email_id: str, settings: Settings) -> LoadedEmail | N
     """The email's content and sender, or None when there is no such email; a ContentError when its
     subject or sender cannot be a header (checked here, where they enter, for every path)."""
     row = await conn.fetchrow(
-        """SELECT e.subject, coalesce(nullif(e.html, ''), p.html) AS html, p.visibility, p.slug, e.track_opens,
+        """SELECT e.subject, coalesce(nullif(e.html, ''), nullif(p.email_html, ''), p.html) AS html, p.visibility,
+                  p.slug, e.track_opens,
                   coalesce(e.track_clicks, n.track_clicks, $2) AS track_clicks,
                   n.name, n.uuid::text AS newsletter_uuid, n.sender_name, n.sender_email, n.sender_reply_to,
                   p.title, p.status AS post_status, to_jsonb(p) AS post, to_jsonb(n) AS newsletter

@@ -30,7 +30,7 @@ from activities.outbox import site_events
 from operations.common import temporal_client
 from operations.newsletter import start_newsletter
 from operations.posts import change_post, tell_post_workflow
-from pressroom import database, tracing
+from pressroom import database, lexical, tracing
 from pressroom.email_rendering import html_to_text
 from pressroom.email_template import DESIGN_COLUMNS
 from pressroom.errors import BadInput, NotFound, PressroomError
@@ -88,7 +88,13 @@ class Post(BaseModel):
     slug: str
     html: str
     plaintext: str
+    lexical: str | None = None  # as sent
     custom_excerpt: str | None
+    feature_image: str | None = None
+    feature_image_alt: str | None = None
+    feature_image_caption: str | None = None  # the editor's HTML, sanitised
+    meta_title: str | None = None
+    meta_description: str | None = None
     status: str
     visibility: str
     tiers: list[str]
@@ -108,7 +114,13 @@ class PostChange(BaseModel):
     slug: str | None = None
     html: str | None = None
     markdown: str | None = None
+    lexical: str | None = None  # the reference editor's document, as sent (JSON text)
     custom_excerpt: str | None = None
+    feature_image: str | None = None  # "" takes it off, as do the four below
+    feature_image_alt: str | None = None
+    feature_image_caption: str | None = None
+    meta_title: str | None = None
+    meta_description: str | None = None
     status: Literal["draft", "scheduled", "published"] | None = None
     at: datetime | None = None  # publication time, for scheduled
     newsletter: str | None = None  # id or slug; "" takes it off
@@ -161,6 +173,15 @@ def post_html(html: str | None = None, markdown: str | None = None) -> str:
     clean = nh3.clean(kept, tags=_TAGS, attributes=_ATTRIBUTES, url_schemes={"http", "https", "mailto"},
                       link_rel="noopener noreferrer")
     return clean.replace(word, "<!--members-only-->")
+
+
+def post_lexical(document: str, post_url: str = "") -> dict[str, str]:
+    """A Lexical post's columns: the document as sent, its web HTML and its email HTML, both
+    sanitised as any post HTML is; a card Pressroom cannot render is refused by name."""
+    if len(document.encode()) > MAX_POST_BYTES:
+        raise BadInput(f"the post is {len(document.encode()):,} bytes; at most {MAX_POST_BYTES:,}")
+    return {"lexical": document, "html": post_html(lexical.render(document, "web", post_url)),
+            "email_html": post_html(lexical.render(document, "email", post_url))}
 
 
 def post_text(html: str) -> str:
@@ -349,7 +370,8 @@ async def list_newsletters(*, settings: Settings | None = None) -> list[Newslett
 # --- posts ---------------------------------------------------------------------------------------
 
 POST_QUERY = """
-SELECT p.id, p.uuid::text AS uuid, p.title, p.slug, p.html, p.plaintext, p.custom_excerpt,
+SELECT p.id, p.uuid::text AS uuid, p.title, p.slug, p.html, p.plaintext, p.lexical, p.custom_excerpt,
+       p.feature_image, p.feature_image_alt, p.feature_image_caption, p.meta_title, p.meta_description,
        CASE WHEN p.status = 'sent' THEN 'published' ELSE p.status END AS status, p.visibility,
        coalesce((SELECT array_agg(pr.slug ORDER BY pp.sort_order, pr.slug) FROM posts_products pp
                  JOIN products pr ON pr.id = pp.product_id WHERE pp.post_id = p.id), '{}') AS tiers,
@@ -392,11 +414,27 @@ def _checked(change: PostChange) -> dict[str, Any]:
         fields["title"] = _title(change.title)
     if change.slug is not None:
         fields["slug"] = slug_input(change.slug, "post slug")
-    if change.html is not None or change.markdown is not None:
+    if change.lexical is not None:
+        if change.html is not None or change.markdown is not None:
+            raise BadInput("give the post's content as Lexical, HTML or Markdown, one of the three")
+        fields.update(post_lexical(change.lexical))
+        fields["plaintext"] = post_text(fields["email_html"])
+    elif change.html is not None or change.markdown is not None:
         fields["html"] = post_html(change.html, change.markdown)
         fields["plaintext"] = post_text(fields["html"])
+        fields["lexical"], fields["email_html"] = None, ""
     if change.custom_excerpt is not None:
         fields["custom_excerpt"] = free_text(change.custom_excerpt, "excerpt", 300)
+    if change.feature_image is not None:
+        image = change.feature_image.strip()
+        if image and not re.fullmatch(r"https?://[^\s\"'<>]{1,2000}", image):
+            raise BadInput("feature_image must be an http(s) address")
+        fields["feature_image"] = image or None
+    for name, most in (("feature_image_alt", 191), ("meta_title", 300), ("meta_description", 500)):
+        if getattr(change, name) is not None:
+            fields[name] = free_text(getattr(change, name), name.replace("_", " "), most)
+    if change.feature_image_caption is not None:
+        fields["feature_image_caption"] = post_html(html=change.feature_image_caption) or None
     if change.segment is not None:
         fields["email_recipient_filter"] = _segment(change.segment)
     if change.visibility is not None:

@@ -14,7 +14,8 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-PACKAGES = {"@tryghost/members-csv": "2.0.7", "@tryghost/string": "0.3.7", "@tryghost/nql-lang": "0.7.0"}
+PACKAGES = {"@tryghost/members-csv": "2.0.7", "@tryghost/string": "0.3.7", "@tryghost/nql-lang": "0.7.0",
+            "@tryghost/kg-lexical-html-renderer": "1.4.5", "@tryghost/kg-default-nodes": "2.1.5"}
 
 
 def node_modules() -> Path:

@@ -84,13 +84,16 @@ _POST_ORDER = {"created_at": "p.created_at", "updated_at": "p.updated_at", "publ
 _POST_FILTER = {"id": "p.id", "slug": "p.slug", "status": "p.status", "visibility": "p.visibility",
                 "newsletter": "n.slug", "uuid": "p.uuid"}
 _POST_WRITABLE = {"title", "slug", "html", "status", "published_at", "visibility", "tiers", "custom_excerpt",
-                  "updated_at", "email_segment"}
+                  "updated_at", "email_segment", "feature_image", "feature_image_alt", "feature_image_caption",
+                  "meta_title", "meta_description"}
+_POST_PICTURE = ("feature_image", "feature_image_alt", "feature_image_caption", "meta_title", "meta_description")
 
 
 def post_json(post: authoring.Post, settings: Settings, formats: set[str]) -> dict:
     item = {
         "id": post.id, "uuid": post.uuid, "title": post.title, "slug": post.slug, "html": post.html,
-        "comment_id": post.id, "feature_image": None, "featured": False, "status": post.status,
+        "comment_id": post.id, **{name: getattr(post, name) for name in _POST_PICTURE}, "featured": False,
+        "status": post.status,
         "visibility": post.visibility, "created_at": iso(post.created_at), "updated_at": iso(post.updated_at),
         "published_at": iso(post.published_at), "custom_excerpt": post.custom_excerpt,
         "excerpt": post.custom_excerpt or post.plaintext[:500], "email_segment": post.email_segment,
@@ -101,14 +104,16 @@ def post_json(post: authoring.Post, settings: Settings, formats: set[str]) -> di
     }
     if "plaintext" in formats:
         item["plaintext"] = post.plaintext
+    if "lexical" in formats:
+        item["lexical"] = post.lexical
     return item
 
 
 def formats_of(query) -> set[str]:
     formats = {f.strip() for f in (query.get("formats") or "html").split(",") if f.strip()}
-    if formats - {"html", "plaintext"}:
-        raise invalid(f"formats {', '.join(sorted(formats - {'html', 'plaintext'}))} not supported", property="formats",
-                      context="Pressroom keeps a post's content as html (and plaintext)")
+    if formats - {"html", "plaintext", "lexical"}:
+        raise invalid(f"formats {', '.join(sorted(formats - {'html', 'plaintext', 'lexical'}))} not supported",
+                      property="formats", context="Pressroom keeps a post's content as html, plaintext and lexical")
     return formats
 
 
@@ -139,13 +144,19 @@ def _page_values(options: Browse) -> list[int]:
 
 async def post_change(conn, item: dict, query, *, adding: bool) -> authoring.PostChange:
     """The reference's post body and query (`source`, `newsletter`, `email_segment`) as a change."""
-    _unsupported_fields(item, _POST_WRITABLE, "posts", refused_apart=frozenset({"lexical", "mobiledoc"}))
-    for kind in ("lexical", "mobiledoc"):
-        if item.get(kind):
-            raise invalid(f"posts.{kind} is not supported by Pressroom", property=kind,
-                          context="send the post's content as html with ?source=html")
+    _unsupported_fields(item, _POST_WRITABLE | {"lexical"}, "posts", refused_apart=frozenset({"mobiledoc"}))
+    if item.get("mobiledoc"):
+        raise invalid("posts.mobiledoc is not supported by Pressroom", property="mobiledoc",
+                      context="send the post's content as lexical, or as html with ?source=html")
+    document = item.get("lexical") or None
+    if document is not None and not isinstance(document, str):
+        raise invalid("lexical must be the document as JSON text", property="lexical")
     html = text_of(item, "html")
-    if html and query.get("source") != "html":
+    if document is not None and query.get("source") == "html" and html:
+        raise invalid("send the post's content as lexical or as html, not both", property="html")
+    if document is not None:  # the reference's editor sends its html back as it read it: lexical wins
+        html = None
+    elif html and query.get("source") != "html":
         raise invalid("html is read only with ?source=html", property="html",
                       context="add ?source=html to send the post's content as HTML")
     status = item.get("status")
@@ -162,7 +173,9 @@ async def post_change(conn, item: dict, query, *, adding: bool) -> authoring.Pos
     try:
         return authoring.PostChange(
             title=text_of(item, "title") if adding or "title" in item else None, slug=text_of(item, "slug"),
-            html=(html or "") if (html is not None or adding) else None, custom_excerpt=text_of(item, "custom_excerpt"),
+            html=None if document is not None else (html or "") if (html is not None or adding) else None,
+            lexical=document, **{name: text_of(item, name) for name in _POST_PICTURE},
+            custom_excerpt=text_of(item, "custom_excerpt"),
             status=status, at=_time(item.get("published_at"), "published_at") if status == "scheduled" else None,
             newsletter=newsletter, segment=segment if newsletter or segment else None,
             visibility=text_of(item, "visibility"), tiers=tiers, updated_at=_time(item.get("updated_at"), "updated_at"))

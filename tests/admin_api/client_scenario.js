@@ -1,5 +1,5 @@
 // Drives Pressroom's Admin API with the reference platform's official client, as a site's tools do.
-// Usage: node client_scenario.js scenario|check URL KEY [POST_IDS...]; prints one JSON document.
+// Usage: node client_scenario.js scenario|check|lexical URL KEY [POST_IDS... | LEXICAL]; prints one JSON document.
 const GhostAdminAPI = require('@tryghost/admin-api');
 const token = require('@tryghost/admin-api/lib/token');
 const axios = require('axios');
@@ -71,7 +71,18 @@ async function check() {
     return {posts, browsed: (await api.posts.browse({limit: 'all', filter: 'status:published'})).map((p) => p.id)};
 }
 
-(mode === 'scenario' ? scenario() : check()).then((result) => {
+// The editor's way: a post as a Lexical document (the one argument after KEY), read back with it.
+async function lexical() {
+    const [document] = ids;
+    const added = await api.posts.add({title: 'Every card', lexical: document});
+    const read = await api.posts.read({id: added.id, formats: 'html,lexical'});
+    const unknown = await failure(api.posts.add({title: 'Unknown',
+        lexical: JSON.stringify({root: {children: [{type: 'transistor', version: 1}]}})}));
+    return {added, read, unknown};
+}
+
+const modes = {scenario, check, lexical};
+modes[mode]().then((result) => {
     process.stdout.write(JSON.stringify(result));
 }).catch((error) => {
     process.stderr.write(`${error.name}: ${error.message}\n${JSON.stringify(error)}\n`);

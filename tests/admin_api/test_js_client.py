@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.authoring.lexical_documents import every_card
 from tests.foundation.test_cli import pressroom
 from tests.frontdoor.conftest import close_door, open_door
 from tests.newsletter.test_failures import wait_until
@@ -113,3 +114,11 @@ async def check_scenario(result: dict, settings, db, mailgun, folder: Path, base
         assert shown.returncode == 0, shown.stderr
         status = json.loads(shown.stdout)
         assert status["status"] == "submitted" and status["recipients"] == readers, status
+
+
+async def test_the_reference_client_adds_a_post_written_as_lexical(client_folder, admin_door, admin_key, db):
+    document = every_card()
+    result = await node(client_folder, "lexical", admin_door.base, admin_key, document)
+    assert result["read"]["lexical"] == document and "Read more" in result["read"]["html"]
+    assert await db.fetchval("SELECT lexical FROM posts WHERE id = $1", result["added"]["id"]) == document
+    assert result["unknown"]["type"] == "ValidationError" and "transistor" in result["unknown"]["message"]

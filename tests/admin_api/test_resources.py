@@ -4,6 +4,7 @@ reference's envelopes, each error type, browse's options, and what Pressroom ref
 from __future__ import annotations
 
 from tests.admin_api.test_tokens import error_of
+from tests.authoring.lexical_documents import every_card
 
 
 def one(response, resource: str) -> dict:
@@ -45,7 +46,10 @@ async def test_an_edit_from_a_stale_copy_is_a_409_and_writes_nothing(api):
 async def test_what_pressroom_does_not_keep_is_refused_by_name(api):
     cases = [
         ({"posts": [{"title": "t", "html": "<p>x</p>"}]}, {}, "html is read only with ?source=html"),
-        ({"posts": [{"title": "t", "lexical": '{"root":{}}'}]}, {}, "posts.lexical is not supported"),
+        ({"posts": [{"title": "t", "lexical": '{"root":{}}'}]}, {}, "lexical must be a document"),
+        ({"posts": [{"title": "t", "lexical": '{"root":{"children":[{"type":"transistor"}]}}'}]}, {},
+         "'transistor' is not one Pressroom can render"),
+        ({"posts": [{"title": "t", "mobiledoc": '{"version":"0.3.1"}'}]}, {}, "posts.mobiledoc is not supported"),
         ({"posts": [{"title": "t", "tags": [{"name": "news"}]}]}, {}, "posts.tags is not supported"),
         ({"posts": [{"title": "t", "status": "sent"}]}, {}, "status 'sent' is not one of"),
         ({"posts": [{"title": "t", "status": "scheduled", "published_at": "2001-01-01T00:00:00Z"}]}, {},
@@ -58,16 +62,42 @@ async def test_what_pressroom_does_not_keep_is_refused_by_name(api):
         assert refused.status_code == 422, (words, refused.text)
         error = error_of(refused)
         assert error["type"] == "ValidationError" and words in error["message"], (words, error)
-    # The fields listed as written are those Pressroom writes: not the ones it refuses (lexical, mobiledoc).
+    # The fields listed as written are those Pressroom writes (lexical), not one it refuses (mobiledoc).
     listed = error_of(await api.post("posts/", json={"posts": [{"title": "t", "tags": [{"name": "news"}]}]}))
     assert listed["context"].startswith("posts fields Pressroom writes: "), listed
-    assert "lexical" not in listed["context"] and "mobiledoc" not in listed["context"], listed
+    assert "lexical" in listed["context"] and "mobiledoc" not in listed["context"], listed
     not_json = await api.post("posts/", content=b"{not json", headers={"Content-Type": "application/json"})
     assert not_json.status_code == 422 and error_of(not_json)["message"] == "the body is not JSON"
     too_big = await api.post("posts/", content=b"x" * (5 * 1024 * 1024), headers={"Content-Type": "application/json"})
     assert too_big.status_code == 413 and error_of(too_big)["type"] == "RequestEntityTooLargeError"
-    assert await api.get("posts/", params={"formats": "lexical"}) is not None
-    assert (await api.get("posts/", params={"formats": "lexical"})).status_code == 422
+    assert (await api.get("posts/", params={"formats": "mobiledoc"})).status_code == 422
+    assert await db_posts(api) == 0  # nothing partial written
+
+
+async def db_posts(api) -> int:
+    return (await api.get("posts/", params={"limit": "all"})).json()["meta"]["pagination"]["total"]
+
+
+async def test_a_post_from_lexical_is_kept_as_sent_with_its_web_and_email_html(api, db):
+    document = every_card()
+    added = await api.post("posts/", json={"posts": [{"title": "Every card", "lexical": document,
+                                                      "html": "<p>what the editor read back</p>"}]})
+    assert added.status_code == 201, added.text
+    post = one(added, "posts")
+    assert "Read more" in post["html"] and "Only in the email" not in post["html"]  # the web rendering
+    row = await db.fetchrow("SELECT lexical, email_html, plaintext FROM posts WHERE id = $1", post["id"])
+    assert row["lexical"] == document and "Only in the email" in row["email_html"]
+    assert "kg-bookmark-container" in row["email_html"] and "<table" in row["email_html"]
+    assert "Big news" in row["plaintext"]
+    read = one(await api.get(f"posts/{post['id']}/", params={"formats": "html,lexical"}), "posts")
+    assert read["lexical"] == document
+    edited = await api.put(f"posts/{post['id']}/", json={"posts": [{
+        "lexical": document.replace("Read more", "Read on"), "updated_at": post["updated_at"]}]})
+    assert edited.status_code == 200 and "Read on" in one(edited, "posts")["html"]
+    refused = await api.put(f"posts/{post['id']}/", json={"posts": [{"lexical": document.replace(
+        '"type": "button"', '"type": "transistor"')}]})
+    assert refused.status_code == 422 and "transistor" in error_of(refused)["message"]
+    assert "Read on" in await db.fetchval("SELECT email_html FROM posts WHERE id = $1", post["id"])
 
 
 async def test_browse_pages_filters_orders_and_projects_posts(api):
@@ -215,3 +245,18 @@ async def test_an_integrations_webhooks_are_added_edited_and_deleted_through_the
     assert await db.fetchval("SELECT count(*) FROM webhooks") == 0
     gone = await api.delete(f"webhooks/{webhook['id']}/")
     assert gone.status_code == 404 and error_of(gone)["type"] == "NotFoundError"
+
+
+async def test_a_posts_feature_image_and_meta_fields_are_kept_and_answered_back(api):
+    fields = {"feature_image": "https://cdn.example.com/cover.jpg", "feature_image_alt": "A cover",
+              "feature_image_caption": '<a href="https://example.com/">Photo</a><script>x()</script>',
+              "meta_title": "For search", "meta_description": "What search engines show"}
+    post = one(await api.post("posts/", json={"posts": [{"title": "Pictured", **fields}]}), "posts")
+    assert {k: post[k] for k in fields} == {**fields, "feature_image_caption": post["feature_image_caption"]}
+    assert "Photo" in post["feature_image_caption"] and "script" not in post["feature_image_caption"]
+    read = one(await api.get(f"posts/{post['id']}/"), "posts")
+    assert read["feature_image"] == fields["feature_image"] and read["meta_title"] == "For search"
+    off = one(await api.put(f"posts/{post['id']}/", json={"posts": [{"feature_image": ""}]}), "posts")
+    assert off["feature_image"] is None and off["meta_title"] == "For search"
+    refused = await api.post("posts/", json={"posts": [{"title": "x", "feature_image": "javascript:alert(1)"}]})
+    assert refused.status_code == 422 and "feature_image" in error_of(refused)["message"]

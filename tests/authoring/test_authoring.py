@@ -137,3 +137,28 @@ async def test_a_published_post_is_unpublished_but_not_while_its_email_is_sendin
     unpublished = run_json("posts", "edit", post, "--status", "draft", env=env)
     assert unpublished["status"] == "draft"
     assert await db.fetchval("SELECT status FROM emails WHERE id = $1", email) == "submitted", "its record stays"
+
+
+async def test_posts_add_from_lexical_keeps_the_document_and_its_email_reads_the_email_rendering(env, db, tmp_path,
+                                                                                                settings):
+    from activities.email_content import load_email
+    from tests.authoring.lexical_documents import every_card
+
+    run_json("newsletters", "add", "Weekly", env=env)
+    source = tmp_path / "post.json"
+    source.write_text(every_card())
+    post = run_json("posts", "add", "--title", "Cards", "--lexical", str(source), "--newsletter", "weekly", env=env)
+    assert "Only in the email" not in post["html"] and post["lexical"] == every_card()
+    loaded = await load_email(db, post["email_id"], settings)
+    assert loaded is not None and "Only in the email" in loaded.content.html  # the email's rendering, not the web's
+    assert "kg-bookmark-container" in loaded.content.html
+    source.write_text(every_card().replace('"type": "toggle"', '"type": "transistor"'))
+    refused = pressroom("posts", "edit", post["id"], "--lexical", str(source), env=env)
+    assert_one_line_error(refused, "'transistor' is not one Pressroom can render")
+    both = pressroom("posts", "edit", post["id"], "--lexical", str(source), "--html", str(source), env=env)
+    assert_one_line_error(both, "one of the three")
+    html = tmp_path / "post.html"
+    html.write_text("<p>Plain again</p>")
+    plain = run_json("posts", "edit", post["id"], "--html", str(html), env=env)
+    assert plain["lexical"] is None
+    assert await db.fetchval("SELECT email_html FROM posts WHERE id = $1", post["id"]) == ""
