@@ -75,6 +75,12 @@ class Settings(BaseSettings):
 
     # --- the contract: docs/production.md "Configuration" ---
     database_url: str = Field(default="", validation_alias="DATABASE_URL")
+    # Behind a pooler (docs/production.md "Behind a connection pooler"): `transaction` turns asyncpg's
+    # named prepared statements off (read by pressroom/database.py from the same variable); the direct
+    # URL is a PostgreSQL session of its own, for LISTEN, which a transaction pooler does not keep.
+    database_pooler: Literal["none", "session", "transaction"] = Field(
+        default="none", validation_alias="PRESSROOM_DATABASE_POOLER")
+    database_direct_url: str = Field(default="", validation_alias="DATABASE_DIRECT_URL")
     temporal_address: str = Field(default="127.0.0.1:7233", validation_alias="TEMPORAL_ADDRESS")
     temporal_namespace: str = Field(default="default", validation_alias="TEMPORAL_NAMESPACE")
     task_queue: str = Field(default="pressroom", validation_alias="PRESSROOM_TASK_QUEUE")
@@ -508,6 +514,10 @@ class Settings(BaseSettings):
                 "DATABASE_URL is not set and the development stack is not running "
                 "(start it with `pressroom dev up`, or set DATABASE_URL)")
         return self.database_url
+
+    def direct_database(self) -> str:
+        """The URL of a PostgreSQL session of its own (LISTEN): DATABASE_DIRECT_URL, else DATABASE_URL."""
+        return self.database_direct_url or self.database_url
 
     # --- the provider's neutral view: what activities read, whichever provider sends ---
 
