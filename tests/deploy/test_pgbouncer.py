@@ -1,5 +1,6 @@
-"""Behind Debian's real PgBouncer in transaction mode: `migrate` from two processes at once, a member
-added and the outbox delivering their welcome, a small newsletter send (docs/production.md)."""
+"""Behind Debian's real PgBouncer in transaction mode: `migrate` from two processes at once, members
+added and the outbox delivering their welcome, a small newsletter send, the Admin API answering
+(docs/production.md)."""
 
 from __future__ import annotations
 
@@ -13,13 +14,17 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 import asyncpg
+import httpx
 import pytest
 
 from devstack.servers import free_port, stop_process, wait_for_port
+from operations.integrations import add_integration
 from operations.outbox import ensure_relay
 from pressroom import database
+from tests.admin_api.conftest import API, token
 from tests.conftest import make_settings
 from tests.foundation.test_cli import pressroom_each
+from tests.frontdoor.conftest import close_door, open_door
 from tests.newsletter.conftest import seed_email
 from tests.newsletter.test_send import delivered, run_send
 from tests.outbox.test_outbox import WELCOME, settled
@@ -118,3 +123,27 @@ async def test_a_worker_and_commands_through_a_transaction_pooler_add_deliver_an
     assert outcome.status == "submitted" and outcome.counts.batches_total == 3
     counts = delivered(mailgun, seeded.email_id)
     assert len(counts) == 12 and set(counts.values()) == {1}
+
+
+async def test_the_admin_api_answers_through_a_transaction_pooler(db, mailgun, postgres_url, pgbouncer,
+                                                                   transaction_pooler):
+    pooled = through(pgbouncer, postgres_url)
+    settings = make_settings(pooled, mailgun, webhook_signing_key=mailgun.webhook_signing_key)
+    key = (await add_integration("Pooled", settings=settings)).admin_api_key
+    door = await open_door(settings)
+    try:
+        async def sign(request: httpx.Request) -> None:
+            request.headers["Authorization"] = f"Ghost {token(key)}"
+
+        async with httpx.AsyncClient(base_url=door.base + API, event_hooks={"request": [sign]}, timeout=30) as api:
+            # Members added from processes of their own meanwhile share the pooler's server connections.
+            added = await asyncio.to_thread(pressroom_each, *(("members", "add", f"api.{n}@example.com")
+                                                              for n in range(2)),
+                                            env={"DATABASE_URL": pooled, database.POOLER_VARIABLE: "transaction"})
+            assert [r.returncode for r in added] == [0, 0], [r.stderr for r in added]
+            pages = [await api.get("members/", params={"limit": 10, "order": "email asc"}) for _ in range(3)]
+    finally:
+        await close_door(door)
+    for page in pages:
+        assert page.status_code == 200, page.text
+        assert [m["email"] for m in page.json()["members"]] == ["api.0@example.com", "api.1@example.com"]
