@@ -303,6 +303,8 @@ class Settings(BaseSettings):
     worker_sticky_seconds: float = Field(default=10.0, ge=1, le=60, validation_alias="PRESSROOM_WORKER_STICKY_SECONDS")
     metrics_port: int = Field(default=0, ge=0, le=65535, validation_alias="PRESSROOM_METRICS_PORT")
     metrics_host: str = Field(default="127.0.0.1", validation_alias="PRESSROOM_METRICS_HOST")
+    # A worker's GET /healthz (operations/worker_health.py) on PRESSROOM_METRICS_HOST; 0: none.
+    worker_health_port: int = Field(default=0, ge=0, le=65535, validation_alias="PRESSROOM_WORKER_HEALTH_PORT")
     encryption_key: SecretStr = Field(default=SecretStr(""), validation_alias="PRESSROOM_ENCRYPTION_KEY")
     codec_token: SecretStr = Field(default=SecretStr(""), validation_alias="PRESSROOM_CODEC_TOKEN")
     # With a key, payloads nobody encrypted are refused; true opens a migration window (and logs it).
