@@ -11,7 +11,7 @@ import gc
 import logging
 import signal
 from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 from datetime import timedelta
 
 from temporalio.client import Client
@@ -35,6 +35,7 @@ from operations.analytics import ensure_schedule as ensure_analytics_schedule
 from operations.outbox import ensure_relay as ensure_outbox_relay
 from operations.posts import reconcile_at_worker_start, reconcile_schedule_id
 from operations.webhooks import ensure_inbox_applier
+from operations.worker_health import serving_health
 from pressroom import database, logs, tracing_export
 from pressroom.dependencies import Dependencies
 from pressroom.providers.wiring import provider_from_settings
@@ -175,7 +176,10 @@ async def run(settings: Settings | None = None) -> None:
         await ensure_outbox_relay(client, settings)  # outbox: the relay runs
         await ensure_inbox_applier(client, settings)  # webhooks: pushed events are applied
         log.info("worker started on task queue %s", settings.task_queue)
-        await stop.wait()
+        async with AsyncExitStack() as health:
+            if settings.worker_health_port:
+                await health.enter_async_context(serving_health(client, settings))
+            await stop.wait()
         log.info("worker stopping: in-flight activities finish or are handed back")
     log.info("worker stopped")
 

@@ -71,7 +71,7 @@ class WebhookActivities:
         result = InboxResult()
         deadline = time.monotonic() + input.run_seconds
         last_purge = 0.0
-        async with woken_by_notify(self.deps.settings.database_url, INBOX_CHANNEL) as wake:
+        async with woken_by_notify(self.deps.settings.direct_database(), INBOX_CHANNEL) as wake:
             while time.monotonic() < deadline and not activity.is_worker_shutdown():
                 activity.heartbeat(result.applied)
                 taken = await self._apply_some(result)

@@ -8,7 +8,7 @@ stateless server behind the operator's TLS proxy.
   form body) and the page's buttons (`scope=all` for every newsletter).
 - POST /webhooks/mailgun: the provider's signed events (operations/webhooks.py).
 - /ghost/api/admin/…: the reference platform's Admin API (frontdoor/admin_api/, docs/admin-api.md).
-- GET /healthz: 200 when PostgreSQL answers.
+- GET /healthz: 200 when PostgreSQL answers, else 503 naming it; Temporal's absence is named with the 200.
 - GET /r/{id}?m=…: a newsletter's tracked link, 302 to its stored target (frontdoor/redirects.py).
 
 A link is the reference platform's: `key` is the hex HMAC-SHA256 of the member's uuid keyed with
@@ -35,6 +35,7 @@ from urllib.parse import parse_qs, urlencode
 
 from aiohttp import web
 from opentelemetry.trace import SpanKind
+from temporalio.api.workflowservice.v1 import GetSystemInfoRequest
 from temporalio.common import MetricMeter
 
 from frontdoor.admin_api import MAX_BODY_BYTES as ADMIN_MAX_BODY
@@ -267,12 +268,29 @@ class FrontDoor:
         return app
 
     async def health(self, request: web.Request) -> web.Response:
+        """503 naming PostgreSQL, which every route needs. Temporal is named too, with a 200: only the
+        dashboard's sends need it, and a door taken out of the balancer would stop the members'
+        links and the provider's webhooks as well."""
 
-        try:
-            await asyncio.wait_for(self.pool.fetchval("SELECT 1"), 5)
-        except Exception:  # noqa: BLE001 (the database is what the front door needs to do anything)
-            return web.Response(status=503, text="database unavailable")
-        return web.Response(text="ok")
+        async def postgresql() -> str | None:
+            try:
+                await asyncio.wait_for(self.pool.fetchval("SELECT 1"), 5)
+            except Exception as error:  # noqa: BLE001 (whatever fails, the database is unavailable)
+                return f"postgresql unavailable ({error.__class__.__name__})"
+            return None
+
+        async def temporal() -> str | None:
+            try:
+                client = await asyncio.wait_for(self.pages.temporal(), 5)
+                await asyncio.wait_for(client.workflow_service.get_system_info(GetSystemInfoRequest()), 5)
+            except Exception as error:  # noqa: BLE001 (unreachable, refused or slow: named by its class only)
+                return f"temporal unavailable ({error.__class__.__name__})"
+            return None
+
+        database, workflows = await asyncio.gather(postgresql(), temporal())
+        if database:
+            return web.Response(status=503, text="; ".join(p for p in (database, workflows) if p))
+        return web.Response(text="ok" if workflows is None else f"ok; {workflows}: the dashboard cannot send")
 
     async def start(self, host: str, port: int) -> None:
         """Listen on host:port (guarded connections); returns once listening."""

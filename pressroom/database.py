@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from contextvars import ContextVar
@@ -44,6 +45,18 @@ async def _connecting(url: str, opening):
         raise DatabaseUnavailable(f"DATABASE_URL is malformed: {error}") from None
 
 
+# Read here, not through Settings, because every connection made (commands, tests, benches) takes it;
+# Settings declares and validates the same variable.
+POOLER_VARIABLE = "PRESSROOM_DATABASE_POOLER"
+
+
+def statement_cache_size() -> int:
+    """0 behind a transaction pooler (PgBouncer's pool_mode=transaction): each transaction may land on
+    another server connection, where asyncpg's named prepared statements are missing or already exist
+    (DuplicatePreparedStatementError). Otherwise asyncpg's default."""
+    return 0 if os.environ.get(POOLER_VARIABLE, "none").strip() == "transaction" else 100
+
+
 def _connection_class() -> type[asyncpg.Connection]:
 
     # With tracing on, each statement is a span of the activity or command that runs it.
@@ -63,12 +76,14 @@ async def connect(url: str, *, min_size: int = 1, max_size: int = 10) -> asyncpg
     """A pool on DATABASE_URL."""
     return await _connecting(url, asyncpg.create_pool(url, min_size=min_size, max_size=max_size, timeout=10,
                                                       command_timeout=300, connection_class=_connection_class(),
-                                                      reset=_keep_session))
+                                                      reset=_keep_session,
+                                                      statement_cache_size=statement_cache_size()))
 
 
 async def connect_once(url: str) -> asyncpg.Connection:
     """One connection on DATABASE_URL, for commands that make a few queries and leave."""
-    return await _connecting(url, asyncpg.connect(url, timeout=10, connection_class=_connection_class()))
+    return await _connecting(url, asyncpg.connect(url, timeout=10, connection_class=_connection_class(),
+                                                        statement_cache_size=statement_cache_size()))
 
 
 # A server that calls the operations (the dashboard's pages) lends them its pool for the request,
@@ -111,28 +126,28 @@ def migrations() -> list[tuple[str, str]]:
 async def migrate(url: str) -> list[str]:
     """Apply the migrations not yet applied, each once, and return their versions.
 
-    An advisory lock makes concurrent runs safe: the second waits, then finds nothing to do.
-    Each migration commits with its version row, so a failure leaves no half-applied file.
+    Each migration runs in a transaction of its own that first takes a transaction-level advisory
+    lock, so concurrent runs are safe (the second waits, then finds the version applied) through a
+    transaction pooler too, which keeps no session lock. Each migration commits with its version row,
+    so a failure leaves no half-applied file.
     """
     conn = await connect_once(url)
     try:
-        await conn.execute("SELECT pg_advisory_lock($1)", MIGRATION_LOCK_ID)
-        try:
+        async with conn.transaction():
+            await conn.execute("SELECT pg_advisory_xact_lock($1)", MIGRATION_LOCK_ID)
             await conn.execute(
                 "CREATE TABLE IF NOT EXISTS schema_migrations ("
                 " version text PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())")
-            applied = {r["version"] for r in await conn.fetch("SELECT version FROM schema_migrations")}
-            done = []
-            for version, sql in migrations():
-                if version in applied:
+        done = []
+        for version, sql in migrations():
+            async with conn.transaction():
+                await conn.execute("SELECT pg_advisory_xact_lock($1)", MIGRATION_LOCK_ID)
+                if await conn.fetchval("SELECT 1 FROM schema_migrations WHERE version = $1", version):
                     continue
-                async with conn.transaction():
-                    await conn.execute(sql)
-                    await conn.execute("INSERT INTO schema_migrations (version) VALUES ($1)", version)
-                log.info("applied migration %s", version)
-                done.append(version)
-            return done
-        finally:
-            await conn.execute("SELECT pg_advisory_unlock($1)", MIGRATION_LOCK_ID)
+                await conn.execute(sql)
+                await conn.execute("INSERT INTO schema_migrations (version) VALUES ($1)", version)
+            log.info("applied migration %s", version)
+            done.append(version)
+        return done
     finally:
         await conn.close()

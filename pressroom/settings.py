@@ -75,6 +75,12 @@ class Settings(BaseSettings):
 
     # --- the contract: docs/production.md "Configuration" ---
     database_url: str = Field(default="", validation_alias="DATABASE_URL")
+    # Behind a pooler (docs/production.md "Behind a connection pooler"): `transaction` turns asyncpg's
+    # named prepared statements off (read by pressroom/database.py from the same variable); the direct
+    # URL is a PostgreSQL session of its own, for LISTEN, which a transaction pooler does not keep.
+    database_pooler: Literal["none", "session", "transaction"] = Field(
+        default="none", validation_alias="PRESSROOM_DATABASE_POOLER")
+    database_direct_url: str = Field(default="", validation_alias="DATABASE_DIRECT_URL")
     temporal_address: str = Field(default="127.0.0.1:7233", validation_alias="TEMPORAL_ADDRESS")
     temporal_namespace: str = Field(default="default", validation_alias="TEMPORAL_NAMESPACE")
     task_queue: str = Field(default="pressroom", validation_alias="PRESSROOM_TASK_QUEUE")
@@ -297,6 +303,8 @@ class Settings(BaseSettings):
     worker_sticky_seconds: float = Field(default=10.0, ge=1, le=60, validation_alias="PRESSROOM_WORKER_STICKY_SECONDS")
     metrics_port: int = Field(default=0, ge=0, le=65535, validation_alias="PRESSROOM_METRICS_PORT")
     metrics_host: str = Field(default="127.0.0.1", validation_alias="PRESSROOM_METRICS_HOST")
+    # A worker's GET /healthz (operations/worker_health.py) on PRESSROOM_METRICS_HOST; 0: none.
+    worker_health_port: int = Field(default=0, ge=0, le=65535, validation_alias="PRESSROOM_WORKER_HEALTH_PORT")
     encryption_key: SecretStr = Field(default=SecretStr(""), validation_alias="PRESSROOM_ENCRYPTION_KEY")
     codec_token: SecretStr = Field(default=SecretStr(""), validation_alias="PRESSROOM_CODEC_TOKEN")
     # With a key, payloads nobody encrypted are refused; true opens a migration window (and logs it).
@@ -508,6 +516,10 @@ class Settings(BaseSettings):
                 "DATABASE_URL is not set and the development stack is not running "
                 "(start it with `pressroom dev up`, or set DATABASE_URL)")
         return self.database_url
+
+    def direct_database(self) -> str:
+        """The URL of a PostgreSQL session of its own (LISTEN): DATABASE_DIRECT_URL, else DATABASE_URL."""
+        return self.database_direct_url or self.database_url
 
     # --- the provider's neutral view: what activities read, whichever provider sends ---
 

@@ -57,7 +57,7 @@ class OutboxRelayActivities:
         orphans = asyncio.create_task(watchdog.watch([UNFINISHED_ENTRIES, UNFINISHED_EMAILS]))
         started, deadline = 0, time.monotonic() + input.run_seconds
         try:
-            async with woken_by_notify(self.settings.database_url, NOTIFY_CHANNEL) as wake:
+            async with woken_by_notify(self.settings.direct_database(), NOTIFY_CHANNEL) as wake:
                 while time.monotonic() < deadline and not activity.is_worker_shutdown():
                     activity.heartbeat(started)
                     claimed, at_cap = await self._claim_and_start()

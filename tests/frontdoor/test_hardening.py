@@ -81,7 +81,7 @@ async def test_half_sent_heads_idle_connections_and_slow_bodies_are_dropped(db, 
     assert await closed_by_server(idle[0]) == b""
     assert await closed_by_server(slow_body[0]) == b""
     answered = await closed_by_server(kept_alive[0])
-    assert answered.startswith(b"HTTP/1.1 200") and answered.endswith(b"ok")
+    assert answered.startswith(b"HTTP/1.1 200") and b"\r\n\r\nok" in answered  # "ok", then Temporal named when absent
     for _, writer in (half_head, idle, slow_body, kept_alive):
         writer.close()
 
