@@ -58,7 +58,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "newsletters add": ("commands.newsletters", "Add a newsletter; new members are subscribed to it unless "
                                                 "--no-subscribe-on-signup."),
     "newsletters list": ("commands.newsletters", "Every newsletter, oldest first."),
-    "newsletters edit": ("commands.newsletters", "Change a newsletter; only the options given."),
+    "newsletters edit": ("commands.newsletters", "Change a newsletter; only the options given (its design's too)."),
     "members": ("commands.members", "Members of the site."),
     "members add": ("commands.members", "Add a member; their welcome email (paid for comped members) goes out through "
                                         "the outbox."),
@@ -87,8 +87,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "outbox requeue": ("commands.outbox", "Try an entry again from the start (its attempts are reset), or every entry "
                                           "a filter names."),
     "analytics": ("commands.analytics", "Email analytics: the schedule that fetches Mailgun events into statistics."),
-    "analytics schedule": ("commands.analytics", "Create or update the schedule `email-analytics` (safe to run "
-                                                  "again)."),
+    "analytics schedule": ("commands.analytics", "Create or update this site's analytics schedule, `email-analytics` "
+                                                  "on the default task queue (safe to run again)."),
     "analytics run": ("commands.analytics", "Start one analytics run now."),
     "analytics pause": ("commands.analytics", "Pause the schedule (runs in progress finish)."),
     "analytics unpause": ("commands.analytics", "Resume the schedule."),
@@ -104,8 +104,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "posts reconcile": ("commands.posts", "Give every scheduled post its workflow at its time, and stop workflows of "
                                           "posts not scheduled."),
     "posts status": ("commands.posts", "Posts by state and the next due; or one post and its timer."),
-    "posts add": ("commands.posts", "Add a post from HTML or Markdown; with --newsletter it gets its email, sent when "
-                                    "it is published."),
+    "posts add": ("commands.posts", "Add a post from HTML, Markdown or Lexical; with --newsletter it gets its email, "
+                                    "sent when it is published."),
     "posts edit": ("commands.posts", "Change a post: content, audience, newsletter; schedule, publish or unschedule "
                                      "it."),
     "posts delete": ("commands.posts", "Delete a post and its unsent email (a post whose email went out stays)."),
