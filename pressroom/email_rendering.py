@@ -567,7 +567,7 @@ def render(content: EmailContent, segment: str | None) -> Rendered:
         html += FOOTER_HTML
         plain = html
     else:
-        plain = plain_parts(content.template, html, FOOTER_HTML)
+        plain = plain_parts(content.template, html, FOOTER_HTML, links)
         html = wrap(content.template, html, FOOTER_HTML, links)
     text = PLACEHOLDER.sub(lambda m: _plain_twin(m, variables), html_to_text(plain))
     return Rendered(subject=subject, html=html, text=text, variables=dict(variables.used), links=links.tracked)

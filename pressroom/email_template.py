@@ -194,17 +194,18 @@ def wrap(template: EmailTemplate, body: str, footer: str, link: Callable[[str], 
     return _INLINER.inline(document)
 
 
-def plain_parts(template: EmailTemplate, body: str, footer: str) -> str:
+def plain_parts(template: EmailTemplate, body: str, footer: str,
+                link: Callable[[str], str] = lambda url: url) -> str:
     """The same content as `wrap` without its layout, for the plain-text part: the body first (the
     subject already names the post, and a text reader's preview shows the opening words), then what
-    the template's header and footer say, each link written out."""
+    the template's header and footer say, each link written out and rewritten by `link` as in `wrap`."""
     parts = [body, "<hr>"]
     design = template.design
     if design.get("show_byline", True) and template.byline:
         parts.append(f"<p>By {_e(template.byline)}</p>")
     post_url = _web_url(template.post_url)
     if post_url:
-        parts.append(f'<p>View in browser: <a href="{_e(post_url)}">{_e(post_url)}</a></p>')
+        parts.append(f'<p><a href="{_e(link(post_url))}">View in browser</a></p>')
     if template.site_title:
         parts.append(f"<p>{_e(template.site_title)}</p>")
     if design.get("footer_content"):
