@@ -413,52 +413,11 @@ class SesSimulator:
                                                   f"the check in region {self.region.upper()}: {sender}")
         if faults.latency_ms:
             await asyncio.sleep(faults.latency_ms / 1000)
-        if len(entries) > MAX_DESTINATIONS:
-            return _error(400, "BadRequestException", f"Too many destinations: at most {MAX_DESTINATIONS}")
-        if faults.recipient_limit is not None and len(entries) > faults.recipient_limit:
-            return _error(400, "LimitExceededException", "Too many destinations for this account's sending limits")
-        if faults.daily_quota:
-            return _error(429, "TooManyRequestsException", "Daily message quota exceeded.")
-        if faults.throttled:
-            faults.throttled -= 1
-            return _error(429, "TooManyRequestsException", "Maximum sending rate exceeded.")
-        if faults.server_errors:
-            faults.server_errors -= 1
-            return _error(500, "InternalFailure", "An internal error occurred.")
+        refused = self._whole_call_refused(len(entries))
+        if refused is not None:
+            return refused
         tags = {tag["Name"]: tag["Value"] for tag in call.get("DefaultEmailTags", [])}
-        results = []
-        for place, entry in enumerate(entries):
-            address = entry["Destination"]["ToAddresses"][0]
-            if address.casefold() in self.refused:
-                results.append({"Status": "MESSAGE_REJECTED", "Error": "Email address is not verified."})
-                continue
-            if address.casefold() in self.refused_for_now:
-                self.requests["refused_for_now"] += 1
-                results.append({"Status": "TRANSIENT_FAILURE", "Error": f"Temporary failure for {address}."})
-                continue
-            if faults.throttled_destinations and place % 2 == 1:
-                faults.throttled_destinations -= 1
-                self.requests["refused_for_now"] += 1
-                results.append({"Status": "ACCOUNT_THROTTLED", "Error": "Maximum sending rate exceeded."})
-                continue
-            replacement = (entry.get("ReplacementEmailContent") or {}).get("ReplacementTemplate") or {}
-            values = json.loads(replacement.get("ReplacementTemplateData") or "{}")
-            copy = Delivered(
-                message_id=f"0100{next(self._ids):012x}-{uuid.uuid4()}-000000", address=address,
-                subject=_fill(content.get("Subject", ""), values), html=_fill(content.get("Html", ""), values),
-                text=_fill(content.get("Text", ""), values),
-                headers={h["Name"]: h["Value"] for h in entry.get("ReplacementHeaders", [])}, tags=tags,
-                accepted_at=self.now())
-            self.delivered.append(copy)
-            self.add_event("Send", copy)
-            self.add_event("Delivery", copy)
-            if address.casefold() in self.suppressed:
-                self.add_event("Bounce", copy)
-            else:
-                if self.opens:
-                    self.add_event("Open", copy)
-                self.links.delivered(copy.message_id, copy.html)
-            results.append({"Status": "SUCCESS", "MessageId": copy.message_id})
+        results = [self._entry_result(place, entry, content, tags) for place, entry in enumerate(entries)]
         if self.auto_push:
             with contextlib.suppress(aiohttp.ClientError):  # the receiver is down: as with SNS, the send goes on
                 await self.push_to_subscribers()
@@ -471,6 +430,56 @@ class SesSimulator:
                 request.transport.abort()  # accepted, but the client never hears so
             return web.Response(status=500)
         return web.json_response({"BulkEmailEntryResults": results})
+
+    def _whole_call_refused(self, destinations: int) -> web.Response | None:
+        """The refusals SES gives a whole SendBulkEmail call before it looks at any entry."""
+        faults = self.faults
+        if destinations > MAX_DESTINATIONS:
+            return _error(400, "BadRequestException", f"Too many destinations: at most {MAX_DESTINATIONS}")
+        if faults.recipient_limit is not None and destinations > faults.recipient_limit:
+            return _error(400, "LimitExceededException", "Too many destinations for this account's sending limits")
+        if faults.daily_quota:
+            return _error(429, "TooManyRequestsException", "Daily message quota exceeded.")
+        if faults.throttled:
+            faults.throttled -= 1
+            return _error(429, "TooManyRequestsException", "Maximum sending rate exceeded.")
+        if faults.server_errors:
+            faults.server_errors -= 1
+            return _error(500, "InternalFailure", "An internal error occurred.")
+        return None
+
+    def _entry_result(self, place: int, entry: dict[str, Any], content: dict[str, str],
+                      tags: dict[str, str]) -> dict[str, str]:
+        """One destination of a bulk call: refused, refused for now, throttled, or delivered (with its events)."""
+        faults = self.faults
+        address = entry["Destination"]["ToAddresses"][0]
+        if address.casefold() in self.refused:
+            return {"Status": "MESSAGE_REJECTED", "Error": "Email address is not verified."}
+        if address.casefold() in self.refused_for_now:
+            self.requests["refused_for_now"] += 1
+            return {"Status": "TRANSIENT_FAILURE", "Error": f"Temporary failure for {address}."}
+        if faults.throttled_destinations and place % 2 == 1:
+            faults.throttled_destinations -= 1
+            self.requests["refused_for_now"] += 1
+            return {"Status": "ACCOUNT_THROTTLED", "Error": "Maximum sending rate exceeded."}
+        replacement = (entry.get("ReplacementEmailContent") or {}).get("ReplacementTemplate") or {}
+        values = json.loads(replacement.get("ReplacementTemplateData") or "{}")
+        copy = Delivered(
+            message_id=f"0100{next(self._ids):012x}-{uuid.uuid4()}-000000", address=address,
+            subject=_fill(content.get("Subject", ""), values), html=_fill(content.get("Html", ""), values),
+            text=_fill(content.get("Text", ""), values),
+            headers={h["Name"]: h["Value"] for h in entry.get("ReplacementHeaders", [])}, tags=tags,
+            accepted_at=self.now())
+        self.delivered.append(copy)
+        self.add_event("Send", copy)
+        self.add_event("Delivery", copy)
+        if address.casefold() in self.suppressed:
+            self.add_event("Bounce", copy)
+        else:
+            if self.opens:
+                self.add_event("Open", copy)
+            self.links.delivered(copy.message_id, copy.html)
+        return {"Status": "SUCCESS", "MessageId": copy.message_id}
 
     async def _follow(self, request: web.Request) -> web.Response:
         """GET|POST /_sim/follow: readers and scanners following tracked links (devstack/link_followers.py)."""
