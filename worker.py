@@ -79,7 +79,7 @@ def build_activities(deps: Dependencies) -> list[Callable]:
         batch_send.list_unsent_batches, batch_send.send_batch, batch_send.send_batches, batch_send.fail_batch,
         email_finish.finish_email,
         reputation.read_reputation, reputation.record_pause, reputation.probe_provider,
-        sending_limits.admit_batch, sending_limits.split_refused_batch,
+        sending_limits.admit_batch, sending_limits.look_for_account_room, sending_limits.split_refused_batch,
         outbox_relay.relay_outbox,
         outbox_delivery.handle_entry, outbox_delivery.complete_entry, outbox_delivery.abort_entry,
         analytics.fetch_phase, analytics.aggregate_stats, analytics.record_run,

@@ -16,7 +16,9 @@ docs/production.md, "Send caps".
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
+import time
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
@@ -101,6 +103,16 @@ class Admission(BaseModel):
     split_into: list[str] = []
     resume_at: datetime | None = None
     reason: str = ""
+    account: bool = False  # the wait is for the provider's rolling day (SES): a raised quota ends it
+
+
+class LookForAccountRoomInput(BaseModel):
+    every_seconds: float
+    at_most_seconds: float
+
+
+class AccountRoom(BaseModel):
+    room: bool
 
 
 class SplitRefusedBatchInput(BaseModel):
@@ -272,12 +284,29 @@ class SendingLimitsActivities:
             reason = (f"waiting for {self.provider.title}'s 24-hour sending quota ({quota.per_day:,} messages, "
                       f"{quota.sent_last_24_hours:,} sent in the last 24 hours), looks again at "
                       f"{resume_at:%Y-%m-%d %H:%M} UTC")
-            return Admission(batch_id=batch_id, resume_at=resume_at, reason=reason)
+            return Admission(batch_id=batch_id, resume_at=resume_at, reason=reason, account=True)
         window = "day" if rooms.get("day", 1) <= 0 else "hour"
         resume_at = starts[window] + (timedelta(days=1) if window == "day" else timedelta(hours=1))
         reason = (f"waiting for the {'daily' if window == 'day' else 'hourly'} limit of {domain} "
                   f"({caps[window]:,} messages), resumes at {resume_at:%Y-%m-%d %H:%M} UTC")
         return Admission(batch_id=batch_id, resume_at=resume_at, reason=reason)
+
+    @activity.defn
+    async def look_for_account_room(self, input: LookForAccountRoomInput) -> AccountRoom:
+        """Read the provider's quota every `every_seconds` until the account has room again (a quota
+        raised, a day's sends aged out), or `at_most_seconds` pass. Safe to repeat: it reserves nothing."""
+        started = time.monotonic()
+        while True:
+            async with heartbeating():
+                quota = await self.provider.account_quota(datetime.now(UTC))
+                if quota.room_today is None:
+                    return AccountRoom(room=True)
+                in_flight = await self.pool.fetchval(IN_FLIGHT, datetime.now(UTC) - timedelta(days=1))
+                if quota.room_today - in_flight > 0:
+                    return AccountRoom(room=True)
+                if time.monotonic() - started >= input.at_most_seconds:
+                    return AccountRoom(room=False)
+                await asyncio.sleep(input.every_seconds)
 
     @staticmethod
     async def _account_room_at(conn: asyncpg.Connection, at: datetime) -> datetime:

@@ -4,6 +4,7 @@ waiting out a provider's outage, and what the run shows while it does."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -38,7 +39,12 @@ with workflow.unsafe.imports_passed_through():
     )
     from activities.newsletter.reputation import ReputationActivities
     from activities.newsletter.send import BatchSendActivities
-    from activities.sending_limits import AdmitBatchInput, SendingLimitsActivities, SplitRefusedBatchInput
+    from activities.sending_limits import (
+        AdmitBatchInput,
+        LookForAccountRoomInput,
+        SendingLimitsActivities,
+        SplitRefusedBatchInput,
+    )
     from pressroom.errors import cause_of
     from workflows.newsletter_models import NewsletterProgress, Outage, ReputationWatch, Resume
     from workflows.policies import DATABASE_RETRY
@@ -50,6 +56,9 @@ HEARTBEAT_TIMEOUT = timedelta(seconds=15)
 # Runs started before this patch waited out an outage on a doubling timer; later runs look for the
 # provider's return with an authenticated read and send again within one look of it.
 PROVIDER_PROBE_PATCH = "probe-provider-return"
+# Runs started before this patch looked at a used-up rolling day's quota (SES) again within the hour;
+# later runs also read the quota while they wait and go on within one look of it having room.
+ACCOUNT_ROOM_PATCH = "look-for-account-room"
 # A group of batches sent by one activity holds at most half the plan's senders, so that the batches
 # of another group go out while one waits for its slowest answer.
 GROUP_SHARE_OF_SENDERS = 2
@@ -222,12 +231,37 @@ class BatchSending:
             # A cap is reached: wait on a durable timer for the next window, not on failing retries.
             self._show(message=admission.reason)
             resume_at = admission.resume_at or workflow.now()  # a refusal always names when; never sooner
-            await self._wait_unless_cancelled(max(resume_at - workflow.now(), timedelta(seconds=1)), admission.reason)
+            wait = max(resume_at - workflow.now(), timedelta(seconds=1))
+            if admission.account and workflow.patched(ACCOUNT_ROOM_PATCH):
+                await self._wait_for_account_room(plan, wait, admission.reason)
+            else:
+                await self._wait_unless_cancelled(wait, admission.reason)
             if self._cancel is not None:
                 return [batch_id]  # back in the queue, which a cancelled send no longer reads
         if self._progress.message.startswith("waiting for"):
             self._show(message="")
         return []
+
+    async def _wait_for_account_room(self, plan: SendPlan, wait: timedelta, reason: str) -> None:
+        """A used-up rolling day's quota: wait until the admission looks again, or less, within one look
+        (`provider_probe_seconds`) of the account having room (a raised quota), or until a cancel."""
+        look = asyncio.create_task(self._look_for_account_room(plan))
+        with contextlib.suppress(TimeoutError):
+            await workflow.wait_condition(lambda: look.done() or self._cancel is not None, timeout=wait,
+                                          timeout_summary=reason)
+        if not look.done():
+            look.cancel()
+
+    async def _look_for_account_room(self, plan: SendPlan) -> None:
+        while True:
+            found = await workflow.execute_activity_method(
+                SendingLimitsActivities.look_for_account_room,
+                LookForAccountRoomInput(every_seconds=plan.provider_probe_seconds,
+                                        at_most_seconds=PROBE_ACTIVITY.total_seconds() - 30),
+                start_to_close_timeout=PROBE_ACTIVITY, heartbeat_timeout=heartbeat_timeout(plan),
+                retry_policy=DATABASE_RETRY, summary="look for room in the provider's quota")
+            if found.room:
+                return
 
     async def _send_and_confirm(self, batch: SendBatchInput, number: int, resume: Resume) -> BatchSent | None:
         """Send the batch; while the provider may have accepted it and its events are not there yet,
