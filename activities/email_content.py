@@ -10,6 +10,8 @@ import json
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
+import asyncpg
+
 from pressroom.email_rendering import EmailContent, header_text, mailbox, member_values, ref_value
 from pressroom.email_template import DESIGN_COLUMNS, EmailTemplate
 from pressroom.settings import Settings
@@ -24,7 +26,7 @@ class LoadedEmail:
     newsletter_uuid: str | None  # None: the email has no newsletter, its link leaves every one
 
 
-async def load_email(conn, email_id: str, settings: Settings) -> LoadedEmail | None:
+async def load_email(conn: asyncpg.Connection, email_id: str, settings: Settings) -> LoadedEmail | None:
     """The email's content and sender, or None when there is no such email; a ContentError when its
     subject or sender cannot be a header (checked here, where they enter, for every path)."""
     row = await conn.fetchrow(
@@ -53,7 +55,7 @@ async def load_email(conn, email_id: str, settings: Settings) -> LoadedEmail | N
                        track_opens=row["track_opens"], newsletter_uuid=row["newsletter_uuid"])
 
 
-def _template(row, site: str) -> EmailTemplate:
+def _template(row: asyncpg.Record, site: str) -> EmailTemplate:
     """The template's parts from the post's and newsletter's rows as they stand: a field the post
     does not have (a feature image, authors) is absent, not an error."""
     post = json.loads(row["post"])
@@ -85,7 +87,8 @@ def _byline(authors: object) -> str | None:
     return ", ".join(names[:-1]) + f" and {names[-1]}" if len(names) > 1 else (names[0] if names else None)
 
 
-async def load_member_values(conn, member_id: str, loaded: LoadedEmail, settings: Settings) -> tuple[dict, str] | None:
+async def load_member_values(conn: asyncpg.Connection, member_id: str, loaded: LoadedEmail,
+                             settings: Settings) -> tuple[dict, str] | None:
     """(replacement values, status) of a member, or None when there is no such member."""
     row = await conn.fetchrow("SELECT email, name, uuid, status FROM members WHERE id = $1", member_id)
     if row is None:

@@ -18,7 +18,7 @@ FIRST_HEARTBEAT_SECONDS = 2.0
 
 
 @asynccontextmanager
-async def heartbeating(every: float = 2.0, *, first_after: float = 0.0):
+async def heartbeating(every: float = 2.0, *, first_after: float = 0.0) -> AsyncIterator[None]:
     """Heartbeat while a long statement runs, so a dead worker is noticed by the heartbeat timeout.
 
     `first_after` seconds pass before the first beat: work that is usually done by then sends none

@@ -21,7 +21,7 @@ from typing import Any
 
 import asyncpg
 from temporalio import activity
-from temporalio.client import WorkflowExecutionStatus, WorkflowFailureError
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError
 from temporalio.service import RPCError, RPCStatusCode
 
 from activities.metrics import Instruments
@@ -48,7 +48,7 @@ class ClosedRun:
         return f"closed as {self.status}" + (f" ({self.message})" if self.message else "")
 
 
-async def run_closed(client, workflow_id: str, run_id: str | None = None,
+async def run_closed(client: Client, workflow_id: str, run_id: str | None = None,
                      rpc_timeout: timedelta | None = DESCRIBE_TIMEOUT) -> ClosedRun | None:
     """How the run closed, or None while it runs. Without run_id, the latest run of the workflow id.
     Any answer from Temporal but "not found" is raised."""
@@ -67,7 +67,7 @@ async def run_closed(client, workflow_id: str, run_id: str | None = None,
     return ClosedRun(run.status.name, await _failure_message(client, workflow_id, run.run_id, rpc_timeout))
 
 
-async def _failure_message(client, workflow_id: str, run_id: str, rpc_timeout: timedelta | None) -> str:
+async def _failure_message(client: Client, workflow_id: str, run_id: str, rpc_timeout: timedelta | None) -> str:
     """The innermost cause's message of a closed run's failure (an activity's own error, the
     terminate reason), decoded by the client's codec; "" when there is none."""
 
@@ -109,7 +109,7 @@ class Job:
 class Watchdog:
     """Every `interval` seconds, each job's unfinished rows whose run has closed are recorded so."""
 
-    def __init__(self, pool: asyncpg.Pool, temporal, interval: float) -> None:
+    def __init__(self, pool: asyncpg.Pool, temporal: Client, interval: float) -> None:
         self.pool = pool
         self.temporal = temporal
         self.interval = interval
@@ -162,7 +162,7 @@ class Watchdog:
             return None
 
 
-async def chain_closed(client, workflow_id: str, first_run_id: str) -> ClosedRun | None:
+async def chain_closed(client: Client, workflow_id: str, first_run_id: str) -> ClosedRun | None:
     """How the run chain that began with `first_run_id` closed (continued as new any number of
     times), or None while it runs."""
 

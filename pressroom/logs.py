@@ -10,6 +10,11 @@ place. Libraries' own loggers (httpx logs every request URL at INFO) stay at WAR
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pressroom.settings import Settings
+
 import base64
 import binascii
 import json
@@ -211,7 +216,7 @@ def configure(secrets: Iterable[str] = (), level: int | str = logging.INFO, log_
     root.setLevel(min(level, library_level))
 
 
-def configure_from(settings, *, level: int | str | None = None) -> None:
+def configure_from(settings: Settings, *, level: int | str | None = None) -> None:
     """`configure` from the settings: every secret they hold masked, their format and levels
     (`level` instead of PRESSROOM_LOG_LEVEL for Pressroom's own lines, when given)."""
     configure(settings.secret_values(), level or settings.log_level, settings.log_format, settings.library_log_level)

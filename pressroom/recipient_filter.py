@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import NoReturn
 
 MEMBER_STATUSES = ("free", "paid", "comped")
 KEYS = {"status": "status", "label": "label", "labels": "label", "tier": "tier", "tiers": "tier",
@@ -158,7 +159,7 @@ class _Parser:
         self.i += 1
         return token
 
-    def refuse(self, what: str):
+    def refuse(self, what: str) -> NoReturn:
         token = self.peek()
         found = "the end" if token.kind == "end" else repr(token.text)
         raise FilterError(f"recipient filter {_quoted(self.text)}: expected {what} at {token.at + 1}, found {found}")

@@ -115,7 +115,7 @@ async def apply(pool: asyncpg.Pool, batch: EventBatch, result: PhaseResult, job:
                 ) -> None:
     """One transaction: the events (times, failures, unsubscribes, complaints, suppressions), the
     events set aside, and the cursor."""
-    async def save_cursor(conn) -> None:
+    async def save_cursor(conn: asyncpg.Connection) -> None:
         await conn.execute(_SAVE_JOB, job, json.dumps(cursor))
 
     applied = await apply_batch(pool, batch, "poll", save_cursor)

@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
+import asyncpg
+
 from pressroom.email_rendering import SEGMENT_STATUSES, TIERS_SUFFIX
 from pressroom.errors import shorten
 from pressroom.recipient_filter import Node, parse, slugs
@@ -77,7 +79,7 @@ class Audience:
         return text.replace(PREDICATE, self.predicate).replace(SEGMENT, self.segment)
 
 
-def audience(email, *, as_of: datetime, tiers: bool) -> Audience:
+def audience(email: asyncpg.Record, *, as_of: datetime, tiers: bool) -> Audience:
     """The audience of an email row (newsletter_id, post_id, recipient_filter, created_at), its tiers
     judged at `as_of`; `tiers`: segments also say whether a member is of one of the post's tiers.
     A filter outside the grammar raises FilterError."""
@@ -87,7 +89,7 @@ def audience(email, *, as_of: datetime, tiers: bool) -> Audience:
                     predicate=predicate, segment=_BY_STATUS_AND_TIER if tiers else _BY_STATUS)
 
 
-async def missing(conn, tree: Node) -> str:
+async def missing(conn: asyncpg.Connection, tree: Node) -> str:
     """Which labels and tiers the filter (its parsed tree) names that do not exist, in words ("" when all do)."""
     found = []
     for key, table in (("label", "labels"), ("tier", "products")):
@@ -101,7 +103,7 @@ async def missing(conn, tree: Node) -> str:
     return "; ".join(found)
 
 
-async def entitled(conn, member_id: str, email_id: str) -> bool:
+async def entitled(conn: asyncpg.Connection, member_id: str, email_id: str) -> bool:
     """Whether the member is, now, of one of the tiers the email's post is for."""
     return await conn.fetchval(
         "SELECT EXISTS (SELECT 1 FROM members_products mp JOIN posts_products pp ON pp.product_id = mp.product_id "

@@ -7,8 +7,10 @@ failed email sends its failed batches again. Safe to repeat: a creation resumes 
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
+import asyncpg
 from temporalio import activity
 
 from activities.errors import non_retryable
@@ -47,7 +49,7 @@ SEGMENT_NAME_SQL = ("CASE segment " + " ".join(f"WHEN '{s}' THEN '{n}'" for s, n
                     + " ELSE 'all' END")
 
 
-def audience_of(email, *, as_of, segments) -> Audience:
+def audience_of(email: asyncpg.Record, *, as_of: datetime, segments: tuple[str | None, ...]) -> Audience:
     """The email's audience, its tiers judged at `as_of`; a filter that cannot be parsed is refused
     (the lock refuses it first; this is for an email changed since)."""
     try:
@@ -120,18 +122,19 @@ class BatchCreationActivities:
             return await self._record_written(conn, input.email_id, created=not has_batches, email=email,
                                               as_of=None if has_batches else as_of)
 
-    async def _retry_failed_batches(self, conn, email_id: str) -> None:
+    async def _retry_failed_batches(self, conn: asyncpg.Connection, email_id: str) -> None:
         """A new send of a failed email sends its failed batches again. The send outcome stays: an
         uncertain batch is looked up before it is sent again."""
         await conn.execute("UPDATE email_batches SET status = 'pending', send_attempts = 0, error_status_code = NULL, "
                            "error_message = NULL, updated_at = now() WHERE email_id = $1 AND status = 'failed'",
                            email_id)
 
-    async def _record_written(self, conn, email_id: str, *, created: bool, email, as_of) -> BatchCounts:
+    async def _record_written(self, conn: asyncpg.Connection, email_id: str, *, created: bool, email: asyncpg.Record,
+                              as_of: datetime | None) -> BatchCounts:
         """The email's counts from the rows really written, not the ones planned, so reports match
         the send; a creation just finished also records who was left out and why (tiers judged at
         `as_of`, when its audience was taken), and with warming how many go through the custom domain."""
-        if created:
+        if created and as_of is not None:  # a creation just finished has its audience's time
             await record_left_out(conn, email_id, email, as_of=as_of)
         if created and self.settings.warming:
             await conn.execute(
@@ -146,7 +149,8 @@ class BatchCreationActivities:
                                     100 * (counts.recipients_total - expected) / expected)
         return counts
 
-    async def _create_chunk(self, conn, input: CreateBatchesInput, email, creation) -> BatchCounts:
+    async def _create_chunk(self, conn: asyncpg.Connection, input: CreateBatchesInput, email: asyncpg.Record,
+                            creation: asyncpg.Record | None) -> BatchCounts:
         """Plan the creation on the first call, then write the next chunk (chunked) or every chunk
         left; the totals are the planned ones until the call after the last chunk."""
         if creation is None:
@@ -168,7 +172,7 @@ class BatchCreationActivities:
         return await self._record_written(conn, input.email_id, created=True, email=email,
                                           as_of=creation["audience_at"])
 
-    async def _plan_creation(self, conn, email_id: str, email):
+    async def _plan_creation(self, conn: asyncpg.Connection, email_id: str, email: asyncpg.Record) -> asyncpg.Record:
         """Fix what every chunk must agree on: segments, batch sizes, where warming falls back; and
         count the audience per group for the planned totals (from the same pass that finds the
         unusable addresses, unless warming sends some of it through the fallback domain)."""
@@ -206,7 +210,7 @@ class BatchCreationActivities:
             email_id, segmented, sizes[False], sizes[True], rate, first_id, batches,
             sum(row["n"] for row in planned), list(segments) if segmented else None, as_of)
 
-    async def _leave_out_unusable(self, conn, email_id: str, chosen: Audience) -> dict[str, int]:
+    async def _leave_out_unusable(self, conn: asyncpg.Connection, email_id: str, chosen: Audience) -> dict[str, int]:
         """Record the members whose stored address cannot be a recipient as left out of the email, by
         id and reason, and count them on it, in the caller's transaction (with the plan, so every
         chunk leaves out the same members); one bad row never fails the batch it would have joined.
@@ -231,7 +235,8 @@ class BatchCreationActivities:
         return {segment["segment"]: segment["n"] - len(left_out.intersection(segment["unplain"]))
                 for segment in segments}
 
-    async def _write_chunk(self, conn, email_id: str, email, creation):
+    async def _write_chunk(self, conn: asyncpg.Connection, email_id: str, email: asyncpg.Record,
+                           creation: asyncpg.Record) -> asyncpg.Record:
         """The next chunk of the current group's recipients in member id order, as whole batches,
         and the cursor moved past it, in the caller's transaction; an exhausted group moves the
         cursor to the next one."""
@@ -258,7 +263,7 @@ class BatchCreationActivities:
                       done = $5, updated_at = now()
                WHERE email_id = $1 RETURNING *""", email_id, group, after, in_group, group >= len(groups))
 
-    async def _warmup_limit(self, conn) -> int | None:
+    async def _warmup_limit(self, conn: asyncpg.Connection) -> int | None:
         """Today's warm-up limit, counting days from the first email sent with warming."""
         day = await conn.fetchval(
             """SELECT coalesce(floor(extract(epoch FROM now() - min(b.created_at)) / 86400), 0)::int

@@ -3,6 +3,8 @@ written by one statement."""
 
 from __future__ import annotations
 
+import asyncpg
+
 from activities.newsletter.audience import NOT_SKIPPED, RECIPIENTS, SEGMENT
 from pressroom.email_rendering import FREE, NOT_FREE
 
@@ -43,7 +45,7 @@ WRITE_CHUNK = f"""
 """
 
 
-def creation_segments(creation) -> tuple[str | None, ...]:
+def creation_segments(creation: asyncpg.Record) -> tuple[str | None, ...]:
     """The segments a chunked creation writes; a creation planned before tiers stored only whether
     it was segmented."""
     if creation["segments"] is not None:

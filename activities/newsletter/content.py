@@ -7,6 +7,7 @@ import asyncio
 from collections.abc import Mapping
 from email.utils import formataddr, parseaddr
 
+import asyncpg
 from temporalio import activity
 
 from activities.email_content import LoadedEmail, load_email
@@ -23,7 +24,7 @@ def fallback_sender(from_address: str, fallback_address: str) -> str:
     return formataddr((name, fallback_address)) if name else fallback_address
 
 
-async def load_for_sending(conn, email_id: str, settings: Settings) -> LoadedEmail:
+async def load_for_sending(conn: asyncpg.Connection, email_id: str, settings: Settings) -> LoadedEmail:
     """The email's content and sender; an email that does not exist or cannot be a message is refused."""
     try:
         loaded = await load_email(conn, email_id, settings)
@@ -46,7 +47,7 @@ stored AS (
 SELECT count(*) FROM redirects r JOIN link ON link.id = r.id WHERE r."to" <> link.target"""
 
 
-async def store_redirects(conn, email_id: str, links: Mapping[str, str]) -> None:
+async def store_redirects(conn: asyncpg.Connection, email_id: str, links: Mapping[str, str]) -> None:
     """Every redirect of `links` (id → target) stored, once, before a reader can follow it."""
     if not links:
         return
@@ -55,7 +56,7 @@ async def store_redirects(conn, email_id: str, links: Mapping[str, str]) -> None
         raise non_retryable("RedirectClash", f"email {email_id}: {clashes} redirect ids are another target's")
 
 
-async def check_content(conn, email_id: str, settings: Settings) -> None:
+async def check_content(conn: asyncpg.Connection, email_id: str, settings: Settings) -> None:
     """Render every segment once before anything is written: bad content is refused up front."""
     content = (await load_for_sending(conn, email_id, settings)).content
     try:
@@ -71,7 +72,7 @@ class Messages:
     """Each segment's rendering and its message, prepared by the provider per sending scope, kept
     within the body cache's size: rendered once per worker, shared by every batch of the segment."""
 
-    def __init__(self, pool, settings: Settings) -> None:
+    def __init__(self, pool: asyncpg.Pool, settings: Settings) -> None:
         self.pool = pool
         self.settings = settings
         self._bodies = BodyCache(settings.body_cache_bytes)

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import asyncpg
+
 from activities.newsletter.models import BatchCounts
 
 
-async def batch_counts(conn, email_id: str) -> BatchCounts:
+async def batch_counts(conn: asyncpg.Connection, email_id: str) -> BatchCounts:
     """Batches and recipients by state; retired batches (split into pieces) are not counted."""
     row = await conn.fetchrow(
         """SELECT count(*) AS total,

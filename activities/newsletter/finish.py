@@ -3,6 +3,7 @@ watchdog's job for emails whose send closed without finishing them."""
 
 from __future__ import annotations
 
+import asyncpg
 from temporalio import activity
 
 from activities.heartbeat import FIRST_HEARTBEAT_SECONDS, heartbeating
@@ -27,7 +28,7 @@ WHERE email_id = $1 AND status = 'failed' AND error_message IS NOT NULL
 GROUP BY 1, 2 ORDER BY count(*) DESC, 1 LIMIT 1"""
 
 
-def batches_answer(row) -> str:
+def batches_answer(row: asyncpg.Record | None) -> str:
     """' (401: the provider's message)' from the failed batches' kept answer, or '' without one."""
     if row is None:
         return ""
@@ -82,7 +83,7 @@ class EmailFinishActivities:
 
 # --- emails whose send closed without finishing them (the watchdog's newsletter job) --------------
 
-async def _unfinished_emails(pool, older_than: float, after, limit: int) -> list[Watched]:
+async def _unfinished_emails(pool: asyncpg.Pool, older_than: float, after: str | None, limit: int) -> list[Watched]:
     """Emails `submitting`, unchanged for `older_than` seconds, oldest first after `after`, whose lock
     names a run of this namespace (one of another cannot be asked about from here)."""
     namespace = activity.info().namespace
@@ -109,7 +110,7 @@ def closed_send_error(workflow_id: str, closed: ClosedRun) -> str:
             "Send it again to retry.")
 
 
-async def _fail_unfinished_email(pool, watched: Watched, closed: ClosedRun) -> str | None:
+async def _fail_unfinished_email(pool: asyncpg.Pool, watched: Watched, closed: ClosedRun) -> str | None:
     """Failed with the run's reason, the lock released: `newsletter send` sends what is left (batches
     already submitted are not sent again; an uncertain one is looked up first)."""
     error = closed_send_error(watched.workflow_id, closed)[:2000]

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from datetime import datetime
 
+import asyncpg
+
 from activities.newsletter.audience import PREDICATE
 from pressroom.recipient_filter import FilterError
 from pressroom.store.audience import filter_sql
@@ -46,7 +48,7 @@ UPDATE emails SET left_out = (SELECT coalesce(jsonb_object_agg(reason, n), '{{}}
 WHERE id = $1 AND left_out IS NULL"""
 
 
-def with_filter(statement: str, email, *, as_of: datetime) -> tuple[str, list[str]]:
+def with_filter(statement: str, email: asyncpg.Record, *, as_of: datetime) -> tuple[str, list[str]]:
     """The statement with the email's recipient filter as its not-in-filter test, reading its values
     from $4, tiers judged at `as_of`; a filter that cannot be parsed leaves nobody out for it."""
     try:
@@ -56,7 +58,7 @@ def with_filter(statement: str, email, *, as_of: datetime) -> tuple[str, list[st
     return statement.replace(PREDICATE, predicate), values
 
 
-async def record_left_out(conn, email_id: str, email, *, as_of: datetime) -> None:
+async def record_left_out(conn: asyncpg.Connection, email_id: str, email: asyncpg.Record, *, as_of: datetime) -> None:
     """Count the email's left-out members by reason, in the caller's transaction; `email` is its row
     (newsletter_id, post_id, recipient_filter, created_at), `as_of` the moment its audience was
     taken: tiers are judged then, as the audience judged them."""

@@ -9,8 +9,9 @@ from __future__ import annotations
 import uuid
 from email.utils import parseaddr
 
+import asyncpg
 from temporalio import activity
-from temporalio.client import WorkflowExecutionStatus
+from temporalio.client import WorkflowExecutionDescription, WorkflowExecutionStatus
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
@@ -121,7 +122,7 @@ class EmailLockActivities:
         raise refusal
 
     @staticmethod
-    def _unpublished(email) -> str:
+    def _unpublished(email: asyncpg.Record) -> str:
         """Why the email's post stops it (it is a draft or scheduled again), or "" when it may go out."""
         if email["post_status"] in (None, "published", "sent"):
             return ""
@@ -145,7 +146,8 @@ class EmailLockActivities:
         return (f"email {email_id}: {self.provider_title} has not verified {state.identity} for sending "
                 f"({state.detail}); verify it with {self.provider_title} (docs/deliverability.md), then send again")
 
-    async def _lock(self, conn, input: LockEmailInput, email, quota: AccountQuota, unverified: str = "") -> EmailLock:
+    async def _lock(self, conn: asyncpg.Connection, input: LockEmailInput, email: asyncpg.Record, quota: AccountQuota,
+                    unverified: str = "") -> EmailLock:
         """The lock itself, in the caller's transaction: taken over from a sender proved gone, and
         refused for bad input before anything is written."""
         holder = self._holder(input.holder)
@@ -214,7 +216,7 @@ class EmailLockActivities:
         activity.logger.warning("%s", took_over)
         return took_over
 
-    async def _describe(self, workflow_id: str, run_id: str | None = None):
+    async def _describe(self, workflow_id: str, run_id: str | None = None) -> WorkflowExecutionDescription | None:
         """The run (the latest one without run_id), or None when this namespace has no such run."""
 
         try:

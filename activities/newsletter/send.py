@@ -11,6 +11,7 @@ import asyncio
 from collections.abc import Mapping
 from datetime import datetime
 
+import asyncpg
 from temporalio import activity
 
 from activities.confirm import confirm_wait, lookup_window, uncertain_sends_exhausted
@@ -205,7 +206,7 @@ class BatchSendActivities:
         return BatchSent(batch_id=batch_id, recipients=done["n"], provider_id=done["provider_id"], reconciled=True,
                          requeued=requeued)
 
-    async def _confirm_uncertain(self, input: SendBatchInput, batch, provider: EmailProvider,
+    async def _confirm_uncertain(self, input: SendBatchInput, batch: asyncpg.Record, provider: EmailProvider,
                                  message_id: str) -> BatchSent | None:
         """A batch whose last send was uncertain: found in the provider's events (sent), not there yet
         (look again later), or None: send it once more, this attempt recorded as uncertain."""
@@ -232,7 +233,7 @@ class BatchSendActivities:
         await self._record_outcome(input.batch_id, UNCERTAIN, sending=True)  # until the answer says otherwise
         return None
 
-    async def _confirm_each(self, input: SendBatchInput, batch, found: Mapping[str, str]) -> BatchSent:
+    async def _confirm_each(self, input: SendBatchInput, batch: asyncpg.Record, found: Mapping[str, str]) -> BatchSent:
         """An uncertain call some of whose recipients' acceptances were received (SES): the others'
         may still come until the confirm window has passed; after it, those not found were refused
         (for the moment, as far as anyone can tell: SES emits nothing for a refused destination) and
@@ -265,7 +266,7 @@ class BatchSendActivities:
             raise send_failure(PROVIDER_UNAVAILABLE, f"cannot check whether batch {batch_id} was accepted: {error}",
                                UnavailableDetails(outage=True)) from None
 
-    def _personalised(self, batch, body: Rendered, statuses: list[str] | None) -> dict[str, dict]:
+    def _personalised(self, batch: asyncpg.Record, body: Rendered, statuses: list[str] | None) -> dict[str, dict]:
         """Each reader's values by address, resolved here so that no address enters a workflow history."""
         values = MemberValues(site_url=self.settings.site_url, link_secret=self.settings.require_members_link_secret(),
                               newsletter_uuid=batch["newsletter_uuid"], email_id=batch["email_id"])

@@ -294,7 +294,7 @@ class OutboxDeliveryActivities:
 
 # --- entries whose delivery run closed without finishing them (the watchdog's outbox job) ---------
 
-async def _unfinished_entries(pool, older_than: float, after, limit: int) -> list[Watched]:
+async def _unfinished_entries(pool: asyncpg.Pool, older_than: float, after: str | None, limit: int) -> list[Watched]:
     """Entries `sending`, or `failed` in a retry's backoff, unchanged for `older_than` seconds (a
     delivery that just started is running), oldest first after `after`."""
     rows = await pool.fetch(
@@ -305,7 +305,7 @@ async def _unfinished_entries(pool, older_than: float, after, limit: int) -> lis
     return [Watched(row, outbox_workflow_id(row["idempotency_key"])) for row in rows]
 
 
-async def _abort_unfinished_entry(pool, watched: Watched, closed: ClosedRun) -> str | None:
+async def _abort_unfinished_entry(pool: asyncpg.Pool, watched: Watched, closed: ClosedRun) -> str | None:
     """Aborted with DELIVERY_CLOSED, not retried: whoever terminated its delivery may have meant to
     stop it, and, `sending`, it would hold a place under PRESSROOM_OUTBOX_MAX_OPEN_DELIVERIES for ever. `outbox
     requeue` sends it, once (the ledger and the look-up of an uncertain send see to that)."""

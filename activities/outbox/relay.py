@@ -6,6 +6,7 @@ import asyncio
 import json
 import time
 
+import asyncpg
 from temporalio import activity
 from temporalio.common import SearchAttributePair, TypedSearchAttributes, WorkflowIDConflictPolicy
 
@@ -96,7 +97,7 @@ class OutboxRelayActivities:
             # number at once however large PRESSROOM_OUTBOX_BATCH is set.
             slots = asyncio.Semaphore(RELAY_CONCURRENT_STARTS)
 
-            async def start(row) -> None:
+            async def start(row: asyncpg.Record) -> None:
                 # Each delivery continues the trace of the transaction that enqueued it.
                 carrier = json.loads(row["trace_context"]) if row["trace_context"] else None
                 async with slots:

@@ -92,7 +92,7 @@ class WelcomeEmails:
         await self._record_welcome(welcome["id"], member, ACCEPTED, provider_id=provider_id)
         return {"provider_id": provider_id}
 
-    async def _welcome_email(self, member) -> asyncpg.Record | None:
+    async def _welcome_email(self, member: asyncpg.Record) -> asyncpg.Record | None:
         """The active automated email for the member's status (comped members get the paid one)."""
         slug = WELCOME_EMAIL_SLUGS[member["status"]]
         if slug != f"member-welcome-email-{member['status']}":
@@ -105,7 +105,8 @@ class WelcomeEmails:
             activity.logger.warning("no active %s: member %s gets no welcome email", slug, member["id"])
         return welcome
 
-    async def _confirm_welcome(self, member, welcome, sent, message_id: str, key: str,
+    async def _confirm_welcome(self, member: asyncpg.Record, welcome: asyncpg.Record, sent: asyncpg.Record,
+                               message_id: str, key: str,
                                input: EntryInput) -> dict[str, Any] | None:
         """An earlier send that may have been accepted is looked up first: found, it is recorded and
         the entry's result returned; not visible yet, the delivery waits (StillConfirming) or, out
@@ -131,7 +132,8 @@ class WelcomeEmails:
                                                 sent["send_attempts"])
         return None
 
-    async def _record_welcome(self, automated_email_id: str, member, outcome: str, *, provider_id: str | None = None,
+    async def _record_welcome(self, automated_email_id: str, member: asyncpg.Record, outcome: str, *,
+                              provider_id: str | None = None,
                               sending: bool = False) -> None:
         """The outcome of the latest send; an uncertain one keeps the window's start and restarts its wait."""
         await self.pool.execute(
@@ -149,7 +151,7 @@ class WelcomeEmails:
             automated_email_id, member["id"], member["uuid"], member["email"], member["name"], provider_id, outcome,
             1 if sending else 0)
 
-    def _welcome_message(self, welcome) -> WelcomeMessage:
+    def _welcome_message(self, welcome: asyncpg.Record) -> WelcomeMessage:
         """The automated email as sent: its replacements through the newsletter's renderer (a member's
         name is escaped in its HTML), its subject and sender checked as headers; TemplateWaiting otherwise."""
         try:
@@ -166,7 +168,8 @@ class WelcomeEmails:
             raise TemplateWaiting(f"the automated {error}; the entry waits and goes out once it is fixed") from None
         return WelcomeMessage(rendered, from_address, reply_to)
 
-    async def _send_welcome(self, member, welcome, message: WelcomeMessage, message_id: str, key: str) -> str:
+    async def _send_welcome(self, member: asyncpg.Record, welcome: asyncpg.Record, message: WelcomeMessage,
+                            message_id: str, key: str) -> str:
         rendered = message.rendered
         values = member_values(name=member["name"], email=member["email"], uuid=str(member["uuid"]),
                                status=member["status"], site_url=self.settings.site_url,

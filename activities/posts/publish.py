@@ -66,13 +66,13 @@ class DueTogether:
     changed while it waited.
     """
 
-    def __init__(self, pool, site_url: str = "") -> None:
+    def __init__(self, pool: asyncpg.Pool, site_url: str = "") -> None:
         self.pool = pool
         self.site_url = site_url
         self._waiting: dict[datetime, dict[str, asyncio.Future]] = {}
         self._statements: set[asyncio.Task] = set()
 
-    async def publish(self, post_id: str, publish_at: datetime, deadline: float | None = None):
+    async def publish(self, post_id: str, publish_at: datetime, deadline: float | None = None) -> asyncpg.Record | None:
         """The post's published row (publish_completed_at, email_id), or None if it is not due any more.
 
         `deadline` (epoch seconds on this worker's clock) is when the statement runs; by default now.

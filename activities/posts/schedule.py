@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 from datetime import datetime
 
+import asyncpg
+from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
 from activities.posts.models import (
@@ -15,10 +17,11 @@ from activities.posts.models import (
     RescheduleInput,
     publish_workflow_id,
 )
+from pressroom.settings import Settings
 from pressroom.temporal import PUBLISH_AT
 
 
-async def start_or_move_publication(client, settings, post_id: str, publish_at: datetime) -> None:
+async def start_or_move_publication(client: Client, settings: Settings, post_id: str, publish_at: datetime) -> None:
     """Signal-with-start: the post's workflow starts, or the running one moves to the new time.
 
     The workflow is named by its registered name: activities (the reconcile) call this too, and
@@ -34,7 +37,7 @@ async def start_or_move_publication(client, settings, post_id: str, publish_at: 
         static_summary=f"Publish post {post_id} at its scheduled time")
 
 
-async def stop_publication(client, post_id: str) -> bool:
+async def stop_publication(client: Client, post_id: str) -> bool:
     """Tell the post's workflow it is unscheduled; False when no workflow runs for it."""
 
     try:
@@ -46,7 +49,8 @@ async def stop_publication(client, post_id: str) -> bool:
         raise
 
 
-async def reconcile_scheduled_posts(client, pool, settings, *, concurrency: int = 20) -> ReconcileResult:
+async def reconcile_scheduled_posts(client: Client, pool: asyncpg.Pool, settings: Settings, *,
+                                    concurrency: int = 20) -> ReconcileResult:
     """Start or move a workflow for every scheduled post whose timer is missing or at another time;
     stop those whose post is not scheduled.
 

@@ -49,7 +49,8 @@ _LEAVE_BY_LINK = LEAVE.format(
     answer="SELECT t.*, (SELECT count(*) FROM recorded) AS removed FROM target t")
 
 
-async def leave_by_link(pool_or_conn, member_uuid: str, newsletter_uuid: str | None, every: bool,
+async def leave_by_link(pool_or_conn: asyncpg.Pool | asyncpg.Connection, member_uuid: str, newsletter_uuid: str | None,
+                        every: bool,
                         email_id: str | None) -> asyncpg.Record | None:
     """The link's member leaves (as `leave` does, recorded as `link`): (member_id, email,
     newsletter_id, newsletter_name, removed), or None when no member has that uuid."""
