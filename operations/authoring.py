@@ -38,6 +38,7 @@ from pressroom.inputs import email_address, entity_id, free_text
 from pressroom.inputs import slug as slug_input
 from pressroom.recipient_filter import FilterError, parse
 from pressroom.settings import Settings, get_settings
+from pressroom.store import labels
 
 POST_STATUSES = ("draft", "scheduled", "published")
 VISIBILITIES = ("public", "members", "paid", "tiers")
@@ -694,4 +695,10 @@ async def add_tier(name: str, *, slug: str | None = None, type: str = "paid", se
 
 
 async def add_label(name: str, *, slug: str | None = None, settings: Settings | None = None):
-    return await _add_named("labels", name, slug, {}, settings)
+    """A label by its name (pressroom/store/labels.py: the reference's slug, made unique)."""
+    checked = free_text(name, "name")
+    if checked is None:
+        raise BadInput("a name is required")
+    settings = settings or get_settings()
+    async with database.connection(settings.require_database()) as conn:
+        return await labels.add_label(conn, checked, slug_input(slug, "slug") if slug else None)
