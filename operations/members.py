@@ -59,21 +59,20 @@ class Membership:
 def membership(*, status: str | None, comped: bool | None, tiers: bool, stripe: bool = False,
                current: str | None = None) -> Membership:
     """A member's status from what a way in says, the one rule of the Admin API and the import
-    (docs/members.md, "Status and tiers"): complimentary is comped, whatever else is said (as a
-    client sets `comped` on a member it read) but for a Stripe customer; else a status said is kept,
-    but free with a tier;
-    else complimentary false takes a comped member (`current`) back to free; a Stripe customer is
-    paid with a tier (Pressroom cannot ask Stripe); a tier named is a paid member's (how `members
-    export` writes paid members)."""
+    (docs/members.md, "Status and tiers"). The complimentary flag first, as a client sets it on a
+    member it read (the status beside it as read): true is comped, but for a Stripe customer, whose
+    status is Stripe's; false makes a comped member (said, or `current`) free. Then a status said
+    is kept; else a tier named is a paid member's (how `members export` writes paid members)."""
     if status is not None and status not in WELCOME_EMAIL_SLUGS:
         raise BadInput(f"status {status!r} is not one of {', '.join(WELCOME_EMAIL_SLUGS)}")
-    if comped is True and not stripe:  # a Stripe customer's status is Stripe's, as in the reference
+    if comped is True and not stripe:
         return Membership("comped", not tiers)
-    if status is None:
-        if comped is False and current == "comped":
-            status = "free"
-        elif tiers:
-            status = "paid"
+    if comped is False and (status or current) == "comped":
+        if tiers:
+            raise BadInput("a comped member with a tier cannot be made free: Pressroom would keep their tier")
+        return Membership("free", False)
+    if status is None and tiers:
+        status = "paid"
     if status == "free" and tiers:
         raise BadInput("a free member cannot be given a tier")
     return Membership(status, status == "comped" and not tiers)

@@ -63,6 +63,9 @@ async function comped() {
 }
 
 async function edit() {
+    // Before the site has a paid tier: comped with none, then not comped any more, as read.
+    const gift = await api.members.add({email: 'gift@migrating.example', comped: true});
+    const uncomped = await api.members.edit({...(await api.members.read({id: gift.id})), comped: false});
     const gold = (await raw('post', 'tiers/', {tiers: [{name: 'Gold', type: 'paid'}]})).tiers[0];
     const newsletter = await api.newsletters.add({name: 'Weekly'});
     const added = await api.members.add({email: 'edited@migrating.example', name: 'Before', labels: ['VIP'],
@@ -72,7 +75,7 @@ async function edit() {
     const edited = await api.members.edit({...read, name: 'After'});
     const again = await api.members.edit({...(await api.members.read({id: added.id})), note: 'changed'});
     const unknown = await failure(api.members.edit({...read, shoe_size: 42}));
-    return {read, edited, again, unknown};
+    return {read, edited, again, unknown, gift, uncomped};
 }
 
 async function find() {

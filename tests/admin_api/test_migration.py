@@ -123,6 +123,8 @@ async def test_a_member_edited_as_it_was_read_is_taken_and_an_unknown_field_refu
     assert (again["name"], again["note"]) == ("After", "changed")
     unknown = result["unknown"]
     assert unknown["type"] == "ValidationError" and "shoe_size" in unknown["message"]
+    assert (result["gift"]["status"], result["gift"]["tiers"]) == ("comped", [])
+    assert (result["uncomped"]["status"], result["uncomped"]["comped"]) == ("free", False)
 
 
 async def test_members_are_found_by_address_and_subscription_and_an_unknown_resource_is_not_found(
