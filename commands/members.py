@@ -48,8 +48,9 @@ app = typer.Typer(help="Members of the site.", no_args_is_help=True)
 def members_add(email: str = typer.Argument(..., help="The member's e-mail address."),
                 name: str = typer.Option(None, "--name", metavar="TEXT", help="The member's name."),
                 status: str = typer.Option("free", "--status", metavar="free|paid|comped", help="Their status."),
-                labels: list[str] = typer.Option(None, "--label", metavar="SLUG",
-                                                 help="A label (made if new); repeat for more."),
+                labels: list[str] = typer.Option(None, "--label", metavar="NAME",
+                                                 help="A label by name or slug (made if new, with that name); "
+                                                      "repeat for more."),
                 tiers: list[str] = typer.Option(None, "--tier", metavar="SLUG",
                                                 help="A tier (one of the site's); repeat for more.")
                 ) -> None:
@@ -79,10 +80,10 @@ def members_update(member: str = typer.Argument(..., metavar="ID|ADDRESS", help=
                                                         help="Subscribe them to this newsletter (repeatable)."),
                    no_newsletter: list[str] = typer.Option([], "--no-newsletter", metavar="ID|SLUG",
                                                            help="Take them off this newsletter (repeatable)."),
-                   label: list[str] = typer.Option([], "--label", metavar="SLUG",
-                                                   help="Give them this label, made if the site has none "
-                                                        "(repeatable)."),
-                   no_label: list[str] = typer.Option([], "--no-label", metavar="SLUG",
+                   label: list[str] = typer.Option([], "--label", metavar="NAME",
+                                                   help="Give them this label (by name or slug), made with that "
+                                                        "name if the site has none (repeatable)."),
+                   no_label: list[str] = typer.Option([], "--no-label", metavar="NAME",
                                                       help="Take this label off them (repeatable)."),
                    as_json: bool = JSON_OPTION) -> None:
     """Change a member's name, status, newsletters or labels; every input is checked before anything is written."""
@@ -173,6 +174,8 @@ def import_summary(r, *, welcome: bool) -> list[str]:
                      + (", …" if len(r.stripe_without_tier) > ROWS_SHOWN else ""))
     if r.created_in_future:
         lines.append(f"{plural(r.created_in_future, 'member')} created in the future given the import's time")
+    if r.names_changed:
+        lines.append(f"{plural(r.names_changed, 'name')} with line breaks or tabs imported with spaces instead")
     if r.ignored_columns:
         lines.append(f"columns not imported: {', '.join(r.ignored_columns)}")
     if r.suppressions_restored:

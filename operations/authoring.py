@@ -38,6 +38,7 @@ from pressroom.inputs import email_address, entity_id, free_text
 from pressroom.inputs import slug as slug_input
 from pressroom.recipient_filter import FilterError, parse
 from pressroom.settings import Settings, get_settings
+from pressroom.store import labels
 
 POST_STATUSES = ("draft", "scheduled", "published")
 VISIBILITIES = ("public", "members", "paid", "tiers")
@@ -522,7 +523,7 @@ async def add_post(change: PostChange, *, client=None, settings: Settings | None
             await _write_post(conn, post_id, fields, change.newsletter)
         if change.status in ("scheduled", "published"):
             try:
-                await _publish(post_id, _publish_at(change), client, settings)
+                await _publish(post_id, change, client, settings)
             except BaseException:
                 await conn.execute("DELETE FROM posts WHERE id = $1", post_id)
                 raise
@@ -569,7 +570,7 @@ async def edit_post(post: str, change: PostChange, *, client=None, settings: Set
         elif target == "draft":
             await change_post(current.id, None, client or await _client(settings), settings, write=write)
         else:
-            await _publish(current.id, _publish_at(change), client, settings, write=write)
+            await _publish(current.id, change, client, settings, write=write)
             await _published_soon(conn, current.id, change)
         return await read_post(conn, current.id)
 
@@ -594,8 +595,9 @@ async def _client(settings: Settings):
     return await temporal_client(settings)
 
 
-async def _publish(post_id: str, at: datetime | None, client, settings: Settings, write=None) -> None:
-    await change_post(post_id, at, client or await _client(settings), settings, write=write)
+async def _publish(post_id: str, change: PostChange, client, settings: Settings, write=None) -> None:
+    await change_post(post_id, _publish_at(change), client or await _client(settings), settings, write=write,
+                      at_once=change.status == "published")
 
 
 async def _published_soon(conn, post_id: str, change: PostChange, seconds: float = 10.0) -> None:
@@ -693,4 +695,10 @@ async def add_tier(name: str, *, slug: str | None = None, type: str = "paid", se
 
 
 async def add_label(name: str, *, slug: str | None = None, settings: Settings | None = None):
-    return await _add_named("labels", name, slug, {}, settings)
+    """A label by its name (pressroom/store/labels.py: the reference's slug, made unique)."""
+    checked = free_text(name, "name")
+    if checked is None:
+        raise BadInput("a name is required")
+    settings = settings or get_settings()
+    async with database.connection(settings.require_database()) as conn:
+        return await labels.add_label(conn, checked, slug_input(slug, "slug") if slug else None)

@@ -31,7 +31,6 @@ import csv
 import functools
 import os
 import re
-import unicodedata
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -39,13 +38,14 @@ from pathlib import Path
 from typing import NamedTuple
 
 import asyncpg
-from text_unidecode import unidecode
 
-from operations.members import restore_suppressions, welcome_added_members
+from operations.members import membership, restore_suppressions, welcome_added_members
 from pressroom import database, tracing
 from pressroom.errors import BadInput, PressroomError
 from pressroom.inputs import MAX_LABELS, email_address, free_text, moment
 from pressroom.settings import Settings, get_settings
+from pressroom.store.labels import find_labels, label_pairs, make_labels
+from pressroom.store.tiers import default_tier
 
 CHUNK = 20_000  # rows per COPY and per set of statements: a progress step, and bounded memory
 # The first chunks are smaller, each twice the last, up to CHUNK: PostgreSQL waits for the first
@@ -58,6 +58,9 @@ REFERENCE, MAILCHIMP = "the reference platform's export", "a Mailchimp export"
 # The reference's export guards cells against spreadsheet formulas with a leading ' (papaparse's
 # escapeFormulae); reading its file back, the guard goes.
 FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+# Line breaks and tabs in a name (a spreadsheet's cell may hold them), with the spaces around them:
+# one space each.
+_NAME_BREAKS = re.compile(r"\s*[\r\n\t\v\f\x85\u2028\u2029]\s*")
 # A byte that was not UTF-8, as the file is read (errors="surrogateescape").
 _NOT_UTF8 = re.compile("[\udc80-\udcff]")
 
@@ -81,6 +84,7 @@ class ImportReport:
     paid_stripe: int = 0  # members with a Stripe customer and a tier, imported paid with it
     stripe_without_tier: list[int] = field(default_factory=list)  # lines: a Stripe customer, no tier: free
     created_in_future: int = 0  # created_at after the import's time: the import's time kept instead
+    names_changed: int = 0  # names imported with their line breaks and tabs made spaces
     suppressions_restored: int = 0
     welcome_queued: int = 0
 
@@ -98,6 +102,7 @@ class _Row(NamedTuple):  # a tuple: made once a row, a frozen dataclass's checks
     default_tier: bool  # complimentary without a tier named: the site's default tier
     stripe: bool  # the row names a Stripe customer
     future: bool  # created_at was after the import's time
+    name_changed: bool = False  # the name had line breaks or tabs, made spaces
 
 
 @dataclass(frozen=True)
@@ -154,18 +159,6 @@ def _flag(value: object, column: str) -> bool | None:
     raise BadInput(f"{column} is neither true nor false")
 
 
-def slugify(text: str) -> str:
-    """A slug as the reference platform makes one (its @tryghost/string slugify): invisible
-    characters dropped, the rest transliterated to ASCII (text-unidecode, the port of the same Perl
-    tables), URL-reserved characters and spaces made hyphens, apostrophes dropped, lower case,
-    hyphens collapsed and trimmed. `_` stays, `ø` is `o`, `ß` is `ss`, "Editor's Picks" is
-    `editors-picks`."""
-    text = "".join(c for c in text if unicodedata.category(c) not in ("Cc", "Cf", "Co", "Cn"))
-    text = unidecode(text.replace("£", "-"))
-    text = re.sub(r"[\s.@:/?#\[\]!$&()*+,;=\\%<>|^~\"{}`–—]", "-", text).replace("'", "").lower()
-    return re.sub(r"-+", "-", text).strip("-").strip()
-
-
 def _unguarded(value: str) -> str:
     return value[1:] if value[:1] == "'" and value[1:2] and value[1:2] in FORMULA_STARTS else value
 
@@ -178,7 +171,9 @@ def _row(line: int, cells: tuple[dict[str, str], list[str]], now: datetime) -> _
     if not text.get("email", "").strip():
         raise BadInput("no email")
     email = email_address(text["email"], "the email")
-    name = free_text(_unguarded(text.get("name") or ""), "name")
+    written = _unguarded(text.get("name") or "")
+    safe = _NAME_BREAKS.sub(" ", written)  # the reference keeps such a name; a header must not carry it
+    name = free_text(safe, "name")
     note = _unguarded((text.get("note") or "").strip()) or None
     if note is not None:
         if len(note) > NOTE_LIMIT:
@@ -196,19 +191,15 @@ def _row(line: int, cells: tuple[dict[str, str], list[str]], now: datetime) -> _
     tiers = (import_tier,) if import_tier else _names(text.get("tiers") or "")
     if import_tier and not (comped or stripe or status in ("paid", "comped")):
         raise BadInput("a free member cannot be imported with a tier (import_tier), as in the reference")
-    if status is None:
-        # The reference's order: a Stripe customer's status is Stripe's (here: paid when the row names
-        # their tier); complimentary is comped; a tier named without either is a paid member's
-        # (Pressroom's own export writes paid members so).
-        status = ("paid" if tiers else None) if stripe else "comped" if comped else "paid" if tiers else None
-    if status == "free" and tiers:
-        raise BadInput("a free member cannot be imported with a tier")
+    given = membership(status=status, comped=comped, tiers=bool(tiers), stripe=stripe)  # the Admin API's rule
     created = (text.get("created_at") or "").strip()
     created_at = moment(created, "created_at") if created else None
     future = created_at is not None and created_at > now
-    return _Row(line, email, name, note, subscribed, status, now if future or created_at is None else created_at,
+    return _Row(line, email, name, note, subscribed, given.status,
+                now if future or created_at is None else created_at,
                 _labels(tuple(labels_cell)) if any(labels_cell) else (), tiers,
-                default_tier=status == "comped" and not tiers, stripe=stripe, future=future)
+                default_tier=given.default_tier, stripe=stripe, future=future,
+                name_changed=safe != written and name is not None)
 
 
 @functools.lru_cache(maxsize=1024)
@@ -221,17 +212,7 @@ def _names(cell: str) -> tuple[str, ...]:
 def _labels(names: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
     """A row's labels, each (name as written, slug) once by slug; checked once for each list of names
     (a file repeats a few)."""
-    labels: dict[str, str] = {}
-    for label in names:
-        if label.strip():
-            label = free_text(label, "label") or ""
-            slug = slugify(label)[:191]
-            if not slug:
-                raise BadInput("a label has no letter or digit to make its slug of")
-            labels.setdefault(slug, label)
-    if len(labels) > MAX_LABELS:
-        raise BadInput(f"names {len(labels):,} labels; a member has at most {MAX_LABELS}")
-    return tuple((label, slug) for slug, label in labels.items())
+    return label_pairs(names)
 
 
 def read_rows(path: Path, report: ImportReport, now: datetime) -> Iterator[_Row | dict]:
@@ -302,17 +283,6 @@ LEFT JOIN LATERAL (SELECT s.line FROM member_import_seen s WHERE s.email = lower
     ON true"""
 _SEEN = """INSERT INTO member_import_seen SELECT lower(s.email), s.line
            FROM unnest($1::text[], $2::int[]) AS s(email, line)"""
-# A label is the site's label of that name (any case), or of that slug; otherwise (NULL) it is new.
-_FIND_LABELS = """
-SELECT p.name, p.slug, coalesce((SELECT l.id FROM labels l WHERE lower(l.name) = lower(p.name) LIMIT 1),
-                                (SELECT l.id FROM labels l WHERE l.slug = p.slug)) AS id
-FROM unnest($1::text[], $2::text[]) AS p(name, slug)"""
-# A label the site does not have is made with the file's name for it (the first row's spelling).
-_MAKE_LABELS = """
-INSERT INTO labels (name, slug) SELECT * FROM unnest($1::text[], $2::text[])
-ON CONFLICT (slug) DO NOTHING
-RETURNING id"""
-_LABELS_BY_SLUG = "SELECT slug, id FROM labels WHERE slug = ANY($1::text[])"
 # Rows (line, member, label; NULL: a label yet to be made) that would leave their (existing) member
 # with more than $4 labels: the labels the row adds (new ones, and the site's that the member has
 # not got), over what the member has.
@@ -364,8 +334,6 @@ _STORED = "SELECT email FROM members WHERE id = ANY($1::text[])"
 _NOT_SUPPRESSED = """
 SELECT n.member_id FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS n(member_id, email, place)
 WHERE NOT EXISTS (SELECT 1 FROM suppressions s WHERE s.email = n.email) ORDER BY n.place"""
-# The reference's default tier: its first active paid tier.
-_DEFAULT_TIER = "SELECT id FROM products WHERE type = 'paid' AND active ORDER BY created_at, id LIMIT 1"
 
 
 class _Tiers:
@@ -419,7 +387,7 @@ async def import_members(path: str | Path, *, welcome: bool = False, dry_run: bo
 async def _import(conn, first, rows: Iterator[_Row | dict], report: ImportReport, *, welcome: bool,
                   settings: Settings, progress: Callable[[str, int, int], None] | None) -> None:
     await conn.execute(_STAGE_SEEN)
-    tiers = _Tiers(await conn.fetch("SELECT id, name, slug FROM products"), await conn.fetchval(_DEFAULT_TIER))
+    tiers = _Tiers(await conn.fetch("SELECT id, name, slug FROM products"), await default_tier(conn))
     signup = [row["id"] for row in await conn.fetch(_SIGNUP_NEWSLETTERS)]
     kept = 0
     welcome = welcome and settings.welcome_emails
@@ -546,6 +514,7 @@ async def _write_chunk(conn, chunk: _Chunk, signup: list[str], report: ImportRep
         report.welcome_queued += await welcome_added_members(conn, welcomed)
     for r, tier_ids in kept:
         report.created_in_future += r.future
+        report.names_changed += r.name_changed
         report.comped_default_tier += r.default_tier and tier_ids is not None
         report.comped_without_tier += r.default_tier and tier_ids is None
         if r.stripe:
@@ -565,10 +534,7 @@ def _columns(rows: list[tuple]) -> list[list]:
 
 async def _find_labels(conn, rows: list[_Row]) -> dict[tuple[str, str], str | None]:
     """The site's label for each (name, slug) the rows name; None for one it does not have yet."""
-    pairs = list(dict.fromkeys(pair for r in rows for pair in r.labels))
-    if not pairs:
-        return {}
-    return {(x["name"], x["slug"]): x["id"] for x in await conn.fetch(_FIND_LABELS, *_columns(pairs))}
+    return await find_labels(conn, list(dict.fromkeys(pair for r in rows for pair in r.labels)))
 
 
 async def _too_many_labels(conn, existing: list[tuple[_Row, str]],
@@ -590,14 +556,11 @@ async def _make_labels(conn, kept: list[_Row], label_of: dict[tuple[str, str], s
         for name, slug in r.labels:
             if label_of[(name, slug)] is None:
                 missing.setdefault(slug, name)
-    if not missing:
-        return 0
-    made = await conn.fetch(_MAKE_LABELS, list(missing.values()), list(missing))
-    by_slug = {x["slug"]: x["id"] for x in await conn.fetch(_LABELS_BY_SLUG, list(missing))}
+    made, by_slug = await make_labels(conn, missing)
     for (name, slug), label in label_of.items():
         if label is None:
             label_of[(name, slug)] = by_slug.get(slug)  # None only for a dropped row's label
-    return len(made)
+    return made
 
 
 async def _change_members(conn, existing: list[tuple[_Row, str]], signup: list[str]) -> set[str]:

@@ -20,8 +20,10 @@ from pressroom.inputs import MAX_LABELS, email_address, entity_id, free_text, sl
 from pressroom.providers.port import ProviderError
 from pressroom.providers.wiring import provider_from_settings
 from pressroom.settings import Settings, get_settings
+from pressroom.store.labels import give_labels, label_pairs, take_labels
 from pressroom.store.members import leave
 from pressroom.store.outbox import enqueue, enqueue_for_new_ids
+from pressroom.store.tiers import DEFAULT_TIER
 
 
 @dataclass(frozen=True)
@@ -30,30 +32,50 @@ class MemberAdded:
     welcome_key: str | None  # the outbox entry of the welcome email, when one was enqueued
 
 
-# Labels not there yet are made on the fly (named by their slug), as the reference platform does when
-# a member is given a label it has not seen; then given, in a statement of its own that sees them all
-# (a label made meanwhile by another transaction too).
-_MAKE_LABELS = "INSERT INTO labels (name, slug) SELECT s, s FROM unnest($1::text[]) s ON CONFLICT (slug) DO NOTHING"
-_ADD_LABELS = """
-INSERT INTO members_labels (member_id, label_id) SELECT $1, l.id FROM labels l WHERE l.slug = ANY($2::text[])
-ON CONFLICT DO NOTHING"""
 _ADD_TIERS = """
 INSERT INTO members_products (member_id, product_id) SELECT $1, p.id FROM products p WHERE p.slug = ANY($2::text[])
 ON CONFLICT DO NOTHING"""
 
 
-async def give_labels_and_tiers(conn, member_id: str, labels: list[str], tiers: list[str]) -> None:
-    """Label the member (labels made as needed) and put them in tiers, in the caller's transaction;
-    a tier that does not exist is refused by name (tiers are the site's, never made here)."""
+async def give_labels_and_tiers(conn, member_id: str, labels: tuple[tuple[str, str], ...], tiers: list[str]) -> None:
+    """Label the member (labels, (name, slug) each, found or made by pressroom/store/labels.py) and
+    put them in tiers, in the caller's transaction; a tier that does not exist is refused by name
+    (tiers are the site's, never made here)."""
     if tiers:
         found = {r["slug"] for r in await conn.fetch("SELECT slug FROM products WHERE slug = ANY($1::text[])", tiers)}
         absent = [t for t in tiers if t not in found]
         if absent:
             raise BadInput(f"no tier {', '.join(absent)} (the site's tiers are its products)")
         await conn.execute(_ADD_TIERS, member_id, tiers)
-    if labels:
-        await conn.execute(_MAKE_LABELS, labels)
-        await conn.execute(_ADD_LABELS, member_id, labels)
+    await give_labels(conn, member_id, labels)
+
+
+@dataclass(frozen=True)
+class Membership:
+    status: str | None  # None: not said (a new member is free, one that exists keeps theirs)
+    default_tier: bool  # comped without a tier named: given the site's default tier
+
+
+def membership(*, status: str | None, comped: bool | None, tiers: bool, stripe: bool = False,
+               current: str | None = None) -> Membership:
+    """A member's status from what a way in says, the one rule of the Admin API and the import
+    (docs/members.md, "Status and tiers"). The complimentary flag first, as a client sets it on a
+    member it read (the status beside it as read): true is comped, but for a Stripe customer, whose
+    status is Stripe's; false makes a comped member (said, or `current`) free. Then a status said
+    is kept; else a tier named is a paid member's (how `members export` writes paid members)."""
+    if status is not None and status not in WELCOME_EMAIL_SLUGS:
+        raise BadInput(f"status {status!r} is not one of {', '.join(WELCOME_EMAIL_SLUGS)}")
+    if comped is True and not stripe:
+        return Membership("comped", not tiers)
+    if comped is False and (status or current) == "comped":
+        if tiers:
+            raise BadInput("a comped member with a tier cannot be made free: Pressroom would keep their tier")
+        return Membership("free", False)
+    if status is None and tiers:
+        status = "paid"
+    if status == "free" and tiers:
+        raise BadInput("a free member cannot be given a tier")
+    return Membership(status, status == "comped" and not tiers)
 
 
 def _slugs(values, what: str) -> list[str]:
@@ -74,7 +96,7 @@ async def add_member(email: str, name: str | None = None, *, status: str = "free
     if status not in WELCOME_EMAIL_SLUGS:
         raise BadInput(f"member status {status!r} is not one of {', '.join(WELCOME_EMAIL_SLUGS)}")
     email, name, note = email_address(email), free_text(name, "name"), free_text(note, "note", 2000)
-    labels, tiers = _slugs(labels, "label"), _slugs(tiers, "tier")
+    labels, tiers = label_pairs(labels), _slugs(tiers, "tier")
     settings = settings or get_settings()
     async with database.connection(settings.require_database()) as conn, conn.transaction():
         # Not the unique constraint's error: PostgreSQL would write the address in its own log.
@@ -87,6 +109,9 @@ async def add_member(email: str, name: str | None = None, *, status: str = "free
         tracing.annotate(member_id=member_id)
         await restore_suppressions(conn, [email], settings)
         await give_labels_and_tiers(conn, member_id, labels, tiers)
+        if membership(status=status, comped=None, tiers=bool(tiers)).default_tier:
+            await conn.execute("INSERT INTO members_products (member_id, product_id) SELECT $1, id FROM "
+                               f"({DEFAULT_TIER}) d", member_id)
         if newsletters is None:
             await conn.execute("INSERT INTO members_newsletters (member_id, newsletter_id) "
                                "SELECT $1, id FROM newsletters WHERE subscribe_on_signup AND status = 'active'",
@@ -346,9 +371,10 @@ async def update_member(member: str, *, name: str | None = None, status: str | N
         raise BadInput(f"newsletter {sorted(both)[0]} is given to both --newsletter and --no-newsletter")
     new_name = free_text(name, "name") if name is not None else None
     new_note = free_text(note, "note", 2000) if note is not None else None
-    labels, no_labels = _slugs(labels, "label"), _slugs(no_labels, "label")
-    if set(labels) & set(no_labels):
-        raise BadInput(f"label {sorted(set(labels) & set(no_labels))[0]} is given to both --label and --no-label")
+    giving, taking = label_pairs(labels), label_pairs(no_labels)
+    both = {slug for _, slug in giving} & {slug for _, slug in taking}
+    if both:
+        raise BadInput(f"label {sorted(both)[0]} is given to both --label and --no-label")
     if name is None and status is None and note is None and not (newsletters or no_newsletters or labels
                                                                  or no_labels):
         raise BadInput("nothing to update: give --name, --status, --newsletter, --no-newsletter, --label or --no-label")
@@ -387,14 +413,8 @@ async def update_member(member: str, *, name: str | None = None, status: str | N
             member_id, list(set(leaving.values())))] if leaving else []
         if subscribed or unsubscribed:
             changed.append("newsletters")
-        given = taken = []
-        if labels:
-            await conn.execute(_MAKE_LABELS, labels)
-            given = await conn.fetch(_ADD_LABELS + " RETURNING label_id", member_id, labels)
-        if no_labels:
-            taken = await conn.fetch("DELETE FROM members_labels ml USING labels l WHERE ml.member_id = $1 "
-                                     "AND l.id = ml.label_id AND l.slug = ANY($2::text[]) RETURNING ml.label_id",
-                                     member_id, no_labels)
+        given = await give_labels(conn, member_id, giving)
+        taken = await take_labels(conn, member_id, taking) if taking else []
         if given or taken:
             changed.append("labels")
         labelled = [r["slug"] for r in await conn.fetch(_MEMBER_LABELS, member_id)]  # the answer: labels now

@@ -52,10 +52,12 @@ async def unschedule_post(post_id: str, *, client=None, settings: Settings | Non
     await change_post(post_id, None, client or await temporal_client(settings), settings)
 
 
-async def change_post(post_id: str, publish_at, client, settings: Settings, write=None) -> None:
+async def change_post(post_id: str, publish_at, client, settings: Settings, write=None, *,
+                      at_once: bool = False) -> None:
     """Schedule the post for `publish_at` (None: back to draft) and tell its workflow, as one change;
     `write(conn)`, when given, writes the rest of the change (operations/authoring.py) in the same
-    transaction, after the checks.
+    transaction, after the checks. `at_once`: published now, not scheduled (its timer fires at
+    once): no schedule event, and `post.published` will say the status it had (published_from).
 
     The row is updated in a transaction and the workflow told before it commits: a refused call
     rolls the row back. Should the commit fail once the workflow was told, the workflow is put
@@ -77,9 +79,12 @@ async def change_post(post_id: str, publish_at, client, settings: Settings, writ
             if write is not None:
                 await write(conn)
             await conn.execute("UPDATE posts SET status = $2, published_at = coalesce($3, published_at), "
-                               "updated_at = now() WHERE id = $1", post_id,
-                               "draft" if publish_at is None else "scheduled", publish_at)
-            await site_events.emit_schedule_change(conn, post_id, before, publish_at, previous, settings.site_url)
+                               "published_from = $4, updated_at = now() WHERE id = $1", post_id,
+                               "draft" if publish_at is None else "scheduled", publish_at,
+                               before["status"] if at_once else None)
+            if not at_once:
+                await site_events.emit_schedule_change(conn, post_id, before, publish_at, previous,
+                                                       settings.site_url)
             try:
                 await tell_post_workflow(client, settings, post_id, publish_at)
             except RPCError as error:

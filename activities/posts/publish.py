@@ -110,11 +110,13 @@ class DueTogether:
                                               updated_at = now()
                            FROM unnest($1::text[]) AS due(id)
                            WHERE p.id = due.id AND p.status = 'scheduled' AND p.published_at = $2
-                           RETURNING p.id, p.newsletter_id, p.publish_completed_at)
-                       SELECT p.id, p.publish_completed_at, {UNSENT_EMAIL} AS email_id
+                           RETURNING p.id, p.newsletter_id, p.publish_completed_at, p.published_from)
+                       SELECT p.id, p.publish_completed_at, p.published_from, {UNSENT_EMAIL} AS email_id
                        FROM published p""", list(waiting), publish_at)
+                # What it was before: scheduled, or what it was when published at once (a draft).
                 await site_events.emit(conn, "post.published", [row["id"] for row in rows],
-                                       {row["id"]: {"status": "scheduled"} for row in rows}, site_url=self.site_url)
+                                       {row["id"]: {"status": row["published_from"] or "scheduled"} for row in rows},
+                                       site_url=self.site_url)
         except BaseException as error:
             for future in waiting.values():
                 if not future.done():

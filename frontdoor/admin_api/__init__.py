@@ -41,6 +41,15 @@ CALLER = web.RequestKey("caller", Caller)  # the integration whose key signed th
 _ID = r"(?P<id>[A-Za-z0-9_-]{1,100})"
 _SLUG = r"(?P<slug>[a-z0-9_-]{1,191})"
 
+# The reference's Admin API resources: one Pressroom does not have answers 501 (not supported
+# here), any other path 404 as the reference answers it.
+REFERENCE_RESOURCES = frozenset({
+    "actions", "authentication", "collections", "comments", "config", "custom_theme_settings", "db", "email_previews",
+    "emails", "explore", "feedback", "files", "identities", "images", "integrations", "invites", "labels", "links",
+    "mail", "media", "members", "mentions", "newsletters", "notifications", "oembed", "offers", "pages", "posts",
+    "recommendations", "redirects", "roles", "schedules", "search-index", "session", "settings", "site", "slugs",
+    "snippets", "stats", "tags", "themes", "tiers", "tinybird", "users", "webhooks"})
+
 Handler = Callable[..., Awaitable[tuple[int, Any]]]
 
 
@@ -139,6 +148,9 @@ class AdminApi:
         if allowed:
             raise ApiError(405, "MethodNotAllowedError", f"{method} is not supported on /{tail}",
                            context=f"Supported here: {', '.join(allowed)}")
+        if tail.split("/", 1)[0] not in REFERENCE_RESOURCES:  # no resource of the reference: as it answers
+            raise ApiError(404, "NotFoundError", "Resource not found",
+                           context=f"/ghost/api/admin/{tail[:100]} is not a resource of the Admin API")
         raise unsupported(f"{method} /ghost/api/admin/{tail[:100]}", self.supported())
 
     def _answer(self, status: int, body: Any, request: web.Request) -> web.Response:
@@ -256,11 +268,11 @@ class AdminApi:
 
     async def add_member(self, request: web.Request) -> tuple[int, Any]:
         item = resources.item_of(await self._body(request), "members")
-        try:
-            member_id = await resources.add_member(item, self.settings)
-        finally:
-            self.member_reads.forget()
         async with self.pool.acquire() as conn:
+            try:
+                member_id = await resources.add_member(conn, item, self.settings)
+            finally:
+                self.member_reads.forget()
             return 201, await resources.read_member(conn, member_id)
 
     async def edit_member(self, request: web.Request, id: str) -> tuple[int, Any]:
@@ -290,8 +302,9 @@ class AdminApi:
 
     async def add_tier(self, request: web.Request) -> tuple[int, Any]:
         item = resources.item_of(await self._body(request), "tiers")
-        row = await authoring.add_tier(resources.text_of(item, "name") or "", slug=resources.text_of(item, "slug"),
-                                       type=resources.text_of(item, "type") or "paid", settings=self.settings)
+        fields = resources.tier_fields(item)
+        row = await authoring.add_tier(fields["name"] or "", slug=fields["slug"], type=fields["type"] or "paid",
+                                       settings=self.settings)
         return 201, {"tiers": [resources.tier_json(row)]}
 
     async def browse_labels(self, request: web.Request) -> tuple[int, Any]:

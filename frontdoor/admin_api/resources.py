@@ -16,13 +16,16 @@ from operations import authoring, members
 from pressroom.errors import BadInput
 from pressroom.recipient_filter import FilterError, Node, Term, parse
 from pressroom.settings import Settings
+from pressroom.store import labels as labels_store
 from pressroom.store.audience import filter_sql
+from pressroom.store.labels import label_pairs
 
 # Fields a client may send back as it read them: never written, never refused.
 _READ_ONLY = {"id", "uuid", "url", "created_at", "published_by", "comment_id", "excerpt", "email", "newsletter",
               "count", "primary_author", "primary_tag", "reading_time", "plaintext", "email_count", "meta",
               "email_opened_count", "email_open_rate", "subscriptions", "avatar_image", "geolocation",
-              "last_seen_at", "email_suppression", "attribution", "frontend", "sort_order"}
+              "last_seen_at", "email_suppression", "attribution", "frontend", "sort_order", "updated_at",
+              "unsubscribe_url"}
 
 
 def _unsupported_fields(item: dict, writable: set[str], what: str, *,
@@ -278,26 +281,49 @@ def _like(text: str) -> str:
     return "%" + text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
 
 
-# `created_at:<'TIME'` (or >, <=, >=) joined by `+`: the keyset a client pages deep with (the
-# reference's NQL form), read by an index instead of skipping rows with OFFSET.
+# Terms of a member's own fields joined to the rest by `+` (the reference's NQL forms): the keyset a
+# client pages deep with, `created_at:<'TIME'` (or >, <=, >=), read by an index instead of skipping
+# rows with OFFSET; and the usual "find a member" step, `email:'a@b.c'` (or `email:['a@b.c','d@e.f']`)
+# and `subscribed:true|false`. The rest is the recipient filter language.
 _KEYSET = re.compile(r"(?:^|\+)\s*created_at:([<>]=?)'([^']{1,40})'\s*(?=\+|$)")
+_OWN = re.compile(r"(?:^|\+)\s*(email|subscribed):(-?)('[^']{0,320}'|\[[^\]]{0,20000}\]|[^+,()\[\]'\s]{1,320})"
+                  r"\s*(?=\+|$)")
+_SUBSCRIBED = "EXISTS (SELECT 1 FROM members_newsletters mn WHERE mn.member_id = m.id)"
 
 
-def keyset(text: str | None) -> tuple[str | None, list[tuple[str, datetime]]]:
-    """The filter without its created_at terms, and those terms (operator, time)."""
-    if not text or "created_at" not in text:
+def keyset(text: str | None) -> tuple[str | None, list[tuple[str, Any]]]:
+    """The filter without its own-field terms, and those terms: (SQL over `m` reading `$n`, value)."""
+    if not text or not re.search(r"created_at|email|subscribed", text):
         return text, []
-    bounds = [(op, _time(value, "filter")) for op, value in _KEYSET.findall(text)]
-    rest = _KEYSET.sub("", text).strip().lstrip("+").strip()
-    if "created_at" in rest or (bounds and "," in rest):
-        raise invalid("created_at is taken as created_at:<'TIME' (or >, <=, >=) joined to the rest with +",
+    terms: list[tuple[str, Any]] = []
+    for op, value in _KEYSET.findall(text):
+        moment = _time(value, "filter")
+        if moment is not None:
+            terms.append((f"m.created_at {op} $n", moment))
+    for key, negated, value in _OWN.findall(text):
+        terms.append(_own_term(key, bool(negated), value))
+    rest = _OWN.sub("", _KEYSET.sub("", text)).strip().lstrip("+").strip()
+    if re.search(r"\b(created_at|email|subscribed):", rest) or (terms and "," in rest):
+        raise invalid("created_at, email and subscribed are taken as created_at:<'TIME' (or >, <=, >=), "
+                      "email:'ADDRESS' (or email:[...]) and subscribed:true|false, joined to the rest with +",
                       property="filter")
-    return rest or None, [(op, moment) for op, moment in bounds if moment is not None]
+    return rest or None, terms
+
+
+def _own_term(key: str, negated: bool, value: str) -> tuple[str, Any]:
+    if key == "subscribed":
+        word = value.strip("'").lower()
+        if word not in ("true", "false"):
+            raise invalid("subscribed is true or false", property="filter")
+        return f"{_SUBSCRIBED} = $n", (word == "true") != negated
+    items = [v.strip().strip("'") for v in value[1:-1].split(",")] if value.startswith("[") else [value.strip("'")]
+    addresses = [members.address_as_stored(v).lower() for v in items if v.strip()]
+    return f"{'NOT ' if negated else ''}lower(m.email) = ANY($n::text[])", addresses
 
 
 async def browse_members(conn, query, reads: MemberReads) -> dict:
-    """Members by the recipient filter language (status, label, tier), created_at bounds (keyset)
-    and `search` (address or name). The filter's total and where each page began are reused for
+    """Members by the recipient filter language (status, label, tier), created_at bounds (keyset),
+    email and subscribed, and `search` (address or name). The filter's total and where each page began are reused for
     a few seconds (frontdoor/admin_api/recent.py): paging through a million members counts once."""
 
     options = browse_options(query, orderable=_MEMBER_ORDER, default_order="created_at desc",
@@ -315,11 +341,11 @@ async def browse_members(conn, query, reads: MemberReads) -> dict:
     args: list[Any] = [values, _like(search) if search else None]
     where = (f"WHERE {predicate} AND $1::text[] IS NOT NULL "
              "AND ($2::text IS NULL OR m.email ILIKE $2 OR m.name ILIKE $2)")
-    for op, moment in bounds:
-        args.append(moment)
-        where += f" AND m.created_at {op} ${len(args)}"
+    for sql, value in bounds:
+        args.append(value)
+        where += " AND " + sql.replace("$n", f"${len(args)}")
     generation = reads.generation
-    selection = (str(tree), tuple(bounds), search)
+    selection = (str(tree), tuple((sql, tuple(v) if isinstance(v, list) else v) for sql, v in bounds), search)
     total = reads.totals.get(selection)
     if total is None:
         total = await _count_members(conn, tree, bounds, search, where, args)
@@ -396,19 +422,20 @@ async def read_member(conn, member_id: str) -> dict:
     return {"members": [member_json(row)]}
 
 
-def label_slugs(labels: Any) -> list[str]:
-    """Labels as the reference takes them (names, or objects with a name or slug) as slugs."""
+def label_names(labels: Any) -> list[str]:
+    """Labels as the reference takes them (names, or objects with a name or slug) as the names they
+    are found or made by (pressroom/store/labels.py: a slug finds its label too)."""
     if not isinstance(labels, list):
         raise invalid("labels must be a list", property="labels")
-    slugs = []
+    names = []
     for label in labels:
         if isinstance(label, str):
-            slugs.append(authoring.slug_of(label))
-        elif isinstance(label, dict) and isinstance(label.get("slug") or label.get("name"), str):
-            slugs.append(label.get("slug") or authoring.slug_of(label["name"]))
+            names.append(label)
+        elif isinstance(label, dict) and isinstance(label.get("name") or label.get("slug"), str):
+            names.append(label.get("name") or label["slug"])
         else:
             raise invalid("each label is a name or an object with a name or slug", property="labels")
-    return slugs
+    return names
 
 
 def newsletter_refs(newsletters: Any) -> list[str]:
@@ -418,19 +445,22 @@ def newsletter_refs(newsletters: Any) -> list[str]:
     return [n.get("id") or n["slug"] for n in newsletters]
 
 
-def member_status(item: dict, current: str | None) -> str | None:
-    """`comped: true` makes a member comped; `comped: false` makes a comped one free again."""
-    status = item.get("status")
+def member_status(item: dict, current: str | None, tiers: bool) -> members.Membership:
+    """The member's status by the rule the import follows too (operations.members.membership):
+    `comped: true` makes a member comped, `comped: false` makes a comped one free again, a tier
+    makes a member paid."""
+    status, comped = item.get("status"), item.get("comped")
     if status not in (None, "free", "paid", "comped"):
         raise invalid("status must be free, paid or comped", property="status")
-    if item.get("comped") is True:
-        return "comped"
-    if item.get("comped") is False and (status or current) == "comped":
-        return "free"
-    return status
+    if comped is not None and not isinstance(comped, bool):
+        raise invalid("comped must be true or false", property="comped")
+    try:
+        return members.membership(status=status, comped=comped, tiers=tiers, current=current)
+    except BadInput as error:
+        raise invalid(str(error), property="tiers") from None
 
 
-async def add_member(item: dict, settings: Settings) -> str:
+async def add_member(conn, item: dict, settings: Settings) -> str:
     _unsupported_fields(item, _MEMBER_WRITABLE, "members")
     email = text_of(item, "email")
     if not email:
@@ -438,9 +468,10 @@ async def add_member(item: dict, settings: Settings) -> str:
     newsletters = newsletter_refs(item["newsletters"]) if "newsletters" in item else None
     if item.get("subscribed") is False and newsletters is None:
         newsletters = []
-    tiers = [t.get("slug") for t in item.get("tiers") or [] if isinstance(t, dict)]
-    added = await members.add_member(email, text_of(item, "name"), status=member_status(item, None) or "free",
-                                     labels=label_slugs(item.get("labels") or []), tiers=[t for t in tiers if t],
+    tiers = await _tier_slugs(conn, item.get("tiers") or [])
+    added = await members.add_member(email, text_of(item, "name"),
+                                     status=member_status(item, None, bool(tiers)).status or "free",
+                                     labels=label_names(item.get("labels") or []), tiers=tiers,
                                      note=text_of(item, "note"), newsletters=newsletters, settings=settings)
     return added.member_id
 
@@ -454,7 +485,14 @@ async def edit_member(conn, member_id: str, item: dict, settings: Settings) -> N
         raise invalid("changing a member's email is not supported by Pressroom", property="email")
     had_labels = {label["slug"] for label in json.loads(row["labels"])}
     had_newsletters = {n["id"] for n in json.loads(row["newsletters"])}
-    labels = set(label_slugs(item["labels"])) if "labels" in item else had_labels
+    given: dict[str, str] = {}  # slug on the site (or to be made with): name given
+    if "labels" in item:
+        try:
+            pairs = label_pairs(label_names(item["labels"]))
+        except BadInput as error:
+            raise invalid(str(error), property="labels") from None
+        given = dict(zip(await labels_store.slugs_of(conn, pairs), (name for name, _ in pairs), strict=True))
+    labels = set(given) if "labels" in item else had_labels
     joining, leaving = [], []
     if "newsletters" in item or item.get("subscribed") is False:
         wanted = newsletter_refs(item.get("newsletters") or [])
@@ -463,13 +501,18 @@ async def edit_member(conn, member_id: str, item: dict, settings: Settings) -> N
         if len(ids) < len(set(wanted)):
             raise not_found("newsletter")
         joining, leaving = sorted(ids - had_newsletters), sorted(had_newsletters - ids)
+    had_tiers = sorted(t["slug"] for t in json.loads(row["tiers"]))
+    if "tiers" in item and sorted(await _tier_slugs(conn, item["tiers"] or [])) != had_tiers:
+        raise invalid("changing a member's tiers through members.edit is not supported by Pressroom", property="tiers",
+                      context="a member's tiers are given when they are added (members.add, members import)")
     name = text_of(item, "name") if "name" in item else None
-    status = member_status(item, row["status"])
+    status = member_status(item, row["status"], bool(had_tiers)).status
     note = text_of(item, "note") if "note" in item else None
     if name is None and status is None and note is None and not (joining or leaving or labels ^ had_labels):
         return
     await members.update_member(member_id, name=("" if "name" in item and name is None else name), status=status,
-                                newsletters=joining, no_newsletters=leaving, labels=sorted(labels - had_labels),
+                                newsletters=joining, no_newsletters=leaving,
+                                labels=[given[slug] for slug in sorted(labels - had_labels)],
                                 no_labels=sorted(had_labels - labels),
                                 note=("" if "note" in item and note is None else note), settings=settings)
 
@@ -485,6 +528,19 @@ def tier_json(row) -> dict:
             "visibility": "public", "description": None, "welcome_page_url": None, "monthly_price": None,
             "yearly_price": None, "currency": None, "benefits": [], "trial_days": 0,
             "created_at": iso(row["created_at"]), "updated_at": iso(row["updated_at"])}
+
+
+_TIER_WRITABLE = {"name", "slug", "type"}
+# What every tier is here: sent with these values (as read back), there is nothing to keep.
+_TIER_AS_KEPT = {"active": True, "visibility": "public"}
+
+
+def tier_fields(item: dict) -> dict[str, str | None]:
+    """A new tier's name, slug and type; a price, a currency or any field Pressroom does not keep,
+    sent with a value, refused by name (a tier here has no price: Pressroom takes no payments)."""
+    _unsupported_fields({k: v for k, v in item.items() if k not in _TIER_AS_KEPT or _TIER_AS_KEPT[k] != v},
+                        _TIER_WRITABLE, "tiers")
+    return {"name": text_of(item, "name") or "", "slug": text_of(item, "slug"), "type": text_of(item, "type") or "paid"}
 
 
 def label_json(row) -> dict:

@@ -13,10 +13,11 @@ from datetime import UTC, datetime
 import pytest
 
 from operations import member_import
-from operations.member_import import MAILCHIMP, REFERENCE, import_members, slugify
+from operations.member_import import MAILCHIMP, REFERENCE, import_members
 from operations.members import add_member, member_profile
 from pressroom.errors import BadInput
 from pressroom.inputs import email_address, free_text
+from pressroom.store.labels import slugify
 from tests.operations.test_waiting import cli
 from tests.reference_js import node
 
@@ -339,3 +340,28 @@ async def test_an_export_takes_a_filter_and_refuses_one_naming_nothing(settings,
     with pytest.raises(BadInput, match="names no label nobody"):
         await export_members(tmp_path / "x.csv", recipient_filter="label:nobody", settings=settings)
     assert not (tmp_path / "x.csv").exists() and not (tmp_path / "x.csv.partial").exists()
+
+
+async def test_a_name_with_line_breaks_is_imported_made_safe_and_counted(settings, db, tmp_path):
+    """The reference keeps a name with a line break (a spreadsheet's cell may hold one); refused, the
+    member was lost. Imported with spaces instead (a name goes into a To: header), and counted."""
+    written = node(
+        "const unparse = require('@tryghost/members-csv').unparse;"
+        "console.log(unparse(JSON.parse(require('fs').readFileSync(0, 'utf8'))));",
+        json.dumps([{"email": "ada@example.com", "name": "Ada\nLovelace", "subscribed": True},
+                    {"email": "bob@example.com", "name": "Bob \r\n Smith\tJr", "subscribed": True},
+                    {"email": "zoe@example.com", "name": "Zoë Ångström", "subscribed": True}]))
+    path = tmp_path / "theirs.csv"
+    path.write_text(written, encoding="utf-8")
+    env = {**os.environ, "DATABASE_URL": settings.database_url}
+    code, out, err = await cli("members", "import", str(path), env=env)
+    assert code == 0, err
+    assert "3 added" in out and "0 refused" in out
+    assert "2 names with line breaks or tabs imported with spaces instead" in out
+    names = {r["email"]: r["name"] for r in await db.fetch("SELECT email, name FROM members")}
+    assert names == {"ada@example.com": "Ada Lovelace", "bob@example.com": "Bob Smith Jr",
+                     "zoe@example.com": "Zoë Ångström"}
+    code, out, err = await cli("members", "import", str(path), "--json", env=env)
+    assert code == 0, err
+    report = json.loads(out)
+    assert (report["unchanged"], report["names_changed"], report["refused"]) == (3, 2, [])

@@ -22,9 +22,16 @@ async def test_members_get_labels_and_tiers_and_are_found_by_them(dev_env, setti
 
     code, _, err = await cli("members", "add", "cid@example.com", "--tier", "platinum", env=env)
     assert code == 1 and "no tier platinum" in err and len(err.strip().splitlines()) == 1
-    code, _, err = await cli("members", "add", "dee@example.com", "--label", "Bad Label", env=env)
-    assert code == 1 and "is not a slug" in err
+    code, _, err = await cli("members", "add", "dee@example.com", "--label", "Bad\u202eLabel", env=env)
+    assert code == 1 and "the label contains a control or invisible character" in err
     assert await db.fetchval("SELECT count(*) FROM members WHERE email IN ('cid@example.com', 'dee@example.com')") == 0
+    # A label by name keeps it (its slug the reference's); found again by name or slug.
+    code, _, err = await cli("members", "add", "eve@example.com", "--label", "Night Owls", env=env)
+    assert code == 0, err
+    code, _, err = await cli("members", "update", "bob@example.com", "--label", "night owls", env=env)
+    assert code == 0, err
+    assert [tuple(r) for r in await db.fetch("SELECT name, slug FROM labels WHERE slug = 'night-owls'")] == \
+        [("Night Owls", "night-owls")]
 
     vip = await json_of("members", "list", "--label", "vip", env=env)
     assert {m["email"] for m in vip["items"]} == {"ann@example.com", "bob@example.com"}
