@@ -63,7 +63,7 @@ ON CONFLICT (member_id, label_id) DO NOTHING
 RETURNING label_id"""
 
 
-async def find_labels(conn, pairs: list[tuple[str, str]]) -> dict[tuple[str, str], str | None]:
+async def find_labels(conn: asyncpg.Connection, pairs: list[tuple[str, str]]) -> dict[tuple[str, str], str | None]:
     """The site's label for each (name, slug); None for one it does not have yet."""
     if not pairs:
         return {}
@@ -71,7 +71,7 @@ async def find_labels(conn, pairs: list[tuple[str, str]]) -> dict[tuple[str, str
     return {(x["name"], x["slug"]): x["id"] for x in await conn.fetch(_FIND, names, slugs)}
 
 
-async def make_labels(conn, missing: dict[str, str]) -> tuple[int, dict[str, str]]:
+async def make_labels(conn: asyncpg.Connection, missing: dict[str, str]) -> tuple[int, dict[str, str]]:
     """Labels made from {slug: name}: (how many were made, {slug: id} of all of them)."""
     if not missing:
         return 0, {}
@@ -79,14 +79,14 @@ async def make_labels(conn, missing: dict[str, str]) -> tuple[int, dict[str, str
     return len(made), {x["slug"]: x["id"] for x in await conn.fetch(_BY_SLUG, list(missing))}
 
 
-async def ensure_labels(conn, pairs: tuple[tuple[str, str], ...]) -> list[str]:
+async def ensure_labels(conn: asyncpg.Connection, pairs: tuple[tuple[str, str], ...]) -> list[str]:
     """The ids of these labels, those the site does not have made: in the caller's transaction."""
     found = await find_labels(conn, list(pairs))
     _, made = await make_labels(conn, {slug: name for (name, slug), label in found.items() if label is None})
     return list(dict.fromkeys(found[pair] or made[pair[1]] for pair in pairs))
 
 
-async def give_labels(conn, member_id: str, pairs: tuple[tuple[str, str], ...]) -> list[str]:
+async def give_labels(conn: asyncpg.Connection, member_id: str, pairs: tuple[tuple[str, str], ...]) -> list[str]:
     """The member labelled (labels made as needed); the label ids newly given."""
     if not pairs:
         return []
@@ -94,7 +94,7 @@ async def give_labels(conn, member_id: str, pairs: tuple[tuple[str, str], ...]) 
     return [r["label_id"] for r in await conn.fetch(_GIVE, member_id, ids)]
 
 
-async def slugs_of(conn, pairs: tuple[tuple[str, str], ...]) -> list[str]:
+async def slugs_of(conn: asyncpg.Connection, pairs: tuple[tuple[str, str], ...]) -> list[str]:
     """The slug each label given by name has on the site (the slug it would be made with, for a new one)."""
     found = await find_labels(conn, list(pairs))
     by_id = {r["id"]: r["slug"] for r in await conn.fetch(
@@ -102,7 +102,7 @@ async def slugs_of(conn, pairs: tuple[tuple[str, str], ...]) -> list[str]:
     return [by_id[found[pair]] if found[pair] else pair[1] for pair in pairs]
 
 
-async def add_label(conn, name: str, slug: str | None) -> asyncpg.Record:
+async def add_label(conn: asyncpg.Connection, name: str, slug: str | None) -> asyncpg.Record:
     """A label made by name (POST labels/): refused when the site has one of that name (any case);
     its slug the reference's of the name, made unique as the reference makes it (`-2`, `-3`, …), or
     the slug given, refused when taken."""
@@ -123,7 +123,7 @@ async def add_label(conn, name: str, slug: str | None) -> asyncpg.Record:
     raise BadInput(f"the slug {base!r} is taken")
 
 
-async def take_labels(conn, member_id: str, pairs: tuple[tuple[str, str], ...]) -> list[str]:
+async def take_labels(conn: asyncpg.Connection, member_id: str, pairs: tuple[tuple[str, str], ...]) -> list[str]:
     """The member's labels of these names (any case) or slugs taken off; the label ids taken."""
     return [r["label_id"] for r in await conn.fetch(
         "DELETE FROM members_labels ml USING labels l WHERE ml.member_id = $1 AND l.id = ml.label_id "
