@@ -49,6 +49,9 @@ from workflows.webhooks import WebhookInboxWorkflow
 
 log = logging.getLogger("pressroom.worker")
 GC_YOUNG_THRESHOLD = 10_000  # new objects between collections of the youngest generation (default 700)
+# On SIGTERM in-flight activities get this long to finish before they are handed back; the service
+# files' stop timeout (deploy/systemd/pressroom-worker.service) leaves room for it.
+GRACEFUL_SHUTDOWN = timedelta(seconds=20)
 
 
 # Everything this worker runs, in one place (as the samples' run_worker.py lists it).
@@ -107,8 +110,7 @@ def build_worker(client: Client, deps: Dependencies, *, task_queue: str | None =
         task_queue=task_queue or deps.settings.task_queue,
         workflows=WORKFLOWS,
         activities=build_activities(deps),
-        # On SIGTERM in-flight activities get this long to finish before they are handed back.
-        graceful_shutdown_timeout=timedelta(seconds=20),
+        graceful_shutdown_timeout=GRACEFUL_SHUTDOWN,
         max_concurrent_activities=deps.settings.worker_max_activities,
         sticky_queue_schedule_to_start_timeout=timedelta(seconds=deps.settings.worker_sticky_seconds),
         **options,
@@ -125,7 +127,7 @@ def build_webhooks_worker(client: Client, deps: Dependencies, *, task_queue: str
         task_queue=webhooks_task_queue(task_queue or deps.settings.task_queue),
         workflows=[DeliverOutboxEntryWorkflow],
         activities=[delivery.handle_entry, delivery.complete_entry, delivery.abort_entry],
-        graceful_shutdown_timeout=timedelta(seconds=20),
+        graceful_shutdown_timeout=GRACEFUL_SHUTDOWN,
         max_concurrent_activities=deps.settings.worker_max_activities,
         sticky_queue_schedule_to_start_timeout=timedelta(seconds=deps.settings.worker_sticky_seconds),
         **options,
