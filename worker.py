@@ -34,6 +34,7 @@ from operations.analytics import analytics_schedule_id
 from operations.analytics import ensure_schedule as ensure_analytics_schedule
 from operations.outbox import ensure_relay as ensure_outbox_relay
 from operations.posts import reconcile_at_worker_start, reconcile_schedule_id
+from operations.restore import restart_lost_runs
 from operations.webhooks import ensure_inbox_applier
 from operations.worker_health import serving_health
 from pressroom import database, logs, tracing_export
@@ -175,6 +176,9 @@ async def run(settings: Settings | None = None) -> None:
             if outcome.startswith("left on"):
                 log.warning("schedule %s %s, not moved to this worker's %s (`pressroom check` says whether a "
                             "worker polls it)", schedule_id, outcome, settings.task_queue)
+        # Before the relay (and its watchdog) starts: rows under way whose runs Temporal lost (a restore
+        # beside an empty Temporal) go back to their jobs rather than being recorded as failed.
+        await restart_lost_runs(client, settings)
         await ensure_outbox_relay(client, settings)  # outbox: the relay runs
         await ensure_inbox_applier(client, settings)  # webhooks: pushed events are applied
         log.info("worker started on task queue %s", settings.task_queue)
