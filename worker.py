@@ -28,6 +28,7 @@ from activities.outbox.delivery import OutboxDeliveryActivities
 from activities.outbox.models import webhooks_task_queue
 from activities.outbox.relay import OutboxRelayActivities
 from activities.posts.publish import PostsActivities
+from activities.retention import RetentionActivities
 from activities.sending_limits import SendingLimitsActivities
 from activities.webhooks import WebhookActivities
 from operations.analytics import analytics_schedule_id
@@ -35,6 +36,7 @@ from operations.analytics import ensure_schedule as ensure_analytics_schedule
 from operations.outbox import ensure_relay as ensure_outbox_relay
 from operations.posts import reconcile_at_worker_start, reconcile_schedule_id
 from operations.restore import restart_lost_runs
+from operations.retention import ensure_retention_schedule, retention_schedule_id
 from operations.webhooks import ensure_inbox_applier
 from operations.worker_health import serving_health
 from pressroom import database, logs, tracing_export
@@ -46,6 +48,7 @@ from workflows.analytics import FetchEmailAnalyticsWorkflow
 from workflows.newsletter import SendNewsletterWorkflow
 from workflows.outbox import DeliverOutboxEntryWorkflow, OutboxRelayWorkflow
 from workflows.posts import PublishPostWorkflow, ReconcilePostsWorkflow
+from workflows.retention import RecipientRetentionWorkflow
 from workflows.webhooks import WebhookInboxWorkflow
 
 log = logging.getLogger("pressroom.worker")
@@ -62,6 +65,7 @@ WORKFLOWS: list[type] = [
     FetchEmailAnalyticsWorkflow,
     PublishPostWorkflow, ReconcilePostsWorkflow,
     WebhookInboxWorkflow,
+    RecipientRetentionWorkflow,
 ]
 
 
@@ -78,6 +82,7 @@ def build_activities(deps: Dependencies) -> list[Callable]:
     posts = PostsActivities(deps)
     sending_limits = SendingLimitsActivities(deps)
     webhooks = WebhookActivities(deps)
+    retention = RetentionActivities(deps)
     return [
         email_lock.lock_email, batch_creation.create_batches,
         batch_send.list_unsent_batches, batch_send.send_batch, batch_send.send_batches, batch_send.fail_batch,
@@ -89,6 +94,7 @@ def build_activities(deps: Dependencies) -> list[Callable]:
         analytics.fetch_phase, analytics.aggregate_stats, analytics.record_run,
         posts.publish_post, posts.reconcile_posts,
         webhooks.apply_inbox,
+        retention.fold_old_recipients,
     ]
 
 
@@ -171,8 +177,10 @@ async def run(settings: Settings | None = None) -> None:
     async with running_worker(client, settings):
         # The schedules exist, at current settings; one running on another task queue stays there.
         analytics, reconcile = analytics_schedule_id(settings), reconcile_schedule_id(settings)
+        retention = retention_schedule_id(settings)
         for schedule_id, outcome in ((analytics, await ensure_analytics_schedule(client, settings)),
-                                     (reconcile, await reconcile_at_worker_start(client, settings))):
+                                     (reconcile, await reconcile_at_worker_start(client, settings)),
+                                     (retention, await ensure_retention_schedule(client, settings))):
             if outcome.startswith("left on"):
                 log.warning("schedule %s %s, not moved to this worker's %s (`pressroom check` says whether a "
                             "worker polls it)", schedule_id, outcome, settings.task_queue)
