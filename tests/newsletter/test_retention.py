@@ -9,6 +9,7 @@ import json
 import pytest
 
 from activities.delivery_events.aggregates import aggregate
+from activities.retention import RetentionInput
 from operations.members import member_profile
 from operations.reports import left_out_members, newsletter_report, sent_counts
 from operations.retention import retention_status, run_retention
@@ -17,6 +18,7 @@ from pressroom.settings import ConfigurationError, load_settings
 from tests.foundation.test_cli import pressroom
 from tests.newsletter.conftest import seed_email
 from tests.newsletter.test_send import run_send
+from workflows.retention import RecipientRetentionWorkflow
 
 MEMBERS = 30
 
@@ -89,3 +91,15 @@ def test_retention_status_answers_json(postgres_url, db):
     result = pressroom("retention", "status", "--json", env={"DATABASE_URL": postgres_url})
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["retention_days"] == 180
+
+
+async def test_the_schedules_run_folds_an_old_email_on_a_worker(db, ts_worker):
+    client, settings = ts_worker
+    seeded = await seed_email(db, members=3)
+    assert (await run_send(client, settings, seeded.email_id)).status == "submitted"
+    await db.execute("UPDATE emails SET submitted_at = now() - interval '181 days' WHERE id = $1", seeded.email_id)
+    result = await client.execute_workflow(RecipientRetentionWorkflow.run, RetentionInput(),
+                                           id=f"recipient-retention-{settings.task_queue}",
+                                           task_queue=settings.task_queue)
+    assert (result.retention_days, result.emails_folded, result.rows_dropped) == (180, 1, 3)
+    assert await db.fetchval("SELECT received FROM member_figures_folded ORDER BY member_id LIMIT 1") == 1
