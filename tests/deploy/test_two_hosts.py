@@ -85,10 +85,16 @@ async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> N
 
 @contextlib.asynccontextmanager
 async def forwarding(address: str, ports: list[int]) -> AsyncIterator[None]:
-    """Each port of this machine's loopback offered on `address` too (the services listen on loopback)."""
+    """Each port of this machine's loopback offered on `address` too (the services listen on loopback).
+    At the end every relayed connection is closed, as a host gone for good resets them: until then, a
+    session of the cut-off host blocked on its answer holds its locks in PostgreSQL (PostgreSQL's own
+    `tcp_user_timeout` ends such sessions in production)."""
+    relayed: list[asyncio.StreamWriter] = []
+
     async def serve(port: int):
         async def relay(reader, writer) -> None:
             upstream_reader, upstream_writer = await asyncio.open_connection("127.0.0.1", port)
+            relayed.extend((writer, upstream_writer))
             await asyncio.gather(_pipe(reader, upstream_writer), _pipe(upstream_reader, writer))
         return await asyncio.start_server(relay, address, port)
 
@@ -98,6 +104,8 @@ async def forwarding(address: str, ports: list[int]) -> AsyncIterator[None]:
     finally:
         for server in servers:
             server.close()
+        for writer in relayed:
+            writer.transport.abort()
 
 
 def spawn_on(host: Host, settings, temporal_port: int, pg_port: int, sim_port: int) -> subprocess.Popen:
