@@ -141,6 +141,12 @@ COMMANDS: dict[str, tuple[str, str]] = {
                                     "from standard input."),
     "staff list": ("commands.staff", "Every staff member, oldest first."),
     "staff remove": ("commands.staff", "Remove a staff member; their sessions end at once."),
+    "retention": ("commands.retention", "Retention: old emails' recipient rows folded into their figures, then "
+                                        "dropped."),
+    "retention run": ("commands.retention", "Fold and drop now the recipient rows of emails older than the retention "
+                                            "period."),
+    "retention status": ("commands.retention", "The retention period, emails folded and due, and the recipient rows "
+                                               "and bytes that remain."),
     "migrate": ("commands.operate", "Apply the schema migrations not yet applied (safe to run from several processes "
                                     "at once)."),
     "worker": ("commands.worker", "Run a worker on the task queue until SIGINT or SIGTERM."),

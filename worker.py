@@ -28,12 +28,15 @@ from activities.outbox.delivery import OutboxDeliveryActivities
 from activities.outbox.models import webhooks_task_queue
 from activities.outbox.relay import OutboxRelayActivities
 from activities.posts.publish import PostsActivities
+from activities.retention import RetentionActivities
 from activities.sending_limits import SendingLimitsActivities
 from activities.webhooks import WebhookActivities
 from operations.analytics import analytics_schedule_id
 from operations.analytics import ensure_schedule as ensure_analytics_schedule
 from operations.outbox import ensure_relay as ensure_outbox_relay
 from operations.posts import reconcile_at_worker_start, reconcile_schedule_id
+from operations.restore import restart_lost_runs
+from operations.retention import ensure_retention_schedule, retention_schedule_id
 from operations.webhooks import ensure_inbox_applier
 from operations.worker_health import serving_health
 from pressroom import database, logs, tracing_export
@@ -45,10 +48,14 @@ from workflows.analytics import FetchEmailAnalyticsWorkflow
 from workflows.newsletter import SendNewsletterWorkflow
 from workflows.outbox import DeliverOutboxEntryWorkflow, OutboxRelayWorkflow
 from workflows.posts import PublishPostWorkflow, ReconcilePostsWorkflow
+from workflows.retention import RecipientRetentionWorkflow
 from workflows.webhooks import WebhookInboxWorkflow
 
 log = logging.getLogger("pressroom.worker")
 GC_YOUNG_THRESHOLD = 10_000  # new objects between collections of the youngest generation (default 700)
+# On SIGTERM in-flight activities get this long to finish before they are handed back; the service
+# files' stop timeout (deploy/systemd/pressroom-worker.service) leaves room for it.
+GRACEFUL_SHUTDOWN = timedelta(seconds=20)
 
 
 # Everything this worker runs, in one place (as the samples' run_worker.py lists it).
@@ -58,6 +65,7 @@ WORKFLOWS: list[type] = [
     FetchEmailAnalyticsWorkflow,
     PublishPostWorkflow, ReconcilePostsWorkflow,
     WebhookInboxWorkflow,
+    RecipientRetentionWorkflow,
 ]
 
 
@@ -74,6 +82,7 @@ def build_activities(deps: Dependencies) -> list[Callable]:
     posts = PostsActivities(deps)
     sending_limits = SendingLimitsActivities(deps)
     webhooks = WebhookActivities(deps)
+    retention = RetentionActivities(deps)
     return [
         email_lock.lock_email, batch_creation.create_batches,
         batch_send.list_unsent_batches, batch_send.send_batch, batch_send.send_batches, batch_send.fail_batch,
@@ -85,6 +94,7 @@ def build_activities(deps: Dependencies) -> list[Callable]:
         analytics.fetch_phase, analytics.aggregate_stats, analytics.record_run,
         posts.publish_post, posts.reconcile_posts,
         webhooks.apply_inbox,
+        retention.fold_old_recipients,
     ]
 
 
@@ -107,8 +117,7 @@ def build_worker(client: Client, deps: Dependencies, *, task_queue: str | None =
         task_queue=task_queue or deps.settings.task_queue,
         workflows=WORKFLOWS,
         activities=build_activities(deps),
-        # On SIGTERM in-flight activities get this long to finish before they are handed back.
-        graceful_shutdown_timeout=timedelta(seconds=20),
+        graceful_shutdown_timeout=GRACEFUL_SHUTDOWN,
         max_concurrent_activities=deps.settings.worker_max_activities,
         sticky_queue_schedule_to_start_timeout=timedelta(seconds=deps.settings.worker_sticky_seconds),
         **options,
@@ -125,7 +134,7 @@ def build_webhooks_worker(client: Client, deps: Dependencies, *, task_queue: str
         task_queue=webhooks_task_queue(task_queue or deps.settings.task_queue),
         workflows=[DeliverOutboxEntryWorkflow],
         activities=[delivery.handle_entry, delivery.complete_entry, delivery.abort_entry],
-        graceful_shutdown_timeout=timedelta(seconds=20),
+        graceful_shutdown_timeout=GRACEFUL_SHUTDOWN,
         max_concurrent_activities=deps.settings.worker_max_activities,
         sticky_queue_schedule_to_start_timeout=timedelta(seconds=deps.settings.worker_sticky_seconds),
         **options,
@@ -168,11 +177,16 @@ async def run(settings: Settings | None = None) -> None:
     async with running_worker(client, settings):
         # The schedules exist, at current settings; one running on another task queue stays there.
         analytics, reconcile = analytics_schedule_id(settings), reconcile_schedule_id(settings)
+        retention = retention_schedule_id(settings)
         for schedule_id, outcome in ((analytics, await ensure_analytics_schedule(client, settings)),
-                                     (reconcile, await reconcile_at_worker_start(client, settings))):
+                                     (reconcile, await reconcile_at_worker_start(client, settings)),
+                                     (retention, await ensure_retention_schedule(client, settings))):
             if outcome.startswith("left on"):
                 log.warning("schedule %s %s, not moved to this worker's %s (`pressroom check` says whether a "
                             "worker polls it)", schedule_id, outcome, settings.task_queue)
+        # Before the relay (and its watchdog) starts: rows under way whose runs Temporal lost (a restore
+        # beside an empty Temporal) go back to their jobs rather than being recorded as failed.
+        await restart_lost_runs(client, settings)
         await ensure_outbox_relay(client, settings)  # outbox: the relay runs
         await ensure_inbox_applier(client, settings)  # webhooks: pushed events are applied
         log.info("worker started on task queue %s", settings.task_queue)

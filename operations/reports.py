@@ -10,16 +10,16 @@ from __future__ import annotations
 
 import json
 from collections import OrderedDict
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 
 from activities.newsletter.batches import SEGMENT_NAMES
 from activities.newsletter.left_out import (
-    LEFT_OUT_COUNTS,
     LEFT_OUT_JOINS,
     LEFT_OUT_REASON,
     LEFT_OUT_REASONS,
     with_filter,
 )
+from activities.report_figures import beside_recipients
 from operations.answers import EmailReport, EmailRow, LeftOutRow, Page
 from operations.clicks import click_rate, clicked_by_post, email_clicks
 from operations.finding import LARGEST_PAGE, SHOWN_ERROR, SHOWN_STATUS
@@ -27,14 +27,10 @@ from pressroom import database
 from pressroom.errors import BadInput, NotFound
 from pressroom.inputs import entity_id
 from pressroom.settings import Settings, get_settings
+from pressroom.store.reports import RECIPIENT_COUNTS as _RECIPIENTS
+from pressroom.store.reports import opens_chart as _opens
+from pressroom.store.retention import FOLDED_FIGURES, folded_figures
 
-# The figures of the whole email: recipients counted from the email's own index entries; delivered
-# and opened as analytics last aggregated them (the figures `newsletter list` shows); recipients of
-# batches not (yet) accepted, from those batches alone.
-_RECIPIENTS = """
-SELECT (SELECT count(*) FROM email_recipients WHERE email_id = $1) AS recipients,
-       (SELECT count(*) FROM email_recipients er JOIN email_batches b ON b.id = er.batch_id
-        WHERE b.email_id = $1 AND b.status <> 'submitted') AS not_sent"""
 # Delivered and opened as analytics last aggregated them, whether the email was sent by segment,
 # and its complaints: one round trip.
 _EMAIL_COUNTS = """
@@ -60,36 +56,11 @@ SELECT e.created_at, e.updated_at,
        EXISTS (SELECT 1 FROM email_analytics_dirty_emails d WHERE d.email_id = e.id) AS dirty
 FROM emails e WHERE e.id = $1"""
 
-# The recipients who left the email's newsletter through it (its link, or the provider's
-# unsubscribe event for it), each once.
-_LEFT_THROUGH_EMAIL = """
-SELECT member_id FROM members_subscribe_events WHERE email_id = $1 AND newsletter_id = $2 AND NOT subscribed"""
-_UNSUBSCRIBED = f"SELECT count(DISTINCT member_id) FROM ({_LEFT_THROUGH_EMAIL}) AS left_through"
-# Before 0029: recipients no longer subscribed to the email's newsletter, whoever removed them: both
-# sides read in member order from their indexes.
-_UNSUBSCRIBED_BEFORE_0029 = """
-SELECT count(*) FROM email_recipients er
-WHERE er.email_id = $1
-  AND NOT EXISTS (SELECT 1 FROM members_newsletters mn WHERE mn.newsletter_id = $2 AND mn.member_id = er.member_id)"""
-
 # Who left the newsletter through this email (its link, or the provider's unsubscribe event for it), by source.
 _LEFT_THROUGH = """
 SELECT source, count(DISTINCT member_id) AS n FROM members_subscribe_events
 WHERE email_id = $1 AND NOT subscribed GROUP BY source"""
 
-
-# Per segment, for a segmented email only: recipients and what analytics recorded for each; who
-# unsubscribed as `_UNSUBSCRIBED` (or, before 0029, `_UNSUBSCRIBED_BEFORE_0029`) counts them.
-_OUTCOMES = """
-SELECT b.member_segment AS segment, count(*) AS recipients,
-       count(*) FILTER (WHERE b.status = 'submitted') AS sent,
-       count(er.delivered_at) AS delivered, count(er.opened_at) AS opened,
-       count(*) FILTER (WHERE {unsubscribed}) AS unsubscribed
-FROM email_recipients er
-JOIN email_batches b ON b.id = er.batch_id
-LEFT JOIN members_newsletters mn ON mn.member_id = er.member_id AND mn.newsletter_id = $2
-WHERE er.email_id = $1
-GROUP BY b.member_segment ORDER BY b.member_segment NULLS FIRST"""
 
 # The failures by severity and the reasons they failed for, most frequent first, in one pass over
 # the email's failures; an address in a provider's message is replaced so that one reason groups
@@ -122,18 +93,6 @@ SELECT m.id AS member_id, m.email, m.name, m.status, {LEFT_OUT_REASON} AS reason
   AND ($5::text IS NULL OR {LEFT_OUT_REASON} = $5)
   AND ($6::timestamptz IS NULL OR (m.created_at, m.id) < ($6, $7::text))
 ORDER BY m.created_at DESC, m.id DESC LIMIT $8"""
-
-_OPENS_RANGE = ("SELECT min(opened_at), max(opened_at) FROM email_recipients "
-                "WHERE email_id = $1 AND opened_at IS NOT NULL")
-_OPENS = """
-SELECT date_bin($2::interval, opened_at, $3) AS at, count(*) AS n
-FROM email_recipients WHERE email_id = $1 AND opened_at IS NOT NULL GROUP BY 1 ORDER BY 1"""
-
-# Bucket widths for the opens chart: the smallest that keeps it within CHART_BUCKETS rows.
-CHART_BUCKETS = 24
-_WIDTHS = [timedelta(seconds=s) for s in (1, 5, 10, 30, 60, 300, 600, 1800, 3600, 3 * 3600, 6 * 3600, 86400,
-                                          7 * 86400)]
-
 
 def segment_name(segment: str | None) -> str:
     """As batch ids name it: free, paid, free-tiers, paid-tiers (of a tiers post's tiers), or all."""
@@ -205,22 +164,18 @@ async def _opens_memoised(conn, database: str, email, before) -> dict:
     return opens
 
 
-async def _opens(conn, email) -> dict:
-    """The chart spans the first and last open the recount kept (read from the rows when it has not
-    run since 0029); an open applied since the last recount widens it by its buckets."""
-    first, last = email["first_opened_at"], email["last_opened_at"]
-    if first is None:
-        first, last = await conn.fetchrow(_OPENS_RANGE, email["id"])
-    if first is None:
-        return {"bucket_seconds": None, "buckets": []}
-    width = next((w for w in _WIDTHS if (last - first) / w < CHART_BUCKETS), _WIDTHS[-1])
-    counts = {r["at"]: r["n"] for r in await conn.fetch(_OPENS, email["id"], width, first)}
-    first, last = min([first, *counts]), max([last, *counts])
-    at, buckets = first, []
-    while at <= last:  # every bucket, those without opens too: the chart's time axis is even
-        buckets.append({"at": at, "opens": counts.get(at, 0)})
-        at += width
-    return {"bucket_seconds": int(width.total_seconds()), "buckets": buckets}
+async def _row_figures(conn, database_url: str, email, before, *, segmented: bool) -> dict:
+    """The figures that read the recipient rows: as the retention fold recorded them once the rows
+    went (or began to go), else read from the rows."""
+    folded = await conn.fetchrow(FOLDED_FIGURES, email["id"])
+    if folded is not None:
+        return folded_figures(folded)
+    figures = await _recipients(conn, database_url, email["id"], before)
+    figures.update(await beside_recipients(conn, email, segmented=segmented))
+    figures["opens"] = await _opens_memoised(conn, database_url, email, before)
+    if before["dirty"]:  # an applied event awaits the recount: delivered and opened from the chart's rows
+        figures.update(await conn.fetchrow(_COUNTS_FROM_ROWS, email["id"]))
+    return figures
 
 
 async def newsletter_report(email_id: str, *, reasons: int = 5, settings: Settings | None = None) -> EmailReport:
@@ -231,27 +186,14 @@ async def newsletter_report(email_id: str, *, reasons: int = 5, settings: Settin
         email = await _email(conn, email_id)
         before = await conn.fetchrow(_STILL, email_id)
         figures = dict(await conn.fetchrow(_EMAIL_COUNTS, email_id))
-        if before["dirty"]:
-            figures.update(await conn.fetchrow(_COUNTS_FROM_ROWS, email_id))
-        figures.update(await _recipients(conn, settings.require_database(), email_id, before))
-        recorded = email["left_out"] is not None  # batches written since 0029
-        figures["unsubscribed"] = await conn.fetchval(_UNSUBSCRIBED if recorded else _UNSUBSCRIBED_BEFORE_0029,
-                                                      email_id, email["newsletter_id"])
+        rows = await _row_figures(conn, settings.require_database(), email, before, segmented=figures["segmented"])
+        figures.update({key: rows[key] for key in ("recipients", "not_sent", "unsubscribed", "delivered", "opened")
+                        if key in rows})
+        segments, left_out, opens = rows["segments"], rows["left_out"], rows["opens"]
         left_through = {r["source"]: r["n"] for r in await conn.fetch(_LEFT_THROUGH, email_id)}
-        outcomes = _OUTCOMES.format(unsubscribed=f"er.member_id IN ({_LEFT_THROUGH_EMAIL})" if recorded
-                                    else "mn.id IS NULL")
-        segments = ([dict(r) for r in await conn.fetch(outcomes, email_id, email["newsletter_id"])]
-                    if figures["segmented"] else [])
         failed = await conn.fetchrow(_FAILURES, email_id, reasons)
         failures, top = json.loads(failed["by_severity"]), json.loads(failed["top"])
         complained = figures["complained"]
-        if recorded:
-            left_out = json.loads(email["left_out"])
-        else:
-            counts, values = with_filter(LEFT_OUT_COUNTS, email, as_of=datetime.now(UTC))
-            left_out = {r["reason"]: r["n"] for r in await conn.fetch(
-                counts, email_id, email["newsletter_id"], email["created_at"], values)}
-        opens = await _opens_memoised(conn, settings.require_database(), email, before)
         clicks = await email_clicks(conn, email["post_id"], figures["delivered"])
     permanent, temporary = failures.get("permanent", 0), failures.get("temporary", 0)
     figures = {"recipients": figures["recipients"], "sent": figures["recipients"] - figures["not_sent"],
@@ -294,6 +236,10 @@ async def left_out_members(email_id: str, *, reason: str | None = None, after: s
     settings = settings or get_settings()
     async with database.connection(settings.require_database()) as conn:
         email = await _email(conn, email_id)
+        if await conn.fetchval("SELECT EXISTS (SELECT 1 FROM email_figures_folded WHERE email_id = $1)", email_id):
+            raise BadInput(f"email {email_id} is older than the retention period (PRESSROOM_RECIPIENT_RETENTION_DAYS): "
+                           "its recipients are no longer kept, only its counts by reason (`pressroom newsletter "
+                           f"report {email_id}`)")
         cursor = None, None
         if after is not None:
             entity_id(after, "member")
@@ -308,8 +254,14 @@ async def left_out_members(email_id: str, *, reason: str | None = None, after: s
 
 
 _NOT_SENT = """
-SELECT b.email_id, count(*) AS n FROM email_batches b JOIN email_recipients er ON er.batch_id = b.id
-WHERE b.email_id = ANY($1::text[]) AND b.status <> 'submitted' GROUP BY b.email_id"""
+SELECT email_id, sum(n)::bigint AS n FROM (
+    SELECT b.email_id, count(*) AS n FROM email_batches b JOIN email_recipients er ON er.batch_id = b.id
+    WHERE b.email_id = ANY($1::text[]) AND b.status <> 'submitted'
+      AND NOT EXISTS (SELECT 1 FROM email_figures_folded f WHERE f.email_id = b.email_id)
+    GROUP BY b.email_id
+    UNION ALL  -- an email whose rows the retention fold dropped, as it counted them
+    SELECT email_id, not_sent FROM email_figures_folded WHERE email_id = ANY($1::text[])) counted
+GROUP BY email_id"""
 
 
 async def click_rates(rows: list[EmailRow], *, settings: Settings | None = None) -> dict[str, float | None]:

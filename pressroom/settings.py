@@ -35,6 +35,8 @@ from pressroom.codec import EncryptionKeyError, parse_keys
 
 MAILGUN_MAX_RECIPIENTS = 1000  # Mailgun refuses a message with more recipients than this.
 MAILGUN_US = "https://api.mailgun.net"
+# The shortest retention of recipient rows: `check`'s rates read the last 30 days of them.
+MIN_RETENTION_DAYS = 31
 
 
 LogLevel = Annotated[Literal["DEBUG", "INFO", "WARNING", "ERROR"], BeforeValidator(lambda v: str(v).strip().upper())]
@@ -206,6 +208,12 @@ class Settings(BaseSettings):
     analytics_end_margin_seconds: int = Field(default=60, ge=0,
                                               validation_alias="PRESSROOM_ANALYTICS_END_MARGIN_SECONDS")
 
+    # --- retention: an email's recipient rows are folded into its figures and its members' once it
+    # ended longer ago than this, then dropped (docs/production.md "Retention"); 0 keeps them for ever.
+    recipient_retention_days: int = Field(default=180, ge=0, validation_alias="PRESSROOM_RECIPIENT_RETENTION_DAYS")
+    retention_chunk_rows: int = Field(default=10_000, ge=100, le=1_000_000,
+                                      validation_alias="PRESSROOM_RETENTION_CHUNK_ROWS")
+
     # --- scheduled posts ---
     # A thousand posts due at one instant take Temporal some 20 s of workflow tasks on two cores
     # (bench/scheduling.py): the timer fires early enough for all of them to be waiting in time, and
@@ -329,6 +337,14 @@ class Settings(BaseSettings):
     @property
     def proxy_addresses(self) -> frozenset[str]:
         return frozenset(str(ipaddress.ip_address(p.strip())) for p in self.serve_proxies.split(",") if p.strip())
+
+    @field_validator("recipient_retention_days")
+    @classmethod
+    def _keeps_the_rates(cls, value: int) -> int:
+        if 0 < value < MIN_RETENTION_DAYS:
+            raise ValueError(f"{value} is below {MIN_RETENTION_DAYS} days: the last 30 days' rates (`pressroom check`) "
+                             "read the recipient rows (0 keeps them for ever)")
+        return value
 
     @field_validator("batch_size")
     @classmethod

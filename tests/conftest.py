@@ -187,13 +187,14 @@ async def schedules_removed_after(dev_env):
 
     from activities.analytics.models import SCHEDULE_ID
     from operations.posts import RECONCILE_SCHEDULE_ID
+    from operations.retention import RETENTION_SCHEDULE_ID
 
     async def remove() -> None:
         # Each site's ids name its task queue (site_schedule_id): the bare ones, and those listed (the
         # list lags a creation by moments; one missed is on a queue no later test uses).
         listed = [schedule.id async for schedule in await dev_env.client.list_schedules()]
-        for schedule_id in {SCHEDULE_ID, RECONCILE_SCHEDULE_ID, *listed}:
-            if schedule_id.startswith((SCHEDULE_ID, RECONCILE_SCHEDULE_ID)):
+        for schedule_id in {SCHEDULE_ID, RECONCILE_SCHEDULE_ID, RETENTION_SCHEDULE_ID, *listed}:
+            if schedule_id.startswith((SCHEDULE_ID, RECONCILE_SCHEDULE_ID, RETENTION_SCHEDULE_ID)):
                 with contextlib.suppress(RPCError):  # not created, or removed meanwhile
                     await dev_env.client.get_schedule_handle(schedule_id).delete()
 

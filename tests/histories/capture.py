@@ -370,6 +370,22 @@ class Capture:
             self.save("analytics-finished", handle.id, None, "completed: every phase and the aggregates")
 
 
+    # --- retention ---
+
+    async def retention(self) -> None:
+        from activities.retention import RetentionInput
+        from workflows.retention import RecipientRetentionWorkflow
+
+        settings = self.settings("retention")
+        site = await self.published_site("retention")
+        await self.pool.execute("UPDATE emails SET status = 'submitted', submitted_at = now() - interval '400 days' "
+                                "WHERE id = $1", site.email_id)
+        async with running_worker(self.client, settings):
+            handle = await self.client.start_workflow(RecipientRetentionWorkflow.run, RetentionInput(),
+                                                      id="capture-retention", task_queue=settings.task_queue)
+            await handle.result()
+        self.save("retention-finished", handle.id, None, "completed: an old email folded")
+
     # --- webhooks ---
 
     async def webhooks(self) -> None:
@@ -426,7 +442,7 @@ async def main() -> None:
         capture = Capture(env.client, f"127.0.0.1:{port}", pool, simulator, postgres.url, out)
         print(f"capturing release {version} into {out.relative_to(ROOT)}")
         jobs = (capture.newsletters, capture.newsletter_limits, capture.posts, capture.outbox, capture.analytics,
-                capture.webhooks)
+                capture.webhooks, capture.retention)
         if args.only:
             manifest = out / "manifest.json"
             capture.manifest = json.loads(manifest.read_text()) if manifest.exists() else {}
