@@ -51,12 +51,16 @@ def members_add(email: str = typer.Argument(..., help="The member's e-mail addre
                 labels: list[str] = typer.Option(None, "--label", metavar="SLUG",
                                                  help="A label (made if new); repeat for more."),
                 tiers: list[str] = typer.Option(None, "--tier", metavar="SLUG",
-                                                help="A tier (one of the site's); repeat for more.")
+                                                help="A tier (one of the site's); repeat for more."),
+                welcome: bool = typer.Option(False, "--welcome",
+                                             help="Send their welcome email (none unless asked, as the reference).")
                 ) -> None:
-    """Add a member; their welcome email (paid for comped members) goes out through the outbox."""
-    added = run_async(add_member(email, name, status=status, labels=labels or (), tiers=tiers or ()))
-    welcome = f"; welcome email queued ({outbox_workflow_id(added.welcome_key)})" if added.welcome_key else ""
-    console.print(f"member {added.member_id} added{welcome}", highlight=False)
+    """Add a member; with --welcome, their welcome email (paid for comped members) goes out through the outbox."""
+    added = run_async(add_member(email, name, status=status, labels=labels or (), tiers=tiers or (),
+                                 welcome=welcome))
+    welcome_line = f"; welcome email queued ({outbox_workflow_id(added.welcome_key)})" if added.welcome_key else \
+        "; no welcome email (--welcome sends one)" if not welcome else "; no welcome email"
+    console.print(f"member {added.member_id} added{welcome_line}", highlight=False)
 
 
 @app.command("resubscribe")

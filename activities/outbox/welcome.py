@@ -55,6 +55,9 @@ class WelcomeEmails:
         out; an uncertain one is looked up by its `pressroom-outbox` mark, on any attempt and after
         a requeue, before it is sent again.
         """
+        if not event.welcome:
+            # Decided when the member was added (the event commits with them); nothing to send.
+            return {"welcome": "not asked"}
         if not self.settings.welcome_emails:
             # Read when the entry is handled, not only when it was queued: an operator who switches
             # welcome emails off stops the ones already queued too. They are not kept waiting (a

@@ -256,8 +256,9 @@ class AdminApi:
 
     async def add_member(self, request: web.Request) -> tuple[int, Any]:
         item = resources.item_of(await self._body(request), "members")
+        welcome = resources.welcome_asked(request.query)
         try:
-            member_id = await resources.add_member(item, self.settings)
+            member_id = await resources.add_member(item, self.settings, welcome=welcome)
         finally:
             self.member_reads.forget()
         async with self.pool.acquire() as conn:

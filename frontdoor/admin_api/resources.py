@@ -430,7 +430,22 @@ def member_status(item: dict, current: str | None) -> str | None:
     return status
 
 
-async def add_member(item: dict, settings: Settings) -> str:
+def welcome_asked(query) -> bool:
+    """The reference's options of an added member's email (`send_email`, `email_type`), as its client
+    sends them in the query: none unless asked; the one Pressroom sends is the signup's, the welcome."""
+    send = (query.get("send_email") or "false").lower()
+    if send not in ("true", "false"):
+        raise invalid("send_email must be true or false", property="send_email")
+    kind = query.get("email_type") or "signup"
+    if kind not in ("signin", "signup", "subscribe"):
+        raise invalid("email_type must be signin, signup or subscribe", property="email_type")
+    if send == "true" and kind != "signup":
+        raise invalid(f"email_type {kind} is not sent by Pressroom: the email a member added is sent is the welcome "
+                      "email (email_type signup)", property="email_type")
+    return send == "true"
+
+
+async def add_member(item: dict, settings: Settings, *, welcome: bool = False) -> str:
     _unsupported_fields(item, _MEMBER_WRITABLE, "members")
     email = text_of(item, "email")
     if not email:
@@ -441,7 +456,8 @@ async def add_member(item: dict, settings: Settings) -> str:
     tiers = [t.get("slug") for t in item.get("tiers") or [] if isinstance(t, dict)]
     added = await members.add_member(email, text_of(item, "name"), status=member_status(item, None) or "free",
                                      labels=label_slugs(item.get("labels") or []), tiers=[t for t in tiers if t],
-                                     note=text_of(item, "note"), newsletters=newsletters, settings=settings)
+                                     note=text_of(item, "note"), newsletters=newsletters, welcome=welcome,
+                                     settings=settings)
     return added.member_id
 
 
