@@ -10,7 +10,7 @@ import json
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-from pressroom.email_rendering import EmailContent, header_text, mailbox, member_values, ref_value
+from pressroom.email_rendering import ContentError, EmailContent, header_text, mailbox, member_values, ref_value
 from pressroom.email_template import DESIGN_COLUMNS, EmailTemplate
 from pressroom.settings import Settings
 
@@ -31,13 +31,16 @@ async def load_email(conn, email_id: str, settings: Settings) -> LoadedEmail | N
         """SELECT e.subject, coalesce(nullif(e.html, ''), nullif(p.email_html, ''), p.html) AS html, p.visibility,
                   p.slug, e.track_opens,
                   coalesce(e.track_clicks, n.track_clicks, $2) AS track_clicks,
-                  n.name, n.uuid::text AS newsletter_uuid, n.sender_name, n.sender_email, n.sender_reply_to,
+                  n.name, n.slug AS newsletter_slug, n.uuid::text AS newsletter_uuid, n.sender_name, n.sender_email,
+                  n.sender_reply_to,
                   p.title, p.status AS post_status, to_jsonb(p) AS post, to_jsonb(n) AS newsletter
            FROM emails e JOIN posts p ON p.id = e.post_id LEFT JOIN newsletters n ON n.id = e.newsletter_id
            WHERE e.id = $1""", email_id, settings.email_track_clicks)
     if row is None:
         return None
     site = settings.site_url.rstrip("/")
+    if not row["sender_email"] and not settings.from_address:
+        raise ContentError(no_sender(email_id, row["newsletter_slug"]))
     sender = mailbox(None, row["sender_email"], "sender", email_id) if row["sender_email"] else settings.from_address
     from_address = mailbox(row["sender_name"] or row["name"], sender, "sender", email_id) \
         if row["sender_email"] else sender
@@ -51,6 +54,14 @@ async def load_email(conn, email_id: str, settings: Settings) -> LoadedEmail | N
                            else None, template=_template(row, site))
     return LoadedEmail(content=content, from_address=from_address, reply_to=reply_to,
                        track_opens=row["track_opens"], newsletter_uuid=row["newsletter_uuid"])
+
+
+def no_sender(email_id: str, newsletter: str | None) -> str:
+    """Why an email has no sender: neither its newsletter's nor the site-wide setting (no default)."""
+    whose = f"newsletter {newsletter} has no sender" if newsletter else "it has no newsletter"
+    fix = f"`pressroom newsletters edit {newsletter} --sender-email ADDRESS` or " if newsletter else ""
+    return (f"email {email_id} has no sender: {whose} and PRESSROOM_FROM_ADDRESS is not set; set {fix}"
+            "PRESSROOM_FROM_ADDRESS")
 
 
 def _template(row, site: str) -> EmailTemplate:

@@ -155,6 +155,9 @@ class WelcomeEmails:
     def _welcome_message(self, welcome) -> WelcomeMessage:
         """The automated email as sent: its replacements through the newsletter's renderer (a member's
         name is escaped in its HTML), its subject and sender checked as headers; TemplateWaiting otherwise."""
+        if not welcome["sender_email"] and not self.settings.from_address:
+            raise TemplateWaiting(f"the automated email {welcome['id']} has no sender and PRESSROOM_FROM_ADDRESS is "
+                                  "not set; the entry waits and goes out once one is")
         try:
             rendered = render_automated(welcome["id"], welcome["subject"], welcome["html"],
                                         welcome["plaintext"] or welcome["subject"])
