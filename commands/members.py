@@ -303,7 +303,7 @@ def members_show(member: str = typer.Argument(..., metavar="ID|ADDRESS", help="T
     rows = [["email", "subject", "made", "what happened", "when"]]
     for e in p.emails:
         moment = e.complained_at or e.failed_at or e.opened_at or e.delivered_at or e.sent_at
-        outcome = e.outcome + (f": {e.failure_code} {e.failure_message}" if e.failure else "")
+        outcome = e.outcome + (f": {e.failure_words()}" if e.failure else "")
         rows.append([e.email_id, e.subject or "", when(e.created_at), outcome, when(moment)])
     print_rows(rows)
 

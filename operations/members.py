@@ -129,7 +129,8 @@ async def welcome_added_members(conn, member_ids: list[str]) -> int:
 _MEMBER_EMAILS = """
 SELECT e.id AS email_id, e.subject, e.status AS email_status, b.status AS batch_status, e.created_at,
        b.updated_at AS sent_at, er.delivered_at, er.opened_at, er.failed_at, f.severity AS failure,
-       f.code AS failure_code, f.message AS failure_message, c.created_at AS complained_at
+       f.code AS failure_code, f.enhanced_code AS failure_enhanced_code, f.message AS failure_message,
+       c.created_at AS complained_at
 FROM email_recipients er
 JOIN emails e ON e.id = er.email_id
 JOIN email_batches b ON b.id = er.batch_id
