@@ -10,7 +10,7 @@ import json
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-from pressroom.email_rendering import ContentError, EmailContent, header_text, mailbox, member_values, ref_value
+from pressroom.email_rendering import EmailContent, header_text, mailbox, member_values, ref_value
 from pressroom.email_template import DESIGN_COLUMNS, EmailTemplate
 from pressroom.settings import Settings
 
@@ -18,10 +18,11 @@ from pressroom.settings import Settings
 @dataclass(frozen=True)
 class LoadedEmail:
     content: EmailContent
-    from_address: str
+    from_address: str  # "": neither the newsletter nor PRESSROOM_FROM_ADDRESS names one (a send is refused)
     reply_to: str
     track_opens: bool
     newsletter_uuid: str | None  # None: the email has no newsletter, its link leaves every one
+    newsletter_slug: str | None = None
 
 
 async def load_email(conn, email_id: str, settings: Settings) -> LoadedEmail | None:
@@ -39,8 +40,6 @@ async def load_email(conn, email_id: str, settings: Settings) -> LoadedEmail | N
     if row is None:
         return None
     site = settings.site_url.rstrip("/")
-    if not row["sender_email"] and not settings.from_address:
-        raise ContentError(no_sender(email_id, row["newsletter_slug"]))
     sender = mailbox(None, row["sender_email"], "sender", email_id) if row["sender_email"] else settings.from_address
     from_address = mailbox(row["sender_name"] or row["name"], sender, "sender", email_id) \
         if row["sender_email"] else sender
@@ -53,7 +52,8 @@ async def load_email(conn, email_id: str, settings: Settings) -> LoadedEmail | N
                            site_url=site, link_ref=ref_value(row["name"] or "") if settings.outbound_link_tagging
                            else None, template=_template(row, site))
     return LoadedEmail(content=content, from_address=from_address, reply_to=reply_to,
-                       track_opens=row["track_opens"], newsletter_uuid=row["newsletter_uuid"])
+                       track_opens=row["track_opens"], newsletter_uuid=row["newsletter_uuid"],
+                       newsletter_slug=row["newsletter_slug"])
 
 
 def no_sender(email_id: str, newsletter: str | None) -> str:

@@ -545,6 +545,8 @@ async def send_test_email(email_id: str, to: str, *, segment: str | None = None,
     async with database.connection(settings.require_database()) as conn:
         loaded, rendered, values, _ = await _render_for(conn, email_id, member_id=None, segment=segment,
                                                         address=to, settings=settings, track_clicks=False)
+    if not loaded.from_address:
+        raise BadInput(no_sender(email_id, loaded.newsletter_slug))
     values = {**values, "email": to}
     provider = provider_from_settings(settings)
     try:

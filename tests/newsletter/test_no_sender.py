@@ -50,6 +50,12 @@ async def test_newsletter_send_refuses_an_email_without_a_sender_and_starts_noth
                                 "PRESSROOM_FROM_ADDRESS is not set; set `pressroom newsletters edit "
                                 f"{slug} --sender-email ADDRESS` or PRESSROOM_FROM_ADDRESS")
     assert await db.fetchval("SELECT status FROM emails WHERE id = $1", seeded.email_id) == "pending"
+    # A test copy needs a sender too; a preview (nothing sent) does not.
+    copy = await asyncio.to_thread(pressroom, "newsletter", "test", seeded.email_id, "--to", "editor@example.com",
+                                   env=env)
+    assert_one_line_error(copy, f"newsletter {slug} has no sender and PRESSROOM_FROM_ADDRESS is not set")
+    preview = await asyncio.to_thread(pressroom, "newsletter", "preview", seeded.email_id, env=env)
+    assert preview.returncode == 0, preview.stderr
     # With the site-wide sender set, the same command starts the send.
     done = await asyncio.to_thread(pressroom, "newsletter", "send", seeded.email_id,
                                    env={**env, "PRESSROOM_FROM_ADDRESS": DEV_FROM_ADDRESS})
