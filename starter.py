@@ -60,8 +60,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "newsletters list": ("commands.newsletters", "Every newsletter, oldest first."),
     "newsletters edit": ("commands.newsletters", "Change a newsletter; only the options given (its design's too)."),
     "members": ("commands.members", "Members of the site."),
-    "members add": ("commands.members", "Add a member; their welcome email (paid for comped members) goes out through "
-                                        "the outbox."),
+    "members add": ("commands.members", "Add a member; with --welcome, their welcome email (paid for comped members) "
+                                        "goes out through the outbox."),
     "members resubscribe": ("commands.members", "Mail a member again whom the site subscribed again: off Mailgun's "
                                                 "suppression lists, and Pressroom's."),
     "members update": ("commands.members", "Change a member's name, status, newsletters or labels; every input is "

@@ -20,10 +20,11 @@ from pressroom.settings import Settings
 @dataclass(frozen=True)
 class LoadedEmail:
     content: EmailContent
-    from_address: str
+    from_address: str  # "": neither the newsletter nor PRESSROOM_FROM_ADDRESS names one (a send is refused)
     reply_to: str
     track_opens: bool
     newsletter_uuid: str | None  # None: the email has no newsletter, its link leaves every one
+    newsletter_slug: str | None = None
 
 
 async def load_email(conn: asyncpg.Connection, email_id: str, settings: Settings) -> LoadedEmail | None:
@@ -33,7 +34,8 @@ async def load_email(conn: asyncpg.Connection, email_id: str, settings: Settings
         """SELECT e.subject, coalesce(nullif(e.html, ''), nullif(p.email_html, ''), p.html) AS html, p.visibility,
                   p.slug, e.track_opens,
                   coalesce(e.track_clicks, n.track_clicks, $2) AS track_clicks,
-                  n.name, n.uuid::text AS newsletter_uuid, n.sender_name, n.sender_email, n.sender_reply_to,
+                  n.name, n.slug AS newsletter_slug, n.uuid::text AS newsletter_uuid, n.sender_name, n.sender_email,
+                  n.sender_reply_to,
                   p.title, p.status AS post_status, to_jsonb(p) AS post, to_jsonb(n) AS newsletter
            FROM emails e JOIN posts p ON p.id = e.post_id LEFT JOIN newsletters n ON n.id = e.newsletter_id
            WHERE e.id = $1""", email_id, settings.email_track_clicks)
@@ -52,7 +54,16 @@ async def load_email(conn: asyncpg.Connection, email_id: str, settings: Settings
                            site_url=site, link_ref=ref_value(row["name"] or "") if settings.outbound_link_tagging
                            else None, template=_template(row, site))
     return LoadedEmail(content=content, from_address=from_address, reply_to=reply_to,
-                       track_opens=row["track_opens"], newsletter_uuid=row["newsletter_uuid"])
+                       track_opens=row["track_opens"], newsletter_uuid=row["newsletter_uuid"],
+                       newsletter_slug=row["newsletter_slug"])
+
+
+def no_sender(email_id: str, newsletter: str | None) -> str:
+    """Why an email has no sender: neither its newsletter's nor the site-wide setting (no default)."""
+    whose = f"newsletter {newsletter} has no sender" if newsletter else "it has no newsletter"
+    fix = f"`pressroom newsletters edit {newsletter} --sender-email ADDRESS` or " if newsletter else ""
+    return (f"email {email_id} has no sender: {whose} and PRESSROOM_FROM_ADDRESS is not set; set {fix}"
+            "PRESSROOM_FROM_ADDRESS")
 
 
 def _template(row: asyncpg.Record, site: str) -> EmailTemplate:

@@ -206,7 +206,7 @@ class Matrix:
         started = time.perf_counter()
         addresses = [f"welcome{n}-r{self.rows}@example.com" for n in range(count)]
         try:
-            keys = [(await add_member(address, settings=settings)).welcome_key for address in addresses]
+            keys = [(await add_member(address, welcome=True, settings=settings)).welcome_key for address in addresses]
             await until(pool, "SELECT count(*) = $2 FROM outbox WHERE idempotency_key = ANY($1::text[]) "
                               "AND status = 'aborted'", keys, count)
             self.faults(adversary)

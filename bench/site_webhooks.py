@@ -79,7 +79,7 @@ async def welcome_stream(pool, settings, count: int, tag: str) -> list[float]:
     """`count` members added one every 0.25 s; their welcome emails' latencies once all are handled."""
     ids = []
     for k in range(count):
-        ids.append((await add_member(f"welcome.{tag}.{k}@example.com", settings=settings)).member_id)
+        ids.append((await add_member(f"welcome.{tag}.{k}@example.com", welcome=True, settings=settings)).member_id)
         await asyncio.sleep(0.25)
     while await pool.fetchval("SELECT count(*) FROM outbox WHERE event_type = 'MemberCreatedEvent' "
                               "AND payload->>'member_id' = ANY($1::text[]) AND status = 'succeeded'", ids) < count:

@@ -99,7 +99,7 @@ async def run_demo(console: Console, *, members: int, publish_in: float, keep_ru
                           f"{settings.task_queue}")
 
             # A real-looking domain: address validation refuses the reserved .test names people type by mistake.
-            added = await add_member(f"newcomer-{tag}@example.com", "Newcomer", settings=settings)
+            added = await add_member(f"newcomer-{tag}@example.com", "Newcomer", welcome=True, settings=settings)
             await wait_for_welcome_email(pool, added.welcome_key)
             console.print(f"[bold]Outbox[/bold]: member {added.member_id} joined; welcome email sent "
                           f"(workflow {outbox_workflow_id(added.welcome_key)})")

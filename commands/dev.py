@@ -11,7 +11,7 @@ from devstack import stack
 from devstack.servers import postgres_bin
 from pressroom import database
 from pressroom.errors import PressroomError
-from pressroom.settings import dev_stack_file, get_settings, read_dev_stack
+from pressroom.settings import DEV_FROM_ADDRESS, dev_stack_file, get_settings, read_dev_stack
 
 app = typer.Typer(help="The local development stack: PostgreSQL, Temporal with its Web UI, a Mailgun simulator "
                   "(or, with PRESSROOM_EMAIL_PROVIDER=ses, the SES stand-in).",
@@ -47,6 +47,7 @@ STACK_VARIABLES = (("DATABASE_URL", "database_url"), ("TEMPORAL_ADDRESS", "tempo
                    ("PRESSROOM_EMAIL_PROVIDER", "email_provider"),
                    ("PRESSROOM_MEMBERS_LINK_SECRET", "members_link_secret"),
                    ("PRESSROOM_ADDRESS_HASH_KEY", "address_hash_key"),
+                   ("PRESSROOM_FROM_ADDRESS", "from_address"),
                    ("AWS_REGION", "ses_region"), ("AWS_ACCESS_KEY_ID", "ses_access_key_id"),
                    ("AWS_SECRET_ACCESS_KEY", "ses_secret_access_key"), ("PRESSROOM_SES_DOMAIN", "ses_domain"),
                    ("PRESSROOM_SES_CONFIGURATION_SET", "ses_configuration_set"),
@@ -62,6 +63,7 @@ def dev_env() -> None:
     state = read_dev_stack()
     if not state:
         raise PressroomError("the development stack is not running (start it with `pressroom dev up`)")
+    state.setdefault("from_address", DEV_FROM_ADDRESS)  # a stack started before it was recorded
     for variable, key in STACK_VARIABLES:
         if key in state:
             print(f"export {variable}={shlex.quote(str(state[key]))}")

@@ -21,21 +21,24 @@ def integrations_add(name: str = typer.Argument(..., help="The integration's nam
     added = run_async(add_integration(name))
     if as_json:
         return print_json(added.model_dump())
-    console.print(f"integration {added.name!r} added; its Admin API key (keep it secret, it is shown once):",
+    console.print(f"integration {added.name!r} (slug {added.slug}) added; its Admin API key (keep it secret, it is "
+                  "shown once):",
                   highlight=False, markup=False)
     print(added.admin_api_key)
 
 
 @app.command("list")
 def integrations_list(as_json: bool = JSON_OPTION) -> None:
-    """The integrations, with their key's id (never its secret)."""
+    """The integrations, with their slug (what `webhooks add --integration` takes) and their key's id (never its
+    secret)."""
     found = run_async(list_integrations())
     if as_json:
         return print_json([i.model_dump() for i in found])
     if not found:
         console.print("no integrations")
     for i in found:
-        console.print(f"{i.name}  key {i.key_id or '-'}  added {when(i.created_at)}", highlight=False, markup=False)
+        console.print(f"{i.name}  slug {i.slug}  key {i.key_id or '-'}  added {when(i.created_at)}",
+                      highlight=False, markup=False)
 
 
 @app.command("remove")

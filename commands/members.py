@@ -52,12 +52,16 @@ def members_add(email: str = typer.Argument(..., help="The member's e-mail addre
                                                  help="A label by name or slug (made if new, with that name); "
                                                       "repeat for more."),
                 tiers: list[str] = typer.Option(None, "--tier", metavar="SLUG",
-                                                help="A tier (one of the site's); repeat for more.")
+                                                help="A tier (one of the site's); repeat for more."),
+                welcome: bool = typer.Option(False, "--welcome",
+                                             help="Send their welcome email (none unless asked, as the reference).")
                 ) -> None:
-    """Add a member; their welcome email (paid for comped members) goes out through the outbox."""
-    added = run_async(add_member(email, name, status=status, labels=labels or (), tiers=tiers or ()))
-    welcome = f"; welcome email queued ({outbox_workflow_id(added.welcome_key)})" if added.welcome_key else ""
-    console.print(f"member {added.member_id} added{welcome}", highlight=False)
+    """Add a member; with --welcome, their welcome email (paid for comped members) goes out through the outbox."""
+    added = run_async(add_member(email, name, status=status, labels=labels or (), tiers=tiers or (),
+                                 welcome=welcome))
+    welcome_line = f"; welcome email queued ({outbox_workflow_id(added.welcome_key)})" if added.welcome_key else \
+        "; no welcome email (--welcome sends one)" if not welcome else "; no welcome email"
+    console.print(f"member {added.member_id} added{welcome_line}", highlight=False)
 
 
 @app.command("resubscribe")
@@ -302,7 +306,7 @@ def members_show(member: str = typer.Argument(..., metavar="ID|ADDRESS", help="T
     rows = [["email", "subject", "made", "what happened", "when"]]
     for e in p.emails:
         moment = e.complained_at or e.failed_at or e.opened_at or e.delivered_at or e.sent_at
-        outcome = e.outcome + (f": {e.failure_code} {e.failure_message}" if e.failure else "")
+        outcome = e.outcome + (f": {e.failure_words()}" if e.failure else "")
         rows.append([e.email_id, e.subject or "", when(e.created_at), outcome, when(moment)])
     print_rows(rows)
 

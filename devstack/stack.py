@@ -25,7 +25,7 @@ from devstack.servers import (
     stop_process,
 )
 from devstack.ses_simulator import SesSimulator
-from pressroom.settings import ConfigurationError, dev_stack_file, project_home, read_dev_stack
+from pressroom.settings import DEV_FROM_ADDRESS, ConfigurationError, dev_stack_file, project_home, read_dev_stack
 from pressroom.temporal import search_attribute_kinds
 
 
@@ -122,6 +122,7 @@ def up() -> StackStatus:
         status.started.append("Temporal")
 
     state.update(kept_secrets(home, state))
+    state.setdefault("from_address", DEV_FROM_ADDRESS)  # the development site's sender (PRESSROOM_FROM_ADDRESS)
 
     # The provider: PRESSROOM_EMAIL_PROVIDER, else the one this stack was started for; only its
     # stand-in is started, and the stack file names it for the commands that read the stack.

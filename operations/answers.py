@@ -8,6 +8,7 @@ offset as ISO 8601 (`2026-11-25T15:34:10.123456+00:00`), as `--json` has always 
 
 from __future__ import annotations
 
+import re
 import types
 import typing
 from datetime import UTC, datetime
@@ -181,6 +182,20 @@ class SegmentOutcome(Answer):
     rates: SegmentRates
 
 
+# A diagnostic's type before its text (RFC 3464's Diagnostic-Code, "smtp; 452 4.2.2 …", as SES gives it).
+_DIAGNOSTIC_TYPE = re.compile(r"^\s*(?:smtp|x-[\w.-]+)\s*;\s*", re.IGNORECASE)
+
+
+def reason_words(code: int | None, enhanced_code: str | None, message: str | None) -> str:
+    """A failure's codes and message, each code said once: a provider's message often begins with
+    them ("4.2.2 The email account …", "452 4.2.2 …", "smtp; 452-4.2.2 …"), and is shown after them."""
+    codes = [str(c) for c in (code, enhanced_code) if c]
+    rest = _DIAGNOSTIC_TYPE.sub("", message or "").split()
+    while rest and (parts := [p for p in re.split(r"[-#:,]", rest[0]) if p]) and all(p in codes for p in parts):
+        rest.pop(0)
+    return " ".join(codes + rest)
+
+
 class FailureReason(Answer):
     severity: str
     code: int | None
@@ -189,13 +204,8 @@ class FailureReason(Answer):
     n: int
 
     def words(self) -> str:
-        """Its codes and message, each code said once, as the CLI and the dashboard show it: a
-        provider's message often begins with the codes ("452 4.2.2 The email account …")."""
-        codes = [str(c) for c in (self.code, self.enhanced_code) if c]
-        rest = (self.message or "").split()
-        while rest and rest[0] in codes:
-            rest.pop(0)
-        return " ".join(codes + rest)
+        """Its codes and message, each code said once, as the CLI and the dashboard show it."""
+        return reason_words(self.code, self.enhanced_code, self.message)
 
 
 class OpensBucket(Answer):
@@ -323,9 +333,14 @@ class MemberEmail(Answer):
     failed_at: Moment | None
     failure: str | None
     failure_code: int | None
+    failure_enhanced_code: str | None = None
     failure_message: str | None
     complained_at: Moment | None
     outcome: str
+
+    def failure_words(self) -> str:
+        """The failure's codes and message, each code said once (as `newsletter report` says a reason)."""
+        return reason_words(self.failure_code, self.failure_enhanced_code, self.failure_message)
 
 
 class MemberProfile(Answer):

@@ -93,8 +93,8 @@ async def dmarc_record(domain: str, settings: Settings) -> DmarcRecord:
 async def senders_in_use(settings: Settings) -> list[str]:
     async with database.connection(settings.require_database()) as conn:
         rows = await conn.fetch(_SENDERS)
-    fallback = parseaddr(settings.from_address)[1].lower()
-    return sorted({row["sender"] for row in rows} | {fallback})
+    fallback = parseaddr(settings.from_address)[1].lower()  # "": not set, and no sender of its own to check
+    return sorted({row["sender"] for row in rows} | ({fallback} if fallback else set()))
 
 
 async def check_senders(client, settings: Settings) -> CheckResult:

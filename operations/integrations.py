@@ -21,6 +21,7 @@ from pressroom.settings import Settings, get_settings
 
 class IntegrationAdded(BaseModel):
     name: str
+    slug: str  # what `integrations webhooks add --integration` takes
     admin_api_key: str  # id:secret
 
 
@@ -50,7 +51,7 @@ async def add_integration(name: str, *, settings: Settings | None = None) -> Int
                                              checked, slug)
         await conn.execute("INSERT INTO api_keys (id, type, secret, integration_id) VALUES ($1, 'admin', $2, $3)",
                            key_id, secret, integration_id)
-    return IntegrationAdded(name=checked, admin_api_key=f"{key_id}:{secret}")
+    return IntegrationAdded(name=checked, slug=slug, admin_api_key=f"{key_id}:{secret}")
 
 
 async def list_integrations(*, settings: Settings | None = None) -> list[Integration]:

@@ -276,9 +276,9 @@ _STAGE_SEEN = """CREATE TEMP TABLE member_import_seen (email text COLLATE "C" PR
                  ON COMMIT DROP"""
 TEMP_BUFFERS = "256MB"
 _MATCH = """
-SELECT c.line, m.id AS member_id, s.line AS earlier
+SELECT c.line, m.id AS member_id, m.status = 'comped' AS comped, s.line AS earlier
 FROM unnest($1::int[], $2::text[]) AS c(line, email)
-CROSS JOIN LATERAL (SELECT m.id FROM members m WHERE lower(m.email) = lower(c.email) LIMIT 1) m
+CROSS JOIN LATERAL (SELECT m.id, m.status FROM members m WHERE lower(m.email) = lower(c.email) LIMIT 1) m
 LEFT JOIN LATERAL (SELECT s.line FROM member_import_seen s WHERE s.email = lower(c.email) COLLATE "C" LIMIT 1) s
     ON true"""
 _SEEN = """INSERT INTO member_import_seen SELECT lower(s.email), s.line
@@ -305,13 +305,20 @@ WHERE m.id = u.member_id
                                                     coalesce(u.status, m.status))
 RETURNING m.id"""
 _NEW_MEMBER_COLUMNS = ["id", "email", "name", "note", "status", "created_at"]
-# Subscriptions: `subscribed` true gives a member the newsletters new members get (subscribe on
-# signup, active) and leaves the others; false takes them off every newsletter; not said, a new
-# member gets the signup newsletters and one that existed keeps hers.
+# Subscriptions: a new member said `subscribed` (or not said) gets the newsletters new members get
+# (subscribe on signup, active). An existing member said `subscribed` keeps the newsletters she is
+# on (her choice among them is hers: an export says `true` of a member on any one); only one on
+# none, who never left one (her link, a provider's unsubscribe, `members unsubscribe`), whose
+# address no bounce or complaint suppressed and who is not disabled, gets the signup newsletters.
+# `false` takes a member off every newsletter; not said, one that existed keeps hers.
 _SIGNUP_NEWSLETTERS = "SELECT id FROM newsletters WHERE subscribe_on_signup AND status = 'active' ORDER BY id"
 _SUBSCRIBE = """
 INSERT INTO members_newsletters (member_id, newsletter_id)
-SELECT u.member_id, n.id FROM unnest($1::text[]) AS u(member_id) CROSS JOIN unnest($2::text[]) AS n(id)
+SELECT m.id, n.id FROM members m CROSS JOIN unnest($2::text[]) AS n(id)
+WHERE m.id = ANY($1::text[]) AND NOT m.email_disabled
+  AND NOT EXISTS (SELECT 1 FROM members_newsletters mn WHERE mn.member_id = m.id)
+  AND NOT EXISTS (SELECT 1 FROM members_subscribe_events e WHERE e.member_id = m.id AND NOT e.subscribed)
+  AND NOT EXISTS (SELECT 1 FROM suppressions s WHERE s.email = m.email)
 ON CONFLICT (member_id, newsletter_id) DO NOTHING
 RETURNING member_id"""
 _UNSUBSCRIBE = """
@@ -483,7 +490,11 @@ async def _write_chunk(conn, chunk: _Chunk, signup: list[str], report: ImportRep
     label_of = await _find_labels(conn, seen)
     dropped |= await _too_many_labels(conn, [(r, member_of[r.line]) for r in seen if r.line in member_of], label_of)
 
-    kept = [(r, tier_ids) for r, tier_ids in rows if r.line not in dropped]
+    # The default tier is for a member the row makes complimentary: one who is already keeps her tiers
+    # (an export writes a comped member without a tier so, and reading it back changes nothing).
+    comped = {m["line"] for m in matches if m["comped"]}
+    kept = [(r, None if r.default_tier and r.line in comped else tier_ids) for r, tier_ids in rows
+            if r.line not in dropped]
     existing = [(r, member_of[r.line]) for r, _ in kept if r.line in member_of]
     new = [(r, new_id) for (r, _), new_id in zip(rows, chunk.ids, strict=True)
            if r.line not in dropped and r.line not in member_of]
@@ -516,7 +527,7 @@ async def _write_chunk(conn, chunk: _Chunk, signup: list[str], report: ImportRep
         report.created_in_future += r.future
         report.names_changed += r.name_changed
         report.comped_default_tier += r.default_tier and tier_ids is not None
-        report.comped_without_tier += r.default_tier and tier_ids is None
+        report.comped_without_tier += r.default_tier and tier_ids is None and r.line not in comped
         if r.stripe:
             if r.status == "paid":
                 report.paid_stripe += 1

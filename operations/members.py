@@ -29,7 +29,8 @@ from pressroom.store.tiers import DEFAULT_TIER
 @dataclass(frozen=True)
 class MemberAdded:
     member_id: str
-    welcome_key: str | None  # the outbox entry of the welcome email, when one was enqueued
+    welcome_key: str | None  # the outbox entry of the welcome email, when one was asked for
+    event_key: str = ""  # the member's MemberCreatedEvent entry (written whether a welcome was asked or not)
 
 
 _ADD_TIERS = """
@@ -87,11 +88,12 @@ def _slugs(values, what: str) -> list[str]:
 
 @tracing.traced("pressroom members add")
 async def add_member(email: str, name: str | None = None, *, status: str = "free", labels=(), tiers=(),
-                     note: str | None = None, newsletters: list[str] | None = None,
+                     note: str | None = None, newsletters: list[str] | None = None, welcome: bool = False,
                      settings: Settings | None = None) -> MemberAdded:
     """The member, its labels and tiers and its MemberCreatedEvent in one transaction: all commit, or none.
     `newsletters` (ids or slugs) subscribes them to those; None, to every newsletter that subscribes
-    new members on signup."""
+    new members on signup. No welcome email unless `welcome` (the reference's `send_email`): the
+    event carries the decision, for its handler to read."""
 
     if status not in WELCOME_EMAIL_SLUGS:
         raise BadInput(f"member status {status!r} is not one of {', '.join(WELCOME_EMAIL_SLUGS)}")
@@ -120,30 +122,31 @@ async def add_member(email: str, name: str | None = None, *, status: str = "free
             chosen = await _newsletter_ids(conn, list(newsletters), "newsletter")
             await conn.execute("INSERT INTO members_newsletters (member_id, newsletter_id) "
                                "SELECT DISTINCT $1, unnest($2::text[])", member_id, list(chosen.values()))
-        key = None
-        # Every new member is welcomed, with the automated email for their status, when the
+        # A member is welcomed, with the automated email for their status, only when asked and the
         # setting is on (the handler reads it again when it sends); never an address a bounce or a
         # complaint suppressed (a deleted member's, come back).
         suppressed = await conn.fetchval("SELECT 1 FROM suppressions WHERE email = $1", email)
-        if settings.welcome_emails and not suppressed:
-            key = await enqueue(conn, MEMBER_CREATED, *member_created(member_id))
+        welcomed = welcome and settings.welcome_emails and not suppressed
+        key = await enqueue(conn, MEMBER_CREATED, *member_created(member_id, welcome=welcomed))
         await site_events.emit(conn, "member.added", member_id)
-    return MemberAdded(member_id, key)
+    return MemberAdded(member_id, key if welcomed else None, key)
 
 
 MEMBER_CREATED, _CREATED_FIELD, _CREATED_KEY = "MemberCreatedEvent", "member_id", "member-created-"
 
 
-def member_created(member_id: str) -> tuple[dict, str]:
+def member_created(member_id: str, *, welcome: bool) -> tuple[dict, str]:
     """A new member's MemberCreatedEvent, (payload, idempotency key), as `members add` and `members
-    import --welcome` enqueue it: the same member is welcomed once, whichever added them."""
-    return {_CREATED_FIELD: member_id}, _CREATED_KEY + member_id
+    import --welcome` enqueue it: the same member is welcomed once, whichever added them; `welcome`
+    says whether their welcome email was asked for."""
+    return {_CREATED_FIELD: member_id, "welcome": welcome}, _CREATED_KEY + member_id
 
 
 async def welcome_added_members(conn, member_ids: list[str]) -> int:
-    """member_created's entries for members added in this transaction (`members import --welcome`),
-    thousands in one statement; returns how many were queued."""
-    return await enqueue_for_new_ids(conn, MEMBER_CREATED, _CREATED_FIELD, _CREATED_KEY, member_ids)
+    """member_created's entries (welcome asked) for members added in this transaction (`members
+    import --welcome`), thousands in one statement; returns how many were queued."""
+    return await enqueue_for_new_ids(conn, MEMBER_CREATED, _CREATED_FIELD, _CREATED_KEY, member_ids,
+                                     {"welcome": True})
 
 
 # A member's last emails and what became of each: sent (its batch), delivered, opened, failed (the
@@ -151,7 +154,8 @@ async def welcome_added_members(conn, member_ids: list[str]) -> int:
 _MEMBER_EMAILS = """
 SELECT e.id AS email_id, e.subject, e.status AS email_status, b.status AS batch_status, e.created_at,
        b.updated_at AS sent_at, er.delivered_at, er.opened_at, er.failed_at, f.severity AS failure,
-       f.code AS failure_code, f.message AS failure_message, c.created_at AS complained_at
+       f.code AS failure_code, f.enhanced_code AS failure_enhanced_code, f.message AS failure_message,
+       c.created_at AS complained_at
 FROM email_recipients er
 JOIN emails e ON e.id = er.email_id
 JOIN email_batches b ON b.id = er.batch_id

@@ -19,7 +19,7 @@ from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
-from activities.email_content import load_email, load_member_values
+from activities.email_content import load_email, load_member_values, no_sender
 from activities.newsletter.audience import entitled
 from activities.newsletter.counts import batch_counts
 from activities.newsletter.lock import ARCHIVED_NEWSLETTER
@@ -75,7 +75,8 @@ async def start_newsletter(email_id: str, *, client=None, settings: Settings | N
     settings.require_members_link_secret()  # each reader's unsubscribe link is signed with it
     async with database.connection(settings.require_database()) as conn:
         email = await conn.fetchrow("SELECT e.status, e.post_id, e.newsletter_id, e.recipient_filter, "
-                                    "p.status AS post_status, p.published_at, n.status AS newsletter_status "
+                                    "p.status AS post_status, p.published_at, n.status AS newsletter_status, "
+                                    "n.slug AS newsletter_slug, n.sender_email "
                                     "FROM emails e LEFT JOIN posts p ON p.id = e.post_id "
                                     "LEFT JOIN newsletters n ON n.id = e.newsletter_id WHERE e.id = $1", email_id)
     if email is None:
@@ -87,6 +88,8 @@ async def start_newsletter(email_id: str, *, client=None, settings: Settings | N
         raise BadInput(refused)
     if status in ("pending", "failed") and email["newsletter_status"] == "archived":
         raise BadInput(f"{ARCHIVED_NEWSLETTER} (email {email_id}: newsletter {email['newsletter_id']} is archived)")
+    if status in ("pending", "failed") and not email["sender_email"] and not settings.from_address:
+        raise BadInput(no_sender(email_id, email["newsletter_slug"]))  # the send's lock refuses it too
     client = client or await temporal_client(settings)
     workflow_id = newsletter_workflow_id(email_id)
     if status == "submitted":
@@ -542,6 +545,8 @@ async def send_test_email(email_id: str, to: str, *, segment: str | None = None,
     async with database.connection(settings.require_database()) as conn:
         loaded, rendered, values, _ = await _render_for(conn, email_id, member_id=None, segment=segment,
                                                         address=to, settings=settings, track_clicks=False)
+    if not loaded.from_address:
+        raise BadInput(no_sender(email_id, loaded.newsletter_slug))
     values = {**values, "email": to}
     provider = provider_from_settings(settings)
     try:

@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from contextvars import ContextVar
 from importlib import resources
-from urllib.parse import urlsplit
+from urllib.parse import parse_qs, urlsplit
 
 import asyncpg
 
@@ -33,14 +33,41 @@ def describe_url(url: str) -> str:
     return f"{parts.scheme}://{parts.username + '@' if parts.username else ''}{host}{port}{parts.path}"
 
 
+# The URL's (and libpq's variables') files of its TLS: a missing one is named, not taken for a bad URL.
+_TLS_FILES = (("sslrootcert", "PGSSLROOTCERT"), ("sslcert", "PGSSLCERT"), ("sslkey", "PGSSLKEY"))
+
+
+def _missing_tls_file(url: str) -> str | None:
+    """The first TLS file the URL (or its variable) names that cannot be read, as `sslrootcert FILE`."""
+    query = parse_qs(urlsplit(url).query)
+    for parameter, variable in _TLS_FILES:
+        named = (query.get(parameter) or [os.environ.get(variable, "")])[0]
+        if named and not os.access(named, os.R_OK):
+            return f"{parameter} {named}"
+    return None
+
+
 async def _connecting(url: str, opening):
     """Await a connection attempt; a failure is one line naming the server, never the password."""
     try:
         return await opening
+    except (FileNotFoundError, PermissionError) as error:
+        missing = _missing_tls_file(url)
+        if missing is None:
+            raise DatabaseUnavailable(
+                f"cannot connect to PostgreSQL at {describe_url(url)}: {error.__class__.__name__}: {error}") from None
+        raise DatabaseUnavailable(f"DATABASE_URL's {missing} does not exist or cannot be read: give the TLS "
+                                  "file's path (readable by this user)") from None
     except (OSError, asyncpg.PostgresError, TimeoutError) as error:
         raise DatabaseUnavailable(
             f"cannot connect to PostgreSQL at {describe_url(url)}: {error.__class__.__name__}: {error}"
         ) from None
+    except asyncpg.ClientConfigurationError as error:
+        if "root certificate" in str(error):  # sslmode verify-ca or verify-full, and no sslrootcert
+            raise DatabaseUnavailable(
+                f"DATABASE_URL's sslmode checks the server's certificate, but no root certificate was given: {error}; "
+                "name the CA's certificate with sslrootcert=FILE in DATABASE_URL") from None
+        raise DatabaseUnavailable(f"DATABASE_URL cannot be used: {error}") from None
     except ValueError as error:  # asyncpg rejects a malformed URL with ValueError
         raise DatabaseUnavailable(f"DATABASE_URL is malformed: {error}") from None
 

@@ -145,7 +145,9 @@ class Settings(BaseSettings):
     # Keys the members' unsubscribe links (hex HMAC-SHA256 of the member's uuid), as the reference
     # platform's `members_email_auth_secret` does: give both the same value and each accepts the other's links.
     members_link_secret: SecretStr = Field(default=SecretStr(""), validation_alias="PRESSROOM_MEMBERS_LINK_SECRET")
-    from_address: str = Field(default="Pressroom <noreply@example.com>", validation_alias="PRESSROOM_FROM_ADDRESS")
+    # The site-wide sender of newsletters without their own and of welcome emails. No default outside
+    # the development stack (which gives DEV_FROM_ADDRESS): a send without a sender is refused.
+    from_address: str = Field(default="", validation_alias="PRESSROOM_FROM_ADDRESS")
     # Rendered bodies a worker keeps, per email and segment, so batches reuse one rendering.
     body_cache_bytes: int = Field(default=32 * 1024 * 1024, ge=0, validation_alias="PRESSROOM_BODY_CACHE_BYTES")
     # Clicks counted by Pressroom's own redirects (`{PRESSROOM_SITE_URL}/r/{id}?m={uuid}`) for every
@@ -476,6 +478,8 @@ class Settings(BaseSettings):
     @classmethod
     def _one_mailbox(cls, value: str) -> str:
         """One `Name <address>` (or a bare address), written again by email.headerregistry."""
+        if value == "":
+            return value  # unset: a send that needs it is refused, naming it
 
         if any(not c.isprintable() for c in value):
             raise ValueError("holds a line break or control character")
@@ -623,6 +627,10 @@ def _profile_values(profile) -> dict[str, object]:
     return {field: value for field, value in values.items() if value is not None}
 
 
+# The development stack's sender (its site sends from example.com); nowhere else is there a default.
+DEV_FROM_ADDRESS = "Pressroom <noreply@example.com>"
+
+
 def load_settings(**overrides: object) -> Settings:
     """Read the environment once; fall back to the Temporal profile file, then to the development
     stack, for what is not set.
@@ -632,6 +640,8 @@ def load_settings(**overrides: object) -> Settings:
 
     stack = read_dev_stack()
     fallback: dict[str, Any] = {}
+    if "PRESSROOM_FROM_ADDRESS" not in os.environ and "DATABASE_URL" not in os.environ and stack.get("database_url"):
+        fallback["PRESSROOM_FROM_ADDRESS"] = stack.get("from_address") or DEV_FROM_ADDRESS  # the stack's site
     for field, variable in (("database_url", "DATABASE_URL"), ("temporal_address", "TEMPORAL_ADDRESS"),
                             ("mailgun_base_url", "MAILGUN_BASE_URL"), ("mailgun_api_key", "MAILGUN_API_KEY"),
                             ("mailgun_domain", "MAILGUN_DOMAIN"),

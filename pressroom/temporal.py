@@ -139,6 +139,10 @@ async def connect(settings: Settings, runtime: Runtime | None = None) -> Client:
             interceptors=tracing.interceptors(),  # with tracing on, it and any worker built on it carry traces
         )
     except (RuntimeError, ValueError) as error:
+        if tls and (refused := _TLS_REFUSED.search(str(error))):
+            raise TemporalUnavailable(f"cannot connect to {where} with TLS ({_tls_setting(settings)}): the server "
+                                      f"does not answer in TLS ({refused.group(0)}); unset it for a server "
+                                      "without TLS (the development server), or check TEMPORAL_ADDRESS") from None
         raise TemporalUnavailable(f"cannot connect to {where}: {transport_reason(error)}; is it running? "
                                   "(`pressroom dev up` starts the development stack; check TEMPORAL_ADDRESS)") from None
     try:
@@ -150,6 +154,22 @@ async def connect(settings: Settings, runtime: Runtime | None = None) -> Client:
         if error.status != RPCStatusCode.PERMISSION_DENIED:  # a key scoped to the namespace may not describe it
             raise
     return client
+
+
+# rustls's words for a server that answered, but not in TLS (a plain gRPC server's HTTP/2 bytes).
+_TLS_REFUSED = re.compile(r"InvalidContentType|InvalidMessage|CorruptMessage|HandshakeFailure|WrongVersion|"
+                          r"record overflow", re.IGNORECASE)
+
+
+def _tls_setting(settings: Settings) -> str:
+    """The setting that asked for TLS, by the name the operator set."""
+    if settings.temporal_tls_cert or settings.temporal_tls_client_cert:
+        return "TEMPORAL_TLS_CERT" if settings.temporal_tls_cert else "TEMPORAL_TLS_CLIENT_CERT_PATH"
+    if settings.temporal_tls:
+        return "TEMPORAL_TLS=true"
+    if settings.temporal_api_key.get_secret_value():
+        return "TEMPORAL_API_KEY, which implies TLS"
+    return "TEMPORAL_TLS_SERVER_CA_CERT_PATH"
 
 
 def transport_reason(error: BaseException) -> str:

@@ -32,6 +32,9 @@ atexit.register(shutil.rmtree, SESSION_TMP, ignore_errors=True)
 # Bytecode is cached for the session, in that folder, even where PYTHONDONTWRITEBYTECODE is set: every
 # worker, command and script the suite starts (and every workflow sandbox) compiles the project once,
 # not once per process.
+# The test site's sender, as the development stack's (outside it there is no default); the tests of
+# a send without one unset it.
+os.environ.setdefault("PRESSROOM_FROM_ADDRESS", "Pressroom <noreply@example.com>")
 os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 sys.dont_write_bytecode = False
 os.environ["PYTHONPYCACHEPREFIX"] = sys.pycache_prefix = os.path.join(SESSION_TMP, "bytecode")

@@ -10,7 +10,7 @@ from email.utils import formataddr, parseaddr
 import asyncpg
 from temporalio import activity
 
-from activities.email_content import LoadedEmail, load_email
+from activities.email_content import LoadedEmail, load_email, no_sender
 from activities.errors import non_retryable
 from pressroom.email_rendering import BodyCache, ContentError, Rendered, clip_warning, render, segment_sizes
 from pressroom.providers.port import EmailProvider, Message, PreparedMessage, placeholder
@@ -32,6 +32,8 @@ async def load_for_sending(conn: asyncpg.Connection, email_id: str, settings: Se
         raise non_retryable("BadContent", str(error)) from None
     if loaded is None:
         raise non_retryable("EmailNotFound", f"email {email_id} does not exist")
+    if not loaded.from_address:  # no default sender outside the development stack
+        raise non_retryable("BadContent", no_sender(email_id, loaded.newsletter_slug))
     return loaded
 
 

@@ -136,7 +136,7 @@ class EmailLockActivities:
         try:
             async with self.pool.acquire() as conn:
                 loaded = await load_email(conn, email_id, self.settings)
-            if loaded is None:
+            if loaded is None or not loaded.from_address:  # no sender: check_content refuses it, naming it
                 return ""
             state = await self.provider.sender_state(parseaddr(loaded.from_address)[1])
         except (ProviderError, ContentError):

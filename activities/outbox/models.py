@@ -15,6 +15,10 @@ OUTBOX_WORKFLOW_PREFIX = "outbox-"
 
 class MemberCreatedEvent(BaseModel):
     member_id: str
+    # Whether the member's welcome email was asked for when they were added (the reference sends none
+    # unless asked: `send_email`, `--welcome`). An entry without the field was queued to be welcomed
+    # (before the option existed, and by `members import --welcome`).
+    welcome: bool = True
 
 
 # The reference platform's events Pressroom emits for integrations' webhooks (its names). Its others

@@ -55,6 +55,9 @@ class WelcomeEmails:
         out; an uncertain one is looked up by its `pressroom-outbox` mark, on any attempt and after
         a requeue, before it is sent again.
         """
+        if not event.welcome:
+            # Decided when the member was added (the event commits with them); nothing to send.
+            return {"welcome": "not asked"}
         if not self.settings.welcome_emails:
             # Read when the entry is handled, not only when it was queued: an operator who switches
             # welcome emails off stops the ones already queued too. They are not kept waiting (a
@@ -154,6 +157,9 @@ class WelcomeEmails:
     def _welcome_message(self, welcome: asyncpg.Record) -> WelcomeMessage:
         """The automated email as sent: its replacements through the newsletter's renderer (a member's
         name is escaped in its HTML), its subject and sender checked as headers; TemplateWaiting otherwise."""
+        if not welcome["sender_email"] and not self.settings.from_address:
+            raise TemplateWaiting(f"the automated email {welcome['id']} has no sender and PRESSROOM_FROM_ADDRESS is "
+                                  "not set; the entry waits and goes out once one is")
         try:
             rendered = render_automated(welcome["id"], welcome["subject"], welcome["html"],
                                         welcome["plaintext"] or welcome["subject"])

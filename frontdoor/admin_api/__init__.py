@@ -268,9 +268,10 @@ class AdminApi:
 
     async def add_member(self, request: web.Request) -> tuple[int, Any]:
         item = resources.item_of(await self._body(request), "members")
+        welcome = resources.welcome_asked(request.query)
         async with self.pool.acquire() as conn:
             try:
-                member_id = await resources.add_member(conn, item, self.settings)
+                member_id = await resources.add_member(conn, item, self.settings, welcome=welcome)
             finally:
                 self.member_reads.forget()
             return 201, await resources.read_member(conn, member_id)

@@ -460,7 +460,22 @@ def member_status(item: dict, current: str | None, tiers: bool) -> members.Membe
         raise invalid(str(error), property="tiers") from None
 
 
-async def add_member(conn, item: dict, settings: Settings) -> str:
+def welcome_asked(query) -> bool:
+    """The reference's options of an added member's email (`send_email`, `email_type`), as its client
+    sends them in the query: none unless asked; the one Pressroom sends is the signup's, the welcome."""
+    send = (query.get("send_email") or "false").lower()
+    if send not in ("true", "false"):
+        raise invalid("send_email must be true or false", property="send_email")
+    kind = query.get("email_type") or "signup"
+    if kind not in ("signin", "signup", "subscribe"):
+        raise invalid("email_type must be signin, signup or subscribe", property="email_type")
+    if send == "true" and kind != "signup":
+        raise invalid(f"email_type {kind} is not sent by Pressroom: the email a member added is sent is the welcome "
+                      "email (email_type signup)", property="email_type")
+    return send == "true"
+
+
+async def add_member(conn, item: dict, settings: Settings, *, welcome: bool = False) -> str:
     _unsupported_fields(item, _MEMBER_WRITABLE, "members")
     email = text_of(item, "email")
     if not email:
@@ -472,7 +487,8 @@ async def add_member(conn, item: dict, settings: Settings) -> str:
     added = await members.add_member(email, text_of(item, "name"),
                                      status=member_status(item, None, bool(tiers)).status or "free",
                                      labels=label_names(item.get("labels") or []), tiers=tiers,
-                                     note=text_of(item, "note"), newsletters=newsletters, settings=settings)
+                                     note=text_of(item, "note"), newsletters=newsletters, welcome=welcome,
+                                     settings=settings)
     return added.member_id
 
 

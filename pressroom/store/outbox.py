@@ -38,14 +38,14 @@ ORDER BY e.place
 ON CONFLICT (idempotency_key) DO NOTHING
 RETURNING idempotency_key"""
 
-# Entries whose payload is one id, {field: id}, built by the database from the ids: the payload's
+# Entries whose payload is one id, {field: id, …same fields}, built by the database from the ids: the payload's
 # canonical JSON once, stored as the payload and hashed as its digest (payload_digest's, for ids of
 # ASCII characters). Each id is new, and so its key: no ON CONFLICT, whose speculative insertion
 # cost a third more than the insert itself; a key that was there after all fails the transaction.
 _INSERT_NEW_IDS = """
 INSERT INTO outbox (event_type, payload, idempotency_key, payload_digest, trace_context)
 SELECT $1, e.canonical::jsonb, $2::text || e.id, encode(sha256(convert_to(e.canonical, 'UTF8')), 'hex'), $5::jsonb
-FROM (SELECT u.id, '{' || to_json($3::text)::text || ':' || to_json(u.id)::text || '}' AS canonical
+FROM (SELECT u.id, '{' || to_json($3::text)::text || ':' || to_json(u.id)::text || $6::text || '}' AS canonical
       FROM unnest($4::text[]) AS u(id)) e"""
 
 
@@ -79,16 +79,19 @@ async def enqueue_many(conn: asyncpg.Connection, event_type: str,
 
 
 async def enqueue_for_new_ids(conn: asyncpg.Connection, event_type: str, field: str, key_prefix: str,
-                              ids: list[str]) -> int:
-    """`enqueue_many` of one entry per id, payload {field: id} and key `key_prefix + id`, where no
-    entry can have that key yet (the id was made in this transaction: a member just added); the
+                              ids: list[str], same: dict[str, Any] | None = None) -> int:
+    """`enqueue_many` of one entry per id, payload {field: id, **same} and key `key_prefix + id`, where
+    no entry can have that key yet (the id was made in this transaction: a member just added); the
     entries are made by the database, set-based. Returns how many were written (all of them)."""
     _check_transaction(conn)
     if not ids:
         return 0
     if not all(id_.isascii() for id_ in ids):  # the database's JSON keeps other characters as they are
         raise ValueError("an id of an outbox entry made by the database must be ASCII, for its digest")
-    written = await conn.execute(_INSERT_NEW_IDS, event_type, key_prefix, field, ids, _trace_context())
+    if same and min(same) <= field:  # appended after the id, they must sort after it, as canonical JSON does
+        raise ValueError(f"the payload's other fields must sort after {field!r}")
+    rest = "," + canonical_json(same)[1:-1] if same else ""
+    written = await conn.execute(_INSERT_NEW_IDS, event_type, key_prefix, field, ids, _trace_context(), rest)
     await _notify(conn)
     return int(written.split()[-1])
 

@@ -81,7 +81,17 @@ async function lexical() {
     return {added, read, unknown};
 }
 
-const modes = {scenario, check, lexical};
+// The reference's email options of an added member: none unless asked (send_email, email_type).
+async function welcome() {
+    const quiet = await api.members.add({email: 'quiet@client-example.com'});
+    const refused = await api.members.add({email: 'quiet.too@client-example.com'}, {send_email: false});
+    const asked = await api.members.add({email: 'asked@client-example.com'}, {send_email: true, email_type: 'signup'});
+    const signin = await failure(api.members.add({email: 'signin@client-example.com'},
+        {send_email: true, email_type: 'signin'}));
+    return {quiet, refused, asked, signin};
+}
+
+const modes = {scenario, check, lexical, welcome};
 modes[mode]().then((result) => {
     process.stdout.write(JSON.stringify(result));
 }).catch((error) => {

@@ -21,6 +21,8 @@ from tests.foundation.test_cli import pressroom
 from tests.frontdoor.conftest import close_door, open_door
 from tests.newsletter.test_failures import wait_until
 from tests.newsletter.test_send import delivered
+from tests.outbox.test_outbox import settled
+from tests.outbox.test_welcome_emails import WELCOMES, sent_to
 from worker import running_worker
 
 CLIENT = "@tryghost/admin-api@1.14.13"
@@ -81,10 +83,10 @@ async def check_scenario(result: dict, settings, db, mailgun, folder: Path, base
     assert (designed["title_alignment"], designed["background_color"], designed["show_byline"],
             designed["footer_content"], designed["show_header_icon"]) == ("left", "#ffeedd", False, "<p>Bye</p>", True)
     assert result["badDesign"]["type"] == "ValidationError"
-    # A member added through the API is welcomed through the outbox, as `members add` does.
+    # A member added through the API has their MemberCreatedEvent, as `members add` does; no welcome asked.
     for member in result["members"]:
-        assert await db.fetchval("SELECT count(*) FROM outbox WHERE idempotency_key = $1",
-                                 f"member-created-{member['id']}") == 1
+        assert await db.fetchval("SELECT payload->>'welcome' FROM outbox WHERE idempotency_key = $1",
+                                 f"member-created-{member['id']}") == "false"
 
     vip_post, everyone_post = result["published"], result["scheduled"]
     emails = {}
@@ -122,3 +124,21 @@ async def test_the_reference_client_adds_a_post_written_as_lexical(client_folder
     assert result["read"]["lexical"] == document and "Read more" in result["read"]["html"]
     assert await db.fetchval("SELECT lexical FROM posts WHERE id = $1", result["added"]["id"]) == document
     assert result["unknown"]["type"] == "ValidationError" and "transistor" in result["unknown"]["message"]
+
+
+async def test_the_reference_client_gets_a_welcome_email_only_when_it_asks(client_folder, admin_door, admin_key,
+                                                                          relay, db, mailgun):
+    """`members.add(data)` sends nothing, as the reference; `{send_email: true, email_type: 'signup'}` (the
+    client's query parameters) the welcome email. Each member's event is written all the same."""
+    await db.execute(WELCOMES)
+    result = await node(client_folder, "welcome", admin_door.base, admin_key)
+    assert result["signin"]["type"] == "ValidationError" and "email_type signin" in result["signin"]["message"]
+    assert await db.fetchval("SELECT count(*) FROM members WHERE email = 'signin@client-example.com'") == 0
+    for name, asked in (("quiet", False), ("refused", False), ("asked", True)):
+        key = f"member-created-{result[name]['id']}"
+        assert json.loads(await db.fetchval("SELECT payload FROM outbox WHERE idempotency_key = $1", key)) == \
+            {"member_id": result[name]["id"], "welcome": asked}
+        await settled(db, key)
+    assert [m.subject for m in sent_to(mailgun, "asked@client-example.com")] == ["Welcome, free reader"]
+    assert sent_to(mailgun, "quiet@client-example.com") == sent_to(mailgun, "quiet.too@client-example.com") == []
+    assert await db.fetchval("SELECT count(*) FROM automated_email_recipients") == 1

@@ -81,7 +81,12 @@ async def test_integrations_add_list_remove(env, db):
     added = run_json("integrations", "add", "Zapier", env=env)
     assert added["name"] == "Zapier" and re.fullmatch(r"[0-9a-f]{24}:[0-9a-f]{64}", added["admin_api_key"])
     listed = run_json("integrations", "list", env=env)
-    assert [(i["name"], i["key_id"]) for i in listed] == [("Zapier", added["admin_api_key"].split(":")[0])]
+    assert [(i["name"], i["slug"], i["key_id"]) for i in listed] == \
+        [("Zapier", "zapier", added["admin_api_key"].split(":")[0])]
+    assert added["slug"] == "zapier"
+    # The text names the slug `integrations webhooks add --integration` takes, as --json does.
+    shown = pressroom("integrations", "list", env=env)
+    assert shown.returncode == 0 and "Zapier  slug zapier  key " in shown.stdout, shown.stderr
     assert added["admin_api_key"].split(":")[1] not in json.dumps(listed)  # the secret is shown once
     assert_one_line_error(pressroom("integrations", "add", "zapier", env=env), "already exists")
     assert pressroom("integrations", "remove", "Zapier", env=env).returncode == 0

@@ -109,7 +109,7 @@ async def test_a_worker_and_commands_through_a_transaction_pooler_add_deliver_an
     async with running_worker(dev_env.client, settings):
         await ensure_relay(dev_env.client, settings)
         try:
-            added = await asyncio.to_thread(pressroom_each, *(("members", "add", f"pooled.{n}@example.com")
+            added = await asyncio.to_thread(pressroom_each, *(("members", "add", f"pooled.{n}@example.com", "--welcome")
                                                               for n in range(3)), env=env)
             assert [r.returncode for r in added] == [0, 0, 0], [r.stderr for r in added]
             for key in await db.fetchval("SELECT array_agg(idempotency_key) FROM outbox"):

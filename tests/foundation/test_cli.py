@@ -184,6 +184,7 @@ def test_dev_up_brings_up_the_stack_and_down_stops_it(stack_env):
     exports = pressroom("dev", "env", env=env).stdout
     assert f"export TEMPORAL_ADDRESS=127.0.0.1:{ports['TEMPORAL']}" in exports
     assert "export MAILGUN_API_KEY=sim-" in exports
+    assert "export PRESSROOM_FROM_ADDRESS='Pressroom <noreply@example.com>'" in exports  # its site's sender
 
     down = pressroom("dev", "down", env=env)
     assert "stopped" in down.stdout and "PostgreSQL" in down.stdout

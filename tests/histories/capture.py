@@ -323,7 +323,7 @@ class Capture:
         async with running_worker(self.client, settings):
             await ensure_relay(self.client, settings)
             self.sim.set_faults(error_rate=1.0)
-            added = await add_member("newcomer-aborted@capture.example", "Aborted", settings=settings)
+            added = await add_member("newcomer-aborted@capture.example", "Aborted", welcome=True, settings=settings)
             await self.until("SELECT status = 'aborted' FROM outbox WHERE idempotency_key = $1", added.welcome_key)
             self.save("outbox-aborted", f"outbox-{added.welcome_key}", None,
                       "completed: two failed attempts, entry aborted")
@@ -336,7 +336,7 @@ class Capture:
         async with running_worker(self.client, settings):
             await ensure_relay(self.client, settings)
             self.sim.set_faults(error_rate=1.0)
-            added = await add_member("newcomer-retry@capture.example", "Retry", settings=settings)
+            added = await add_member("newcomer-retry@capture.example", "Retry", welcome=True, settings=settings)
             await self.until("SELECT status = 'failed' FROM outbox WHERE idempotency_key = $1", added.welcome_key)
             await asyncio.sleep(2)
             self.save("outbox-mid-retry", f"outbox-{added.welcome_key}", None,

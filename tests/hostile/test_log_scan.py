@@ -99,7 +99,7 @@ async def test_no_address_name_or_key_in_any_output(db, mailgun, dev_env, newsle
         # Welcome emails for hostile names on strange addresses, through the command line.
         welcomed = [address for kind, address in STRANGE_ADDRESSES.items() if kind != "quoted-local-part"]
         for address, name in zip(welcomed, names, strict=False):  # a 10 KB name and a hidden character are refused
-            assert await run("members", "add", address.replace("@", "+welcome@"), "--name", name) == (
+            assert await run("members", "add", address.replace("@", "+welcome@"), "--welcome", "--name", name) == (
                 0 if accepted(name) else 1), said[-1]
         # A send that fails: every request answered 500, until the batches' attempts are spent
         # (each uncertain, so each is looked up, by its first recipient, before it is sent again).

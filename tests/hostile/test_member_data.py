@@ -38,7 +38,7 @@ def body_as_received(mailgun, address: str) -> tuple[str, str]:
 
 async def test_members_add_with_a_link_in_the_name_gets_a_welcome_without_a_link(db, mailgun, relay, dev_env):
     await db.execute(WELCOME)
-    code, _out, err = await cli("members", "add", "bob@hostile.example", "--name", PHISHING_NAME,
+    code, _out, err = await cli("members", "add", "bob@hostile.example", "--welcome", "--name", PHISHING_NAME,
                                env=cli_env(relay, dev_env))
     assert code == 0, err
     key = await db.fetchval("SELECT idempotency_key FROM outbox ORDER BY created_at DESC LIMIT 1")
@@ -147,7 +147,7 @@ async def test_a_welcome_email_with_a_bad_header_or_replacement_waits_with_the_r
     await db.execute("INSERT INTO automated_emails (name, slug, subject, html, sender_name, sender_email) VALUES "
                      "('Welcome', 'member-welcome-email-free', 'Welcome\r\nBcc: all@hostile.example', '<p>Hi</p>', "
                      "'Weekly \"News\", Inc.', 'news@example.com')")
-    added = await add_member("header@hostile.example", settings=relay)
+    added = await add_member("header@hostile.example", welcome=True, settings=relay)
 
     async def waiting() -> bool:
         return await db.fetchval("SELECT last_error_code FROM outbox WHERE idempotency_key = $1",
@@ -166,7 +166,7 @@ async def test_a_welcome_sender_name_with_quotes_and_commas_stays_one_address(db
     await db.execute("INSERT INTO automated_emails (name, slug, subject, html, sender_name, sender_email) VALUES "
                      "('Welcome', 'member-welcome-email-free', 'Welcome', '<p>Hi</p>', 'Weekly \"News\", Inc.', "
                      "'news@example.com')")
-    added = await add_member("sender@hostile.example", settings=relay)
+    added = await add_member("sender@hostile.example", welcome=True, settings=relay)
     await settled(db, added.welcome_key)
     [message] = [m for m in mailgun.messages if "sender@hostile.example" in m.recipients]
     [sender] = HeaderRegistry()("from", message.from_address).addresses

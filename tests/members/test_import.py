@@ -137,7 +137,8 @@ async def test_welcome_only_when_asked_and_a_deleted_address_stays_suppressed(po
                              "FROM outbox o ORDER BY 1")
     from activities.outbox import payload_digest
     assert all(e["idempotency_key"] == f"member-created-{e['member_id']}"
-               and e["payload_digest"] == payload_digest({"member_id": e["member_id"]}) for e in entries)
+               and e["payload_digest"] == payload_digest({"member_id": e["member_id"], "welcome": True})
+               for e in entries)
     again = await import_members(file, welcome=True, settings=settings)
     assert (again.added, again.welcome_queued) == (0, 0)
 

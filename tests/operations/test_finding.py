@@ -94,7 +94,7 @@ async def test_outbox_entries_are_found_by_what_operators_have(dev_env, settings
     env = cli_env(settings, dev_env)
     await db.execute("INSERT INTO automated_emails (name, slug, subject, html) VALUES "
                      "('Welcome', 'member-welcome-email-free', 'Welcome!', '<p>Hi</p>')")
-    added = await add_member("finder@example.com", settings=settings)
+    added = await add_member("finder@example.com", welcome=True, settings=settings)
     listed = await json_of("outbox", "list", "--status", "pending", env=env)
     [row] = listed["items"]
     assert row["member_id"] == added.member_id and row["idempotency_key"] == added.welcome_key

@@ -52,7 +52,7 @@ async def test_outbox_status_and_show(dev_env, settings, db):
     env = cli_env(settings, dev_env)
     await db.execute("INSERT INTO automated_emails (name, slug, subject, html) VALUES "
                      "('Welcome', 'member-welcome-email-free', 'Welcome!', '<p>Hi</p>')")
-    added = await add_member("json.reader@example.com", settings=settings)
+    added = await add_member("json.reader@example.com", welcome=True, settings=settings)
     status = await json_of("outbox", "status", env=env)
     assert status == {"counts": {"pending": 1}, "oldest_pending_seconds": status["oldest_pending_seconds"],
                       "waiting": [], "skipped": [], "by_event": {}, "by_webhook": {}}

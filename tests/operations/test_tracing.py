@@ -118,7 +118,7 @@ async def test_an_outbox_entry_is_one_trace_from_enqueue_to_the_welcome_request(
     await db.execute(WELCOME)
     await ensure_relay(client, settings)
     try:
-        added = await add_member("traced.reader@example.com", "Traced Reader", settings=settings)
+        added = await add_member("traced.reader@example.com", "Traced Reader", welcome=True, settings=settings)
         await settled(db, added.welcome_key)
         assert await client.get_workflow_handle(f"outbox-{added.welcome_key}").result() == "succeeded"
     finally:

@@ -83,7 +83,7 @@ async def test_a_delivery_terminated_mid_send_is_aborted_and_a_requeue_sends_it_
     mailgun.set_faults(latency_ms=LATENCY_SEC * 1000, error_after_accept_rate=1.0)
     async with running_worker(dev_env.client, settings):
         await ensure_relay(dev_env.client, settings)
-        added = await add_member(address, settings=settings)
+        added = await add_member(address, welcome=True, settings=settings)
         await send_in_flight(db, added.member_id)
         in_flight_since = asyncio.get_running_loop().time()
         delivery = dev_env.client.get_workflow_handle(outbox_workflow_id(added.welcome_key))
@@ -123,7 +123,7 @@ async def test_a_delivery_still_sending_is_left_alone(db, mailgun, dev_env, outb
     mailgun.set_faults(latency_ms=12_000)  # the send is in flight through several checks
     async with running_worker(dev_env.client, settings):
         await ensure_relay(dev_env.client, settings)
-        added = await add_member(address, settings=settings)
+        added = await add_member(address, welcome=True, settings=settings)
         await send_in_flight(db, added.member_id)
         await asyncio.sleep(2 * CHECK_SEC)  # the entry is old enough to be looked at
         await checked_once_more(db)
@@ -144,7 +144,7 @@ async def test_a_delivery_in_its_backoff_is_left_alone_and_aborted_once_terminat
     mailgun.set_faults(error_rate=1.0)  # 500, not stored: the first attempt fails, the next waits 60 s
     async with running_worker(dev_env.client, settings):
         await ensure_relay(dev_env.client, settings)
-        added = await add_member(address, settings=settings)
+        added = await add_member(address, welcome=True, settings=settings)
         await settled(db, added.welcome_key, "failed", timeout=60)
         await asyncio.sleep(2 * CHECK_SEC)
         await checked_once_more(db)

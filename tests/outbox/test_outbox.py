@@ -38,7 +38,7 @@ async def settled(db, key: str, state: str = "succeeded", timeout: float = 90) -
 
 async def test_w101_a_new_member_gets_one_welcome_email(db, mailgun, relay, dev_env):
     await db.execute(WELCOME)
-    added = await add_member("new.reader@example.com", "New Reader", settings=relay)
+    added = await add_member("new.reader@example.com", "New Reader", welcome=True, settings=relay)
     await settled(db, added.welcome_key)
     messages = [m for m in mailgun.messages if "new.reader@example.com" in m.recipients]
     assert len(messages) == 1 and messages[0].subject == "Welcome!"
@@ -57,7 +57,7 @@ async def test_w101_a_new_member_gets_one_welcome_email(db, mailgun, relay, dev_
 async def test_w102_a_failure_then_success(db, mailgun, relay):
     await db.execute(WELCOME)
     mailgun.set_faults(error_rate=1.0)
-    added = await add_member("flaky@example.com", settings=relay)
+    added = await add_member("flaky@example.com", welcome=True, settings=relay)
 
     async def failed_once() -> bool:
         return (await db.fetchval("SELECT attempts FROM outbox WHERE idempotency_key = $1", added.welcome_key)) >= 1
@@ -79,7 +79,7 @@ def welcomes_to(mailgun, address: str) -> list:
 async def test_a_welcome_email_whose_answer_was_lost_is_confirmed_not_resent(adversary, db, mailgun, relay):
     await db.execute(WELCOME)
     play(mailgun, adversary, lost_response_rate=1.0)  # every send is stored, then the connection drops
-    added = await add_member("lost.answer@example.com", settings=relay)
+    added = await add_member("lost.answer@example.com", welcome=True, settings=relay)
     await settled(db, added.welcome_key)
     sent = welcomes_to(mailgun, "lost.answer@example.com")
     assert len(sent) == 1 and sent[0].variables["pressroom-outbox"] == added.welcome_key
@@ -97,7 +97,7 @@ async def test_a_lost_welcome_email_aborted_then_requeued_is_sent_once(adversary
     play(mailgun, adversary, lost_response_rate=1.0)
     async with running_worker(dev_env.client, settings):
         await ensure_relay(dev_env.client, settings)
-        added = await add_member("requeued@example.com", settings=settings)
+        added = await add_member("requeued@example.com", welcome=True, settings=settings)
         await settled(db, added.welcome_key, "aborted")
         outbox_id = await db.fetchval("SELECT id FROM outbox WHERE idempotency_key = $1", added.welcome_key)
         play(mailgun, adversary)
@@ -126,7 +126,7 @@ async def test_w103_a_worker_killed_mid_delivery_another_completes(db, mailgun, 
     worker = spawn_worker(settings, dev_env, PRESSROOM_OUTBOX_BACKOFF_SECONDS="1",
                           PRESSROOM_OUTBOX_POLL_INTERVAL_SECONDS="0.2")
     try:
-        added = await add_member("slow@example.com", settings=settings)
+        added = await add_member("slow@example.com", welcome=True, settings=settings)
         await wait_until(lambda: asyncio.sleep(0, mailgun.request_counts["messages"] > 0), worker=worker)
         worker.send_signal(signal.SIGKILL)
         worker.wait()
@@ -150,7 +150,7 @@ async def test_w104_max_attempts_then_requeue_then_success(db, mailgun, dev_env,
     mailgun.set_faults(error_rate=1.0)
     async with running_worker(dev_env.client, settings):
         await ensure_relay(dev_env.client, settings)
-        added = await add_member("unlucky@example.com", settings=settings)
+        added = await add_member("unlucky@example.com", welcome=True, settings=settings)
         await settled(db, added.welcome_key, "aborted")
         outbox_id = await db.fetchval("SELECT id FROM outbox WHERE idempotency_key = $1", added.welcome_key)
         aborted = await outbox_entry(outbox_id, settings=settings)

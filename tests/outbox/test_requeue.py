@@ -43,7 +43,7 @@ async def aborted_while_its_run_is_open(db, mailgun, dev_env, settings, address:
     """An entry that reads aborted while its delivery run is still running (its last task unrun)."""
     client = dev_env.client
     await db.execute(WELCOME)
-    added = await add_member(address, settings=settings)  # no worker yet: nothing is claimed
+    added = await add_member(address, welcome=True, settings=settings)  # no worker yet: nothing is claimed
     outbox_id = await db.fetchval("SELECT id FROM outbox WHERE idempotency_key = $1", added.welcome_key)
     # A certain refusal (429) and one attempt: the delivery aborts at once, with no look-up round.
     mailgun.set_faults(rate_limit_rate=1.0, retry_after_seconds=0)

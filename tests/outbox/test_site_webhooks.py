@@ -91,7 +91,7 @@ async def test_member_events_arrive_signed_in_the_reference_shape_and_leave_noth
         db, receiver, integration, hooks):
     for event in ("member.added", "member.edited", "member.deleted"):
         await subscribe(integration, hooks, receiver.url(f"/{event}"), event)
-    added = await add_member("hooked@example.com", "First Name", labels=["vip"], settings=hooks)
+    added = await add_member("hooked@example.com", "First Name", labels=["vip"], welcome=True, settings=hooks)
     await update_member(added.member_id, name="Second Name", settings=hooks)
     await delete_member(added.member_id, settings=hooks)
     await entries_done(db, 3)
@@ -180,10 +180,10 @@ async def test_a_published_post_edited_then_unpublished_sends_both_events(db, re
 
 
 async def test_no_webhook_no_entry_and_an_unsigned_webhook_sends_no_signature(db, receiver, integration, hooks):
-    await add_member("quiet@example.com", settings=hooks)
+    await add_member("quiet@example.com", welcome=True, settings=hooks)
     assert await db.fetchval("SELECT count(*) FROM outbox WHERE webhook_id IS NOT NULL") == 0
     await subscribe(integration, hooks, receiver.url("/plain"), "member.added", secret=None)
-    await add_member("heard@example.com", settings=hooks)
+    await add_member("heard@example.com", welcome=True, settings=hooks)
     await entries_done(db, 1)
     [request] = receiver.at("/plain")
     assert "X-Ghost-Signature" not in request.headers and request.json()["member"]["current"]["email"] == \
@@ -195,20 +195,21 @@ async def test_no_webhook_no_entry_and_an_unsigned_webhook_sends_no_signature(db
 async def test_410_removes_the_webhook_and_skips_its_other_events(db, receiver, integration, hooks):
     [webhook_id] = await subscribe(integration, hooks, receiver.url("/gone"), "member.added")
     receiver.behaviours["/gone"] = Behaviour(status=410)
-    await add_member("gone@example.com", settings=hooks)
+    await add_member("gone@example.com", welcome=True, settings=hooks)
     await entries_done(db, 1)
     assert await db.fetchval("SELECT count(*) FROM webhooks WHERE id = $1", webhook_id) == 0
     assert await db.fetchval("SELECT status FROM outbox WHERE webhook_id = $1", webhook_id) == "skipped"
     [attempt] = await webhook_attempts(webhook=webhook_id, settings=hooks)
     assert attempt.outcome == "gone" and attempt.status_code == 410
-    await add_member("after@example.com", settings=hooks)  # nobody subscribes any more: nothing is written
+    # Nobody subscribes any more: nothing is written.
+    await add_member("after@example.com", welcome=True, settings=hooks)
     assert await db.fetchval("SELECT count(*) FROM outbox WHERE webhook_id IS NOT NULL") == 1
 
 
 async def test_a_4xx_is_refused_for_good_recorded_listed_and_requeued(db, receiver, integration, hooks, dev_env):
     [webhook_id] = await subscribe(integration, hooks, receiver.url("/picky"), "member.added")
     receiver.behaviours["/picky"] = Behaviour(status=422, answer=b"missing field\x00 x")
-    await add_member("picky@example.com", settings=hooks)
+    await add_member("picky@example.com", welcome=True, settings=hooks)
 
     async def aborted() -> bool:
         return await db.fetchval("SELECT status FROM outbox WHERE webhook_id = $1", webhook_id) == "aborted"
@@ -234,7 +235,7 @@ async def test_a_target_down_gets_its_events_in_order_when_it_comes_back(db, rec
     await subscribe(integration, hooks, receiver.url("/up"), "member.added")
     receiver.behaviours["/down"] = Behaviour(status=503)
     for n in range(5):
-        await add_member(f"in.order.{n}@example.com", settings=hooks)
+        await add_member(f"in.order.{n}@example.com", welcome=True, settings=hooks)
 
     async def up_done_while_down_is_retried() -> bool:  # the other target is not held back
         return len(receiver.at("/down")) >= 3 and len(receiver.unique("/up")) == 5
@@ -251,7 +252,7 @@ async def test_a_target_down_gets_its_events_in_order_when_it_comes_back(db, rec
 async def test_an_answer_lost_after_a_200_is_received_once_after_deduplication(db, receiver, integration, hooks):
     await subscribe(integration, hooks, receiver.url("/lossy"), "member.added", "member.edited")
     receiver.behaviours["/lossy"] = Behaviour(lose_first=True)
-    added = await add_member("lossy@example.com", settings=hooks)
+    added = await add_member("lossy@example.com", welcome=True, settings=hooks)
     await update_member(added.member_id, name="Renamed", settings=hooks)
     await entries_done(db, 2)
     keys = [r.key for r in receiver.at("/lossy")]
@@ -270,7 +271,7 @@ async def test_a_worker_killed_during_delivery_leaves_each_event_received_once(
                           PRESSROOM_OUTBOX_BACKOFF_SECONDS="1")
     try:
         await ensure_relay(dev_env.client, settings)
-        added = [await add_member(f"killed.{n}@example.com", settings=settings) for n in range(3)]
+        added = [await add_member(f"killed.{n}@example.com", welcome=True, settings=settings) for n in range(3)]
 
         async def in_flight() -> bool:
             return len(receiver.at("/held")) == 1
@@ -327,7 +328,7 @@ async def test_a_name_that_resolves_to_loopback_is_refused_when_the_connection_i
                                    settings=settings)
     worker = await running(dev_env, settings)
     try:
-        await add_member("inside@example.com", settings=settings)
+        await add_member("inside@example.com", welcome=True, settings=settings)
 
         async def aborted() -> bool:
             return await db.fetchval("SELECT status FROM outbox WHERE webhook_id = $1", webhook.id) == "aborted"
@@ -345,7 +346,7 @@ async def test_a_name_that_resolves_to_loopback_is_refused_when_the_connection_i
 async def test_a_rolled_back_change_emits_nothing(db, receiver, integration, hooks):
     await subscribe(integration, hooks, receiver.url("/rollback"), "member.added", "member.edited")
     with pytest.raises(BadInput, match="no tier gold"):
-        await add_member("refused@example.com", tiers=["gold"], settings=hooks)
+        await add_member("refused@example.com", tiers=["gold"], welcome=True, settings=hooks)
     member_id = await db.fetchval("INSERT INTO members (email) VALUES ('kept@example.com') RETURNING id")
     with pytest.raises(RuntimeError):
         async with database.connection(hooks.require_database()) as conn, conn.transaction():
@@ -353,7 +354,7 @@ async def test_a_rolled_back_change_emits_nothing(db, receiver, integration, hoo
             assert await site_events.emit(conn, "member.edited", member_id, {member_id: {"name": None}}) == 1
             raise RuntimeError("the change fails after its event was written")
     assert await db.fetchval("SELECT count(*) FROM outbox") == 0
-    await add_member("written@example.com", settings=hooks)
+    await add_member("written@example.com", welcome=True, settings=hooks)
     await entries_done(db, 1)
     assert [r.json()["member"]["current"]["email"] for r in receiver.at("/rollback")] == ["written@example.com"]
 
@@ -362,7 +363,7 @@ async def test_a_webhook_removed_skips_its_undelivered_events(db, receiver, inte
     [webhook_id] = await subscribe(integration, hooks, receiver.url("/slow"), "member.added")
     receiver.behaviours["/slow"] = Behaviour(hang=asyncio.Event())
     for n in range(3):
-        await add_member(f"removed.{n}@example.com", settings=hooks)
+        await add_member(f"removed.{n}@example.com", welcome=True, settings=hooks)
 
     async def one_in_flight() -> bool:
         return len(receiver.at("/slow")) == 1
@@ -386,7 +387,7 @@ async def test_a_slow_target_does_not_delay_the_welcome_email(db, mailgun, recei
     await subscribe(integration, hooks, receiver.url("/stuck"), "member.added")
     stuck = asyncio.Event()
     receiver.behaviours["/stuck"] = Behaviour(hang=stuck)
-    added = [await add_member(f"welcomed.{n}@example.com", settings=hooks) for n in range(10)]
+    added = [await add_member(f"welcomed.{n}@example.com", welcome=True, settings=hooks) for n in range(10)]
     for member in added:
         await settled(db, member.welcome_key)
     # Every welcome went out while the target still holds its first event (tried again after each
@@ -402,7 +403,7 @@ async def test_a_slow_target_does_not_delay_the_welcome_email(db, mailgun, recei
 
 async def test_outbox_status_counts_site_events_by_type_and_by_webhook(db, receiver, integration, hooks):
     [webhook_id] = await subscribe(integration, hooks, receiver.url("/counted"), "member.added")
-    await add_member("counted@example.com", settings=hooks)
+    await add_member("counted@example.com", welcome=True, settings=hooks)
     await entries_done(db, 1)
     status = await outbox_status(settings=hooks)
     assert status.by_event == {"member.added": {"succeeded": 1}}
@@ -433,7 +434,7 @@ async def test_the_command_line_adds_lists_and_removes_webhooks(db, integration,
 async def test_a_deleted_members_refused_event_keeps_nothing_of_them(db, receiver, integration, hooks):
     [webhook_id] = await subscribe(integration, hooks, receiver.url("/refuses"), "member.added")
     receiver.behaviours["/refuses"] = Behaviour(status=400)
-    added = await add_member("refused.then.deleted@example.com", "Refused Reader", settings=hooks)
+    added = await add_member("refused.then.deleted@example.com", "Refused Reader", welcome=True, settings=hooks)
 
     async def aborted() -> bool:
         return await db.fetchval("SELECT status FROM outbox WHERE webhook_id = $1", webhook_id) == "aborted"

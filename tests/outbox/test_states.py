@@ -40,7 +40,7 @@ async def trace(db, key: str) -> list[str]:
 
 async def test_w101_an_entry_goes_pending_sending_succeeded(db, mailgun, traced, relay):
     await db.execute(WELCOME)
-    added = await add_member("plain@example.com", settings=relay)
+    added = await add_member("plain@example.com", welcome=True, settings=relay)
     await settled(db, added.welcome_key)
     assert await trace(db, added.welcome_key) == ["pending", "sending", "succeeded"]
 
@@ -48,7 +48,7 @@ async def test_w101_an_entry_goes_pending_sending_succeeded(db, mailgun, traced,
 async def test_w102_a_retried_entry_goes_failed_then_sending_again(db, mailgun, traced, relay):
     await db.execute(WELCOME)
     mailgun.set_faults(error_rate=1.0)
-    added = await add_member("retried@example.com", settings=relay)
+    added = await add_member("retried@example.com", welcome=True, settings=relay)
 
     async def failed_once() -> bool:
         return "failed" in await trace(db, added.welcome_key)
@@ -69,7 +69,7 @@ async def test_w104_an_entry_out_of_attempts_is_aborted_and_a_requeue_goes_throu
     mailgun.set_faults(rate_limit_rate=1.0, retry_after_seconds=0)
     async with running_worker(dev_env.client, settings):
         await ensure_relay(dev_env.client, settings)
-        added = await add_member("requeued@example.com", settings=settings)
+        added = await add_member("requeued@example.com", welcome=True, settings=settings)
         await settled(db, added.welcome_key, "aborted")
         mailgun.set_faults(rate_limit_rate=0.0)
         await requeue_outbox_entry(await db.fetchval("SELECT id FROM outbox WHERE idempotency_key = $1",

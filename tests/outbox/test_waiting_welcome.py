@@ -43,7 +43,7 @@ def welcomes(mailgun, address: str) -> int:
 async def test_broken_then_fixed_template_every_queued_member_welcomed_once(db, mailgun, relay, dev_env):
     await db.execute(WELCOME)
     await db.execute(BROKEN)
-    added = [await add_member(f"queued{n}@example.com", settings=relay) for n in range(3)]
+    added = [await add_member(f"queued{n}@example.com", welcome=True, settings=relay) for n in range(3)]
 
     async def all_waiting() -> bool:
         return await db.fetchval("SELECT count(*) FROM outbox WHERE status = 'pending' "
@@ -73,7 +73,7 @@ async def test_broken_then_fixed_template_every_queued_member_welcomed_once(db, 
 
 async def test_a_welcome_with_nothing_to_send_is_skipped_with_why_and_requeued_by_filter(db, mailgun, relay,
                                                                                           dev_env):
-    inactive = await add_member("inactive@example.com", settings=relay)  # no welcome email at all yet
+    inactive = await add_member("inactive@example.com", welcome=True, settings=relay)  # no welcome email at all yet
     await settled(db, inactive.welcome_key, "skipped")
     async with db.acquire() as conn, conn.transaction():  # a member deleted before their welcome was handled
         gone_key = await enqueue(conn, "MemberCreatedEvent", {"member_id": "gone"},

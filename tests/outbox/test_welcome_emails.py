@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 
 from temporalio.client import WorkflowFailureError
@@ -33,7 +34,7 @@ def sent_to(mailgun, address: str) -> list:
 async def test_comped_member_receives_paid_welcome_email(db, mailgun, relay, caplog):
     caplog.set_level(logging.INFO)
     await db.execute(WELCOMES)
-    added = await add_member("comped@example.com", "Comped Reader", status="comped", settings=relay)
+    added = await add_member("comped@example.com", "Comped Reader", status="comped", welcome=True, settings=relay)
     await settled(db, added.welcome_key)
     [message] = sent_to(mailgun, "comped@example.com")
     assert message.subject == "Thank you for subscribing"
@@ -45,8 +46,8 @@ async def test_comped_member_receives_paid_welcome_email(db, mailgun, relay, cap
 
 async def test_paid_and_free_members_receive_their_own_welcome_email(db, mailgun, relay):
     await db.execute(WELCOMES)
-    paid = await add_member("paid@example.com", status="paid", settings=relay)
-    free = await add_member("free@example.com", settings=relay)
+    paid = await add_member("paid@example.com", status="paid", welcome=True, settings=relay)
+    free = await add_member("free@example.com", welcome=True, settings=relay)
     await settled(db, paid.welcome_key)
     await settled(db, free.welcome_key)
     assert [m.subject for m in sent_to(mailgun, "paid@example.com")] == ["Thank you for subscribing"]
@@ -57,7 +58,7 @@ async def test_members_add_creates_paid_and_comped_members_from_the_command_line
     env = {"DATABASE_URL": postgres_url}
     for status in ("paid", "comped"):
         result = await asyncio.to_thread(pressroom, "members", "add", f"{status}@example.com", "--status", status,
-                                         env=env)
+                                         "--welcome", env=env)
         assert result.returncode == 0, result.stderr
         assert "welcome email queued" in result.stdout
         assert await db.fetchval("SELECT status FROM members WHERE email = $1", f"{status}@example.com") == status
@@ -70,7 +71,8 @@ async def test_welcome_email_switched_off_after_queueing_is_not_sent(db, mailgun
     """The switch is read when the entry is handled: an entry queued while it was on is not sent
     by a worker that has it off; it is aborted with the reason, and a requeue sends it later."""
     await db.execute(WELCOMES)
-    queued = await add_member("queued.before@example.com", settings=outbox_settings())  # switch on: queued
+    # The switch on: queued.
+    queued = await add_member("queued.before@example.com", welcome=True, settings=outbox_settings())
     assert queued.welcome_key is not None
 
     off = outbox_settings(welcome_emails=False)
@@ -97,6 +99,28 @@ async def test_welcome_email_switched_off_after_queueing_is_not_sent(db, mailgun
 
 
 async def test_welcome_email_switched_off_queues_nothing_for_a_new_member(db, mailgun, outbox_settings):
-    added = await add_member("quiet@example.com", settings=outbox_settings(welcome_emails=False))
+    added = await add_member("quiet@example.com", welcome=True, settings=outbox_settings(welcome_emails=False))
     assert added.welcome_key is None
-    assert await db.fetchval("SELECT count(*) FROM outbox") == 0
+    # The member's event is written all the same, saying no welcome is to be sent.
+    assert json.loads(await db.fetchval("SELECT payload FROM outbox")) == \
+        {"member_id": added.member_id, "welcome": False}
+
+
+async def test_members_add_sends_no_welcome_unless_asked(db, mailgun, relay):
+    """The reference's default: a member added gets no email unless asked (`--welcome`); their
+    MemberCreatedEvent is written all the same, saying so, and its delivery sends nothing."""
+    await db.execute(WELCOMES)
+    env = {"DATABASE_URL": relay.database_url}
+    quiet = await asyncio.to_thread(pressroom, "members", "add", "quiet@example.com", env=env)
+    assert quiet.returncode == 0, quiet.stderr
+    assert "no welcome email (--welcome sends one)" in quiet.stdout
+    asked = await asyncio.to_thread(pressroom, "members", "add", "asked@example.com", "--welcome", env=env)
+    assert asked.returncode == 0 and "welcome email queued" in asked.stdout, asked.stderr
+    entries = {r["email"]: (json.loads(r["payload"])["welcome"], r["idempotency_key"]) for r in await db.fetch(
+        "SELECT m.email, o.payload, o.idempotency_key FROM outbox o JOIN members m ON m.id = o.payload->>'member_id'")}
+    assert {email: welcome for email, (welcome, _) in entries.items()} == \
+        {"quiet@example.com": False, "asked@example.com": True}
+    for _, key in entries.values():
+        await settled(db, key)
+    assert [m.subject for m in sent_to(mailgun, "asked@example.com")] == ["Welcome, free reader"]
+    assert sent_to(mailgun, "quiet@example.com") == []

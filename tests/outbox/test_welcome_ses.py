@@ -32,7 +32,7 @@ async def test_a_new_member_gets_one_welcome_email_through_ses(db, ses, dev_env)
     async with running_worker(dev_env.client, settings):
         await ensure_relay(dev_env.client, settings)
         try:
-            added = await add_member("new.reader@example.com", "New Reader", settings=settings)
+            added = await add_member("new.reader@example.com", "New Reader", welcome=True, settings=settings)
             await settled(db, added.welcome_key)
         finally:
             await dev_env.client.get_workflow_handle(f"{RELAY_WORKFLOW_ID}-{settings.task_queue}").terminate()
