@@ -7,7 +7,8 @@ from __future__ import annotations
 import json
 import os
 
-from operations.member_import import import_members, slugify
+from operations.member_import import import_members
+from pressroom.store.labels import slugify
 from pressroom.store.members import leave_by_link
 from tests.members.test_migration import site
 from tests.operations.test_waiting import cli
