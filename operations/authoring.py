@@ -30,7 +30,7 @@ from activities.outbox import site_events
 from operations.common import temporal_client
 from operations.newsletter import start_newsletter
 from operations.posts import change_post, tell_post_workflow
-from pressroom import database, lexical, tracing
+from pressroom import database, lexical, mobiledoc, tracing
 from pressroom.email_rendering import html_to_text
 from pressroom.email_template import DESIGN_COLUMNS
 from pressroom.errors import BadInput, NotFound, PressroomError
@@ -89,6 +89,7 @@ class Post(BaseModel):
     html: str
     plaintext: str
     lexical: str | None = None  # as sent
+    mobiledoc: str | None = None  # as sent
     custom_excerpt: str | None
     feature_image: str | None = None
     feature_image_alt: str | None = None
@@ -115,6 +116,7 @@ class PostChange(BaseModel):
     html: str | None = None
     markdown: str | None = None
     lexical: str | None = None  # the reference editor's document, as sent (JSON text)
+    mobiledoc: str | None = None  # its older editor's document, as sent (JSON text)
     custom_excerpt: str | None = None
     feature_image: str | None = None  # "" takes it off, as do the four below
     feature_image_alt: str | None = None
@@ -182,6 +184,14 @@ def post_lexical(document: str, post_url: str = "") -> dict[str, str]:
         raise BadInput(f"the post is {len(document.encode()):,} bytes; at most {MAX_POST_BYTES:,}")
     return {"lexical": document, "html": post_html(lexical.render(document, "web", post_url)),
             "email_html": post_html(lexical.render(document, "email", post_url))}
+
+
+def post_mobiledoc(document: str, post_url: str = "") -> dict[str, str]:
+    """A mobiledoc post's columns, as post_lexical's: its cards through the same card renderers."""
+    if len(document.encode()) > MAX_POST_BYTES:
+        raise BadInput(f"the post is {len(document.encode()):,} bytes; at most {MAX_POST_BYTES:,}")
+    return {"mobiledoc": document, "html": post_html(mobiledoc.render(document, "web", post_url)),
+            "email_html": post_html(mobiledoc.render(document, "email", post_url))}
 
 
 def post_text(html: str) -> str:
@@ -370,7 +380,7 @@ async def list_newsletters(*, settings: Settings | None = None) -> list[Newslett
 # --- posts ---------------------------------------------------------------------------------------
 
 POST_QUERY = """
-SELECT p.id, p.uuid::text AS uuid, p.title, p.slug, p.html, p.plaintext, p.lexical, p.custom_excerpt,
+SELECT p.id, p.uuid::text AS uuid, p.title, p.slug, p.html, p.plaintext, p.lexical, p.mobiledoc, p.custom_excerpt,
        p.feature_image, p.feature_image_alt, p.feature_image_caption, p.meta_title, p.meta_description,
        CASE WHEN p.status = 'sent' THEN 'published' ELSE p.status END AS status, p.visibility,
        coalesce((SELECT array_agg(pr.slug ORDER BY pp.sort_order, pr.slug) FROM posts_products pp
@@ -407,6 +417,25 @@ async def _newsletter_id(conn, newsletter: str | None) -> str | None:
     return found
 
 
+def _content(change: PostChange) -> dict[str, Any]:
+    """The post's content columns from the one form it was given in (none: nothing changes)."""
+    given = [f for f in (change.lexical, change.mobiledoc, change.html, change.markdown) if f is not None]
+    if len(given) > 1 and (change.lexical is not None or change.mobiledoc is not None):
+        raise BadInput("give the post's content as Lexical, mobiledoc, HTML or Markdown, one of the four")
+    fields: dict[str, Any]
+    if change.lexical is not None:
+        fields = {**post_lexical(change.lexical), "mobiledoc": None}
+    elif change.mobiledoc is not None:
+        fields = {**post_mobiledoc(change.mobiledoc), "lexical": None}
+    elif change.html is not None or change.markdown is not None:
+        fields = {"html": post_html(change.html, change.markdown), "lexical": None, "mobiledoc": None,
+                  "email_html": ""}
+    else:
+        return {}
+    fields["plaintext"] = post_text(fields["email_html"] or fields["html"])
+    return fields
+
+
 def _checked(change: PostChange) -> dict[str, Any]:
     """Every input of the change checked before anything is written: {column or key: value}."""
     fields: dict[str, Any] = {}
@@ -414,15 +443,7 @@ def _checked(change: PostChange) -> dict[str, Any]:
         fields["title"] = _title(change.title)
     if change.slug is not None:
         fields["slug"] = slug_input(change.slug, "post slug")
-    if change.lexical is not None:
-        if change.html is not None or change.markdown is not None:
-            raise BadInput("give the post's content as Lexical, HTML or Markdown, one of the three")
-        fields.update(post_lexical(change.lexical))
-        fields["plaintext"] = post_text(fields["email_html"])
-    elif change.html is not None or change.markdown is not None:
-        fields["html"] = post_html(change.html, change.markdown)
-        fields["plaintext"] = post_text(fields["html"])
-        fields["lexical"], fields["email_html"] = None, ""
+    fields.update(_content(change))
     if change.custom_excerpt is not None:
         fields["custom_excerpt"] = free_text(change.custom_excerpt, "excerpt", 300)
     if change.feature_image is not None:
@@ -451,7 +472,7 @@ def _checked(change: PostChange) -> dict[str, Any]:
     return fields
 
 
-async def _write_post(conn, post_id: str, fields: dict[str, Any], newsletter: str | None) -> None:
+async def _write_post(conn, post_id: str, fields: dict[str, Any], newsletter: str | None, site_url: str) -> None:
     """The checked fields, the post's tiers and its email, in the caller's transaction."""
     fields = dict(fields)
     tiers = fields.pop("tiers", None)
@@ -460,6 +481,8 @@ async def _write_post(conn, post_id: str, fields: dict[str, Any], newsletter: st
     new = "title" in fields and await conn.fetchval("SELECT slug = '' FROM posts WHERE id = $1", post_id)
     if "slug" in fields or new:  # a new post's slug comes from its title
         fields["slug"] = await _free_slug(conn, fields.get("slug") or slug_of(fields["title"]), post_id)
+    if "slug" in fields or "email_html" in fields:
+        fields.update(await _email_html_at(conn, post_id, fields, site_url))
     if fields:
         sets = ", ".join(f"{column} = ${i + 2}" for i, column in enumerate(fields))
         await conn.execute(f"UPDATE posts SET {sets}, updated_at = now() WHERE id = $1", post_id, *fields.values())
@@ -498,6 +521,22 @@ async def _sync_email(conn, post_id: str) -> None:
         f"WHERE emails.status = 'pending' {untouched}", post_id)
 
 
+async def _email_html_at(conn, post_id: str, fields: dict[str, Any], site_url: str) -> dict[str, str]:
+    """An editor's document's email HTML rendered again once the post's address is known: its audio,
+    video and file cards link to the post's page, as nothing plays in a mail client."""
+    row = await conn.fetchrow("SELECT slug, lexical, mobiledoc FROM posts WHERE id = $1", post_id)
+    slug = fields.get("slug") or row["slug"]
+    source = {name: fields[name] if name in fields else row[name] for name in ("lexical", "mobiledoc")}
+    url = f"{site_url.rstrip('/')}/{slug}/"
+    if source["lexical"]:
+        html = post_html(lexical.render(source["lexical"], "email", url))
+    elif source["mobiledoc"]:
+        html = post_html(mobiledoc.render(source["mobiledoc"], "email", url))
+    else:
+        return {}
+    return {"email_html": html, "plaintext": post_text(html)}
+
+
 def _publish_at(change: PostChange) -> datetime | None:
     """When publication is due: the scheduled time, or now for published."""
     return change.at if change.status == "scheduled" else datetime.now(UTC)
@@ -519,7 +558,7 @@ async def add_post(change: PostChange, *, client=None, settings: Settings | None
             post_id = await conn.fetchval("INSERT INTO posts (title, slug) VALUES ($1, '') RETURNING id",
                                           fields["title"])
             tracing.annotate(post_id=post_id)
-            await _write_post(conn, post_id, fields, change.newsletter)
+            await _write_post(conn, post_id, fields, change.newsletter, settings.site_url)
         if change.status in ("scheduled", "published"):
             try:
                 await _publish(post_id, _publish_at(change), client, settings)
@@ -548,7 +587,7 @@ async def edit_post(post: str, change: PostChange, *, client=None, settings: Set
             # Compared to the millisecond: the reference's API writes times to the millisecond.
             if change.updated_at is not None and _to_ms(stamp) != _to_ms(change.updated_at):
                 raise UpdateCollision("Saving failed! Someone else is editing this post.")
-            await _write_post(conn, current.id, fields, change.newsletter)
+            await _write_post(conn, current.id, fields, change.newsletter, settings.site_url)
 
         target = change.status
         if change.newsletter and current.status == "published":

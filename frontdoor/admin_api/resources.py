@@ -25,13 +25,12 @@ _READ_ONLY = {"id", "uuid", "url", "created_at", "published_by", "comment_id", "
               "last_seen_at", "email_suppression", "attribution", "frontend", "sort_order"}
 
 
-def _unsupported_fields(item: dict, writable: set[str], what: str, *,
-                        refused_apart: frozenset[str] = frozenset()) -> None:
+def _unsupported_fields(item: dict, writable: set[str], what: str) -> None:
     """A field Pressroom does not keep, given a value, is refused by name (never dropped silently);
-    given empty (as a client sends back what it read), it is let through. `refused_apart`: fields the
-    caller refuses itself with a reason of their own, left out of the fields listed as written."""
+    given empty (as a client sends back what it read), it is let through. The fields listed as
+    written are those `writable` names, each one Pressroom takes."""
     for key, value in item.items():
-        if key in writable or key in refused_apart or key in _READ_ONLY or value in (None, False, "", [], {}):
+        if key in writable or key in _READ_ONLY or value in (None, False, "", [], {}):
             continue
         raise invalid(f"{what}.{key} is not supported by Pressroom", property=key,
                       context=f"{what} fields Pressroom writes: {', '.join(sorted(writable))}")
@@ -83,9 +82,9 @@ _POST_ORDER = {"created_at": "p.created_at", "updated_at": "p.updated_at", "publ
                "title": "p.title", "id": "p.id", "slug": "p.slug", "status": "p.status"}
 _POST_FILTER = {"id": "p.id", "slug": "p.slug", "status": "p.status", "visibility": "p.visibility",
                 "newsletter": "n.slug", "uuid": "p.uuid"}
-_POST_WRITABLE = {"title", "slug", "html", "status", "published_at", "visibility", "tiers", "custom_excerpt",
-                  "updated_at", "email_segment", "feature_image", "feature_image_alt", "feature_image_caption",
-                  "meta_title", "meta_description"}
+_POST_WRITABLE = {"title", "slug", "html", "lexical", "mobiledoc", "status", "published_at", "visibility", "tiers",
+                  "custom_excerpt", "updated_at", "email_segment", "feature_image", "feature_image_alt",
+                  "feature_image_caption", "meta_title", "meta_description"}
 _POST_PICTURE = ("feature_image", "feature_image_alt", "feature_image_caption", "meta_title", "meta_description")
 
 
@@ -104,16 +103,20 @@ def post_json(post: authoring.Post, settings: Settings, formats: set[str]) -> di
     }
     if "plaintext" in formats:
         item["plaintext"] = post.plaintext
-    if "lexical" in formats:
-        item["lexical"] = post.lexical
+    for name in ("lexical", "mobiledoc"):
+        if name in formats:
+            item[name] = getattr(post, name)
     return item
+
+
+_FORMATS = {"html", "plaintext", "lexical", "mobiledoc"}
 
 
 def formats_of(query) -> set[str]:
     formats = {f.strip() for f in (query.get("formats") or "html").split(",") if f.strip()}
-    if formats - {"html", "plaintext", "lexical"}:
-        raise invalid(f"formats {', '.join(sorted(formats - {'html', 'plaintext', 'lexical'}))} not supported",
-                      property="formats", context="Pressroom keeps a post's content as html, plaintext and lexical")
+    if formats - _FORMATS:
+        raise invalid(f"formats {', '.join(sorted(formats - _FORMATS))} not supported", property="formats",
+                      context="Pressroom keeps a post's content as html, plaintext, lexical and mobiledoc")
     return formats
 
 
@@ -144,17 +147,18 @@ def _page_values(options: Browse) -> list[int]:
 
 async def post_change(conn, item: dict, query, *, adding: bool) -> authoring.PostChange:
     """The reference's post body and query (`source`, `newsletter`, `email_segment`) as a change."""
-    _unsupported_fields(item, _POST_WRITABLE | {"lexical"}, "posts", refused_apart=frozenset({"mobiledoc"}))
-    if item.get("mobiledoc"):
-        raise invalid("posts.mobiledoc is not supported by Pressroom", property="mobiledoc",
-                      context="send the post's content as lexical, or as html with ?source=html")
-    document = item.get("lexical") or None
-    if document is not None and not isinstance(document, str):
-        raise invalid("lexical must be the document as JSON text", property="lexical")
+    _unsupported_fields(item, _POST_WRITABLE, "posts")
+    documents = {name: item.get(name) or None for name in ("lexical", "mobiledoc")}
+    for name, sent in documents.items():
+        if sent is not None and not isinstance(sent, str):
+            raise invalid(f"{name} must be the document as JSON text", property=name)
+    if documents["lexical"] and documents["mobiledoc"]:
+        raise invalid("send the post's content as lexical or as mobiledoc, not both", property="mobiledoc")
+    document = documents["lexical"] or documents["mobiledoc"]
     html = text_of(item, "html")
     if document is not None and query.get("source") == "html" and html:
         raise invalid("send the post's content as lexical or as html, not both", property="html")
-    if document is not None:  # the reference's editor sends its html back as it read it: lexical wins
+    if document is not None:  # the reference's editor sends its html back as it read it: its document wins
         html = None
     elif html and query.get("source") != "html":
         raise invalid("html is read only with ?source=html", property="html",
@@ -174,7 +178,8 @@ async def post_change(conn, item: dict, query, *, adding: bool) -> authoring.Pos
         return authoring.PostChange(
             title=text_of(item, "title") if adding or "title" in item else None, slug=text_of(item, "slug"),
             html=None if document is not None else (html or "") if (html is not None or adding) else None,
-            lexical=document, **{name: text_of(item, name) for name in _POST_PICTURE},
+            lexical=documents["lexical"], mobiledoc=documents["mobiledoc"],
+            **{name: text_of(item, name) for name in _POST_PICTURE},
             custom_excerpt=text_of(item, "custom_excerpt"),
             status=status, at=_time(item.get("published_at"), "published_at") if status == "scheduled" else None,
             newsletter=newsletter, segment=segment if newsletter or segment else None,

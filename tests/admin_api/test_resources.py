@@ -4,6 +4,7 @@ reference's envelopes, each error type, browse's options, and what Pressroom ref
 from __future__ import annotations
 
 from tests.admin_api.test_tokens import error_of
+from tests.authoring import mobiledoc_documents
 from tests.authoring.lexical_documents import every_card
 
 
@@ -49,8 +50,14 @@ async def test_what_pressroom_does_not_keep_is_refused_by_name(api):
         ({"posts": [{"title": "t", "lexical": '{"root":{}}'}]}, {}, "lexical must be a document"),
         ({"posts": [{"title": "t", "lexical": '{"root":{"children":[{"type":"transistor"}]}}'}]}, {},
          "'transistor' is not one Pressroom can render"),
-        ({"posts": [{"title": "t", "mobiledoc": '{"version":"0.3.1"}'}]}, {}, "posts.mobiledoc is not supported"),
-        ({"posts": [{"title": "t", "tags": [{"name": "news"}]}]}, {}, "posts.tags is not supported"),
+        ({"posts": [{"title": "t", "mobiledoc": '{"version":"0.2.0"}'}]}, {}, "must be a version 0.3 document"),
+        ({"posts": [{"title": "t", "mobiledoc": '{"version":"0.3.1","cards":[["transistor",{}]],'
+                                                '"sections":[[10,0]]}'}]}, {},
+         "the mobiledoc card 'transistor' is not one Pressroom can render"),
+        ({"posts": [{"title": "t", "lexical": '{"root":{"children":[]}}', "mobiledoc": '{"version":"0.3.1"}'}]},
+         {}, "as lexical or as mobiledoc, not both"),
+        ({"posts": [{"title": "t", "codeinjection_head": "<script>"}]}, {},
+         "posts.codeinjection_head is not supported"),
         ({"posts": [{"title": "t", "status": "sent"}]}, {}, "status 'sent' is not one of"),
         ({"posts": [{"title": "t", "status": "scheduled", "published_at": "2001-01-01T00:00:00Z"}]}, {},
          "must be in the future"),
@@ -62,15 +69,16 @@ async def test_what_pressroom_does_not_keep_is_refused_by_name(api):
         assert refused.status_code == 422, (words, refused.text)
         error = error_of(refused)
         assert error["type"] == "ValidationError" and words in error["message"], (words, error)
-    # The fields listed as written are those Pressroom writes (lexical), not one it refuses (mobiledoc).
-    listed = error_of(await api.post("posts/", json={"posts": [{"title": "t", "tags": [{"name": "news"}]}]}))
+    # The fields listed as written are those Pressroom writes: the editor's documents among them.
+    listed = error_of(await api.post("posts/", json={"posts": [{"title": "t", "codeinjection_head": "x"}]}))
     assert listed["context"].startswith("posts fields Pressroom writes: "), listed
-    assert "lexical" in listed["context"] and "mobiledoc" not in listed["context"], listed
+    written = listed["context"].removeprefix("posts fields Pressroom writes: ").split(", ")
+    assert {"lexical", "mobiledoc"} <= set(written) and "codeinjection_head" not in written, listed
     not_json = await api.post("posts/", content=b"{not json", headers={"Content-Type": "application/json"})
     assert not_json.status_code == 422 and error_of(not_json)["message"] == "the body is not JSON"
     too_big = await api.post("posts/", content=b"x" * (5 * 1024 * 1024), headers={"Content-Type": "application/json"})
     assert too_big.status_code == 413 and error_of(too_big)["type"] == "RequestEntityTooLargeError"
-    assert (await api.get("posts/", params={"formats": "mobiledoc"})).status_code == 422
+    assert (await api.get("posts/", params={"formats": "amp"})).status_code == 422
     assert await db_posts(api) == 0  # nothing partial written
 
 
@@ -98,6 +106,26 @@ async def test_a_post_from_lexical_is_kept_as_sent_with_its_web_and_email_html(a
         '"type": "button"', '"type": "transistor"')}]})
     assert refused.status_code == 422 and "transistor" in error_of(refused)["message"]
     assert "Read on" in await db.fetchval("SELECT email_html FROM posts WHERE id = $1", post["id"])
+
+
+async def test_a_post_from_mobiledoc_is_kept_as_sent_with_its_web_and_email_html(api, db):
+    document = mobiledoc_documents.every_card()
+    added = await api.post("posts/", json={"posts": [{"title": "Older post", "mobiledoc": document, "lexical": None,
+                                                      "html": "<p>what the editor read back</p>"}]})
+    assert added.status_code == 201, added.text
+    post = one(added, "posts")
+    assert "Read more" in post["html"] and "Only in the email" not in post["html"]  # the web rendering
+    assert "<strong>bold</strong>" in post["html"] and "what the editor read back" not in post["html"]
+    row = await db.fetchrow("SELECT mobiledoc, lexical, email_html, plaintext FROM posts WHERE id = $1", post["id"])
+    assert row["mobiledoc"] == document and row["lexical"] is None and "Only in the email" in row["email_html"]
+    # Nothing plays in a mail client: the audio card links to the post's page, as the reference's does.
+    assert f'href="{post["url"]}"' in row["email_html"] and "Big news" in row["plaintext"]
+    read = one(await api.get(f"posts/{post['id']}/", params={"formats": "html,mobiledoc"}), "posts")
+    assert read["mobiledoc"] == document and "lexical" not in read
+    refused = await api.put(f"posts/{post['id']}/", json={"posts": [{"mobiledoc": document.replace(
+        '["button"', '["transistor"'), "updated_at": post["updated_at"]}]})
+    assert refused.status_code == 422 and "'transistor'" in error_of(refused)["message"]
+    assert await db.fetchval("SELECT mobiledoc FROM posts WHERE id = $1", post["id"]) == document  # nothing written
 
 
 async def test_browse_pages_filters_orders_and_projects_posts(api):
