@@ -74,6 +74,8 @@ def site(settings: Settings) -> dict:
 # --- posts ---------------------------------------------------------------------------------------
 
 POST_FIELDS = ("id", "uuid", "title", "slug", "html", "plaintext", "comment_id", "feature_image", "featured",
+               "feature_image_alt", "feature_image_caption", "meta_title", "meta_description", "primary_tag",
+               "primary_author", "lexical", "mobiledoc",
                "status", "visibility", "created_at", "updated_at", "published_at", "custom_excerpt", "excerpt",
                "email_segment", "newsletter", "email", "tiers", "tags", "authors", "url", "email_only")
 POST_INCLUDES = ("tags", "authors", "tiers", "newsletter", "email", "count.clicks", "count.signups",
@@ -83,6 +85,7 @@ _POST_ORDER = {"created_at": "p.created_at", "updated_at": "p.updated_at", "publ
 _POST_FILTER = {"id": "p.id", "slug": "p.slug", "status": "p.status", "visibility": "p.visibility",
                 "newsletter": "n.slug", "uuid": "p.uuid"}
 _POST_WRITABLE = {"title", "slug", "html", "lexical", "mobiledoc", "status", "published_at", "visibility", "tiers",
+                  "tags", "authors",
                   "custom_excerpt", "updated_at", "email_segment", "feature_image", "feature_image_alt",
                   "feature_image_caption", "meta_title", "meta_description"}
 _POST_PICTURE = ("feature_image", "feature_image_alt", "feature_image_caption", "meta_title", "meta_description")
@@ -98,7 +101,7 @@ def post_json(post: authoring.Post, settings: Settings, formats: set[str]) -> di
         "excerpt": post.custom_excerpt or post.plaintext[:500], "email_segment": post.email_segment,
         "newsletter": {"slug": post.newsletter} if post.newsletter else None,
         "email": {"id": post.email_id, "status": post.email_status} if post.email_id else None,
-        "tiers": [{"slug": t} for t in post.tiers], "tags": [], "authors": [],
+        "tiers": [{"slug": t} for t in post.tiers], **_terms_json(post, settings),
         "url": f"{settings.site_url.rstrip('/')}/{post.slug}/", "email_only": False,
     }
     if "plaintext" in formats:
@@ -110,6 +113,28 @@ def post_json(post: authoring.Post, settings: Settings, formats: set[str]) -> di
 
 
 _FORMATS = {"html", "plaintext", "lexical", "mobiledoc"}
+
+
+def _terms_json(post: authoring.Post, settings: Settings) -> dict:
+    """tags and authors as the reference answers them, with primary_tag (the first tag, when public)
+    and primary_author."""
+    site = settings.site_url.rstrip("/")
+    tags = [{**t, "feature_image": None, "og_image": None, "og_title": None, "og_description": None,
+             "twitter_image": None, "twitter_title": None, "twitter_description": None, "meta_title": None,
+             "meta_description": None, "codeinjection_head": None, "codeinjection_foot": None,
+             "canonical_url": None, "accent_color": None, "created_at": iso(_stamp(t["created_at"])),
+             "updated_at": iso(_stamp(t["updated_at"])), "url": f"{site}/tag/{t['slug']}/"} for t in post.tags]
+    authors = [{**a, "profile_image": None, "cover_image": None, "bio": None, "website": None, "location": None,
+                "facebook": None, "twitter": None, "meta_title": None, "meta_description": None,
+                "created_at": iso(_stamp(a["created_at"])), "updated_at": iso(_stamp(a["updated_at"])),
+                "url": f"{site}/author/{a['slug']}/"} for a in post.authors]
+    primary_tag = tags[0] if tags and tags[0]["visibility"] == "public" else None
+    return {"tags": tags, "authors": authors, "primary_tag": primary_tag,
+            "primary_author": authors[0] if authors else None}
+
+
+def _stamp(value: str) -> datetime:
+    return datetime.fromisoformat(value)
 
 
 def formats_of(query) -> set[str]:
@@ -181,11 +206,32 @@ async def post_change(conn, item: dict, query, *, adding: bool) -> authoring.Pos
             lexical=documents["lexical"], mobiledoc=documents["mobiledoc"],
             **{name: text_of(item, name) for name in _POST_PICTURE},
             custom_excerpt=text_of(item, "custom_excerpt"),
-            status=status, at=_time(item.get("published_at"), "published_at") if status == "scheduled" else None,
+            status=status, at=_time(item.get("published_at"), "published_at") if status in ("scheduled", "published")
+            else None, tags=_refs(item, "tags", ("name", "slug"), authoring.TagRef),
+            authors=_refs(item, "authors", ("id", "name", "slug", "email"), authoring.AuthorRef),
             newsletter=newsletter, segment=segment if newsletter or segment else None,
             visibility=text_of(item, "visibility"), tiers=tiers, updated_at=_time(item.get("updated_at"), "updated_at"))
     except ValueError as error:
         raise invalid(str(error).splitlines()[0]) from None
+
+
+def _refs(item: dict, field: str, keys: tuple[str, ...], model):
+    """Tags or authors as the reference takes them: names, or objects naming one by its keys; absent: None."""
+    given = item.get(field)
+    if given is None:
+        return None
+    if not isinstance(given, list):
+        raise invalid(f"{field} must be a list", property=field)
+    refs = []
+    for ref in given:
+        if isinstance(ref, str):
+            ref = {"name": ref}
+        if not isinstance(ref, dict) or not all(isinstance(ref.get(k), (str, type(None))) for k in keys) \
+                or not any(ref.get(k) for k in keys):
+            raise invalid(f"each of {field} is a name or an object with {', '.join(keys[:-1])} or {keys[-1]}",
+                          property=field)
+        refs.append(model(**{k: ref.get(k) for k in keys}))
+    return refs
 
 
 async def _tier_slugs(conn, tiers: Any) -> list[str]:
