@@ -14,9 +14,10 @@ from frontdoor.admin_api.envelope import Browse, browse_options, invalid, iso, n
 from frontdoor.admin_api.recent import MemberReads
 from operations import authoring, members
 from pressroom.errors import BadInput
-from pressroom.recipient_filter import FilterError, Node, Term, parse
+from pressroom.recipient_filter import FilterError, Node, Term, parse, parse_posts
 from pressroom.settings import Settings
 from pressroom.store.audience import filter_sql
+from pressroom.store.posts import filter_sql as post_filter_sql
 
 # Fields a client may send back as it read them: never written, never refused.
 _READ_ONLY = {"id", "uuid", "url", "created_at", "published_by", "comment_id", "excerpt", "email", "newsletter",
@@ -82,8 +83,6 @@ POST_INCLUDES = ("tags", "authors", "tiers", "newsletter", "email", "count.click
                  "count.paid_conversions", "sentiment", "post_revisions")
 _POST_ORDER = {"created_at": "p.created_at", "updated_at": "p.updated_at", "published_at": "p.published_at",
                "title": "p.title", "id": "p.id", "slug": "p.slug", "status": "p.status"}
-_POST_FILTER = {"id": "p.id", "slug": "p.slug", "status": "p.status", "visibility": "p.visibility",
-                "newsletter": "n.slug", "uuid": "p.uuid"}
 _POST_WRITABLE = {"title", "slug", "html", "lexical", "mobiledoc", "status", "published_at", "visibility", "tiers",
                   "tags", "authors",
                   "custom_excerpt", "updated_at", "email_segment", "feature_image", "feature_image_alt",
@@ -149,7 +148,13 @@ async def browse_posts(conn, query, settings: Settings) -> dict:
     options = browse_options(query, orderable=_POST_ORDER, default_order="updated_at desc", includes=POST_INCLUDES,
                              known_fields=POST_FIELDS)
     formats = formats_of(query)
-    where, values = simple_filter(options.filter, _POST_FILTER, 1)
+    try:
+        where, values = post_filter_sql(parse_posts(options.filter), 1) if options.filter else ("TRUE", [])
+    except FilterError as error:
+        raise invalid(f"filter: {error}", property="filter",
+                      context="posts filter by tag, author, status, slug, id, uuid, visibility and newsletter, "
+                              "and published_at, created_at or updated_at compared (published_at:>'2026-01-01')") \
+            from None
     base = f"{authoring.POST_QUERY} WHERE {where}"
     total = await conn.fetchval(f"SELECT count(*) FROM ({base}) counted", *values)
     rows = await conn.fetch(f"{base} {_order_sql(options)} {_page_sql(options, len(values))}", *values,

@@ -7,7 +7,11 @@ slug or address, else made from the name given. Names and slugs are checked wher
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+from typing import Any
+
 from pressroom.errors import NotFound
+from pressroom.recipient_filter import And, Everyone, FilterError, Node, Or
 
 # Each post's tags and authors in order, as JSON text (the reference's fields for each).
 TAGS_JSON = """coalesce((SELECT json_agg(json_build_object('id', t.id, 'name', t.name, 'slug', t.slug,
@@ -78,3 +82,47 @@ async def _free_author_slug(conn, wanted: str) -> str:
                                                  wanted)}
     return wanted if wanted not in taken else next(
         f"{wanted}-{n}" for n in range(2, len(taken) + 3) if f"{wanted}-{n}" not in taken)
+
+
+# --- the posts filter ----------------------------------------------------------------------------
+
+# Each plain key of the posts filter (pressroom/recipient_filter.py's POST_KEYS) and its column.
+_COLUMNS = {"status": "CASE WHEN p.status = 'sent' THEN 'published' ELSE p.status END", "slug": "p.slug",
+            "id": "p.id", "uuid": "p.uuid::text", "visibility": "p.visibility", "newsletter": "n.slug",
+            "published_at": "p.published_at", "created_at": "p.created_at", "updated_at": "p.updated_at"}
+_TAGGED = "p.id IN (SELECT pt.post_id FROM posts_tags pt JOIN tags t ON t.id = pt.tag_id WHERE t.slug = ANY({}))"
+_BY = "p.id IN (SELECT pa.post_id FROM posts_authors pa JOIN authors a ON a.id = pa.author_id WHERE a.slug = ANY({}))"
+
+
+def filter_sql(tree: Node, first_param: int) -> tuple[str, list[Any]]:
+    """(the posts filter's tree as a predicate over `p` and `n`, its newsletter; the values it binds
+    from ${first_param} on): every value bound, none part of the SQL. A time that is not one raises FilterError."""
+    args: list[Any] = []
+
+    def sql(node: Node) -> str:
+        if isinstance(node, Everyone):
+            return "TRUE"
+        if isinstance(node, (And, Or)):
+            joined = " AND " if isinstance(node, And) else " OR "
+            return "(" + joined.join(sql(part) for part in node.parts) + ")"
+        if node.compare:
+            args.append(_moment(node.key, node.values[0]))
+            return f"{_COLUMNS[node.key]} {node.compare} ${first_param + len(args) - 1}::timestamptz"
+        args.append(list(node.values))
+        param = f"${first_param + len(args) - 1}::text[]"
+        test = (_TAGGED.format(param) if node.key == "tag" else _BY.format(param) if node.key == "author"
+                else f"{_COLUMNS[node.key]}::text = ANY({param})")
+        return f"NOT {test}" if node.negated else test
+
+    return sql(tree), args
+
+
+def _moment(key: str, text: str) -> datetime:
+    """A filter's time as the reference's NQL writes it ('2026-01-01', '2026-01-01 10:00:00', ISO 8601),
+    UTC unless it says otherwise."""
+    try:
+        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise FilterError(f"posts filter: {key} {text[:40]!r} is not a date or a time (2026-01-01, "
+                          "2026-01-01 10:00:00 or ISO 8601)") from None
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)

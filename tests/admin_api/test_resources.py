@@ -3,6 +3,8 @@ reference's envelopes, each error type, browse's options, and what Pressroom ref
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 from tests.admin_api.test_tokens import error_of
 from tests.authoring import mobiledoc_documents
 from tests.authoring.lexical_documents import every_card
@@ -145,6 +147,53 @@ async def test_browse_pages_filters_orders_and_projects_posts(api):
                            ({"fields": "password"}, "fields"), ({"filter": "title:~'x'"}, "filter")]:
         refused = await api.get("posts/", params=params)
         assert refused.status_code == 422 and error_of(refused)["property"] == option, (params, refused.text)
+
+
+async def test_posts_filter_by_tag_author_and_time_as_the_references_nql(api, db):
+    for title, tags, authors, day in [("Old news", ["News"], [], (2025, 6, 1)),
+                                      ("New news", ["News", "Long reads"], [], (2026, 2, 1)),
+                                      ("Other", [], ["Ada"], (2026, 3, 1))]:
+        post = one(await api.post("posts/", params={"source": "html"}, json={"posts": [{
+            "title": title, "html": "<p/>", "tags": tags, "authors": authors}]}), "posts")
+        await db.execute("UPDATE posts SET published_at = $2 WHERE id = $1", post["id"], datetime(*day, tzinfo=UTC))
+
+    async def titles(text: str) -> list[str]:
+        answer = await api.get("posts/", params={"filter": text, "order": "title asc", "limit": "all"})
+        assert answer.status_code == 200, answer.text
+        return [p["title"] for p in answer.json()["posts"]]
+
+    assert await titles("tag:news") == ["New news", "Old news"]
+    assert await titles("tag:-news") == ["Other"]
+    assert await titles("tags:[long-reads],author:ada") == ["New news", "Other"]
+    assert await titles("published_at:>'2026-01-01'") == ["New news", "Other"]
+    assert await titles("published_at:>='2026-01-01'+published_at:<'2026-03-01 00:00:00'") == ["New news"]
+    assert await titles("tag:news+(published_at:<'2026-01-01T00:00:00Z',status:published)") == ["Old news"]
+    assert await titles("status:draft+created_at:<='2999-01-01'") == ["New news", "Old news", "Other"]
+    for text, words in [("published_at:>'yesterday'", "is not a date or a time"),
+                        ("tag:>'news'", "expected a tag value"), ("title:x", "unknown term 'title'"),
+                        ("status:gone", "unknown status 'gone'")]:
+        refused = await api.get("posts/", params={"filter": text})
+        assert refused.status_code == 422 and words in error_of(refused)["message"], refused.text
+
+
+def test_the_posts_filters_read_as_the_references_nql_reads_them():
+    """@tryghost/nql-lang (npm) parses each posts filter Pressroom takes, a time compared as ours is."""
+    import json
+
+    from pressroom.recipient_filter import parse_posts
+    from tests.reference_js import node
+
+    texts = ["tag:news", "tag:-news", "tags:[long-reads],author:ada", "published_at:>'2026-01-01'",
+             "published_at:>='2026-01-01'+published_at:<'2026-03-01 00:00:00'", "updated_at:<='2026-01-01'",
+             "tag:news+(published_at:<'2026-01-01T00:00:00Z',status:published)"]
+    answers = json.loads(node("const nql = require('@tryghost/nql-lang');"
+                              "const texts = JSON.parse(require('fs').readFileSync(0, 'utf8'));"
+                              "console.log(JSON.stringify(texts.map((t) => nql.parse(t))));", json.dumps(texts)))
+    operators = {">": "$gt", ">=": "$gte", "<": "$lt", "<=": "$lte"}
+    for text, theirs in zip(texts, answers, strict=True):
+        tree = parse_posts(text)
+        if getattr(tree, "compare", ""):
+            assert theirs == {tree.key: {operators[tree.compare]: tree.values[0]}}, (text, theirs)
 
 
 async def test_newsletters_tiers_and_labels(api):
