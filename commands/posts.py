@@ -135,7 +135,8 @@ def _print_post(post, as_json: bool) -> None:
 
 _STATUS = typer.Option(None, "--status", metavar="draft|scheduled|published",
                        help="scheduled needs --at; published publishes now (its newsletter goes out).")
-_AT = typer.Option(None, "--at", help="ISO 8601 with offset, for --status scheduled.")
+_AT = typer.Option(None, "--at", help="ISO 8601 with offset, for --status scheduled; with published, a past "
+                                      "time backdates the post.")
 _NEWSLETTER = typer.Option(None, "--newsletter", metavar="ID|SLUG", help="Send it as this newsletter's email.")
 _SEGMENT = typer.Option(None, "--segment", metavar="FILTER", help="Who gets the email (a recipient filter; all).")
 _VISIBILITY = typer.Option(None, "--visibility", metavar="public|members|paid|tiers")
