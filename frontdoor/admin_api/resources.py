@@ -212,7 +212,7 @@ async def post_change(conn, item: dict, query, *, adding: bool) -> authoring.Pos
             **{name: text_of(item, name) for name in _POST_PICTURE},
             custom_excerpt=text_of(item, "custom_excerpt"),
             status=status, at=_time(item.get("published_at"), "published_at") if status in ("scheduled", "published")
-            else None, tags=_refs(item, "tags", ("name", "slug"), authoring.TagRef),
+            else None, tags=_refs(await _tags_by_id(conn, item), "tags", ("name", "slug", "id"), authoring.TagRef),
             authors=_refs(item, "authors", ("id", "name", "slug", "email"), authoring.AuthorRef),
             newsletter=newsletter, segment=segment if newsletter or segment else None,
             visibility=text_of(item, "visibility"), tiers=tiers, updated_at=_time(item.get("updated_at"), "updated_at"))
@@ -237,6 +237,21 @@ def _refs(item: dict, field: str, keys: tuple[str, ...], model):
                           property=field)
         refs.append(model(**{k: ref.get(k) for k in keys}))
     return refs
+
+
+async def _tags_by_id(conn, item: dict) -> dict:
+    """The item with each tag named by its id alone given its slug too (a tag as the client read it)."""
+    given = item.get("tags")
+    if not isinstance(given, list):
+        return item
+    ids = [t["id"] for t in given if isinstance(t, dict) and isinstance(t.get("id"), str) and not t.get("slug")]
+    if not ids:
+        return item
+    slugs = {r["id"]: r["slug"] for r in await conn.fetch("SELECT id, slug FROM tags WHERE id = ANY($1)", ids)}
+    if len(slugs) < len(set(ids)):
+        raise not_found("tag")
+    return {**item, "tags": [{**t, "slug": slugs[t["id"]]} if isinstance(t, dict) and t.get("id") in slugs
+                             and not t.get("slug") else t for t in given]}
 
 
 async def _tier_slugs(conn, tiers: Any) -> list[str]:

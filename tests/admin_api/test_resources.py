@@ -163,6 +163,13 @@ async def test_posts_filter_by_tag_author_and_time_as_the_references_nql(api, db
         return [p["title"] for p in answer.json()["posts"]]
 
     assert await titles("tag:news") == ["New news", "Old news"]
+    other = (await api.get("posts/", params={"filter": "slug:other"})).json()["posts"][0]
+    news = (await api.get("posts/", params={"filter": "slug:old-news"})).json()["posts"][0]["tags"][0]
+    tagged = one(await api.put(f"posts/{other['id']}/", json={"posts": [{"tags": [{"id": news["id"]}]}]}), "posts")
+    assert [t["slug"] for t in tagged["tags"]] == ["news"]  # a tag named by its id, as a client read it
+    missing = await api.put(f"posts/{other['id']}/", json={"posts": [{"tags": [{"id": "no-such-id"}]}]})
+    assert missing.status_code == 404
+    await api.put(f"posts/{other['id']}/", json={"posts": [{"tags": []}]})
     assert await titles("tag:-news") == ["Other"]
     assert await titles("tags:[long-reads],author:ada") == ["New news", "Other"]
     assert await titles("published_at:>'2026-01-01'") == ["New news", "Other"]
