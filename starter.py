@@ -104,8 +104,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "posts reconcile": ("commands.posts", "Give every scheduled post its workflow at its time, and stop workflows of "
                                           "posts not scheduled."),
     "posts status": ("commands.posts", "Posts by state and the next due; or one post and its timer."),
-    "posts add": ("commands.posts", "Add a post from HTML, Markdown or Lexical; with --newsletter it gets its email, "
-                                    "sent when it is published."),
+    "posts add": ("commands.posts", "Add a post from HTML, Markdown, Lexical or mobiledoc; with --newsletter it gets "
+                                    "its email, sent when it is published."),
     "posts edit": ("commands.posts", "Change a post: content, audience, newsletter; schedule, publish or unschedule "
                                      "it."),
     "posts delete": ("commands.posts", "Delete a post and its unsent email (a post whose email went out stays)."),

@@ -15,6 +15,7 @@ import asyncpg
 from pressroom.email_rendering import EmailContent, header_text, mailbox, member_values, ref_value
 from pressroom.email_template import DESIGN_COLUMNS, EmailTemplate
 from pressroom.settings import Settings
+from pressroom.store.posts import AUTHOR_NAMES_JSON
 
 
 @dataclass(frozen=True)
@@ -36,7 +37,8 @@ async def load_email(conn: asyncpg.Connection, email_id: str, settings: Settings
                   coalesce(e.track_clicks, n.track_clicks, $2) AS track_clicks,
                   n.name, n.slug AS newsletter_slug, n.uuid::text AS newsletter_uuid, n.sender_name, n.sender_email,
                   n.sender_reply_to,
-                  p.title, p.status AS post_status, to_jsonb(p) AS post, to_jsonb(n) AS newsletter
+                  p.title, p.status AS post_status, to_jsonb(p) AS post, to_jsonb(n) AS newsletter,
+                  """ + AUTHOR_NAMES_JSON + """ AS authors
            FROM emails e JOIN posts p ON p.id = e.post_id LEFT JOIN newsletters n ON n.id = e.newsletter_id
            WHERE e.id = $1""", email_id, settings.email_track_clicks)
     if row is None:
@@ -75,7 +77,7 @@ def _template(row: asyncpg.Record, site: str) -> EmailTemplate:
         site_title=urlsplit(site).hostname or site, post_title=row["title"], site_url=site,
         # An email-only post (status sent) has no page of its own to view.
         post_url=f"{site}/{row['slug']}/" if row["post_status"] != "sent" else "",
-        excerpt=_text(post.get("custom_excerpt")), byline=_byline(post.get("authors")),
+        excerpt=_text(post.get("custom_excerpt")), byline=_byline(row["authors"]),
         feature_image=_text(post.get("feature_image")), feature_image_alt=_text(post.get("feature_image_alt")),
         feature_image_caption=_text(post.get("feature_image_caption")), newsletter_name=row["name"] or "",
         design={k: newsletter[k] for k in DESIGN_COLUMNS if k in newsletter})

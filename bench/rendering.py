@@ -5,6 +5,7 @@ members-only marker, rendered for each segment (what a worker does once per emai
 body cache keeps it), against the raw HTML5 parse of the same post in the same run; then the
 Mailgun recipient variables of a batch of `--recipients` members (what every batch does). Each is
 measured without and with click tracking (every link rewritten through a redirect, docs/clicks.md).
+Last, the designed email against the body alone, for the post with every card and 40 images.
 
     .venv/bin/python bench/rendering.py --paragraphs 400 --recipients 1000
     .venv/bin/python bench/rendering.py --paragraphs 400 --recipients 100000 --runs 3
@@ -21,8 +22,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from operations.authoring import post_lexical
 from pressroom.email_rendering import FREE, NOT_FREE, EmailContent, _parse, member_values, render
 from pressroom.email_template import EmailTemplate
+from tests.authoring import lexical_documents
 
 PARAGRAPH = ('<p>Hello %%{first_name "there"}%%, some <b>text</b> with '
              '<a href="https://site.test/r?u=%%{uuid}%%">a link</a> and '
@@ -78,17 +81,23 @@ def main() -> None:
         print(f"  recipient variables, {args.recipients:,} members: {seconds * 1000:8.1f} ms  "
               f"({size / 1024:,.0f} KiB as sent)")
 
-    # The designed email (pressroom/email_template.py) against the body alone: the same post with 40
-    # images, per segment (rendered once per worker and segment) and per batch (what each batch adds).
-    images = "".join(f'<figure><img src="https://cdn.test/{n}.jpg" alt="image {n}"><figcaption>Picture {n}'
-                     "</figcaption></figure>" for n in range(40))
-    body_only = dataclasses.replace(untracked, html=images + html, track_clicks=True)
+    # The designed email (pressroom/email_template.py) against the body alone: the same post with
+    # every card of the reference's editor and 40 image cards (Lexical, rendered for email once, when
+    # the post is saved), per segment (once per worker and segment) and per batch (what each adds).
+    document = lexical_documents.document(*lexical_documents.CORE, *lexical_documents.CARDS.values(), *[
+        {**lexical_documents.CARDS["image"], "src": f"https://cdn.test/{n}.jpg", "caption": f"Picture {n}"}
+        for n in range(40)])
+    saved = best_of(args.runs, lambda: post_lexical(document))
+    cards = post_lexical(document)["email_html"]
+    print(f"every card and 40 images as Lexical: {len(document):,} bytes, rendered to web and email HTML "
+          f"(once, when saved) in {saved * 1000:.1f} ms")
+    body_only = dataclasses.replace(untracked, html=cards + html, track_clicks=True)
     designed = dataclasses.replace(body_only, template=EmailTemplate(
         site_title="site.test", post_title="A long read", site_url="https://site.test", post_url="https://site.test/p/",
         excerpt="What it is about", byline="Ada Lovelace", feature_image="https://cdn.test/feature.jpg",
         feature_image_caption="The feature", newsletter_name="Weekly",
         design={"show_excerpt": True, "footer_content": "<p>Thanks for reading.</p>"}))
-    print("the designed email against the body alone (40 images, clicks tracked):")
+    print("the designed email against the body alone (every card, 40 images, clicks tracked):")
     for segment in (FREE, NOT_FREE):
         plain = best_of(args.runs, lambda: render(body_only, segment))  # noqa: B023 - measured here
         fancy = best_of(args.runs, lambda: render(designed, segment))  # noqa: B023 - measured here

@@ -144,7 +144,8 @@ async def run_demo(console: Console, *, members: int, publish_in: float, keep_ru
             print_report(await newsletter_report(site.email_id, settings=settings))
             console.print(f"\nWho did not get it and why: [bold]pressroom members list --left-out-of {site.email_id}"
                           f"[/bold]; one member's emails: [bold]pressroom members show {added.member_id}[/bold]; "
-                          "every email: [bold]pressroom newsletter list[/bold].", highlight=False)
+                          "every email: [bold]pressroom newsletter list[/bold]; the designed email as a reader "
+                          f"gets it: [bold]pressroom newsletter preview {site.email_id}[/bold].", highlight=False)
             ui = status.values.get("temporal_ui", "your Temporal Web UI")
             console.print(f"\nOpen [bold]{ui}[/bold] and search for [bold]EmailId=\"{site.email_id}\"[/bold], or "
                           f"open the workflows {publish_workflow_id(site.post_id)}, {newsletter_id}, "

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
 
 import typer
@@ -37,7 +38,7 @@ from operations.newsletter import (
 )
 from operations.reports import newsletter_report
 from operations.waiting import no_answer_message, no_worker_message, process_age_seconds
-from pressroom.errors import PressroomError
+from pressroom.errors import BadInput, PressroomError
 from pressroom.readable import when
 from workflows.newsletter_models import newsletter_workflow_id
 
@@ -46,13 +47,22 @@ app = typer.Typer(help="Send newsletters: one durable run per email.", no_args_i
 
 @app.command("send")
 def newsletter_send(email_id: str = typer.Argument(..., help="The email to send (emails.id)."),
-                    wait: bool = typer.Option(False, "--wait", help="Follow the send with a progress bar.")) -> None:
+                    wait: bool = typer.Option(False, "--wait", help="Follow the send with a progress bar."),
+                    as_json: bool = JSON_OPTION) -> None:
     """Send an email to every recipient, once; a second start finds the first run."""
+    if as_json and wait:
+        raise BadInput("give --json or --wait, not both (`newsletter status EMAIL_ID --json` follows a send)")
+
     async def work():
         client = await temporal_client()
         start = await start_newsletter(email_id, client=client)
-        console.print(start.message, highlight=False)
-        if not wait or (not start.started and not start.run_id):
+        if as_json:
+            print_json(dataclasses.asdict(start))
+        else:
+            console.print(start.message, highlight=False)
+        if start.warning:  # said before the send goes far: most clients show it whole, Gmail clips it
+            warn(start.warning)
+        if as_json or not wait or (not start.started and not start.run_id):
             return None
         with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
                       TextColumn("batches · {task.fields[recipients]} recipients"), TimeElapsedColumn(),

@@ -106,21 +106,21 @@ def posts_status_command(post_id: str = typer.Argument(None, help="One post (pos
         warn(no_worker_message(run["task_queue"]))
 
 
-def _content(html_file, markdown_file, lexical_file=None) -> tuple[str | None, str | None, str | None]:
-    """The post's content from --html FILE, --markdown FILE or --lexical FILE (`-` reads stdin)."""
+def _content(html_file, markdown_file, lexical_file=None, mobiledoc_file=None) -> tuple[str | None, ...]:
+    """The post's content from --html, --markdown, --lexical or --mobiledoc FILE (`-` reads stdin)."""
     def read(path) -> str:
         try:
             return sys.stdin.read() if str(path) == "-" else open(path, encoding="utf-8").read()
         except (OSError, UnicodeDecodeError) as error:
             raise BadInput(f"cannot read {path}: {type(error).__name__}") from None
 
-    return ((read(html_file) if html_file else None), (read(markdown_file) if markdown_file else None),
-            (read(lexical_file) if lexical_file else None))
+    return tuple(read(path) if path else None for path in (html_file, markdown_file, lexical_file, mobiledoc_file))
 
 
-def _change(title, html_file, markdown_file, status, at, newsletter, segment, visibility, tiers, lexical_file=None):
-    html, markdown, lexical = _content(html_file, markdown_file, lexical_file)
-    return PostChange(title=title, html=html, markdown=markdown, lexical=lexical, status=status,
+def _change(title, html_file, markdown_file, status, at, newsletter, segment, visibility, tiers, lexical_file=None,
+            mobiledoc_file=None):
+    html, markdown, lexical, mobiledoc = _content(html_file, markdown_file, lexical_file, mobiledoc_file)
+    return PostChange(title=title, html=html, markdown=markdown, lexical=lexical, mobiledoc=mobiledoc, status=status,
                       at=publish_time(at) if at else None, newsletter=newsletter, segment=segment,
                       visibility=visibility, tiers=tiers or None)
 
@@ -135,12 +135,14 @@ def _print_post(post, as_json: bool) -> None:
 
 _STATUS = typer.Option(None, "--status", metavar="draft|scheduled|published",
                        help="scheduled needs --at; published publishes now (its newsletter goes out).")
-_AT = typer.Option(None, "--at", help="ISO 8601 with offset, for --status scheduled.")
+_AT = typer.Option(None, "--at", help="ISO 8601 with offset, for --status scheduled; with published, a past "
+                                      "time backdates the post.")
 _NEWSLETTER = typer.Option(None, "--newsletter", metavar="ID|SLUG", help="Send it as this newsletter's email.")
 _SEGMENT = typer.Option(None, "--segment", metavar="FILTER", help="Who gets the email (a recipient filter; all).")
 _VISIBILITY = typer.Option(None, "--visibility", metavar="public|members|paid|tiers")
 _TIER = typer.Option(None, "--tier", metavar="SLUG", help="A tier the post is for (repeat; --visibility tiers).")
 _LEXICAL = typer.Option(None, "--lexical", metavar="FILE", help="The post as the reference editor's Lexical JSON.")
+_MOBILEDOC = typer.Option(None, "--mobiledoc", metavar="FILE", help="The post as its older editor's mobiledoc JSON.")
 
 
 @app.command("add")
@@ -149,10 +151,11 @@ def posts_add(title: str = typer.Option(..., "--title"),
               markdown_file: str = typer.Option(None, "--markdown", metavar="FILE", help="The post as Markdown."),
               status: str = _STATUS, at: str = _AT, newsletter: str = _NEWSLETTER, segment: str = _SEGMENT,
               visibility: str = _VISIBILITY, tier: list[str] = _TIER, as_json: bool = JSON_OPTION,
-              lexical_file: str = _LEXICAL) -> None:
-    """Add a post from HTML, Markdown or Lexical; with --newsletter it gets its email, sent when it is published."""
+              lexical_file: str = _LEXICAL, mobiledoc_file: str = _MOBILEDOC) -> None:
+    """Add a post from HTML, Markdown, Lexical or mobiledoc; with --newsletter it gets its email, sent when it is
+    published."""
     change = _change(title, html_file, markdown_file, status or "draft", at, newsletter, segment, visibility, tier,
-                     lexical_file)
+                     lexical_file, mobiledoc_file)
     _print_post(run_async(add_post(change)), as_json)
 
 
@@ -163,10 +166,10 @@ def posts_edit(post: str = typer.Argument(..., help="The post (id or slug)."),
                markdown_file: str = typer.Option(None, "--markdown", metavar="FILE"),
                status: str = _STATUS, at: str = _AT, newsletter: str = _NEWSLETTER, segment: str = _SEGMENT,
                visibility: str = _VISIBILITY, tier: list[str] = _TIER, as_json: bool = JSON_OPTION,
-               lexical_file: str = _LEXICAL) -> None:
+               lexical_file: str = _LEXICAL, mobiledoc_file: str = _MOBILEDOC) -> None:
     """Change a post: content, audience, newsletter; schedule, publish or unschedule it."""
     change = _change(title, html_file, markdown_file, status, at, newsletter, segment, visibility, tier,
-                     lexical_file)
+                     lexical_file, mobiledoc_file)
     _print_post(run_async(edit_post(post, change)), as_json)
 
 

@@ -13,6 +13,7 @@ raw HTML escaped (markdown-it-py) before the same sanitiser.
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 import secrets
 import time
@@ -24,13 +25,13 @@ from urllib.parse import urlsplit
 import asyncpg
 import nh3
 from markdown_it import MarkdownIt
-from pydantic import BaseModel
+from pydantic import BaseModel, field_validator
 
 from activities.outbox import site_events
 from operations.common import temporal_client
 from operations.newsletter import start_newsletter
 from operations.posts import change_post, tell_post_workflow
-from pressroom import database, lexical, tracing
+from pressroom import database, lexical, mobiledoc, tracing
 from pressroom.email_rendering import html_to_text
 from pressroom.email_template import DESIGN_COLUMNS
 from pressroom.errors import BadInput, NotFound, PressroomError
@@ -39,6 +40,7 @@ from pressroom.inputs import slug as slug_input
 from pressroom.recipient_filter import FilterError, parse
 from pressroom.settings import Settings, get_settings
 from pressroom.store import labels
+from pressroom.store import posts as post_store
 
 POST_STATUSES = ("draft", "scheduled", "published")
 VISIBILITIES = ("public", "members", "paid", "tiers")
@@ -90,6 +92,7 @@ class Post(BaseModel):
     html: str
     plaintext: str
     lexical: str | None = None  # as sent
+    mobiledoc: str | None = None  # as sent
     custom_excerpt: str | None
     feature_image: str | None = None
     feature_image_alt: str | None = None
@@ -106,6 +109,29 @@ class Post(BaseModel):
     email_status: str | None
     created_at: datetime
     updated_at: datetime
+    tags: list[dict[str, Any]] = []  # in order, each as pressroom/store/posts.py reads it
+    authors: list[dict[str, Any]] = []
+
+    @field_validator("tags", "authors", mode="before")
+    @classmethod
+    def _from_json(cls, value: Any) -> Any:
+        return json.loads(value) if isinstance(value, str) else value
+
+
+class TagRef(BaseModel):
+    """A tag as a client names it: by slug, or by name (made when no tag has its slug)."""
+
+    name: str | None = None
+    slug: str | None = None
+
+
+class AuthorRef(BaseModel):
+    """An author as a client names them: by id, slug or address, or by name (made when not found)."""
+
+    id: str | None = None
+    name: str | None = None
+    slug: str | None = None
+    email: str | None = None
 
 
 class PostChange(BaseModel):
@@ -116,6 +142,7 @@ class PostChange(BaseModel):
     html: str | None = None
     markdown: str | None = None
     lexical: str | None = None  # the reference editor's document, as sent (JSON text)
+    mobiledoc: str | None = None  # its older editor's document, as sent (JSON text)
     custom_excerpt: str | None = None
     feature_image: str | None = None  # "" takes it off, as do the four below
     feature_image_alt: str | None = None
@@ -123,11 +150,13 @@ class PostChange(BaseModel):
     meta_title: str | None = None
     meta_description: str | None = None
     status: Literal["draft", "scheduled", "published"] | None = None
-    at: datetime | None = None  # publication time, for scheduled
+    at: datetime | None = None  # publication time: scheduled's, or a published post's in the past
     newsletter: str | None = None  # id or slug; "" takes it off
     segment: str | None = None  # the email's recipient filter
     visibility: str | None = None
     tiers: list[str] | None = None
+    tags: list[TagRef] | None = None  # in order; [] takes them all off
+    authors: list[AuthorRef] | None = None
     updated_at: datetime | None = None  # the version the caller edits (the reference's collision check)
 
 
@@ -183,6 +212,14 @@ def post_lexical(document: str, post_url: str = "") -> dict[str, str]:
         raise BadInput(f"the post is {len(document.encode()):,} bytes; at most {MAX_POST_BYTES:,}")
     return {"lexical": document, "html": post_html(lexical.render(document, "web", post_url)),
             "email_html": post_html(lexical.render(document, "email", post_url))}
+
+
+def post_mobiledoc(document: str, post_url: str = "") -> dict[str, str]:
+    """A mobiledoc post's columns, as post_lexical's: its cards through the same card renderers."""
+    if len(document.encode()) > MAX_POST_BYTES:
+        raise BadInput(f"the post is {len(document.encode()):,} bytes; at most {MAX_POST_BYTES:,}")
+    return {"mobiledoc": document, "html": post_html(mobiledoc.render(document, "web", post_url)),
+            "email_html": post_html(mobiledoc.render(document, "email", post_url))}
 
 
 def post_text(html: str) -> str:
@@ -371,13 +408,14 @@ async def list_newsletters(*, settings: Settings | None = None) -> list[Newslett
 # --- posts ---------------------------------------------------------------------------------------
 
 POST_QUERY = """
-SELECT p.id, p.uuid::text AS uuid, p.title, p.slug, p.html, p.plaintext, p.lexical, p.custom_excerpt,
+SELECT p.id, p.uuid::text AS uuid, p.title, p.slug, p.html, p.plaintext, p.lexical, p.mobiledoc, p.custom_excerpt,
        p.feature_image, p.feature_image_alt, p.feature_image_caption, p.meta_title, p.meta_description,
        CASE WHEN p.status = 'sent' THEN 'published' ELSE p.status END AS status, p.visibility,
        coalesce((SELECT array_agg(pr.slug ORDER BY pp.sort_order, pr.slug) FROM posts_products pp
                  JOIN products pr ON pr.id = pp.product_id WHERE pp.post_id = p.id), '{}') AS tiers,
        p.published_at, n.slug AS newsletter, p.email_recipient_filter AS email_segment,
-       e.id AS email_id, e.status AS email_status, p.created_at, p.updated_at
+       e.id AS email_id, e.status AS email_status, p.created_at, p.updated_at,
+       """ + post_store.TAGS_JSON + " AS tags, " + post_store.AUTHORS_JSON + """ AS authors
 FROM posts p LEFT JOIN newsletters n ON n.id = p.newsletter_id LEFT JOIN emails e ON e.post_id = p.id"""
 
 
@@ -408,6 +446,48 @@ async def _newsletter_id(conn, newsletter: str | None) -> str | None:
     return found
 
 
+def _content(change: PostChange) -> dict[str, Any]:
+    """The post's content columns from the one form it was given in (none: nothing changes)."""
+    given = [f for f in (change.lexical, change.mobiledoc, change.html, change.markdown) if f is not None]
+    if len(given) > 1 and (change.lexical is not None or change.mobiledoc is not None):
+        raise BadInput("give the post's content as Lexical, mobiledoc, HTML or Markdown, one of the four")
+    fields: dict[str, Any]
+    if change.lexical is not None:
+        fields = {**post_lexical(change.lexical), "mobiledoc": None}
+    elif change.mobiledoc is not None:
+        fields = {**post_mobiledoc(change.mobiledoc), "lexical": None}
+    elif change.html is not None or change.markdown is not None:
+        fields = {"html": post_html(change.html, change.markdown), "lexical": None, "mobiledoc": None,
+                  "email_html": ""}
+    else:
+        return {}
+    fields["plaintext"] = post_text(fields["email_html"] or fields["html"])
+    return fields
+
+
+MAX_TERMS = 100  # tags or authors on one post
+
+
+def _tag(tag: TagRef) -> tuple[str, str | None]:
+    """(slug, name): a name starting with # is an internal tag, its slug `hash-…` as the reference makes it."""
+    name = free_text(tag.name, "tag name", 191) if tag.name is not None else None
+    if tag.slug:
+        return slug_input(tag.slug, "tag slug"), name
+    if not name:
+        raise BadInput("each tag needs a name or a slug")
+    return ("hash-" + slug_of(name[1:]) if name.startswith("#") else slug_of(name)), name
+
+
+def _author(author: AuthorRef) -> dict[str, str | None]:
+    name = free_text(author.name, "author name", 191) if author.name is not None else None
+    if not (author.id or author.slug or author.email or name):
+        raise BadInput("each author needs an id, a slug, an email or a name")
+    return {"id": entity_id(author.id, "author") if author.id else None,
+            "slug": slug_input(author.slug, "author slug") if author.slug else None,
+            "email": email_address(author.email, "author email") if author.email else None,
+            "name": name, "new_slug": slug_of(name) if name else None}
+
+
 def _checked(change: PostChange) -> dict[str, Any]:
     """Every input of the change checked before anything is written: {column or key: value}."""
     fields: dict[str, Any] = {}
@@ -415,15 +495,7 @@ def _checked(change: PostChange) -> dict[str, Any]:
         fields["title"] = _title(change.title)
     if change.slug is not None:
         fields["slug"] = slug_input(change.slug, "post slug")
-    if change.lexical is not None:
-        if change.html is not None or change.markdown is not None:
-            raise BadInput("give the post's content as Lexical, HTML or Markdown, one of the three")
-        fields.update(post_lexical(change.lexical))
-        fields["plaintext"] = post_text(fields["email_html"])
-    elif change.html is not None or change.markdown is not None:
-        fields["html"] = post_html(change.html, change.markdown)
-        fields["plaintext"] = post_text(fields["html"])
-        fields["lexical"], fields["email_html"] = None, ""
+    fields.update(_content(change))
     if change.custom_excerpt is not None:
         fields["custom_excerpt"] = free_text(change.custom_excerpt, "excerpt", 300)
     if change.feature_image is not None:
@@ -442,28 +514,61 @@ def _checked(change: PostChange) -> dict[str, Any]:
         fields["visibility"] = _visibility(change.visibility)
     if change.tiers is not None:
         fields["tiers"] = list(dict.fromkeys(slug_input(t, "tier") for t in change.tiers))
-    if change.status == "scheduled":
-        if change.at is None:
-            raise BadInput("a scheduled post needs its time (--at, published_at)")
-        if change.at.tzinfo is None:
-            raise BadInput("the publication time needs a UTC offset")
-        if change.at <= datetime.now(UTC):
-            raise BadInput("a scheduled post's time must be in the future; publish it instead")
+    fields.update(_terms(change))
+    _check_time(change)
     return fields
 
 
-async def _write_post(conn, post_id: str, fields: dict[str, Any], newsletter: str | None) -> None:
+def _terms(change: PostChange) -> dict[str, Any]:
+    """The post's tags and authors as given, checked (absent: left as they are)."""
+    fields: dict[str, Any] = {}
+    for name, given in (("tags", change.tags), ("authors", change.authors)):
+        if given is not None and len(given) > MAX_TERMS:
+            raise BadInput(f"a post has at most {MAX_TERMS} {name}; {len(given)} were given")
+    if change.tags is not None:
+        fields["tags"] = list(dict(_tag(t) for t in change.tags).items())
+    if change.authors is not None:
+        fields["authors"] = [_author(a) for a in change.authors]
+    return fields
+
+
+# A client's clock may run a little ahead of ours: a "published" time this far ahead is now.
+_CLOCK_SLACK_SECONDS = 60
+
+
+def _check_time(change: PostChange) -> None:
+    """A scheduled post's time is in the future; a published one's, when given, is not (a backdated post)."""
+    if change.at is not None and change.at.tzinfo is None:
+        raise BadInput("the publication time needs a UTC offset")
+    if change.status == "scheduled":
+        if change.at is None:
+            raise BadInput("a scheduled post needs its time (--at, published_at)")
+        if change.at <= datetime.now(UTC):
+            raise BadInput("a scheduled post's time must be in the future; publish it instead")
+    if change.status == "published" and change.at is not None \
+            and (change.at - datetime.now(UTC)).total_seconds() > _CLOCK_SLACK_SECONDS:
+        raise BadInput("a published post's published_at is in the future; schedule it instead")
+
+
+async def _write_post(conn, post_id: str, fields: dict[str, Any], newsletter: str | None, site_url: str) -> None:
     """The checked fields, the post's tiers and its email, in the caller's transaction."""
     fields = dict(fields)
     tiers = fields.pop("tiers", None)
+    tags, authors = fields.pop("tags", None), fields.pop("authors", None)
     if newsletter is not None:
         fields["newsletter_id"] = await _newsletter_id(conn, newsletter)
     new = "title" in fields and await conn.fetchval("SELECT slug = '' FROM posts WHERE id = $1", post_id)
     if "slug" in fields or new:  # a new post's slug comes from its title
         fields["slug"] = await _free_slug(conn, fields.get("slug") or slug_of(fields["title"]), post_id)
+    if "slug" in fields or "email_html" in fields:
+        fields.update(await _email_html_at(conn, post_id, fields, site_url))
     if fields:
         sets = ", ".join(f"{column} = ${i + 2}" for i, column in enumerate(fields))
         await conn.execute(f"UPDATE posts SET {sets}, updated_at = now() WHERE id = $1", post_id, *fields.values())
+    if tags is not None:
+        await post_store.write_tags(conn, post_id, tags)
+    if authors is not None:
+        await post_store.write_authors(conn, post_id, authors)
     if tiers is not None:
         found = {r["slug"]: r["id"] for r in await conn.fetch("SELECT slug, id FROM products WHERE slug = ANY($1)",
                                                              tiers)}
@@ -499,9 +604,29 @@ async def _sync_email(conn, post_id: str) -> None:
         f"WHERE emails.status = 'pending' {untouched}", post_id)
 
 
+async def _email_html_at(conn, post_id: str, fields: dict[str, Any], site_url: str) -> dict[str, str]:
+    """An editor's document's email HTML rendered again once the post's address is known: its audio,
+    video and file cards link to the post's page, as nothing plays in a mail client."""
+    row = await conn.fetchrow("SELECT slug, lexical, mobiledoc FROM posts WHERE id = $1", post_id)
+    slug = fields.get("slug") or row["slug"]
+    source = {name: fields[name] if name in fields else row[name] for name in ("lexical", "mobiledoc")}
+    url = f"{site_url.rstrip('/')}/{slug}/"
+    if source["lexical"]:
+        html = post_html(lexical.render(source["lexical"], "email", url))
+    elif source["mobiledoc"]:
+        html = post_html(mobiledoc.render(source["mobiledoc"], "email", url))
+    else:
+        return {}
+    return {"email_html": html, "plaintext": post_text(html)}
+
+
 def _publish_at(change: PostChange) -> datetime | None:
-    """When publication is due: the scheduled time, or now for published."""
-    return change.at if change.status == "scheduled" else datetime.now(UTC)
+    """When publication is due: the scheduled time; for published, now, or the time given for a
+    backdated post (a past time publishes at once and is kept as the post's published_at)."""
+    now = datetime.now(UTC)
+    if change.status == "scheduled":
+        return change.at
+    return min(change.at, now) if change.at is not None else now
 
 
 @tracing.traced("pressroom posts add")
@@ -520,7 +645,7 @@ async def add_post(change: PostChange, *, client=None, settings: Settings | None
             post_id = await conn.fetchval("INSERT INTO posts (title, slug) VALUES ($1, '') RETURNING id",
                                           fields["title"])
             tracing.annotate(post_id=post_id)
-            await _write_post(conn, post_id, fields, change.newsletter)
+            await _write_post(conn, post_id, fields, change.newsletter, settings.site_url)
         if change.status in ("scheduled", "published"):
             try:
                 await _publish(post_id, change, client, settings)
@@ -549,13 +674,15 @@ async def edit_post(post: str, change: PostChange, *, client=None, settings: Set
             # Compared to the millisecond: the reference's API writes times to the millisecond.
             if change.updated_at is not None and _to_ms(stamp) != _to_ms(change.updated_at):
                 raise UpdateCollision("Saving failed! Someone else is editing this post.")
-            await _write_post(conn, current.id, fields, change.newsletter)
+            await _write_post(conn, current.id, fields, change.newsletter, settings.site_url)
 
         target = change.status
         if change.newsletter and current.status == "published":
             raise BadInput(f"post {current.id} is already published; a newsletter goes out only when its post is "
                            "published or scheduled")
         if current.status == "published" and target in (None, "published"):
+            if change.at is not None:  # a published post backdated (or moved) as the reference allows
+                fields["published_at"] = min(change.at, datetime.now(UTC))
             async with conn.transaction():
                 previous = await site_events.before(conn, "post.published.edited", current.id, settings.site_url)
                 await write(conn)

@@ -8,15 +8,37 @@ each run adds one new post, so every demo has a fresh newsletter to send.
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from dataclasses import dataclass
 
 import asyncpg
 
+from operations.authoring import post_lexical, post_text
 from pressroom.errors import PressroomError
 
 DEMO_NEWSLETTER_SLUG = "pressroom-weekly"
 DEMO_MEMBER_ADDRESS = "reader{n}@demo.pressroom.test"
+
+
+def _text(words: str, url: str | None = None) -> dict:
+    node = {"type": "text", "text": words, "format": 0, "detail": 0, "mode": "normal", "style": "", "version": 1}
+    return node if url is None else {"type": "link", "url": url, "children": [node], "version": 1}
+
+
+_DEMO_POST = json.dumps({"root": {"type": "root", "version": 1, "children": [
+    {"type": "paragraph", "version": 1, "children": [_text(
+        "Everything Pressroom does, in one minute: a post published on time, a newsletter sent to every "
+        "member exactly once, and the statistics fetched back.")]},
+    {"type": "callout", "version": 1, "calloutEmoji": "📬", "backgroundColor": "blue",
+     "calloutText": "<p>This email is the newsletter's design around the post: its title, excerpt and byline, "
+                    "the body card by card, and a footer with your own links.</p>"},
+    {"type": "paragraph", "version": 1, "children": [
+        _text("Read on: "), _text("Temporal", "https://temporal.io/"), _text(", "),
+        _text("newsletters on the reference platform", "https://ghost.org/docs/newsletters/"), _text(".")]},
+    {"type": "button", "version": 1, "buttonText": "How the design is made", "alignment": "center",
+     "buttonUrl": "https://ghost.org/docs/newsletters/"},
+]}})
 
 
 @dataclass(frozen=True)
@@ -81,19 +103,21 @@ async def seed_site(pool: asyncpg.Pool, *, members: int, run_tag: str) -> DemoSi
                        '<p>Thank you, %recipient.name%!</p>', 'Thank you, %recipient.name%!')
                ON CONFLICT (slug) DO NOTHING""")
         title = f"The demo issue {run_tag}"
-        html = (f"<h1>{title}</h1><p>Everything Pressroom does, in one minute: a post published on time, "
-                "a newsletter sent to every member exactly once, and the statistics fetched back.</p>"
-                '<p>Read on: <a href="https://temporal.io/">Temporal</a>, '
-                '<a href="https://ghost.org/docs/newsletters/">newsletters on the reference platform</a>.</p>')
+        # Written as the reference's editor writes a post (Lexical, with cards), its email rendered
+        # per card and sent in the newsletter's design, with its excerpt and byline.
+        content = post_lexical(_DEMO_POST)
         post_id = await conn.fetchval(
-            """INSERT INTO posts (title, slug, html, plaintext, newsletter_id)
-               VALUES ($1, $2, $3, $4, $5) RETURNING id""",
-            title, f"demo-issue-{run_tag}", html, f"{title}\n\nEverything Pressroom does, in one minute.",
-            newsletter_id)
-        email_id = await conn.fetchval(
-            """INSERT INTO emails (post_id, newsletter_id, subject, html, plaintext, recipient_filter)
-               VALUES ($1, $2, $3, $4, $5, 'all') RETURNING id""",
-            post_id, newsletter_id, title, html, f"{title}\n\nEverything Pressroom does, in one minute.")
+            """INSERT INTO posts (title, slug, html, plaintext, lexical, email_html, custom_excerpt, newsletter_id)
+               VALUES ($1, $2, $3, $4, $5, $6, 'Everything Pressroom does, in one minute', $7) RETURNING id""",
+            title, f"demo-issue-{run_tag}", content["html"], post_text(content["email_html"]), content["lexical"],
+            content["email_html"], newsletter_id)
+        author = await conn.fetchval(
+            """INSERT INTO authors (name, slug) VALUES ('The Pressroom desk', 'pressroom-desk')
+               ON CONFLICT (slug) DO UPDATE SET name = EXCLUDED.name RETURNING id""")
+        await conn.execute("INSERT INTO posts_authors (post_id, author_id) VALUES ($1, $2)", post_id, author)
+        email_id = await conn.fetchval(  # no snapshot of its own: the email is the post's email rendering
+            """INSERT INTO emails (post_id, newsletter_id, subject, recipient_filter)
+               VALUES ($1, $2, $3, 'all') RETURNING id""", post_id, newsletter_id, title)
         subscribed = await conn.fetchval(
             "SELECT count(*) FROM members_newsletters WHERE newsletter_id = $1", newsletter_id)
     return DemoSite(newsletter_id=newsletter_id, post_id=post_id, email_id=email_id, members=subscribed)

@@ -65,6 +65,8 @@ class NewsletterStart:
     run_id: str
     started: bool  # False: an existing run was found, and `message` says which
     message: str
+    sizes: dict[str, int] = field(default_factory=dict)  # each segment's HTML in bytes, for a send started
+    warning: str | None = None  # Gmail would clip it (pressroom/email_rendering.py's clip_warning)
 
 
 @tracing.traced("pressroom newsletter send", "email_id")
@@ -118,8 +120,35 @@ async def start_newsletter(email_id: str, *, client=None, settings: Settings | N
         return NewsletterStart(workflow_id, found.run_id, False,
                                f"{workflow_id} was started by another start and ended meanwhile (run {found.run_id}, "
                                f"{ended}); `pressroom newsletter status {email_id}` says how")
+    sizes = await _sizes(email_id, settings)
     return NewsletterStart(workflow_id, handle.first_execution_run_id or handle.result_run_id or "", True,
-                           f"started {workflow_id}")
+                           f"started {workflow_id}", sizes, clip_warning(email_id, sizes) if sizes else None)
+
+
+@dataclass(frozen=True)
+class EmailSizes:
+    """An email's HTML per segment as it is sent, and Gmail's clip warning when one is past 102 KB."""
+
+    sizes: dict[str, int]
+    warning: str | None
+
+
+async def email_sizes(email_id: str, *, settings: Settings | None = None) -> EmailSizes:
+    """What the dashboard shows of an email's size (as `newsletter preview` prints it); nothing sent."""
+    settings = settings or get_settings()
+    sizes = await _sizes(email_id, settings)
+    return EmailSizes(sizes, clip_warning(email_id, sizes) if sizes else None)
+
+
+async def _sizes(email_id: str, settings: Settings) -> dict[str, int]:
+    """Each segment's size as the send renders it, for the start's warning; empty when its content
+    cannot be rendered (the run refuses it and says why)."""
+    async with database.connection(settings.require_database()) as conn:
+        try:
+            loaded = await load_email(conn, email_id, settings)
+            return segment_sizes(loaded.content) if loaded else {}
+        except ContentError:
+            return {}
 
 
 def _check_filter(email_id: str, recipient_filter: str | None) -> None:

@@ -86,6 +86,13 @@ class _Renderer:
             raise LexicalError(f"a {node.get('type')} node's children must be a list")
         return "".join(self.node(kid, depth + 1) for kid in kids)
 
+    def card(self, node: dict) -> str:
+        """One card on its own (a mobiledoc card's payload as its Lexical node); an unknown one refused."""
+        kind = node.get("type")
+        if kind not in self.cards:
+            raise LexicalError(f"the card {str(kind)[:40]!r} is not one Pressroom can render")
+        return self.cards[kind](node)
+
     def node(self, node: Any, depth: int = 0) -> str:
         if depth > MAX_DEPTH:
             raise LexicalError(f"the document nests deeper than {MAX_DEPTH} levels")
@@ -207,7 +214,7 @@ class _Renderer:
     def video(self, n: dict) -> str:
         thumbnail = n.get("customThumbnailSrc") or n.get("thumbnailSrc")
         if self.target == "email":
-            link = _url(n.get("src"))
+            link = self.playable(n)
             picture = _img(thumbnail, "", n.get("width"), n.get("height")) if thumbnail else "Watch the video"
             return (f'<figure class="kg-card kg-video-card"><a class="kg-video-preview" href="{link}">{picture}</a>'
                     f'{_caption(n.get("caption"))}</figure>')
@@ -215,8 +222,13 @@ class _Renderer:
         return (f'<figure class="kg-card kg-video-card"><video src="{_url(n.get("src"))}"{poster} controls></video>'
                 f'{_caption(n.get("caption"))}</figure>')
 
+    def playable(self, n: dict) -> str:
+        """Where an email's audio, video or file card links: nothing plays in a mail client, so the
+        post's page (as the reference does), else the file itself."""
+        return _url(self.post_url or n.get("src")) if self.target == "email" else _url(n.get("src"))
+
     def audio(self, n: dict) -> str:
-        link = _url(n.get("src"))
+        link = self.playable(n)
         seconds = int(n["duration"]) if isinstance(n.get("duration"), (int, float)) else 0
         length = f" • {seconds // 60}:{seconds % 60:02d}" if seconds else ""
         return (f'<div class="kg-card kg-audio-card"><a href="{link}">'
@@ -230,7 +242,7 @@ class _Renderer:
         size = n["fileSize"] if isinstance(n.get("fileSize"), int) else 0
         shown = f" • {round(size / 1024)} KB" if size else ""
         details = f'<div class="kg-file-card-metadata">{_text(n.get("fileName"))}{shown}</div>'
-        return (f'<div class="kg-card kg-file-card"><a href="{_url(n.get("src"))}">{_text(title)}</a>'
+        return (f'<div class="kg-card kg-file-card"><a href="{self.playable(n)}">{_text(title)}</a>'
                 f'{caption}{details}</div>')
 
     def product(self, n: dict) -> str:
@@ -295,6 +307,11 @@ class _Renderer:
             return ""
         return (f'<div class="kg-card kg-signup-card"><h2>{n.get("header") or ""}</h2>'
                 f'<p>{n.get("subheader") or ""}</p></div>')
+
+
+def card_renderer(target: Target, post_url: str = "") -> _Renderer:
+    """The card renderers alone, for documents whose cards are Lexical's under another format (mobiledoc)."""
+    return _Renderer(target, post_url)
 
 
 def document(source: str | dict) -> dict:

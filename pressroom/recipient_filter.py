@@ -18,6 +18,10 @@ The keys' plural forms and `product` are the reference's other names for label a
 quotes are not part of the reference's language (its lexer refuses them), and so not of this one.
 `label:[a+b]` is read as `label:a+label:b`: the same members, one term per value.
 
+The Admin API's posts filter is the same language over a post's keys (`POST_KEYS`: `tag:news`,
+`status:published`, …), where a time key also takes a comparison, as the reference's NQL writes it:
+`published_at:>'2026-01-01'` (or `>=`, `<`, `<=`; the value a date or an ISO 8601 time).
+
 A hand-written tokenizer and recursive-descent parser: anything outside the grammar is refused
 with the position and the text that does not fit, never guessed. Pure: no I/O. What a tree means
 in SQL is pressroom/store/audience.py's.
@@ -35,6 +39,13 @@ KEYS = {"status": "status", "label": "label", "labels": "label", "tier": "tier",
 _WORD_START = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_")
 _WORD = _WORD_START | {"-"}
 _PUNCTUATION = frozenset("()[],+:-")
+_COMPARISONS = (">=", "<=", ">", "<")
+# The posts filter's keys (as written: as read), its time keys and the values its status takes.
+POST_KEYS = {"tag": "tag", "tags": "tag", "author": "author", "authors": "author", "status": "status",
+             "slug": "slug", "id": "id", "uuid": "uuid", "visibility": "visibility", "newsletter": "newsletter",
+             "published_at": "published_at", "created_at": "created_at", "updated_at": "updated_at"}
+POST_TIMES = frozenset({"published_at", "created_at", "updated_at"})
+POST_STATUSES = ("draft", "scheduled", "published", "sent")
 _SLUG = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_-]*")
 _SHOWN = 40  # characters of a refused filter quoted in its error
 # Bounds on one filter (docs/audiences.md, "Limits"): the reference platform's own filters (its
@@ -52,11 +63,14 @@ class FilterError(ValueError):
 
 @dataclass(frozen=True)
 class Term:
-    key: str  # status | label | tier (the other names read as these)
+    key: str  # status | label | tier (the other names read as these); a posts filter's POST_KEYS
     values: tuple[str, ...]
     negated: bool = False
+    compare: str = ""  # a time key's >, >=, < or <= (its one value a time); "" is "any of the values"
 
     def __str__(self) -> str:
+        if self.compare:
+            return f"{self.key}:{self.compare}'{self.values[0]}'"
         values = self.values[0] if len(self.values) == 1 else f"[{','.join(self.values)}]"
         return f"{self.key}:{'-' if self.negated else ''}{values}"
 
@@ -94,12 +108,16 @@ class _Token:
     quoted: bool = False
 
 
-def _tokens(text: str) -> list[_Token]:
+def _tokens(text: str, what: str = "recipient filter") -> list[_Token]:
     out, i = [], 0
     while i < len(text):
         c = text[i]
         if c.isspace():
             i += 1
+        elif c in "<>":
+            sign = text[i:i + 2] if text[i:i + 2] in _COMPARISONS else c
+            out.append(_Token("compare", sign, i))
+            i += len(sign)
         elif c in _WORD_START:
             start = i
             while i < len(text) and text[i] in _WORD:
@@ -109,19 +127,19 @@ def _tokens(text: str) -> list[_Token]:
             out.append(_Token(c, c, i))
             i += 1
         elif c == "'":
-            word, end = _quoted_word(text, i)
+            word, end = _quoted_word(text, i, what)
             out.append(_Token("word", word, i, quoted=True))
             i = end
         elif c == '"':
-            raise FilterError(f"recipient filter {_quoted(text)}: double quote at {i + 1}; the filter language "
+            raise FilterError(f"{what} {_quoted(text)}: double quote at {i + 1}; the filter language "
                               "quotes with ' (label:'vip')")
         else:
-            raise FilterError(f"recipient filter {_quoted(text)}: character {c!r} at {i + 1} is not part of a filter")
+            raise FilterError(f"{what} {_quoted(text)}: character {c!r} at {i + 1} is not part of a filter")
     out.append(_Token("end", "", len(text)))
     return out
 
 
-def _quoted_word(text: str, start: int) -> tuple[str, int]:
+def _quoted_word(text: str, start: int, what: str) -> tuple[str, int]:
     """The word quoted from `start` (a '), a backslash keeping the character after it, and where it ends."""
     chars, i = [], start + 1
     while i < len(text) and text[i] != "'":
@@ -130,9 +148,9 @@ def _quoted_word(text: str, start: int) -> tuple[str, int]:
         chars.append(text[i])
         i += 1
     if i >= len(text):
-        raise FilterError(f"recipient filter {_quoted(text)}: the quote at {start + 1} is not closed")
+        raise FilterError(f"{what} {_quoted(text)}: the quote at {start + 1} is not closed")
     if not chars:
-        raise FilterError(f"recipient filter {_quoted(text)}: empty quotes at {start + 1}")
+        raise FilterError(f"{what} {_quoted(text)}: empty quotes at {start + 1}")
     return "".join(chars), i + 1
 
 
@@ -140,10 +158,28 @@ def _quoted(text: str) -> str:
     return repr(text if len(text) <= _SHOWN else text[:_SHOWN] + "…")
 
 
+@dataclass(frozen=True)
+class _Language:
+    what: str  # the filter's name in its errors
+    keys: dict[str, str]
+    statuses: tuple[str, ...]
+    times: frozenset[str] = frozenset()
+
+    def keys_named(self) -> str:
+        shown = [f"{k}:" for k in dict.fromkeys(self.keys.values())]
+        return ", ".join(shown[:-1]) + f" or {shown[-1]}"
+
+
+_MEMBERS = _Language("recipient filter", {**KEYS}, MEMBER_STATUSES)
+_POSTS = _Language("posts filter", POST_KEYS, POST_STATUSES, POST_TIMES)
+
+
 class _Parser:
-    def __init__(self, text: str) -> None:
+    def __init__(self, text: str, language: _Language = _MEMBERS) -> None:
         self.text = text
-        self.tokens = _tokens(text)
+        self.language = language
+        self.what = language.what
+        self.tokens = _tokens(text, self.what)
         self.i = 0
         self.depth = 0
         self.terms = 0
@@ -162,7 +198,7 @@ class _Parser:
     def refuse(self, what: str) -> NoReturn:
         token = self.peek()
         found = "the end" if token.kind == "end" else repr(token.text)
-        raise FilterError(f"recipient filter {_quoted(self.text)}: expected {what} at {token.at + 1}, found {found}")
+        raise FilterError(f"{self.what} {_quoted(self.text)}: expected {what} at {token.at + 1}, found {found}")
 
     def filter(self) -> Node:
         first = self.peek()
@@ -191,7 +227,7 @@ class _Parser:
         if self.peek().kind == "(":
             self.depth += 1
             if self.depth > MAX_DEPTH:
-                raise FilterError(f"recipient filter {_quoted(self.text)}: parentheses nested deeper than "
+                raise FilterError(f"{self.what} {_quoted(self.text)}: parentheses nested deeper than "
                                   f"{MAX_DEPTH} at {self.peek().at + 1}")
             self.i += 1
             inner = self.or_()
@@ -203,13 +239,16 @@ class _Parser:
     def term(self) -> Term | And:
         self.terms += 1
         if self.terms > MAX_TERMS:
-            raise FilterError(f"recipient filter {_quoted(self.text)}: more than {MAX_TERMS} terms")
-        key_token = self.take("word", "a term (status:, label:, tier: or product:)")
-        key = KEYS.get(key_token.text.lower()) if not key_token.quoted else None
+            raise FilterError(f"{self.what} {_quoted(self.text)}: more than {MAX_TERMS} terms")
+        named = self.language.keys_named() if self.language is not _MEMBERS else "status:, label:, tier: or product:"
+        key_token = self.take("word", f"a term ({named})")
+        key = self.language.keys.get(key_token.text.lower()) if not key_token.quoted else None
         if key is None:
-            raise FilterError(f"recipient filter {_quoted(self.text)}: unknown term {key_token.text!r} "
-                              f"at {key_token.at + 1}; use status:, label:, tier: or product:")
+            raise FilterError(f"{self.what} {_quoted(self.text)}: unknown term {key_token.text!r} "
+                              f"at {key_token.at + 1}; use {named}")
         self.take(":", f"':' after {key_token.text}")
+        if key in self.language.times:
+            return self.time_term(key)
         negated = self.peek().kind == "-"
         if negated:
             self.i += 1
@@ -229,18 +268,26 @@ class _Parser:
             return And(tuple(Term(key, (value,)) for value in values))
         return Term(key, tuple(values), negated)
 
+    def time_term(self, key: str) -> Term:
+        """`key:>'TIME'` (or >=, <, <=, or none: that very time)."""
+        compare = self.take("compare", "a comparison").text if self.peek().kind == "compare" else "="
+        token = self.take("word", f"a time after {key}:{'' if compare == '=' else compare}")
+        self.values += 1
+        return Term(key, (token.text,), compare=compare)
+
     def value(self, key: str) -> str:
         self.values += 1
         if self.values > MAX_VALUES:
-            raise FilterError(f"recipient filter {_quoted(self.text)}: more than {MAX_VALUES} values")
+            raise FilterError(f"{self.what} {_quoted(self.text)}: more than {MAX_VALUES} values")
         token = self.take("word", f"a {key} value")
         if key == "status":
-            if token.text.lower() not in MEMBER_STATUSES:
-                raise FilterError(f"recipient filter {_quoted(self.text)}: unknown status {token.text!r} at "
-                                  f"{token.at + 1}; use free, paid or comped")
+            statuses = self.language.statuses
+            if token.text.lower() not in statuses:
+                raise FilterError(f"{self.what} {_quoted(self.text)}: unknown status {token.text!r} at "
+                                  f"{token.at + 1}; use {', '.join(statuses[:-1])} or {statuses[-1]}")
             return token.text.lower()
         if token.quoted and not _SLUG.fullmatch(token.text):
-            raise FilterError(f"recipient filter {_quoted(self.text)}: the {key} {_quoted(token.text)} at "
+            raise FilterError(f"{self.what} {_quoted(self.text)}: the {key} {_quoted(token.text)} at "
                               f"{token.at + 1} is not a slug (letters, digits, _ and -)")
         return token.text
 
@@ -253,6 +300,15 @@ def parse(text: str | None) -> Node:
     if len(text) > MAX_LENGTH:
         raise FilterError(f"recipient filter {_quoted(text)}: longer than {MAX_LENGTH:,} characters")
     return _Parser(text).filter()
+
+
+def parse_posts(text: str) -> Node:
+    """A posts filter's tree (the Admin API's `filter` on posts): POST_KEYS, time keys compared."""
+    if not text.strip():
+        raise FilterError("posts filter is empty")
+    if len(text) > MAX_LENGTH:
+        raise FilterError(f"posts filter {_quoted(text)}: longer than {MAX_LENGTH:,} characters")
+    return _Parser(text, _POSTS).filter()
 
 
 def terms(tree: Node) -> list[Term]:

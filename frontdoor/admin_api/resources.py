@@ -14,11 +14,12 @@ from frontdoor.admin_api.envelope import Browse, browse_options, invalid, iso, n
 from frontdoor.admin_api.recent import MemberReads
 from operations import authoring, members
 from pressroom.errors import BadInput
-from pressroom.recipient_filter import FilterError, Node, Term, parse
+from pressroom.recipient_filter import FilterError, Node, Term, parse, parse_posts
 from pressroom.settings import Settings
 from pressroom.store import labels as labels_store
 from pressroom.store.audience import filter_sql
 from pressroom.store.labels import label_pairs
+from pressroom.store.posts import filter_sql as post_filter_sql
 
 # Fields a client may send back as it read them: never written, never refused.
 _READ_ONLY = {"id", "uuid", "url", "created_at", "published_by", "comment_id", "excerpt", "email", "newsletter",
@@ -28,13 +29,12 @@ _READ_ONLY = {"id", "uuid", "url", "created_at", "published_by", "comment_id", "
               "unsubscribe_url"}
 
 
-def _unsupported_fields(item: dict, writable: set[str], what: str, *,
-                        refused_apart: frozenset[str] = frozenset()) -> None:
+def _unsupported_fields(item: dict, writable: set[str], what: str) -> None:
     """A field Pressroom does not keep, given a value, is refused by name (never dropped silently);
-    given empty (as a client sends back what it read), it is let through. `refused_apart`: fields the
-    caller refuses itself with a reason of their own, left out of the fields listed as written."""
+    given empty (as a client sends back what it read), it is let through. The fields listed as
+    written are those `writable` names, each one Pressroom takes."""
     for key, value in item.items():
-        if key in writable or key in refused_apart or key in _READ_ONLY or value in (None, False, "", [], {}):
+        if key in writable or key in _READ_ONLY or value in (None, False, "", [], {}):
             continue
         raise invalid(f"{what}.{key} is not supported by Pressroom", property=key,
                       context=f"{what} fields Pressroom writes: {', '.join(sorted(writable))}")
@@ -78,17 +78,18 @@ def site(settings: Settings) -> dict:
 # --- posts ---------------------------------------------------------------------------------------
 
 POST_FIELDS = ("id", "uuid", "title", "slug", "html", "plaintext", "comment_id", "feature_image", "featured",
+               "feature_image_alt", "feature_image_caption", "meta_title", "meta_description", "primary_tag",
+               "primary_author", "lexical", "mobiledoc",
                "status", "visibility", "created_at", "updated_at", "published_at", "custom_excerpt", "excerpt",
                "email_segment", "newsletter", "email", "tiers", "tags", "authors", "url", "email_only")
 POST_INCLUDES = ("tags", "authors", "tiers", "newsletter", "email", "count.clicks", "count.signups",
                  "count.paid_conversions", "sentiment", "post_revisions")
 _POST_ORDER = {"created_at": "p.created_at", "updated_at": "p.updated_at", "published_at": "p.published_at",
                "title": "p.title", "id": "p.id", "slug": "p.slug", "status": "p.status"}
-_POST_FILTER = {"id": "p.id", "slug": "p.slug", "status": "p.status", "visibility": "p.visibility",
-                "newsletter": "n.slug", "uuid": "p.uuid"}
-_POST_WRITABLE = {"title", "slug", "html", "status", "published_at", "visibility", "tiers", "custom_excerpt",
-                  "updated_at", "email_segment", "feature_image", "feature_image_alt", "feature_image_caption",
-                  "meta_title", "meta_description"}
+_POST_WRITABLE = {"title", "slug", "html", "lexical", "mobiledoc", "status", "published_at", "visibility", "tiers",
+                  "tags", "authors",
+                  "custom_excerpt", "updated_at", "email_segment", "feature_image", "feature_image_alt",
+                  "feature_image_caption", "meta_title", "meta_description"}
 _POST_PICTURE = ("feature_image", "feature_image_alt", "feature_image_caption", "meta_title", "meta_description")
 
 
@@ -102,21 +103,47 @@ def post_json(post: authoring.Post, settings: Settings, formats: set[str]) -> di
         "excerpt": post.custom_excerpt or post.plaintext[:500], "email_segment": post.email_segment,
         "newsletter": {"slug": post.newsletter} if post.newsletter else None,
         "email": {"id": post.email_id, "status": post.email_status} if post.email_id else None,
-        "tiers": [{"slug": t} for t in post.tiers], "tags": [], "authors": [],
+        "tiers": [{"slug": t} for t in post.tiers], **_terms_json(post, settings),
         "url": f"{settings.site_url.rstrip('/')}/{post.slug}/", "email_only": False,
     }
     if "plaintext" in formats:
         item["plaintext"] = post.plaintext
-    if "lexical" in formats:
-        item["lexical"] = post.lexical
+    for name in ("lexical", "mobiledoc"):
+        if name in formats:
+            item[name] = getattr(post, name)
     return item
+
+
+_FORMATS = {"html", "plaintext", "lexical", "mobiledoc"}
+
+
+def _terms_json(post: authoring.Post, settings: Settings) -> dict:
+    """tags and authors as the reference answers them, with primary_tag (the first tag, when public)
+    and primary_author."""
+    site = settings.site_url.rstrip("/")
+    tags = [{**t, "feature_image": None, "og_image": None, "og_title": None, "og_description": None,
+             "twitter_image": None, "twitter_title": None, "twitter_description": None, "meta_title": None,
+             "meta_description": None, "codeinjection_head": None, "codeinjection_foot": None,
+             "canonical_url": None, "accent_color": None, "created_at": iso(_stamp(t["created_at"])),
+             "updated_at": iso(_stamp(t["updated_at"])), "url": f"{site}/tag/{t['slug']}/"} for t in post.tags]
+    authors = [{**a, "profile_image": None, "cover_image": None, "bio": None, "website": None, "location": None,
+                "facebook": None, "twitter": None, "meta_title": None, "meta_description": None,
+                "created_at": iso(_stamp(a["created_at"])), "updated_at": iso(_stamp(a["updated_at"])),
+                "url": f"{site}/author/{a['slug']}/"} for a in post.authors]
+    primary_tag = tags[0] if tags and tags[0]["visibility"] == "public" else None
+    return {"tags": tags, "authors": authors, "primary_tag": primary_tag,
+            "primary_author": authors[0] if authors else None}
+
+
+def _stamp(value: str) -> datetime:
+    return datetime.fromisoformat(value)
 
 
 def formats_of(query) -> set[str]:
     formats = {f.strip() for f in (query.get("formats") or "html").split(",") if f.strip()}
-    if formats - {"html", "plaintext", "lexical"}:
-        raise invalid(f"formats {', '.join(sorted(formats - {'html', 'plaintext', 'lexical'}))} not supported",
-                      property="formats", context="Pressroom keeps a post's content as html, plaintext and lexical")
+    if formats - _FORMATS:
+        raise invalid(f"formats {', '.join(sorted(formats - _FORMATS))} not supported", property="formats",
+                      context="Pressroom keeps a post's content as html, plaintext, lexical and mobiledoc")
     return formats
 
 
@@ -124,7 +151,13 @@ async def browse_posts(conn, query, settings: Settings) -> dict:
     options = browse_options(query, orderable=_POST_ORDER, default_order="updated_at desc", includes=POST_INCLUDES,
                              known_fields=POST_FIELDS)
     formats = formats_of(query)
-    where, values = simple_filter(options.filter, _POST_FILTER, 1)
+    try:
+        where, values = post_filter_sql(parse_posts(options.filter), 1) if options.filter else ("TRUE", [])
+    except FilterError as error:
+        raise invalid(f"filter: {error}", property="filter",
+                      context="posts filter by tag, author, status, slug, id, uuid, visibility and newsletter, "
+                              "and published_at, created_at or updated_at compared (published_at:>'2026-01-01')") \
+            from None
     base = f"{authoring.POST_QUERY} WHERE {where}"
     total = await conn.fetchval(f"SELECT count(*) FROM ({base}) counted", *values)
     rows = await conn.fetch(f"{base} {_order_sql(options)} {_page_sql(options, len(values))}", *values,
@@ -147,17 +180,18 @@ def _page_values(options: Browse) -> list[int]:
 
 async def post_change(conn, item: dict, query, *, adding: bool) -> authoring.PostChange:
     """The reference's post body and query (`source`, `newsletter`, `email_segment`) as a change."""
-    _unsupported_fields(item, _POST_WRITABLE | {"lexical"}, "posts", refused_apart=frozenset({"mobiledoc"}))
-    if item.get("mobiledoc"):
-        raise invalid("posts.mobiledoc is not supported by Pressroom", property="mobiledoc",
-                      context="send the post's content as lexical, or as html with ?source=html")
-    document = item.get("lexical") or None
-    if document is not None and not isinstance(document, str):
-        raise invalid("lexical must be the document as JSON text", property="lexical")
+    _unsupported_fields(item, _POST_WRITABLE, "posts")
+    documents = {name: item.get(name) or None for name in ("lexical", "mobiledoc")}
+    for name, sent in documents.items():
+        if sent is not None and not isinstance(sent, str):
+            raise invalid(f"{name} must be the document as JSON text", property=name)
+    if documents["lexical"] and documents["mobiledoc"]:
+        raise invalid("send the post's content as lexical or as mobiledoc, not both", property="mobiledoc")
+    document = documents["lexical"] or documents["mobiledoc"]
     html = text_of(item, "html")
     if document is not None and query.get("source") == "html" and html:
         raise invalid("send the post's content as lexical or as html, not both", property="html")
-    if document is not None:  # the reference's editor sends its html back as it read it: lexical wins
+    if document is not None:  # the reference's editor sends its html back as it read it: its document wins
         html = None
     elif html and query.get("source") != "html":
         raise invalid("html is read only with ?source=html", property="html",
@@ -177,13 +211,50 @@ async def post_change(conn, item: dict, query, *, adding: bool) -> authoring.Pos
         return authoring.PostChange(
             title=text_of(item, "title") if adding or "title" in item else None, slug=text_of(item, "slug"),
             html=None if document is not None else (html or "") if (html is not None or adding) else None,
-            lexical=document, **{name: text_of(item, name) for name in _POST_PICTURE},
+            lexical=documents["lexical"], mobiledoc=documents["mobiledoc"],
+            **{name: text_of(item, name) for name in _POST_PICTURE},
             custom_excerpt=text_of(item, "custom_excerpt"),
-            status=status, at=_time(item.get("published_at"), "published_at") if status == "scheduled" else None,
+            status=status, at=_time(item.get("published_at"), "published_at") if status in ("scheduled", "published")
+            else None, tags=_refs(await _tags_by_id(conn, item), "tags", ("name", "slug", "id"), authoring.TagRef),
+            authors=_refs(item, "authors", ("id", "name", "slug", "email"), authoring.AuthorRef),
             newsletter=newsletter, segment=segment if newsletter or segment else None,
             visibility=text_of(item, "visibility"), tiers=tiers, updated_at=_time(item.get("updated_at"), "updated_at"))
     except ValueError as error:
         raise invalid(str(error).splitlines()[0]) from None
+
+
+def _refs(item: dict, field: str, keys: tuple[str, ...], model):
+    """Tags or authors as the reference takes them: names, or objects naming one by its keys; absent: None."""
+    given = item.get(field)
+    if given is None:
+        return None
+    if not isinstance(given, list):
+        raise invalid(f"{field} must be a list", property=field)
+    refs = []
+    for ref in given:
+        if isinstance(ref, str):
+            ref = {"name": ref}
+        if not isinstance(ref, dict) or not all(isinstance(ref.get(k), (str, type(None))) for k in keys) \
+                or not any(ref.get(k) for k in keys):
+            raise invalid(f"each of {field} is a name or an object with {', '.join(keys[:-1])} or {keys[-1]}",
+                          property=field)
+        refs.append(model(**{k: ref.get(k) for k in keys}))
+    return refs
+
+
+async def _tags_by_id(conn, item: dict) -> dict:
+    """The item with each tag named by its id alone given its slug too (a tag as the client read it)."""
+    given = item.get("tags")
+    if not isinstance(given, list):
+        return item
+    ids = [t["id"] for t in given if isinstance(t, dict) and isinstance(t.get("id"), str) and not t.get("slug")]
+    if not ids:
+        return item
+    slugs = {r["id"]: r["slug"] for r in await conn.fetch("SELECT id, slug FROM tags WHERE id = ANY($1)", ids)}
+    if len(slugs) < len(set(ids)):
+        raise not_found("tag")
+    return {**item, "tags": [{**t, "slug": slugs[t["id"]]} if isinstance(t, dict) and t.get("id") in slugs
+                             and not t.get("slug") else t for t in given]}
 
 
 async def _tier_slugs(conn, tiers: Any) -> list[str]:

@@ -9,11 +9,12 @@ from aiohttp import web
 
 from frontdoor.pages import _HERE, HEADERS, ROOT, SIGNED, Pages, redirect
 from frontdoor.pages.charts import opens_chart
+from operations.authoring import DESIGN_FIELDS, list_newsletters
 from operations.check import check_report, run_checks
 from operations.finding import list_page
 from operations.member_search import search_members
 from operations.members import delete_member, member_profile, resubscribe_member, unsubscribe_member
-from operations.newsletter import cancel_newsletter, newsletter_status, start_newsletter
+from operations.newsletter import cancel_newsletter, email_sizes, newsletter_status, start_newsletter
 from operations.outbox import outbox_status
 from operations.readiness import RUNNING_CHECKS
 from operations.reports import click_rates, newsletter_report, sent_counts
@@ -67,7 +68,8 @@ async def newsletters(pages: Pages, request: web.Request) -> web.Response:
     page = await list_page("email", after=request.query.get("after") or None, settings=pages.settings)
     sent = await sent_counts([row.email_id for row in page.items], settings=pages.settings)
     clicks = await click_rates(page.items, settings=pages.settings)
-    return pages.render(request, "newsletters.html", page=page, sent=sent, clicks=clicks)
+    return pages.render(request, "newsletters.html", page=page, sent=sent, clicks=clicks,
+                        newsletters=await list_newsletters(settings=pages.settings), design_fields=DESIGN_FIELDS)
 
 
 async def report(pages: Pages, request: web.Request) -> web.Response:
@@ -79,7 +81,8 @@ async def report(pages: Pages, request: web.Request) -> web.Response:
         older = [row for row in listed.items if row.created_at < answer.created_at]
         earlier = older[:5]
     return pages.render(request, "report.html", report=answer, earlier=earlier,
-                        chart=opens_chart(answer.opens_over_time), sending=answer.status in ("pending", "submitting"))
+                        chart=opens_chart(answer.opens_over_time), sending=answer.status in ("pending", "submitting"),
+                        size=await email_sizes(email_id, settings=pages.settings))
 
 
 async def status_json(pages: Pages, request: web.Request) -> web.Response:

@@ -3,7 +3,10 @@ reference's envelopes, each error type, browse's options, and what Pressroom ref
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 from tests.admin_api.test_tokens import error_of
+from tests.authoring import mobiledoc_documents
 from tests.authoring.lexical_documents import every_card
 
 
@@ -49,8 +52,14 @@ async def test_what_pressroom_does_not_keep_is_refused_by_name(api):
         ({"posts": [{"title": "t", "lexical": '{"root":{}}'}]}, {}, "lexical must be a document"),
         ({"posts": [{"title": "t", "lexical": '{"root":{"children":[{"type":"transistor"}]}}'}]}, {},
          "'transistor' is not one Pressroom can render"),
-        ({"posts": [{"title": "t", "mobiledoc": '{"version":"0.3.1"}'}]}, {}, "posts.mobiledoc is not supported"),
-        ({"posts": [{"title": "t", "tags": [{"name": "news"}]}]}, {}, "posts.tags is not supported"),
+        ({"posts": [{"title": "t", "mobiledoc": '{"version":"0.2.0"}'}]}, {}, "must be a version 0.3 document"),
+        ({"posts": [{"title": "t", "mobiledoc": '{"version":"0.3.1","cards":[["transistor",{}]],'
+                                                '"sections":[[10,0]]}'}]}, {},
+         "the mobiledoc card 'transistor' is not one Pressroom can render"),
+        ({"posts": [{"title": "t", "lexical": '{"root":{"children":[]}}', "mobiledoc": '{"version":"0.3.1"}'}]},
+         {}, "as lexical or as mobiledoc, not both"),
+        ({"posts": [{"title": "t", "codeinjection_head": "<script>"}]}, {},
+         "posts.codeinjection_head is not supported"),
         ({"posts": [{"title": "t", "status": "sent"}]}, {}, "status 'sent' is not one of"),
         ({"posts": [{"title": "t", "status": "scheduled", "published_at": "2001-01-01T00:00:00Z"}]}, {},
          "must be in the future"),
@@ -62,15 +71,16 @@ async def test_what_pressroom_does_not_keep_is_refused_by_name(api):
         assert refused.status_code == 422, (words, refused.text)
         error = error_of(refused)
         assert error["type"] == "ValidationError" and words in error["message"], (words, error)
-    # The fields listed as written are those Pressroom writes (lexical), not one it refuses (mobiledoc).
-    listed = error_of(await api.post("posts/", json={"posts": [{"title": "t", "tags": [{"name": "news"}]}]}))
+    # The fields listed as written are those Pressroom writes: the editor's documents among them.
+    listed = error_of(await api.post("posts/", json={"posts": [{"title": "t", "codeinjection_head": "x"}]}))
     assert listed["context"].startswith("posts fields Pressroom writes: "), listed
-    assert "lexical" in listed["context"] and "mobiledoc" not in listed["context"], listed
+    written = listed["context"].removeprefix("posts fields Pressroom writes: ").split(", ")
+    assert {"lexical", "mobiledoc"} <= set(written) and "codeinjection_head" not in written, listed
     not_json = await api.post("posts/", content=b"{not json", headers={"Content-Type": "application/json"})
     assert not_json.status_code == 422 and error_of(not_json)["message"] == "the body is not JSON"
     too_big = await api.post("posts/", content=b"x" * (5 * 1024 * 1024), headers={"Content-Type": "application/json"})
     assert too_big.status_code == 413 and error_of(too_big)["type"] == "RequestEntityTooLargeError"
-    assert (await api.get("posts/", params={"formats": "mobiledoc"})).status_code == 422
+    assert (await api.get("posts/", params={"formats": "amp"})).status_code == 422
     assert await db_posts(api) == 0  # nothing partial written
 
 
@@ -100,6 +110,26 @@ async def test_a_post_from_lexical_is_kept_as_sent_with_its_web_and_email_html(a
     assert "Read on" in await db.fetchval("SELECT email_html FROM posts WHERE id = $1", post["id"])
 
 
+async def test_a_post_from_mobiledoc_is_kept_as_sent_with_its_web_and_email_html(api, db):
+    document = mobiledoc_documents.every_card()
+    added = await api.post("posts/", json={"posts": [{"title": "Older post", "mobiledoc": document, "lexical": None,
+                                                      "html": "<p>what the editor read back</p>"}]})
+    assert added.status_code == 201, added.text
+    post = one(added, "posts")
+    assert "Read more" in post["html"] and "Only in the email" not in post["html"]  # the web rendering
+    assert "<strong>bold</strong>" in post["html"] and "what the editor read back" not in post["html"]
+    row = await db.fetchrow("SELECT mobiledoc, lexical, email_html, plaintext FROM posts WHERE id = $1", post["id"])
+    assert row["mobiledoc"] == document and row["lexical"] is None and "Only in the email" in row["email_html"]
+    # Nothing plays in a mail client: the audio card links to the post's page, as the reference's does.
+    assert f'href="{post["url"]}"' in row["email_html"] and "Big news" in row["plaintext"]
+    read = one(await api.get(f"posts/{post['id']}/", params={"formats": "html,mobiledoc"}), "posts")
+    assert read["mobiledoc"] == document and "lexical" not in read
+    refused = await api.put(f"posts/{post['id']}/", json={"posts": [{"mobiledoc": document.replace(
+        '["button"', '["transistor"'), "updated_at": post["updated_at"]}]})
+    assert refused.status_code == 422 and "'transistor'" in error_of(refused)["message"]
+    assert await db.fetchval("SELECT mobiledoc FROM posts WHERE id = $1", post["id"]) == document  # nothing written
+
+
 async def test_browse_pages_filters_orders_and_projects_posts(api):
     for n in range(5):
         await api.post("posts/", params={"source": "html"}, json={"posts": [{"title": f"Page {n}", "html": "<p/>"}]})
@@ -117,6 +147,60 @@ async def test_browse_pages_filters_orders_and_projects_posts(api):
                            ({"fields": "password"}, "fields"), ({"filter": "title:~'x'"}, "filter")]:
         refused = await api.get("posts/", params=params)
         assert refused.status_code == 422 and error_of(refused)["property"] == option, (params, refused.text)
+
+
+async def test_posts_filter_by_tag_author_and_time_as_the_references_nql(api, db):
+    for title, tags, authors, day in [("Old news", ["News"], [], (2025, 6, 1)),
+                                      ("New news", ["News", "Long reads"], [], (2026, 2, 1)),
+                                      ("Other", [], ["Ada"], (2026, 3, 1))]:
+        post = one(await api.post("posts/", params={"source": "html"}, json={"posts": [{
+            "title": title, "html": "<p/>", "tags": tags, "authors": authors}]}), "posts")
+        await db.execute("UPDATE posts SET published_at = $2 WHERE id = $1", post["id"], datetime(*day, tzinfo=UTC))
+
+    async def titles(text: str) -> list[str]:
+        answer = await api.get("posts/", params={"filter": text, "order": "title asc", "limit": "all"})
+        assert answer.status_code == 200, answer.text
+        return [p["title"] for p in answer.json()["posts"]]
+
+    assert await titles("tag:news") == ["New news", "Old news"]
+    other = (await api.get("posts/", params={"filter": "slug:other"})).json()["posts"][0]
+    news = (await api.get("posts/", params={"filter": "slug:old-news"})).json()["posts"][0]["tags"][0]
+    tagged = one(await api.put(f"posts/{other['id']}/", json={"posts": [{"tags": [{"id": news["id"]}]}]}), "posts")
+    assert [t["slug"] for t in tagged["tags"]] == ["news"]  # a tag named by its id, as a client read it
+    missing = await api.put(f"posts/{other['id']}/", json={"posts": [{"tags": [{"id": "no-such-id"}]}]})
+    assert missing.status_code == 404
+    await api.put(f"posts/{other['id']}/", json={"posts": [{"tags": []}]})
+    assert await titles("tag:-news") == ["Other"]
+    assert await titles("tags:[long-reads],author:ada") == ["New news", "Other"]
+    assert await titles("published_at:>'2026-01-01'") == ["New news", "Other"]
+    assert await titles("published_at:>='2026-01-01'+published_at:<'2026-03-01 00:00:00'") == ["New news"]
+    assert await titles("tag:news+(published_at:<'2026-01-01T00:00:00Z',status:published)") == ["Old news"]
+    assert await titles("status:draft+created_at:<='2999-01-01'") == ["New news", "Old news", "Other"]
+    for text, words in [("published_at:>'yesterday'", "is not a date or a time"),
+                        ("tag:>'news'", "expected a tag value"), ("title:x", "unknown term 'title'"),
+                        ("status:gone", "unknown status 'gone'")]:
+        refused = await api.get("posts/", params={"filter": text})
+        assert refused.status_code == 422 and words in error_of(refused)["message"], refused.text
+
+
+def test_the_posts_filters_read_as_the_references_nql_reads_them():
+    """@tryghost/nql-lang (npm) parses each posts filter Pressroom takes, a time compared as ours is."""
+    import json
+
+    from pressroom.recipient_filter import parse_posts
+    from tests.reference_js import node
+
+    texts = ["tag:news", "tag:-news", "tags:[long-reads],author:ada", "published_at:>'2026-01-01'",
+             "published_at:>='2026-01-01'+published_at:<'2026-03-01 00:00:00'", "updated_at:<='2026-01-01'",
+             "tag:news+(published_at:<'2026-01-01T00:00:00Z',status:published)"]
+    answers = json.loads(node("const nql = require('@tryghost/nql-lang');"
+                              "const texts = JSON.parse(require('fs').readFileSync(0, 'utf8'));"
+                              "console.log(JSON.stringify(texts.map((t) => nql.parse(t))));", json.dumps(texts)))
+    operators = {">": "$gt", ">=": "$gte", "<": "$lt", "<=": "$lte"}
+    for text, theirs in zip(texts, answers, strict=True):
+        tree = parse_posts(text)
+        if getattr(tree, "compare", ""):
+            assert theirs == {tree.key: {operators[tree.compare]: tree.values[0]}}, (text, theirs)
 
 
 async def test_newsletters_tiers_and_labels(api):

@@ -147,6 +147,7 @@ async def test_a_published_post_is_unpublished_but_not_while_its_email_is_sendin
 async def test_posts_add_from_lexical_keeps_the_document_and_its_email_reads_the_email_rendering(env, db, tmp_path,
                                                                                                 settings):
     from activities.email_content import load_email
+    from tests.authoring import mobiledoc_documents
     from tests.authoring.lexical_documents import every_card
 
     run_json("newsletters", "add", "Weekly", env=env)
@@ -161,9 +162,14 @@ async def test_posts_add_from_lexical_keeps_the_document_and_its_email_reads_the
     refused = pressroom("posts", "edit", post["id"], "--lexical", str(source), env=env)
     assert_one_line_error(refused, "'transistor' is not one Pressroom can render")
     both = pressroom("posts", "edit", post["id"], "--lexical", str(source), "--html", str(source), env=env)
-    assert_one_line_error(both, "one of the three")
+    assert_one_line_error(both, "one of the four")
+    older = tmp_path / "older.json"
+    older.write_text(mobiledoc_documents.every_card())
+    edited = run_json("posts", "edit", post["id"], "--mobiledoc", str(older), env=env)
+    assert edited["lexical"] is None and edited["mobiledoc"] == mobiledoc_documents.every_card()
+    assert "Only in the email" in (await load_email(db, post["email_id"], settings)).content.html
     html = tmp_path / "post.html"
     html.write_text("<p>Plain again</p>")
     plain = run_json("posts", "edit", post["id"], "--html", str(html), env=env)
-    assert plain["lexical"] is None
+    assert plain["lexical"] is None and plain["mobiledoc"] is None
     assert await db.fetchval("SELECT email_html FROM posts WHERE id = $1", post["id"]) == ""

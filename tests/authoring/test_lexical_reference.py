@@ -24,7 +24,7 @@ process.stdin.on('end', async () => {
     const renderer = new LexicalHTMLRenderer({nodes: DEFAULT_NODES});
     const out = [];
     for (const doc of JSON.parse(input)) {
-        out.push(await renderer.render(doc, {target: 'email', postUrl: process.argv[2]}));
+        out.push(await renderer.render(doc, {target: 'email', postUrl: process.argv[1]}));
     }
     process.stdout.write(JSON.stringify(out));
 });

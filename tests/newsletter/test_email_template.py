@@ -4,6 +4,7 @@ personalisation and tracked links; loaded from the rows as they stand (schema/00
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 
@@ -22,6 +23,7 @@ from pressroom.email_rendering import (
 )
 from pressroom.email_template import EmailTemplate
 from tests.newsletter.test_content import run_cli
+from workflows.newsletter_models import newsletter_workflow_id
 
 SITE = "https://site.test"
 POST = f"{SITE}/the-post/"
@@ -137,3 +139,18 @@ async def test_a_small_email_is_previewed_without_a_warning(db, settings):
     email = await _big_email(db, 3)
     done = await run_cli(settings, "newsletter", "preview", email)
     assert done.returncode == 0 and "X-Size-Per-Segment: status:free " in done.stdout and "Gmail" not in done.stderr
+
+
+async def test_the_send_of_an_email_gmail_would_clip_warns_in_a_line_and_in_its_json(db, settings, dev_env):
+    from tests.operations.test_waiting import cli, cli_env
+
+    email = await _big_email(db, 2000)
+    code, out, err = await cli("newsletter", "send", email, "--json", env=cli_env(settings, dev_env))
+    try:
+        assert code == 0, err
+        start = json.loads(out)
+        assert start["started"] is True and set(start["sizes"]) == {FREE, NOT_FREE}
+        assert start["sizes"][NOT_FREE] > GMAIL_CLIP_BYTES and "Gmail clips" in start["warning"]
+        assert [line for line in err.splitlines() if "Gmail clips" in line], err  # the warning line
+    finally:
+        await dev_env.client.get_workflow_handle(newsletter_workflow_id(email)).terminate("the test is done")

@@ -44,6 +44,7 @@ def test_the_demo_runs_to_its_report_and_again_on_the_same_data(demo_env):
     assert "https://temporal.io/" in report or "https://ghost.org/docs/newsletters/" in report
     assert f"http://localhost:{demo_env['PRESSROOM_DEV_UI_PORT']}" in out
     assert "keeps running in the background" in out and "pressroom dev down stops it" in out
+    assert "the designed email as a reader gets it: pressroom newsletter preview " in out
 
     again = pressroom("demo", "--members", "60", "--publish-in", "2", env=demo_env, timeout=240)
     assert again.returncode == 0, again.stdout + again.stderr

@@ -20,3 +20,4 @@ async def test_a_reader_who_left_stays_out_of_every_later_demo(db):
     events = await db.fetch("SELECT subscribed, source FROM members_subscribe_events WHERE member_id = $1",
                             reader["id"])
     assert [(e["subscribed"], e["source"]) for e in events] == [(False, "link")]
+
