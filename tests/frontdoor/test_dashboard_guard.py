@@ -107,7 +107,7 @@ async def test_a_sign_in_on_loopback_sets_a_cookie_without_secure_and_elsewhere_
             assert ("Secure" in cookie) is secure
 
 
-async def test_failed_sign_ins_are_slowed_per_address_and_per_account(db, front_door):
+async def test_failed_sign_ins_from_one_address_hold_back_that_address_even_with_the_right_password(db, front_door):
     await add_staff(EDITOR, PASSWORD, settings=front_door.settings)
     async with httpx.AsyncClient(base_url=front_door.base) as http:
         page = await http.get("/pressroom/sign-in")
