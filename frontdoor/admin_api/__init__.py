@@ -25,6 +25,7 @@ from frontdoor.deadlines import BodyTooLarge, BodyTooSlow, client_address, read_
 from operations import authoring, site_webhooks
 from operations.members import delete_member
 from pressroom.errors import BadInput, NotFound, PressroomError, one_line
+from pressroom.inputs import PATH_ID
 from pressroom.logs import Refusals
 from pressroom.settings import Settings
 from pressroom.temporal import TemporalUnavailable
@@ -38,7 +39,7 @@ log = logging.getLogger("pressroom.frontdoor.admin_api")
 PREFIX = "/ghost/api/admin/"
 MAX_BODY_BYTES = 4 * 1024 * 1024  # a post of a few megabytes of HTML, and its envelope
 CALLER = web.RequestKey("caller", Caller)  # the integration whose key signed the request
-_ID = r"(?P<id>[A-Za-z0-9_-]{1,100})"
+_ID = rf"(?P<id>{PATH_ID})"
 _SLUG = r"(?P<slug>[a-z0-9_-]{1,191})"
 
 Handler = Callable[..., Awaitable[tuple[int, Any]]]
