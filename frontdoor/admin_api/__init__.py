@@ -329,7 +329,22 @@ class AdminApi:
             api_version=resources.text_of(item, "api_version") or "v5", settings=self.settings)
         return 201, {"webhooks": [webhook_json(webhook)]}
 
+    async def _own_webhook(self, request: web.Request, id: str, method: str) -> None:
+        """As the reference refuses: an integration's key changes or deletes that integration's
+        webhooks only (404 for none, 403 for another's)."""
+        caller = request[CALLER]
+        if caller.integration_id is None:
+            return
+        owner = await self.pool.fetchrow("SELECT integration_id FROM webhooks WHERE id = $1", id)
+        if owner is None:
+            raise ApiError(404, "NotFoundError", "Webhook not found.", reason="webhook unknown")
+        if owner["integration_id"] != caller.integration_id:
+            raise ApiError(403, "NoPermissionError", f"You do not have permission to {method} this webhook.",
+                           context=f"You may only {method} webhooks that belong to the authenticated integration. "
+                                   "Check the supplied Admin API Key.", reason="another integration's webhook")
+
     async def edit_webhook(self, request: web.Request, id: str) -> tuple[int, Any]:
+        await self._own_webhook(request, id, "edit")
         item = resources.item_of(await self._body(request), "webhooks")
         webhook = await site_webhooks.edit_webhook(
             id, event=resources.text_of(item, "event"), target_url=resources.text_of(item, "target_url"),
@@ -338,6 +353,7 @@ class AdminApi:
         return 200, {"webhooks": [webhook_json(webhook)]}
 
     async def delete_webhook(self, request: web.Request, id: str) -> tuple[int, Any]:
+        await self._own_webhook(request, id, "destroy")
         await site_webhooks.delete_webhook(id, settings=self.settings)
         return 204, None
 
