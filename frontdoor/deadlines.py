@@ -22,7 +22,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from aiohttp import web
+from aiohttp import hdrs, web
+from aiohttp.http import HttpVersion11
 
 if TYPE_CHECKING:
     from aiohttp import web
@@ -75,6 +76,17 @@ async def read_body(request: web.Request, max_bytes: int, seconds: float) -> byt
     if len(body) > max_bytes:
         raise BodyTooLarge
     return bytes(body)
+
+
+@web.middleware
+async def refuse_ambiguous_framing(request: web.Request, handler):
+    """HTTP/1.0 has no chunked bodies: proxies disagree on where such a body ends (and so on where a
+    request pipelined after it starts), so it is refused and the connection closed."""
+    if request.version < HttpVersion11 and hdrs.TRANSFER_ENCODING in request.headers:
+        response = web.Response(status=400, text="Transfer-Encoding is HTTP/1.1's: send the request as HTTP/1.1\n")
+        response.force_close()
+        return response
+    return await handler(request)
 
 
 @dataclass

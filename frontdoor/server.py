@@ -43,7 +43,7 @@ from temporalio.common import MetricMeter
 
 from frontdoor.admin_api import MAX_BODY_BYTES as ADMIN_MAX_BODY
 from frontdoor.admin_api import AdminApi
-from frontdoor.deadlines import BodyTooLarge, BodyTooSlow, Connections, read_body
+from frontdoor.deadlines import BodyTooLarge, BodyTooSlow, Connections, read_body, refuse_ambiguous_framing
 from frontdoor.pages import Pages, views
 from frontdoor.plain import canonical_uuid, page
 from frontdoor.receiver import REFUSALS_FLUSH_SECONDS, Receiver, database_unavailable, flush_refusals, metrics_runtime
@@ -286,7 +286,7 @@ class FrontDoor:
 
         # Each handler holds its own body to its own limit (read_body); this is the largest of them.
         app = web.Application(client_max_size=max(self.receiver.max_body, ADMIN_MAX_BODY),
-                              middlewares=[self.connections.middleware()])
+                              middlewares=[refuse_ambiguous_framing, self.connections.middleware()])
         app.on_response_prepare.append(_server_name)
         app.add_routes([*self.unsubscribe.routes(), *self.receiver.routes(), *views.routes(self.pages),
                         web.get(HEALTH_PATH, self.health), *self.redirects.routes(), *self.admin_api.routes()])
