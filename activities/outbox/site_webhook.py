@@ -33,7 +33,7 @@ from pressroom.errors import BadInput
 from pressroom.settings import Settings
 
 ANSWER_LIMIT = 64 * 1024  # bytes of an answer read; the rest is left unread
-ANSWER_KEPT = 300  # characters of a refusal's answer recorded with it
+ANSWER_KEPT = 300  # characters of an answer not delivered, kept with its attempt (webhook_attempts.answer)
 RETRIED_STATUSES = {408, 429}  # 4xx that say "later", not "never"
 USER_AGENT = "Pressroom (site webhooks)"
 _SHARED = ipaddress.ip_network("100.64.0.0/10")  # carrier-grade NAT: inside someone's network, not global
@@ -140,11 +140,13 @@ def encoded(body: dict[str, Any]) -> bytes:
 # --- the delivery ---------------------------------------------------------------------------------
 
 # One attempt recorded, and the webhook's own record of its last one, together ($1 webhook, $2 outbox
-# entry, $3 event, $4 attempt, $5 status code, $6 outcome, $7 error, $8 duration in ms).
+# entry, $3 event, $4 attempt, $5 status code, $6 outcome, $7 error, $8 duration in ms, $9 the event's
+# member, $10 the target's answer when not delivered).
 _ATTEMPT = """
 WITH attempt AS (
-  INSERT INTO webhook_attempts (webhook_id, outbox_id, event, attempt, status_code, outcome, error, duration_ms)
-  VALUES ($1, $2, $3, $4, $5, $6, left($7, 500), $8))
+  INSERT INTO webhook_attempts (webhook_id, outbox_id, event, attempt, status_code, outcome, error, duration_ms,
+                                member_id, answer)
+  VALUES ($1, $2, $3, $4, $5, $6, left($7, 500), $8, $9, $10))
 UPDATE webhooks SET last_triggered_at = now(), last_triggered_status = $5::text,
        last_triggered_error = left($7, 500) WHERE id = $1"""
 
@@ -199,13 +201,16 @@ class SiteWebhooks:
             await self.pool.execute(_GONE, event.webhook_id, outbox_id, json.dumps(delivered_stub(event.model_dump())))
             return skipped("WEBHOOK_GONE", f"webhook {event.webhook_id} answered 410 Gone and was removed")
         failed = f"Request failed: HTTP {status}"  # the reference's words for last_triggered_error
+        # The answer is the target's text (it may repeat the member's name): kept with the attempt,
+        # which `members delete` clears; the failure, the log and the history get its digest only.
+        kept = _printable(answer)[:ANSWER_KEPT]
         if status >= 500 or status in RETRIED_STATUSES:
-            await self._record(event, outbox_id, attempt, status, "retried", failed, started)
-            raise TargetUnavailable(f"the target answered HTTP {status}")
-        await self._record(event, outbox_id, attempt, status, "refused", failed, started)
+            await self._record(event, outbox_id, attempt, status, "retried", failed, started, kept)
+            raise TargetUnavailable(f"the target answered HTTP {status} ({_digest(answer)})")
+        await self._record(event, outbox_id, attempt, status, "refused", failed, started, kept)
         why = "a redirect, which is not followed" if 300 <= status < 400 else "a refusal"
-        raise non_retryable("WEBHOOK_REFUSED",
-                            f"the target answered HTTP {status} ({why}): {_printable(answer)[:ANSWER_KEPT]}")
+        raise non_retryable("WEBHOOK_REFUSED", f"the target answered HTTP {status} ({why}; {_digest(answer)}; "
+                                               "the answer is kept with the attempt)")
 
     async def _post(self, url: str, secret: str, body: bytes, key: str) -> tuple[int, bytes]:
         """The status and up to ANSWER_LIMIT bytes of the answer; errors in our words, without the URL."""
@@ -246,10 +251,12 @@ class SiteWebhooks:
         except RefusedAddress:
             raise
 
-    async def _record(self, event: SiteWebhookEvent, outbox_id: str, attempt: int,
-                      status: int | None, outcome: str, error: str | None, started: float) -> None:
+    async def _record(self, event: SiteWebhookEvent, outbox_id: str, attempt: int, status: int | None,
+                      outcome: str, error: str | None, started: float, answer: str | None = None) -> None:
+        member = (event.model_extra or {}).get("member_id")
         await self.pool.execute(_ATTEMPT, event.webhook_id, outbox_id, event.event, attempt, status, outcome, error,
-                                int((time.monotonic() - started) * 1000))
+                                int((time.monotonic() - started) * 1000), member if isinstance(member, str) else None,
+                                answer)
 
 
 def _refusal_in(error: BaseException) -> RefusedAddress | None:
@@ -262,6 +269,11 @@ def _refusal_in(error: BaseException) -> RefusedAddress | None:
         if seen is error:
             break
     return None
+
+
+def _digest(answer: bytes) -> str:
+    """What a failure says of an answer: its size and the start of its SHA-256 (to tell answers apart)."""
+    return f"answer {len(answer)} bytes, sha256 {hashlib.sha256(answer).hexdigest()[:16]}"
 
 
 def _printable(answer: bytes) -> str:
