@@ -18,6 +18,7 @@ import hashlib
 import hmac
 import ipaddress
 import json
+import re
 import socket
 import time
 from typing import Any
@@ -37,6 +38,15 @@ ANSWER_KEPT = 300  # characters of an answer not delivered, kept with its attemp
 RETRIED_STATUSES = {408, 429}  # 4xx that say "later", not "never"
 USER_AGENT = "Pressroom (site webhooks)"
 _SHARED = ipaddress.ip_network("100.64.0.0/10")  # carrier-grade NAT: inside someone's network, not global
+# Not global whatever this Python's table says: IETF protocol assignments (192.0.0.0/24, some of
+# which it calls global), the 6to4 relay anycast, IPv6's old site-local addresses.
+_NEVER = (ipaddress.ip_network("192.0.0.0/24"), ipaddress.ip_network("192.88.99.0/24"),
+          ipaddress.ip_network("fec0::/10"))
+_NAT64 = ipaddress.ip_network("64:ff9b::/96")
+# A host the HTTP client's resolver reads as an IPv4 address though it is not dotted-quad:
+# `2130706433`, `0177.0.0.1`, `127.1`, `0x7f.1` (inet_aton's forms).
+# Each part decimal, octal or hex; a name has a letter in some part other than a 0x prefix (`1a.de`).
+_NUMERIC_HOST = re.compile(r"(?:0[xX][0-9a-fA-F]*|\d+)(?:\.(?:0[xX][0-9a-fA-F]*|\d+))*")
 
 
 class RefusedAddress(Exception):
@@ -50,10 +60,11 @@ class TargetUnavailable(Exception):
 # --- where a webhook may go -----------------------------------------------------------------------
 
 def address_refusal(address: str, settings: Settings) -> str | None:
-    """Why this address may not be reached by a webhook (None: it may)."""
-    ip = ipaddress.ip_address(address.split("%", 1)[0])
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-        ip = ip.ipv4_mapped
+    """Why this address may not be reached by a webhook (None: it may). An IPv6 address that carries
+    an IPv4 one (mapped, 6to4, Teredo, NAT64) is judged by the IPv4 address it reaches."""
+    ip = _reached(ipaddress.ip_address(address.split("%", 1)[0]))
+    if any(ip in network for network in _NEVER if network.version == ip.version):
+        return "a private, link-local or reserved address"
     if ip.is_loopback:
         return None if settings.site_webhooks_allow_loopback else "a loopback address"
     if ip.is_multicast or ip.is_unspecified or ip.is_reserved:
@@ -63,6 +74,32 @@ def address_refusal(address: str, settings: Settings) -> str | None:
     if settings.site_webhooks_allow_private and (ip.is_private or ip.is_link_local or ip in _SHARED):
         return None
     return "a private, link-local or reserved address"
+
+
+def _reached(ip: ipaddress.IPv4Address | ipaddress.IPv6Address) -> ipaddress.IPv4Address | ipaddress.IPv6Address:
+    if not isinstance(ip, ipaddress.IPv6Address):
+        return ip
+    if ip.ipv4_mapped is not None:
+        return ip.ipv4_mapped
+    if ip.sixtofour is not None:
+        return ip.sixtofour
+    if ip.teredo is not None:
+        return ip.teredo[1]
+    if ip in _NAT64:
+        return ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF)
+    return ip
+
+
+def numeric_host(host: str) -> str | None:
+    """The IPv4 address a numeric host stands for, as the resolver reads it (`127.1` is 127.0.0.1);
+    None for a name. A host that looks numeric but is no address raises BadInput."""
+    host = host.rstrip(".")
+    if not _NUMERIC_HOST.fullmatch(host):
+        return None
+    try:
+        return socket.inet_ntoa(socket.inet_aton(host))
+    except OSError:
+        raise BadInput("target_url's host is neither a name nor an address") from None
 
 
 def check_target_url(url: str, settings: Settings) -> str:
@@ -83,7 +120,8 @@ def check_target_url(url: str, settings: Settings) -> str:
                            "PRESSROOM_WEBHOOKS_ALLOW_LOOPBACK=true)")
     elif parts.scheme != "https":
         raise BadInput("target_url must be an https:// URL")
-    if _is_ip(host) and (why := address_refusal(host, settings)):
+    address = host if _is_ip(host) else numeric_host(host)
+    if address is not None and (why := address_refusal(address, settings)):
         raise BadInput(f"target_url is {why}, which a webhook may not reach")
     return url
 
