@@ -166,6 +166,8 @@ class AdminApi:
             return json.loads(raw or b"{}")
         except (ValueError, UnicodeDecodeError):
             raise invalid("the body is not JSON") from None
+        except RecursionError:  # thousands of nested arrays: no resource is written so
+            raise invalid("the body's JSON is nested too deeply") from None
 
     # --- handlers: each answers (status, body) ---------------------------------------------------
 

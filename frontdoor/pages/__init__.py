@@ -257,7 +257,9 @@ def redirect(location: str) -> web.Response:
 
 def _next(value: str | None) -> str:
     """Where to go after signing in: a path of the dashboard only (never another site)."""
-    if value and value.startswith(f"{ROOT}/") and not value.startswith("//") and "\\" not in value:
+    # Printable and without spaces: a line break would split the Location header.
+    if value and value.startswith(f"{ROOT}/") and not value.startswith("//") and "\\" not in value \
+            and value.isprintable() and not any(c.isspace() for c in value) and len(value) <= 2000:
         return value
     return f"{ROOT}/newsletters"
 
