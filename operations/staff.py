@@ -93,9 +93,10 @@ async def remove_staff(email: str, *, settings: Settings | None = None) -> Staff
     return StaffMember.model_validate(dict(row))
 
 
-# Each verification is 0.2-0.4 s of one core's CPU: at most one per core at once, on threads of
-# their own (the loop's default executor also resolves names and serves other work).
-SIGN_INS_AT_ONCE = os.cpu_count() or 1
+# Each verification is 0.2-0.4 s of one core's CPU: at most one fewer than the cores at once (one
+# core stays the event loop's), on threads of their own (the loop's default executor also
+# resolves names and serves other work).
+SIGN_INS_AT_ONCE = max(1, (os.cpu_count() or 1) - 1)
 _checker = ThreadPoolExecutor(max_workers=SIGN_INS_AT_ONCE, thread_name_prefix="sign-in")
 
 
