@@ -66,5 +66,6 @@ def webhooks_attempts(failed: bool = typer.Option(False, "--failed", help="Only 
         console.print("no attempts")
     for a in attempts:
         console.print(f"{when(a.attempted_at)}  {a.outcome:<9} {a.status_code or '-':>4}  {a.event:<22} "
-                      f"webhook {a.webhook_id} entry {a.outbox_id} #{a.attempt} {a.duration_ms} ms  {a.error or ''}",
+                      f"webhook {a.webhook_id} entry {a.outbox_id} #{a.attempt} {a.duration_ms} ms  {a.error or ''}"
+                      f"{f'  answer: {a.answer}' if a.answer else ''}",
                       highlight=False, markup=False)

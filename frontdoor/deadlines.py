@@ -5,27 +5,45 @@ aiohttp keeps none of these for a request in progress: a client that sends half 
 body at one byte every few seconds, holds a connection (and its memory) for as long as it likes.
 Each connection's aiohttp protocol is wrapped here: its request head must arrive within the head
 deadline of the connection opening or of the last answer (so an idle keep-alive connection goes
-too), a handler reads a body under its own deadline (`read_body`), and past the cap, or past its
-address's share of it, a new connection is closed at once.
+too), a handler reads a body under its own deadline (`read_body`); at the cap an idle connection
+makes room for a new one (the oldest of the client holding the most), and when every one is busy,
+or past its client's share, a new connection is closed at once.
 
-A client is its TCP peer address: X-Forwarded-For is a header any client writes, and a connection's
-cap is decided before any header arrives. The operator's proxies (PRESSROOM_SERVE_PROXIES) carry
-many clients and count only toward the total; the proxy limits its own clients (docs/front-door.md).
+A client is its TCP peer address (an IPv6 one by its /64): X-Forwarded-For is a header any client
+writes, and a connection's cap is decided before any header arrives. The operator's proxies
+(PRESSROOM_SERVE_PROXIES) carry many clients and count only toward the total; the proxy limits its
+own clients (docs/front-door.md).
 """
 
 from __future__ import annotations
 
 import asyncio
 import ipaddress
+import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from aiohttp import web
+from aiohttp import hdrs, web
+from aiohttp.http import HttpVersion11
 
 if TYPE_CHECKING:
     from aiohttp import web
+
+
+def client_group(address: str) -> str:
+    """The client a connection counts for: its address, or an IPv6 address's /64 (one host is given
+    a whole /64 to choose from)."""
+    try:
+        parsed = ipaddress.ip_address(address.split("%", 1)[0])
+    except ValueError:
+        return address
+    if isinstance(parsed, ipaddress.IPv6Address):
+        if parsed.ipv4_mapped is not None:
+            return str(parsed.ipv4_mapped)
+        return str(ipaddress.ip_network(f"{parsed}/64", strict=False))
+    return str(parsed)
 
 
 def client_address(request: web.Request, proxies: frozenset[str]) -> str:
@@ -77,6 +95,17 @@ async def read_body(request: web.Request, max_bytes: int, seconds: float) -> byt
     return bytes(body)
 
 
+@web.middleware
+async def refuse_ambiguous_framing(request: web.Request, handler):
+    """HTTP/1.0 has no chunked bodies: proxies disagree on where such a body ends (and so on where a
+    request pipelined after it starts), so it is refused and the connection closed."""
+    if request.version < HttpVersion11 and hdrs.TRANSFER_ENCODING in request.headers:
+        response = web.Response(status=400, text="Transfer-Encoding is HTTP/1.1's: send the request as HTTP/1.1\n")
+        response.force_close()
+        return response
+    return await handler(request)
+
+
 @dataclass
 class Connections:
     """The open connections and what the guard did: dropped for a slow head, closed over the cap."""
@@ -88,19 +117,34 @@ class Connections:
     open: dict[Any, _Guarded] = field(default_factory=dict)
     by_client: Counter[str] = field(default_factory=Counter)
     dropped_slow: int = 0
+    dropped_idle: int = 0  # idle connections closed to make room for a new one at the cap
     refused_over_cap: int = 0
     refused_over_client_cap: int = 0
 
     def admit(self, client: str | None) -> bool:
-        """Whether a new connection from `client` may be held; counted as held if so."""
-        if len(self.open) >= self.max_open:
+        """Whether a new connection from `client` (its group: client_group) may be held; counted as
+        held if so. At the cap, an idle connection goes to make room (the oldest of the client that
+        holds the most): idle connections cost a crowd nothing to hold, a request in progress is
+        someone's work. Only when every connection is busy is the new one refused."""
+        if client is not None and client not in self.proxies and self.max_per_client is not None \
+                and self.by_client[client] >= self.max_per_client:
+            self.refused_over_client_cap += 1
+            return False
+        if len(self.open) >= self.max_open and not self._drop_an_idle_one():
             self.refused_over_cap += 1
             return False
-        if client is not None and client not in self.proxies and self.max_per_client is not None:
-            if self.by_client[client] >= self.max_per_client:
-                self.refused_over_client_cap += 1
-                return False
+        if client is not None:
             self.by_client[client] += 1
+        return True
+
+    def _drop_an_idle_one(self) -> bool:
+        idle = [connection for connection in self.open.values() if connection.idle_since is not None]
+        if not idle:
+            return False
+        victim = max(idle, key=lambda c: (self.by_client.get(c.client or "", 0) if c.client not in self.proxies
+                                          else 0, -(c.idle_since or 0.0)))
+        self.dropped_idle += 1
+        victim.drop()
         return True
 
     def release(self, client: str | None) -> None:
@@ -136,16 +180,17 @@ class _Guarded(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self._timer: asyncio.TimerHandle | None = None
         self._started = False
-        self._client: str | None = None
+        self.client: str | None = None
+        self.idle_since: float | None = None  # waiting for a request's head since then (None: busy)
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
         peer = transport.get_extra_info("peername")
-        client = peer[0] if isinstance(peer, tuple) and peer else None
+        client = client_group(peer[0]) if isinstance(peer, tuple) and peer else None
         if not self.connections.admit(client):
             transport.abort()  # type: ignore[attr-defined]
             return
-        self._client = client
+        self.client = client
         self.connections.open[transport] = self
         self._started = True
         self.inner.connection_made(transport)
@@ -154,10 +199,23 @@ class _Guarded(asyncio.Protocol):
     def wait_for_head(self) -> None:
         self._cancel()
         if self.transport is not None and not self.transport.is_closing():
+            self.idle_since = time.monotonic()
             self._timer = asyncio.get_running_loop().call_later(self.connections.head_seconds, self._too_slow)
 
     def handling(self) -> None:
         self._cancel()
+        self.idle_since = None
+
+    def drop(self) -> None:
+        """Closed to make room: out of the counts now (its connection_lost comes later)."""
+        self._cancel()
+        self.connections.open.pop(self.transport, None)
+        if self._started:
+            self._started = False
+            self.connections.release(self.client)
+            self.inner.connection_lost(None)
+        if self.transport is not None:
+            self.transport.abort()
 
     def _too_slow(self) -> None:
         self._timer = None
@@ -171,7 +229,9 @@ class _Guarded(asyncio.Protocol):
             self._timer = None
 
     def data_received(self, data: bytes) -> None:
-        self.inner.data_received(data)
+        if self._started:
+            self.idle_since = None  # a request is coming: no longer a connection to drop for room
+            self.inner.data_received(data)
 
     def eof_received(self) -> bool | None:
         return self.inner.eof_received()
@@ -180,7 +240,8 @@ class _Guarded(asyncio.Protocol):
         self._cancel()
         self.connections.open.pop(self.transport, None)
         if self._started:
-            self.connections.release(self._client)
+            self._started = False
+            self.connections.release(self.client)
             self.inner.connection_lost(exc)
 
     def pause_writing(self) -> None:

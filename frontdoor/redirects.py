@@ -37,6 +37,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
+from urllib.parse import quote
 
 import asyncpg
 from aiohttp import web
@@ -67,6 +68,7 @@ BURST_SECONDS = 2  # "every link followed within a couple of seconds": no reader
 SETTLE_AFTER_SECONDS = BURST_SECONDS + 3
 SETTLE_EVERY_SECONDS = 1.0
 _SLUG = re.compile(r"[A-Za-z0-9_-]{1,64}")
+_URI_CHARACTERS = ":/?#[]@!$&'()*+,;=%~-._"  # RFC 3986's reserved and unreserved characters, and escapes
 # Link checkers of mail security gateways and the programs that fetch links on their own.
 _SCANNER_AGENTS = re.compile(
     r"barracuda|mimecast|proofpoint|urldefense|symantec|messagelabs|trend ?micro|sophos|fireeye|forcepoint|"
@@ -296,6 +298,12 @@ class Targets:
         return target
 
 
+def location(target: str) -> str:
+    """A stored target as a Location header holds it: what a URI may not carry (`"`, `<`, `>`, a
+    space, a control character, non-ASCII) percent-encoded; what it may, as written."""
+    return quote(target, safe=_URI_CHARACTERS)
+
+
 class Redirects:
     """The tracked links' route."""
 
@@ -365,7 +373,7 @@ class Redirects:
                               time.time(), self.scanner(request))
                 self._count("recorded" if await self.clicks.record(click) else "queued")
             span.set_attribute("http.response.status_code", 302)
-        return web.Response(status=302, headers={"Location": target, "Cache-Control": "no-store, private"})
+        return web.Response(status=302, headers={"Location": location(target), "Cache-Control": "no-store, private"})
 
     def _unknown(self, span) -> web.Response:
         span.set_attribute("http.response.status_code", 404)

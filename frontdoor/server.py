@@ -30,17 +30,20 @@ import html
 import logging
 import re
 from dataclasses import dataclass
+from http import HTTPStatus
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, urlencode
 
 from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
+from aiohttp.web_protocol import RequestHandler
 from opentelemetry.trace import SpanKind
 from temporalio.api.workflowservice.v1 import GetSystemInfoRequest
 from temporalio.common import MetricMeter
 
 from frontdoor.admin_api import MAX_BODY_BYTES as ADMIN_MAX_BODY
 from frontdoor.admin_api import AdminApi
-from frontdoor.deadlines import BodyTooLarge, BodyTooSlow, Connections, read_body
+from frontdoor.deadlines import BodyTooLarge, BodyTooSlow, Connections, read_body, refuse_ambiguous_framing
 from frontdoor.pages import Pages, views
 from frontdoor.plain import canonical_uuid, page
 from frontdoor.receiver import REFUSALS_FLUSH_SECONDS, Receiver, database_unavailable, flush_refusals, metrics_runtime
@@ -48,7 +51,7 @@ from frontdoor.redirects import Redirects
 from operations.webhooks import LINK_SOURCE
 from pressroom import database, tracing
 from pressroom.email_rendering import member_key
-from pressroom.logs import Refusals, Throttle, since, throttle
+from pressroom.logs import Refusals, Throttle, mask_lines, since, throttle
 from pressroom.settings import Settings, get_settings
 from pressroom.store.members import leave_by_link
 
@@ -61,6 +64,7 @@ log = logging.getLogger("pressroom.frontdoor")
 UNSUBSCRIBE_PATH = "/unsubscribe/"
 HEALTH_PATH = "/healthz"
 MAX_FORM_BYTES = 4096  # a one-click body or the page's button: a few dozen bytes
+SERVER_NAME = "Pressroom"  # not aiohttp's `Python/3.x aiohttp/3.y`: nothing to look up a flaw by
 _KEY = re.compile(r"[0-9a-fA-F]{64}")
 _EMAIL_ID = re.compile(r"[A-Za-z0-9_-]{1,100}")
 
@@ -240,13 +244,33 @@ def _span(method: str):
                         kind=SpanKind.SERVER)
 
 
+class _Protocol(RequestHandler):
+    """aiohttp's protocol, but a request it cannot read gets a fixed answer: aiohttp's own quotes the
+    request's first bytes (a cookie's session token) back to whoever sent it."""
+
+    def handle_error(self, request, status: int = 500, exc: BaseException | None = None,
+                     message: str | None = None) -> web.StreamResponse:
+        if status != 500:
+            message = f"{status} {HTTPStatus(status).phrase}: the request could not be read\n"
+        response = super().handle_error(request, status, exc, message)
+        response.headers["Server"] = SERVER_NAME
+        return response
+
+
+async def _server_name(request: web.Request, response: web.StreamResponse) -> None:
+    response.headers["Server"] = SERVER_NAME
+
+
 class FrontDoor:
     """The server's parts: the members' links, the provider's webhooks, health, and the guard."""
 
     def __init__(self, pool: asyncpg.Pool, settings: Settings, runtime: Any = None) -> None:
 
-        # aiohttp logs each malformed request with its text: one such line every few seconds.
+        # aiohttp logs each malformed request with its text: one such line every few seconds, masked
+        # as it is made (its cookies, a link's key), whatever handler writes it.
         throttle("aiohttp.server")
+        mask_lines(("aiohttp.server", "aiohttp.access", "aiohttp.web"), settings.secret_values(),
+                   quoting=(HttpProcessingError,))
         self.pool = pool
         self.unsubscribe = Unsubscribe(pool, settings, runtime)
         self.redirects = Redirects(pool, settings, runtime)
@@ -262,7 +286,8 @@ class FrontDoor:
 
         # Each handler holds its own body to its own limit (read_body); this is the largest of them.
         app = web.Application(client_max_size=max(self.receiver.max_body, ADMIN_MAX_BODY),
-                              middlewares=[self.connections.middleware()])
+                              middlewares=[refuse_ambiguous_framing, self.connections.middleware()])
+        app.on_response_prepare.append(_server_name)
         app.add_routes([*self.unsubscribe.routes(), *self.receiver.routes(), *views.routes(self.pages),
                         web.get(HEALTH_PATH, self.health), *self.redirects.routes(), *self.admin_api.routes()])
         return app
@@ -297,13 +322,16 @@ class FrontDoor:
 
         # lingering_time=0: a body a handler refused unread (past its route's limit) is not drained
         # for seconds after the answer; the connection closes instead.
-        self._runner = web.AppRunner(self.app(), access_log=None, handle_signals=False,
-                                     keepalive_timeout=self.connections.head_seconds, lingering_time=0)
+        handling: dict[str, Any] = {"access_log": None, "keepalive_timeout": self.connections.head_seconds,
+                                    "lingering_time": 0}
+        self._runner = web.AppRunner(self.app(), handle_signals=False, **handling)
         await self._runner.setup()
         server = self._runner.server
         assert server is not None  # made by setup()
         loop = asyncio.get_running_loop()
-        self._server = await loop.create_server(self.connections.protocol_factory(server), host, port, backlog=1024)
+        self._server = await loop.create_server(
+            self.connections.protocol_factory(lambda: _Protocol(server, loop=loop, **handling)), host, port,
+            backlog=1024)
 
     async def flush_refusals(self) -> None:
         await self.receiver.flush_refusals()

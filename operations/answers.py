@@ -221,7 +221,7 @@ class OpensOverTime(Answer):
 class TopLink(Answer):
     target: str
     clickers: int  # members who followed it at least once
-    clicks: int  # readers' requests, those without a member too
+    clicks: int  # members' requests (those naming no member are the email's without_member only)
 
 
 class EmailClicks(Answer):

@@ -3,8 +3,8 @@
 
 Readers' figures leave out what was taken for a mail scanner (`members_click_events.scanner`),
 which is counted apart, by why, and a member's click not yet judged (it settles within seconds);
-a click whose link named no member (a forwarded email) counts for its link, never as a member who
-clicked.
+a click whose link named no member (a forwarded email, or anyone's request) is counted apart
+(`without_member`), never as a member who clicked, and never ranks a link.
 """
 
 from __future__ import annotations
@@ -34,9 +34,11 @@ _SET_APART = """
 SELECT c.scanner, count(*) AS n FROM redirects r JOIN members_click_events c ON c.redirect_id = r.id
 WHERE r.post_id = $1 AND c.scanner IS NOT NULL GROUP BY c.scanner"""
 
+# Ranked by members' clicks only: a request that names no member is anyone's to make (a browser's
+# User-Agent and no `m`), so it is counted apart (without_member) and never moves a link up.
 _TOP_LINKS = f"""
 SELECT r."to" AS target, count(DISTINCT c.member_id) AS clickers, count(*) AS clicks
-FROM redirects r JOIN members_click_events c ON c.redirect_id = r.id AND {_READER}
+FROM redirects r JOIN members_click_events c ON c.redirect_id = r.id AND {_READER} AND c.member_id IS NOT NULL
 WHERE r.post_id = $1
 GROUP BY r.id, r."to" ORDER BY clickers DESC, clicks DESC, target LIMIT $2"""
 

@@ -493,6 +493,8 @@ _SCRUB = [
     (None, "UPDATE outbox SET payload = payload - 'body', status = 'skipped', last_error_code = 'MEMBER_DELETED', "
            "last_error_msg = 'the member was deleted after its webhook refused this event', updated_at = now() "
            "WHERE webhook_id IS NOT NULL AND status = 'aborted' AND payload->>'member_id' = $1"),
+    # What webhook targets answered to their events (a target's text may repeat their name).
+    (None, "UPDATE webhook_attempts SET answer = NULL WHERE member_id = $1 AND answer IS NOT NULL"),
     # SES's acceptances of sends to them (kept to confirm an uncertain send: none is, or the delete
     # was refused above).
     (None, "DELETE FROM provider_acceptances WHERE recipient ~* ('^' || $2 || '$') AND $1::text IS NOT NULL"),

@@ -49,6 +49,7 @@ class WebhookAttempt(BaseModel):
     status_code: int | None
     outcome: str  # delivered, retried, refused (for good), gone (410: the webhook was removed)
     error: str | None
+    answer: str | None = None  # the target's answer when not delivered (its first 300 characters)
     duration_ms: int
     attempted_at: datetime
 
@@ -156,7 +157,8 @@ async def webhook_attempts(*, failed: bool = False, webhook: str | None = None, 
         raise BadInput("--limit must be between 1 and 1000")
     async with database.connection(settings.require_database()) as conn:
         rows = await conn.fetch(
-            "SELECT id, webhook_id, outbox_id, event, attempt, status_code, outcome, error, duration_ms, attempted_at "
+            "SELECT id, webhook_id, outbox_id, event, attempt, status_code, outcome, error, answer, duration_ms, "
+            "attempted_at "
             "FROM webhook_attempts WHERE (NOT $1 OR outcome <> 'delivered') AND ($2::text IS NULL OR webhook_id = $2) "
             "ORDER BY attempted_at DESC, id DESC LIMIT $3", failed, webhook, limit)
     return [WebhookAttempt(**dict(row)) for row in rows]

@@ -27,6 +27,9 @@ from pydantic import EmailStr, TypeAdapter, ValidationError
 from pressroom.errors import BadInput, shorten
 
 MAX_ID = 100
+# The shape of an id taken from a URL's path (the Admin API's and the dashboard's routes): whatever
+# else a segment holds (a decoded `/`, `?`, `..`) never reaches an operation or a page's link.
+PATH_ID = r"[A-Za-z0-9_-]{1,100}"
 MAX_TEXT = 191
 MAX_LABELS = 100
 EARLIEST = datetime(2000, 1, 1, tzinfo=UTC)

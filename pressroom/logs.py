@@ -49,6 +49,13 @@ _QUERY_START = r"(?:[?&;]|%3F|%26|%253F|%2526)"
 _LINK_VALUE = re.compile(rf"({_QUERY_START}(?:uuid|key)(?:=|%3D|%253D))[^&\s'\"%]+", re.IGNORECASE)
 _QUERY_UUID = re.compile(rf"({_QUERY_START}[\w.-]*(?:=|%3D|%253D))"
                          r"[0-9A-Fa-f]{8}(?:-[0-9A-Fa-f]{4}){3}-[0-9A-Fa-f]{12}", re.IGNORECASE)
+# The value of a cookie, header or field whose name says it is a credential (`pressroom_session=…`,
+# `Authorization: Ghost …`, `api_key=…`): a request's head that aiohttp quotes carries them. Tried
+# only where a name starts (the look-behind), so a long run is scanned once.
+_CREDENTIAL = r"(?:session|token|secret|passw|auth|cookie|csrf|jwt|api[_-]?key|sid)"
+_CREDENTIAL_WORD = re.compile(_CREDENTIAL, re.IGNORECASE)  # most lines have none: the pattern is not tried
+_NAMED_SECRET = re.compile(rf"((?<![\w-])[\w-]{{0,40}}{_CREDENTIAL}[\w-]{{0,40}}\s*[=:]\s*)"
+                           r"(?:(?:Ghost|Bearer|Basic)\s+)?[^\s;&,'\"]+", re.IGNORECASE)
 ADDRESS_MASK, SECRET_MASK, ENCODED_MASK = "<address>", "***", "<encoded>"
 # What one line may carry of a message or an error (an outside request's text comes in them):
 # masked whole up to _MASKED_AT_MOST characters, then cut to MAX_TEXT.
@@ -77,6 +84,8 @@ class Mask:
         text = _LINK_VALUE.sub(lambda m: f"{m.group(1)}{SECRET_MASK}", text)
         text = _QUERY_UUID.sub(lambda m: f"{m.group(1)}{SECRET_MASK}", text)
         text = _HEX_KEY.sub(SECRET_MASK, text)
+        if _CREDENTIAL_WORD.search(text):
+            text = _NAMED_SECRET.sub(lambda m: f"{m.group(1)}{SECRET_MASK}", text)
         text = _ENCODED_ADDRESS.sub(ADDRESS_MASK, text)
         text = ADDRESS.sub(ADDRESS_MASK, text)
         for runs in _BASE64:
@@ -279,6 +288,36 @@ def throttle(logger_name: str, every: float = 10.0) -> ThrottledLines:
     throttled = ThrottledLines(every)
     logger.addFilter(throttled)
     return throttled
+
+
+class MaskedLines(logging.Filter):
+    """A library's lines masked when they are made, whatever handler writes them: aiohttp quotes a
+    bad request's first bytes (its cookies, a link's key) in its message and its error. Such an error
+    becomes `Type: text` on the line, masked; another error (a handler's bug) keeps its traceback
+    for the formatter, which masks it too."""
+
+    def __init__(self, secrets: Iterable[str] = (), quoting: tuple[type[BaseException], ...] = ()) -> None:
+        super().__init__()
+        self._mask = Mask(secrets)
+        self._quoting = quoting
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        error = record.exc_info[1] if record.exc_info else None
+        if error is not None and isinstance(error, self._quoting):
+            message = f"{message}: {error_field(record)}"
+            record.exc_info, record.exc_text = None, None
+        record.msg, record.args = self._mask.bounded(message), ()
+        return True
+
+
+def mask_lines(logger_names: Iterable[str], secrets: Iterable[str] = (),
+               quoting: tuple[type[BaseException], ...] = ()) -> None:
+    """Mask these loggers' lines as they are made (once per logger: a second call changes nothing)."""
+    for name in logger_names:
+        logger = logging.getLogger(name)
+        if not any(isinstance(existing, MaskedLines) for existing in logger.filters):
+            logger.addFilter(MaskedLines(secrets, quoting))
 
 
 class Refusals:

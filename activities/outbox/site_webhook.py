@@ -18,6 +18,7 @@ import hashlib
 import hmac
 import ipaddress
 import json
+import re
 import socket
 import time
 from typing import Any
@@ -33,10 +34,19 @@ from pressroom.errors import BadInput
 from pressroom.settings import Settings
 
 ANSWER_LIMIT = 64 * 1024  # bytes of an answer read; the rest is left unread
-ANSWER_KEPT = 300  # characters of a refusal's answer recorded with it
+ANSWER_KEPT = 300  # characters of an answer not delivered, kept with its attempt (webhook_attempts.answer)
 RETRIED_STATUSES = {408, 429}  # 4xx that say "later", not "never"
 USER_AGENT = "Pressroom (site webhooks)"
 _SHARED = ipaddress.ip_network("100.64.0.0/10")  # carrier-grade NAT: inside someone's network, not global
+# Not global whatever this Python's table says: IETF protocol assignments (192.0.0.0/24, some of
+# which it calls global), the 6to4 relay anycast, IPv6's old site-local addresses.
+_NEVER = (ipaddress.ip_network("192.0.0.0/24"), ipaddress.ip_network("192.88.99.0/24"),
+          ipaddress.ip_network("fec0::/10"))
+_NAT64 = ipaddress.ip_network("64:ff9b::/96")
+# A host the HTTP client's resolver reads as an IPv4 address though it is not dotted-quad:
+# `2130706433`, `0177.0.0.1`, `127.1`, `0x7f.1` (inet_aton's forms).
+# Each part decimal, octal or hex; a name has a letter in some part other than a 0x prefix (`1a.de`).
+_NUMERIC_HOST = re.compile(r"(?:0[xX][0-9a-fA-F]*|\d+)(?:\.(?:0[xX][0-9a-fA-F]*|\d+))*")
 
 
 class RefusedAddress(Exception):
@@ -50,10 +60,11 @@ class TargetUnavailable(Exception):
 # --- where a webhook may go -----------------------------------------------------------------------
 
 def address_refusal(address: str, settings: Settings) -> str | None:
-    """Why this address may not be reached by a webhook (None: it may)."""
-    ip = ipaddress.ip_address(address.split("%", 1)[0])
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-        ip = ip.ipv4_mapped
+    """Why this address may not be reached by a webhook (None: it may). An IPv6 address that carries
+    an IPv4 one (mapped, 6to4, Teredo, NAT64) is judged by the IPv4 address it reaches."""
+    ip = _reached(ipaddress.ip_address(address.split("%", 1)[0]))
+    if any(ip in network for network in _NEVER if network.version == ip.version):
+        return "a private, link-local or reserved address"
     if ip.is_loopback:
         return None if settings.site_webhooks_allow_loopback else "a loopback address"
     if ip.is_multicast or ip.is_unspecified or ip.is_reserved:
@@ -63,6 +74,32 @@ def address_refusal(address: str, settings: Settings) -> str | None:
     if settings.site_webhooks_allow_private and (ip.is_private or ip.is_link_local or ip in _SHARED):
         return None
     return "a private, link-local or reserved address"
+
+
+def _reached(ip: ipaddress.IPv4Address | ipaddress.IPv6Address) -> ipaddress.IPv4Address | ipaddress.IPv6Address:
+    if not isinstance(ip, ipaddress.IPv6Address):
+        return ip
+    if ip.ipv4_mapped is not None:
+        return ip.ipv4_mapped
+    if ip.sixtofour is not None:
+        return ip.sixtofour
+    if ip.teredo is not None:
+        return ip.teredo[1]
+    if ip in _NAT64:
+        return ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF)
+    return ip
+
+
+def numeric_host(host: str) -> str | None:
+    """The IPv4 address a numeric host stands for, as the resolver reads it (`127.1` is 127.0.0.1);
+    None for a name. A host that looks numeric but is no address raises BadInput."""
+    host = host.rstrip(".")
+    if not _NUMERIC_HOST.fullmatch(host):
+        return None
+    try:
+        return socket.inet_ntoa(socket.inet_aton(host))
+    except OSError:
+        raise BadInput("target_url's host is neither a name nor an address") from None
 
 
 def check_target_url(url: str, settings: Settings) -> str:
@@ -83,7 +120,8 @@ def check_target_url(url: str, settings: Settings) -> str:
                            "PRESSROOM_WEBHOOKS_ALLOW_LOOPBACK=true)")
     elif parts.scheme != "https":
         raise BadInput("target_url must be an https:// URL")
-    if _is_ip(host) and (why := address_refusal(host, settings)):
+    address = host if _is_ip(host) else numeric_host(host)
+    if address is not None and (why := address_refusal(address, settings)):
         raise BadInput(f"target_url is {why}, which a webhook may not reach")
     return url
 
@@ -140,11 +178,13 @@ def encoded(body: dict[str, Any]) -> bytes:
 # --- the delivery ---------------------------------------------------------------------------------
 
 # One attempt recorded, and the webhook's own record of its last one, together ($1 webhook, $2 outbox
-# entry, $3 event, $4 attempt, $5 status code, $6 outcome, $7 error, $8 duration in ms).
+# entry, $3 event, $4 attempt, $5 status code, $6 outcome, $7 error, $8 duration in ms, $9 the event's
+# member, $10 the target's answer when not delivered).
 _ATTEMPT = """
 WITH attempt AS (
-  INSERT INTO webhook_attempts (webhook_id, outbox_id, event, attempt, status_code, outcome, error, duration_ms)
-  VALUES ($1, $2, $3, $4, $5, $6, left($7, 500), $8))
+  INSERT INTO webhook_attempts (webhook_id, outbox_id, event, attempt, status_code, outcome, error, duration_ms,
+                                member_id, answer)
+  VALUES ($1, $2, $3, $4, $5, $6, left($7, 500), $8, $9, $10))
 UPDATE webhooks SET last_triggered_at = now(), last_triggered_status = $5::text,
        last_triggered_error = left($7, 500) WHERE id = $1"""
 
@@ -199,13 +239,16 @@ class SiteWebhooks:
             await self.pool.execute(_GONE, event.webhook_id, outbox_id, json.dumps(delivered_stub(event.model_dump())))
             return skipped("WEBHOOK_GONE", f"webhook {event.webhook_id} answered 410 Gone and was removed")
         failed = f"Request failed: HTTP {status}"  # the reference's words for last_triggered_error
+        # The answer is the target's text (it may repeat the member's name): kept with the attempt,
+        # which `members delete` clears; the failure, the log and the history get its digest only.
+        kept = _printable(answer)[:ANSWER_KEPT]
         if status >= 500 or status in RETRIED_STATUSES:
-            await self._record(event, outbox_id, attempt, status, "retried", failed, started)
-            raise TargetUnavailable(f"the target answered HTTP {status}")
-        await self._record(event, outbox_id, attempt, status, "refused", failed, started)
+            await self._record(event, outbox_id, attempt, status, "retried", failed, started, kept)
+            raise TargetUnavailable(f"the target answered HTTP {status} ({_digest(answer)})")
+        await self._record(event, outbox_id, attempt, status, "refused", failed, started, kept)
         why = "a redirect, which is not followed" if 300 <= status < 400 else "a refusal"
-        raise non_retryable("WEBHOOK_REFUSED",
-                            f"the target answered HTTP {status} ({why}): {_printable(answer)[:ANSWER_KEPT]}")
+        raise non_retryable("WEBHOOK_REFUSED", f"the target answered HTTP {status} ({why}; {_digest(answer)}; "
+                                               "the answer is kept with the attempt)")
 
     async def _post(self, url: str, secret: str, body: bytes, key: str) -> tuple[int, bytes]:
         """The status and up to ANSWER_LIMIT bytes of the answer; errors in our words, without the URL."""
@@ -246,10 +289,12 @@ class SiteWebhooks:
         except RefusedAddress:
             raise
 
-    async def _record(self, event: SiteWebhookEvent, outbox_id: str, attempt: int,
-                      status: int | None, outcome: str, error: str | None, started: float) -> None:
+    async def _record(self, event: SiteWebhookEvent, outbox_id: str, attempt: int, status: int | None,
+                      outcome: str, error: str | None, started: float, answer: str | None = None) -> None:
+        member = (event.model_extra or {}).get("member_id")
         await self.pool.execute(_ATTEMPT, event.webhook_id, outbox_id, event.event, attempt, status, outcome, error,
-                                int((time.monotonic() - started) * 1000))
+                                int((time.monotonic() - started) * 1000), member if isinstance(member, str) else None,
+                                answer)
 
 
 def _refusal_in(error: BaseException) -> RefusedAddress | None:
@@ -262,6 +307,11 @@ def _refusal_in(error: BaseException) -> RefusedAddress | None:
         if seen is error:
             break
     return None
+
+
+def _digest(answer: bytes) -> str:
+    """What a failure says of an answer: its size and the start of its SHA-256 (to tell answers apart)."""
+    return f"answer {len(answer)} bytes, sha256 {hashlib.sha256(answer).hexdigest()[:16]}"
 
 
 def _printable(answer: bytes) -> str:

@@ -25,6 +25,7 @@ from frontdoor.deadlines import BodyTooLarge, BodyTooSlow, client_address, read_
 from operations import authoring, site_webhooks
 from operations.members import delete_member
 from pressroom.errors import BadInput, NotFound, PressroomError, one_line
+from pressroom.inputs import PATH_ID
 from pressroom.logs import Refusals
 from pressroom.settings import Settings
 from pressroom.temporal import TemporalUnavailable
@@ -38,7 +39,7 @@ log = logging.getLogger("pressroom.frontdoor.admin_api")
 PREFIX = "/ghost/api/admin/"
 MAX_BODY_BYTES = 4 * 1024 * 1024  # a post of a few megabytes of HTML, and its envelope
 CALLER = web.RequestKey("caller", Caller)  # the integration whose key signed the request
-_ID = r"(?P<id>[A-Za-z0-9_-]{1,100})"
+_ID = rf"(?P<id>{PATH_ID})"
 _SLUG = r"(?P<slug>[a-z0-9_-]{1,191})"
 
 # The reference's Admin API resources: one Pressroom does not have answers 501 (not supported
@@ -177,6 +178,8 @@ class AdminApi:
             return json.loads(raw or b"{}")
         except (ValueError, UnicodeDecodeError):
             raise invalid("the body is not JSON") from None
+        except RecursionError:  # thousands of nested arrays: no resource is written so
+            raise invalid("the body's JSON is nested too deeply") from None
 
     # --- handlers: each answers (status, body) ---------------------------------------------------
 
@@ -342,7 +345,22 @@ class AdminApi:
             api_version=resources.text_of(item, "api_version") or "v5", settings=self.settings)
         return 201, {"webhooks": [webhook_json(webhook)]}
 
+    async def _own_webhook(self, request: web.Request, id: str, method: str) -> None:
+        """As the reference refuses: an integration's key changes or deletes that integration's
+        webhooks only (404 for none, 403 for another's)."""
+        caller = request[CALLER]
+        if caller.integration_id is None:
+            return
+        owner = await self.pool.fetchrow("SELECT integration_id FROM webhooks WHERE id = $1", id)
+        if owner is None:
+            raise ApiError(404, "NotFoundError", "Webhook not found.", reason="webhook unknown")
+        if owner["integration_id"] != caller.integration_id:
+            raise ApiError(403, "NoPermissionError", f"You do not have permission to {method} this webhook.",
+                           context=f"You may only {method} webhooks that belong to the authenticated integration. "
+                                   "Check the supplied Admin API Key.", reason="another integration's webhook")
+
     async def edit_webhook(self, request: web.Request, id: str) -> tuple[int, Any]:
+        await self._own_webhook(request, id, "edit")
         item = resources.item_of(await self._body(request), "webhooks")
         webhook = await site_webhooks.edit_webhook(
             id, event=resources.text_of(item, "event"), target_url=resources.text_of(item, "target_url"),
@@ -351,6 +369,7 @@ class AdminApi:
         return 200, {"webhooks": [webhook_json(webhook)]}
 
     async def delete_webhook(self, request: web.Request, id: str) -> tuple[int, Any]:
+        await self._own_webhook(request, id, "destroy")
         await site_webhooks.delete_webhook(id, settings=self.settings)
         return 204, None
 

@@ -4,8 +4,9 @@ Every page reads the operations the CLI reads (operations/answers.py's models), 
 page is the figure `--json` prints; every action goes through the CLI's operation after a
 confirmation page whose form is POSTed. A GET never changes anything.
 
-- Sessions: a random token in an HttpOnly, SameSite=Lax cookie (Secure unless the page is asked
-  for on a loopback address), its SHA-256 on the server (operations/staff.py); signing out deletes it.
+- Sessions: a random token in an HttpOnly, SameSite=Lax cookie, its SHA-256 on the server
+  (operations/staff.py); signing out deletes it. The cookies are Secure when PRESSROOM_SITE_URL is
+  https://, never by the request's Host (a proxy sends its own upstream's, any client writes one).
 - CSRF: every POST carries a token; before sign-in it is the sign-in cookie's value (double
   submit), after it an HMAC of the session token, compared in constant time.
 - Failed sign-ins are slowed per client address and per account (SignInThrottle); every refusal
@@ -50,7 +51,6 @@ SESSION_COOKIE = "pressroom_session"
 SIGN_IN_COOKIE = "pressroom_sign_in"
 MAX_FORM_BYTES = 4096
 _HERE = Path(__file__).parent
-_LOOPBACK = {"127.0.0.1", "localhost", "::1", "[::1]"}
 
 HEADERS = {
     "Content-Security-Policy": "default-src 'none'; style-src 'self'; script-src 'self'; img-src 'self'; "
@@ -129,16 +129,13 @@ def csrf_of(token: str) -> str:
     return hmac.new(token.encode(), b"pressroom csrf", hashlib.sha256).hexdigest()
 
 
-def _loopback(request: web.Request) -> bool:
-    return (request.url.host or "") in _LOOPBACK
-
-
 class Pages:
     """What every page does (render, sign in and out, guard); the routes are views.py's."""
 
     def __init__(self, pool: asyncpg.Pool, settings: Settings) -> None:
         self.pool = pool
         self.settings = settings
+        self.secure_cookies = settings.site_url.lower().startswith("https://")
         self.throttle = SignInThrottle()
         self._client: Any = None
         self.templates = Environment(loader=FileSystemLoader(_HERE / "templates"),
@@ -210,7 +207,7 @@ class Pages:
                                csrf_sign_in=token, next=_next(request.query.get("next")),
                                refused=SIGN_IN_REFUSED if refused else None)
         response.set_cookie(SIGN_IN_COOKIE, token, path=ROOT, httponly=True, samesite="Lax",
-                            secure=not _loopback(request), max_age=3600)
+                            secure=self.secure_cookies, max_age=3600)
         return response
 
     async def sign_in(self, request: web.Request) -> web.StreamResponse:
@@ -236,7 +233,7 @@ class Pages:
         token, session = signed
         response = redirect(_next(form.get("next")))
         response.set_cookie(SESSION_COOKIE, token, path=ROOT, httponly=True, samesite="Lax",
-                            secure=not _loopback(request), max_age=int(session.expires_at.timestamp() - time.time()))
+                            secure=self.secure_cookies, max_age=int(session.expires_at.timestamp() - time.time()))
         response.del_cookie(SIGN_IN_COOKIE, path=ROOT)
         return response
 
@@ -260,7 +257,9 @@ def redirect(location: str) -> web.Response:
 
 def _next(value: str | None) -> str:
     """Where to go after signing in: a path of the dashboard only (never another site)."""
-    if value and value.startswith(f"{ROOT}/") and not value.startswith("//") and "\\" not in value:
+    # Printable and without spaces: a line break would split the Location header.
+    if value and value.startswith(f"{ROOT}/") and not value.startswith("//") and "\\" not in value \
+            and value.isprintable() and not any(c.isspace() for c in value) and len(value) <= 2000:
         return value
     return f"{ROOT}/newsletters"
 

@@ -19,9 +19,15 @@ from operations.outbox import outbox_status
 from operations.readiness import RUNNING_CHECKS
 from operations.reports import click_rates, newsletter_report, sent_counts
 from pressroom.errors import BadInput
+from pressroom.inputs import PATH_ID
 
 if TYPE_CHECKING:
     from operations.answers import EmailReport
+
+
+# Ids in paths are checked by their route: a segment of another shape (a percent-encoded `/` or
+# `?`) is a 404, so a page's form and links, built from the matched id, name the id shown.
+_ID = PATH_ID
 
 
 def routes(pages: Pages) -> list[web.RouteDef]:
@@ -35,17 +41,17 @@ def routes(pages: Pages) -> list[web.RouteDef]:
         web.post(f"{ROOT}/sign-out", staff(pages.sign_out)),
         web.get(f"{ROOT}/static/{{name:pages\\.css|progress\\.js}}", _static),
         web.get(f"{ROOT}/newsletters", staff(lambda r: newsletters(pages, r))),
-        web.get(f"{ROOT}/emails/{{email_id}}", staff(lambda r: report(pages, r))),
-        web.get(f"{ROOT}/emails/{{email_id}}/status.json", staff(lambda r: status_json(pages, r))),
-        web.get(f"{ROOT}/emails/{{email_id}}/cancel", staff(lambda r: confirm_cancel(pages, r))),
-        web.post(f"{ROOT}/emails/{{email_id}}/cancel", staff(lambda r: cancel(pages, r))),
-        web.get(f"{ROOT}/emails/{{email_id}}/send", staff(lambda r: confirm_send(pages, r))),
-        web.post(f"{ROOT}/emails/{{email_id}}/send", staff(lambda r: send(pages, r))),
+        web.get(f"{ROOT}/emails/{{email_id:{_ID}}}", staff(lambda r: report(pages, r))),
+        web.get(f"{ROOT}/emails/{{email_id:{_ID}}}/status.json", staff(lambda r: status_json(pages, r))),
+        web.get(f"{ROOT}/emails/{{email_id:{_ID}}}/cancel", staff(lambda r: confirm_cancel(pages, r))),
+        web.post(f"{ROOT}/emails/{{email_id:{_ID}}}/cancel", staff(lambda r: cancel(pages, r))),
+        web.get(f"{ROOT}/emails/{{email_id:{_ID}}}/send", staff(lambda r: confirm_send(pages, r))),
+        web.post(f"{ROOT}/emails/{{email_id:{_ID}}}/send", staff(lambda r: send(pages, r))),
         web.get(f"{ROOT}/members", staff(lambda r: members(pages, r))),
-        web.get(f"{ROOT}/members/{{member_id}}", staff(lambda r: member(pages, r))),
-        web.get(f"{ROOT}/members/{{member_id}}/{{action:delete|unsubscribe|resubscribe}}",
+        web.get(f"{ROOT}/members/{{member_id:{_ID}}}", staff(lambda r: member(pages, r))),
+        web.get(f"{ROOT}/members/{{member_id:{_ID}}}/{{action:delete|unsubscribe|resubscribe}}",
                 staff(lambda r: confirm_member_action(pages, r))),
-        web.post(f"{ROOT}/members/{{member_id}}/{{action:delete|unsubscribe|resubscribe}}",
+        web.post(f"{ROOT}/members/{{member_id:{_ID}}}/{{action:delete|unsubscribe|resubscribe}}",
                  staff(lambda r: member_action(pages, r))),
         web.get(f"{ROOT}/health", staff(lambda r: health(pages, r))),
     ]

@@ -5,6 +5,10 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
+import httpx
+
+from operations.integrations import add_integration
+from tests.admin_api.conftest import API, token
 from tests.admin_api.test_tokens import error_of
 from tests.authoring import mobiledoc_documents
 from tests.authoring.lexical_documents import every_card
@@ -344,3 +348,29 @@ async def test_a_posts_feature_image_and_meta_fields_are_kept_and_answered_back(
     assert off["feature_image"] is None and off["meta_title"] == "For search"
     refused = await api.post("posts/", json={"posts": [{"title": "x", "feature_image": "javascript:alert(1)"}]})
     assert refused.status_code == 422 and "feature_image" in error_of(refused)["message"]
+
+
+async def test_another_integrations_key_cannot_change_or_delete_a_webhook(api, admin_door, api_settings, db):
+    """As the reference refuses (403 NoPermissionError): only the integration that owns a webhook may
+    change or delete it; the owner still can."""
+    webhook = one(await api.post("webhooks/", json={"webhooks": [{
+        "event": "member.added", "target_url": "https://hooks.example.com/owned", "name": "Owned"}]}), "webhooks")
+    other_key = (await add_integration("Another", settings=api_settings)).admin_api_key
+
+    async def sign(request) -> None:
+        request.headers["Authorization"] = f"Ghost {token(other_key)}"
+
+    async with httpx.AsyncClient(base_url=admin_door.base + API, event_hooks={"request": [sign]}) as other:
+        changed = await other.put(f"webhooks/{webhook['id']}/", json={"webhooks": [{
+            "target_url": "https://attacker.example.com/"}]})
+        deleted = await other.delete(f"webhooks/{webhook['id']}/")
+        unknown = await other.delete("webhooks/no-such-webhook/")
+    for refused, method in ((changed, "edit"), (deleted, "destroy")):
+        assert refused.status_code == 403, refused.text
+        assert error_of(refused)["type"] == "NoPermissionError"
+        assert error_of(refused)["message"] == f"You do not have permission to {method} this webhook."
+    assert unknown.status_code == 404 and error_of(unknown)["type"] == "NotFoundError"
+    row = await db.fetchrow("SELECT target_url FROM webhooks WHERE id = $1", webhook["id"])
+    assert row["target_url"] == "https://hooks.example.com/owned"
+    assert (await api.put(f"webhooks/{webhook['id']}/", json={"webhooks": [{"name": "Mine"}]})).status_code == 200
+    assert (await api.delete(f"webhooks/{webhook['id']}/")).status_code == 204

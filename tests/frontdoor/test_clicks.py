@@ -20,10 +20,12 @@ import pytest
 from devstack.link_followers import BROWSER
 from devstack.servers import free_port
 from frontdoor.server import FrontDoor
+from operations.clicks import email_clicks
 from operations.members import member_profile
 from operations.reports import newsletter_report
 from pressroom import database
 from pressroom.settings import Settings
+from tests.analytics.conftest import seed_newsletter
 from tests.conftest import make_settings
 from tests.newsletter.test_send import run_send
 from tests.operations.test_finding import json_of
@@ -208,7 +210,7 @@ async def test_links_are_tracked_followed_counted_and_reported(db, mailgun, time
     c = report["clicks"]
     assert (c["clicked"], c["clicks"], c["without_member"], c["set_apart"]) == (2, 7, 3, 0)
     assert [(link["target"], link["clickers"], link["clicks"]) for link in c["top_links"]] == [
-        (story_target, 1, 6), (bonus_target, 1, 1)]
+        (story_target, 1, 3), (bonus_target, 1, 1)]  # the 3 without a member are counted apart only
 
     profile = (await member_profile(free, settings=settings)).model_dump()
     assert [(x["target"], x["email_id"], x["scanner"]) for x in profile["clicks"]] == [
@@ -271,3 +273,20 @@ async def test_the_simulators_readers_and_scanners_show_in_the_report_and_cli(db
     assert code == 0 and "clicked: 8 members" in out and "set apart as mail scanners'" in out, err
     code, out, err = await cli("members", "show", sent.members["m0"]["id"], env=env)
     assert code == 0 and "last clicks" in out and "https://example.com/" in out, err
+
+
+async def test_requests_naming_no_member_never_rank_a_link(db):
+    """Thirty GETs with a browser's User-Agent and no member (anyone can send them) are counted
+    apart, and the report's top links stay ranked by members' clicks."""
+    await seed_newsletter(db, members=3, emails=1)
+    await db.execute("""INSERT INTO redirects (id, "from", "to", post_id) VALUES
+        ('ra', '/r/read', 'https://example.com/read', 'p0'), ('rb', '/r/pumped', 'https://example.com/pumped', 'p0')""")
+    await db.execute("INSERT INTO members_click_events (id, member_id, redirect_id, created_at) "
+                     "SELECT 'c' || n, 'm' || (n % 2), 'ra', now() FROM generate_series(1, 2) n")
+    await db.execute("INSERT INTO members_click_events (id, member_id, redirect_id, created_at) "
+                     "SELECT 'x' || n, NULL, 'rb', now() FROM generate_series(1, 30) n")
+    async with db.acquire() as conn:
+        figures = await email_clicks(conn, "p0", delivered=3)
+    assert figures.without_member == 30 and figures.clicked == 2
+    assert [(link.target, link.clickers, link.clicks) for link in figures.top_links] == [
+        ("https://example.com/read", 2, 2)]

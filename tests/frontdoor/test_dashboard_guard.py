@@ -93,21 +93,32 @@ async def test_pages_send_their_headers_refuse_a_post_without_the_token_and_a_ge
         assert await db.fetchval("SELECT count(*) FROM staff_sessions") == 1
 
 
-async def test_a_sign_in_on_loopback_sets_a_cookie_without_secure_and_elsewhere_with_it(db, front_door):
-    await add_staff(EDITOR, PASSWORD, settings=front_door.settings)
-    for host, secure in ((None, False), ("dashboard.example.com", True)):
-        headers = {"Host": host} if host else {}
-        async with httpx.AsyncClient(base_url=front_door.base, headers=headers) as http:
-            page = await http.get("/pressroom/sign-in")
-            csrf = re.search(r'name="csrf" value="([^"]+)"', page.text).group(1)
-            http.cookies.set("pressroom_sign_in", csrf)  # a Secure cookie is not sent back over plain HTTP
-            answer = await http.post("/pressroom/sign-in", data={"csrf": csrf, "email": EDITOR, "password": PASSWORD})
-            cookie = next(c for c in answer.headers.get_list("set-cookie") if c.startswith("pressroom_session="))
-            assert "HttpOnly" in cookie and "SameSite=Lax" in cookie and "Max-Age=" in cookie
-            assert ("Secure" in cookie) is secure
+async def test_the_cookies_are_secure_when_the_site_is_https_whatever_host_the_proxy_sends(db, webhook_settings):
+    """Behind the documented `proxy_pass http://127.0.0.1:8090` every request says `Host:
+    127.0.0.1:8090`: the site's URL decides Secure, not a header anyone can write."""
+    for site_url, host, secure in (("https://example.com", "127.0.0.1:8090", True),
+                                   ("https://example.com", "localhost", True),
+                                   ("http://localhost:2368", "dashboard.example.com", False)):
+        door = await open_door(webhook_settings, site_url=site_url)
+        try:
+            if not await db.fetchval("SELECT count(*) FROM staff"):
+                await add_staff(EDITOR, PASSWORD, settings=door.settings)
+            async with httpx.AsyncClient(base_url=door.base, headers={"Host": host}) as http:
+                page = await http.get("/pressroom/sign-in")
+                csrf = re.search(r'name="csrf" value="([^"]+)"', page.text).group(1)
+                [sign_in_cookie] = [c for c in page.headers.get_list("set-cookie")
+                                    if c.startswith("pressroom_sign_in=")]
+                http.cookies.set("pressroom_sign_in", csrf)  # a Secure cookie is not sent back over plain HTTP
+                answer = await http.post("/pressroom/sign-in", data={"csrf": csrf, "email": EDITOR,
+                                                                     "password": PASSWORD})
+                cookie = next(c for c in answer.headers.get_list("set-cookie") if c.startswith("pressroom_session="))
+                assert "HttpOnly" in cookie and "SameSite=Lax" in cookie and "Max-Age=" in cookie
+                assert ("Secure" in cookie) is secure and ("Secure" in sign_in_cookie) is secure, (site_url, host)
+        finally:
+            await close_door(door)
 
 
-async def test_failed_sign_ins_are_slowed_per_address_and_per_account(db, front_door):
+async def test_failed_sign_ins_from_one_address_hold_back_that_address_even_with_the_right_password(db, front_door):
     await add_staff(EDITOR, PASSWORD, settings=front_door.settings)
     async with httpx.AsyncClient(base_url=front_door.base) as http:
         page = await http.get("/pressroom/sign-in")

@@ -10,14 +10,16 @@ import time
 import httpx
 import pytest
 
+from frontdoor.deadlines import Connections, client_group
 from operations.webhooks import webhook_url
 from pressroom.errors import BadInput
 from pressroom.logs import RunFormatter
 from pressroom.providers.mailgun import MailgunPush
 from pressroom.settings import ConfigurationError, load_settings
-from tests.webhooks.conftest import delivered, post, signed
+from tests.webhooks.conftest import delivered, eventually, post, signed
 
 from .conftest import close_door, open_door
+from .test_attacks import send_raw_from
 
 # Generous bounds so that a test never hangs; the deadlines under test are one second.
 NEVER = 30.0
@@ -101,28 +103,55 @@ async def test_half_sent_heads_idle_connections_and_slow_bodies_are_dropped(db, 
         assert (await http.get(f"{front_door.base}/healthz")).status_code == 200
 
 
-async def test_connections_past_the_cap_are_closed_at_once(webhook_settings, db):
-    running = await open_door(webhook_settings, serve_max_connections=20, serve_header_timeout_seconds=60)
+async def test_at_the_cap_an_idle_connection_makes_room_and_only_busy_ones_refuse_a_new_one(webhook_settings, db):
+    """Nine addresses holding idle connections took every route to errors for everyone. Now, at the
+    cap, an idle connection of the client holding the most goes to make room for a new one; a new
+    connection is refused only when every connection is busy with a request."""
+    running = await open_door(webhook_settings, serve_max_connections=20, serve_header_timeout_seconds=60,
+                              serve_body_timeout_seconds=60)
+    guard = running.door.connections
     opened = []
-    try:
-        for _ in range(20):
-            opened.append(await asyncio.open_connection("127.0.0.1", running.port))
 
-        async def all_held():
-            return len(running.door.connections.open) == 20
-        deadline = time.monotonic() + NEVER
-        while not await all_held() and time.monotonic() < deadline:
-            await asyncio.sleep(0.05)
-        assert await all_held()
-        reader, writer = await asyncio.open_connection("127.0.0.1", running.port)
+    async def held(count: int, busy: bool) -> bool:
+        return len(guard.open) == count and all((c.idle_since is None) is busy for c in guard.open.values())
+    try:
+        for n in range(20):  # a crowd from two addresses, idle, most from the first
+            opened.append(await asyncio.open_connection("127.0.0.1", running.port,
+                                                        local_addr=("127.0.0.2" if n < 15 else "127.0.0.3", 0)))
+        assert await eventually(lambda: held(20, busy=False), seconds=NEVER, every=0.05)
+        answer = await send_raw_from("127.0.0.4", running.port, b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert answer.startswith(b"HTTP/1.1 200"), answer
+        assert guard.dropped_idle == 1 and guard.refused_over_cap == 0
+        assert guard.by_client["127.0.0.3"] == 5  # the room came from the client holding the most
+        for _, writer in opened:
+            writer.close()
+        opened.clear()
+        assert await eventually(lambda: held(0, busy=True), seconds=NEVER, every=0.05)
+
+        for _ in range(20):  # every connection busy: a body on its way
+            reader, writer = await asyncio.open_connection("127.0.0.1", running.port, local_addr=("127.0.0.2", 0))
+            writer.write(f"POST {MailgunPush.path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                         "Content-Length: 1000\r\n\r\n{".encode())
+            opened.append((reader, writer))
+        assert await eventually(lambda: held(20, busy=True), seconds=NEVER, every=0.05)
+        reader, writer = await asyncio.open_connection("127.0.0.1", running.port, local_addr=("127.0.0.4", 0))
         writer.write(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
         assert await closed_by_server(reader) == b""
         writer.close()
-        assert running.door.connections.refused_over_cap == 1
-        for _, held in opened:
-            held.close()
+        assert guard.refused_over_cap == 1 and guard.dropped_idle == 1
     finally:
+        for _, writer in opened:
+            writer.close()
         await close_door(running)
+
+
+def test_a_clients_connections_are_counted_by_address_and_an_ipv6_one_by_its_64():
+    guard = Connections(head_seconds=10, max_open=100, max_per_client=2)
+    for address in ("2001:db8::1", "2001:db8::ffff:2"):
+        assert guard.admit(client_group(address))
+    assert not guard.admit(client_group("2001:db8::3"))  # the same /64: the same client
+    assert guard.admit(client_group("2001:db8:0:1::1"))
+    assert client_group("::ffff:192.0.2.1") == client_group("192.0.2.1") == "192.0.2.1"
 
 
 def test_webhook_urls_are_https_or_this_machine():

@@ -11,7 +11,9 @@ import httpx
 import pytest
 from pydantic import BaseModel
 from temporalio import workflow
+from temporalio.api.failure.v1 import Failure
 from temporalio.client import Client
+from temporalio.exceptions import ApplicationError
 from temporalio.worker import Worker
 
 from devstack.servers import free_port
@@ -407,3 +409,15 @@ async def test_a_process_without_the_key_does_not_replace_an_encrypted_schedule(
         assert await stored_encoding() == b"binary/encrypted"
     finally:
         await dev_env.client.get_schedule_handle(schedule_id).delete()
+
+
+async def test_with_a_key_a_failures_message_and_stack_are_sealed_too():
+    """A failure's message is outside text (a webhook target's refusal, a provider's error): with a
+    key it is moved into the failure's encoded attributes and sealed with the payloads."""
+    for key, sealed in ((new_key_entry("k1"), True), ("", False)):
+        converter = data_converter(load_settings(encryption_key=key))
+        failure = Failure()
+        await converter.encode_failure(ApplicationError(f"refused: {ADDRESS}", type="WEBHOOK_REFUSED"), failure)
+        assert (ADDRESS.encode() not in failure.SerializeToString()) is sealed
+        if sealed:
+            assert failure.message == "Encoded failure" and failure.encoded_attributes.metadata["encryption-key-id"]

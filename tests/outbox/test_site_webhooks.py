@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import signal
 from datetime import UTC, datetime, timedelta
 
 import pytest
 
 from activities.outbox import site_events
+from activities.outbox.models import outbox_workflow_id
 from activities.outbox.site_webhook import address_refusal
 from operations.authoring import PostChange, add_post, edit_post
 from operations.members import add_member, delete_member, update_member
@@ -217,10 +219,11 @@ async def test_a_4xx_is_refused_for_good_recorded_listed_and_requeued(db, receiv
     entry = await db.fetchrow("SELECT id, last_error_code, last_error_msg FROM outbox WHERE webhook_id = $1",
                               webhook_id)
     assert entry["last_error_code"] == "WEBHOOK_REFUSED"
-    assert entry["last_error_msg"] == "the target answered HTTP 422 (a refusal): missing field  x"
+    assert entry["last_error_msg"].startswith("the target answered HTTP 422 (a refusal; answer 16 bytes, sha256 ")
     assert len(receiver.at("/picky")) == 1  # not retried
     [failed] = await webhook_attempts(failed=True, settings=hooks)
     assert (failed.outcome, failed.status_code, failed.error) == ("refused", 422, "Request failed: HTTP 422")
+    assert failed.answer == "missing field  x"  # kept with the attempt, not in the failure
     hook = (await list_webhooks(settings=hooks))[0]
     assert (hook.last_triggered_status, hook.last_triggered_error) == ("422", "Request failed: HTTP 422")
 
@@ -299,6 +302,19 @@ async def test_a_worker_killed_during_delivery_leaves_each_event_received_once(
     ("https://10.1.2.3/hook", "target_url is a private, link-local or reserved address"),
     ("https://169.254.169.254/latest/meta-data", "target_url is a private, link-local or reserved address"),
     ("https://[::ffff:127.0.0.1]/hook", "target_url is a loopback address"),
+    # Numeric hosts read as the client's resolver reads them, and IPv6 forms that carry an IPv4 address.
+    ("https://2130706433/hook", "target_url is a loopback address"),
+    ("https://0177.0.0.1/hook", "target_url is a loopback address"),
+    ("https://127.1/hook", "target_url is a loopback address"),
+    ("https://0x7f.1./hook", "target_url is a loopback address"),
+    ("https://0xa9.0xfe.0xa9.0xfe/latest", "target_url is a private, link-local or reserved address"),
+    ("https://1.2.3.4.5/hook", "target_url's host is neither a name nor an address"),
+    ("https://[2002:7f00:1::]/hook", "target_url is a loopback address"),
+    ("https://[2002:a9fe:a9fe::]/hook", "target_url is a private, link-local or reserved address"),
+    ("https://[64:ff9b::a9fe:a9fe]/hook", "target_url is a private, link-local or reserved address"),
+    ("https://[fec0::1]/hook", "target_url is a private, link-local or reserved address"),
+    ("https://192.0.0.8/hook", "target_url is a private, link-local or reserved address"),
+    ("https://192.88.99.1/hook", "target_url is a private, link-local or reserved address"),
     ("ftp://example.com/hook", "target_url must be an https:// URL"),
     ("https://user:pw@example.com/hook", "target_url must name a host, without a user or password"),
 ])
@@ -444,3 +460,37 @@ async def test_a_deleted_members_refused_event_keeps_nothing_of_them(db, receive
     assert await db.fetchval("SELECT count(*) FROM outbox WHERE payload::text ILIKE '%refused%reader%' "
                              "OR payload::text LIKE '%refused.then.deleted%'") == 0
     assert await db.fetchval("SELECT status FROM outbox WHERE webhook_id = $1", webhook_id) == "skipped"
+
+
+@pytest.mark.parametrize("status", [500, 400])
+async def test_a_targets_answer_reaches_neither_the_history_nor_the_log_and_goes_with_the_member(
+        db, receiver, integration, hook_settings, dev_env, caplog, status):
+    """The target answers with the member's name and address in its body: the failure (Temporal's
+    history, the outbox row, the worker's log) says the status and a digest; the answer is kept with
+    the attempt, and `members delete` clears it."""
+    caplog.set_level(logging.DEBUG)
+    settings = hook_settings(site_webhooks_max_attempts=2)
+    worker = await running(dev_env, settings)
+    try:
+        [webhook_id] = await subscribe(integration, settings, receiver.url("/echoes"), "member.added")
+        receiver.behaviours["/echoes"] = Behaviour(
+            status=status, answer=b'{"error": "Zebedee Quarrington <zebedee.q@example.com> is not welcome"}')
+        added = await add_member("zebedee.q@example.com", "Zebedee Quarrington", settings=settings)
+
+        async def aborted() -> bool:
+            return await db.fetchval("SELECT status FROM outbox WHERE webhook_id = $1", webhook_id) == "aborted"
+        await wait_until(aborted, 120)
+        entry = await db.fetchrow("SELECT idempotency_key, last_error_msg FROM outbox WHERE webhook_id = $1",
+                                  webhook_id)
+        history = await dev_env.client.get_workflow_handle(outbox_workflow_id(entry["idempotency_key"])) \
+            .fetch_history()
+    finally:
+        await stopped(dev_env, settings, worker)
+    written = json.dumps(history.to_json_dict()) + caplog.text + entry["last_error_msg"]
+    assert f"HTTP {status}" in entry["last_error_msg"] and "sha256" in entry["last_error_msg"]
+    for secret in ("Zebedee", "Quarrington", "zebedee.q"):
+        assert secret not in written
+    answers = [a.answer for a in await webhook_attempts(webhook=webhook_id, settings=settings)]
+    assert answers and all("Zebedee Quarrington" in (answer or "") for answer in answers)
+    await delete_member(added.member_id, settings=settings)
+    assert await db.fetchval("SELECT count(*) FROM webhook_attempts WHERE answer IS NOT NULL") == 0
