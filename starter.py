@@ -123,7 +123,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "integrations": ("commands.integrations", "Integrations: their Admin API keys, and their webhooks."),
     "integrations add": ("commands.integrations", "Add an integration and print its Admin API key (id:secret), shown "
                                                   "this once."),
-    "integrations list": ("commands.integrations", "The integrations, with their key's id (never its secret)."),
+    "integrations list": ("commands.integrations", "The integrations, with their slug (what `webhooks add "
+                                                   "--integration` takes) and their key's id (never its secret)."),
     "integrations remove": ("commands.integrations", "Remove an integration and its keys: tokens signed with them are "
                                                      "refused at once."),
     "integrations webhooks": ("commands.integrations", "The site's events (member.added, post.published, …) sent to "

@@ -50,6 +50,8 @@ PATCHES = [
           "SendNewsletterWorkflow", "0.9.0"),
     Patch("workflows.newsletter.SEND_GROUPS_PATCH", newsletter.SEND_GROUPS_PATCH,
           "SendNewsletterWorkflow", "0.10.0"),
+    Patch("workflows.newsletter_sending.ACCOUNT_ROOM_PATCH", newsletter_sending.ACCOUNT_ROOM_PATCH,
+          "SendNewsletterWorkflow", "0.12.0"),
     Patch("workflows.outbox.CONFIRM_UNCERTAIN_PATCH", outbox.CONFIRM_UNCERTAIN_PATCH,
           "DeliverOutboxEntryWorkflow", "0.2.0"),
     Patch("workflows.outbox.COMPLETE_LOCALLY_PATCH", outbox.COMPLETE_LOCALLY_PATCH,

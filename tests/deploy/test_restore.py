@@ -86,7 +86,7 @@ async def site_under_way(pool, settings, temporal) -> tuple[str, list[str], list
     await wait_until(one_sent_one_in_flight, 90)
     joined = [f"joined-{n}-{uuid.uuid4().hex[:6]}@example.com" for n in range(2)]
     for address in joined:
-        await add_member(address, settings=settings)
+        await add_member(address, welcome=True, settings=settings)
 
     async def welcome_under_way() -> bool:
         return bool(await pool.fetchval("SELECT count(*) FROM outbox WHERE status = 'sending'"))

@@ -142,7 +142,9 @@ async def test_a_report_read_again_answers_as_its_rows_do_after_each_change(db, 
     assert (first["sent"], sum(b["opens"] for b in first["opens_over_time"]["buckets"])) == (12, 5)
     assert await read() == first  # kept: nothing changed
     await apply(db, [event(e, "opened", recipients[6], t0 + 90, 6)], recount=False)
-    assert sum(b["opens"] for b in (await read())["opens_over_time"]["buckets"]) == 6
+    # Until the recount, the figures above the chart read the chart's rows (the oracle, the aggregates).
+    pending = as_computed(await newsletter_report(e, settings=settings))
+    assert (pending["opened"], sum(b["opens"] for b in pending["opens_over_time"]["buckets"])) == (6, 6)
     await apply(db, [], recount=True)
     assert (await read())["opened"] == 6
     await db.execute("UPDATE email_batches SET status = 'failed' WHERE id = (SELECT min(id) FROM email_batches "
