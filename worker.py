@@ -19,6 +19,7 @@ from temporalio.runtime import PrometheusConfig, Runtime
 from temporalio.worker import Worker
 
 from activities.analytics.run import AnalyticsActivities
+from activities.automations.run import AutomationActivities
 from activities.newsletter.batches import BatchCreationActivities
 from activities.newsletter.finish import EmailFinishActivities
 from activities.newsletter.lock import EmailLockActivities
@@ -42,6 +43,7 @@ from pressroom.providers.wiring import provider_from_settings
 from pressroom.settings import Settings, get_settings
 from pressroom.temporal import close_runtime, connect, telemetry
 from workflows.analytics import FetchEmailAnalyticsWorkflow
+from workflows.automations import AutomationRunWorkflow
 from workflows.newsletter import SendNewsletterWorkflow
 from workflows.outbox import DeliverOutboxEntryWorkflow, OutboxRelayWorkflow
 from workflows.posts import PublishPostWorkflow, ReconcilePostsWorkflow
@@ -58,6 +60,7 @@ WORKFLOWS: list[type] = [
     FetchEmailAnalyticsWorkflow,
     PublishPostWorkflow, ReconcilePostsWorkflow,
     WebhookInboxWorkflow,
+    AutomationRunWorkflow,
 ]
 
 
@@ -74,6 +77,7 @@ def build_activities(deps: Dependencies) -> list[Callable]:
     posts = PostsActivities(deps)
     sending_limits = SendingLimitsActivities(deps)
     webhooks = WebhookActivities(deps)
+    automations = AutomationActivities(deps)
     return [
         email_lock.lock_email, batch_creation.create_batches,
         batch_send.list_unsent_batches, batch_send.send_batch, batch_send.send_batches, batch_send.fail_batch,
@@ -85,6 +89,7 @@ def build_activities(deps: Dependencies) -> list[Callable]:
         analytics.fetch_phase, analytics.aggregate_stats, analytics.record_run,
         posts.publish_post, posts.reconcile_posts,
         webhooks.apply_inbox,
+        automations.advance_run, automations.send_step,
     ]
 
 
