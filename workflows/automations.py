@@ -53,7 +53,7 @@ class AutomationRunWorkflow:
         while True:
             sent = await workflow.execute_activity_method(
                 AutomationActivities.send_step, step, start_to_close_timeout=timedelta(minutes=2),
-                retry_policy=SEND_RETRY, summary="send email")
+                heartbeat_timeout=timedelta(seconds=10), retry_policy=SEND_RETRY, summary="send email")
             if sent.confirm_in_seconds is None:
                 return None if sent.ended is None else f"{sent.ended}: {sent.reason}"
             # The send may have reached the provider and is not in its events yet: look again later.

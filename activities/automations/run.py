@@ -31,6 +31,7 @@ from activities.automations.models import (
     StepPlan,
 )
 from activities.confirm import confirm_wait, lookup_window
+from activities.heartbeat import FIRST_HEARTBEAT_SECONDS, heartbeating
 from pressroom.dependencies import Dependencies
 from pressroom.email_rendering import ContentError, EmailContent, member_values, render
 from pressroom.providers.port import ACCEPTED, UNCERTAIN, Message, ProviderError
@@ -189,6 +190,11 @@ class AutomationActivities:
     async def send_step(self, input: SendStepInput) -> SendStepResult:
         """The step's email, once: the member's state read first; an uncertain earlier send looked up by
         its mark; recorded uncertain before the request goes out and accepted after."""
+        # Its heartbeat lets a dead worker's send be retried (and looked up) within seconds.
+        async with heartbeating(first_after=FIRST_HEARTBEAT_SECONDS):
+            return await self._send_step(input)
+
+    async def _send_step(self, input: SendStepInput) -> SendStepResult:
         row = await self.pool.fetchrow(_SEND_STEP, input.run_id, input.action_id)
         if row is None or row["step_status"] != "in_progress":
             return SendStepResult()
