@@ -6,14 +6,21 @@ from __future__ import annotations
 
 import contextlib
 import json
-from datetime import date
 from typing import Any
 
 from temporalio.common import WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
 
 from activities.automations.models import AutomationRunInput
-from operations.answers import Answer, Moment
+from operations.answers import (
+    Automation,
+    AutomationAction,
+    AutomationEdge,
+    AutomationRow,
+    AutomationRun,
+    AutomationRuns,
+    AutomationStats,
+)
 from operations.common import temporal_client
 from pressroom import database
 from pressroom.email_rendering import html_to_text
@@ -25,86 +32,6 @@ from workflows.automations import AutomationRunWorkflow
 RUN_STATUSES = ("in_progress", "completed", "exited_early")
 RUNS_SHOWN = 50  # the reference's latest fifty
 MAX_WAIT_HOURS = 24 * 365
-
-
-class AutomationAction(Answer):
-    id: str
-    position: int
-    type: str  # wait | send_email
-    revision: int | None
-    wait_hours: float | None = None
-    subject: str | None = None
-    automated_email_id: str | None = None
-    sent: int = 0  # steps of this action whose email the provider accepted
-    in_progress: int = 0  # runs on this step now (waiting, or sending)
-
-
-class AutomationEdge(Answer):
-    source_action_id: str
-    target_action_id: str
-
-
-class AutomationRow(Answer):
-    id: str
-    slug: str
-    name: str
-    status: str  # active | inactive
-    member_statuses: list[str]
-    actions: int
-    in_progress: int
-    completed: int
-    exited_early: int
-    created_at: Moment
-    updated_at: Moment
-
-
-class Automation(Answer):
-    automation: AutomationRow
-    actions: list[AutomationAction]  # in the path's order
-    edges: list[AutomationEdge]
-
-
-class AutomationStep(Answer):
-    action_id: str
-    type: str
-    revision: int
-    status: str
-    provider_id: str | None
-    error: str | None
-    started_at: Moment
-    finished_at: Moment | None
-
-
-class AutomationRun(Answer):
-    id: str
-    member_id: str | None  # None once the member was deleted
-    status: str
-    exit_reason: str | None
-    current_action_id: str | None
-    created_at: Moment
-    ended_at: Moment | None
-    steps: list[AutomationStep]
-
-
-class AutomationRuns(Answer):
-    automation_id: str
-    status: str | None
-    runs: list[AutomationRun]
-
-
-class EntriesOnDay(Answer):
-    day: date
-    entries: int
-
-
-class AutomationStats(Answer):
-    automation_id: str
-    entries: list[EntriesOnDay]  # per day, the last 30 days with any
-    sent: int
-    opened: int | None  # opens of automation emails are not applied from the provider's events yet
-    clicked: int  # members who clicked a tracked link of its emails (scanners left out)
-    open_rate: float | None
-    click_rate: float | None
 
 
 # --- reads -----------------------------------------------------------------------------------------

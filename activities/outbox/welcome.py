@@ -15,7 +15,7 @@ from activities.automated_email import (
     skipped,
     welcome_message,
 )
-from activities.automations.run import AutomationActivities
+from activities.automations.entry import WelcomeAutomations
 from activities.confirm import StillConfirming, confirm_wait, lookup_window, uncertain_sends_exhausted
 from activities.errors import non_retryable
 from activities.outbox.models import WELCOME_EMAIL_SLUGS, EntryInput, MemberCreatedEvent
@@ -33,7 +33,7 @@ class WelcomeEmails:
         self.pool = deps.pool
         self.provider = deps.provider
         self.settings = deps.settings
-        self.automations = AutomationActivities(deps)
+        self.automations = WelcomeAutomations(deps)
 
     async def send(self, event: MemberCreatedEvent, key: str, input: EntryInput) -> dict[str, Any]:
         """The welcome email of the automated email for the member's status; once per member.

@@ -124,6 +124,6 @@ async def performance(settings: Settings, automation_id: str) -> dict[str, Any]:
     await _by_id(settings, automation_id)
     stats = await ops.automation_stats(automation_id, settings=settings)
     return {"performance_stats": [{
-        "entries": [{"date": e.day.isoformat(), "count": e.entries} for e in stats.entries],
+        "entries": [{"date": e.day, "count": e.entries} for e in stats.entries],
         "sent": stats.sent, "opened": stats.opened, "clicked": stats.clicked,
         "open_rate": stats.open_rate, "click_rate": stats.click_rate}]}

@@ -11,7 +11,7 @@ import uuid
 import pytest
 
 from operations.automations import automation_runs, create_sequence, enter_member, set_automation_status
-from operations.members import delete_member
+from operations.members import delete_member, member_profile
 from pressroom.store.members import leave
 from tests.conftest import make_settings
 from tests.newsletter.test_failures import spawn_worker, wait_until
@@ -82,6 +82,8 @@ async def test_a_seven_day_three_email_sequence_runs_in_seconds(db, mailgun, seq
     assert subjects_to(mailgun, "seq@example.com") == ["Day 0: welcome", "Day 3: follow-up", "Day 7: an offer"]
     [run] = (await automation_runs(automation_id, settings=settings)).runs
     assert run.status == "completed" and [s.status for s in run.steps] == ["finished"] * 5
+    [listed] = (await member_profile(member_id, settings=settings)).automation_runs  # `members show`
+    assert listed.id == run.id and [s.type for s in listed.steps] == ["send_email", "wait"] * 2 + ["send_email"]
     # The footer's unsubscribe link and the tracked link, as every other email has them.
     follow_up = next(m for m in mailgun.messages if m.subject == "Day 3: follow-up")
     assert "unsubscribe_url" in follow_up.html and "/r/" in follow_up.html
@@ -136,6 +138,9 @@ async def test_a_member_who_leaves_mid_sequence_stops_with_the_reason(db, mailgu
 @pytest.mark.crash
 async def test_a_worker_killed_between_acceptance_and_the_record_sends_each_email_once(db, mailgun, dev_env,
                                                                                        postgres_url):
+    """Each member's first email is accepted by the provider while the step's record of it is held
+    back (its row locked); the worker is killed then. The next worker finds each send uncertain,
+    looks it up by its mark, and sends nothing twice."""
     settings = make_settings(postgres_url, mailgun)
     async with db.acquire() as conn:
         automation_id = await create_sequence(conn, "crash", "Crash", ["free"], [
@@ -143,15 +148,25 @@ async def test_a_worker_killed_between_acceptance_and_the_record_sends_each_emai
             {"type": "wait", "wait_hours": 0.0005},
             {"type": "send_email", "subject": "Second", "html": "<p>Two</p>"}])
     members = [await add_reader(db, f"crash{n}@example.com") for n in range(3)]
-    mailgun.set_faults(latency_ms=3000)  # the simulator takes the message, then answers late
+    mailgun.set_faults(latency_ms=1500)  # each send in flight long enough to hold its record back
     worker = spawn_worker(settings, dev_env)
     try:
         async with db.acquire() as conn:
             keys = [await enter_member(conn, automation_id, m, client=dev_env.client, settings=settings)
                     for m in members]
-        await wait_until(lambda: asyncio.sleep(0, mailgun.request_counts["messages"] >= 2), worker=worker)
-        worker.send_signal(signal.SIGKILL)  # accepted at the provider, not yet recorded
-        worker.wait()
+
+        async def all_uncertain() -> bool:  # recorded before the request went out
+            return await db.fetchval("SELECT count(*) FROM automated_email_recipients "
+                                     "WHERE send_outcome = 'uncertain'") == 3
+        await wait_until(all_uncertain, worker=worker)
+        async with db.acquire() as holder:
+            held = holder.transaction()
+            await held.start()
+            await holder.execute("SELECT 1 FROM automated_email_recipients FOR UPDATE")
+            await wait_until(lambda: asyncio.sleep(0, len(mailgun.messages) == 3), worker=worker)
+            worker.send_signal(signal.SIGKILL)  # accepted at the provider, its record not yet written
+            worker.wait()
+            await held.rollback()
         mailgun.set_faults(latency_ms=0)
         worker = spawn_worker(settings, dev_env)
         for key in keys:
