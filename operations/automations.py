@@ -205,7 +205,7 @@ async def edit_automation(name: str, action: str, *, subject: str | None = None,
         await _pool_ready(conn)
         automation = await _automation(conn, await _find(conn, name))
         chosen = _action(automation, action)
-        changes = _checked_changes(chosen, subject, body, wait_hours)
+        changes = checked_changes(chosen, subject, body, wait_hours)
         await _revise(conn, chosen, **changes)
         return await _automation(conn, await _find(conn, automation.automation.id))
 
@@ -218,20 +218,23 @@ def _action(automation: Automation, action: str) -> AutomationAction:
                    f"(its actions: {', '.join(str(a.position) for a in automation.actions) or 'none'})")
 
 
-def _checked_changes(action: AutomationAction, subject: str | None, body: str | None,
-                     wait_hours: float | None) -> dict[str, Any]:
+def checked_changes(action: AutomationAction, subject: str | None, body: str | None,
+                    wait_hours: float | None) -> dict[str, Any]:
+    """The changes one action may take, else BadInput naming what is wrong (nothing written)."""
     if action.type == "wait":
         if subject is not None or body is not None:
             raise BadInput(f"action {action.position} is a wait: only --wait-hours changes it")
-        if wait_hours is None or not 0 <= wait_hours <= MAX_WAIT_HOURS:
-            raise BadInput(f"--wait-hours must be between 0 and {MAX_WAIT_HOURS}")
+        if isinstance(wait_hours, bool) or not isinstance(wait_hours, int | float) \
+                or not 0 <= wait_hours <= MAX_WAIT_HOURS:
+            raise BadInput(f"wait_hours must be a number between 0 and {MAX_WAIT_HOURS}")
         return {"wait_hours": wait_hours}
     if wait_hours is not None:
         raise BadInput(f"action {action.position} sends an email: --wait-hours does not apply")
-    if subject is not None and (not subject.strip() or any(c in subject for c in "\r\n")):
-        raise BadInput("--subject must be one line of text")
-    if body is not None and not body.strip():
-        raise BadInput("--body must not be empty")
+    if subject is not None and (not isinstance(subject, str) or not subject.strip()
+                                or any(c in subject for c in "\r\n")):
+        raise BadInput("the subject must be one line of text")
+    if body is not None and (not isinstance(body, str) or not body.strip()):
+        raise BadInput("the body must not be empty")
     return {"subject": subject, "body": body}
 
 

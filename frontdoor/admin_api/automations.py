@@ -78,6 +78,10 @@ async def edit(settings: Settings, automation_id: str, item: dict[str, Any]) -> 
         raise invalid("automations.status must be active or inactive", property="status")
     _check_edges(current, item.get("edges"))
     changes = _action_changes(current, item.get("actions"))
+    known = {a.id: a for a in current.actions}
+    for action_id, data in changes:  # every change checked before the first is written
+        ops.checked_changes(known[action_id], data.get("subject"), data.get("html", data.get("body")),
+                            data.get("wait_hours"))
     for action_id, data in changes:
         await ops.edit_automation(automation_id, action_id, subject=data.get("subject"),
                                   body=data.get("html", data.get("body")), wait_hours=data.get("wait_hours"),

@@ -38,6 +38,12 @@ async def test_automations_are_browsed_read_edited_and_their_runs_and_figures_li
     assert dropped.status_code == 422 and "cannot be added or removed" in error_of(dropped)["message"]
     assert one(await api.get(f"automations/{automation_id}/"), "automations")["actions"][0]["revision"] == 2
 
+    half = [{**actions[0], "data": {"subject": "Not kept"}}, {**actions[1], "data": {"wait_hours": "soon"}}, actions[2]]
+    partial = await api.put(f"automations/{automation_id}/", json={"automations": [{"actions": half}]})
+    assert partial.status_code == 422 and "wait_hours must be a number between 0 and" in error_of(partial)["message"]
+    assert one(await api.get(f"automations/{automation_id}/"), "automations")["actions"][0]["data"]["subject"] == \
+        "Hello again"  # checked whole: nothing written
+
     runs = await api.get(f"automations/{automation_id}/runs/")
     assert runs.status_code == 200 and runs.json() == {"automation_runs": []}
     stats = one(await api.get(f"automations/{automation_id}/performance-stats/"), "performance_stats")
