@@ -166,6 +166,10 @@ async def test_a_worker_killed_between_acceptance_and_the_record_sends_each_emai
             await wait_until(lambda: asyncio.sleep(0, len(mailgun.messages) == 3), worker=worker)
             worker.send_signal(signal.SIGKILL)  # accepted at the provider, its record not yet written
             worker.wait()
+            # The dead worker's statements still wait for the lock: they go with it, never written.
+            await holder.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                                 "WHERE wait_event_type = 'Lock' AND query LIKE '%automated_email_recipients%' "
+                                 "AND pid <> pg_backend_pid()")
             await held.rollback()
         mailgun.set_faults(latency_ms=0)
         worker = spawn_worker(settings, dev_env)
@@ -176,3 +180,7 @@ async def test_a_worker_killed_between_acceptance_and_the_record_sends_each_emai
         worker.wait()
     for n in range(3):
         assert sorted(subjects_to(mailgun, f"crash{n}@example.com")) == ["First", "Second"]
+    # Each first send was found in the provider's events, not sent again: one attempt each.
+    assert [r["send_attempts"] for r in await db.fetch(
+        "SELECT send_attempts FROM automated_email_recipients r "
+        "JOIN automated_emails ae ON ae.id = r.automated_email_id WHERE ae.subject = 'First'")] == [1, 1, 1]
