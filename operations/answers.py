@@ -328,61 +328,6 @@ class MemberEmail(Answer):
     outcome: str
 
 
-class MemberProfile(Answer):
-    member_id: str
-    email: str
-    name: str | None
-    note: str | None
-    status: str
-    email_disabled: bool
-    email_count: int
-    email_opened_count: int
-    email_open_rate: int | None
-    created_at: Moment
-    labels: list[str]
-    tiers: list[MemberTier]
-    suppression: Suppression | None
-    subscriptions: list[Subscription]
-    outbox: list[MemberOutboxEntry]
-    automated_emails: list[AutomatedEmailSent]
-    emails: list[MemberEmail]
-    clicks: list[MemberClick]  # their last clicks on newsletters' links
-    last_seen_at: Moment | None
-    automation_runs: list[AutomationRun] = []  # their runs of automations, newest first, with their steps
-
-
-# --- outbox status, check ------------------------------------------------------------------------
-
-class OutboxReason(Answer):
-    code: str | None
-    reason: str | None
-    count: int
-
-
-class OutboxStatus(Answer):
-    counts: dict[str, int]  # by state
-    oldest_pending_seconds: float | None
-    waiting: list[OutboxReason]  # pending entries put back to wait, by why
-    skipped: list[OutboxReason]
-    by_event: dict[str, dict[str, int]]  # the site's events for integrations' webhooks: event type → state → n
-    by_webhook: dict[str, dict[str, int]]  # webhook id → state → n
-
-
-class ServiceCheck(Answer):
-    service: str
-    ok: bool
-    warning: bool = False  # ok, but something to act on before it fails (a missing DMARC record)
-    state: str = "ok"  # ok | warn | FAIL | skip: CheckResult.state, the word the CLI and the health page show
-    detail: str
-
-
-class CheckReport(Answer):
-    ok: bool
-    services: list[ServiceCheck]
-
-
-# --- the `--json` shapes, documented from the models (docs/answers.md) ---------------------------
-
 # --- automations (operations/automations.py, docs/automations.md) ---
 
 class AutomationAction(Answer):
@@ -464,6 +409,61 @@ class AutomationStats(Answer):
     open_rate: float | None
     click_rate: float | None
 
+
+class MemberProfile(Answer):
+    member_id: str
+    email: str
+    name: str | None
+    note: str | None
+    status: str
+    email_disabled: bool
+    email_count: int
+    email_opened_count: int
+    email_open_rate: int | None
+    created_at: Moment
+    labels: list[str]
+    tiers: list[MemberTier]
+    suppression: Suppression | None
+    subscriptions: list[Subscription]
+    outbox: list[MemberOutboxEntry]
+    automated_emails: list[AutomatedEmailSent]
+    emails: list[MemberEmail]
+    clicks: list[MemberClick]  # their last clicks on newsletters' links
+    last_seen_at: Moment | None
+    automation_runs: list[AutomationRun] = []  # their runs of automations, newest first, with their steps
+
+
+# --- outbox status, check ------------------------------------------------------------------------
+
+class OutboxReason(Answer):
+    code: str | None
+    reason: str | None
+    count: int
+
+
+class OutboxStatus(Answer):
+    counts: dict[str, int]  # by state
+    oldest_pending_seconds: float | None
+    waiting: list[OutboxReason]  # pending entries put back to wait, by why
+    skipped: list[OutboxReason]
+    by_event: dict[str, dict[str, int]]  # the site's events for integrations' webhooks: event type → state → n
+    by_webhook: dict[str, dict[str, int]]  # webhook id → state → n
+
+
+class ServiceCheck(Answer):
+    service: str
+    ok: bool
+    warning: bool = False  # ok, but something to act on before it fails (a missing DMARC record)
+    state: str = "ok"  # ok | warn | FAIL | skip: CheckResult.state, the word the CLI and the health page show
+    detail: str
+
+
+class CheckReport(Answer):
+    ok: bool
+    services: list[ServiceCheck]
+
+
+# --- the `--json` shapes, documented from the models (docs/answers.md) ---------------------------
 
 DOCUMENTED: dict[str, tuple[type[BaseModel], str]] = {  # command: (model, what the document is)
     "newsletter list": (Page[EmailRow], "one page of emails"),
