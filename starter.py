@@ -86,6 +86,18 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "outbox show": ("commands.outbox", "One entry: its state, attempts and last error."),
     "outbox requeue": ("commands.outbox", "Try an entry again from the start (its attempts are reset), or every entry "
                                           "a filter names."),
+    "automations": ("commands.automations", "Automations: member email sequences, one durable run per member."),
+    "automations list": ("commands.automations", "Every automation: its status, its actions and its runs by state."),
+    "automations show": ("commands.automations", "One automation: its path of actions, each with its revision and "
+                                                 "figures."),
+    "automations edit": ("commands.automations", "Change one action's subject, body or wait (a new revision); runs "
+                                                 "that have not reached it follow it."),
+    "automations enable": ("commands.automations", "Switch an automation on: members enter it at signup."),
+    "automations disable": ("commands.automations", "Switch an automation off: nobody enters it, and its runs end at "
+                                                    "their next step."),
+    "automations runs": ("commands.automations", "Its latest fifty runs, newest first, with each one's steps."),
+    "automations stats": ("commands.automations", "Its figures: entries per day, emails sent, members who clicked, "
+                                                  "click rate."),
     "analytics": ("commands.analytics", "Email analytics: the schedule that fetches Mailgun events into statistics."),
     "analytics schedule": ("commands.analytics", "Create or update this site's analytics schedule, `email-analytics` "
                                                   "on the default task queue (safe to run again)."),

@@ -19,6 +19,7 @@ from temporalio.runtime import PrometheusConfig, Runtime
 from temporalio.worker import Worker
 
 from activities.analytics.run import AnalyticsActivities
+from activities.automations.run import AutomationActivities
 from activities.newsletter.batches import BatchCreationActivities
 from activities.newsletter.finish import EmailFinishActivities
 from activities.newsletter.lock import EmailLockActivities
@@ -45,6 +46,7 @@ from pressroom.providers.wiring import provider_from_settings
 from pressroom.settings import Settings, get_settings
 from pressroom.temporal import close_runtime, connect, telemetry
 from workflows.analytics import FetchEmailAnalyticsWorkflow
+from workflows.automations import AutomationRunWorkflow
 from workflows.newsletter import SendNewsletterWorkflow
 from workflows.outbox import DeliverOutboxEntryWorkflow, OutboxRelayWorkflow
 from workflows.posts import PublishPostWorkflow, ReconcilePostsWorkflow
@@ -66,6 +68,7 @@ WORKFLOWS: list[type] = [
     PublishPostWorkflow, ReconcilePostsWorkflow,
     WebhookInboxWorkflow,
     RecipientRetentionWorkflow,
+    AutomationRunWorkflow,
 ]
 
 
@@ -83,6 +86,7 @@ def build_activities(deps: Dependencies) -> list[Callable]:
     sending_limits = SendingLimitsActivities(deps)
     webhooks = WebhookActivities(deps)
     retention = RetentionActivities(deps)
+    automations = AutomationActivities(deps)
     return [
         email_lock.lock_email, batch_creation.create_batches,
         batch_send.list_unsent_batches, batch_send.send_batch, batch_send.send_batches, batch_send.fail_batch,
@@ -95,6 +99,7 @@ def build_activities(deps: Dependencies) -> list[Callable]:
         posts.publish_post, posts.reconcile_posts,
         webhooks.apply_inbox,
         retention.fold_old_recipients,
+        automations.advance_run, automations.send_step,
     ]
 
 

@@ -297,6 +297,10 @@ def members_show(member: str = typer.Argument(..., metavar="ID|ADDRESS", help="T
     for sent in p.automated_emails:
         console.print(f"automated email {sent.slug}: {sent.send_outcome or 'not sent'} "
                       f"({when(sent.created_at)})", highlight=False)
+    for run in p.automation_runs:
+        console.print(f"automation run {run.id}: {run.status}" + (f" ({run.exit_reason})" if run.exit_reason else "")
+                      + ", steps: " + ", ".join(f"{s.type} {s.status}" for s in run.steps), highlight=False,
+                      markup=False)
     print_member_clicks(p)
     if not emails:
         return

@@ -343,6 +343,88 @@ class MemberEmail(Answer):
         return reason_words(self.failure_code, self.failure_enhanced_code, self.failure_message)
 
 
+# --- automations (operations/automations.py, docs/automations.md) ---
+
+class AutomationAction(Answer):
+    id: str
+    position: int
+    type: str  # wait | send_email
+    revision: int | None
+    wait_hours: float | None = None
+    subject: str | None = None
+    automated_email_id: str | None = None
+    sent: int = 0  # steps of this action whose email the provider accepted
+    in_progress: int = 0  # runs on this step now (waiting, or sending)
+
+
+class AutomationEdge(Answer):
+    source_action_id: str
+    target_action_id: str
+
+
+class AutomationRow(Answer):
+    id: str
+    slug: str
+    name: str
+    status: str  # active | inactive
+    member_statuses: list[str]
+    actions: int
+    in_progress: int
+    completed: int
+    exited_early: int
+    created_at: Moment
+    updated_at: Moment
+
+
+class Automation(Answer):
+    automation: AutomationRow
+    actions: list[AutomationAction]  # in the path's order
+    edges: list[AutomationEdge]
+
+
+class AutomationStep(Answer):
+    action_id: str
+    type: str
+    revision: int
+    status: str
+    provider_id: str | None
+    error: str | None
+    started_at: Moment
+    finished_at: Moment | None
+
+
+class AutomationRun(Answer):
+    id: str
+    member_id: str | None  # None once the member was deleted
+    status: str
+    exit_reason: str | None
+    current_action_id: str | None
+    created_at: Moment
+    ended_at: Moment | None
+    steps: list[AutomationStep]
+
+
+class AutomationRuns(Answer):
+    automation_id: str
+    status: str | None
+    runs: list[AutomationRun]
+
+
+class EntriesOnDay(Answer):
+    day: str  # YYYY-MM-DD
+    entries: int
+
+
+class AutomationStats(Answer):
+    automation_id: str
+    entries: list[EntriesOnDay]  # per day, the last 30 days with any
+    sent: int
+    opened: int | None  # opens of automation emails are not applied from the provider's events yet
+    clicked: int  # members who clicked a tracked link of its emails (scanners left out)
+    open_rate: float | None
+    click_rate: float | None
+
+
 class MemberProfile(Answer):
     member_id: str
     email: str
@@ -363,6 +445,7 @@ class MemberProfile(Answer):
     emails: list[MemberEmail]
     clicks: list[MemberClick]  # their last clicks on newsletters' links
     last_seen_at: Moment | None
+    automation_runs: list[AutomationRun] = []  # their runs of automations, newest first, with their steps
 
 
 # --- outbox status, check ------------------------------------------------------------------------
@@ -408,6 +491,9 @@ DOCUMENTED: dict[str, tuple[type[BaseModel], str]] = {  # command: (model, what 
     "outbox list": (Page[OutboxRow], "one page of outbox entries"),
     "outbox status": (OutboxStatus, "the outbox by state"),
     "check": (CheckReport, "every service's check"),
+    "automations show": (Automation, "one automation's path"),
+    "automations runs": (AutomationRuns, "an automation's latest runs with their steps"),
+    "automations stats": (AutomationStats, "an automation's figures"),
 }
 
 

@@ -13,6 +13,7 @@ from urllib.parse import quote, quote_plus
 
 from activities.outbox import WELCOME_EMAIL_SLUGS, site_events
 from operations.answers import MemberProfile
+from operations.automations import member_runs
 from operations.clicks import member_clicks
 from pressroom import database, tracing
 from pressroom.errors import BadInput, NotFound, PressroomError
@@ -241,7 +242,9 @@ async def member_profile(member: str, *, emails: int = 10, settings: Settings | 
         labels = await conn.fetch(_MEMBER_LABELS, member_id)
         tiers = await conn.fetch(_MEMBER_TIERS, member_id)
         clicks = await member_clicks(conn, member_id)
+        runs = await member_runs(conn, member_id)
     return MemberProfile.model_validate({
+            "automation_runs": [r.model_dump() for r in runs],
             **dict(row),
             "labels": [r["slug"] for r in labels],
             "tiers": [dict(t) for t in tiers],

@@ -58,6 +58,8 @@ PATCHES = [
           "DeliverOutboxEntryWorkflow", "0.3.0"),
     Patch("workflows.outbox.COMPLETE_IN_HANDLER_PATCH", outbox.COMPLETE_IN_HANDLER_PATCH,
           "DeliverOutboxEntryWorkflow", "0.6.0"),
+    Patch("workflows.outbox.WELCOME_AUTOMATION_PATCH", outbox.WELCOME_AUTOMATION_PATCH,
+          "DeliverOutboxEntryWorkflow", "0.12.0"),
     Patch("workflows.posts.PROMPT_RETRY_PATCH", posts.PROMPT_RETRY_PATCH, "PublishPostWorkflow", "0.2.0"),
     Patch("workflows.posts.PROMPT_RETRY_AT_START_PATCH", posts.PROMPT_RETRY_AT_START_PATCH,
           "PublishPostWorkflow", "0.4.0"),

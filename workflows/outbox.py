@@ -49,6 +49,9 @@ COMPLETE_LOCALLY_PATCH = "outbox-complete-locally"
 # Deliveries recorded before this patch complete the entry in a step after the handler's; later ones
 # let the handler's activity record it, and take that step only when its write failed.
 COMPLETE_IN_HANDLER_PATCH = "outbox-complete-in-handler"
+# Deliveries recorded before this patch send a new member's welcome email themselves; later ones
+# enter the member into the welcome automation of their status, whose run sends it.
+WELCOME_AUTOMATION_PATCH = "outbox-welcome-automation"
 
 
 # Outside the sandbox: there is one run per outbox entry, and a sandboxed run re-imports this
@@ -64,6 +67,8 @@ class DeliverOutboxEntryWorkflow:
             input = input.model_copy(update={"confirm": True})
         if workflow.patched(COMPLETE_IN_HANDLER_PATCH):
             input = input.model_copy(update={"complete": True})
+        if workflow.patched(WELCOME_AUTOMATION_PATCH):
+            input = input.model_copy(update={"automation": True})
         try:
             handled = await self._handle(input)
             while handled.confirm_in_seconds is not None:

@@ -13,6 +13,7 @@ from pydantic import BaseModel, ValidationError
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from activities.automated_email import TemplateWaiting
 from activities.confirm import StillConfirming
 from activities.errors import non_retryable
 from activities.heartbeat import heartbeating
@@ -30,7 +31,7 @@ from activities.outbox.models import (
     outbox_workflow_id,
 )
 from activities.outbox.site_webhook import SiteWebhooks
-from activities.outbox.welcome import TemplateWaiting, WelcomeEmails
+from activities.outbox.welcome import WelcomeEmails
 from activities.provider_errors import retried
 from activities.watchdog import ClosedRun, Job, Watched
 from pressroom.dependencies import Dependencies

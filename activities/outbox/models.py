@@ -92,6 +92,9 @@ class EntryInput(BaseModel):
     # ledger says so before a retry could handle it again). False: deliveries started before that
     # existed complete it in a step of their own.
     complete: bool = False
+    # True: a MemberCreatedEvent enters the member into their welcome automation, whose run sends the
+    # welcome. False: deliveries started before automations send the welcome email themselves.
+    automation: bool = False
 
 
 class EntryResult(BaseModel):

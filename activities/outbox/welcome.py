@@ -3,41 +3,27 @@
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import asyncpg
 from temporalio import activity
 
+from activities.automated_email import (
+    WelcomeMessage,
+    record_automated_send,
+    skipped,
+    welcome_message,
+)
+from activities.automations.entry import WelcomeAutomations
 from activities.confirm import StillConfirming, confirm_wait, lookup_window, uncertain_sends_exhausted
 from activities.errors import non_retryable
 from activities.outbox.models import WELCOME_EMAIL_SLUGS, EntryInput, MemberCreatedEvent
 from pressroom.dependencies import Dependencies
-from pressroom.email_rendering import ContentError, Rendered, header_text, mailbox, member_values, render_automated
+from pressroom.email_rendering import member_values
 from pressroom.providers.port import ACCEPTED, UNCERTAIN, Message, ProviderError
 
 OUTBOX_MARK = "pressroom-outbox"  # the v: variable that proves which entry a welcome email carried
-
-
-class TemplateWaiting(Exception):
-    """The welcome email's template cannot be rendered: the entry waits for it to be fixed (it is
-    the site's to fix, and every member queued meanwhile is welcomed once it is), not aborted."""
-
-    code = "WELCOME_TEMPLATE"
-
-
-def skipped(code: str, why: str) -> dict[str, Any]:
-    """A handler's result when there was nothing to send: the entry reads `skipped`, with the code and why."""
-    return {"skipped": why, "code": code}
-
-
-@dataclass(frozen=True)
-class WelcomeMessage:
-    rendered: Rendered
-    from_address: str
-    reply_to: str | None
-
 
 
 class WelcomeEmails:
@@ -47,6 +33,7 @@ class WelcomeEmails:
         self.pool = deps.pool
         self.provider = deps.provider
         self.settings = deps.settings
+        self.automations = WelcomeAutomations(deps)
 
     async def send(self, event: MemberCreatedEvent, key: str, input: EntryInput) -> dict[str, Any]:
         """The welcome email of the automated email for the member's status; once per member.
@@ -70,10 +57,25 @@ class WelcomeEmails:
                                           event.member_id)
         if member is None:
             return skipped("MEMBER_DELETED", f"member {event.member_id} was deleted before the welcome email")
-        welcome = await self._welcome_email(member)
+        entered = None
+        if input.automation:  # the welcome automation's first step: this email, then its run goes on
+            entered = await self.automations.enter_welcome(member)
+            if entered.skipped is not None:
+                return entered.skipped
+            welcome = entered.email
+        else:
+            welcome = await self._welcome_email(member)
         if welcome is None:
             return skipped("WELCOME_INACTIVE", f"no active welcome email {WELCOME_EMAIL_SLUGS[member['status']]} "
                                                f"for {member['status']} members")
+        result = await self._send_once(member, welcome, key, input)
+        if entered is not None and "provider_id" in result:
+            await self.automations.welcome_sent(entered, result["provider_id"])
+            result["automation_run"] = entered.key
+        return result
+
+    async def _send_once(self, member: asyncpg.Record, welcome: asyncpg.Record,
+                         key: str, input: EntryInput) -> dict[str, Any]:
         sent = await self.pool.fetchrow(
             "SELECT provider_id, send_outcome, send_attempts, first_uncertain_at, now() AS now, "
             "extract(epoch FROM now() - last_uncertain_at)::float8 AS uncertain_for "
@@ -138,41 +140,11 @@ class WelcomeEmails:
     async def _record_welcome(self, automated_email_id: str, member: asyncpg.Record, outcome: str, *,
                               provider_id: str | None = None,
                               sending: bool = False) -> None:
-        """The outcome of the latest send; an uncertain one keeps the window's start and restarts its wait."""
-        await self.pool.execute(
-            """INSERT INTO automated_email_recipients AS r (automated_email_id, member_id, member_uuid, member_email,
-                      member_name, provider_id, send_outcome, send_attempts, first_uncertain_at, last_uncertain_at)
-               VALUES ($1, $2, $3, $4, $5, $6, $7, $8::int, CASE WHEN $7 = 'uncertain' THEN now() END,
-                       CASE WHEN $7 = 'uncertain' THEN now() END)
-               ON CONFLICT (automated_email_id, member_id) DO UPDATE SET
-                   provider_id = coalesce(EXCLUDED.provider_id, r.provider_id), send_outcome = $7,
-                   send_attempts = r.send_attempts + $8::int,
-                   first_uncertain_at = CASE WHEN $7 <> 'uncertain' THEN r.first_uncertain_at
-                                             WHEN r.send_outcome = 'uncertain' THEN r.first_uncertain_at
-                                             ELSE now() END,
-                   last_uncertain_at = CASE WHEN $7 = 'uncertain' THEN now() ELSE r.last_uncertain_at END""",
-            automated_email_id, member["id"], member["uuid"], member["email"], member["name"], provider_id, outcome,
-            1 if sending else 0)
+        await record_automated_send(self.pool, automated_email_id, member, outcome, provider_id=provider_id,
+                                    sending=sending)
 
     def _welcome_message(self, welcome: asyncpg.Record) -> WelcomeMessage:
-        """The automated email as sent: its replacements through the newsletter's renderer (a member's
-        name is escaped in its HTML), its subject and sender checked as headers; TemplateWaiting otherwise."""
-        if not welcome["sender_email"] and not self.settings.from_address:
-            raise TemplateWaiting(f"the automated email {welcome['id']} has no sender and PRESSROOM_FROM_ADDRESS is "
-                                  "not set; the entry waits and goes out once one is")
-        try:
-            rendered = render_automated(welcome["id"], welcome["subject"], welcome["html"],
-                                        welcome["plaintext"] or welcome["subject"])
-            sender = mailbox(None, welcome["sender_email"], "sender", welcome["id"]) if welcome["sender_email"] \
-                else self.settings.from_address
-            from_address = mailbox(welcome["sender_name"], sender, "sender", welcome["id"]) \
-                if welcome["sender_name"] and welcome["sender_email"] else sender
-            reply_to = mailbox(None, welcome["sender_reply_to"], "reply-to", welcome["id"]) \
-                if welcome["sender_reply_to"] else None
-            header_text(rendered.subject, "subject", welcome["id"])
-        except ContentError as error:
-            raise TemplateWaiting(f"the automated {error}; the entry waits and goes out once it is fixed") from None
-        return WelcomeMessage(rendered, from_address, reply_to)
+        return welcome_message(welcome, self.settings)
 
     async def _send_welcome(self, member: asyncpg.Record, welcome: asyncpg.Record, message: WelcomeMessage,
                             message_id: str, key: str) -> str:

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 from temporalio.common import MetricMeter
 
-from frontdoor.admin_api import resources
+from frontdoor.admin_api import automations, resources
 from frontdoor.admin_api.auth import Caller, Slowdown, authenticate
 from frontdoor.admin_api.envelope import ApiError, dumps, invalid, unsupported
 from frontdoor.admin_api.recent import MemberReads
@@ -90,6 +90,11 @@ class AdminApi:
             ("POST", re.compile(r"webhooks/"), self.add_webhook),
             ("PUT", re.compile(rf"webhooks/{_ID}/"), self.edit_webhook),
             ("DELETE", re.compile(rf"webhooks/{_ID}/"), self.delete_webhook),
+            ("GET", re.compile(r"automations/"), self.browse_automations),
+            ("GET", re.compile(rf"automations/{_ID}/"), self.read_automation),
+            ("PUT", re.compile(rf"automations/{_ID}/"), self.edit_automation),
+            ("GET", re.compile(rf"automations/{_ID}/runs/"), self.automation_runs),
+            ("GET", re.compile(rf"automations/{_ID}/performance-stats/"), self.automation_performance),
         ]
 
     def routes(self) -> list:
@@ -372,6 +377,25 @@ class AdminApi:
         await self._own_webhook(request, id, "destroy")
         await site_webhooks.delete_webhook(id, settings=self.settings)
         return 204, None
+
+
+    # --- automations ---
+
+    async def browse_automations(self, request: web.Request) -> tuple[int, Any]:
+        return 200, await automations.browse(self.settings)
+
+    async def read_automation(self, request: web.Request, id: str) -> tuple[int, Any]:
+        return 200, await automations.read(self.settings, id)
+
+    async def edit_automation(self, request: web.Request, id: str) -> tuple[int, Any]:
+        item = resources.item_of(await self._body(request), "automations")
+        return 200, await automations.edit(self.settings, id, item)
+
+    async def automation_runs(self, request: web.Request, id: str) -> tuple[int, Any]:
+        return 200, await automations.runs(self.settings, id)
+
+    async def automation_performance(self, request: web.Request, id: str) -> tuple[int, Any]:
+        return 200, await automations.performance(self.settings, id)
 
 
 def webhook_json(webhook: site_webhooks.Webhook) -> dict[str, Any]:

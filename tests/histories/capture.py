@@ -44,6 +44,9 @@ from pressroom.temporal import SEARCH_ATTRIBUTES, data_converter
 from worker import running_worker
 
 SIMULATOR_KEY, SIMULATOR_DOMAIN = "key-capture-00000000", "mg.capture.example"
+# A run of an automation (send, wait, send) at its wait: its first step done, its second reached.
+AT_ITS_WAIT = ("SELECT count(*) = 2 FROM automation_run_steps s JOIN automation_runs r ON r.id = s.run_id "
+               "WHERE r.idempotency_key = $1")
 ADDRESS = re.compile(r"[A-Za-z0-9._%+-]+@[A-Za-z0-9.-]+\.[A-Za-z]{2,}")
 
 
@@ -386,6 +389,37 @@ class Capture:
             await handle.result()
         self.save("retention-finished", handle.id, None, "completed: an old email folded")
 
+    # --- automations ---
+
+    async def automations(self) -> None:
+        from operations.automations import create_sequence, enter_member, set_automation_status
+
+        email = {"type": "send_email", "subject": "Hello", "html": "<p>Hello %recipient.name%</p>"}
+        tiny = {"type": "wait", "wait_hours": 0.0005}  # 1.8 s
+        settings = self.settings("automations")
+        members = [await self.pool.fetchval("INSERT INTO members (email, name) VALUES ($1, 'Automation Reader') "
+                                            "RETURNING id", f"automation{n}@capture.example") for n in range(3)]
+        async with running_worker(self.client, settings), self.pool.acquire() as conn:
+            completed = await create_sequence(conn, "capture-completed", "Completed", ["free"], [email, tiny, email])
+            waiting = await create_sequence(conn, "capture-waiting", "Waiting", ["free"],
+                                            [email, {"type": "wait", "wait_hours": 72}, email])
+            disabled = await create_sequence(conn, "capture-disabled", "Disabled", ["free"],
+                                             [email, {"type": "wait", "wait_hours": 0.002}, email])
+            done = await enter_member(conn, completed, members[0], client=self.client, settings=settings)
+            held = await enter_member(conn, waiting, members[1], client=self.client, settings=settings)
+            stopped = await enter_member(conn, disabled, members[2], client=self.client, settings=settings)
+            await self.client.get_workflow_handle(done).result()
+            self.save("automation-completed", done, None, "completed: send, a short wait, send")
+            await self.until(AT_ITS_WAIT, held)
+            await asyncio.sleep(1)
+            self.save("automation-waiting", held, None, "running: the first email sent, a three-day timer")
+            await self.until(AT_ITS_WAIT, stopped)
+            await set_automation_status(disabled, "inactive", settings=settings)
+            await self.client.get_workflow_handle(stopped).result()
+            self.save("automation-exited-early", stopped, None,
+                      "completed: the automation switched off during its wait, the run exited early")
+            await self.client.get_workflow_handle(held).terminate("captured")
+
     # --- webhooks ---
 
     async def webhooks(self) -> None:
@@ -442,7 +476,7 @@ async def main() -> None:
         capture = Capture(env.client, f"127.0.0.1:{port}", pool, simulator, postgres.url, out)
         print(f"capturing release {version} into {out.relative_to(ROOT)}")
         jobs = (capture.newsletters, capture.newsletter_limits, capture.posts, capture.outbox, capture.analytics,
-                capture.webhooks, capture.retention)
+                capture.webhooks, capture.retention, capture.automations)
         if args.only:
             manifest = out / "manifest.json"
             capture.manifest = json.loads(manifest.read_text()) if manifest.exists() else {}

@@ -82,7 +82,8 @@ async def test_a_welcome_with_nothing_to_send_is_skipped_with_why_and_requeued_b
     rows = {r["idempotency_key"]: (r["last_error_code"], r["last_error_msg"]) for r in await db.fetch(
         "SELECT idempotency_key, last_error_code, last_error_msg FROM outbox")}
     assert rows[inactive.welcome_key] == ("WELCOME_INACTIVE",
-                                          "no active welcome email member-welcome-email-free for free members")
+                                          "no active welcome email member-welcome-email-free for free members "
+                                          "(`pressroom automations enable welcome-free` turns it on)")
     assert rows[gone_key] == ("MEMBER_DELETED", "member gone was deleted before the welcome email")
     assert {(g.code, g.count) for g in (await outbox_status(relay)).skipped} == \
         {("WELCOME_INACTIVE", 1), ("MEMBER_DELETED", 1)}
