@@ -39,6 +39,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.policies import DATABASE_RETRY
 
 
+from workflows import newsletter_sending
 from workflows.newsletter_models import (
     CancelSendInput,
     NewsletterProgress,
@@ -98,6 +99,7 @@ class SendNewsletterWorkflow(BatchSending):
         self._aside: list[asyncio.Task] = []  # uncertain batches being confirmed while the others go out
         self._confirms_aside = False  # decided once per run: runs from before the patch hold a sender
         self._sends_groups = False  # decided once per run: runs from before the patch send a batch per activity
+        self._looks_for_room = False  # decided once per run: runs from before the patch wait out a used-up quota
         self._probe: asyncio.Task | None = None  # the look for the provider's return every sender waits on
         self._paused: str | None = None  # why the send is paused for its rates, until an operator resumes it
         self._reputation = ReputationWatch()
@@ -152,6 +154,7 @@ class SendNewsletterWorkflow(BatchSending):
             and workflow.patched(REPUTATION_PAUSE_PATCH)
         self._confirms_aside = workflow.patched(CONFIRM_ASIDE_PATCH)
         self._sends_groups = workflow.patched(SEND_GROUPS_PATCH)
+        self._looks_for_room = workflow.patched(newsletter_sending.ACCOUNT_ROOM_PATCH)
         self._show(status="sending" if self._cancel is None else "cancelling")
         await self._send_all(input.email_id, resume, creation)
 

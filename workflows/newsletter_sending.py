@@ -99,6 +99,7 @@ class BatchSending:
     _aside: list[asyncio.Task]
     _confirms_aside: bool
     _sends_groups: bool
+    _looks_for_room: bool
     _probe: asyncio.Task | None
     _paused: str | None
     _pause_to_clear: bool
@@ -232,7 +233,7 @@ class BatchSending:
             self._show(message=admission.reason)
             resume_at = admission.resume_at or workflow.now()  # a refusal always names when; never sooner
             wait = max(resume_at - workflow.now(), timedelta(seconds=1))
-            if admission.account and workflow.patched(ACCOUNT_ROOM_PATCH):
+            if admission.account and self._looks_for_room:
                 await self._wait_for_account_room(plan, wait, admission.reason)
             else:
                 await self._wait_unless_cancelled(wait, admission.reason)

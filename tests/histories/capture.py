@@ -62,6 +62,7 @@ class Capture:
                              mailgun_api_key=self.sim.api_key, mailgun_domain=self.sim.domain,
                              task_queue=f"capture-{name}", analytics_end_margin_seconds=0,
                              members_link_secret="capture-link-secret",
+                             from_address="Pressroom <noreply@capture.example>",
                              **{"send_confirm_window_seconds": 3, "send_confirm_poll_seconds": 0.5, **overrides})
 
     def save(self, name: str, workflow_id: str, run_id: str | None, state: str) -> None:
