@@ -124,10 +124,13 @@ async def sign_in(pool: asyncpg.Pool, email: str, password: str, *,
         return None
     if _checking >= at_once:
         raise Busy("too many sign-ins are being checked at once")
+    row = await pool.fetchrow("SELECT id, email, password_hash FROM staff WHERE lower(email) = lower($1)",
+                              email.strip())
+    # Counted from here only: a slow read of the row holds no verification's place.
+    if _checking >= at_once:
+        raise Busy("too many sign-ins are being checked at once")
     _checking += 1
     try:
-        row = await pool.fetchrow("SELECT id, email, password_hash FROM staff WHERE lower(email) = lower($1)",
-                                  email.strip())
         matched = await asyncio.get_running_loop().run_in_executor(
             _checker, _verify, row["password_hash"] if row else _STAND_IN_HASH, password)
     finally:
