@@ -661,6 +661,16 @@ def _text_of(node: LexborNode, *, pre: bool) -> str:
     tag = node.tag or ""
     if tag in _SKIP:
         return ""
+    if (alone := _element_alone(node, tag)) is not None:
+        return alone
+    if tag in ("ul", "ol"):
+        return _list_text(node, numbered=tag == "ol", pre=pre)
+    return _around(node, tag, _text_of_children(node, pre=pre))
+
+
+def _element_alone(node: LexborNode, tag: str) -> str | None:
+    """The text of an element read without its children's text as such (a break, a rule, an
+    image's alt, preformatted text); None for every other element."""
     if tag == "br":
         return "\n"
     if tag == "hr":
@@ -670,7 +680,25 @@ def _text_of(node: LexborNode, *, pre: bool) -> str:
         return f"[{alt}]" if alt else ""
     if tag == "pre":
         return "\n\n" + _text_of_children(node, pre=True).strip("\n") + "\n\n"
-    inner = _text_of_children(node, pre=pre)
+    return None
+
+
+def _list_text(node: LexborNode, *, numbered: bool, pre: bool) -> str:
+    items, number = [], 0
+    child = node.first_child
+    while child is not None:
+        if child.is_element_node and child.tag == "li":
+            number += 1
+            bullet = f"{number}. " if numbered else "- "
+            lines = _BLANK_LINE.sub("\n", _tidy(_text_of_children(child, pre=pre))).split("\n")
+            items.append(bullet + ("\n" + " " * len(bullet)).join(lines))
+        child = child.next
+    return "\n\n" + "\n".join(items) + "\n\n"
+
+
+def _around(node: LexborNode, tag: str, inner: str) -> str:
+    """An element's children's text as its tag sets it out: a link with its address, a heading, a
+    quote, a table's cells and rows, a block."""
     if tag == "a":
         href = (node.attrs.get("href") or "").strip()
         label = inner.strip()
@@ -679,23 +707,12 @@ def _text_of(node: LexborNode, *, pre: bool) -> str:
         return f"{inner} ({href})" if label else href
     if len(tag) == 2 and tag[0] == "h" and tag[1] in "123456":
         return "\n\n" + "#" * int(tag[1]) + " " + _tidy(inner).replace("\n", " ") + "\n\n"
-    if tag in ("ul", "ol"):
-        items, number = [], 0
-        child = node.first_child
-        while child is not None:
-            if child.is_element_node and child.tag == "li":
-                number += 1
-                bullet = f"{number}. " if tag == "ol" else "- "
-                lines = _BLANK_LINE.sub("\n", _tidy(_text_of_children(child, pre=pre))).split("\n")
-                items.append(bullet + ("\n" + " " * len(bullet)).join(lines))
-            child = child.next
-        return "\n\n" + "\n".join(items) + "\n\n"
     if tag == "li":  # outside a list
         return "\n- " + _tidy(inner) + "\n"
     if tag == "blockquote":
         quoted = _BLANK_LINES.sub("\n\n", _tidy(inner))
         return "\n\n" + "\n".join(("> " + line).rstrip() for line in quoted.split("\n")) + "\n\n"
-    if tag in ("tr",):
+    if tag == "tr":
         return "\n" + inner.strip() + "\n"
     if tag in ("td", "th"):
         return " " + inner.strip() + " "
