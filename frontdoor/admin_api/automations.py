@@ -22,7 +22,8 @@ def automation_json(shown: ops.Automation) -> dict[str, Any]:
                          "data": {"wait_hours": x.wait_hours} if x.type == "wait" else
                          {"subject": x.subject, "automated_email_id": x.automated_email_id},
                          "sent": x.sent} for x in shown.actions],
-            "edges": [{"source_action_id": e.source_action_id, "target_action_id": e.target_action_id}
+            "edges": [{"source_action_id": e.source_action_id, "target_action_id": e.target_action_id,
+                       "condition": e.condition}
                       for e in shown.edges]}
 
 
@@ -63,7 +64,7 @@ def _check_edges(current: ops.Automation, edges: Any) -> None:
         raise invalid("automations.edges must be a list of {source_action_id, target_action_id}", property="edges")
     given = {(e.get("source_action_id"), e.get("target_action_id")) for e in edges}
     if len(given) != len(edges) or given != {(e.source_action_id, e.target_action_id) for e in current.edges}:
-        raise invalid("an edit keeps the automation's one path: its edges cannot change (no branches, no loops)",
+        raise invalid("an edit keeps the automation's path: its edges cannot change (no new branches, no loops)",
                       property="edges")
 
 
