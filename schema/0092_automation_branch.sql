@@ -4,6 +4,9 @@
 ALTER TABLE automation_actions DROP CONSTRAINT automation_actions_type_check;
 ALTER TABLE automation_actions ADD CONSTRAINT automation_actions_type_check
     CHECK (type IN ('wait', 'send_email', 'wait_for_click'));
+ALTER TABLE automation_actions DROP CONSTRAINT automation_actions_check;
+ALTER TABLE automation_actions ADD CONSTRAINT automation_actions_check
+    CHECK (type <> 'send_email' OR automated_email_id IS NOT NULL OR deleted_at IS NOT NULL);
 
 ALTER TABLE automation_edges ADD COLUMN condition text CHECK (condition IN ('clicked', 'not_clicked'));
 ALTER TABLE automation_edges DROP CONSTRAINT automation_edges_source_action_id_key;
