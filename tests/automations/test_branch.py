@@ -17,8 +17,10 @@ from devstack.servers import free_port
 from frontdoor.server import FrontDoor
 from operations.automations import automation_runs, create_sequence, show_automation
 from pressroom import database
+from tests.automations.test_commands import run
 from tests.automations.test_sequence import add_reader, finished, started, subjects_to
 from tests.conftest import make_settings
+from tests.foundation.test_cli import assert_one_line_error
 from tests.newsletter.test_failures import wait_until
 from worker import running_worker
 
@@ -125,7 +127,7 @@ async def test_a_click_whose_signal_was_lost_still_takes_path_a_at_the_wait_s_en
     assert subjects_to(mailgun, "unsignalled@example.com") == ["Day 0: read this", "Path A: more like it"]
 
 
-async def test_show_lists_the_branch_with_both_paths(db, branch_env):
+async def test_show_lists_the_branch_with_both_paths(db, postgres_url, branch_env):
     _, settings, automation_id, _ = branch_env
     shown = await show_automation(automation_id, settings=settings)
     branch = next(a for a in shown.actions if a.type == "wait_for_click")
@@ -133,3 +135,8 @@ async def test_show_lists_the_branch_with_both_paths(db, branch_env):
     assert conditions == ["clicked", "not_clicked"] and branch.wait_hours == WAIT_HOURS
     assert [a.subject for a in shown.actions if a.type == "send_email"][1:] == ["Path B: did you see it?",
                                                                                  "Path A: more like it"]
+    printed = await run(postgres_url, "show", automation_id)
+    assert printed.returncode == 0, printed.stderr
+    assert "2. wait up to 48 h for a click on the email before: clicked → 4, otherwise → 3" in printed.stdout
+    refused = await run(postgres_url, "edit", automation_id, "--action", "2", "--subject", "No")
+    assert_one_line_error(refused, "action 2 is a wait: only --wait-hours changes it")
