@@ -38,8 +38,14 @@ def automations_list(as_json: bool = JSON_OPTION) -> None:
 def _print_automation(shown: Automation) -> None:
     a = shown.automation
     _say(f"{a.name} ({a.slug}, {a.id}): {a.status}, entered by {', '.join(a.member_statuses)} members at signup")
+    position = {action.id: action.position for action in shown.actions}
     for action in shown.actions:
         what = f"wait {action.wait_hours:g} h" if action.type == "wait" else f"send_email {action.subject!r}"
+        if action.type == "wait_for_click":
+            paths = {e.condition: position.get(e.target_action_id) for e in shown.edges
+                     if e.source_action_id == action.id}
+            what = (f"wait up to {action.wait_hours:g} h for a click on the email before: clicked → "
+                    f"{paths.get('clicked', '-')}, otherwise → {paths.get('not_clicked', '-')}")
         sent = f", sent {action.sent:,}" if action.type == "send_email" else ""
         _say(f"  {action.position}. {what} (revision {action.revision}{sent}, runs here {action.in_progress:,})")
 
@@ -102,7 +108,7 @@ def automations_runs(name: str = NAME,
         _say(f"{run.id}  member {run.member_id or '(deleted)'}  {run.status}{why}  entered {when(run.created_at)}")
         for step in run.steps:
             _say(f"    {step.type:<10} revision {step.revision}  {step.status}"
-                 + (f"  {step.error}" if step.error else ""))
+                 + (f"  path {step.path}" if step.path else "") + (f"  {step.error}" if step.error else ""))
 
 
 @app.command("stats")

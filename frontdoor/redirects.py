@@ -29,26 +29,30 @@ the click recorded (docs/clicks.md).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ipaddress
 import logging
 import re
 import secrets
 import time
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 from urllib.parse import quote
 
 import asyncpg
 from aiohttp import web
 from temporalio.common import MetricMeter
+from temporalio.service import RPCError
 
+from activities.automations.models import ClickedSignal
 from frontdoor.deadlines import client_address
 from frontdoor.plain import canonical_uuid, page
 from frontdoor.receiver import database_unavailable
 from pressroom import tracing
 from pressroom.email_rendering import REDIRECT_PATH
 from pressroom.settings import Settings
+from pressroom.store import automations
 
 if TYPE_CHECKING:
     from aiohttp import web
@@ -62,6 +66,7 @@ MAX_QUEUED = 100_000  # clicks held while the database does not take them; past 
 RETRY_SECONDS = (0.1, 0.5, 1.0, 2.0, 5.0)  # between tries of a group the database did not take
 CACHED_TARGETS = 100_000
 CACHED_AGENTS = 10_000
+SIGNAL_SECONDS = 10.0  # a click's automation runs told within this, or left to read it at their wait's end
 BURST_SECONDS = 2  # "every link followed within a couple of seconds": no reader clicks that fast
 # A reader's click settles (its open, the member seen) once a burst's later clicks would have been
 # committed: the burst's span, and room for a slow commit.
@@ -75,7 +80,7 @@ _SCANNER_AGENTS = re.compile(
     r"ironport|cisco|safelinks|bingpreview|linkcheck|link-check|scanner|python-requests|python-httpx|"
     r"aiohttp|curl/|wget/|go-http-client|okhttp|java/|headlesschrome|phantomjs", re.I)
 
-_TARGET = 'SELECT "to" FROM redirects WHERE "from" = $1'
+_TARGET = 'SELECT "to", automated_email_id IS NOT NULL AS automation FROM redirects WHERE "from" = $1'
 
 # The group, with its member and the scanner mark known now (`delivery`: within BURST_SECONDS of the
 # email's delivery to that member); a click id already stored (a group tried again) stores nothing.
@@ -278,24 +283,31 @@ class Targets:
 
     def __init__(self, pool: asyncpg.Pool, size: int = CACHED_TARGETS) -> None:
         self.pool, self.size = pool, size
-        self._cache: OrderedDict[str, str] = OrderedDict()
+        self._cache: OrderedDict[str, tuple[str, bool]] = OrderedDict()  # path → target, an automation's
 
     def cached(self, path: str) -> str | None:
-        target = self._cache.get(path)
-        if target is not None:
-            self._cache.move_to_end(path)
-        return target
+        known = self._cache.get(path)
+        if known is None:
+            return None
+        self._cache.move_to_end(path)
+        return known[0]
+
+    def automation(self, path: str) -> bool:
+        """Whether a path read before is an automation email's link (its runs may wait on a click)."""
+        known = self._cache.get(path)
+        return known is not None and known[1]
 
     async def get(self, path: str) -> str | None:
         target = self.cached(path)
         if target is not None:
             return target
-        target = await self.pool.fetchval(_TARGET, path)
-        if target is not None:  # unknown paths are not kept: anyone can ask for any number of them
-            self._cache[path] = target
-            if len(self._cache) > self.size:
-                self._cache.popitem(last=False)
-        return target
+        row = await self.pool.fetchrow(_TARGET, path)
+        if row is None:  # unknown paths are not kept: anyone can ask for any number of them
+            return None
+        self._cache[path] = (row["to"], row["automation"])
+        if len(self._cache) > self.size:
+            self._cache.popitem(last=False)
+        return row["to"]
 
 
 def location(target: str) -> str:
@@ -317,6 +329,8 @@ class Redirects:
         meter = runtime.metric_meter if runtime is not None else MetricMeter.noop
         self.requests = meter.create_counter("pressroom_click_requests", "tracked link requests by outcome")
         self._settling: asyncio.Task | None = None
+        # `await temporal()` → a Temporal client (the server's, shared with its pages); None: no signals.
+        self.temporal: Callable[[], Awaitable[Any]] | None = None
         self._agents: dict[str, bool] = {}
 
     def _scanner_agent(self, agent: str) -> bool:
@@ -371,9 +385,34 @@ class Redirects:
                     self._settling = asyncio.create_task(self.clicks.settle_forever())
                 click = Click(secrets.token_hex(12), path, canonical_uuid(request.rel_url.query.get("m")),
                               time.time(), self.scanner(request))
-                self._count("recorded" if await self.clicks.record(click) else "queued")
+                committed = await self.clicks.record(click)
+                self._count("recorded" if committed else "queued")
+                if committed and click.member_uuid is not None and self.targets.automation(path):
+                    self._signal_later(path, click.member_uuid)
             span.set_attribute("http.response.status_code", 302)
         return web.Response(status=302, headers={"Location": location(target), "Cache-Control": "no-store, private"})
+
+    def _signal_later(self, path: str, member_uuid: str) -> None:
+        """The member's runs waiting on this email told, after the 302 (never in its way)."""
+        task = asyncio.create_task(self._signal_runs(path, member_uuid))
+        self.clicks.tasks.add(task)
+        task.add_done_callback(self.clicks.tasks.discard)
+
+    async def _signal_runs(self, path: str, member_uuid: str) -> None:
+        """Best effort: a run not told reads the click from the table at its wait's end."""
+        if self.temporal is None:
+            return
+        try:
+            async with asyncio.timeout(SIGNAL_SECONDS):
+                runs = await self.targets.pool.fetch(automations.WAITING_ON_CLICK, path, member_uuid)
+                if runs:
+                    client = await self.temporal()
+                for run in runs:
+                    with contextlib.suppress(RPCError):  # the run ended, or never started
+                        await client.get_workflow_handle(run["idempotency_key"]).signal(
+                            "clicked", ClickedSignal(automated_email_id=run["automated_email_id"]))
+        except Exception as error:  # noqa: BLE001 (best effort; the wait's end reads the click)
+            log.warning("a click's automation runs not signalled (%s)", type(error).__name__)
 
     def _unknown(self, span) -> web.Response:
         span.set_attribute("http.response.status_code", 404)

@@ -276,6 +276,7 @@ class FrontDoor:
         self.redirects = Redirects(pool, settings, runtime)
         self.receiver = Receiver(pool, settings, runtime)
         self.pages = Pages(pool, settings)
+        self.redirects.temporal = self.pages.temporal  # an automation email's click signals its runs
         self.admin_api = AdminApi(pool, settings, runtime)
         self.connections = Connections(settings.serve_header_timeout_seconds, settings.serve_max_connections,
                                        settings.serve_max_connections_per_client, settings.proxy_addresses)

@@ -360,6 +360,7 @@ class AutomationAction(Answer):
 class AutomationEdge(Answer):
     source_action_id: str
     target_action_id: str
+    condition: str | None = None  # a branch's edge: clicked | not_clicked
 
 
 class AutomationRow(Answer):
@@ -391,6 +392,7 @@ class AutomationStep(Answer):
     error: str | None
     started_at: Moment
     finished_at: Moment | None
+    path: str | None = None  # a branch's step: the path it took (clicked | not_clicked)
 
 
 class AutomationRun(Answer):

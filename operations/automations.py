@@ -58,7 +58,7 @@ LEFT JOIN LATERAL (SELECT * FROM automation_action_revisions r WHERE r.action_id
                    ORDER BY r.revision DESC LIMIT 1) rev ON true
 WHERE act.automation_id = $1 AND act.deleted_at IS NULL"""
 
-_EDGES = ("SELECT e.source_action_id, e.target_action_id FROM automation_edges e "
+_EDGES = ("SELECT e.source_action_id, e.target_action_id, e.condition FROM automation_edges e "
           "JOIN automation_actions s ON s.id = e.source_action_id "
           "JOIN automation_actions t ON t.id = e.target_action_id "
           "WHERE e.automation_id = $1 AND s.deleted_at IS NULL AND t.deleted_at IS NULL")
@@ -66,8 +66,9 @@ _EDGES = ("SELECT e.source_action_id, e.target_action_id FROM automation_edges e
 
 def _ordered(actions: list, edges: list) -> list:
     """The actions in their path's order (a path is checked when it is written: one start, no branch)."""
-    following = {e["source_action_id"]: e["target_action_id"] for e in edges}
-    targets = set(following.values())
+    # A branch's `clicked` path is listed after its `not_clicked` one (each edge shows its condition).
+    following = {e["source_action_id"]: e["target_action_id"] for e in edges if e.get("condition") != "clicked"}
+    targets = {e["target_action_id"] for e in edges}
     by_id = {a["id"]: a for a in actions}
     starts = [a for a in actions if a["id"] not in targets]
     ordered, seen = [], set()
@@ -117,7 +118,7 @@ _RUNS = """
 SELECT r.id, r.member_id, r.status, r.exit_reason, r.current_action_id, r.created_at, r.ended_at,
        coalesce((SELECT json_agg(json_build_object(
                     'action_id', s.action_id, 'type', act.type, 'revision', s.revision, 'status', s.status,
-                    'provider_id', s.provider_id, 'error', s.error, 'started_at', s.started_at,
+                    'provider_id', s.provider_id, 'error', s.error, 'path', s.path, 'started_at', s.started_at,
                     'finished_at', s.finished_at) ORDER BY s.started_at, s.id)
                  FROM automation_run_steps s JOIN automation_actions act ON act.id = s.action_id
                  WHERE s.run_id = r.id), '[]') AS steps
@@ -221,7 +222,7 @@ def _action(automation: Automation, action: str) -> AutomationAction:
 def checked_changes(action: AutomationAction, subject: str | None, body: str | None,
                     wait_hours: float | None) -> dict[str, Any]:
     """The changes one action may take, else BadInput naming what is wrong (nothing written)."""
-    if action.type == "wait":
+    if action.type in ("wait", "wait_for_click"):
         if subject is not None or body is not None:
             raise BadInput(f"action {action.position} is a wait: only --wait-hours changes it")
         if isinstance(wait_hours, bool) or not isinstance(wait_hours, int | float) \
@@ -255,50 +256,74 @@ async def _revise(conn, action: AutomationAction, *, subject: str | None = None,
 
 # --- a sequence made, a member entered ---------------------------------------------------------------
 
-def check_one_path(steps: list[dict[str, Any]]) -> None:
-    """A path's steps as written: each a wait (wait_hours) or an email (subject, html); one path."""
+def check_one_path(steps: list[dict[str, Any]], *, branch_allowed: bool = True) -> None:
+    """A path's steps as written: each a wait (wait_hours) or an email (subject, html); one path, whose
+    last step may be the one branch (`wait_for_click`, wait_hours, a `clicked` and a `not_clicked` path)."""
     if not steps:
         raise BadInput("an automation needs at least one action")
     for n, step in enumerate(steps, 1):
-        if step.get("type") == "wait":
+        kind = step.get("type")
+        if kind in ("wait", "wait_for_click"):
             hours = step.get("wait_hours")
             if not isinstance(hours, int | float) or not 0 <= hours <= MAX_WAIT_HOURS:
                 raise BadInput(f"action {n}: wait_hours must be a number between 0 and {MAX_WAIT_HOURS}")
-        elif step.get("type") == "send_email":
+        elif kind == "send_email":
             if not step.get("subject") or not step.get("html"):
                 raise BadInput(f"action {n}: a send_email needs a subject and an html body")
         else:
-            raise BadInput(f"action {n}: type must be wait or send_email")
+            raise BadInput(f"action {n}: type must be wait, send_email or wait_for_click")
+        if kind == "wait_for_click":
+            _check_branch(n, step, last=n == len(steps), allowed=branch_allowed)
+
+
+def _check_branch(n: int, step: dict[str, Any], *, last: bool, allowed: bool) -> None:
+    if not allowed or not last:
+        raise BadInput(f"action {n}: a wait_for_click is the path's last action and its only branch")
+    for path in ("clicked", "not_clicked"):
+        if not isinstance(step.get(path), list):
+            raise BadInput(f"action {n}: a wait_for_click needs its {path} path (a list of actions)")
+        check_one_path(step[path], branch_allowed=False)
 
 
 async def create_sequence(conn, slug: str, name: str, member_statuses: list[str], steps: list[dict[str, Any]],
                           *, status: str = "active") -> str:
-    """An automation of `steps` in order (one path), each email an automated email of its own."""
+    """An automation of `steps` in order (one path, ending in at most one branch), each email an
+    automated email of its own."""
     check_one_path(steps)
     async with conn.transaction():
         automation_id = await conn.fetchval(
             "INSERT INTO automations (slug, name, member_statuses, status) VALUES ($1, $2, $3, $4) RETURNING id",
             slug, name, member_statuses, status)
-        previous = None
-        for n, step in enumerate(steps, 1):
-            email_id = None
-            if step["type"] == "send_email":
-                email_id = await conn.fetchval(
-                    "INSERT INTO automated_emails (name, slug, subject, html, plaintext) VALUES ($1, $2, $3, $4, $5) "
-                    "RETURNING id", f"{name} #{n}", f"automation-{automation_id}-{n}", step["subject"],
-                    step["html"], html_to_text(step["html"]))
-            action_id = await conn.fetchval(
-                "INSERT INTO automation_actions (automation_id, type, automated_email_id) VALUES ($1, $2, $3) "
-                "RETURNING id", automation_id, step["type"], email_id)
-            await conn.execute(
-                "INSERT INTO automation_action_revisions (action_id, revision, wait_hours, subject, html, plaintext) "
-                "VALUES ($1, 1, $2, $3, $4, $5)", action_id, step.get("wait_hours"), step.get("subject"),
-                step.get("html"), html_to_text(step["html"]) if step.get("html") else None)
-            if previous is not None:
-                await conn.execute("INSERT INTO automation_edges (automation_id, source_action_id, target_action_id) "
-                                   "VALUES ($1, $2, $3)", automation_id, previous, action_id)
-            previous = action_id
+        await _write_path(conn, automation_id, name, steps, None, None, [0])
     return automation_id
+
+
+async def _write_path(conn, automation_id: str, name: str, steps: list[dict[str, Any]], previous: str | None,
+                      condition: str | None, counter: list[int]) -> None:
+    """`steps` joined in order after `previous` (its first edge with `condition`); a branch's paths after it."""
+    for step in steps:
+        counter[0] += 1
+        n = counter[0]
+        email_id = None
+        if step["type"] == "send_email":
+            email_id = await conn.fetchval(
+                "INSERT INTO automated_emails (name, slug, subject, html, plaintext) VALUES ($1, $2, $3, $4, $5) "
+                "RETURNING id", f"{name} #{n}", f"automation-{automation_id}-{n}", step["subject"],
+                step["html"], html_to_text(step["html"]))
+        action_id = await conn.fetchval(
+            "INSERT INTO automation_actions (automation_id, type, automated_email_id) VALUES ($1, $2, $3) "
+            "RETURNING id", automation_id, step["type"], email_id)
+        await conn.execute(
+            "INSERT INTO automation_action_revisions (action_id, revision, wait_hours, subject, html, plaintext) "
+            "VALUES ($1, 1, $2, $3, $4, $5)", action_id, step.get("wait_hours"), step.get("subject"),
+            step.get("html"), html_to_text(step["html"]) if step.get("html") else None)
+        if previous is not None:
+            await conn.execute("INSERT INTO automation_edges (automation_id, source_action_id, target_action_id, "
+                               "condition) VALUES ($1, $2, $3, $4)", automation_id, previous, action_id, condition)
+        previous, condition = action_id, None
+        if step["type"] == "wait_for_click":
+            for path in ("clicked", "not_clicked"):
+                await _write_path(conn, automation_id, name, step[path], action_id, path, counter)
 
 
 async def enter_member(conn, automation_id: str, member_id: str, *, client=None,

@@ -9,13 +9,20 @@ and results are ids, counts and reasons.
 
 from __future__ import annotations
 
+import contextlib
 from datetime import timedelta
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
 
 with workflow.unsafe.imports_passed_through():
-    from activities.automations.models import AdvanceInput, AutomationRunInput, SendStepInput, StepPlan
+    from activities.automations.models import (
+        AdvanceInput,
+        AutomationRunInput,
+        ClickedSignal,
+        SendStepInput,
+        StepPlan,
+    )
     from activities.automations.run import AutomationActivities
     from workflows.policies import DATABASE_RETRY
 
@@ -27,12 +34,21 @@ SEND_RETRY = RetryPolicy(initial_interval=timedelta(seconds=2), backoff_coeffici
 
 @workflow.defn
 class AutomationRunWorkflow:
+    def __init__(self) -> None:
+        self._clicked: set[str] = set()  # automated emails the member clicked, as the front door signalled
+
+    @workflow.signal
+    def clicked(self, signal: ClickedSignal) -> None:
+        self._clicked.add(signal.automated_email_id)
+
     @workflow.run
     async def run(self, input: AutomationRunInput) -> str:
         plan = await self._advance(AdvanceInput(run_id=input.run_id, after_action_id=input.after_action_id))
         while plan.ended is None and plan.action_id is not None:
             if plan.type == "wait":
                 await workflow.sleep(timedelta(seconds=plan.wait_seconds), summary="wait")
+            elif plan.type == "wait_for_click":
+                await self._wait_for_click(plan)
             else:
                 ended = await self._send(input.run_id, plan.action_id)
                 if ended is not None:
@@ -40,6 +56,13 @@ class AutomationRunWorkflow:
             plan = await self._advance(AdvanceInput(run_id=input.run_id, after_action_id=plan.action_id))
         ended = plan.ended or "completed"
         return ended if plan.reason is None else f"{ended}: {plan.reason}"
+
+    async def _wait_for_click(self, plan: StepPlan) -> None:
+        """Until the member clicks the email before (signalled) or the wait ends; the path is then
+        read from the clicks recorded, so a lost signal only waits the whole time."""
+        email = plan.click_email_id
+        with contextlib.suppress(TimeoutError):
+            await workflow.wait_condition(lambda: email in self._clicked, timeout=timedelta(seconds=plan.wait_seconds))
 
     @staticmethod
     async def _advance(input: AdvanceInput) -> StepPlan:

@@ -21,8 +21,10 @@ class AdvanceInput(BaseModel):
 class StepPlan(BaseModel):
     """The step the run takes next, or why it ended (`ended`: completed or exited_early, with `reason`)."""
     action_id: str | None = None
-    type: str | None = None  # wait | send_email
+    type: str | None = None  # wait | send_email | wait_for_click
     wait_seconds: float = 0.0
+    # A wait_for_click's email: a click on its links ends the wait early (the run's `clicked` signal).
+    click_email_id: str | None = None
     revision: int | None = None
     ended: str | None = None
     reason: str | None = None
@@ -39,3 +41,8 @@ class SendStepResult(BaseModel):
     confirm_in_seconds: float | None = None
     ended: str | None = None  # the run ended at this step (exited_early), with why
     reason: str | None = None
+
+
+class ClickedSignal(BaseModel):
+    """A run's member clicked a link of this automated email (sent by the front door's redirect)."""
+    automated_email_id: str

@@ -79,8 +79,23 @@ async def reach(conn: asyncpg.Connection, run_id: str, action_id: str) -> StepPl
     action = await conn.fetchrow(
         "SELECT a.type, r.wait_hours FROM automation_actions a LEFT JOIN automation_action_revisions r "
         "ON r.action_id = a.id AND r.revision = $2 WHERE a.id = $1", action_id, step["revision"])
-    wait = (action["wait_hours"] or 0.0) * 3600 if action["type"] == "wait" else 0.0
-    return StepPlan(action_id=action_id, type=action["type"], wait_seconds=wait, revision=step["revision"])
+    wait = (action["wait_hours"] or 0.0) * 3600 if action["type"] != "send_email" else 0.0
+    email = await conn.fetchval(store.BRANCH_EMAIL, run_id) if action["type"] == "wait_for_click" else None
+    return StepPlan(action_id=action_id, type=action["type"], wait_seconds=wait, revision=step["revision"],
+                    click_email_id=email)
+
+
+async def _path_taken(conn: asyncpg.Connection, run_id: str, action_id: str) -> str | None:
+    """A branch's path at its wait's end, from the clicks recorded (a lost signal changes nothing);
+    recorded on its step. None after any other action."""
+    if await conn.fetchval("SELECT type FROM automation_actions WHERE id = $1", action_id) != "wait_for_click":
+        return None
+    email = await conn.fetchval(store.BRANCH_EMAIL, run_id)
+    path = "clicked" if email is not None and await conn.fetchval(store.CLICKED, run_id, email) else "not_clicked"
+    await conn.execute("UPDATE automation_run_steps SET path = coalesce(path, $3) WHERE run_id = $1 AND action_id = $2",
+                       run_id, action_id, path)
+    return await conn.fetchval("SELECT path FROM automation_run_steps WHERE run_id = $1 AND action_id = $2",
+                               run_id, action_id)
 
 
 class AutomationActivities:
@@ -105,7 +120,8 @@ class AutomationActivities:
                 return StepPlan(ended=run["status"], reason=run["exit_reason"])
             if input.after_action_id is not None:
                 await conn.execute(_STEP_ENDED, input.run_id, input.after_action_id, "finished", None)
-                action_id = await conn.fetchval(store.NEXT_ACTION, input.after_action_id)
+                path = await _path_taken(conn, input.run_id, input.after_action_id)
+                action_id = await conn.fetchval(store.NEXT_ACTION, input.after_action_id, path)
             else:
                 action_id = await conn.fetchval(store.FIRST_ACTION, run["automation_id"])
             if action_id is None:

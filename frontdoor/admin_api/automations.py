@@ -19,10 +19,11 @@ def automation_json(shown: ops.Automation) -> dict[str, Any]:
     return {"id": a.id, "slug": a.slug, "name": a.name, "status": a.status, "member_statuses": a.member_statuses,
             "created_at": a.created_at.isoformat(), "updated_at": a.updated_at.isoformat(),
             "actions": [{"id": x.id, "type": x.type, "revision": x.revision,
-                         "data": {"wait_hours": x.wait_hours} if x.type == "wait" else
+                         "data": {"wait_hours": x.wait_hours} if x.type != "send_email" else
                          {"subject": x.subject, "automated_email_id": x.automated_email_id},
                          "sent": x.sent} for x in shown.actions],
-            "edges": [{"source_action_id": e.source_action_id, "target_action_id": e.target_action_id}
+            "edges": [{"source_action_id": e.source_action_id, "target_action_id": e.target_action_id,
+                       "condition": e.condition}
                       for e in shown.edges]}
 
 
@@ -63,7 +64,8 @@ def _check_edges(current: ops.Automation, edges: Any) -> None:
         raise invalid("automations.edges must be a list of {source_action_id, target_action_id}", property="edges")
     given = {(e.get("source_action_id"), e.get("target_action_id")) for e in edges}
     if len(given) != len(edges) or given != {(e.source_action_id, e.target_action_id) for e in current.edges}:
-        raise invalid("an edit keeps the automation's one path: its edges cannot change (no branches, no loops)",
+        raise invalid("an edit keeps the automation's one path (and its branch on a click, if any): "
+                      "its edges cannot change",
                       property="edges")
 
 
@@ -107,7 +109,7 @@ def _action_changes(current: ops.Automation, actions: Any) -> list[tuple[str, di
             raise invalid(f"action {action['id']}: data may hold {', '.join(sorted(_ACTION_DATA))}", property="actions")
         was = known[action["id"]]
         wanted = {k: v for k, v in data.items() if k in _ACTION_DATA}
-        if was.type == "wait" and wanted.get("wait_hours") not in (None, was.wait_hours):
+        if was.type != "send_email" and wanted.get("wait_hours") not in (None, was.wait_hours):
             changes.append((was.id, {"wait_hours": wanted["wait_hours"]}))
         elif was.type == "send_email":
             wanted.pop("wait_hours", None)

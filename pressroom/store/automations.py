@@ -73,15 +73,17 @@ WHERE act.automation_id = $1 AND act.deleted_at IS NULL
                   WHERE e.target_action_id = act.id AND s.deleted_at IS NULL)
 ORDER BY act.created_at LIMIT 1"""
 
-# The action after $1 on its path; a removed action is passed over (its edge out is followed).
+# The action after $1 on its path ($2: the path a branch took, NULL after any other action); a
+# removed action is passed over (its edge out is followed; a removed branch's `not_clicked` one).
 NEXT_ACTION = """
 WITH RECURSIVE onward (id, deleted, depth) AS (
     SELECT t.id, t.deleted_at IS NOT NULL, 1
-    FROM automation_edges e JOIN automation_actions t ON t.id = e.target_action_id WHERE e.source_action_id = $1
+    FROM automation_edges e JOIN automation_actions t ON t.id = e.target_action_id
+    WHERE e.source_action_id = $1 AND e.condition IS NOT DISTINCT FROM $2::text
   UNION ALL
     SELECT t.id, t.deleted_at IS NOT NULL, o.depth + 1 FROM onward o
     JOIN automation_edges e ON e.source_action_id = o.id JOIN automation_actions t ON t.id = e.target_action_id
-    WHERE o.deleted AND o.depth < 100
+    WHERE o.deleted AND o.depth < 100 AND coalesce(e.condition, 'not_clicked') = 'not_clicked'
 )
 SELECT id FROM onward WHERE NOT deleted ORDER BY depth LIMIT 1"""
 
@@ -127,3 +129,23 @@ ENTER_RUN = ("INSERT INTO automation_runs (automation_id, member_id, idempotency
 def run_key(automation_id: str, member_id: str) -> str:
     """A run's idempotency key, and its workflow's id: one run per member and automation."""
     return f"automation-{automation_id}-{member_id}"
+
+
+# The email a branch waits on ($1 the run): the run's latest send_email step's automated email.
+BRANCH_EMAIL = """
+SELECT act.automated_email_id FROM automation_run_steps s JOIN automation_actions act ON act.id = s.action_id
+WHERE s.run_id = $1 AND act.type = 'send_email' ORDER BY s.started_at DESC, s.id DESC LIMIT 1"""
+
+# Whether the run's member clicked a link of automated email $2 ($1 the run); a scanner's is no click.
+CLICKED = """
+SELECT EXISTS (SELECT 1 FROM automation_runs r JOIN members_click_events c ON c.member_id = r.member_id
+               JOIN redirects rd ON rd.id = c.redirect_id
+               WHERE r.id = $1 AND rd.automated_email_id = $2 AND c.scanner IS NULL)"""
+
+# The runs waiting on a click of the email whose link `from` is $1, for the member of uuid $2: their keys.
+WAITING_ON_CLICK = """
+SELECT r.idempotency_key, rd.automated_email_id FROM redirects rd
+JOIN automation_actions act ON act.automated_email_id = rd.automated_email_id
+JOIN automation_runs r ON r.automation_id = act.automation_id AND r.status = 'in_progress'
+JOIN members m ON m.id = r.member_id
+WHERE rd."from" = $1 AND m.uuid = $2::uuid"""
