@@ -29,7 +29,6 @@ the click recorded (docs/clicks.md).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import ipaddress
 import logging
 import re
@@ -43,16 +42,14 @@ from urllib.parse import quote
 import asyncpg
 from aiohttp import web
 from temporalio.common import MetricMeter
-from temporalio.service import RPCError
 
-from activities.automations.models import ClickedSignal
 from frontdoor.deadlines import client_address
 from frontdoor.plain import canonical_uuid, page
 from frontdoor.receiver import database_unavailable
+from operations.automations import tell_runs_of_click
 from pressroom import tracing
 from pressroom.email_rendering import REDIRECT_PATH
 from pressroom.settings import Settings
-from pressroom.store import automations
 
 if TYPE_CHECKING:
     from aiohttp import web
@@ -404,13 +401,7 @@ class Redirects:
             return
         try:
             async with asyncio.timeout(SIGNAL_SECONDS):
-                runs = await self.targets.pool.fetch(automations.WAITING_ON_CLICK, path, member_uuid)
-                if runs:
-                    client = await self.temporal()
-                for run in runs:
-                    with contextlib.suppress(RPCError):  # the run ended, or never started
-                        await client.get_workflow_handle(run["idempotency_key"]).signal(
-                            "clicked", ClickedSignal(automated_email_id=run["automated_email_id"]))
+                await tell_runs_of_click(self.targets.pool, self.temporal, path, member_uuid)
         except Exception as error:  # noqa: BLE001 (best effort; the wait's end reads the click)
             log.warning("a click's automation runs not signalled (%s)", type(error).__name__)
 

@@ -6,12 +6,16 @@ from __future__ import annotations
 
 import contextlib
 import json
+from collections.abc import Awaitable, Callable
 from typing import Any
 
+import asyncpg
+from temporalio.client import Client
 from temporalio.common import WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
+from temporalio.service import RPCError
 
-from activities.automations.models import AutomationRunInput
+from activities.automations.models import AutomationRunInput, ClickedSignal
 from operations.answers import (
     Automation,
     AutomationAction,
@@ -338,3 +342,17 @@ async def enter_member(conn, automation_id: str, member_id: str, *, client=None,
                                     task_queue=settings.task_queue,
                                     id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE)
     return key
+
+
+async def tell_runs_of_click(pool: asyncpg.Pool, temporal: Callable[[], Awaitable[Client]], path: str,
+                             member_uuid: str) -> None:
+    """Signal the member's runs waiting for a click on the email of link `path`; the client is asked
+    for only when a run waits. A run that ended meanwhile is passed over."""
+    runs = await pool.fetch(store.WAITING_ON_CLICK, path, member_uuid)
+    if not runs:
+        return
+    client = await temporal()
+    for run in runs:
+        with contextlib.suppress(RPCError):  # the run ended, or never started
+            await client.get_workflow_handle(run["idempotency_key"]).signal(
+                AutomationRunWorkflow.clicked, ClickedSignal(automated_email_id=run["automated_email_id"]))
