@@ -150,7 +150,7 @@ async def publish(times: int, members: int) -> None:
             database_url=servers.database_url, mailgun_base_url=servers.simulator_url, mailgun_api_key=SIMULATOR_KEY,
             mailgun_domain=SIMULATOR_DOMAIN, temporal_address=servers.env.client.service_client.config.target_host,
             members_link_secret="bench-link-secret", webhook_signing_key="bench-signing-key",
-            task_queue="bench-admin-api", publish_lead_seconds=1.0)
+            task_queue="bench-admin-api", publish_lead_seconds=1.0, from_address="news@example.com")
         pool = await database.connect(servers.database_url, max_size=10)
         await pool.execute("INSERT INTO newsletters (name, slug) VALUES ('Weekly', 'weekly')")
         await pool.execute("INSERT INTO members (email) SELECT 'reader' || n || '@example.com' "

@@ -54,6 +54,7 @@ from pressroom.email_rendering import member_key
 from pressroom.logs import Refusals, Throttle, mask_lines, since, throttle
 from pressroom.settings import Settings, get_settings
 from pressroom.store.members import leave_by_link
+from pressroom.temporal import SharedClient
 
 if TYPE_CHECKING:
     import asyncpg
@@ -271,13 +272,15 @@ class FrontDoor:
         throttle("aiohttp.server")
         mask_lines(("aiohttp.server", "aiohttp.access", "aiohttp.web"), settings.secret_values(),
                    quoting=(HttpProcessingError,))
+        # One pool and one Temporal client for the server's life, passed to every route that needs them.
         self.pool = pool
+        self.temporal = SharedClient(settings)
         self.unsubscribe = Unsubscribe(pool, settings, runtime)
         self.redirects = Redirects(pool, settings, runtime)
         self.receiver = Receiver(pool, settings, runtime)
-        self.pages = Pages(pool, settings)
-        self.redirects.temporal = self.pages.temporal  # an automation email's click signals its runs
-        self.admin_api = AdminApi(pool, settings, runtime)
+        self.pages = Pages(pool, settings, self.temporal)
+        self.admin_api = AdminApi(pool, settings, runtime, self.temporal)
+        self.redirects.temporal = self.temporal.get  # an automation email's click signals its runs
         self.connections = Connections(settings.serve_header_timeout_seconds, settings.serve_max_connections,
                                        settings.serve_max_connections_per_client, settings.proxy_addresses)
         self._server: asyncio.Server | None = None
@@ -307,7 +310,7 @@ class FrontDoor:
 
         async def temporal() -> str | None:
             try:
-                client = await asyncio.wait_for(self.pages.temporal(), 5)
+                client = await asyncio.wait_for(self.temporal.get(), 5)
                 await asyncio.wait_for(client.workflow_service.get_system_info(GetSystemInfoRequest()), 5)
             except Exception as error:  # noqa: BLE001 (unreachable, refused or slow: named by its class only)
                 return f"temporal unavailable ({error.__class__.__name__})"

@@ -13,10 +13,10 @@ raw HTML escaped (markdown-it-py) before the same sanitiser.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import re
 import secrets
-import time
 import unicodedata
 from datetime import UTC, datetime
 from typing import Any, Literal
@@ -26,9 +26,11 @@ import asyncpg
 import nh3
 from markdown_it import MarkdownIt
 from pydantic import BaseModel, field_validator
+from temporalio.client import Client, WorkflowFailureError
+from temporalio.service import RPCError
 
 from activities.outbox import site_events
-from operations.common import temporal_client
+from activities.posts.models import publish_workflow_id
 from operations.newsletter import start_newsletter
 from operations.posts import change_post, tell_post_workflow
 from pressroom import database, lexical, mobiledoc, tracing
@@ -41,6 +43,7 @@ from pressroom.recipient_filter import FilterError, parse
 from pressroom.settings import Settings, get_settings
 from pressroom.store import labels
 from pressroom.store import posts as post_store
+from pressroom.temporal import resolve_client
 
 POST_STATUSES = ("draft", "scheduled", "published")
 VISIBILITIES = ("public", "members", "paid", "tiers")
@@ -346,7 +349,7 @@ def _newsletter_fields(name: str | None, sender_name: str | None, sender_email: 
 async def add_newsletter(name: str, *, slug: str | None = None, sender_name: str | None = None,
                          sender_email: str | None = None, sender_reply_to: str | None = None,
                          subscribe_on_signup: bool = True, design: dict[str, Any] | None = None,
-                         settings: Settings | None = None) -> Newsletter:
+                         settings: Settings | None = None, pool: asyncpg.Pool | None = None) -> Newsletter:
     """A newsletter; its slug from its name unless given (a taken slug is refused)."""
     fields = _newsletter_fields(name, sender_name, sender_email, sender_reply_to, None)
     fields.update(design_fields(design or {}))
@@ -354,7 +357,7 @@ async def add_newsletter(name: str, *, slug: str | None = None, sender_name: str
     fields["subscribe_on_signup"] = subscribe_on_signup
     settings = settings or get_settings()
     columns = list(fields)
-    async with database.connection(settings.require_database()) as conn:
+    async with database.connection(settings.require_database(), pool) as conn:
         try:
             row = await conn.fetchrow(
                 f"WITH added AS (INSERT INTO newsletters ({', '.join(columns)}) "
@@ -368,7 +371,8 @@ async def add_newsletter(name: str, *, slug: str | None = None, sender_name: str
 async def edit_newsletter(newsletter: str, *, name: str | None = None, sender_name: str | None = None,
                           sender_email: str | None = None, sender_reply_to: str | None = None,
                           status: str | None = None, subscribe_on_signup: bool | None = None,
-                          design: dict[str, Any] | None = None, settings: Settings | None = None) -> Newsletter:
+                          design: dict[str, Any] | None = None, settings: Settings | None = None,
+                          pool: asyncpg.Pool | None = None) -> Newsletter:
     """Change a newsletter (by id or slug); only the fields given (of its design too)."""
     entity_id(newsletter, "newsletter")
     fields = _newsletter_fields(name, sender_name, sender_email, sender_reply_to, status)
@@ -377,7 +381,7 @@ async def edit_newsletter(newsletter: str, *, name: str | None = None, sender_na
         fields["subscribe_on_signup"] = subscribe_on_signup
     settings = settings or get_settings()
     sets = ", ".join(f"{column} = ${i + 2}" for i, column in enumerate(fields))
-    async with database.connection(settings.require_database()) as conn:
+    async with database.connection(settings.require_database(), pool) as conn:
         row = await conn.fetchrow(
             f"WITH changed AS (UPDATE newsletters SET {sets}{', ' if sets else ''}updated_at = now() "
             f"WHERE id = (SELECT id FROM newsletters WHERE id = $1 OR slug = $1 ORDER BY id = $1 DESC LIMIT 1) "
@@ -387,20 +391,21 @@ async def edit_newsletter(newsletter: str, *, name: str | None = None, sender_na
     return Newsletter(**dict(row))
 
 
-async def opt_in_existing(newsletter_id: str, *, settings: Settings | None = None) -> int:
+async def opt_in_existing(newsletter_id: str, *, settings: Settings | None = None,
+                          pool: asyncpg.Pool | None = None) -> int:
     """Subscribe to the newsletter every member subscribed to another one (the reference's
     `opt_in_existing`); how many joined."""
     settings = settings or get_settings()
-    async with database.connection(settings.require_database()) as conn:
+    async with database.connection(settings.require_database(), pool) as conn:
         done = await conn.execute(
             "INSERT INTO members_newsletters (member_id, newsletter_id) SELECT DISTINCT member_id, $1 "
             "FROM members_newsletters WHERE newsletter_id <> $1 ON CONFLICT DO NOTHING", newsletter_id)
     return int(done.rsplit(" ", 1)[-1])
 
 
-async def list_newsletters(*, settings: Settings | None = None) -> list[Newsletter]:
+async def list_newsletters(*, settings: Settings | None = None, pool: asyncpg.Pool | None = None) -> list[Newsletter]:
     settings = settings or get_settings()
-    async with database.connection(settings.require_database()) as conn:
+    async with database.connection(settings.require_database(), pool) as conn:
         rows = await conn.fetch(f"{_NEWSLETTER} ORDER BY created_at, id")
     return [Newsletter(**dict(r)) for r in rows]
 
@@ -630,7 +635,8 @@ def _publish_at(change: PostChange) -> datetime | None:
 
 
 @tracing.traced("pressroom posts add")
-async def add_post(change: PostChange, *, client=None, settings: Settings | None = None) -> Post:
+async def add_post(change: PostChange, *, client=None, settings: Settings | None = None,
+                   pool: asyncpg.Pool | None = None) -> Post:
     """A post from HTML or Markdown, with its email when it has a newsletter; scheduled or published
     through its durable timer. Refused whole: a post whose publication cannot be started is removed."""
     change = change.model_copy(update={"title": _title(change.title)})
@@ -640,7 +646,7 @@ async def add_post(change: PostChange, *, client=None, settings: Settings | None
     if "html" not in fields:
         fields["html"], fields["plaintext"] = "", ""
     settings = settings or get_settings()
-    async with database.connection(settings.require_database()) as conn:
+    async with database.connection(settings.require_database(), pool) as conn:
         async with conn.transaction():
             post_id = await conn.fetchval("INSERT INTO posts (title, slug) VALUES ($1, '') RETURNING id",
                                           fields["title"])
@@ -648,16 +654,17 @@ async def add_post(change: PostChange, *, client=None, settings: Settings | None
             await _write_post(conn, post_id, fields, change.newsletter, settings.site_url)
         if change.status in ("scheduled", "published"):
             try:
-                await _publish(post_id, change, client, settings)
+                published = await _publish(post_id, change, client, settings, pool=pool)
             except BaseException:
                 await conn.execute("DELETE FROM posts WHERE id = $1", post_id)
                 raise
-            await _published_soon(conn, post_id, change)
+            await _published_soon(published, post_id, change)
         return await read_post(conn, post_id)
 
 
 @tracing.traced("pressroom posts edit", "post_id")
-async def edit_post(post: str, change: PostChange, *, client=None, settings: Settings | None = None) -> Post:
+async def edit_post(post: str, change: PostChange, *, client=None, settings: Settings | None = None,
+                    pool: asyncpg.Pool | None = None) -> Post:
     """Change a post (by id or slug): content, audience, newsletter, and its state by the rules of
     `posts schedule`/`unschedule` (a draft or scheduled post may be scheduled or published; a
     scheduled one may go back to draft; a published one may go back to draft, unpublished). With `updated_at`, a post
@@ -665,7 +672,7 @@ async def edit_post(post: str, change: PostChange, *, client=None, settings: Set
     entity_id(post, "post")
     fields = _checked(change)
     settings = settings or get_settings()
-    async with database.connection(settings.require_database()) as conn:
+    async with database.connection(settings.require_database(), pool) as conn:
         current = await read_post(conn, post)
         tracing.annotate(post_id=current.id)
 
@@ -695,10 +702,10 @@ async def edit_post(post: str, change: PostChange, *, client=None, settings: Set
                 await write(conn)
                 await _unpublish(conn, current.id, settings)
         elif target == "draft":
-            await change_post(current.id, None, client or await _client(settings), settings, write=write)
+            await change_post(current.id, None, await _client(client, settings), settings, write=write, pool=pool)
         else:
-            await _publish(current.id, change, client, settings, write=write)
-            await _published_soon(conn, current.id, change)
+            published = await _publish(current.id, change, client, settings, write=write, pool=pool)
+            await _published_soon(published, current.id, change)
         return await read_post(conn, current.id)
 
 
@@ -718,34 +725,37 @@ def _to_ms(moment: datetime) -> datetime:
     return moment.replace(microsecond=moment.microsecond // 1000 * 1000)
 
 
-async def _client(settings: Settings):
-    return await temporal_client(settings)
+async def _client(client, settings: Settings):
+    return await resolve_client(client, settings)
 
 
-async def _publish(post_id: str, change: PostChange, client, settings: Settings, write=None) -> None:
-    await change_post(post_id, _publish_at(change), client or await _client(settings), settings, write=write,
-                      at_once=change.status == "published")
+async def _publish(post_id: str, change: PostChange, client, settings: Settings, write=None,
+                   pool: asyncpg.Pool | None = None) -> Client:
+    """The post scheduled (or published at once) through its timer; the client that told it."""
+    told = await _client(client, settings)
+    await change_post(post_id, _publish_at(change), told, settings, write=write, at_once=change.status == "published",
+                      pool=pool)
+    return told
 
 
-async def _published_soon(conn, post_id: str, change: PostChange, seconds: float = 10.0) -> None:
-    """Published now: the timer publishes at once; wait (bounded) so the answer shows it published.
-    Without a worker the post stays scheduled for now and is published when one runs."""
+async def _published_soon(client: Client, post_id: str, change: PostChange, seconds: float = 10.0) -> None:
+    """Published now: the timer publishes at once; wait (bounded) for its run to end, so the answer
+    shows it published. Without a worker the post stays scheduled for now and is published when one
+    runs; a run that failed leaves the post as its row says."""
     if change.status != "published":
         return
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if await conn.fetchval("SELECT status IN ('published', 'sent') FROM posts WHERE id = $1", post_id):
-            return
-        await asyncio.sleep(0.05)
+    with contextlib.suppress(TimeoutError, WorkflowFailureError, RPCError):
+        await asyncio.wait_for(client.get_workflow_handle(publish_workflow_id(post_id)).result(), seconds)
 
 
 @tracing.traced("pressroom posts delete", "post_id")
-async def delete_post(post: str, *, client=None, settings: Settings | None = None) -> str:
+async def delete_post(post: str, *, client=None, settings: Settings | None = None,
+                      pool: asyncpg.Pool | None = None) -> str:
     """Delete a post (by id or slug) and its unsent email; its timer stops. A post whose email has
     started sending keeps its record: refused."""
     entity_id(post, "post")
     settings = settings or get_settings()
-    async with database.connection(settings.require_database()) as conn:
+    async with database.connection(settings.require_database(), pool) as conn:
         async with conn.transaction():
             row = await conn.fetchrow("SELECT p.id, p.status, e.id AS email_id, e.status AS email_status FROM posts p "
                                       "LEFT JOIN emails e ON e.post_id = p.id WHERE p.id = $1 OR p.slug = $1 "
@@ -759,7 +769,7 @@ async def delete_post(post: str, *, client=None, settings: Settings | None = Non
             await conn.execute("DELETE FROM posts WHERE id = $1", row["id"])
         if row["status"] == "scheduled":
             # After the commit: a timer that fires meanwhile finds no post and publishes nothing.
-            await tell_post_workflow(client or await _client(settings), settings, row["id"], None)
+            await tell_post_workflow(await _client(client, settings), settings, row["id"], None)
     return row["id"]
 
 
@@ -767,7 +777,7 @@ async def delete_post(post: str, *, client=None, settings: Settings | None = Non
 
 @tracing.traced("pressroom newsletter retry", "email_id")
 async def retry_email(email_id: str, *, recipient_filter: str | None = None, subject: str | None = None,
-                      client=None, settings: Settings | None = None) -> EmailRetry:
+                      client=None, settings: Settings | None = None, pool: asyncpg.Pool | None = None) -> EmailRetry:
     """Correct a failed email (its filter while no batch was written, its subject while none was
     sent) and start its send again, as the reference platform's `POST emails/{id}/retry/`."""
     entity_id(email_id, "email")
@@ -776,7 +786,7 @@ async def retry_email(email_id: str, *, recipient_filter: str | None = None, sub
     if subject is not None and new_subject is None:
         raise BadInput("the subject may not be empty")
     settings = settings or get_settings()
-    async with database.connection(settings.require_database()) as conn, conn.transaction():
+    async with database.connection(settings.require_database(), pool) as conn, conn.transaction():
         email = await conn.fetchrow(
             "SELECT status, EXISTS (SELECT 1 FROM email_batches b WHERE b.email_id = e.id) AS batched, "
             "EXISTS (SELECT 1 FROM email_batches b WHERE b.email_id = e.id AND b.status = 'submitted') AS sent "
@@ -793,19 +803,20 @@ async def retry_email(email_id: str, *, recipient_filter: str | None = None, sub
         await conn.execute("UPDATE emails SET recipient_filter = coalesce($2, recipient_filter), "
                            "subject = coalesce($3, subject), error = NULL, error_data = NULL, updated_at = now() "
                            "WHERE id = $1", email_id, new_filter, new_subject)
-    start = await start_newsletter(email_id, client=client, settings=settings)
+    start = await start_newsletter(email_id, client=await _client(client, settings), settings=settings)
     return EmailRetry(email_id=email_id, workflow_id=start.workflow_id, started=start.started, message=start.message)
 
 
 # --- tiers and labels ----------------------------------------------------------------------------
 
-async def _add_named(table: str, name: str, slug: str | None, extra: dict[str, Any], settings: Settings | None):
+async def _add_named(table: str, name: str, slug: str | None, extra: dict[str, Any], settings: Settings | None,
+                     pool: asyncpg.Pool | None = None):
     checked = free_text(name, "name")
     if checked is None:
         raise BadInput("a name is required")
     fields = {"name": checked, "slug": slug_input(slug, "slug") if slug else slug_of(checked), **extra}
     settings = settings or get_settings()
-    async with database.connection(settings.require_database()) as conn:
+    async with database.connection(settings.require_database(), pool) as conn:
         try:
             places = ", ".join(f"${i + 1}" for i in range(len(fields)))
             return await conn.fetchrow(f"INSERT INTO {table} ({', '.join(fields)}) VALUES ({places}) RETURNING *",
@@ -814,18 +825,20 @@ async def _add_named(table: str, name: str, slug: str | None, extra: dict[str, A
             raise BadInput(f"the slug {fields['slug']!r} is taken") from None
 
 
-async def add_tier(name: str, *, slug: str | None = None, type: str = "paid", settings: Settings | None = None):
+async def add_tier(name: str, *, slug: str | None = None, type: str = "paid", settings: Settings | None = None,
+                   pool: asyncpg.Pool | None = None):
     """A tier (the reference's `products` row); members and posts name it by its slug."""
     if type not in ("free", "paid"):
         raise BadInput(f"tier type {type!r} is not one of free, paid")
-    return await _add_named("products", name, slug, {"type": type}, settings)
+    return await _add_named("products", name, slug, {"type": type}, settings, pool)
 
 
-async def add_label(name: str, *, slug: str | None = None, settings: Settings | None = None):
+async def add_label(name: str, *, slug: str | None = None, settings: Settings | None = None,
+                    pool: asyncpg.Pool | None = None):
     """A label by its name (pressroom/store/labels.py: the reference's slug, made unique)."""
     checked = free_text(name, "name")
     if checked is None:
         raise BadInput("a name is required")
     settings = settings or get_settings()
-    async with database.connection(settings.require_database()) as conn:
+    async with database.connection(settings.require_database(), pool) as conn:
         return await labels.add_label(conn, checked, slug_input(slug, "slug") if slug else None)

@@ -9,6 +9,7 @@ import json
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 from urllib.parse import quote, quote_plus
 
 from activities.outbox import WELCOME_EMAIL_SLUGS, site_events
@@ -25,6 +26,9 @@ from pressroom.store.labels import give_labels, label_pairs, take_labels
 from pressroom.store.members import leave
 from pressroom.store.outbox import enqueue, enqueue_for_new_ids
 from pressroom.store.tiers import DEFAULT_TIER
+
+if TYPE_CHECKING:
+    import asyncpg
 
 
 @dataclass(frozen=True)
@@ -565,7 +569,8 @@ async def _scrub_events(conn, address: str, name: str | None) -> None:
 
 
 @tracing.traced("pressroom members delete")
-async def delete_member(member: str, *, settings: Settings | None = None) -> MemberDeleted:
+async def delete_member(member: str, *, settings: Settings | None = None,
+                        pool: asyncpg.Pool | None = None) -> MemberDeleted:
     """The member's row and personal data, in one transaction: subscriptions go with the row
     (cascade); sent emails' records keep the member id with the address and name cleared; a batch
     never sent loses them; raw provider events and stored errors have the address replaced. A
@@ -577,7 +582,7 @@ async def delete_member(member: str, *, settings: Settings | None = None) -> Mem
     settings = settings or get_settings()
     # Refused before anything is read: without the key the suppression would go with the address.
     key = settings.require_address_hash_key()
-    async with database.connection(settings.require_database()) as conn, conn.transaction():
+    async with database.connection(settings.require_database(), pool) as conn, conn.transaction():
         row = await _member_row(conn, member, lock=True)
         member_id, address = row["id"], row["email"]
         tracing.annotate(member_id=member_id)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 from datetime import timedelta
+from typing import TYPE_CHECKING
 
 from temporalio.client import (
     Schedule,
@@ -33,6 +34,9 @@ from pressroom.temporal import (
     site_schedule_id,
 )
 
+if TYPE_CHECKING:
+    import asyncpg
+
 
 @tracing.traced("pressroom posts schedule", "post_id")
 async def schedule_post(post_id: str, at: str, *, client=None, settings: Settings | None = None):
@@ -53,7 +57,7 @@ async def unschedule_post(post_id: str, *, client=None, settings: Settings | Non
 
 
 async def change_post(post_id: str, publish_at, client, settings: Settings, write=None, *,
-                      at_once: bool = False) -> None:
+                      at_once: bool = False, pool: asyncpg.Pool | None = None) -> None:
     """Schedule the post for `publish_at` (None: back to draft) and tell its workflow, as one change;
     `write(conn)`, when given, writes the rest of the change (operations/authoring.py) in the same
     transaction, after the checks. `at_once`: published now, not scheduled (its timer fires at
@@ -63,7 +67,7 @@ async def change_post(post_id: str, publish_at, client, settings: Settings, writ
     rolls the row back. Should the commit fail once the workflow was told, the workflow is put
     back as the row still is. Either way the error says what happened, in one line.
     """
-    async with database.connection(settings.require_database()) as conn:
+    async with database.connection(settings.require_database(), pool) as conn:
         transaction = conn.transaction()
         await transaction.start()
         try:

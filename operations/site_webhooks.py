@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
 
@@ -19,6 +19,9 @@ from pressroom import database
 from pressroom.errors import BadInput, NotFound
 from pressroom.inputs import entity_id, free_text
 from pressroom.settings import Settings, get_settings
+
+if TYPE_CHECKING:
+    import asyncpg
 
 SECRET_LIMIT = 191  # the reference's column
 
@@ -75,14 +78,14 @@ def _secret(secret: str | None) -> str | None:
 
 async def create_webhook(event: str, target_url: str, integration: str, *, name: str | None = None,
                          secret: str | None = None, api_version: str = "v5",
-                         settings: Settings | None = None) -> Webhook:
+                         settings: Settings | None = None, pool: asyncpg.Pool | None = None) -> Webhook:
     """A webhook of the integration (its id or slug) for one of the site's events."""
     settings = settings or get_settings()
     event, url = _event(event), check_target_url(target_url, settings)
     name, secret = free_text(name, "name", 191), _secret(secret)
     entity_id(integration, "integration")
     api_version = _api_version(api_version)
-    async with database.connection(settings.require_database()) as conn:
+    async with database.connection(settings.require_database(), pool) as conn:
         integration_id = await conn.fetchval("SELECT id FROM integrations WHERE id = $1 OR slug = $1", integration)
         if integration_id is None:
             raise NotFound(f"no integration {integration} (by id or slug)")
@@ -102,7 +105,7 @@ def _api_version(version: str) -> str:
 
 async def edit_webhook(webhook_id: str, *, event: str | None = None, target_url: str | None = None,
                        name: str | None = None, secret: str | None = None, api_version: str | None = None,
-                       settings: Settings | None = None) -> Webhook:
+                       settings: Settings | None = None, pool: asyncpg.Pool | None = None) -> Webhook:
     """Change what is given (None leaves it); the same checks as `create_webhook`."""
     settings = settings or get_settings()
     entity_id(webhook_id, "webhook")
@@ -111,7 +114,7 @@ async def edit_webhook(webhook_id: str, *, event: str | None = None, target_url:
     new_name = free_text(name, "name", 191) if name is not None else None
     new_secret = _secret(secret) if secret is not None else None
     version = _api_version(api_version) if api_version is not None else None
-    async with database.connection(settings.require_database()) as conn:
+    async with database.connection(settings.require_database(), pool) as conn:
         row = await conn.fetchrow(
             f"UPDATE webhooks SET event = coalesce($2, event), target_url = coalesce($3, target_url), "
             f"name = CASE WHEN $4 THEN $5 ELSE name END, secret = CASE WHEN $6 THEN $7 ELSE secret END, "
@@ -122,11 +125,12 @@ async def edit_webhook(webhook_id: str, *, event: str | None = None, target_url:
     return Webhook(**dict(row))
 
 
-async def delete_webhook(webhook_id: str, *, settings: Settings | None = None) -> int:
+async def delete_webhook(webhook_id: str, *, settings: Settings | None = None,
+                         pool: asyncpg.Pool | None = None) -> int:
     """The webhook goes; its entries not yet delivered are skipped, their bodies cleared. Returns how many."""
     settings = settings or get_settings()
     entity_id(webhook_id, "webhook")
-    async with database.connection(settings.require_database()) as conn, conn.transaction():
+    async with database.connection(settings.require_database(), pool) as conn, conn.transaction():
         if await conn.fetchval("DELETE FROM webhooks WHERE id = $1 RETURNING id", webhook_id) is None:
             raise NotFound(f"webhook {webhook_id} does not exist")
         rows = await conn.fetch("SELECT id, payload::text FROM outbox WHERE webhook_id = $1 "

@@ -129,10 +129,10 @@ def pool_lent(pool: asyncpg.Pool) -> Iterator[None]:
 
 
 @asynccontextmanager
-async def connection(url: str) -> AsyncIterator[asyncpg.Connection]:
-    """One connection for a command's few queries, closed when the block ends (or borrowed from the
-    pool lent to this task, and given back)."""
-    lent = _LENT_POOL.get()
+async def connection(url: str, pool: asyncpg.Pool | None = None) -> AsyncIterator[asyncpg.Connection]:
+    """One connection for a command's few queries, closed when the block ends; or borrowed from
+    `pool` (a server's, passed by the caller) or the pool lent to this task, and given back."""
+    lent = pool if pool is not None else _LENT_POOL.get()
     if lent is not None:
         async with lent.acquire() as borrowed:
             yield borrowed

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import gc
 import logging
@@ -154,6 +155,31 @@ async def connect(settings: Settings, runtime: Runtime | None = None) -> Client:
         if error.status != RPCStatusCode.PERMISSION_DENIED:  # a key scoped to the namespace may not describe it
             raise
     return client
+
+
+class SharedClient:
+    """A server's one Temporal client: connected at its first need and reused by every request. A
+    connect that fails is tried again by the next request; once made, the client's channel reconnects
+    by itself after the server was lost."""
+
+    def __init__(self, settings: Settings) -> None:
+        self._settings = settings
+        self._client: Client | None = None
+        self._connecting = asyncio.Lock()
+
+    async def get(self) -> Client:
+        if self._client is None:
+            async with self._connecting:  # requests that arrive together share one connect
+                if self._client is None:
+                    self._client = await connect(self._settings)
+        return self._client
+
+
+async def resolve_client(client: Client | SharedClient | None, settings: Settings) -> Client:
+    """The client an operation was given (a server's shared one), else a new one for a command."""
+    if isinstance(client, SharedClient):
+        return await client.get()
+    return client if client is not None else await connect(settings)
 
 
 # rustls's words for a server that answered, but not in TLS (a plain gRPC server's HTTP/2 bytes).

@@ -28,7 +28,7 @@ from pressroom.errors import BadInput, NotFound, PressroomError, one_line
 from pressroom.inputs import PATH_ID
 from pressroom.logs import Refusals
 from pressroom.settings import Settings
-from pressroom.temporal import TemporalUnavailable
+from pressroom.temporal import SharedClient, TemporalUnavailable
 
 if TYPE_CHECKING:
     import asyncpg
@@ -55,10 +55,12 @@ Handler = Callable[..., Awaitable[tuple[int, Any]]]
 
 
 class AdminApi:
-    def __init__(self, pool: asyncpg.Pool, settings: Settings, runtime: Any = None) -> None:
+    def __init__(self, pool: asyncpg.Pool, settings: Settings, runtime: Any = None,
+                 temporal: SharedClient | None = None) -> None:
 
-
+        # The server's pool and Temporal client, passed to every operation a route calls.
         self.pool, self.settings = pool, settings
+        self.temporal = temporal or SharedClient(settings)
         self.slowdown = Slowdown()
         self.member_reads = MemberReads()
         self.refusals = Refusals(log, "admin api request")
@@ -212,8 +214,8 @@ class AdminApi:
         item = resources.item_of(await self._body(request), "posts")
         async with self.pool.acquire() as conn:
             change = await resources.post_change(conn, item, request.query, adding=True)
-        post = await authoring.add_post(change, client=None,
-                                        settings=self.settings)
+        post = await authoring.add_post(change, client=self.temporal, settings=self.settings,
+                                        pool=self.pool)
         return await self._post_answer(post, request, 201)
 
     async def edit_post(self, request: web.Request, id: str) -> tuple[int, Any]:
@@ -222,14 +224,15 @@ class AdminApi:
             if not await conn.fetchval("SELECT EXISTS (SELECT 1 FROM posts WHERE id = $1)", id):
                 raise resources.not_found("post")
             change = await resources.post_change(conn, item, request.query, adding=False)
-        post = await authoring.edit_post(id, change, settings=self.settings)
+        post = await authoring.edit_post(id, change, client=self.temporal, settings=self.settings,
+                                         pool=self.pool)
         return await self._post_answer(post, request)
 
     async def delete_post(self, request: web.Request, id: str) -> tuple[int, Any]:
         async with self.pool.acquire() as conn:
             if not await conn.fetchval("SELECT EXISTS (SELECT 1 FROM posts WHERE id = $1)", id):
                 raise resources.not_found("post")
-        await authoring.delete_post(id, settings=self.settings)
+        await authoring.delete_post(id, client=self.temporal, settings=self.settings, pool=self.pool)
         return 204, None
 
     async def browse_newsletters(self, request: web.Request) -> tuple[int, Any]:
@@ -240,7 +243,7 @@ class AdminApi:
                 resources.NEWSLETTER_FIELDS)
 
     async def read_newsletter(self, request: web.Request, id: str) -> tuple[int, Any]:
-        found = [n for n in await authoring.list_newsletters(settings=self.settings) if n.id == id]
+        found = [n for n in await authoring.list_newsletters(settings=self.settings, pool=self.pool) if n.id == id]
         if not found:
             raise resources.not_found("newsletter")
         return 200, {"newsletters": [resources.newsletter_json(found[0])]}
@@ -252,16 +255,16 @@ class AdminApi:
             raise invalid("newsletters.name is required", property="name")
         fields.pop("status", None)
         newsletter = await authoring.add_newsletter(fields.pop("name"), slug=resources.text_of(item, "slug"), **fields,
-                                                    settings=self.settings)
+                                                    settings=self.settings, pool=self.pool)
         if request.query.get("opt_in_existing") == "true":
-            await authoring.opt_in_existing(newsletter.id, settings=self.settings)
+            await authoring.opt_in_existing(newsletter.id, settings=self.settings, pool=self.pool)
         return 201, {"newsletters": [resources.newsletter_json(newsletter)]}
 
     async def edit_newsletter(self, request: web.Request, id: str) -> tuple[int, Any]:
         item = resources.item_of(await self._body(request), "newsletters")
         try:
             newsletter = await authoring.edit_newsletter(id, **resources.newsletter_fields(item),
-                                                         settings=self.settings)
+                                                         settings=self.settings, pool=self.pool)
         except NotFound:
             raise resources.not_found("newsletter") from None
         return 200, {"newsletters": [resources.newsletter_json(newsletter)]}
@@ -299,7 +302,7 @@ class AdminApi:
             if not await conn.fetchval("SELECT EXISTS (SELECT 1 FROM members WHERE id = $1)", id):
                 raise resources.not_found("member")
         try:
-            await delete_member(id, settings=self.settings)
+            await delete_member(id, settings=self.settings, pool=self.pool)
         finally:
             self.member_reads.forget()
         return 204, None
@@ -313,7 +316,7 @@ class AdminApi:
         item = resources.item_of(await self._body(request), "tiers")
         fields = resources.tier_fields(item)
         row = await authoring.add_tier(fields["name"] or "", slug=fields["slug"], type=fields["type"] or "paid",
-                                       settings=self.settings)
+                                       settings=self.settings, pool=self.pool)
         return 201, {"tiers": [resources.tier_json(row)]}
 
     async def browse_labels(self, request: web.Request) -> tuple[int, Any]:
@@ -324,7 +327,7 @@ class AdminApi:
     async def add_label(self, request: web.Request) -> tuple[int, Any]:
         item = resources.item_of(await self._body(request), "labels")
         row = await authoring.add_label(resources.text_of(item, "name") or "", slug=resources.text_of(item, "slug"),
-                                        settings=self.settings)
+                                        settings=self.settings, pool=self.pool)
         return 201, {"labels": [resources.label_json(row)]}
 
     async def read_email(self, request: web.Request, id: str) -> tuple[int, Any]:
@@ -334,7 +337,7 @@ class AdminApi:
     async def retry_email(self, request: web.Request, id: str) -> tuple[int, Any]:
         async with self.pool.acquire() as conn:
             await resources.read_email(conn, id)  # 404 first
-        await authoring.retry_email(id, settings=self.settings)
+        await authoring.retry_email(id, client=self.temporal, settings=self.settings, pool=self.pool)
         async with self.pool.acquire() as conn:
             return 200, await resources.read_email(conn, id)
 
@@ -347,7 +350,7 @@ class AdminApi:
         webhook = await site_webhooks.create_webhook(
             resources.text_of(item, "event") or "", resources.text_of(item, "target_url") or "", integration,
             name=resources.text_of(item, "name"), secret=resources.text_of(item, "secret"),
-            api_version=resources.text_of(item, "api_version") or "v5", settings=self.settings)
+            api_version=resources.text_of(item, "api_version") or "v5", settings=self.settings, pool=self.pool)
         return 201, {"webhooks": [webhook_json(webhook)]}
 
     async def _own_webhook(self, request: web.Request, id: str, method: str) -> None:
@@ -370,12 +373,12 @@ class AdminApi:
         webhook = await site_webhooks.edit_webhook(
             id, event=resources.text_of(item, "event"), target_url=resources.text_of(item, "target_url"),
             name=resources.text_of(item, "name"), secret=resources.text_of(item, "secret"),
-            api_version=resources.text_of(item, "api_version"), settings=self.settings)
+            api_version=resources.text_of(item, "api_version"), settings=self.settings, pool=self.pool)
         return 200, {"webhooks": [webhook_json(webhook)]}
 
     async def delete_webhook(self, request: web.Request, id: str) -> tuple[int, Any]:
         await self._own_webhook(request, id, "destroy")
-        await site_webhooks.delete_webhook(id, settings=self.settings)
+        await site_webhooks.delete_webhook(id, settings=self.settings, pool=self.pool)
         return 204, None
 
 

@@ -34,12 +34,12 @@ from jinja2 import Environment, FileSystemLoader, select_autoescape
 
 from frontdoor.deadlines import BodyTooLarge, BodyTooSlow, client_address, read_body
 from operations.answers import Answer
-from operations.common import temporal_client
 from operations.staff import Busy, Session, session_of, sign_in, sign_out
 from pressroom import database
 from pressroom.errors import PressroomError
 from pressroom.readable import when
 from pressroom.settings import Settings
+from pressroom.temporal import SharedClient
 
 if TYPE_CHECKING:
     import asyncpg
@@ -132,12 +132,12 @@ def csrf_of(token: str) -> str:
 class Pages:
     """What every page does (render, sign in and out, guard); the routes are views.py's."""
 
-    def __init__(self, pool: asyncpg.Pool, settings: Settings) -> None:
+    def __init__(self, pool: asyncpg.Pool, settings: Settings, temporal: SharedClient | None = None) -> None:
         self.pool = pool
         self.settings = settings
+        self._temporal = temporal or SharedClient(settings)
         self.secure_cookies = settings.site_url.lower().startswith("https://")
         self.throttle = SignInThrottle()
-        self._client: Any = None
         self.templates = Environment(loader=FileSystemLoader(_HERE / "templates"),
                                      autoescape=select_autoescape(default=True, default_for_string=True))
         self.templates.filters["when"] = when
@@ -244,10 +244,8 @@ class Pages:
         return response
 
     async def temporal(self) -> Any:
-        """One Temporal client for the server's life, made at first need."""
-        if self._client is None:
-            self._client = await temporal_client(self.settings)
-        return self._client
+        """The server's one Temporal client (frontdoor/server.py), made at first need."""
+        return await self._temporal.get()
 
 
 def redirect(location: str) -> web.Response:
