@@ -121,6 +121,11 @@ async def test_an_outbox_entry_is_one_trace_from_enqueue_to_the_welcome_request(
         added = await add_member("traced.reader@example.com", "Traced Reader", welcome=True, settings=settings)
         await settled(db, added.welcome_key)
         assert await client.get_workflow_handle(f"outbox-{added.welcome_key}").result() == "succeeded"
+        # The welcome automation's run goes on after the delivery, in the same trace: let it end first.
+        runs = await db.fetch("SELECT idempotency_key FROM automation_runs WHERE member_id = $1", added.member_id)
+        assert runs
+        for run in runs:
+            await client.get_workflow_handle(run["idempotency_key"]).result()
     finally:
         await client.get_workflow_handle(f"{RELAY_WORKFLOW_ID}-{settings.task_queue}").terminate()
 
