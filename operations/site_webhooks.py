@@ -14,11 +14,12 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel
 
 from activities.outbox.models import SITE_EVENTS
-from activities.outbox.site_webhook import check_target_url, delivered_stub
+from activities.outbox.site_webhook import delivered_stub
 from pressroom import database
 from pressroom.errors import BadInput, NotFound
 from pressroom.inputs import entity_id, free_text
 from pressroom.settings import Settings, get_settings
+from pressroom.target_urls import check_target_url
 
 if TYPE_CHECKING:
     import asyncpg

@@ -14,7 +14,6 @@ import pytest
 
 from activities.outbox import site_events
 from activities.outbox.models import outbox_workflow_id
-from activities.outbox.site_webhook import address_refusal
 from operations.authoring import PostChange, add_post, edit_post
 from operations.members import add_member, delete_member, update_member
 from operations.outbox import ensure_relay, outbox_status, requeue_outbox_entry
@@ -22,6 +21,7 @@ from operations.posts import schedule_post, unschedule_post
 from operations.site_webhooks import create_webhook, delete_webhook, list_webhooks, webhook_attempts
 from pressroom import database
 from pressroom.errors import BadInput, NotFound
+from pressroom.target_urls import address_refusal
 from tests.conftest import make_settings
 from tests.foundation.test_cli import assert_one_line_error, pressroom
 from tests.newsletter.test_failures import spawn_worker, wait_until
