@@ -18,6 +18,7 @@ from temporalio.client import Client
 from temporalio.runtime import PrometheusConfig, Runtime
 from temporalio.worker import Worker
 
+from activities.account_quota import AccountQuotaActivities
 from activities.analytics.run import AnalyticsActivities
 from activities.automations.run import AutomationActivities
 from activities.newsletter.batches import BatchCreationActivities
@@ -84,6 +85,7 @@ def build_activities(deps: Dependencies) -> list[Callable]:
     analytics = AnalyticsActivities(deps)
     posts = PostsActivities(deps)
     sending_limits = SendingLimitsActivities(deps)
+    account_quota = AccountQuotaActivities(deps)
     webhooks = WebhookActivities(deps)
     retention = RetentionActivities(deps)
     automations = AutomationActivities(deps)
@@ -92,7 +94,7 @@ def build_activities(deps: Dependencies) -> list[Callable]:
         batch_send.list_unsent_batches, batch_send.send_batch, batch_send.send_batches, batch_send.fail_batch,
         email_finish.finish_email,
         reputation.read_reputation, reputation.record_pause, reputation.probe_provider,
-        sending_limits.admit_batch, sending_limits.look_for_account_room, sending_limits.split_refused_batch,
+        sending_limits.admit_batch, sending_limits.split_refused_batch, account_quota.look_for_account_room,
         outbox_relay.relay_outbox,
         outbox_delivery.handle_entry, outbox_delivery.complete_entry, outbox_delivery.abort_entry,
         analytics.fetch_phase, analytics.aggregate_stats, analytics.record_run,

@@ -16,9 +16,7 @@ docs/production.md, "Send caps".
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
-import time
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
@@ -105,14 +103,6 @@ class Admission(BaseModel):
     reason: str = ""
     account: bool = False  # the wait is for the provider's rolling day (SES): a raised quota ends it
 
-
-class LookForAccountRoomInput(BaseModel):
-    every_seconds: float
-    at_most_seconds: float
-
-
-class AccountRoom(BaseModel):
-    room: bool
 
 
 class SplitRefusedBatchInput(BaseModel):
@@ -290,23 +280,6 @@ class SendingLimitsActivities:
         reason = (f"waiting for the {'daily' if window == 'day' else 'hourly'} limit of {domain} "
                   f"({caps[window]:,} messages), resumes at {resume_at:%Y-%m-%d %H:%M} UTC")
         return Admission(batch_id=batch_id, resume_at=resume_at, reason=reason)
-
-    @activity.defn
-    async def look_for_account_room(self, input: LookForAccountRoomInput) -> AccountRoom:
-        """Read the provider's quota every `every_seconds` until the account has room again (a quota
-        raised, a day's sends aged out), or `at_most_seconds` pass. Safe to repeat: it reserves nothing."""
-        started = time.monotonic()
-        while True:
-            async with heartbeating():
-                quota = await self.provider.account_quota(datetime.now(UTC))
-                if quota.room_today is None:
-                    return AccountRoom(room=True)
-                in_flight = await self.pool.fetchval(IN_FLIGHT, datetime.now(UTC) - timedelta(days=1))
-                if quota.room_today - in_flight > 0:
-                    return AccountRoom(room=True)
-                if time.monotonic() - started >= input.at_most_seconds:
-                    return AccountRoom(room=False)
-                await asyncio.sleep(input.every_seconds)
 
     @staticmethod
     async def _account_room_at(conn: asyncpg.Connection, at: datetime) -> datetime:

@@ -15,6 +15,7 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
+    from activities.account_quota import AccountQuotaActivities, LookForAccountRoomInput
     from activities.newsletter.failures import (
         NOT_RETRIED,
         RECIPIENT_LIMIT_EXCEEDED,
@@ -39,12 +40,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from activities.newsletter.reputation import ReputationActivities
     from activities.newsletter.send import BatchSendActivities
-    from activities.sending_limits import (
-        AdmitBatchInput,
-        LookForAccountRoomInput,
-        SendingLimitsActivities,
-        SplitRefusedBatchInput,
-    )
+    from activities.sending_limits import AdmitBatchInput, SendingLimitsActivities, SplitRefusedBatchInput
     from pressroom.errors import cause_of
     from workflows.newsletter_models import NewsletterProgress, Outage, ReputationWatch, Resume
     from workflows.policies import DATABASE_RETRY
@@ -256,7 +252,7 @@ class BatchSending:
     async def _look_for_account_room(self, plan: SendPlan) -> None:
         while True:
             found = await workflow.execute_activity_method(
-                SendingLimitsActivities.look_for_account_room,
+                AccountQuotaActivities.look_for_account_room,
                 LookForAccountRoomInput(every_seconds=plan.provider_probe_seconds,
                                         at_most_seconds=PROBE_ACTIVITY.total_seconds() - 30),
                 start_to_close_timeout=PROBE_ACTIVITY, heartbeat_timeout=heartbeat_timeout(plan),
